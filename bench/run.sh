@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Tern vs NATS on this machine: installs nats-server if missing, builds tern, starts
+# both servers on loopback on non-default ports, runs the same workload matrix against
+# each (bench/natsvs), prints a Markdown table, and stops exactly the servers it started.
+#
+# Usage: bench/run.sh [natsvs options]      e.g. bench/run.sh --runs 5
+#                                                 bench/run.sh --only reqrep --scale 0.2
+# Environment:
+#   NATS_PORT (14222), TERN_PORT (17400)  ports the two servers listen on (127.0.0.1)
+#   OUT (bench/out)                       where logs, results.md and results.json go
+#   TERN_CPUPROFILE=FILE                  run the Tern server under a CPU profile
+#                                         (bench/ternserve), written to FILE on exit
+# Outputs: $OUT/results.md (the table), $OUT/results.json (every run), server logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+NATS_PORT=${NATS_PORT:-14222}
+TERN_PORT=${TERN_PORT:-17400}
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+
+# --- nats-server (Debian package) -----------------------------------------------------
+if ! command -v nats-server >/dev/null 2>&1; then
+	echo "== installing nats-server (Debian package)"
+	if [ "$(id -u)" -eq 0 ]; then
+		apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo apt-get update -qq && sudo apt-get install -y -qq nats-server >/dev/null
+	else
+		echo "run.sh: nats-server is missing; install it (apt-get install nats-server) or run as root" >&2
+		exit 1
+	fi
+fi
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() { # port pid name
+	for _ in $(seq 1 200); do
+		port_busy "$1" && return 0
+		kill -0 "$2" 2>/dev/null || { echo "run.sh: $3 exited during start-up; see its log in $OUT" >&2; return 1; }
+		sleep 0.05
+	done
+	echo "run.sh: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
+	return 1
+}
+for p in "$NATS_PORT" "$TERN_PORT"; do
+	if port_busy "$p"; then
+		echo "run.sh: 127.0.0.1:$p is already in use; set NATS_PORT / TERN_PORT" >&2
+		exit 1
+	fi
+done
+
+# --- build ------------------------------------------------------------------------------
+echo "== building tern"
+go build -o "$OUT/tern" ./cmd/tern
+go build -o "$OUT/natsvs" ./bench/natsvs
+if [ -n "${TERN_CPUPROFILE:-}" ]; then
+	go build -o "$OUT/ternserve" ./bench/ternserve
+fi
+
+# --- start both servers; stop exactly these pids on exit -------------------------------
+PIDS=()
+cleanup() {
+	for pid in "${PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$OUT/nats-server.log" 2>&1 &
+PIDS+=($!)
+wait_port "$NATS_PORT" "${PIDS[-1]}" nats-server
+
+if [ -n "${TERN_CPUPROFILE:-}" ]; then
+	"$OUT/ternserve" --cpuprofile "$TERN_CPUPROFILE" --host 127.0.0.1 --port "$TERN_PORT" --http "" >"$OUT/tern-server.log" 2>&1 &
+else
+	"$OUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --http "" >"$OUT/tern-server.log" 2>&1 &
+fi
+PIDS+=($!)
+wait_port "$TERN_PORT" "${PIDS[-1]}" "tern server"
+
+# --- machine -----------------------------------------------------------------------------
+nats_version=$(nats-server --version 2>&1 | sed -n 's/^nats-server: *//p')
+tern_version=$("$OUT/tern" version | sed -n 's/^tern *//p')
+echo "== machine"
+echo "nproc:        $(nproc)"
+echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
+echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "kernel:       $(uname -sr)"
+echo "go:           $(go version | awk '{print $3, $4}')"
+echo "nats-server:  $nats_version (pid ${PIDS[0]}, 127.0.0.1:$NATS_PORT)"
+echo "tern:         $tern_version (pid ${PIDS[1]}, 127.0.0.1:$TERN_PORT)"
+echo "GOMAXPROCS:   ${GOMAXPROCS:-unset (Go uses every CPU)}; brokers and load generator share the machine"
+echo
+
+# --- run ---------------------------------------------------------------------------------
+echo "== running the matrix (progress on stderr, table on stdout)"
+"$OUT/natsvs" --nats "nats://127.0.0.1:$NATS_PORT" --tern "tern://127.0.0.1:$TERN_PORT" \
+	--nats-version "$nats_version" --tern-version "$tern_version" \
+	--json "$OUT/results.json" "$@" | tee "$OUT/results.md"
+echo
+echo "== written: $OUT/results.md, $OUT/results.json"

@@ -1,0 +1,472 @@
+// Command natsvs runs the same workloads against NATS and Tern on this machine and
+// prints a Markdown table comparing them. Both brokers must already be running (see
+// bench/run.sh, which starts them and calls this program); each is driven through
+// internal/loadgen with its own client adapter, so the workload code is identical.
+//
+// Every row runs --runs times per broker, alternating which broker goes first, and the
+// table shows the median with the spread (min–max) across runs.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tern-mq/tern/bench/internal/natsbus"
+	"github.com/tern-mq/tern/internal/loadgen"
+)
+
+// row is one line of the matrix.
+type row struct {
+	Key      string // short name for --only
+	Workload string // as shown in the table
+	Cfg      loadgen.Config
+}
+
+const kib = 1024
+
+// matrix is the benchmark: each workload at 16 B and 1 KiB, with counts sized so one
+// run takes about 1–3 s on a small machine. scale multiplies every count.
+func matrix(scale float64) []row {
+	n := func(v int) int { return max(1, int(float64(v)*scale)) }
+	var rows []row
+	add := func(key, workload string, cfg loadgen.Config, small, large int) {
+		c := cfg
+		c.Size, c.Msgs = 16, n(small)
+		rows = append(rows, row{key + "-16", workload, c})
+		c.Size, c.Msgs = kib, n(large)
+		rows = append(rows, row{key + "-1k", workload, c})
+	}
+	add("pub", "publish only (1 pub)", loadgen.Config{Mode: loadgen.ModePub, Pubs: 1}, 2_000_000, 500_000)
+	add("pubsub1", "1 pub → 1 sub", loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 1}, 1_000_000, 300_000)
+	add("pubsub4", "1 pub → 4 subs", loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 4}, 400_000, 100_000)
+	add("queue4", "queue group of 4 (1 pub)", loadgen.Config{Mode: loadgen.ModeQueue, Pubs: 1, Subs: 4}, 1_000_000, 300_000)
+	add("reqrep", "request/reply (1 requester, 1 responder)", loadgen.Config{Mode: loadgen.ModeReqRep, Pubs: 1, Subs: 1}, 40_000, 30_000)
+	return rows
+}
+
+// system is one broker under test.
+type system struct {
+	Key     string `json:"-"`
+	Name    string `json:"name"`
+	URL     string `json:"url"`
+	Version string `json:"version"`
+	dial    loadgen.Dialer
+}
+
+// spread is the median, min and max of one figure across runs.
+type spread struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+func spreadOf(v []float64) spread {
+	if len(v) == 0 {
+		return spread{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return spread{Median: m, Min: s[0], Max: s[len(s)-1]}
+}
+
+// outcome is one system's runs of one row.
+type outcome struct {
+	Results    []loadgen.Result `json:"results"`
+	Failures   []string         `json:"failures,omitempty"`
+	MsgsPerSec spread           `json:"msgs_per_sec"`
+	P50        spread           `json:"p50_us"`
+	P99        spread           `json:"p99_us"`
+	P999       spread           `json:"p999_us"`
+}
+
+func (o *outcome) summarize() {
+	var rate, p50, p99, p999 []float64
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for _, r := range o.Results {
+		rate = append(rate, r.MsgsPerSec)
+		if r.Latency.Samples > 0 {
+			p50 = append(p50, us(r.Latency.P50))
+			p99 = append(p99, us(r.Latency.P99))
+			p999 = append(p999, us(r.Latency.P999))
+		}
+	}
+	o.MsgsPerSec, o.P50, o.P99, o.P999 = spreadOf(rate), spreadOf(p50), spreadOf(p99), spreadOf(p999)
+}
+
+type rowReport struct {
+	Key      string              `json:"key"`
+	Workload string              `json:"workload"`
+	Mode     string              `json:"mode"`
+	Size     int                 `json:"size"`
+	Pubs     int                 `json:"pubs"`
+	Subs     int                 `json:"subs"`
+	Msgs     int                 `json:"msgs"`
+	Systems  map[string]*outcome `json:"systems"`
+	// RatioRate is Tern's median msgs/s over NATS's (above 1: Tern is faster);
+	// RatioP99 is Tern's median p99 over NATS's (below 1: Tern's tail is lower).
+	RatioRate float64 `json:"ratio_msgs_per_sec,omitempty"`
+	RatioP99  float64 `json:"ratio_p99,omitempty"`
+}
+
+type machine struct {
+	CPUs       int    `json:"cpus"`
+	CPUModel   string `json:"cpu_model"`
+	Memory     string `json:"memory"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Go         string `json:"go"`
+	OS         string `json:"os"`
+}
+
+type report struct {
+	Date    string             `json:"date"`
+	Command string             `json:"command"`
+	Machine machine            `json:"machine"`
+	Servers map[string]*system `json:"servers"`
+	Runs    int                `json:"runs"`
+	Scale   float64            `json:"scale"`
+	Rows    []*rowReport       `json:"rows"`
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "natsvs:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("natsvs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats", "nats://127.0.0.1:14222", "NATS server URL (empty skips NATS)")
+	ternURL := fs.String("tern", "tern://127.0.0.1:17400", "Tern server URL (empty skips Tern)")
+	runs := fs.Int("runs", 3, "runs of each row per broker; the table shows the median and the min–max")
+	jsonPath := fs.String("json", "", "also write every run's result and the summary as JSON to this file")
+	only := fs.String("only", "", "comma-separated row keys or prefixes to run (e.g. pub-16,reqrep); default all")
+	scale := fs.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
+	pause := fs.Duration("pause", 300*time.Millisecond, "idle time before each run, so the previous one's work has drained")
+	natsVersion := fs.String("nats-version", "", "NATS server version to report (default: as the server announces it)")
+	ternVersion := fs.String("tern-version", "", "Tern server version to report (default: as the server announces it)")
+	list := fs.Bool("list", false, "list the rows and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: natsvs [options]\n\nRuns the same workloads against a running NATS server and a running Tern server\nand prints a Markdown table comparing them. bench/run.sh starts both servers and\ncalls this program.\n\nOptions:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runs < 1 || *scale <= 0 {
+		return errors.New("--runs must be at least 1 and --scale positive")
+	}
+	rows := selectRows(matrix(*scale), *only)
+	if *list {
+		for _, r := range rows {
+			fmt.Fprintf(stdout, "%-12s %s, %s, %d msgs per publisher\n", r.Key, r.Workload, sizeLabel(r.Cfg.Size), r.Cfg.Msgs)
+		}
+		return nil
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("--only %q matches no row (see --list)", *only)
+	}
+
+	var systems []*system
+	if *natsURL != "" {
+		s := &system{Key: "nats", Name: "NATS", URL: *natsURL, Version: *natsVersion, dial: natsbus.Dialer(*natsURL)}
+		if s.Version == "" {
+			b, err := natsbus.Dial(*natsURL, "natsvs-probe")
+			if err != nil {
+				return fmt.Errorf("NATS at %s: %w", *natsURL, err)
+			}
+			s.Version = b.ServerVersion()
+			_ = b.Close()
+		}
+		systems = append(systems, s)
+	}
+	_, _ = ternURL, ternVersion
+	if len(systems) == 0 {
+		return errors.New("nothing to run: both --nats and --tern are empty")
+	}
+
+	rep := &report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: "go run ./bench/natsvs " + strings.Join(args, " "),
+		Machine: machineInfo(),
+		Servers: map[string]*system{},
+		Runs:    *runs,
+		Scale:   *scale,
+	}
+	for _, s := range systems {
+		rep.Servers[s.Key] = s
+	}
+
+	// A short untimed run per broker first, so connection set-up, first allocations
+	// and page faults are not in the first measured row.
+	for _, s := range systems {
+		_, _ = loadgen.Run(ctx, s.dial, loadgen.Config{Mode: loadgen.ModePubSub, Subs: 1, Size: 64, Msgs: 50_000})
+	}
+
+	start := time.Now()
+	for i, r := range rows {
+		rr := &rowReport{Key: r.Key, Workload: r.Workload, Mode: r.Cfg.Mode, Size: r.Cfg.Size, Pubs: r.Cfg.Pubs, Subs: r.Cfg.Subs,
+			Msgs: r.Cfg.Msgs, Systems: map[string]*outcome{}}
+		for _, s := range systems {
+			rr.Systems[s.Key] = &outcome{}
+		}
+		for n := range *runs {
+			order := slices.Clone(systems)
+			if n%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, s := range order {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				runtime.GC()
+				time.Sleep(*pause)
+				res, err := loadgen.Run(ctx, s.dial, r.Cfg)
+				o := rr.Systems[s.Key]
+				status := ""
+				if err != nil {
+					o.Failures = append(o.Failures, err.Error())
+					status = "  FAILED: " + err.Error()
+				} else {
+					o.Results = append(o.Results, res)
+				}
+				fmt.Fprintf(stderr, "[%d/%d] %-12s %-4s run %d/%d: %s %s, p99 %s%s\n", i+1, len(rows), r.Key, s.Name, n+1, *runs,
+					rate(res.MsgsPerSec), unitOf(r.Cfg.Mode), latency(res.Latency.P99, res.Latency.Samples), status)
+			}
+		}
+		for _, o := range rr.Systems {
+			o.summarize()
+		}
+		if t, nt := rr.Systems["tern"], rr.Systems["nats"]; t != nil && nt != nil {
+			if nt.MsgsPerSec.Median > 0 && len(t.Results) > 0 {
+				rr.RatioRate = t.MsgsPerSec.Median / nt.MsgsPerSec.Median
+			}
+			if nt.P99.Median > 0 && t.P99.Median > 0 {
+				rr.RatioP99 = t.P99.Median / nt.P99.Median
+			}
+		}
+		rep.Rows = append(rep.Rows, rr)
+	}
+	fmt.Fprintf(stderr, "matrix done in %s\n", time.Since(start).Round(time.Second))
+
+	writeMarkdown(stdout, rep, systems)
+	if *jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonPath, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func selectRows(rows []row, only string) []row {
+	if only == "" {
+		return rows
+	}
+	var out []row
+	for _, r := range rows {
+		for _, k := range strings.Split(only, ",") {
+			if k = strings.TrimSpace(k); k != "" && strings.HasPrefix(r.Key, k) {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func machineInfo() machine {
+	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				var kb int64
+				if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb); err == nil {
+					m.Memory = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+				}
+				break
+			}
+		}
+	}
+	return m
+}
+
+func sizeLabel(n int) string {
+	if n >= kib && n%kib == 0 {
+		return fmt.Sprintf("%d KiB", n/kib)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func unitOf(mode string) string {
+	if mode == loadgen.ModeReqRep {
+		return "req/s"
+	}
+	return "msgs/s"
+}
+
+// rate prints a throughput with three significant digits: 812k, 5.12M.
+func rate(v float64) string {
+	unit := ""
+	switch {
+	case v >= 1e6:
+		v, unit = v/1e6, "M"
+	case v >= 1e3:
+		v, unit = v/1e3, "k"
+	}
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f%s", v, unit)
+	case v >= 10:
+		return fmt.Sprintf("%.1f%s", v, unit)
+	default:
+		return fmt.Sprintf("%.2f%s", v, unit)
+	}
+}
+
+func latency(d time.Duration, samples int64) string {
+	if samples == 0 {
+		return "—"
+	}
+	return loadgen.FormatDuration(d)
+}
+
+func usDur(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
+
+// rateCell is "median (min–max)" for a throughput.
+func rateCell(o *outcome, runs int) string {
+	if o == nil {
+		return "—"
+	}
+	if len(o.Results) == 0 {
+		return "FAILED"
+	}
+	s := rate(o.MsgsPerSec.Median)
+	if len(o.Results) > 1 {
+		s += " (" + rate(o.MsgsPerSec.Min) + "–" + rate(o.MsgsPerSec.Max) + ")"
+	}
+	return s + failNote(o, runs)
+}
+
+// latCell is "median (min–max)" for a latency percentile across runs.
+func latCell(o *outcome, sp func(*outcome) spread, runs int) string {
+	if o == nil || len(o.Results) == 0 {
+		return "—"
+	}
+	v := sp(o)
+	if v.Median == 0 {
+		return "—"
+	}
+	s := loadgen.FormatDuration(usDur(v.Median))
+	if len(o.Results) > 1 {
+		s += " (" + loadgen.FormatDuration(usDur(v.Min)) + "–" + loadgen.FormatDuration(usDur(v.Max)) + ")"
+	}
+	return s + failNote(o, runs)
+}
+
+func failNote(o *outcome, runs int) string {
+	if len(o.Failures) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [%d of %d runs failed]", len(o.Failures), runs)
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func writeMarkdown(w io.Writer, rep *report, systems []*system) {
+	m := rep.Machine
+	fmt.Fprintf(w, "## Tern vs NATS, %s\n\n", rep.Date)
+	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Memory, m.OS, m.GOMAXPROCS)
+	fmt.Fprintf(w, "- load generator: %s, %d runs per row per broker, median (min–max)\n", m.Go, rep.Runs)
+	for _, s := range systems {
+		fmt.Fprintf(w, "- %s %s at %s\n", s.Name, s.Version, s.URL)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| workload | size | NATS msgs/s | Tern msgs/s | ratio Tern/NATS | NATS p99 | Tern p99 | ratio Tern/NATS |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, r := range rep.Rows {
+		n, t := r.Systems["nats"], r.Systems["tern"]
+		workload := r.Workload
+		if r.Mode == loadgen.ModeReqRep {
+			workload += " — req/s, round trip"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", workload, sizeLabel(r.Size),
+			rateCell(n, rep.Runs), rateCell(t, rep.Runs), ratio(r.RatioRate),
+			latCell(n, func(o *outcome) spread { return o.P99 }, rep.Runs),
+			latCell(t, func(o *outcome) spread { return o.P99 }, rep.Runs), ratio(r.RatioP99))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Latency detail (median across runs):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| workload | size | NATS p50 | Tern p50 | NATS p99.9 | Tern p99.9 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	med := func(o *outcome, sp func(*outcome) spread) string {
+		if o == nil || len(o.Results) == 0 || sp(o).Median == 0 {
+			return "—"
+		}
+		return loadgen.FormatDuration(usDur(sp(o).Median))
+	}
+	for _, r := range rep.Rows {
+		if r.Mode == loadgen.ModePub {
+			continue
+		}
+		n, t := r.Systems["nats"], r.Systems["tern"]
+		p50 := func(o *outcome) spread { return o.P50 }
+		p999 := func(o *outcome) spread { return o.P999 }
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Workload, sizeLabel(r.Size), med(n, p50), med(t, p50), med(n, p999), med(t, p999))
+	}
+	var failed []string
+	for _, r := range rep.Rows {
+		for k, o := range r.Systems {
+			for _, f := range o.Failures {
+				failed = append(failed, fmt.Sprintf("- %s %s %s: %s", rep.Servers[k].Name, r.Workload, sizeLabel(r.Size), f))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Failed runs (not in the medians):")
+		fmt.Fprintln(w)
+		slices.Sort(failed)
+		for _, f := range failed {
+			fmt.Fprintln(w, f)
+		}
+	}
+}

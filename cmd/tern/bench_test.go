@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tern-mq/tern/internal/loadgen"
+	"github.com/tern-mq/tern/internal/loadgen/ternbus"
+	"github.com/tern-mq/tern/internal/server"
+)
+
+func TestBenchFlags(t *testing.T) {
+	srv, js, cfg, err := benchFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv != "tern://127.0.0.1:7400" || js != "" || cfg.Mode != "pubsub" || cfg.Pubs != 1 || cfg.Subs != 1 || cfg.Size != 128 || cfg.Msgs != 100000 || cfg.Duration != 0 {
+		t.Fatalf("defaults: %q %q %+v", srv, js, cfg)
+	}
+	_, _, cfg, err = benchFlags([]string{"--mode", "queue", "--duration", "2s", "--subs", "4", "--queue", "q", "--rate", "50", "--subject", "s.x"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mode != "queue" || cfg.Msgs != 0 || cfg.Duration != 2*time.Second || cfg.Subs != 4 || cfg.Queue != "q" || cfg.Rate != 50 || cfg.Subject != "s.x" {
+		t.Fatalf("a timed run without --msgs should have no count: %+v", cfg)
+	}
+	_, _, cfg, _ = benchFlags([]string{"--duration", "2s", "--msgs", "10"}, &bytes.Buffer{})
+	if cfg.Msgs != 10 || cfg.Duration != 2*time.Second {
+		t.Fatalf("both bounds: %+v", cfg)
+	}
+	if _, _, _, err := benchFlags([]string{"extra"}, &bytes.Buffer{}); err == nil {
+		t.Fatal("an extra argument was accepted")
+	}
+}
+
+func TestBenchHelp(t *testing.T) {
+	var out bytes.Buffer
+	_, _, _, err := benchFlags([]string{"--help"}, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err %v, want flag.ErrHelp", err)
+	}
+	for _, f := range []string{"-server", "-mode", "-subject", "-pubs", "-subs", "-size", "-msgs", "-duration", "-rate", "-json", "-queue", "-timeout", "pubsub", "reqrep"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("--help does not mention %s:\n%s", f, out.String())
+		}
+	}
+}
+
+func TestBenchNoServer(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := bench(context.Background(), []string{"--server", "tern://127.0.0.1:1", "--msgs", "10"}, &stdout, &stderr, ternbus.Dialer)
+	if err == nil {
+		t.Fatal("no error without a server")
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("printed a result without a run:\n%s", stdout.String())
+	}
+}
+
+func startTestServer(t *testing.T) string {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
+	s, err := server.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return "tern://" + s.Addr().String()
+}
+
+func TestBenchAgainstServer(t *testing.T) {
+	url := startTestServer(t)
+	dir := t.TempDir()
+	for _, mode := range loadgen.Modes {
+		t.Run(mode, func(t *testing.T) {
+			path := filepath.Join(dir, mode+".json")
+			var stdout, stderr bytes.Buffer
+			args := []string{"--server", url, "--mode", mode, "--subs", "2", "--msgs", "2000", "--size", "64", "--json", path}
+			if err := bench(context.Background(), args, &stdout, &stderr, ternbus.Dialer); err != nil {
+				t.Fatalf("bench: %v\n%s%s", err, stderr.String(), stdout.String())
+			}
+			if !strings.Contains(stdout.String(), "/s") {
+				t.Fatalf("no summary:\n%s", stdout.String())
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res loadgen.Result
+			if err := json.Unmarshal(b, &res); err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(2000)
+			if mode == loadgen.ModePubSub {
+				want = 4000
+			}
+			if res.Sent != 2000 || res.Received != want || res.Errors != 0 {
+				t.Fatalf("sent %d received %d errors %d, want 2000 %d 0:\n%s", res.Sent, res.Received, res.Errors, want, b)
+			}
+		})
+	}
+}

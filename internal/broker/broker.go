@@ -1,0 +1,225 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tern-mq/tern/internal/filter"
+	"github.com/tern-mq/tern/internal/subject"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Message is a message being routed. Its byte slices belong to the publisher and are
+// valid only during Publish; a Sink that keeps the message must copy what it keeps.
+type Message struct {
+	Subject []byte
+	Reply   []byte
+	// Header is the encoded header block (the native wire encoding is the canonical
+	// header encoding of every front end), nil when the message has none.
+	Header wire.Header
+	// Payload is the message body.
+	Payload []byte
+	// Origin is the sink of the publishing client, used to skip its own
+	// subscriptions when it asked for no echo; nil for messages the server makes.
+	Origin Sink
+}
+
+// Sink is a destination for deliveries: one client connection of any protocol.
+type Sink interface {
+	// Deliver queues m for sub on the sink's outbound buffer. It must not block and
+	// must copy what it keeps of m. It returns false if the message was not queued
+	// (the sink is closed, or slow and dropping).
+	Deliver(sub *Subscription, m *Message) bool
+	// Flush wakes the sink's writer so that what Deliver queued is sent. It must not
+	// block.
+	Flush()
+}
+
+// Subscription is one subscriber's interest in a subject.
+type Subscription struct {
+	Sink    Sink
+	SID     uint64 // the client's id for the subscription
+	Subject string
+	Queue   string         // queue group, "" for a plain subscriber
+	Filter  *filter.Filter // nil: every matching message
+	// NoEcho skips messages whose Origin is this subscription's Sink.
+	NoEcho bool
+
+	max       atomic.Uint64 // stop after this many deliveries; 0 = no limit
+	delivered atomic.Uint64
+	closed    atomic.Bool
+}
+
+// Delivered reports how many messages this subscription has been given.
+func (s *Subscription) Delivered() uint64 { return s.delivered.Load() }
+
+// Closed reports whether the subscription has been removed or reached its limit.
+func (s *Subscription) Closed() bool { return s.closed.Load() }
+
+// Errors returned by Subscribe and Unsubscribe; callers branch with errors.Is.
+var (
+	ErrBadSubject = errors.New("broker: invalid subject")
+	ErrBadQueue   = errors.New("broker: invalid queue group")
+	ErrNotFound   = errors.New("broker: subscription not found")
+)
+
+// Broker routes messages from publishers to subscriptions. It is safe for concurrent
+// use by any number of publishing and subscribing clients.
+type Broker struct {
+	subs *subject.Sublist[*Subscription]
+}
+
+// New returns an empty broker.
+func New() *Broker {
+	return &Broker{subs: subject.NewSublist[*Subscription]()}
+}
+
+// Subscribe registers sub. Its subject must be a valid filter and its queue, if any, a
+// valid queue group name.
+func (b *Broker) Subscribe(sub *Subscription) error {
+	if err := subject.ValidateFilter([]byte(sub.Subject)); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSubject, err)
+	}
+	if sub.Queue != "" {
+		if err := subject.ValidateQueue([]byte(sub.Queue)); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadQueue, err)
+		}
+	}
+	if err := b.subs.Insert(sub.Subject, sub.Queue, sub); err != nil {
+		return fmt.Errorf("subscribe %q: %w", sub.Subject, err)
+	}
+	return nil
+}
+
+// Unsubscribe removes sub; removing it again, or after it reached its message limit,
+// is a no-op. Messages being routed concurrently may still reach its sink.
+func (b *Broker) Unsubscribe(sub *Subscription) error {
+	if sub.closed.Swap(true) {
+		return nil
+	}
+	if err := b.subs.Remove(sub.Subject, sub.Queue, sub); err != nil {
+		if errors.Is(err, subject.ErrNotFound) {
+			return fmt.Errorf("unsubscribe %q: %w", sub.Subject, ErrNotFound)
+		}
+		return fmt.Errorf("unsubscribe %q: %w", sub.Subject, err)
+	}
+	return nil
+}
+
+// AutoUnsubscribe makes sub stop after max deliveries in total (counting those it has
+// had). If it already had that many it is removed at once.
+func (b *Broker) AutoUnsubscribe(sub *Subscription, max uint64) error {
+	sub.max.Store(max)
+	if sub.delivered.Load() >= max {
+		return b.Unsubscribe(sub)
+	}
+	return nil
+}
+
+// Count reports the number of subscriptions.
+func (b *Broker) Count() int { return b.subs.Count() }
+
+// Batch collects the sinks a publishing client has delivered to since its last Flush,
+// so each is woken once per batch rather than once per message. A Batch belongs to one
+// publishing goroutine; the zero value is ready to use.
+type Batch struct {
+	pending map[Sink]struct{}
+	fm      filter.Message
+	hdr     wire.Header
+}
+
+// Add records that s needs a Flush; publishers call it for control frames they queue
+// on their own connection.
+func (p *Batch) Add(s Sink) {
+	if p.pending == nil {
+		p.pending = make(map[Sink]struct{}, 8)
+	}
+	p.pending[s] = struct{}{}
+}
+
+// Flush wakes every sink delivered to since the last Flush.
+func (p *Batch) Flush() {
+	for s := range p.pending {
+		s.Flush()
+	}
+	clear(p.pending)
+}
+
+// Publish routes m to its subscribers and returns how many subscriptions matched and
+// were eligible (its filter accepted, not its own when no echo). Subjects must have
+// been validated by the caller (subject.ValidatePublish). The sinks delivered to are
+// added to p; the caller calls p.Flush after a batch of publishes.
+func (b *Broker) Publish(p *Batch, m *Message) int {
+	r := b.subs.Match(m.Subject)
+	if len(r.Plain) == 0 && len(r.Groups) == 0 {
+		return 0
+	}
+	filtered := false
+	matched := 0
+	for _, sub := range r.Plain {
+		if !b.eligible(p, sub, m, &filtered) {
+			continue
+		}
+		matched++
+		b.deliver(p, sub, m)
+	}
+	for _, g := range r.Groups {
+		n := uint32(len(g.Members))
+		start := g.Cursor.Add(1)
+		found := false
+		for i := uint32(0); i < n; i++ {
+			sub := g.Members[(start+i)%n]
+			if !b.eligible(p, sub, m, &filtered) {
+				continue
+			}
+			if !found {
+				found = true
+				matched++
+			}
+			if b.deliver(p, sub, m) {
+				break
+			}
+		}
+	}
+	return matched
+}
+
+func (b *Broker) eligible(p *Batch, sub *Subscription, m *Message, filtered *bool) bool {
+	if sub.closed.Load() {
+		return false
+	}
+	if sub.NoEcho && m.Origin == sub.Sink && m.Origin != nil {
+		return false
+	}
+	if sub.Filter != nil {
+		if !*filtered {
+			*filtered = true
+			p.hdr = m.Header
+			p.fm = filter.Message{Subject: m.Subject, Size: len(m.Payload)}
+			if len(m.Header) > 0 {
+				p.fm.Headers = &p.hdr
+			}
+		}
+		return sub.Filter.Match(&p.fm)
+	}
+	return true
+}
+
+// deliver hands m to sub's sink and enforces the subscription's message limit.
+func (b *Broker) deliver(p *Batch, sub *Subscription, m *Message) bool {
+	max := sub.max.Load()
+	n := sub.delivered.Add(1)
+	if max != 0 && n > max {
+		return false
+	}
+	if !sub.Sink.Deliver(sub, m) {
+		sub.delivered.Add(^uint64(0))
+		return false
+	}
+	p.Add(sub.Sink)
+	if max != 0 && n == max && !sub.closed.Swap(true) {
+		_ = b.subs.Remove(sub.Subject, sub.Queue, sub)
+	}
+	return true
+}

@@ -1,0 +1,45 @@
+// Package monitor serves the broker's HTTP monitoring endpoint: health, a status
+// snapshot, the list of client connections and Prometheus metrics. It listens on port
+// 7480 by default (DefaultPort); the caller chooses the address.
+//
+// The package owns the monitoring types (Status, ConnInfo), the Source interface the
+// broker implements to feed them, the HTTP handlers and a Prometheus registry of its
+// own. It imports no broker or protocol package: everything it reports comes through
+// Source, so the endpoint can be tested, and embedded, without a running broker.
+//
+// # Endpoints
+//
+// All endpoints answer GET (and HEAD); any other method gets 405 Method Not Allowed
+// with an Allow header, and an unknown path gets 404 Not Found.
+//
+//	/             plain-text index of the endpoints below
+//	/healthz      {"status":"ok"} with 200 while the endpoint is serving
+//	/status       Status as indented JSON; Uptime is computed here from Start and Now
+//	/connections  {"now", "total", "offset", "limit", "connections"}: ConnInfo values
+//	              sorted by ID, paged with ?limit=N (default 1024) and ?offset=M
+//	              (default 0); a malformed or negative value gets 400 Bad Request
+//	/metrics      Prometheus text exposition format
+//
+// # Metrics
+//
+// The collector asks Source.Status once per scrape and reports:
+//
+//	tern_connections             gauge    client connections currently open
+//	tern_connections_total       counter  client connections accepted since start
+//	tern_subscriptions           gauge    subscriptions currently registered
+//	tern_in_messages_total       counter  messages received from clients
+//	tern_out_messages_total      counter  messages delivered to clients
+//	tern_in_bytes_total          counter  payload bytes received from clients
+//	tern_out_bytes_total         counter  payload bytes delivered to clients
+//	tern_slow_consumers_total    counter  times a connection or subscriber hit its
+//	                                      pending limit
+//	tern_dropped_messages_total  counter  messages dropped by the slow-consumer drop
+//	                                      policy
+//	tern_info                    gauge    always 1; labels version, server_id,
+//	                                      server_name
+//	tern_uptime_seconds          gauge    seconds since the server started
+//
+// The same registry holds the Go runtime (go_*) and process (process_*) collectors.
+// Other subsystems add their own collectors through Server.Registry; the global
+// default registry of client_golang is never used.
+package monitor

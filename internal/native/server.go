@@ -1,0 +1,279 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Slow-consumer policies.
+const (
+	PolicyDrop       = "drop"       // drop new messages for the slow connection and count them
+	PolicyDisconnect = "disconnect" // send CodeSlowConsumer and close the connection
+)
+
+// Config holds the limits and timers of native connections.
+type Config struct {
+	MaxPayload         int           // largest PUB payload accepted
+	MaxConnections     int           // 0 = unlimited
+	MaxSubscriptions   int           // per connection, 0 = unlimited
+	MaxPending         int64         // outbound bytes queued per connection before the slow-consumer policy applies
+	SlowConsumerPolicy string        // PolicyDrop or PolicyDisconnect
+	PingInterval       time.Duration // server PING period
+	MaxPingsOut        int           // unanswered PINGs before the connection is closed as stale
+	WriteTimeout       time.Duration // a write blocked longer than this closes the connection
+	ConnectTimeout     time.Duration // time allowed for the CONNECT frame
+	// Authenticate, when set, checks CONNECT credentials; an error refuses the client.
+	Authenticate func(name string, credentials []byte) error
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxPayload <= 0:
+		return fmt.Errorf("max payload must be positive, got %d", c.MaxPayload)
+	case c.MaxPending < int64(c.MaxPayload):
+		return fmt.Errorf("max pending (%d) must be at least max payload (%d)", c.MaxPending, c.MaxPayload)
+	case c.SlowConsumerPolicy != PolicyDrop && c.SlowConsumerPolicy != PolicyDisconnect:
+		return fmt.Errorf("slow consumer policy %q: want %q or %q", c.SlowConsumerPolicy, PolicyDrop, PolicyDisconnect)
+	case c.PingInterval <= 0 || c.MaxPingsOut <= 0 || c.WriteTimeout <= 0 || c.ConnectTimeout <= 0:
+		return errors.New("ping interval, max pings out, write timeout and connect timeout must be positive")
+	}
+	return nil
+}
+
+// Server accepts native-protocol connections and serves them against a broker.
+type Server struct {
+	cfg    Config
+	broker *broker.Broker
+	log    *slog.Logger
+	info   wire.Info
+
+	nextID atomic.Uint64
+
+	mu        sync.Mutex
+	conns     map[uint64]*Conn
+	listeners []net.Listener
+	closing   bool
+	wg        sync.WaitGroup
+	stopPing  chan struct{}
+
+	totalConns    atomic.Uint64
+	slowConsumers atomic.Uint64
+	droppedMsgs   atomic.Uint64
+	// Counters of connections that have gone, so totals survive disconnects.
+	goneIn, goneInBytes, goneOut, goneOutBytes atomic.Uint64
+
+	noRespHeader wire.Header
+}
+
+// NewServer returns a server routing through b. info is sent to every client after its
+// CONNECT (ClientID filled per connection).
+func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("native config: %w", err)
+	}
+	info.Version = wire.Version
+	info.MaxPayload = uint64(cfg.MaxPayload)
+	info.PingIntervalMS = uint64(cfg.PingInterval / time.Millisecond)
+	info.Flags |= wire.InfoHeaders
+	if cfg.Authenticate != nil {
+		info.Flags |= wire.InfoAuthRequired
+	}
+	s := &Server{
+		cfg: cfg, broker: b, log: log, info: info,
+		conns:    make(map[uint64]*Conn),
+		stopPing: make(chan struct{}),
+	}
+	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
+	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
+	go s.pingLoop()
+	return s, nil
+}
+
+// Serve accepts connections on l until l is closed or the server shuts down.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.listeners = append(s.listeners, l)
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: back off, keep serving.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Error("accept", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("accept on %s: %w", l.Addr(), err)
+		}
+		backoff = 0
+		s.ServeConn(nc)
+	}
+}
+
+// ServeConn serves one already-established connection in its own goroutines.
+func (s *Server) ServeConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	id := s.nextID.Add(1)
+	c := newConn(s, id, nc)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	if s.cfg.MaxConnections > 0 && len(s.conns) >= s.cfg.MaxConnections {
+		s.mu.Unlock()
+		s.log.Warn("connection refused: limit reached", "remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections)
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write(wire.AppendErr(nil, wire.CodeMaxConnections, 0, fmt.Sprintf("server has the maximum of %d connections", s.cfg.MaxConnections)))
+		_ = nc.Close()
+		return
+	}
+	s.conns[id] = c
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.totalConns.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.run()
+	}()
+}
+
+func (s *Server) remove(c *Conn) {
+	// Under mu so that Stats never counts a connection twice or not at all.
+	s.mu.Lock()
+	s.goneIn.Add(c.inMsgs.Load())
+	s.goneInBytes.Add(c.inBytes.Load())
+	s.goneOut.Add(c.outMsgs.Load())
+	s.goneOutBytes.Add(c.outBytes.Load())
+	delete(s.conns, c.id)
+	s.mu.Unlock()
+}
+
+// noResponders answers a request nobody subscribed to with a 503 status message on its
+// reply subject.
+func (s *Server) noResponders(b *broker.Batch, reply []byte) {
+	s.broker.Publish(b, &broker.Message{Subject: reply, Header: s.noRespHeader})
+}
+
+func (s *Server) pingLoop() {
+	t := time.NewTicker(s.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopPing:
+			return
+		case <-t.C:
+			for _, c := range s.snapshotConns() {
+				c.ping()
+			}
+		}
+	}
+}
+
+func (s *Server) snapshotConns() []*Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Shutdown stops accepting, tells every client the server is going away, closes all
+// connections and waits for their goroutines (or until timeout).
+func (s *Server) Shutdown(timeout time.Duration) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	ls := s.listeners
+	s.mu.Unlock()
+	close(s.stopPing)
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	for _, c := range s.snapshotConns() {
+		c.sendErr(wire.CodeShutdown, 0, "server shutting down")
+		c.close(errors.New("server shutdown"))
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+		return errors.New("native server: connections still open after shutdown timeout")
+	}
+}
+
+// Stats is the server-wide view of native connections.
+type Stats struct {
+	Connections                        int
+	TotalConnections                   uint64
+	InMsgs, InBytes, OutMsgs, OutBytes uint64
+	SlowConsumers, DroppedMsgs         uint64
+}
+
+// Stats sums the counters of live and closed connections.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		TotalConnections: s.totalConns.Load(),
+		SlowConsumers:    s.slowConsumers.Load(),
+		DroppedMsgs:      s.droppedMsgs.Load(),
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.InMsgs, st.InBytes = s.goneIn.Load(), s.goneInBytes.Load()
+	st.OutMsgs, st.OutBytes = s.goneOut.Load(), s.goneOutBytes.Load()
+	st.Connections = len(s.conns)
+	for _, c := range s.conns {
+		st.InMsgs += c.inMsgs.Load()
+		st.InBytes += c.inBytes.Load()
+		st.OutMsgs += c.outMsgs.Load()
+		st.OutBytes += c.outBytes.Load()
+	}
+	return st
+}
+
+// Connections returns a snapshot of every live connection, sorted by id.
+func (s *Server) Connections() []Info {
+	conns := s.snapshotConns()
+	out := make([]Info, 0, len(conns))
+	for _, c := range conns {
+		out = append(out, c.Snapshot())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

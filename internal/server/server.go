@@ -1,0 +1,229 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/monitor"
+	"github.com/tern-mq/tern/internal/native"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Version is the server's version, reported to clients and in monitoring.
+var Version = "0.1.0-dev"
+
+// Server is one running broker process.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	id     string
+	start  time.Time
+	broker *broker.Broker
+	native *native.Server
+
+	mu       sync.Mutex
+	listener net.Listener
+	monitor  *monitor.Server
+	serveErr chan error
+}
+
+// New validates cfg and prepares a server; Start opens its listeners.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _ = os.Hostname()
+	}
+	idb := make([]byte, 8)
+	_, _ = rand.Read(idb)
+	s := &Server{cfg: cfg, log: log, id: hex.EncodeToString(idb), broker: broker.New()}
+	ncfg := native.Config{
+		MaxPayload:         cfg.MaxPayload,
+		MaxConnections:     cfg.MaxConnections,
+		MaxSubscriptions:   cfg.MaxSubscriptions,
+		MaxPending:         cfg.MaxPending,
+		SlowConsumerPolicy: cfg.SlowConsumerPolicy,
+		PingInterval:       cfg.PingInterval,
+		MaxPingsOut:        cfg.MaxPingsOut,
+		WriteTimeout:       cfg.WriteTimeout,
+		ConnectTimeout:     cfg.ConnectTimeout,
+	}
+	info := wire.Info{ServerID: s.id, ServerName: cfg.ServerName, ServerVersion: Version}
+	ns, err := native.NewServer(ncfg, s.broker, info, log.With("proto", "native"))
+	if err != nil {
+		return nil, err
+	}
+	s.native = ns
+	return s, nil
+}
+
+// Start opens the native listener and the monitoring endpoint and returns once both
+// accept connections.
+func (s *Server) Start() error {
+	s.start = time.Now()
+	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("native listener: %w", err)
+	}
+	s.mu.Lock()
+	s.listener = l
+	s.serveErr = make(chan error, 1)
+	s.mu.Unlock()
+	go func() { s.serveErr <- s.native.Serve(l) }()
+	if s.cfg.HTTPAddr != "" {
+		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
+		if err := m.Start(); err != nil {
+			_ = l.Close()
+			return fmt.Errorf("monitoring listener: %w", err)
+		}
+		s.mu.Lock()
+		s.monitor = m
+		s.mu.Unlock()
+	}
+	s.log.Info("tern server ready", "version", Version, "server_id", s.id, "name", s.cfg.ServerName,
+		"native", l.Addr().String(), "http", s.httpAddr(), "max_payload", s.cfg.MaxPayload,
+		"max_pending", s.cfg.MaxPending, "slow_consumer_policy", s.cfg.SlowConsumerPolicy)
+	return nil
+}
+
+func (s *Server) httpAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.monitor == nil {
+		return ""
+	}
+	return s.monitor.Addr().String()
+}
+
+// Addr is the native protocol listener's address.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return nil
+	}
+	return s.listener.Addr()
+}
+
+// URL is the address clients connect to, as tern://host:port.
+func (s *Server) URL() string {
+	a, ok := s.Addr().(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "tern://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+// HTTPAddr is the monitoring listener's address, or nil if it is disabled.
+func (s *Server) HTTPAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.monitor == nil {
+		return nil
+	}
+	return s.monitor.Addr()
+}
+
+// Broker exposes the routing core, for front ends started beside the native one.
+func (s *Server) Broker() *broker.Broker { return s.broker }
+
+// Shutdown closes the listeners, tells clients the server is going away and waits for
+// connections to close until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	var errs []error
+	if err := s.native.Shutdown(timeout); err != nil {
+		errs = append(errs, err)
+	}
+	s.mu.Lock()
+	m := s.monitor
+	s.mu.Unlock()
+	if m != nil {
+		if err := m.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.log.Info("tern server stopped")
+	return errors.Join(errs...)
+}
+
+// Status implements monitor.Source.
+func (s *Server) Status() monitor.Status {
+	st := s.native.Stats()
+	listeners := map[string]string{}
+	if a := s.Addr(); a != nil {
+		listeners["native"] = a.String()
+	}
+	if a := s.httpAddr(); a != "" {
+		listeners["http"] = a
+	}
+	return monitor.Status{
+		ServerID:         s.id,
+		ServerName:       s.cfg.ServerName,
+		Version:          Version,
+		Start:            s.start,
+		Now:              time.Now(),
+		Connections:      st.Connections,
+		TotalConnections: st.TotalConnections,
+		Subscriptions:    s.broker.Count(),
+		InMsgs:           st.InMsgs,
+		OutMsgs:          st.OutMsgs,
+		InBytes:          st.InBytes,
+		OutBytes:         st.OutBytes,
+		SlowConsumers:    st.SlowConsumers,
+		DroppedMsgs:      st.DroppedMsgs,
+		MaxConnections:   s.cfg.MaxConnections,
+		MaxPayload:       s.cfg.MaxPayload,
+		MaxPending:       s.cfg.MaxPending,
+		Listeners:        listeners,
+	}
+}
+
+// Connections implements monitor.Source.
+func (s *Server) Connections() []monitor.ConnInfo {
+	conns := s.native.Connections()
+	out := make([]monitor.ConnInfo, len(conns))
+	for i, c := range conns {
+		out[i] = monitor.ConnInfo{
+			ID: c.ID, Name: c.Name, Remote: c.Remote, Protocol: "native", Start: c.Start,
+			Subscriptions: c.Subscriptions, InMsgs: c.InMsgs, OutMsgs: c.OutMsgs,
+			InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending, Dropped: c.Dropped,
+		}
+	}
+	return out
+}
+
+// NewLogger builds the process logger from the configured level and format.
+func NewLogger(cfg Config, w *os.File) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch cfg.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", cfg.LogFormat)
+}

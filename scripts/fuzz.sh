@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every fuzz target in the module for FUZZTIME (default 20s) each.
+# New crashers land in the package's testdata/fuzz/<Target>/ and then fail `make test`
+# until fixed, which is the point.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${FUZZTIME:-20s}
+grep -rl --include='*_test.go' '^func Fuzz' . | while read -r file; do
+	pkg=./$(dirname "${file#./}")
+	for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
+		echo "== $pkg $target ($fuzztime)"
+		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$fuzztime" "$pkg"
+	done
+done

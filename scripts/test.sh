@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: formatting, vet, and every Go test with the race detector.
+# Installs anything the tests need first (idempotent, quick when already present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/deps.sh
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 12m ./...
