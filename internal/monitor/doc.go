@@ -31,7 +31,7 @@
 //	tern_out_messages_total      counter  messages delivered to clients
 //	tern_in_bytes_total          counter  payload bytes received from clients
 //	tern_out_bytes_total         counter  payload bytes delivered to clients
-//	tern_slow_consumers_total    counter  times a connection or subscriber hit its
+//	tern_slow_consumers_total    counter  connections or subscribers that hit their
 //	                                      pending limit
 //	tern_dropped_messages_total  counter  messages dropped by the slow-consumer drop
 //	                                      policy

@@ -35,7 +35,7 @@ func newCollector(src Source) *collector {
 		outMsgs:          d("tern_out_messages_total", "Messages delivered to clients."),
 		inBytes:          d("tern_in_bytes_total", "Payload bytes received from clients."),
 		outBytes:         d("tern_out_bytes_total", "Payload bytes delivered to clients."),
-		slowConsumers:    d("tern_slow_consumers_total", "Times a connection or subscriber hit its pending limit."),
+		slowConsumers:    d("tern_slow_consumers_total", "Connections or subscribers that hit their pending limit."),
 		droppedMsgs:      d("tern_dropped_messages_total", "Messages dropped by the slow-consumer drop policy."),
 		info:             d("tern_info", "Server identity; the value is always 1.", "version", "server_id", "server_name"),
 		uptime:           d("tern_uptime_seconds", "Seconds since the server started."),

@@ -106,11 +106,23 @@ func startServer(t *testing.T, src Source) (*Server, string) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
+		if err := closeWithin(s, 10*time.Second); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
 	return s, "http://" + s.Addr().String()
+}
+
+// closeWithin calls s.Close and fails if it does not return within d.
+func closeWithin(s *Server, d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("did not return within %v", d)
+	}
 }
 
 func do(t *testing.T, method, url string) (*http.Response, []byte) {
@@ -636,7 +648,7 @@ func TestClose(t *testing.T) {
 	}
 	base := "http://" + s.Addr().String()
 	get(t, base+"/healthz", http.StatusOK)
-	if err := s.Close(); err != nil {
+	if err := closeWithin(s, 10*time.Second); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
@@ -656,6 +668,9 @@ func TestCloseWaitsForInFlight(t *testing.T) {
 	src := newFakeSource()
 	src.block = make(chan struct{})
 	src.entered = make(chan struct{}, 1)
+	var release sync.Once
+	unblock := func() { release.Do(func() { close(src.block) }) }
+	defer unblock()
 	s := New("127.0.0.1:0", src, nil)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
@@ -668,7 +683,8 @@ func TestCloseWaitsForInFlight(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		resp, err := http.Get(base + "/status")
+		client := &http.Client{Timeout: 10 * time.Second}
+		resp, err := client.Get(base + "/status")
 		if err != nil {
 			res <- result{err: err}
 			return
@@ -685,12 +701,17 @@ func TestCloseWaitsForInFlight(t *testing.T) {
 		t.Fatalf("Close returned (%v) while a request was in flight", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(src.block)
+	unblock()
 	if r := <-res; r.err != nil || r.code != http.StatusOK {
 		t.Errorf("in-flight request: code %d err %v, want 200", r.code, r.err)
 	}
-	if err := <-closed; err != nil {
-		t.Errorf("Close: %v", err)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the in-flight request finished")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,7 +218,7 @@ func TestBadClientsDoNotHurtGoodOnes(t *testing.T) {
 		bytes func() []byte
 		code  wire.Code
 	}{
-		{"garbage", func() []byte { b := make([]byte, 4096); _, _ = rand.Read(b); b[0] = 0xEE; return b }, wire.CodeConnectFirst},
+		{"garbage", func() []byte { b := make([]byte, 4096); _, _ = rand.Read(b); b[0], b[1] = 0xEE, 0x10; return b }, wire.CodeProtocol},
 		{"oversized", func() []byte {
 			b := wire.AppendConnect(nil, &wire.Connect{Version: wire.Version})
 			return append(b, byte(wire.TypePub), 0xff, 0xff, 0xff, 0x7f)
@@ -262,8 +263,27 @@ func TestBadClientsDoNotHurtGoodOnes(t *testing.T) {
 		}()
 	}
 
+	// Enough traffic to overflow the stuck subscriber's socket buffers and its
+	// pending limit several times over.
+	const n = 40000
+	received := make(chan int, 1)
+	var progress atomic.Int64
+	go func() {
+		got := 0
+		defer func() { received <- got }()
+		for got < n {
+			f, err := good.read(10 * time.Second)
+			if err != nil {
+				t.Errorf("good subscriber: %v after %d messages", err, got)
+				break
+			}
+			if f.Type == wire.TypeMsg {
+				got++
+				progress.Store(int64(got))
+			}
+		}
+	}()
 	pub, _ := connectRaw(t, s, 0)
-	const n = 2000
 	payload := bytes.Repeat([]byte("p"), 512)
 	var b []byte
 	for i := 0; i < n; i++ {
@@ -271,24 +291,18 @@ func TestBadClientsDoNotHurtGoodOnes(t *testing.T) {
 		if len(b) > 32<<10 {
 			pub.send(b)
 			b = b[:0]
+			// Pace to the healthy subscriber so only the stuck one falls behind.
+			for wait := time.Now().Add(10 * time.Second); int64(i)-progress.Load() > 200 && time.Now().Before(wait); {
+				time.Sleep(time.Millisecond)
+			}
 		}
 	}
 	pub.send(b)
 	pub.sync()
-	received := 0
-	deadline := time.Now().Add(10 * time.Second)
-	for received < n && time.Now().Before(deadline) {
-		f, err := good.read(5 * time.Second)
-		if err != nil {
-			t.Fatalf("good subscriber: %v after %d messages", err, received)
-		}
-		if f.Type == wire.TypeMsg {
-			received++
-		}
-	}
+	got := <-received
 	wg.Wait()
-	if received != n {
-		t.Fatalf("good subscriber got %d of %d", received, n)
+	if got != n {
+		t.Fatalf("good subscriber got %d of %d", got, n)
 	}
 	st := s.Status()
 	if st.SlowConsumers < 1 || st.DroppedMsgs == 0 {
