@@ -125,6 +125,7 @@ func (b *Broker) Count() int { return b.subs.Count() }
 // publishing goroutine; the zero value is ready to use.
 type Batch struct {
 	pending map[Sink]struct{}
+	last    Sink // most recent Add, to skip the map for runs to one sink
 	fm      filter.Message
 	hdr     wire.Header
 }
@@ -132,6 +133,10 @@ type Batch struct {
 // Add records that s needs a Flush; publishers call it for control frames they queue
 // on their own connection.
 func (p *Batch) Add(s Sink) {
+	if s == p.last {
+		return
+	}
+	p.last = s
 	if p.pending == nil {
 		p.pending = make(map[Sink]struct{}, 8)
 	}
@@ -144,6 +149,7 @@ func (p *Batch) Flush() {
 		s.Flush()
 	}
 	clear(p.pending)
+	p.last = nil
 }
 
 // Publish routes m to its subscribers and returns how many subscriptions matched and

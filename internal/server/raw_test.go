@@ -12,7 +12,7 @@ import (
 )
 
 // startServer runs a server on loopback with free ports, stopped at test end.
-func startServer(t *testing.T, mutate func(*Config)) *Server {
+func startServer(t testing.TB, mutate func(*Config)) *Server {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Host = "127.0.0.1"
@@ -41,13 +41,13 @@ func startServer(t *testing.T, mutate func(*Config)) *Server {
 // raw speaks the wire protocol frame by frame, to test the server's handling of
 // exactly the bytes a client sends.
 type raw struct {
-	t   *testing.T
+	t   testing.TB
 	nc  net.Conn
 	buf []byte
 	n   int
 }
 
-func dialRaw(t *testing.T, s *Server) *raw {
+func dialRaw(t testing.TB, s *Server) *raw {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", s.Addr().String(), 2*time.Second)
 	if err != nil {
@@ -58,7 +58,7 @@ func dialRaw(t *testing.T, s *Server) *raw {
 }
 
 // connect performs the handshake and returns the INFO.
-func connectRaw(t *testing.T, s *Server, flags uint64) (*raw, wire.Info) {
+func connectRaw(t testing.TB, s *Server, flags uint64) (*raw, wire.Info) {
 	t.Helper()
 	r := dialRaw(t, s)
 	r.send(wire.AppendConnect(nil, &wire.Connect{Version: wire.Version, Flags: flags, Name: t.Name(), Lang: "raw"}))
