@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/tern-mq/tern/internal/filter"
+	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/subject"
-	"github.com/tern-mq/tern/internal/wire"
 )
 
 // Message is a message being routed. Its byte slices belong to the publisher and are
@@ -17,7 +17,7 @@ type Message struct {
 	Reply   []byte
 	// Header is the encoded header block (the native wire encoding is the canonical
 	// header encoding of every front end), nil when the message has none.
-	Header wire.Header
+	Header header.Block
 	// Payload is the message body.
 	Payload []byte
 	// Origin is the sink of the publishing client, used to skip its own
@@ -127,7 +127,7 @@ type Batch struct {
 	pending map[Sink]struct{}
 	last    Sink // most recent Add, to skip the map for runs to one sink
 	fm      filter.Message
-	hdr     wire.Header
+	hdr     header.Block
 }
 
 // Add records that s needs a Flush; publishers call it for control frames they queue

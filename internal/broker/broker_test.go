@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tern-mq/tern/internal/filter"
-	"github.com/tern-mq/tern/internal/wire"
+	"github.com/tern-mq/tern/internal/header"
 )
 
 // recorder is a Sink that keeps copies of what it is given.
@@ -152,9 +152,9 @@ func TestFilterSelectsSenderAndSize(t *testing.T) {
 	subscribe(t, b, all, "ev", "")
 	var p Batch
 	send := func(sender, payload string) {
-		var h wire.Header
+		var h header.Block
 		if sender != "" {
-			h = wire.AppendHeader(h, "sender", sender)
+			h = header.Append(h, "sender", sender)
 		}
 		b.Publish(&p, &Message{Subject: []byte("ev"), Header: h, Payload: []byte(payload)})
 	}

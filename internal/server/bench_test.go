@@ -21,6 +21,7 @@ func BenchmarkPubSubLoopback(b *testing.B) {
 		batch = wire.AppendPub(batch, 0, "bench", "", nil, payload)
 	}
 	done := make(chan int)
+	b.ReportAllocs()
 	b.ResetTimer()
 	go func() {
 		got := 0

@@ -44,7 +44,8 @@ type raw struct {
 	t   testing.TB
 	nc  net.Conn
 	buf []byte
-	n   int
+	off int // start of unread bytes
+	n   int // end of unread bytes
 }
 
 func dialRaw(t testing.TB, s *Server) *raw {
@@ -86,19 +87,21 @@ func (r *raw) read(timeout time.Duration) (wire.Frame, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		var f wire.Frame
-		k, err := f.Decode(r.buf[:r.n], 0)
+		k, err := f.Decode(r.buf[r.off:r.n], 0)
 		if err == nil {
 			out := f
 			out.Subject = clone(f.Subject)
 			out.Reply = clone(f.Reply)
 			out.Header = wire.Header(clone(f.Header))
 			out.Payload = clone(f.Payload)
-			r.n = copy(r.buf, r.buf[k:r.n])
+			r.off += k
 			return out, nil
 		}
 		if !errors.Is(err, wire.ErrIncomplete) {
 			return wire.Frame{}, err
 		}
+		r.n = copy(r.buf, r.buf[r.off:r.n])
+		r.off = 0
 		_ = r.nc.SetReadDeadline(deadline)
 		n, err := r.nc.Read(r.buf[r.n:])
 		r.n += n

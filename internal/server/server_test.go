@@ -201,7 +201,7 @@ func TestMaxConnections(t *testing.T) {
 func TestBadClientsDoNotHurtGoodOnes(t *testing.T) {
 	s := startServer(t, func(c *Config) {
 		c.MaxPayload = 64 << 10
-		c.MaxPending = 256 << 10
+		c.MaxPending = 1 << 20
 	})
 	good, _ := connectRaw(t, s, 0)
 	good.send(wire.AppendSub(nil, 0, 1, "good.>", "", ""))
@@ -295,6 +295,7 @@ func TestBadClientsDoNotHurtGoodOnes(t *testing.T) {
 			for wait := time.Now().Add(10 * time.Second); int64(i)-progress.Load() > 200 && time.Now().Before(wait); {
 				time.Sleep(time.Millisecond)
 			}
+
 		}
 	}
 	pub.send(b)
@@ -302,7 +303,7 @@ func TestBadClientsDoNotHurtGoodOnes(t *testing.T) {
 	got := <-received
 	wg.Wait()
 	if got != n {
-		t.Fatalf("good subscriber got %d of %d", got, n)
+		t.Fatalf("good subscriber got %d of %d; connections: %+v", got, n, s.Connections())
 	}
 	st := s.Status()
 	if st.SlowConsumers < 1 || st.DroppedMsgs == 0 {
