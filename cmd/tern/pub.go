@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	tern "github.com/tern-mq/tern/client/go"
+)
+
+func init() {
+	register(command{name: "pub", summary: "publish messages", run: runPub})
+}
+
+func runPub(ctx context.Context, args []string) error {
+	fs := newFlagSet("pub", "pub [options] <subject> [payload]   (payload from stdin when absent or '-')")
+	var cf clientFlags
+	cf.register(fs, "tern-pub")
+	var hdr headerFlag
+	fs.Var(&hdr, "header", "header key=value (repeatable)")
+	reply := fs.String("reply", "", "reply subject")
+	count := fs.Int("count", 1, "publish this many messages; {{i}} in the payload becomes the index")
+	sleep := fs.Duration("sleep", 0, "pause between messages")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() < 1 || fs.NArg() > 2 {
+		fs.Usage()
+		return fmt.Errorf("want a subject and an optional payload")
+	}
+	subject := fs.Arg(0)
+	var payload string
+	if fs.NArg() == 2 && fs.Arg(1) != "-" {
+		payload = fs.Arg(1)
+	} else {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return err
+		}
+		payload = string(b)
+	}
+	nc, err := cf.connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	templated := strings.Contains(payload, "{{i}}")
+	for i := 0; i < *count && ctx.Err() == nil; i++ {
+		data := payload
+		if templated {
+			data = strings.ReplaceAll(payload, "{{i}}", strconv.Itoa(i))
+		}
+		m := &tern.Msg{Subject: subject, Reply: *reply, Header: hdr.h, Data: []byte(data)}
+		if err := nc.PublishMsg(m); err != nil {
+			return err
+		}
+		if *sleep > 0 {
+			select {
+			case <-time.After(*sleep):
+			case <-ctx.Done():
+			}
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	if err := nc.LastError(); err != nil {
+		return err
+	}
+	return nil
+}
