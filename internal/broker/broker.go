@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/tern-mq/tern/internal/filter"
 	"github.com/tern-mq/tern/internal/header"
@@ -34,6 +35,18 @@ type Sink interface {
 	// Flush wakes the sink's writer so that what Deliver queued is sent. It must not
 	// block.
 	Flush()
+}
+
+// Staller is implemented by sinks that apply flow control: when a sink's queue is
+// filling faster than it drains but it is still sending, publishers that delivered to
+// it wait briefly for progress (Batch.WaitStalled) instead of overrunning it.
+type Staller interface {
+	// Stall returns a channel closed when the sink next makes progress, or nil when
+	// publishers need not wait.
+	Stall() <-chan struct{}
+	// Stuck tells the sink a publisher waited in vain; it stops asking publishers to
+	// wait until it has drained.
+	Stuck()
 }
 
 // Subscription is one subscriber's interest in a subject.
@@ -125,6 +138,7 @@ func (b *Broker) Count() int { return b.subs.Count() }
 // publishing goroutine; the zero value is ready to use.
 type Batch struct {
 	pending map[Sink]struct{}
+	stalls  []stall
 	last    Sink // most recent Add, to skip the map for runs to one sink
 	fm      filter.Message
 	hdr     header.Block
@@ -143,13 +157,50 @@ func (p *Batch) Add(s Sink) {
 	p.pending[s] = struct{}{}
 }
 
-// Flush wakes every sink delivered to since the last Flush.
+type stall struct {
+	sink Staller
+	ch   <-chan struct{}
+}
+
+// Flush wakes every sink delivered to since the last Flush and notes those asking
+// publishers to wait.
 func (p *Batch) Flush() {
 	for s := range p.pending {
 		s.Flush()
+		if st, ok := s.(Staller); ok {
+			if ch := st.Stall(); ch != nil {
+				p.stalls = append(p.stalls, stall{st, ch})
+			}
+		}
 	}
 	clear(p.pending)
 	p.last = nil
+}
+
+// WaitStalled waits, at most max in all, for each sink noted by Flush to make
+// progress; a sink that makes none in time is told it is Stuck and will not hold
+// publishers again until it drains. It returns at once when no sink is stalled.
+func (p *Batch) WaitStalled(max time.Duration) {
+	if len(p.stalls) == 0 {
+		return
+	}
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	expired := false
+	for _, s := range p.stalls {
+		if expired {
+			s.sink.Stuck()
+			continue
+		}
+		select {
+		case <-s.ch:
+		case <-timer.C:
+			expired = true
+			s.sink.Stuck()
+		}
+	}
+	clear(p.stalls)
+	p.stalls = p.stalls[:0]
 }
 
 // Publish routes m to its subscribers and returns how many subscriptions matched and

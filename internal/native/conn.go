@@ -19,6 +19,10 @@ import (
 const (
 	readBufSize   = 32 << 10
 	maxIdleBuffer = 1 << 20 // buffers grown above this are released once drained
+	writeChunk    = 256 << 10
+	// maxStall bounds how long a publisher's reader waits, per read batch, for stalled
+	// subscribers to make progress.
+	maxStall = 10 * time.Millisecond
 )
 
 // Conn is one client connection speaking the native protocol.
@@ -48,6 +52,8 @@ type Conn struct {
 	writing  int    // bytes the writer is sending now
 	closed   bool
 	closeErr error
+	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
+	stuck    bool          // a publisher waited in vain; no stalls until drained
 	wake     chan struct{} // 1-slot: writer has work
 	done     chan struct{} // closed when the connection is closed
 
@@ -133,6 +139,7 @@ func (c *Conn) readLoop() error {
 			}
 		}
 		c.batch.Flush()
+		c.batch.WaitStalled(maxStall)
 		// Keep the unread tail at the front; grow for a frame bigger than the buffer.
 		if off > 0 {
 			filled = copy(buf, buf[off:filled])
@@ -367,6 +374,9 @@ func (c *Conn) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 		return false
 	}
 	c.out = wire.AppendMsg(c.out, sub.SID, m.Subject, m.Reply, m.Header, m.Payload)
+	if pending := int64(len(c.out) + c.writing); pending > c.srv.stallAt && !c.stuck && c.stallCh == nil {
+		c.stallCh = make(chan struct{})
+	}
 	c.mu.Unlock()
 	c.outMsgs.Add(1)
 	c.outBytes.Add(uint64(len(m.Payload)))
@@ -388,6 +398,34 @@ func (c *Conn) slowConsumer(pending int64) {
 		}
 		c.mu.Unlock()
 		c.close(fmt.Errorf("slow consumer: %d pending bytes", pending))
+	}
+}
+
+// Stall implements broker.Staller.
+func (c *Conn) Stall() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stallCh == nil {
+		return nil
+	}
+	return c.stallCh
+}
+
+// Stuck implements broker.Staller.
+func (c *Conn) Stuck() {
+	c.mu.Lock()
+	c.stuck = true
+	c.mu.Unlock()
+}
+
+// progress releases publishers waiting for this connection. Called with mu held.
+func (c *Conn) progress() {
+	if c.stallCh != nil {
+		close(c.stallCh)
+		c.stallCh = nil
+	}
+	if int64(len(c.out)+c.writing) <= c.srv.stallAt/2 {
+		c.stuck = false
 	}
 }
 
@@ -413,16 +451,24 @@ func (c *Conn) writeLoop() {
 		c.out = spare[:0]
 		c.writing = len(data)
 		c.mu.Unlock()
-		if len(data) > 0 {
+		// Write in bounded chunks so that waiting publishers see progress often.
+		failed := false
+		for rest := data; len(rest) > 0 && !failed; {
+			chunk := rest[:min(len(rest), writeChunk)]
+			rest = rest[len(chunk):]
 			_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
-			_, err := c.nc.Write(data)
-			if err != nil {
+			if _, err := c.nc.Write(chunk); err != nil {
 				c.close(fmt.Errorf("write: %w", err))
-				closed = true
+				failed, closed = true, true
 			}
+			c.mu.Lock()
+			c.writing = len(rest)
+			c.progress()
+			c.mu.Unlock()
 		}
 		c.mu.Lock()
 		c.writing = 0
+		c.progress()
 		if cap(data) > maxIdleBuffer && len(c.out) < cap(data)/4 {
 			data = nil // let a burst's buffer go
 		}

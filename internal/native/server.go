@@ -73,6 +73,9 @@ type Server struct {
 	goneIn, goneInBytes, goneOut, goneOutBytes atomic.Uint64
 
 	noRespHeader wire.Header
+	// stallAt is the pending bytes above which publishers wait for a connection that
+	// is still making progress (flow control before the slow-consumer policy).
+	stallAt int64
 }
 
 // NewServer returns a server routing through b. info is sent to every client after its
@@ -92,6 +95,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		cfg: cfg, broker: b, log: log, info: info,
 		conns:    make(map[uint64]*Conn),
 		stopPing: make(chan struct{}),
+		stallAt:  cfg.MaxPending / 2,
 	}
 	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
 	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
