@@ -141,8 +141,8 @@ func (f *Frame) Decode(buf []byte, maxBody int) (int, error) {
 	if k == 0 {
 		return 0, ErrIncomplete
 	}
-	if k < 0 {
-		return 0, fmt.Errorf("%w: body length overflows", ErrMalformed)
+	if k < 0 || k != uvarintLen(blen) {
+		return 0, fmt.Errorf("%w: body length is not a minimal varint", ErrMalformed)
 	}
 	if blen > uint64(maxBody) {
 		return 0, fmt.Errorf("%w: %s body of %d bytes exceeds %d", ErrTooLarge, t, blen, maxBody)
@@ -193,10 +193,10 @@ func (f *Frame) parseBody(b []byte) error {
 		}
 		f.Subject = r.str()
 		if f.Flags&FlagReply != 0 {
-			f.Reply = r.str()
+			f.Reply = r.nonEmpty("reply")
 		}
 		if f.Flags&FlagHeaders != 0 {
-			f.Header = Header(r.str())
+			f.Header = Header(r.nonEmpty("header block"))
 		}
 		f.Payload = r.rest()
 	case TypeSub:
@@ -210,10 +210,10 @@ func (f *Frame) parseBody(b []byte) error {
 		f.SID = r.uvarint()
 		f.Subject = r.str()
 		if f.Flags&FlagQueue != 0 {
-			f.Queue = r.str()
+			f.Queue = r.nonEmpty("queue")
 		}
 		if f.Flags&FlagFilter != 0 {
-			f.Filter = r.str()
+			f.Filter = r.nonEmpty("filter")
 		}
 		r.end()
 	case TypeUnsub:
@@ -226,7 +226,9 @@ func (f *Frame) parseBody(b []byte) error {
 		}
 		f.SID = r.uvarint()
 		if f.Flags&FlagMax != 0 {
-			f.Max = r.uvarint()
+			if f.Max = r.uvarint(); f.Max == 0 && r.err == "" {
+				r.err = "max flag with max 0"
+			}
 		}
 		r.end()
 	case TypePing, TypePong:
@@ -285,8 +287,9 @@ func (r *reader) uvarint() uint64 {
 		return 0
 	}
 	v, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.err = "bad varint"
+	if k <= 0 || k != uvarintLen(v) {
+		// One frame has one encoding: over-long varints are refused.
+		r.err = "bad or non-minimal varint"
 		return 0
 	}
 	r.b = r.b[k:]
@@ -312,6 +315,16 @@ func (r *reader) str() []byte {
 	}
 	s := r.b[:n:n]
 	r.b = r.b[n:]
+	return s
+}
+
+// nonEmpty reads a string whose presence a flag announced; flagged fields are never
+// empty, so that every frame has exactly one encoding.
+func (r *reader) nonEmpty(what string) []byte {
+	s := r.str()
+	if len(s) == 0 && r.err == "" {
+		r.err = what + " flagged but empty"
+	}
 	return s
 }
 
