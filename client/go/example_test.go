@@ -1,0 +1,102 @@
+package tern_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sort"
+	"time"
+
+	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/server"
+)
+
+// exampleServer starts a broker on a free loopback port for the examples.
+func exampleServer() (*server.Server, func()) {
+	cfg := server.DefaultConfig()
+	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
+	s, err := server.New(cfg, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		log.Fatal(err)
+	}
+	return s, func() { _ = s.Shutdown(context.Background()) }
+}
+
+func Example() {
+	s, stop := exampleServer()
+	defer stop()
+
+	nc, err := tern.Connect(s.URL(), tern.Name("example"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	sub, _ := nc.SubscribeSync("sensors.*.temp")
+	_ = nc.Publish("sensors.k1.temp", []byte("21.5"))
+	m, _ := sub.NextMsg(time.Second)
+	fmt.Println(m.Subject, string(m.Data))
+	// Output: sensors.k1.temp 21.5
+}
+
+func ExampleConn_QueueSubscribe() {
+	s, stop := exampleServer()
+	defer stop()
+	nc, _ := tern.Connect(s.URL())
+	defer nc.Close()
+
+	got := make(chan string, 6)
+	for _, worker := range []string{"w1", "w2", "w3"} {
+		_, _ = nc.QueueSubscribe("jobs", "workers", func(m *tern.Msg) { got <- worker })
+	}
+	for i := 0; i < 6; i++ {
+		_ = nc.Publish("jobs", []byte("job"))
+	}
+	var who []string
+	for i := 0; i < 6; i++ {
+		who = append(who, <-got)
+	}
+	sort.Strings(who)
+	fmt.Println(who) // each job went to exactly one worker, spread evenly
+	// Output: [w1 w1 w2 w2 w3 w3]
+}
+
+func ExampleFilter() {
+	s, stop := exampleServer()
+	defer stop()
+	nc, _ := tern.Connect(s.URL())
+	defer nc.Close()
+
+	sub, _ := nc.SubscribeSync("events", tern.Filter(`hdr.sender == "s1" && size <= 4`))
+	for _, sender := range []string{"s1", "s2", "s1"} {
+		_ = nc.PublishMsg(&tern.Msg{Subject: "events", Header: tern.Header{"sender": {sender}}, Data: []byte("from " + sender)})
+	}
+	_ = nc.PublishMsg(&tern.Msg{Subject: "events", Header: tern.Header{"sender": {"s1"}}, Data: []byte("ok")})
+	m, _ := sub.NextMsg(time.Second)
+	fmt.Println(string(m.Data)) // only the short message from s1 passes
+	// Output: ok
+}
+
+func ExampleConn_Request() {
+	s, stop := exampleServer()
+	defer stop()
+	nc, _ := tern.Connect(s.URL())
+	defer nc.Close()
+
+	_, _ = nc.Subscribe("greet.*", func(m *tern.Msg) {
+		_ = m.Respond([]byte("hello " + string(m.Data)))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	reply, err := nc.Request(ctx, "greet.en", []byte("world"))
+	fmt.Println(string(reply.Data), err)
+
+	_, err = nc.Request(ctx, "nobody.listens", nil)
+	fmt.Println(err)
+	// Output:
+	// hello world <nil>
+	// tern: no responders
+}
