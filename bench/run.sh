@@ -14,6 +14,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Listing the rows or asking for help needs no servers.
+for a in "$@"; do
+	case "$a" in
+	--list | -list | -h | -help | --help) exec go run ./bench/natsvs "$@" ;;
+	esac
+done
+
 NATS_PORT=${NATS_PORT:-14222}
 TERN_PORT=${TERN_PORT:-17400}
 OUT=${OUT:-bench/out}

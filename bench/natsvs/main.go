@@ -52,6 +52,8 @@ func matrix(scale float64) []row {
 	add("pubsub1", "1 pub → 1 sub", loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 1}, 2_000_000, 600_000)
 	add("pubsub4", "1 pub → 4 subs", loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 4}, 1_000_000, 250_000)
 	add("queue4", "queue group of 4 (1 pub)", loadgen.Config{Mode: loadgen.ModeQueue, Pubs: 1, Subs: 4}, 2_000_000, 600_000)
+	// The same point-to-point path well below saturation: latency without queueing.
+	add("paced", "1 pub → 1 sub, paced at 20k msgs/s", loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 1, Rate: 20_000}, 40_000, 40_000)
 	add("reqrep", "request/reply (1 requester, 1 responder)", loadgen.Config{Mode: loadgen.ModeReqRep, Pubs: 1, Subs: 1}, 10_000, 10_000)
 	return rows
 }
@@ -141,6 +143,59 @@ type report struct {
 	Runs    int                `json:"runs"`
 	Scale   float64            `json:"scale"`
 	Rows    []*rowReport       `json:"rows"`
+	// BusyStarts counts runs that started while other processes kept the machine
+	// busy (see --quiet-wait).
+	BusyStarts int `json:"busy_starts"`
+}
+
+// cpuTimes reads the busy and total jiffies of all CPUs from /proc/stat.
+func cpuTimes() (busy, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, v := range f[1:] {
+		var n uint64
+		if _, err := fmt.Sscan(v, &n); err != nil {
+			return 0, 0, false
+		}
+		total += n
+		if i != 3 && i != 4 { // idle and iowait
+			busy += n
+		}
+	}
+	return busy, total, true
+}
+
+// waitQuiet waits until the machine's CPUs are less than threshold busy over a
+// quarter second (nothing of the benchmark runs meanwhile, so this is other
+// processes), or until max has passed; it reports whether the machine was quiet.
+// Without /proc/stat it does not wait.
+func waitQuiet(ctx context.Context, max time.Duration, threshold float64) bool {
+	deadline := time.Now().Add(max)
+	for {
+		b0, t0, ok := cpuTimes()
+		if !ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(250 * time.Millisecond):
+		}
+		b1, t1, ok := cpuTimes()
+		if !ok || t1 == t0 || float64(b1-b0)/float64(t1-t0) < threshold {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 func main() {
@@ -162,9 +217,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ternURL := fs.String("tern", "tern://127.0.0.1:17400", "Tern server URL (empty skips Tern)")
 	runs := fs.Int("runs", 3, "runs of each row per broker; the table shows the median and the min–max")
 	jsonPath := fs.String("json", "", "also write every run's result and the summary as JSON to this file")
-	only := fs.String("only", "", "comma-separated row keys or prefixes to run (e.g. pub-16,reqrep); default all")
+	only := fs.String("only", "", "comma-separated rows to run, by key (pub-16) or workload (reqrep: both sizes); default all, see --list")
 	scale := fs.Float64("scale", 1, "multiply every row's message count (0.1 for a quick look)")
 	pause := fs.Duration("pause", 300*time.Millisecond, "idle time before each run, so the previous one's work has drained")
+	quietWait := fs.Duration("quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine's other CPU use to drop below --quiet-busy (0 = do not wait)")
+	quietBusy := fs.Float64("quiet-busy", 0.25, "share of all CPUs busy (0–1) below which the machine counts as quiet")
 	natsVersion := fs.String("nats-version", "", "NATS server version to report (default: as the server announces it)")
 	ternVersion := fs.String("tern-version", "", "Tern server version to report (default: as the server announces it)")
 	list := fs.Bool("list", false, "list the rows and exit")
@@ -254,6 +311,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				runtime.GC()
 				time.Sleep(*pause)
+				if *quietWait > 0 && !waitQuiet(ctx, *quietWait, *quietBusy) {
+					rep.BusyStarts++
+					fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
+				}
 				res, err := loadgen.Run(ctx, s.dial, r.Cfg)
 				o := rr.Systems[s.Key]
 				status := ""
@@ -302,7 +363,7 @@ func selectRows(rows []row, only string) []row {
 	var out []row
 	for _, r := range rows {
 		for _, k := range strings.Split(only, ",") {
-			if k = strings.TrimSpace(k); k != "" && strings.HasPrefix(r.Key, k) {
+			if k = strings.TrimSpace(k); k != "" && (r.Key == k || strings.HasPrefix(r.Key, k+"-")) {
 				out = append(out, r)
 				break
 			}
@@ -427,6 +488,9 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	fmt.Fprintf(w, "## Tern vs NATS, %s\n\n", rep.Date)
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Memory, m.OS, m.GOMAXPROCS)
 	fmt.Fprintf(w, "- load generator: %s, %d runs per row per broker, median (min–max)\n", m.Go, rep.Runs)
+	if rep.BusyStarts > 0 {
+		fmt.Fprintf(w, "- %d runs started while other processes kept the machine busy: treat their rows with care\n", rep.BusyStarts)
+	}
 	for _, s := range systems {
 		fmt.Fprintf(w, "- %s %s at %s\n", s.Name, s.Version, s.URL)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
 )
@@ -42,7 +43,11 @@ Options:
 func benchFlags(args []string, out io.Writer) (server, jsonPath string, cfg loadgen.Config, err error) {
 	fs := flag.NewFlagSet("tern bench", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&server, "server", "tern://127.0.0.1:7400", "server URL")
+	defServer := os.Getenv("TERN_URL")
+	if defServer == "" {
+		defServer = tern.DefaultURL
+	}
+	fs.StringVar(&server, "server", defServer, "server URL (env TERN_URL)")
 	fs.StringVar(&cfg.Mode, "mode", loadgen.ModePubSub, "workload: pub, pubsub, queue or reqrep")
 	fs.StringVar(&cfg.Subject, "subject", "", "subject to publish to (default: a fresh random subject per run)")
 	fs.IntVar(&cfg.Pubs, "pubs", 1, "publishers (requesters in reqrep), one connection each")

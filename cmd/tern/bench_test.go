@@ -18,6 +18,7 @@ import (
 )
 
 func TestBenchFlags(t *testing.T) {
+	t.Setenv("TERN_URL", "")
 	srv, js, cfg, err := benchFlags(nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +36,10 @@ func TestBenchFlags(t *testing.T) {
 	_, _, cfg, _ = benchFlags([]string{"--duration", "2s", "--msgs", "10"}, &bytes.Buffer{})
 	if cfg.Msgs != 10 || cfg.Duration != 2*time.Second {
 		t.Fatalf("both bounds: %+v", cfg)
+	}
+	t.Setenv("TERN_URL", "tern://127.0.0.2:7400")
+	if srv, _, _, _ := benchFlags(nil, &bytes.Buffer{}); srv != "tern://127.0.0.2:7400" {
+		t.Fatalf("TERN_URL not used: %q", srv)
 	}
 	if _, _, _, err := benchFlags([]string{"extra"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("an extra argument was accepted")

@@ -18,8 +18,15 @@ import (
 
 const (
 	readBufSize   = 32 << 10
-	maxIdleBuffer = 1 << 20 // buffers grown above this are released once drained
+	maxIdleBuffer = 8 << 20 // buffers grown above this are released once drained
 	writeChunk    = 256 << 10
+	// stallBacklog is the outbound backlog above which publishers wait for the
+	// connection's writer (capped at half of max pending). Small enough that a
+	// saturated subscriber's queueing delay stays in milliseconds.
+	stallBacklog = 512 << 10
+	// stuckAfter is how long a writer may make no progress before publishers stop
+	// waiting for it and the slow-consumer policy takes over.
+	stuckAfter = 250 * time.Millisecond
 	// maxStall bounds how long a publisher's reader waits, per read batch, for stalled
 	// subscribers to make progress.
 	maxStall = 10 * time.Millisecond
@@ -53,7 +60,8 @@ type Conn struct {
 	closed   bool
 	closeErr error
 	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
-	stuck    bool          // a publisher waited in vain; no stalls until drained
+	stuck    bool          // no progress for stuckAfter; no stalls until drained
+	lastProg time.Time     // when the writer last completed a chunk
 	wake     chan struct{} // 1-slot: writer has work
 	done     chan struct{} // closed when the connection is closed
 
@@ -411,15 +419,20 @@ func (c *Conn) Stall() <-chan struct{} {
 	return c.stallCh
 }
 
-// Stuck implements broker.Staller.
+// Stuck implements broker.Staller: a publisher waited in vain. The connection stops
+// holding publishers back only once its writer has made no progress for stuckAfter;
+// one that is merely slower than its publishers keeps throttling them.
 func (c *Conn) Stuck() {
 	c.mu.Lock()
-	c.stuck = true
+	if c.writing > 0 && time.Since(c.lastProg) > stuckAfter {
+		c.stuck = true
+	}
 	c.mu.Unlock()
 }
 
 // progress releases publishers waiting for this connection. Called with mu held.
 func (c *Conn) progress() {
+	c.lastProg = time.Now()
 	if c.stallCh != nil {
 		close(c.stallCh)
 		c.stallCh = nil
@@ -450,6 +463,7 @@ func (c *Conn) writeLoop() {
 		closed := c.closed
 		c.out = spare[:0]
 		c.writing = len(data)
+		c.lastProg = time.Now()
 		c.mu.Unlock()
 		// Write in bounded chunks so that waiting publishers see progress often.
 		failed := false

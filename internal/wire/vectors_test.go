@@ -40,7 +40,10 @@ type vector struct {
 func vectorOf(f *Frame) *vectorFrame {
 	v := &vectorFrame{Type: f.Type.String(), Flags: f.Flags, ID: f.ID, SID: f.SID, Max: f.Max, Code: uint16(f.Code),
 		Subject: string(f.Subject), Reply: string(f.Reply), Queue: string(f.Queue), Filter: string(f.Filter)}
-	f.Header.Each(func(k, val []byte) bool { v.Headers = append(v.Headers, [2]string{string(k), string(val)}); return true })
+	f.Header.Each(func(k, val []byte) bool {
+		v.Headers = append(v.Headers, [2]string{string(k), string(val)})
+		return true
+	})
 	switch f.Type {
 	case TypeConnect:
 		c, _ := ParseConnect(f.Payload)
