@@ -11,12 +11,12 @@ import (
 	"github.com/tern-mq/tern/internal/loadgen/loadgentest"
 )
 
-// TestModes runs every workload against a nats-server started for the test, when the
-// nats-server binary is installed (bench/run.sh installs it); otherwise it is skipped.
+// TestModes runs every workload against a nats-server started for the test
+// (scripts/deps.sh, run by make test, installs it).
 func TestModes(t *testing.T) {
 	bin, err := exec.LookPath("nats-server")
 	if err != nil {
-		t.Skip("nats-server not installed")
+		t.Fatal("nats-server not installed: run scripts/deps.sh")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
