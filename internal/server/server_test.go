@@ -372,3 +372,51 @@ func TestMonitoringReflectsTraffic(t *testing.T) {
 		t.Fatalf("metrics lack tern_in_messages_total 5:\n%s", buf.String())
 	}
 }
+
+// TestFlowControlSlowsPublisherInsteadOfDropping publishes flat out to a subscriber
+// that reads slowly: flow control must hold the publisher back so that nothing passes
+// max_pending and nothing is dropped.
+func TestFlowControlSlowsPublisherInsteadOfDropping(t *testing.T) {
+	s := startServer(t, func(c *Config) {
+		c.MaxPayload = 4 << 10
+		c.MaxPending = 256 << 10
+	})
+	sub, _ := connectRaw(t, s, 0)
+	sub.send(wire.AppendSub(nil, 0, 1, "fc", "", ""))
+	sub.sync()
+	const n = 20000
+	got := make(chan int, 1)
+	go func() {
+		count := 0
+		for count < n {
+			f, err := sub.read(10 * time.Second)
+			if err != nil {
+				break
+			}
+			if f.Type == wire.TypeMsg {
+				count++
+				if count%500 == 0 {
+					time.Sleep(2 * time.Millisecond) // a consumer slower than the publisher
+				}
+			}
+		}
+		got <- count
+	}()
+	pub, _ := connectRaw(t, s, 0)
+	payload := make([]byte, 1024)
+	var b []byte
+	for i := 0; i < n; i++ {
+		b = wire.AppendPub(b, 0, "fc", "", nil, payload)
+		if len(b) > 64<<10 {
+			pub.send(b)
+			b = b[:0]
+		}
+	}
+	pub.send(b)
+	if count := <-got; count != n {
+		t.Fatalf("subscriber got %d of %d; status %+v", count, n, s.Status())
+	}
+	if st := s.Status(); st.DroppedMsgs != 0 || st.SlowConsumers != 0 {
+		t.Fatalf("flow control failed: %+v", st)
+	}
+}
