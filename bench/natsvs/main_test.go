@@ -8,9 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
 func TestSpreadAndFormatting(t *testing.T) {
@@ -64,20 +63,7 @@ func TestMatrixRows(t *testing.T) {
 // TestRunAgainstTern runs a tiny matrix against an in-process Tern server (NATS left
 // out) and checks the Markdown and JSON outputs.
 func TestRunAgainstTern(t *testing.T) {
-	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
-	s, err := server.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := servertest.Start(t, nil)
 	path := filepath.Join(t.TempDir(), "out.json")
 	var stdout, stderr bytes.Buffer
 	args := []string{"--nats", "", "--tern", "tern://" + s.Addr().String(), "--runs", "2", "--scale", "0.002",

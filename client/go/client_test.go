@@ -13,22 +13,12 @@ import (
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
 func startServer(t testing.TB, port int) *server.Server {
-	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", port, ""
-	s, err := server.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
+	return servertest.Start(t, func(c *server.Config) { c.Port = port })
 }
 
 func connect(t testing.TB, s *server.Server, opts ...tern.Option) *tern.Conn {

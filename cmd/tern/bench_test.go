@@ -14,7 +14,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
-	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
 func TestBenchFlags(t *testing.T) {
@@ -72,20 +72,7 @@ func TestBenchNoServer(t *testing.T) {
 
 func startTestServer(t *testing.T) string {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
-	s, err := server.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := servertest.Start(t, nil)
 	return "tern://" + s.Addr().String()
 }
 

@@ -9,22 +9,10 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
-func startCLIServer(t *testing.T) *server.Server {
-	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
-	s, err := server.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
-}
+func startCLIServer(t *testing.T) *server.Server { return servertest.Start(t, nil) }
 
 func waitSubs(t *testing.T, s *server.Server, n int) {
 	t.Helper()
