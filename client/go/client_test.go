@@ -346,3 +346,41 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	_ = nc.Flush()
 }
+
+// TestUnsubscribeWhileMessagesArrive unsubscribes sync subscriptions while messages
+// for them are being delivered; nothing may panic and NextMsg reports the end.
+func TestUnsubscribeWhileMessagesArrive(t *testing.T) {
+	s := startServer(t, 0)
+	nc := connect(t, s)
+	pub := connect(t, s)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = pub.Publish("race", []byte("x"))
+			}
+		}
+	}()
+	defer close(stop)
+	for i := 0; i < 50; i++ {
+		sub, err := nc.SubscribeSync("race")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		if err := sub.Unsubscribe(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := sub.NextMsg(time.Second); err != nil {
+				if !errors.Is(err, tern.ErrBadSubscription) {
+					t.Fatalf("after unsubscribe: %v", err)
+				}
+				break
+			}
+		}
+	}
+}

@@ -57,6 +57,7 @@ type Subscription struct {
 	closed       bool
 	inCallback   bool
 	done         chan struct{} // closed when the delivery goroutine ends
+	stopped      chan struct{} // closed by close; the message channel itself never is
 	slowReported bool
 }
 
@@ -64,7 +65,7 @@ func (c *Conn) subscribe(subject string, kind subKind, cb MsgHandler, ch chan *M
 	if subject == "" {
 		return nil, ErrBadSubject
 	}
-	s := &Subscription{conn: c, subject: subject, kind: kind, cb: cb, ch: ch, done: make(chan struct{})}
+	s := &Subscription{conn: c, subject: subject, kind: kind, cb: cb, ch: ch, done: make(chan struct{}), stopped: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -236,17 +237,17 @@ func (s *Subscription) run() {
 	}
 }
 
-// close stops delivery once queued messages are handled.
+// close stops delivery once queued messages are handled. The message channel is
+// not closed: the reader may still be handing it a message.
 func (s *Subscription) close() {
 	s.mu.Lock()
+	already := s.closed
 	s.closed = true
 	s.mu.Unlock()
-	s.cond.Broadcast()
-	if s.kind == syncSub {
-		// NextMsg reports the end instead of waiting forever.
-		defer func() { _ = recover() }()
-		close(s.ch)
+	if !already {
+		close(s.stopped)
 	}
+	s.cond.Broadcast()
 }
 
 func (c *Conn) removeSub(s *Subscription) {
@@ -316,12 +317,17 @@ func (s *Subscription) NextMsgContext(ctx context.Context) (*Msg, error) {
 	if s.kind != syncSub {
 		return nil, ErrSyncSubRequired
 	}
+	// Messages that arrived before the end are still returned.
 	select {
-	case m, ok := <-s.ch:
-		if !ok {
-			return nil, ErrBadSubscription
-		}
+	case m := <-s.ch:
 		return m, nil
+	default:
+	}
+	select {
+	case m := <-s.ch:
+		return m, nil
+	case <-s.stopped:
+		return nil, ErrBadSubscription
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, ErrTimeout

@@ -314,7 +314,7 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		sub.Filter = flt
 	}
 	c.subsMu.Lock()
-	if _, dup := c.subs[f.SID]; dup {
+	if old, dup := c.subs[f.SID]; dup && !old.Closed() {
 		c.subsMu.Unlock()
 		c.sendErr(wire.CodeDuplicateSID, f.ID, fmt.Sprintf("subscription id %d is in use", f.SID))
 		return
