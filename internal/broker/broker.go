@@ -49,6 +49,12 @@ type Staller interface {
 	Stuck()
 }
 
+// Remover is implemented by sinks that keep their own table of subscriptions; the
+// broker tells them when a subscription ends by reaching its message limit.
+type Remover interface {
+	Removed(sub *Subscription)
+}
+
 // Subscription is one subscriber's interest in a subject.
 type Subscription struct {
 	Sink    Sink
@@ -277,6 +283,9 @@ func (b *Broker) deliver(p *Batch, sub *Subscription, m *Message) bool {
 	p.Add(sub.Sink)
 	if max != 0 && n == max && !sub.closed.Swap(true) {
 		_ = b.subs.Remove(sub.Subject, sub.Queue, sub)
+		if r, ok := sub.Sink.(Remover); ok {
+			r.Removed(sub)
+		}
 	}
 	return true
 }

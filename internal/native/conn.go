@@ -314,7 +314,7 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		sub.Filter = flt
 	}
 	c.subsMu.Lock()
-	if old, dup := c.subs[f.SID]; dup && !old.Closed() {
+	if _, dup := c.subs[f.SID]; dup {
 		c.subsMu.Unlock()
 		c.sendErr(wire.CodeDuplicateSID, f.ID, fmt.Sprintf("subscription id %d is in use", f.SID))
 		return
@@ -407,6 +407,15 @@ func (c *Conn) slowConsumer(pending int64) {
 		c.mu.Unlock()
 		c.close(fmt.Errorf("slow consumer: %d pending bytes", pending))
 	}
+}
+
+// Removed implements broker.Remover: a subscription reached its UNSUB max.
+func (c *Conn) Removed(sub *broker.Subscription) {
+	c.subsMu.Lock()
+	if c.subs[sub.SID] == sub {
+		delete(c.subs, sub.SID)
+	}
+	c.subsMu.Unlock()
 }
 
 // Stall implements broker.Staller.

@@ -137,6 +137,14 @@ func TestUnsubWithMax(t *testing.T) {
 	if got := c.sync(); len(got) != 3 {
 		t.Fatalf("got %d messages after UNSUB max 3", len(got))
 	}
+	if conns := s.Connections(); conns[0].Subscriptions != 0 {
+		t.Fatalf("connection still lists %d subscriptions", conns[0].Subscriptions)
+	}
+	// The sid is free again.
+	c.send(wire.AppendSub(nil, 1, 1, "m", "", ""))
+	if f := c.next(); f.Type != wire.TypeOK {
+		t.Fatalf("re-using the sid: %s %s", f.Type, f.Payload)
+	}
 }
 
 func TestNoResponders(t *testing.T) {
