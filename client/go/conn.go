@@ -160,6 +160,9 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, error) {
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+		if n := c.opts.ReadBufferSize; n > 0 {
+			_ = tc.SetReadBuffer(n)
+		}
 	}
 	_ = nc.SetDeadline(time.Now().Add(c.opts.Timeout))
 	var flags uint64 = wire.ConnectNoResponders

@@ -19,6 +19,7 @@ type Options struct {
 	MaxPingsOutstanding int
 	FlushDelay          time.Duration
 	WriteBufferSize     int
+	ReadBufferSize      int
 	NoEcho              bool
 	PendingMsgsLimit    int
 	PendingBytesLimit   int
@@ -94,6 +95,13 @@ func FlushDelay(d time.Duration) Option { return func(o *Options) { o.FlushDelay
 // WriteBufferSize is how many bytes publishers may buffer ahead of the socket before
 // they wait for the flusher.
 func WriteBufferSize(n int) Option { return func(o *Options) { o.WriteBufferSize = n } }
+
+// ReadBufferSize sets the socket's kernel receive buffer (SO_RCVBUF); 0 leaves it to
+// the operating system's autotuning. A subscriber that cares more for latency than for
+// throughput on fast local links can set it small (e.g. 256 KiB): a backlog then stays
+// in the server, where flow control slows publishers, instead of in the kernel. Keep it
+// at 0 across long-distance links, where a small buffer caps throughput.
+func ReadBufferSize(n int) Option { return func(o *Options) { o.ReadBufferSize = n } }
 
 // NoEcho stops the server from delivering this connection's publications to its own
 // subscriptions.
