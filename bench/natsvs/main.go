@@ -263,7 +263,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s := &system{Key: "tern", Name: "Tern", URL: *ternURL, Version: *ternVersion, dial: ternbus.Dialer(*ternURL)}
 		b, err := ternbus.Dial(*ternURL, "natsvs-probe")
 		if err != nil {
-			return fmt.Errorf("Tern at %s: %w", *ternURL, err)
+			return fmt.Errorf("tern server at %s: %w", *ternURL, err)
 		}
 		if s.Version == "" {
 			s.Version = b.ServerVersion()

@@ -82,12 +82,10 @@ type Conn struct {
 
 	respMu     sync.Mutex
 	respPrefix string
-	respSub    *Subscription
 	respMap    map[string]chan *Msg
 	respToken  uint64
 
 	inMsgs, outMsgs, inBytes, outBytes, reconnects atomic.Uint64
-	wg                                             sync.WaitGroup
 }
 
 // Connect dials the first reachable server of url (a comma-separated list of
@@ -142,7 +140,6 @@ func (o Options) Connect(url string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.wg.Add(2)
 	go c.flusher()
 	go c.dispatchEvents()
 	go c.pinger()
@@ -251,7 +248,6 @@ func (c *Conn) kick() {
 // Writing
 
 func (c *Conn) flusher() {
-	defer c.wg.Done()
 	var spare []byte
 	for {
 		select {
@@ -631,7 +627,6 @@ func (c *Conn) event(f func()) {
 }
 
 func (c *Conn) dispatchEvents() {
-	defer c.wg.Done()
 	for {
 		select {
 		case f := <-c.events:

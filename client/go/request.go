@@ -76,12 +76,10 @@ func (c *Conn) newResponse() (string, chan *Msg, error) {
 	if c.respMap == nil {
 		c.respPrefix = NewInbox() + "."
 		c.respMap = make(map[string]chan *Msg)
-		s, err := c.subscribe(c.respPrefix+"*", internalSub, c.routeResponse, nil, nil)
-		if err != nil {
+		if _, err := c.subscribe(c.respPrefix+"*", internalSub, c.routeResponse, nil, nil); err != nil {
 			c.respMap = nil
 			return "", nil, err
 		}
-		c.respSub = s
 	}
 	c.respToken++
 	token := strconv.FormatUint(c.respToken, 36)

@@ -55,7 +55,6 @@ type Subscription struct {
 	pendingMsgs  int
 	pendingBytes int
 	closed       bool
-	inCallback   bool
 	done         chan struct{} // closed when the delivery goroutine ends
 	stopped      chan struct{} // closed by close; the message channel itself never is
 	slowReported bool
@@ -226,13 +225,11 @@ func (s *Subscription) run() {
 			s.tail = nil
 		}
 		m.next = nil
-		s.inCallback = true
 		s.mu.Unlock()
 		s.cb(m)
 		s.mu.Lock()
 		s.pendingMsgs--
 		s.pendingBytes -= len(m.Data)
-		s.inCallback = false
 		s.mu.Unlock()
 	}
 }
