@@ -1,17 +1,44 @@
-// Package subject owns Tern's subject syntax and the wildcard trie that maps a published
-// subject to the subscriptions that want it.
+// Package subject owns Tern's subject syntax and the wildcard trie that maps a
+// published subject to the subscriptions that want it.
+//
+// # Syntax
 //
 // A subject is a non-empty list of tokens separated by '.', e.g. "sensors.k1.temp".
-// Tokens are non-empty and contain no whitespace or control bytes. A subscription filter
-// may use two wildcards as whole tokens: '*' matches exactly one token and '>' matches
-// one or more remaining tokens (it must be last). Published subjects are literal.
-// Limits: MaxLen bytes and MaxTokens tokens.
+// Tokens are non-empty and contain no byte below 0x21 (space, tab, CR, LF, NUL and
+// the other control bytes) and no DEL (0x7f). A subject is at most MaxLen bytes and
+// MaxTokens tokens. A subscription filter may also use two wildcards, each only as a
+// whole token: '*' matches exactly one token and '>' matches one or more remaining
+// tokens, so it must be the last token. A published subject has no wildcards. Queue
+// group names are 1..MaxQueueLen bytes with none of the above bytes nor '.', '*' or
+// '>'. ValidatePublish, ValidateFilter and ValidateQueue check these rules in one pass
+// without allocating on valid input; their errors wrap the sentinel errors (ErrEmpty,
+// ErrEmptyToken, ...) for errors.Is. Tokens, IsLiteral and Matches work on subjects
+// without a trie.
 //
-// Sublist is a trie of filters with a bounded cache of match results keyed by subject.
-// Results are immutable and shared; Insert and Remove replace the cached results they
-// affect (copy-on-write) so a cached result is never stale and never changes under a
-// reader. Match on a cached subject takes a read lock and allocates nothing.
+// # Trie and cache
 //
-// The package knows nothing of protocols or of what the stored items are; front ends
-// that use other syntaxes (MQTT's '/', '+', '#') translate into this one first.
+// Sublist is a trie of filters holding comparable items, each either a plain
+// subscriber or a member of a named queue group. Match returns a Result listing every
+// plain subscriber whose filter matches and, per queue group, all matching members
+// merged across filters (groups sorted by name). Results are cached per subject in a
+// bounded cache of 4096 entries, split by subject hash into 16 shards; a full shard
+// drops a quarter of its entries, whichever its map yields first. A Result is
+// immutable and shared by every caller that gets it: Insert and Remove never change a
+// Result already handed out but replace, copy-on-write, the cached Results of the
+// subjects they affect, so the cache never serves a stale Result. A Match that finds
+// its subject cached allocates nothing. The price is on the write side: Insert and
+// Remove of a wildcard filter scan every cached subject and rebuild each one the
+// filter matches (a literal filter touches at most one).
+//
+// # Concurrency
+//
+// A Sublist is safe for concurrent use. Matches on cached subjects take one read lock
+// of a cache shard chosen by the subject's hash and never wait for the trie lock; a
+// cache miss reads the trie under its read lock; Insert and Remove take the trie's
+// write lock. Once Insert or Remove has returned, every Match that starts sees the
+// change.
+//
+// The package knows nothing of protocols, connections or the broker, nor of what the
+// stored items are. Front ends that use other syntaxes (MQTT's '/', '+' and '#')
+// translate into this one before subjects reach a Sublist.
 package subject
