@@ -336,17 +336,6 @@ func TestConcurrentPublishers(t *testing.T) {
 	}
 }
 
-func BenchmarkPublish(b *testing.B) {
-	s := startServer(b, 0)
-	nc := connect(b, s)
-	data := make([]byte, 16)
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = nc.Publish("bench", data)
-	}
-	_ = nc.Flush()
-}
-
 // TestUnsubscribeWhileMessagesArrive unsubscribes sync subscriptions while messages
 // for them are being delivered; nothing may panic and NextMsg reports the end.
 func TestUnsubscribeWhileMessagesArrive(t *testing.T) {

@@ -21,23 +21,38 @@ const Version = "0.1.0"
 // DefaultURL is where Connect goes when given "".
 const DefaultURL = "tern://127.0.0.1:7400"
 
+// DefaultPort is the port of a server address given without one.
+const DefaultPort = "7400"
+
 // Status is a connection's state.
 type Status int32
 
 // Connection states.
 const (
-	Connecting Status = iota
-	Connected
-	Reconnecting
-	Draining
-	Closed
+	Connecting   Status = iota // Connect is dialling
+	Connected                  // the link is up
+	Reconnecting               // the link broke; the client is dialling again and buffering publishes
+	Draining                   // Drain is under way
+	Closed                     // closed for good
 )
 
 func (s Status) String() string {
-	return [...]string{"connecting", "connected", "reconnecting", "draining", "closed"}[s]
+	switch s {
+	case Connecting:
+		return "connecting"
+	case Connected:
+		return "connected"
+	case Reconnecting:
+		return "reconnecting"
+	case Draining:
+		return "draining"
+	case Closed:
+		return "closed"
+	}
+	return fmt.Sprintf("status(%d)", int32(s))
 }
 
-// Statistics are a connection's counters.
+// Statistics are a connection's counters. Bytes count payloads only.
 type Statistics struct {
 	InMsgs, OutMsgs, InBytes, OutBytes uint64
 	Reconnects                         uint64
@@ -46,39 +61,52 @@ type Statistics struct {
 // ServerInfo is what the server said about itself in the handshake.
 type ServerInfo struct {
 	ServerID, ServerName, Version string
-	ClientID                      uint64
-	MaxPayload                    int
+	ClientID                      uint64 // the server's id for this connection
+	MaxPayload                    int    // largest payload the server accepts
 	HeadersSupported              bool
 	AuthRequired                  bool
 }
 
+// readBufSize is the reader's buffer; it grows for larger frames and shrinks back.
+const readBufSize = 64 << 10
+
 // Conn is a connection to a Tern server. It is safe for concurrent use.
+//
+// Locks are taken in the order writeMu, mu, subsMu, then a subscription's own.
 type Conn struct {
 	opts    Options
 	servers []string
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	wcond   *sync.Cond // publishers waiting for buffer room, drains waiting
-	status  Status
-	nc      net.Conn
-	url     string
-	info    ServerInfo
-	epoch   uint64 // increments per physical connection
-	bw      []byte // frames waiting for the flusher (or the reconnect)
-	pings   int    // PINGs to append at the next write
-	pongs   []chan error
-	pingOut int
-	subs    map[uint64]*Subscription
-	acks    map[uint64]chan error
-	ackID   uint64
-	lastErr error
+	// writeMu is held by whoever is writing to the socket (the flusher, a publisher
+	// that found the buffer full, Close); spare belongs to its holder.
+	writeMu sync.Mutex
+	spare   []byte
+
+	mu       sync.Mutex
+	wcond    *sync.Cond // publishers waiting for buffer room
+	status   Status
+	nc       net.Conn
+	url      string
+	info     ServerInfo
+	epoch    uint64 // increments per physical connection
+	bw       []byte // frames waiting for the socket (or for the reconnect)
+	hdrBuf   []byte // scratch for encoding headers
+	pings    int    // PINGs to append at the next write
+	pongs    []chan error
+	pingOut  int
+	acks     map[uint64]chan error
+	ackID    uint64
+	lastErr  error
+	fatalErr error // a fatal ERR the server sent before closing the link
+
+	subsMu sync.Mutex
+	subs   map[uint64]*Subscription
+	ssid   atomic.Uint64
 
 	flushCh chan struct{}
 	done    chan struct{} // closed by Close
 	events  chan func()
-
-	ssid atomic.Uint64
 
 	respMu     sync.Mutex
 	respPrefix string
@@ -88,8 +116,10 @@ type Conn struct {
 	inMsgs, outMsgs, inBytes, outBytes, reconnects atomic.Uint64
 }
 
-// Connect dials the first reachable server of url (a comma-separated list of
-// tern://host:port or host:port) and performs the handshake.
+// Connect dials the first reachable server of url and performs the handshake. url is
+// a comma-separated list of "tern://host:port" or "host:port" (the port defaults to
+// 7400); "" means DefaultURL. The other servers of the list are used when
+// reconnecting.
 func Connect(url string, options ...Option) (*Conn, error) {
 	opts := DefaultOptions()
 	for _, o := range options {
@@ -98,62 +128,118 @@ func Connect(url string, options ...Option) (*Conn, error) {
 	return opts.Connect(url)
 }
 
-// Connect connects with these options.
-func (o Options) Connect(url string) (*Conn, error) {
-	if url == "" {
+// normalise replaces settings that cannot work with their defaults.
+func (o *Options) normalise() {
+	d := DefaultOptions()
+	if o.Timeout <= 0 {
+		o.Timeout = d.Timeout
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = time.Millisecond
+	}
+	if o.MaxReconnectWait < o.ReconnectWait {
+		o.MaxReconnectWait = o.ReconnectWait
+	}
+	if o.MaxPingsOutstanding <= 0 {
+		o.MaxPingsOutstanding = 1
+	}
+	if o.WriteBufferSize <= 0 {
+		o.WriteBufferSize = d.WriteBufferSize
+	}
+	if o.PendingMsgsLimit <= 0 {
+		o.PendingMsgsLimit = int(^uint(0) >> 1)
+	}
+	if o.PendingBytesLimit <= 0 {
+		o.PendingBytesLimit = int(^uint(0) >> 1)
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = d.DrainTimeout
+	}
+}
+
+// parseServers turns a URL list into host:port addresses.
+func parseServers(url string) ([]string, error) {
+	if strings.TrimSpace(url) == "" {
 		url = DefaultURL
+	}
+	var servers []string
+	for _, u := range strings.Split(url, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		if scheme, rest, ok := strings.Cut(u, "://"); ok {
+			if scheme != "tern" && scheme != "tcp" {
+				return nil, fmt.Errorf("%w: %q: scheme %q, want tern://", ErrBadURL, u, scheme)
+			}
+			u = rest
+		}
+		u = strings.TrimSuffix(u, "/")
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			if strings.Contains(strings.Trim(u, "[]"), "/") || strings.Count(u, ":") == 1 {
+				return nil, fmt.Errorf("%w: %q", ErrBadURL, u)
+			}
+			u = net.JoinHostPort(strings.Trim(u, "[]"), DefaultPort)
+		}
+		servers = append(servers, u)
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: empty URL", ErrBadURL)
+	}
+	return servers, nil
+}
+
+// Connect connects with these options; see the package-level Connect.
+func (o Options) Connect(url string) (*Conn, error) {
+	o.normalise()
+	servers, err := parseServers(url)
+	if err != nil {
+		return nil, err
 	}
 	c := &Conn{
 		opts:    o,
+		servers: servers,
 		log:     o.Logger,
 		subs:    make(map[uint64]*Subscription),
 		acks:    make(map[uint64]chan error),
 		flushCh: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		events:  make(chan func(), 256),
+		status:  Connecting,
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.wcond = sync.NewCond(&c.mu)
-	for _, u := range strings.Split(url, ",") {
-		u = strings.TrimSpace(u)
-		u = strings.TrimPrefix(u, "tern://")
-		if u != "" {
-			c.servers = append(c.servers, u)
-		}
-	}
-	if len(c.servers) == 0 {
-		return nil, fmt.Errorf("%w: empty URL", ErrNoServers)
-	}
-	var err error
 	for _, addr := range c.servers {
-		var nc net.Conn
-		var info ServerInfo
-		if nc, info, err = c.dial(addr); err == nil {
-			c.mu.Lock()
-			c.install(nc, addr, info)
-			c.mu.Unlock()
-			break
+		nc, info, rest, derr := c.dial(addr)
+		if derr != nil {
+			err = derr
+			c.log.Debug("connect attempt failed", "server", addr, "err", derr)
+			continue
 		}
+		c.mu.Lock()
+		c.install(nc, addr, info, rest)
+		c.mu.Unlock()
+		go c.flusher()
+		go c.dispatchEvents()
+		if c.opts.PingInterval > 0 {
+			go c.pinger()
+		}
+		if h := c.opts.ConnectHandler; h != nil {
+			c.event(func() { h(c) })
+		}
+		return c, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	go c.flusher()
-	go c.dispatchEvents()
-	go c.pinger()
-	if h := c.opts.ConnectHandler; h != nil {
-		c.event(func() { h(c) })
-	}
-	return c, nil
+	return nil, fmt.Errorf("%w: %w", ErrNoServers, err)
 }
 
-// dial connects to addr and runs the handshake.
-func (c *Conn) dial(addr string) (net.Conn, ServerInfo, error) {
+// dial connects to addr and runs the handshake. It returns the bytes read past the
+// INFO frame.
+func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
 	nc, err := net.DialTimeout("tcp", addr, c.opts.Timeout)
 	if err != nil {
-		return nil, ServerInfo{}, fmt.Errorf("tern: dial %s: %w", addr, err)
+		return nil, ServerInfo{}, nil, fmt.Errorf("tern: dial %s: %w", addr, err)
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -161,78 +247,79 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, error) {
 			_ = tc.SetReadBuffer(n)
 		}
 	}
+	fail := func(err error) (net.Conn, ServerInfo, []byte, error) {
+		nc.Close()
+		return nil, ServerInfo{}, nil, err
+	}
 	_ = nc.SetDeadline(time.Now().Add(c.opts.Timeout))
-	var flags uint64 = wire.ConnectNoResponders
+	flags := wire.ConnectNoResponders
 	if c.opts.NoEcho {
 		flags |= wire.ConnectNoEcho
 	}
 	hello := wire.AppendConnect(nil, &wire.Connect{Version: wire.Version, Flags: flags, Name: c.opts.Name,
 		Lang: "go", ClientVersion: Version, Credentials: c.opts.Credentials})
 	if _, err := nc.Write(hello); err != nil {
-		nc.Close()
-		return nil, ServerInfo{}, fmt.Errorf("tern: handshake with %s: %w", addr, err)
+		return fail(fmt.Errorf("tern: handshake with %s: %w", addr, err))
 	}
-	buf := make([]byte, 0, 512)
-	tmp := make([]byte, 512)
+	buf := make([]byte, 0, 1024)
 	for {
 		var f wire.Frame
 		k, derr := f.Decode(buf, 0)
 		if derr == nil {
-			_ = k
 			switch f.Type {
 			case wire.TypeInfo:
 				in, perr := wire.ParseInfo(f.Payload)
 				if perr != nil {
-					nc.Close()
-					return nil, ServerInfo{}, perr
+					return fail(fmt.Errorf("tern: handshake with %s: %w", addr, perr))
 				}
 				_ = nc.SetDeadline(time.Time{})
-				return nc, ServerInfo{ServerID: in.ServerID, ServerName: in.ServerName, Version: in.ServerVersion,
+				info := ServerInfo{ServerID: in.ServerID, ServerName: in.ServerName, Version: in.ServerVersion,
 					ClientID: in.ClientID, MaxPayload: int(in.MaxPayload),
-					HeadersSupported: in.Flags&wire.InfoHeaders != 0, AuthRequired: in.Flags&wire.InfoAuthRequired != 0}, nil
+					HeadersSupported: in.Flags&wire.InfoHeaders != 0, AuthRequired: in.Flags&wire.InfoAuthRequired != 0}
+				return nc, info, buf[k:], nil
 			case wire.TypeErr:
-				nc.Close()
-				return nil, ServerInfo{}, &wire.Error{Code: f.Code, Text: string(f.Payload)}
+				return fail(&wire.Error{Code: f.Code, Text: string(f.Payload)})
 			default:
-				nc.Close()
-				return nil, ServerInfo{}, fmt.Errorf("tern: handshake with %s: unexpected %s", addr, f.Type)
+				return fail(fmt.Errorf("tern: handshake with %s: unexpected %s", addr, f.Type))
 			}
 		}
 		if !errors.Is(derr, wire.ErrIncomplete) {
-			nc.Close()
-			return nil, ServerInfo{}, fmt.Errorf("tern: handshake with %s: %w", addr, derr)
+			return fail(fmt.Errorf("tern: handshake with %s: %w", addr, derr))
 		}
-		n, rerr := nc.Read(tmp)
-		buf = append(buf, tmp[:n]...)
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, rerr := nc.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
 		if rerr != nil {
-			nc.Close()
-			return nil, ServerInfo{}, fmt.Errorf("tern: handshake with %s: %w", addr, rerr)
+			return fail(fmt.Errorf("tern: handshake with %s: %w", addr, rerr))
 		}
 	}
 }
 
-// install makes nc the live connection: it queues SUB frames for every subscription
-// ahead of whatever was published while disconnected and starts the reader. Called
-// with mu held.
-func (c *Conn) install(nc net.Conn, addr string, info ServerInfo) {
+// install makes nc the live connection: it queues SUB frames (and UNSUB budgets) for
+// every subscription ahead of whatever was published while disconnected, and starts
+// the reader. Called with mu held.
+func (c *Conn) install(nc net.Conn, addr string, info ServerInfo, rest []byte) {
 	c.nc, c.url, c.info = nc, addr, info
 	c.epoch++
 	c.status = Connected
 	c.pingOut = 0
+	c.fatalErr = nil
 	var pre []byte
+	c.subsMu.Lock()
 	for _, s := range c.subs {
 		pre = wire.AppendSub(pre, 0, s.sid, s.subject, s.queue, s.filter)
-		if s.max > 0 {
-			left := s.max - s.delivered.Load()
-			if left <= 0 {
-				left = 1
-			}
-			pre = wire.AppendUnsub(pre, 0, s.sid, uint64(left))
+		if budget := s.max.Load(); budget > 0 {
+			pre = wire.AppendUnsub(pre, 0, s.sid, uint64(max(budget-s.delivered.Load(), 1)))
 		}
 	}
-	c.bw = append(pre, c.bw...)
-	epoch := c.epoch
-	go c.readLoop(nc, epoch)
+	c.subsMu.Unlock()
+	if len(pre) > 0 {
+		c.bw = append(pre, c.bw...)
+	}
+	maxBody := max(wire.DefaultMaxBody, info.MaxPayload+64<<10+64)
+	go c.readLoop(nc, c.epoch, maxBody, rest)
 	c.kick()
 	c.wcond.Broadcast()
 }
@@ -247,8 +334,8 @@ func (c *Conn) kick() {
 // ---------------------------------------------------------------------------------
 // Writing
 
+// flusher writes what publishers buffered, once per wake-up.
 func (c *Conn) flusher() {
-	var spare []byte
 	for {
 		select {
 		case <-c.flushCh:
@@ -258,43 +345,46 @@ func (c *Conn) flusher() {
 		if d := c.opts.FlushDelay; d > 0 {
 			time.Sleep(d)
 		}
+		c.writeMu.Lock()
 		c.mu.Lock()
-		if c.status != Connected && c.status != Draining || (len(c.bw) == 0 && c.pings == 0) {
-			c.mu.Unlock()
-			continue
-		}
-		data := c.bw
-		for ; c.pings > 0; c.pings-- {
-			data = wire.AppendPing(data)
-		}
-		c.bw = spare[:0]
-		nc, epoch := c.nc, c.epoch
-		c.wcond.Broadcast()
+		c.writeLocked()
 		c.mu.Unlock()
-
-		_ = nc.SetWriteDeadline(time.Now().Add(c.opts.Timeout + 5*time.Second))
-		_, err := nc.Write(data)
-		if cap(data) > 4*c.opts.WriteBufferSize {
-			data = nil
-		}
-		spare = data
-		if err != nil {
-			c.lost(epoch, fmt.Errorf("write: %w", err))
-		}
 	}
 }
 
-func (c *Conn) checkPublish(subject string, size int) error {
-	if subject == "" {
-		return ErrBadSubject
+// writeLocked hands everything buffered (plus the PINGs asked for) to the socket with
+// one write, letting publishers fill the other buffer meanwhile. It is called with
+// writeMu and mu held, releases mu during the write and returns with mu held and
+// writeMu released.
+func (c *Conn) writeLocked() {
+	if c.status != Connected && c.status != Draining || len(c.bw) == 0 && c.pings == 0 {
+		c.writeMu.Unlock()
+		return
 	}
-	if max := c.info.MaxPayload; max > 0 && size > max {
-		return fmt.Errorf("%w: %d bytes > %d", ErrMaxPayload, size, max)
+	data := c.bw
+	for ; c.pings > 0; c.pings-- {
+		data = wire.AppendPing(data)
 	}
-	return nil
+	c.bw, c.spare = c.spare[:0], nil
+	nc, epoch := c.nc, c.epoch
+	c.wcond.Broadcast()
+	c.mu.Unlock()
+
+	_ = nc.SetWriteDeadline(time.Now().Add(c.opts.Timeout + 5*time.Second))
+	_, err := nc.Write(data)
+	if cap(data) > 4*c.opts.WriteBufferSize {
+		data = nil // let a burst's buffer go
+	}
+	c.spare = data
+	c.writeMu.Unlock()
+	if err != nil {
+		c.lost(epoch, fmt.Errorf("write: %w", err))
+	}
+	c.mu.Lock()
 }
 
-// appendFrame waits for room and appends a frame. Called with mu held.
+// room makes sure a frame of about size bytes may be appended. Called with mu held;
+// it may release it while waiting.
 func (c *Conn) room(size int) error {
 	for {
 		switch c.status {
@@ -309,39 +399,58 @@ func (c *Conn) room(size int) error {
 		if len(c.bw) < c.opts.WriteBufferSize {
 			return nil
 		}
+		// Full: write it ourselves unless a write is already under way.
+		if c.writeMu.TryLock() {
+			c.writeLocked()
+			continue
+		}
 		c.kick()
 		c.wcond.Wait()
 	}
 }
 
-// Publish sends data to subject.
+// Publish sends data to subject. It returns once the message is buffered; the
+// flusher sends it shortly after (use Flush to wait for the server). Publish does not
+// allocate, and data may be reused as soon as it returns.
 func (c *Conn) Publish(subject string, data []byte) error {
 	return c.publish(subject, "", nil, data)
 }
 
-// PublishRequest sends data to subject with a reply subject.
+// PublishRequest sends data to subject with reply as the subject to answer to.
 func (c *Conn) PublishRequest(subject, reply string, data []byte) error {
 	return c.publish(subject, reply, nil, data)
 }
 
 // PublishMsg sends m with its reply subject and headers.
 func (c *Conn) PublishMsg(m *Msg) error {
-	var hdr []byte
-	if len(m.Header) > 0 {
-		hdr = m.Header.encode(nil)
+	if m == nil {
+		return ErrInvalidMsg
 	}
-	return c.publish(m.Subject, m.Reply, hdr, m.Data)
+	return c.publish(m.Subject, m.Reply, m.Header, m.Data)
 }
 
-func (c *Conn) publish(subject, reply string, hdr []byte, data []byte) error {
-	c.mu.Lock()
-	if err := c.checkPublish(subject, len(data)); err != nil {
-		c.mu.Unlock()
-		return err
+func (c *Conn) publish(subject, reply string, h Header, data []byte) error {
+	if c == nil {
+		return ErrInvalidConnection
 	}
-	if err := c.room(len(data) + len(subject) + 16); err != nil {
+	if subject == "" {
+		return ErrBadSubject
+	}
+	c.mu.Lock()
+	if limit := c.info.MaxPayload; limit > 0 && len(data) > limit {
 		c.mu.Unlock()
-		return err
+		return fmt.Errorf("%w: %d bytes > %d", ErrMaxPayload, len(data), limit)
+	}
+	if c.status != Connected || len(c.bw) >= c.opts.WriteBufferSize {
+		if err := c.room(len(subject) + len(reply) + len(data) + 32 + 64*len(h)); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+	}
+	var hdr []byte
+	if len(h) > 0 {
+		c.hdrBuf = h.encode(c.hdrBuf[:0])
+		hdr = c.hdrBuf
 	}
 	c.bw = wire.AppendPub(c.bw, 0, subject, reply, hdr, data)
 	c.mu.Unlock()
@@ -351,18 +460,23 @@ func (c *Conn) publish(subject, reply string, hdr []byte, data []byte) error {
 	return nil
 }
 
-// Flush waits until the server has processed everything published before it.
-func (c *Conn) Flush() error { return c.FlushTimeout(c.opts.Timeout + 8*time.Second) }
+// Flush waits until the server has processed everything published before it: it
+// sends a PING after the buffered frames and waits for the PONG, for at most 10s.
+func (c *Conn) Flush() error { return c.FlushTimeout(10 * time.Second) }
 
-// FlushTimeout is Flush with a time limit.
+// FlushTimeout is Flush with a time limit; it returns ErrTimeout when it passes.
 func (c *Conn) FlushTimeout(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return c.FlushContext(ctx)
 }
 
-// FlushContext is Flush bounded by ctx.
+// FlushContext is Flush bounded by ctx. While the client is reconnecting it returns
+// ErrConnectionLost at once.
 func (c *Conn) FlushContext(ctx context.Context) error {
+	if c == nil {
+		return ErrInvalidConnection
+	}
 	ch := make(chan error, 1)
 	c.mu.Lock()
 	switch c.status {
@@ -381,36 +495,68 @@ func (c *Conn) FlushContext(ctx context.Context) error {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return ErrTimeout
-		}
-		return ctx.Err()
+		return ctxErr(ctx)
 	}
 }
 
-// control queues a SUB/UNSUB frame with an ack id and waits for the server's answer.
-func (c *Conn) control(build func(dst []byte, id uint64) []byte) error {
-	ch := make(chan error, 1)
+// ctxErr maps a context's deadline to ErrTimeout (still matching
+// context.DeadlineExceeded) and passes cancellation through.
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	}
+	return ctx.Err()
+}
+
+// ackMode says how control treats the server's answer to a frame.
+type ackMode int
+
+const (
+	ackNone  ackMode = iota // no ack id: an error goes to the ErrorHandler
+	ackQuiet                // ack id, answer ignored (an UNSUB racing a server-side removal)
+	ackWait                 // ack id, wait for the answer
+)
+
+// control queues a SUB or UNSUB frame. pre runs first under mu (it updates the
+// subscription table, so that a reconnect sees the table and the frames agree). With
+// ackWait control waits up to Timeout for the server's OK or ERR. While reconnecting
+// nothing is sent: the reconnect re-creates every subscription from the table.
+func (c *Conn) control(pre func() error, build func(dst []byte, id uint64) []byte, mode ackMode) error {
 	c.mu.Lock()
 	if c.status == Closed {
 		c.mu.Unlock()
 		return ErrConnectionClosed
 	}
+	if pre != nil {
+		if err := pre(); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+	}
 	if c.status != Connected && c.status != Draining {
-		// The frame is re-created from the subscription table on reconnect.
 		c.mu.Unlock()
 		return nil
 	}
-	c.ackID++
-	id := c.ackID
-	c.acks[id] = ch
+	var id uint64
+	var ch chan error
+	if mode != ackNone {
+		c.ackID++
+		id = c.ackID
+		ch = make(chan error, 1)
+		c.acks[id] = ch
+	}
 	c.bw = build(c.bw, id)
 	c.mu.Unlock()
 	c.kick()
+	if mode != ackWait {
+		return nil
+	}
+	t := time.NewTimer(c.opts.Timeout)
+	defer t.Stop()
 	select {
 	case err := <-ch:
 		return err
-	case <-time.After(c.opts.Timeout):
+	case <-t.C:
 		c.mu.Lock()
 		delete(c.acks, id)
 		c.mu.Unlock()
@@ -423,28 +569,35 @@ func (c *Conn) control(build func(dst []byte, id uint64) []byte) error {
 // ---------------------------------------------------------------------------------
 // Reading
 
-func (c *Conn) readLoop(nc net.Conn, epoch uint64) {
-	buf := make([]byte, 64<<10)
-	off, n := 0, 0
+// readLoop reads frames of physical connection epoch and dispatches them.
+func (c *Conn) readLoop(nc net.Conn, epoch uint64, maxBody int, initial []byte) {
+	buf := make([]byte, max(readBufSize, len(initial)))
+	n := copy(buf, initial)
 	var f wire.Frame
 	for {
-		k, err := nc.Read(buf[n:])
-		n += k
-		for {
-			used, derr := f.Decode(buf[off:n], 0)
+		var k int
+		var err error
+		if n < len(buf) {
+			k, err = nc.Read(buf[n:])
+			n += k
+		}
+		off := 0
+		for off < n {
+			used, derr := f.Decode(buf[off:n], maxBody)
 			if derr != nil {
 				if errors.Is(derr, wire.ErrIncomplete) {
 					break
 				}
-				c.lost(epoch, derr)
+				c.lost(epoch, fmt.Errorf("tern: reading from the server: %w", derr))
 				return
 			}
 			off += used
-			c.process(&f)
+			c.process(&f, epoch)
 		}
+		// Keep the unread tail at the front; grow for a frame larger than the buffer,
+		// shrink back after one.
 		if off > 0 {
 			n = copy(buf, buf[off:n])
-			off = 0
 		}
 		if n == len(buf) {
 			need, lerr := wire.FrameLen(buf[:n])
@@ -452,6 +605,8 @@ func (c *Conn) readLoop(nc net.Conn, epoch uint64) {
 				need = 2 * len(buf)
 			}
 			buf = append(buf, make([]byte, need-len(buf))...)
+		} else if len(buf) > 4*readBufSize && n < readBufSize/2 {
+			buf = append(make([]byte, 0, readBufSize), buf[:n]...)[:readBufSize]
 		}
 		if err != nil {
 			c.lost(epoch, err)
@@ -460,28 +615,35 @@ func (c *Conn) readLoop(nc net.Conn, epoch uint64) {
 	}
 }
 
-func (c *Conn) process(f *wire.Frame) {
+func (c *Conn) process(f *wire.Frame, epoch uint64) {
 	switch f.Type {
 	case wire.TypeMsg:
 		c.inMsgs.Add(1)
 		c.inBytes.Add(uint64(len(f.Payload)))
-		c.mu.Lock()
+		c.subsMu.Lock()
 		s := c.subs[f.SID]
-		c.mu.Unlock()
+		c.subsMu.Unlock()
 		if s != nil {
 			s.deliver(f)
 		}
 	case wire.TypePing:
 		c.mu.Lock()
-		c.bw = wire.AppendPong(c.bw)
+		if c.epoch == epoch {
+			c.bw = wire.AppendPong(c.bw)
+		}
 		c.mu.Unlock()
 		c.kick()
 	case wire.TypePong:
 		c.mu.Lock()
+		if c.epoch != epoch {
+			c.mu.Unlock()
+			return
+		}
 		c.pingOut = 0
 		var ch chan error
 		if len(c.pongs) > 0 {
 			ch = c.pongs[0]
+			c.pongs[0] = nil
 			c.pongs = c.pongs[1:]
 		}
 		c.mu.Unlock()
@@ -497,11 +659,15 @@ func (c *Conn) process(f *wire.Frame) {
 		}
 		c.mu.Lock()
 		c.lastErr = err
+		if f.Code.Fatal() && c.epoch == epoch {
+			c.fatalErr = err
+		}
 		c.mu.Unlock()
 		c.asyncError(nil, err)
 	}
 }
 
+// answer delivers an OK or ERR to the control call waiting for ack id.
 func (c *Conn) answer(id uint64, err error) bool {
 	c.mu.Lock()
 	ch, ok := c.acks[id]
@@ -513,16 +679,37 @@ func (c *Conn) answer(id uint64, err error) bool {
 	return ok
 }
 
-// lost handles the end of physical connection epoch: fail what waited on it and
-// reconnect or close.
+// keepPublishes compacts buf to its PUB frames: frames that never reached the socket
+// of a broken connection. Control frames are dropped (subscriptions are re-created
+// from the table).
+func keepPublishes(buf []byte) []byte {
+	out := buf[:0]
+	for len(buf) > 0 {
+		n, err := wire.FrameLen(buf)
+		if err != nil || n > len(buf) {
+			break
+		}
+		if wire.Type(buf[0]) == wire.TypePub {
+			out = append(out, buf[:n]...)
+		}
+		buf = buf[n:]
+	}
+	return out
+}
+
+// lost handles the end of physical connection epoch: it fails what waited on it and
+// reconnects or closes.
 func (c *Conn) lost(epoch uint64, cause error) {
 	c.mu.Lock()
 	if c.epoch != epoch || c.status == Closed || c.status == Reconnecting {
 		c.mu.Unlock()
 		return
 	}
-	nc := c.nc
-	_ = nc.Close()
+	if c.fatalErr != nil {
+		cause = c.fatalErr
+	}
+	c.epoch++ // whatever else still reports on the old link is ignored
+	_ = c.nc.Close()
 	for _, ch := range c.pongs {
 		ch <- ErrConnectionLost
 	}
@@ -531,53 +718,62 @@ func (c *Conn) lost(epoch uint64, cause error) {
 		ch <- ErrConnectionLost
 		delete(c.acks, id)
 	}
-	// Frames not yet handed to the socket are dropped with it, like those in flight:
-	// SUBs are re-created from the table; publishes are at-most-once.
-	c.bw = c.bw[:0]
+	// Publishes that never reached the socket are sent after reconnecting; what was
+	// handed to the broken socket may be lost (at-most-once).
+	c.bw = keepPublishes(c.bw)
 	if !c.opts.AllowReconnect || c.status == Draining {
-		c.mu.Unlock()
-		c.log.Debug("connection lost", "err", cause)
-		if h := c.opts.DisconnectHandler; h != nil {
-			c.event(func() { h(c, cause) })
-		}
-		c.Close()
+		c.bw = c.bw[:0]
+		c.log.Warn("connection lost", "server", c.url, "err", cause)
+		c.closeLocked(cause)
 		return
 	}
 	c.status = Reconnecting
 	c.wcond.Broadcast()
+	url := c.url
 	c.mu.Unlock()
-	c.log.Debug("connection lost, reconnecting", "err", cause)
+	c.log.Warn("connection lost, reconnecting", "server", url, "err", cause)
 	if h := c.opts.DisconnectHandler; h != nil {
 		c.event(func() { h(c, cause) })
 	}
-	go c.reconnect()
+	go c.reconnect(url)
 }
 
-func (c *Conn) reconnect() {
+// reconnect dials the servers in turn, starting after the one that failed, with
+// backoff and jitter between rounds, until one answers, MaxReconnects rounds fail, or
+// the connection is closed.
+func (c *Conn) reconnect(failed string) {
 	wait := c.opts.ReconnectWait
-	for attempt := 1; c.opts.MaxReconnects < 0 || attempt <= c.opts.MaxReconnects; attempt++ {
-		jitter := time.Duration(rand.Int64N(int64(wait)/2 + 1))
+	start := 0
+	for i, s := range c.servers {
+		if s == failed {
+			start = i // the failed server goes last in each round
+		}
+	}
+	for round := 1; c.opts.MaxReconnects < 0 || round <= c.opts.MaxReconnects; round++ {
+		t := time.NewTimer(wait/2 + time.Duration(rand.Int64N(int64(wait/2)+1)))
 		select {
 		case <-c.done:
+			t.Stop()
 			return
-		case <-time.After(wait/2 + jitter):
+		case <-t.C:
 		}
 		for i := range c.servers {
-			addr := c.servers[(attempt+i-1)%len(c.servers)]
-			nc, info, err := c.dial(addr)
+			addr := c.servers[(start+1+i)%len(c.servers)]
+			nc, info, rest, err := c.dial(addr)
 			if err != nil {
-				c.log.Debug("reconnect attempt failed", "server", addr, "attempt", attempt, "err", err)
+				c.log.Debug("reconnect attempt failed", "server", addr, "round", round, "err", err)
 				continue
 			}
 			c.mu.Lock()
-			if c.status == Closed {
+			if c.status != Reconnecting {
 				c.mu.Unlock()
 				nc.Close()
 				return
 			}
-			c.install(nc, addr, info)
+			c.install(nc, addr, info, rest)
 			c.mu.Unlock()
 			c.reconnects.Add(1)
+			c.log.Info("reconnected", "server", addr)
 			if h := c.opts.ReconnectHandler; h != nil {
 				c.event(func() { h(c) })
 			}
@@ -585,9 +781,12 @@ func (c *Conn) reconnect() {
 		}
 		wait = min(2*wait, c.opts.MaxReconnectWait)
 	}
+	c.log.Warn("giving up reconnecting", "rounds", c.opts.MaxReconnects)
 	c.Close()
 }
 
+// pinger sends a PING every PingInterval and declares the link dead when too many go
+// unanswered.
 func (c *Conn) pinger() {
 	t := time.NewTicker(c.opts.PingInterval)
 	defer t.Stop()
@@ -606,7 +805,7 @@ func (c *Conn) pinger() {
 		if c.pingOut > c.opts.MaxPingsOutstanding {
 			epoch := c.epoch
 			c.mu.Unlock()
-			c.lost(epoch, errors.New("stale connection: server did not answer pings"))
+			c.lost(epoch, errors.New("tern: stale connection: the server did not answer pings"))
 			continue
 		}
 		c.pings++
@@ -619,6 +818,7 @@ func (c *Conn) pinger() {
 // ---------------------------------------------------------------------------------
 // Events
 
+// event queues a handler call for the event goroutine.
 func (c *Conn) event(f func()) {
 	select {
 	case c.events <- f:
@@ -626,6 +826,8 @@ func (c *Conn) event(f func()) {
 	}
 }
 
+// dispatchEvents runs handlers one at a time; after Close it runs what is queued and
+// then the ClosedHandler.
 func (c *Conn) dispatchEvents() {
 	for {
 		select {
@@ -637,6 +839,9 @@ func (c *Conn) dispatchEvents() {
 				case f := <-c.events:
 					f()
 				default:
+					if h := c.opts.ClosedHandler; h != nil {
+						h(c)
+					}
 					return
 				}
 			}
@@ -644,11 +849,13 @@ func (c *Conn) dispatchEvents() {
 	}
 }
 
+// asyncError reports err to the ErrorHandler without ever blocking the caller.
 func (c *Conn) asyncError(s *Subscription, err error) {
 	if h := c.opts.ErrorHandler; h != nil {
 		select {
 		case c.events <- func() { h(c, s, err) }:
-		default: // never block the reader on a slow handler
+		default:
+			c.log.Warn("error handler queue full, error dropped", "err", err)
 		}
 	}
 }
@@ -656,34 +863,59 @@ func (c *Conn) asyncError(s *Subscription, err error) {
 // ---------------------------------------------------------------------------------
 // State
 
-// Close closes the connection at once; buffered publishes that were not flushed are
-// lost (use Drain or Flush first). Close is idempotent.
+// Close closes the connection. Frames still buffered are given one write, bounded by
+// Timeout, before the socket closes, but nothing waits for the server: use Flush or
+// Drain to be sure they arrived. Asynchronous subscriptions stop after the message
+// their handler is running; pending Flush, NextMsg and Request calls return
+// ErrConnectionClosed. Close is idempotent.
 func (c *Conn) Close() {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
+	c.closeLocked(nil)
+}
+
+// closeLocked closes the connection; it is called with mu held and releases it. A
+// non-nil lostCause reports the link's loss to the DisconnectErrHandler first.
+func (c *Conn) closeLocked(lostCause error) {
 	if c.status == Closed {
 		c.mu.Unlock()
 		return
 	}
-	c.status = Closed
-	if c.nc != nil {
-		_ = c.nc.Close()
+	var last []byte
+	if c.status == Connected || c.status == Draining {
+		last = c.bw
 	}
+	c.status = Closed
+	c.bw = nil
+	nc := c.nc
 	for _, ch := range c.pongs {
 		ch <- ErrConnectionClosed
 	}
 	c.pongs = nil
-	subs := c.subs
-	c.subs = map[uint64]*Subscription{}
 	c.wcond.Broadcast()
 	c.mu.Unlock()
-	for _, s := range subs {
-		s.close()
-	}
-	if h := c.opts.ClosedHandler; h != nil {
-		select {
-		case c.events <- func() { h(c) }:
-		default:
+
+	if nc != nil {
+		if len(last) > 0 {
+			// Also bounds a write of the flusher that is stuck on a full socket.
+			_ = nc.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
+			c.writeMu.Lock()
+			_, _ = nc.Write(last)
+			c.writeMu.Unlock()
 		}
+		_ = nc.Close()
+	}
+	c.subsMu.Lock()
+	subs := c.subs
+	c.subs = map[uint64]*Subscription{}
+	c.subsMu.Unlock()
+	for _, s := range subs {
+		s.close(true)
+	}
+	if h := c.opts.DisconnectHandler; h != nil && lostCause != nil {
+		c.event(func() { h(c, lostCause) })
 	}
 	close(c.done)
 }
@@ -695,33 +927,42 @@ func (c *Conn) Status() Status {
 	return c.status
 }
 
-// IsConnected reports whether the connection is up.
+// IsConnected reports whether the link is up and not draining.
 func (c *Conn) IsConnected() bool { return c.Status() == Connected }
 
-// IsClosed reports whether Close has run.
+// IsReconnecting reports whether the client is trying to reconnect.
+func (c *Conn) IsReconnecting() bool { return c.Status() == Reconnecting }
+
+// IsDraining reports whether Drain is under way.
+func (c *Conn) IsDraining() bool { return c.Status() == Draining }
+
+// IsClosed reports whether the connection is closed for good.
 func (c *Conn) IsClosed() bool { return c.Status() == Closed }
 
-// ConnectedURL is the server address in use, or "" when disconnected.
+// ConnectedURL is the URL of the server in use, or "" when disconnected.
 func (c *Conn) ConnectedURL() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.status != Connected {
+	if c.status != Connected && c.status != Draining {
 		return ""
 	}
 	return "tern://" + c.url
 }
 
-// ServerInfo is what the current server said in its INFO.
+// Servers returns the server addresses the connection uses, in order.
+func (c *Conn) Servers() []string { return append([]string(nil), c.servers...) }
+
+// ServerInfo is what the current (or last) server said in its INFO.
 func (c *Conn) ServerInfo() ServerInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.info
 }
 
-// MaxPayload is the server's payload limit.
+// MaxPayload is the server's payload limit in bytes.
 func (c *Conn) MaxPayload() int { return c.ServerInfo().MaxPayload }
 
-// LastError is the last asynchronous error the server reported.
+// LastError is the last ERR the server sent that answered no synchronous call, or nil.
 func (c *Conn) LastError() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -100,3 +100,46 @@ func ExampleConn_Request() {
 	// hello world <nil>
 	// tern: no responders
 }
+
+func ExampleConn_ChanSubscribe() {
+	s, stop := exampleServer()
+	defer stop()
+	nc, _ := tern.Connect(s.URL())
+	defer nc.Close()
+
+	ch := make(chan *tern.Msg, 64)
+	sub, _ := nc.ChanSubscribe("orders.>", ch)
+	_ = sub.AutoUnsubscribe(2)
+	_ = nc.PublishMsg(&tern.Msg{Subject: "orders.new", Header: tern.Header{"id": {"7"}}, Data: []byte("book")})
+	_ = nc.Publish("orders.cancel", []byte("pen"))
+	_ = nc.Publish("orders.new", []byte("after the second: not delivered"))
+	for i := 0; i < 2; i++ {
+		m := <-ch
+		fmt.Println(m.Subject, m.Header.Get("id"), string(m.Data))
+	}
+	// Output:
+	// orders.new 7 book
+	// orders.cancel  pen
+}
+
+func ExampleConn_Drain() {
+	s, stop := exampleServer()
+	defer stop()
+	nc, _ := tern.Connect(s.URL())
+	pub, _ := tern.Connect(s.URL())
+	defer pub.Close()
+
+	handled := 0
+	_, _ = nc.QueueSubscribe("jobs", "workers", func(*tern.Msg) {
+		time.Sleep(time.Millisecond) // a slow worker
+		handled++
+	})
+	for i := 0; i < 20; i++ {
+		_ = pub.Publish("jobs", nil)
+	}
+	_ = pub.Flush()
+	// Every job already sent to this worker is handled before the connection closes.
+	err := nc.Drain()
+	fmt.Println(handled, err, nc.Status())
+	// Output: 20 <nil> closed
+}

@@ -5,7 +5,11 @@ import (
 	"time"
 )
 
-// Options configure a connection; set them with the Option functions.
+// Options configure a connection. Connect starts from DefaultOptions and applies the
+// Option functions in order; Options.Connect uses a filled-in value directly. Each field
+// is documented at the Option that sets it (DisconnectHandler is set by
+// DisconnectErrHandler, AllowReconnect cleared by NoReconnect, PendingMsgsLimit and
+// PendingBytesLimit by PendingLimits).
 type Options struct {
 	Name                string
 	Credentials         []byte
@@ -21,9 +25,8 @@ type Options struct {
 	WriteBufferSize     int
 	ReadBufferSize      int
 	NoEcho              bool
-	PendingMsgsLimit    int
-	PendingBytesLimit   int
-	SyncQueueLen        int
+	PendingMsgsLimit    int // per subscription; <= 0: unlimited
+	PendingBytesLimit   int // per subscription; <= 0: unlimited
 	DrainTimeout        time.Duration
 
 	ConnectHandler    func(*Conn)
@@ -45,10 +48,9 @@ func DefaultOptions() Options {
 		ReconnectBufSize:    8 << 20,
 		PingInterval:        2 * time.Minute,
 		MaxPingsOutstanding: 2,
-		WriteBufferSize:     64 << 10,
+		WriteBufferSize:     32 << 10,
 		PendingMsgsLimit:    512 << 10,
 		PendingBytesLimit:   64 << 20,
-		SyncQueueLen:        64 << 10,
 		DrainTimeout:        30 * time.Second,
 	}
 }
@@ -62,38 +64,46 @@ func Name(name string) Option { return func(o *Options) { o.Name = name } }
 // Credentials are sent in CONNECT for servers that check them.
 func Credentials(c []byte) Option { return func(o *Options) { o.Credentials = c } }
 
-// Timeout bounds dialling plus the handshake, and synchronous acknowledgements.
+// Timeout bounds dialling plus the handshake of each connection attempt, and how long
+// Subscribe waits for the server's acknowledgement. Default 2s.
 func Timeout(d time.Duration) Option { return func(o *Options) { o.Timeout = d } }
 
-// ReconnectWait is the first delay between reconnect attempts; it doubles (with
-// jitter) up to MaxReconnectWait.
+// ReconnectWait is the first delay between reconnect attempts; it doubles after each
+// failed round over the server list, up to MaxReconnectWait, and each delay is drawn at
+// random between half and all of its value (jitter). Default 250ms.
 func ReconnectWait(d time.Duration) Option { return func(o *Options) { o.ReconnectWait = d } }
 
-// MaxReconnectWait caps the reconnect backoff.
+// MaxReconnectWait caps the reconnect backoff. Default 5s.
 func MaxReconnectWait(d time.Duration) Option { return func(o *Options) { o.MaxReconnectWait = d } }
 
-// MaxReconnects is how many failed attempts in a row end reconnecting; -1 never gives up.
+// MaxReconnects is how many failed rounds over the server list end reconnecting, after
+// which the connection closes; -1 never gives up. Default 60.
 func MaxReconnects(n int) Option { return func(o *Options) { o.MaxReconnects = n } }
 
 // NoReconnect closes the connection at the first disconnect.
 func NoReconnect() Option { return func(o *Options) { o.AllowReconnect = false } }
 
-// ReconnectBufSize bounds the bytes published while disconnected; beyond it Publish
-// returns ErrReconnectBufExceeded.
+// ReconnectBufSize bounds the bytes of frames published while disconnected, which are
+// sent once the connection is back; beyond it Publish returns ErrReconnectBufExceeded.
+// 0 disables buffering: publishing while disconnected fails at once. Default 8 MiB.
 func ReconnectBufSize(n int) Option { return func(o *Options) { o.ReconnectBufSize = n } }
 
-// PingInterval is how often the client pings the server to detect a dead link.
+// PingInterval is how often the client pings the server to detect a dead link; 0
+// disables client pings. Default 2m.
 func PingInterval(d time.Duration) Option { return func(o *Options) { o.PingInterval = d } }
 
-// MaxPingsOutstanding unanswered pings make the client treat the link as dead.
+// MaxPingsOutstanding is how many pings may go unanswered; one more and the client
+// treats the link as dead and reconnects. Default 2.
 func MaxPingsOutstanding(n int) Option { return func(o *Options) { o.MaxPingsOutstanding = n } }
 
 // FlushDelay lets the flusher wait this long after a wake-up to coalesce more
-// publishes into one write; 0 writes as soon as it wakes.
+// publishes into one write, trading latency for fewer system calls; 0 (the default)
+// writes as soon as it wakes.
 func FlushDelay(d time.Duration) Option { return func(o *Options) { o.FlushDelay = d } }
 
-// WriteBufferSize is how many bytes publishers may buffer ahead of the socket before
-// they wait for the flusher.
+// WriteBufferSize is how many bytes publishers may buffer ahead of the socket. A
+// publisher that finds the buffer full writes it to the socket itself, or waits while
+// another write is in progress (backpressure). Default 32 KiB.
 func WriteBufferSize(n int) Option { return func(o *Options) { o.WriteBufferSize = n } }
 
 // ReadBufferSize sets the socket's kernel receive buffer (SO_RCVBUF); 0 leaves it to
@@ -107,18 +117,26 @@ func ReadBufferSize(n int) Option { return func(o *Options) { o.ReadBufferSize =
 // subscriptions.
 func NoEcho() Option { return func(o *Options) { o.NoEcho = true } }
 
-// PendingLimits bound the messages and bytes queued for one asynchronous subscription.
+// PendingLimits bound the messages and bytes queued in the client for one
+// subscription made with Subscribe, QueueSubscribe or SubscribeSync. A message that
+// would exceed either is dropped, counted in Subscription.Dropped, and ErrSlowConsumer
+// is reported to the ErrorHandler. A limit <= 0 is unlimited. Default 512 Ki messages,
+// 64 MiB.
 func PendingLimits(msgs, bytes int) Option {
 	return func(o *Options) { o.PendingMsgsLimit, o.PendingBytesLimit = msgs, bytes }
 }
 
-// SyncQueueLen is the message queue length of SubscribeSync subscriptions.
-func SyncQueueLen(n int) Option { return func(o *Options) { o.SyncQueueLen = n } }
+// SubChanLen sets the message part of PendingLimits alone.
+func SubChanLen(n int) Option { return func(o *Options) { o.PendingMsgsLimit = n } }
 
-// DrainTimeout bounds Drain.
+// DrainTimeout bounds Drain. Default 30s.
 func DrainTimeout(d time.Duration) Option { return func(o *Options) { o.DrainTimeout = d } }
 
-// ConnectHandler runs once the first connection is up.
+// ConnectHandler runs once, after Connect has succeeded.
+//
+// All handlers run one at a time on a goroutine of the connection reserved for them,
+// never on the reader: a slow handler delays the handlers after it, not message
+// delivery.
 func ConnectHandler(f func(*Conn)) Option { return func(o *Options) { o.ConnectHandler = f } }
 
 // DisconnectErrHandler runs when the connection breaks, with the cause.
@@ -132,7 +150,10 @@ func ReconnectHandler(f func(*Conn)) Option { return func(o *Options) { o.Reconn
 // ClosedHandler runs once when the connection is closed for good.
 func ClosedHandler(f func(*Conn)) Option { return func(o *Options) { o.ClosedHandler = f } }
 
-// ErrorHandler receives asynchronous errors: server ERR frames, slow consumers.
+// ErrorHandler receives asynchronous errors: ERR frames the server sends about a
+// publish or a re-created subscription (as *ServerError), and ErrSlowConsumer with the
+// subscription that dropped messages. Errors that arrive while the handler's queue is
+// full are dropped rather than blocking the reader.
 func ErrorHandler(f func(*Conn, *Subscription, error)) Option {
 	return func(o *Options) { o.ErrorHandler = f }
 }

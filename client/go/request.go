@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"errors"
 	"strconv"
 	"time"
 
@@ -14,17 +13,24 @@ import (
 // InboxPrefix starts every reply subject the client makes.
 const InboxPrefix = "_INBOX."
 
-// NewInbox returns a unique reply subject.
+var inboxEncoding = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// NewInbox returns a unique subject to receive replies on.
 func NewInbox() string { return InboxPrefix + randomToken() }
 
 func randomToken() string {
-	b := make([]byte, 10)
-	_, _ = rand.Read(b)
-	return base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(b)
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return inboxEncoding.EncodeToString(b[:])
 }
 
-// Request publishes data to subject and waits for the first reply. It returns
-// ErrNoResponders at once when nothing is subscribed to subject.
+// Request publishes data to subject and waits for the first reply, until ctx ends
+// (ErrTimeout at its deadline, the context's error if cancelled). It returns
+// ErrNoResponders as soon as the server reports that nothing is subscribed to subject.
+//
+// All requests of a connection share one subscription, "_INBOX.<random>.*", made on
+// first use; each request waits on its own token. A request survives a reconnect: it
+// fails only when its context ends or the connection closes.
 func (c *Conn) Request(ctx context.Context, subject string, data []byte) (*Msg, error) {
 	return c.RequestMsg(ctx, &Msg{Subject: subject, Data: data})
 }
@@ -36,20 +42,21 @@ func (c *Conn) RequestTimeout(subject string, data []byte, d time.Duration) (*Ms
 	return c.Request(ctx, subject, data)
 }
 
-// RequestMsg is Request with headers.
+// RequestMsg is Request with headers: m's Subject, Header and Data are sent, its
+// Reply is replaced by the connection's inbox.
 func (c *Conn) RequestMsg(ctx context.Context, m *Msg) (*Msg, error) {
+	if c == nil {
+		return nil, ErrInvalidConnection
+	}
+	if m == nil {
+		return nil, ErrInvalidMsg
+	}
 	token, ch, err := c.newResponse()
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		c.respMu.Lock()
-		delete(c.respMap, token)
-		c.respMu.Unlock()
-	}()
-	req := *m
-	req.Reply = c.respPrefix + token
-	if err := c.PublishMsg(&req); err != nil {
+	defer c.dropResponse(token)
+	if err := c.publish(m.Subject, c.respPrefix+token, m.Header, m.Data); err != nil {
 		return nil, err
 	}
 	select {
@@ -59,10 +66,7 @@ func (c *Conn) RequestMsg(ctx context.Context, m *Msg) (*Msg, error) {
 		}
 		return r, nil
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, ErrTimeout
-		}
-		return nil, ctx.Err()
+		return nil, ctxErr(ctx)
 	case <-c.done:
 		return nil, ErrConnectionClosed
 	}
@@ -74,12 +78,12 @@ func (c *Conn) newResponse() (string, chan *Msg, error) {
 	c.respMu.Lock()
 	defer c.respMu.Unlock()
 	if c.respMap == nil {
-		c.respPrefix = NewInbox() + "."
-		c.respMap = make(map[string]chan *Msg)
-		if _, err := c.subscribe(c.respPrefix+"*", internalSub, c.routeResponse, nil, nil); err != nil {
-			c.respMap = nil
+		prefix := NewInbox() + "."
+		if _, err := c.subscribe(prefix+"*", internalSub, c.routeResponse, nil, nil); err != nil {
 			return "", nil, err
 		}
+		c.respPrefix = prefix
+		c.respMap = make(map[string]chan *Msg)
 	}
 	c.respToken++
 	token := strconv.FormatUint(c.respToken, 36)
@@ -88,12 +92,18 @@ func (c *Conn) newResponse() (string, chan *Msg, error) {
 	return token, ch, nil
 }
 
-// routeResponse runs in the reader for every message on the inbox.
-func (c *Conn) routeResponse(m *Msg) {
-	token := m.Subject[len(c.respPrefix):]
+func (c *Conn) dropResponse(token string) {
 	c.respMu.Lock()
-	ch := c.respMap[token]
 	delete(c.respMap, token)
+	c.respMu.Unlock()
+}
+
+// routeResponse runs in the reader for every message on the inbox: it hands the first
+// answer of a request to its waiter and drops the rest.
+func (c *Conn) routeResponse(m *Msg) {
+	c.respMu.Lock()
+	ch := c.respMap[m.Subject[len(c.respPrefix):]]
+	delete(c.respMap, m.Subject[len(c.respPrefix):])
 	c.respMu.Unlock()
 	if ch != nil {
 		ch <- m

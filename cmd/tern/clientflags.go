@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -23,9 +24,9 @@ func (c *clientFlags) register(fs *flag.FlagSet, defaultName string) {
 	if def == "" {
 		def = tern.DefaultURL
 	}
-	fs.StringVar(&c.server, "server", def, "server URL(s), comma-separated (env TERN_URL)")
+	fs.StringVar(&c.server, "server", def, "server `URL`s, comma-separated (env TERN_URL)")
 	fs.StringVar(&c.name, "name", defaultName, "connection name shown in monitoring")
-	fs.StringVar(&c.creds, "creds", "", "credentials sent in CONNECT")
+	fs.StringVar(&c.creds, "creds", "", "`credentials` sent in CONNECT")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "connect and request timeout")
 }
 
@@ -58,11 +59,32 @@ func (f *headerFlag) Set(v string) error {
 	return nil
 }
 
+// flagOutput, when set, receives usage and flag errors instead of stderr (tests).
+var flagOutput io.Writer
+
+// newFlagSet makes a subcommand's flag set whose --help lists every option with its
+// default, zero values included.
 func newFlagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("tern "+name, flag.ContinueOnError)
+	if flagOutput != nil {
+		fs.SetOutput(flagOutput)
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tern %s\n\nOptions:\n", usage)
-		fs.PrintDefaults()
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: tern %s\n\nOptions:\n", usage)
+		fs.VisitAll(func(f *flag.Flag) {
+			kind, help := flag.UnquoteUsage(f)
+			def := f.DefValue
+			if g, ok := f.Value.(flag.Getter); !ok {
+				def = "none"
+			} else if _, isString := g.Get().(string); isString {
+				def = fmt.Sprintf("%q", def)
+			}
+			if kind != "" {
+				kind = " " + kind
+			}
+			fmt.Fprintf(w, "  --%s%s\n    \t%s (default %s)\n", f.Name, kind, help, def)
+		})
 	}
 	return fs
 }

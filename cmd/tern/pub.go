@@ -21,7 +21,7 @@ func runPub(ctx context.Context, args []string) error {
 	var cf clientFlags
 	cf.register(fs, "tern-pub")
 	var hdr headerFlag
-	fs.Var(&hdr, "header", "header key=value (repeatable)")
+	fs.Var(&hdr, "header", "header `key=value` (repeatable)")
 	reply := fs.String("reply", "", "reply subject")
 	count := fs.Int("count", 1, "publish this many messages; {{i}} in the payload becomes the index")
 	sleep := fs.Duration("sleep", 0, "pause between messages")
@@ -58,7 +58,7 @@ func runPub(ctx context.Context, args []string) error {
 		if err := nc.PublishMsg(m); err != nil {
 			return err
 		}
-		if *sleep > 0 {
+		if *sleep > 0 && i+1 < *count {
 			select {
 			case <-time.After(*sleep):
 			case <-ctx.Done():

@@ -59,5 +59,6 @@ func runReply(ctx context.Context, args []string) error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	return nc.Flush()
+	// Answer what has already arrived, make sure the answers left, then close.
+	return nc.Drain()
 }

@@ -15,6 +15,15 @@ func init() {
 	register(command{name: "sub", summary: "subscribe and print messages", run: runSub})
 }
 
+// jsonMsg is one line of `tern sub --json`.
+type jsonMsg struct {
+	Subject string      `json:"subject"`
+	Reply   string      `json:"reply"`
+	Headers tern.Header `json:"headers"`
+	Data    string      `json:"data"`
+	Size    int         `json:"size"`
+}
+
 func runSub(ctx context.Context, args []string) error {
 	return subscribeAndPrint(ctx, args, os.Stdout)
 }
@@ -41,7 +50,6 @@ func subscribeAndPrint(ctx context.Context, args []string, out io.Writer) error 
 		return err
 	}
 	defer nc.Close()
-	ch := make(chan *tern.Msg, 4096)
 	opts := []tern.SubOpt{}
 	if *filter != "" {
 		opts = append(opts, tern.Filter(*filter))
@@ -49,22 +57,35 @@ func subscribeAndPrint(ctx context.Context, args []string, out io.Writer) error 
 	if *queue != "" {
 		opts = append(opts, tern.Queue(*queue))
 	}
-	if _, err := nc.ChanSubscribe(fs.Arg(0), ch, opts...); err != nil {
+	sub, err := nc.SubscribeSync(fs.Arg(0), opts...)
+	if err != nil {
 		return err
+	}
+	if *count > 0 {
+		// The server stops at count too, so a queue group's other members get the rest.
+		if err := sub.AutoUnsubscribe(*count); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(os.Stderr, "listening on %q\n", fs.Arg(0))
 	enc := json.NewEncoder(out)
-	for n := 1; *count == 0 || n <= *count; n++ {
-		var m *tern.Msg
-		select {
-		case m = <-ch:
-		case <-ctx.Done():
-			return nil
+	for n := 1; *count <= 0 || n <= *count; n++ {
+		m, err := sub.NextMsgContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted
+			}
+			return err
 		}
 		switch {
 		case *asJSON:
-			_ = enc.Encode(map[string]any{"subject": m.Subject, "reply": m.Reply, "headers": m.Header,
-				"data": string(m.Data), "size": len(m.Data)})
+			h := m.Header
+			if h == nil {
+				h = tern.Header{}
+			}
+			if err := enc.Encode(jsonMsg{Subject: m.Subject, Reply: m.Reply, Headers: h, Data: string(m.Data), Size: len(m.Data)}); err != nil {
+				return err
+			}
 		case *raw:
 			fmt.Fprintf(out, "%s\n", m.Data)
 		default:
