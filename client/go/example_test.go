@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"sort"
 	"time"
 
@@ -15,6 +16,11 @@ import (
 func exampleServer() (*server.Server, func()) {
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
+	dir, err := os.MkdirTemp("", "tern-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg.StoreDir = dir
 	s, err := server.New(cfg, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -22,7 +28,10 @@ func exampleServer() (*server.Server, func()) {
 	if err := s.Start(); err != nil {
 		log.Fatal(err)
 	}
-	return s, func() { _ = s.Shutdown(context.Background()) }
+	return s, func() {
+		_ = s.Shutdown(context.Background())
+		_ = os.RemoveAll(dir)
+	}
 }
 
 func Example() {

@@ -12,10 +12,20 @@ import (
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
-func startCLIServer(t *testing.T) *server.Server { return servertest.Start(t, nil) }
+// internalSubs holds, per test server, the subscriptions the server made for itself
+// (the stream API), so waitSubs counts only the clients'.
+var internalSubs sync.Map
+
+func startCLIServer(t *testing.T) *server.Server {
+	s := servertest.Start(t, nil)
+	internalSubs.Store(s, s.Broker().Count())
+	return s
+}
 
 func waitSubs(t *testing.T, s *server.Server, n int) {
 	t.Helper()
+	base, _ := internalSubs.Load(s)
+	n += base.(int)
 	for deadline := time.Now().Add(5 * time.Second); s.Broker().Count() < n; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d subscriptions, want %d", s.Broker().Count(), n)

@@ -15,7 +15,11 @@ import (
 // valid only during Publish; a Sink that keeps the message must copy what it keeps.
 type Message struct {
 	Subject []byte
-	Reply   []byte
+	// Route, when set, is the subject the message is routed by instead of Subject:
+	// the stream engine delivers a stored message, under its own subject, to a
+	// consumer's delivery or inbox subject.
+	Route []byte
+	Reply []byte
 	// Header is the encoded header block (the native wire encoding is the canonical
 	// header encoding of every front end), nil when the message has none.
 	Header header.Block
@@ -136,6 +140,12 @@ func (b *Broker) AutoUnsubscribe(sub *Subscription, max uint64) error {
 	return nil
 }
 
+// HasInterest reports whether any subscription matches subject.
+func (b *Broker) HasInterest(subject []byte) bool {
+	r := b.subs.Match(subject)
+	return len(r.Plain) > 0 || len(r.Groups) > 0
+}
+
 // Count reports the number of subscriptions.
 func (b *Broker) Count() int { return b.subs.Count() }
 
@@ -214,7 +224,11 @@ func (p *Batch) WaitStalled(max time.Duration) {
 // been validated by the caller (subject.ValidatePublish). The sinks delivered to are
 // added to p; the caller calls p.Flush after a batch of publishes.
 func (b *Broker) Publish(p *Batch, m *Message) int {
-	r := b.subs.Match(m.Subject)
+	route := m.Subject
+	if m.Route != nil {
+		route = m.Route
+	}
+	r := b.subs.Match(route)
 	if len(r.Plain) == 0 && len(r.Groups) == 0 {
 		return 0
 	}

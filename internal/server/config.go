@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +33,25 @@ type Config struct {
 	ConnectTimeout     time.Duration
 	LogLevel           string // debug, info, warn, error
 	LogFormat          string // text or json
+	// StoreDir holds durable streams; "" disables them.
+	StoreDir     string
+	Sync         string // fsync policy of stream logs: always, interval or never
+	SyncInterval time.Duration
+	SegmentSize  int64
+	MaxStreams   int
+	MaxConsumers int
+}
+
+// DefaultStoreDir is where streams live when no store_dir is configured:
+// $XDG_DATA_HOME/tern, else ~/.local/share/tern, else ./tern-data.
+func DefaultStoreDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "tern")
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" && h != "/" {
+		return filepath.Join(h, ".local", "share", "tern")
+	}
+	return "tern-data"
 }
 
 // DefaultConfig is the configuration of `tern server` with no file, flag or variable:
@@ -52,6 +72,10 @@ func DefaultConfig() Config {
 		ConnectTimeout:     2 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
+		StoreDir:           DefaultStoreDir(),
+		Sync:               "interval",
+		SyncInterval:       100 * time.Millisecond,
+		SegmentSize:        64 << 20,
 	}
 }
 
@@ -137,6 +161,23 @@ var options = func() []option {
 	add("log_level", "debug, info, warn or error", g, s)
 	g, s = strOpt(func(c *Config) *string { return &c.LogFormat })
 	add("log_format", "text or json", g, s)
+	g, s = strOpt(func(c *Config) *string { return &c.StoreDir })
+	add("store_dir", "directory of durable streams and consumers; empty disables streams", g, s)
+	g, s = strOpt(func(c *Config) *string { return &c.Sync })
+	add("sync", "fsync policy of streams: always (fsync before every publish ack), interval (fsync every sync_interval) or never (leave it to the OS)", g, s)
+	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.SyncInterval })
+	add("sync_interval", "fsync period under the interval policy", gd, sd)
+	add("segment_size", "size at which a stream log starts a new segment file (suffixes KiB, MiB, GiB)",
+		func(c *Config) string { return strconv.FormatInt(c.SegmentSize, 10) },
+		func(c *Config, v string) error {
+			n, err := parseSize(v)
+			c.SegmentSize = n
+			return err
+		})
+	g, s = intOpt(func(c *Config) *int { return &c.MaxStreams })
+	add("max_streams", "most streams (0 = unlimited)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.MaxConsumers })
+	add("max_consumers", "most consumers per stream (0 = unlimited)", g, s)
 	return o
 }()
 

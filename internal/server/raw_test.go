@@ -18,6 +18,7 @@ func startServer(t testing.TB, mutate func(*Config)) *Server {
 	cfg.Host = "127.0.0.1"
 	cfg.Port = 0
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.StoreDir = t.TempDir()
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/native"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -24,12 +26,13 @@ var Version = "0.1.0-dev"
 
 // Server is one running broker process.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	id     string
-	start  time.Time
-	broker *broker.Broker
-	native *native.Server
+	cfg     Config
+	log     *slog.Logger
+	id      string
+	start   time.Time
+	broker  *broker.Broker
+	native  *native.Server
+	streams *stream.Manager // nil when streams are disabled
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -65,13 +68,35 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.native = ns
+	if cfg.StoreDir != "" {
+		policy, err := store.ParseSyncPolicy(cfg.Sync)
+		if err != nil {
+			return nil, fmt.Errorf("sync: %w", err)
+		}
+		mgr, err := stream.New(stream.Config{
+			Dir: cfg.StoreDir, Sync: policy, SyncInterval: cfg.SyncInterval, MaxPayload: cfg.MaxPayload,
+			MaxStreams: cfg.MaxStreams, MaxConsumers: cfg.MaxConsumers, SegmentBytes: cfg.SegmentSize,
+		}, s.broker, log.With("component", "streams"))
+		if err != nil {
+			return nil, err
+		}
+		s.streams = mgr
+	}
 	return s, nil
 }
+
+// Streams is the stream engine, nil when streams are disabled.
+func (s *Server) Streams() *stream.Manager { return s.streams }
 
 // Start opens the native listener and the monitoring endpoint and returns once both
 // accept connections.
 func (s *Server) Start() error {
 	s.start = time.Now()
+	if s.streams != nil {
+		if err := s.streams.Start(); err != nil {
+			return err
+		}
+	}
 	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -84,6 +109,9 @@ func (s *Server) Start() error {
 	go func() { s.serveErr <- s.native.Serve(l) }()
 	if s.cfg.HTTPAddr != "" {
 		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
+		if s.streams != nil {
+			m.Registry().MustRegister(streamCollector{s.streams})
+		}
 		if err := m.Start(); err != nil {
 			_ = l.Close()
 			return fmt.Errorf("monitoring listener: %w", err)
@@ -94,7 +122,8 @@ func (s *Server) Start() error {
 	}
 	s.log.Info("tern server ready", "version", Version, "server_id", s.id, "name", s.cfg.ServerName,
 		"native", l.Addr().String(), "http", s.httpAddr(), "max_payload", s.cfg.MaxPayload,
-		"max_pending", s.cfg.MaxPending, "slow_consumer_policy", s.cfg.SlowConsumerPolicy)
+		"max_pending", s.cfg.MaxPending, "slow_consumer_policy", s.cfg.SlowConsumerPolicy,
+		"store_dir", s.cfg.StoreDir, "sync", s.cfg.Sync)
 	return nil
 }
 
@@ -153,6 +182,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var errs []error
 	if err := s.native.Shutdown(timeout); err != nil {
 		errs = append(errs, err)
+	}
+	if s.streams != nil {
+		s.streams.Close()
 	}
 	s.mu.Lock()
 	m := s.monitor

@@ -1,0 +1,74 @@
+// Package jstest starts a nats-server with JetStream for tests: on a free loopback
+// port, with its store in a temporary directory, stopped when the test ends.
+package jstest
+
+import (
+	"bytes"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Server is a running nats-server.
+type Server struct {
+	URL string
+	Pid int
+	Dir string // the JetStream store directory
+}
+
+// Start starts nats-server -js on a free port and waits until it accepts connections
+// with JetStream enabled. The test fails if nats-server is not installed
+// (scripts/deps.sh installs it). The server is killed and its store removed when the
+// test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		t.Fatal("nats-server not installed: run scripts/deps.sh (or apt-get install nats-server)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir := t.TempDir()
+	var log bytes.Buffer
+	cmd := exec.Command(bin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	s := &Server{URL: "nats://127.0.0.1:" + strconv.Itoa(port), Pid: cmd.Process.Pid, Dir: dir}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nc, err := nats.Connect(s.URL, nats.NoReconnect())
+		if err == nil {
+			// JetStream may start a moment after the client port opens.
+			_, err = nc.Request("$JS.API.INFO", nil, time.Second)
+			nc.Close()
+			if err == nil {
+				return s
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("nats-server exited during start-up:\n%s", log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nats-server -js did not come up on %s: %v", s.URL, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

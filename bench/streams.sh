@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Durable streams on this machine: NATS JetStream (and Tern, once its driver
+# bench/internal/ternstream exists) through bench/streamvs, then RabbitMQ's durable work
+# queue through bench/rabbit/run.sh, and one combined Markdown report.
+#
+# Installs nats-server if missing, builds the harness, starts
+#   nats-server -js -sd <tmp> -a 127.0.0.1 -p $JS_PORT            (and, with the Tern driver,
+#   tern server --host 127.0.0.1 --port $TERN_PORT --http "" --store-dir <tmp>)
+# runs the stream matrix against them, stops them, runs the RabbitMQ script (which
+# starts and stops its own private node), and stops exactly the processes it started,
+# by pid, on EXIT, INT and TERM.
+#
+# Usage: bench/streams.sh [streamvs options]     e.g. bench/streams.sh --runs 5
+#                                                     bench/streams.sh --scale 0.3 --replay-bytes 256MiB
+#        bench/streams.sh --list                 the rows (bench/streams.sh --help: all options)
+# Environment:
+#   JS_PORT (24222), TERN_PORT (27400)   ports of the servers (127.0.0.1)
+#   OUT (bench/out)                      results in $OUT/streams and $OUT/rabbit
+#   RABBIT (1)                           0 skips RabbitMQ
+#   RABBIT_ARGS ("")                     options for bench/rabbit/run.sh, e.g. "--runs 1 --time 5"
+#                                        (its RABBIT_* variables work too)
+# Outputs: $OUT/streams/results.md (every table), $OUT/streams/results.json (every stream
+# run), $OUT/streams/streamvs.md, server logs; $OUT/rabbit/results.{json,md}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Listing the rows or asking for help needs no servers.
+for a in "$@"; do
+	case "$a" in
+	--list | -list | -h | -help | --help) exec go run ./bench/streamvs "$@" ;;
+	esac
+done
+
+JS_PORT=${JS_PORT:-24222}
+TERN_PORT=${TERN_PORT:-27400}
+OUT=${OUT:-bench/out}
+RABBIT=${RABBIT:-1}
+RABBIT_ARGS=${RABBIT_ARGS:-}
+SOUT=$OUT/streams
+mkdir -p "$SOUT"
+
+# Tern takes part once its driver exists (see bench/streamvs/drivers.go).
+TERN=
+if compgen -G "bench/internal/ternstream/*.go" >/dev/null; then
+	TERN=1
+fi
+
+# --- nats-server (Debian package) -----------------------------------------------------
+if ! command -v nats-server >/dev/null 2>&1; then
+	echo "== installing nats-server (Debian package)"
+	if [ "$(id -u)" -eq 0 ]; then
+		apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo apt-get update -qq && sudo apt-get install -y -qq nats-server >/dev/null
+	else
+		echo "streams.sh: nats-server is missing; install it (apt-get install nats-server) or run as root" >&2
+		exit 1
+	fi
+fi
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() { # port pid name
+	for _ in $(seq 1 200); do
+		port_busy "$1" && return 0
+		kill -0 "$2" 2>/dev/null || { echo "streams.sh: $3 exited during start-up; see its log in $SOUT" >&2; return 1; }
+		sleep 0.05
+	done
+	echo "streams.sh: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
+	return 1
+}
+ports=("$JS_PORT")
+[ -n "$TERN" ] && ports+=("$TERN_PORT")
+for p in "${ports[@]}"; do
+	if port_busy "$p"; then
+		echo "streams.sh: 127.0.0.1:$p is already in use; set JS_PORT / TERN_PORT" >&2
+		exit 1
+	fi
+done
+
+# --- build ------------------------------------------------------------------------------
+echo "== building bench/streamvs${TERN:+ and tern}"
+go build -o "$SOUT/streamvs" ./bench/streamvs
+[ -n "$TERN" ] && go build -o "$SOUT/tern" ./cmd/tern
+
+# --- processes started here; stopped by pid -----------------------------------------------
+RUN_DIR=$(mktemp -d /tmp/sbench-streams.XXXXXX)
+PIDS=() # servers
+JOB=    # the streamvs or rabbit/run.sh child being waited for
+stop_pid() { # pid: TERM, wait up to 30 s, then KILL
+	local pid=$1
+	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 1 300); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
+}
+stop_servers() {
+	local pid
+	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+	PIDS=()
+}
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$JOB" ] && stop_pid "$JOB" # rabbit/run.sh stops its own node on TERM
+	stop_servers
+	rm -rf "$RUN_DIR"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+run_job() { # command...: run in the background and wait, so a signal is handled at once
+	"$@" &
+	JOB=$!
+	local rc=0
+	wait "$JOB" || rc=$?
+	JOB=
+	return "$rc"
+}
+
+nats-server -js -sd "$RUN_DIR/jetstream" -a 127.0.0.1 -p "$JS_PORT" >"$SOUT/nats-server.log" 2>&1 &
+JS_PID=$!
+PIDS+=("$JS_PID")
+wait_port "$JS_PORT" "$JS_PID" nats-server
+nats_version=$(nats-server --version 2>&1 | sed -n 's/^nats-server: *v\{0,1\}//p')
+args=(--js-url "nats://127.0.0.1:$JS_PORT" --js-pid "$JS_PID" --js-version "$nats_version")
+drivers=js
+
+if [ -n "$TERN" ]; then
+	"$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --http "" --store-dir "$RUN_DIR/tern" >"$SOUT/tern-server.log" 2>&1 &
+	TERN_PID=$!
+	PIDS+=("$TERN_PID")
+	wait_port "$TERN_PORT" "$TERN_PID" "tern server"
+	tern_version=$("$SOUT/tern" version | sed -n 's/^tern *//p')
+	args+=(--tern-url "tern://127.0.0.1:$TERN_PORT" --tern-pid "$TERN_PID" --tern-version "$tern_version")
+	drivers=js,tern
+fi
+
+# --- machine -----------------------------------------------------------------------------
+echo "== machine"
+echo "nproc:        $(nproc)"
+echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
+echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "kernel:       $(uname -sr)"
+echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stream stores in $RUN_DIR)"
+echo "go:           $(go version | awk '{print $3, $4}')"
+echo "nats-server:  $nats_version -js (pid $JS_PID, 127.0.0.1:$JS_PORT)"
+if [ -n "$TERN" ]; then
+	echo "tern:         $tern_version (pid $TERN_PID, 127.0.0.1:$TERN_PORT)"
+else
+	echo "tern:         not run (no stream driver yet: bench/internal/ternstream)"
+fi
+echo
+
+# --- streams -------------------------------------------------------------------------------
+echo "== stream matrix (progress on stderr)"
+run_job "$SOUT/streamvs" --drivers "$drivers" "${args[@]}" --json "$SOUT/results.json" "$@" >"$SOUT/streamvs.md"
+stop_servers # before RabbitMQ, so nothing else runs beside it
+
+# --- RabbitMQ ------------------------------------------------------------------------------
+rabbit_json=()
+if [ "$RABBIT" != 0 ]; then
+	echo
+	echo "== RabbitMQ (bench/rabbit/run.sh $RABBIT_ARGS)"
+	# shellcheck disable=SC2086 # RABBIT_ARGS is a list of options
+	if run_job env OUT="$OUT" bench/rabbit/run.sh $RABBIT_ARGS; then
+		rabbit_json=(--rabbit "$OUT/rabbit/results.json")
+	else
+		echo "streams.sh: the RabbitMQ run failed; the report has no RabbitMQ table" >&2
+	fi
+fi
+
+# --- report --------------------------------------------------------------------------------
+"$SOUT/streamvs" --report "$SOUT/results.json" "${rabbit_json[@]}" >"$SOUT/results.md"
+echo
+cat "$SOUT/results.md"
+echo
+echo "== written: $SOUT/results.md, $SOUT/results.json${rabbit_json:+, $OUT/rabbit/results.json}"

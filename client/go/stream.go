@@ -1,0 +1,494 @@
+package tern
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/streamapi"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Stream API types, shared with the server (their JSON forms are in
+// docs/protocol.md).
+type (
+	StreamConfig   = streamapi.StreamConfig
+	StreamInfo     = streamapi.StreamInfo
+	StreamState    = streamapi.StreamState
+	ConsumerConfig = streamapi.ConsumerConfig
+	ConsumerInfo   = streamapi.ConsumerInfo
+	PartitionState = streamapi.PartitionState
+	PurgeRequest   = streamapi.PurgeRequest
+	StoredMsg      = streamapi.StoredMsg
+	PubAck         = streamapi.PubAck
+	APIError       = streamapi.APIError
+	Duration       = streamapi.Duration
+	Retention      = streamapi.Retention
+	DeliverPolicy  = streamapi.DeliverPolicy
+	AckPolicy      = streamapi.AckPolicy
+)
+
+// Retention, deliver and ack policies.
+const (
+	RetainLimits          = streamapi.RetainLimits
+	RetainWorkQueue       = streamapi.RetainWorkQueue
+	RetainInterest        = streamapi.RetainInterest
+	DeliverAll            = streamapi.DeliverAll
+	DeliverNew            = streamapi.DeliverNew
+	DeliverLast           = streamapi.DeliverLast
+	DeliverLastPerSubject = streamapi.DeliverLastPerSubject
+	DeliverByStartSeq     = streamapi.DeliverByStartSeq
+	DeliverByStartTime    = streamapi.DeliverByStartTime
+	AckNone               = streamapi.AckNone
+	AckExplicit           = streamapi.AckExplicit
+	AckAll                = streamapi.AckAll
+)
+
+// Header keys of the stream engine.
+const (
+	MsgIDHeader = streamapi.HeaderMsgID // duplicate detection
+	KeyHeader   = streamapi.HeaderKey   // partition choice
+)
+
+// Stream errors; API failures also carry an *APIError with the server's code.
+var (
+	ErrStreamNotFound   = errors.New("tern: stream not found")
+	ErrConsumerNotFound = errors.New("tern: consumer not found")
+	// ErrStreamUnavailable: the server has streams disabled or did not answer the API.
+	ErrStreamUnavailable = errors.New("tern: stream API unavailable")
+	// ErrTooManyPending: PublishAsync waited StallWait for room in its window.
+	ErrTooManyPending = errors.New("tern: too many unacknowledged async publishes")
+	// ErrNotStreamMsg: an ack method on a message that did not come from a consumer.
+	ErrNotStreamMsg = errors.New("tern: not a stream message")
+)
+
+// Streams is the stream API of a connection: management, publish with
+// acknowledgement, and consumers. Get it with Conn.Streams; it is safe for concurrent
+// use.
+type Streams struct {
+	c         *Conn
+	timeout   time.Duration
+	window    int
+	stallWait time.Duration
+
+	mu       sync.Mutex
+	ackSub   *Subscription
+	prefix   string
+	nextID   uint64
+	futures  map[string]*PubAckFuture
+	room     chan struct{} // signalled when a future resolves while the window was full
+	idle     chan struct{} // closed when no async publish is outstanding
+	sweeping bool
+}
+
+// StreamsOpt changes one setting of Conn.Streams.
+type StreamsOpt func(*Streams)
+
+// APITimeout bounds each management request and synchronous publish (default 5 s).
+func APITimeout(d time.Duration) StreamsOpt { return func(s *Streams) { s.timeout = d } }
+
+// PublishAsyncMaxPending bounds unacknowledged async publishes (default 4000).
+func PublishAsyncMaxPending(n int) StreamsOpt { return func(s *Streams) { s.window = n } }
+
+// PublishAsyncStallWait is how long PublishAsync waits for room (default 5 s).
+func PublishAsyncStallWait(d time.Duration) StreamsOpt {
+	return func(s *Streams) { s.stallWait = d }
+}
+
+// Streams returns the stream API over this connection.
+func (c *Conn) Streams(opts ...StreamsOpt) *Streams {
+	s := &Streams{c: c, timeout: 5 * time.Second, window: 4000, stallWait: 5 * time.Second,
+		futures: make(map[string]*PubAckFuture), room: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.window <= 0 {
+		s.window = 1
+	}
+	return s
+}
+
+// request sends a management request and decodes the answer into out.
+func request[T any](ctx context.Context, s *Streams, subject string, body any) (*T, error) {
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	msg, err := s.c.Request(ctx, subject, data)
+	if err != nil {
+		if errors.Is(err, ErrNoResponders) {
+			return nil, fmt.Errorf("%s: %w", subject, ErrStreamUnavailable)
+		}
+		return nil, fmt.Errorf("%s: %w", subject, err)
+	}
+	var resp streamapi.Response[T]
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("%s: bad response: %w", subject, err)
+	}
+	if resp.Error != nil {
+		return nil, apiErr(resp.Error)
+	}
+	if resp.Value == nil {
+		return nil, fmt.Errorf("%s: empty response", subject)
+	}
+	return resp.Value, nil
+}
+
+// apiErr wraps a server error with the sentinel callers branch on.
+func apiErr(e *streamapi.APIError) error {
+	switch e.Code {
+	case streamapi.CodeStreamNotFound:
+		return fmt.Errorf("%w: %w", ErrStreamNotFound, e)
+	case streamapi.CodeConsumerMissing:
+		return fmt.Errorf("%w: %w", ErrConsumerNotFound, e)
+	}
+	return e
+}
+
+// AddStream creates a stream (or confirms an identical one exists).
+func (s *Streams) AddStream(ctx context.Context, cfg StreamConfig) (*StreamInfo, error) {
+	if err := streamapi.ValidName("stream", cfg.Name); err != nil {
+		return nil, err
+	}
+	return request[StreamInfo](ctx, s, streamapi.StreamCreateSubject(cfg.Name), cfg)
+}
+
+// UpdateStream changes a stream's subjects and limits.
+func (s *Streams) UpdateStream(ctx context.Context, cfg StreamConfig) (*StreamInfo, error) {
+	if err := streamapi.ValidName("stream", cfg.Name); err != nil {
+		return nil, err
+	}
+	return request[StreamInfo](ctx, s, streamapi.StreamUpdateSubject(cfg.Name), cfg)
+}
+
+// StreamInfo describes a stream.
+func (s *Streams) StreamInfo(ctx context.Context, name string) (*StreamInfo, error) {
+	return request[StreamInfo](ctx, s, streamapi.StreamInfoSubject(name), nil)
+}
+
+// DeleteStream removes a stream and its data.
+func (s *Streams) DeleteStream(ctx context.Context, name string) error {
+	_, err := request[streamapi.Deleted](ctx, s, streamapi.StreamDeleteSubject(name), nil)
+	return err
+}
+
+// PurgeStream removes messages (all of them when req is nil) and says how many.
+func (s *Streams) PurgeStream(ctx context.Context, name string, req *PurgeRequest) (uint64, error) {
+	if req == nil {
+		req = &PurgeRequest{}
+	}
+	r, err := request[streamapi.PurgeResponse](ctx, s, streamapi.StreamPurgeSubject(name), req)
+	if err != nil {
+		return 0, err
+	}
+	return r.Purged, nil
+}
+
+// ListStreams describes every stream.
+func (s *Streams) ListStreams(ctx context.Context) ([]StreamInfo, error) {
+	r, err := request[streamapi.StreamList](ctx, s, streamapi.StreamListSubject, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Streams, nil
+}
+
+// GetMsg reads a stored message by partition and sequence.
+func (s *Streams) GetMsg(ctx context.Context, stream string, partition int, seq uint64) (*StoredMsg, error) {
+	return request[StoredMsg](ctx, s, streamapi.StreamMsgGetSubject(stream), streamapi.MsgGetRequest{Seq: seq, Partition: partition})
+}
+
+// GetLastMsg reads the last stored message of a subject in a partition.
+func (s *Streams) GetLastMsg(ctx context.Context, stream string, partition int, subject string) (*StoredMsg, error) {
+	return request[StoredMsg](ctx, s, streamapi.StreamMsgGetSubject(stream), streamapi.MsgGetRequest{LastBySubj: subject, Partition: partition})
+}
+
+// AddConsumer creates a consumer on a stream: durable when cfg.Durable is set, else
+// ephemeral with a server-chosen name (in the returned info) unless cfg.Name is set.
+func (s *Streams) AddConsumer(ctx context.Context, stream string, cfg ConsumerConfig) (*ConsumerInfo, error) {
+	name := cfg.Durable
+	if name == "" {
+		name = cfg.Name
+	}
+	subj := streamapi.APIPrefix + "CONSUMER.CREATE." + stream
+	if name != "" {
+		subj = streamapi.ConsumerCreateSubject(stream, name)
+	}
+	return request[ConsumerInfo](ctx, s, subj, cfg)
+}
+
+// ConsumerInfo describes a consumer.
+func (s *Streams) ConsumerInfo(ctx context.Context, stream, consumer string) (*ConsumerInfo, error) {
+	return request[ConsumerInfo](ctx, s, streamapi.ConsumerInfoSubject(stream, consumer), nil)
+}
+
+// DeleteConsumer removes a consumer and its position.
+func (s *Streams) DeleteConsumer(ctx context.Context, stream, consumer string) error {
+	_, err := request[streamapi.Deleted](ctx, s, streamapi.ConsumerDeleteSubject(stream, consumer), nil)
+	return err
+}
+
+// ListConsumers describes every consumer of a stream.
+func (s *Streams) ListConsumers(ctx context.Context, stream string) ([]ConsumerInfo, error) {
+	r, err := request[streamapi.ConsumerList](ctx, s, streamapi.ConsumerListSubject(stream), nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Consumers, nil
+}
+
+// ---------------------------------------------------------------------------------
+// Publishing with acknowledgement
+
+// PubOpt changes one setting of a stream publish.
+type PubOpt func(*Msg)
+
+// MsgID sets the message id the stream uses to drop duplicates within its window.
+func MsgID(id string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderMsgID, id) } }
+
+// Key sets the partition key: messages with one key go to one partition, in order.
+func Key(key string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderKey, key) } }
+
+func setHeader(m *Msg, k, v string) {
+	if m.Header == nil {
+		m.Header = Header{}
+	}
+	m.Header.Set(k, v)
+}
+
+// Publish stores data in the stream that captures subject and waits for its
+// acknowledgement.
+func (s *Streams) Publish(ctx context.Context, subject string, data []byte, opts ...PubOpt) (*PubAck, error) {
+	m := &Msg{Subject: subject, Data: data}
+	for _, o := range opts {
+		o(m)
+	}
+	return s.PublishMsg(ctx, m)
+}
+
+// PublishMsg is Publish with headers.
+func (s *Streams) PublishMsg(ctx context.Context, m *Msg) (*PubAck, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	r, err := s.c.RequestMsg(ctx, m)
+	if err != nil {
+		if errors.Is(err, ErrNoResponders) {
+			return nil, fmt.Errorf("publish to %q: no stream captures it: %w", m.Subject, ErrNoResponders)
+		}
+		return nil, fmt.Errorf("publish to %q: %w", m.Subject, err)
+	}
+	ack, err := streamapi.ParsePubAck(r.Data)
+	if err != nil {
+		return nil, fmt.Errorf("publish to %q: %w", m.Subject, err)
+	}
+	return &ack, nil
+}
+
+// PubAckFuture is the pending acknowledgement of an async publish.
+type PubAckFuture struct {
+	msg      *Msg
+	done     chan struct{}
+	ack      PubAck
+	err      error
+	deadline time.Time
+}
+
+// Done is closed when the acknowledgement (or an error) has arrived.
+func (f *PubAckFuture) Done() <-chan struct{} { return f.done }
+
+// Result returns the acknowledgement once Done is closed.
+func (f *PubAckFuture) Result() (*PubAck, error) {
+	<-f.done
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &f.ack, nil
+}
+
+// Wait waits for the acknowledgement until ctx ends.
+func (f *PubAckFuture) Wait(ctx context.Context) (*PubAck, error) {
+	select {
+	case <-f.done:
+		return f.Result()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Msg is the message that was published.
+func (f *PubAckFuture) Msg() *Msg { return f.msg }
+
+// PublishAsync publishes without waiting; the acknowledgement arrives on the
+// returned future. At most PublishAsyncMaxPending publishes are outstanding: beyond
+// that PublishAsync waits for room up to PublishAsyncStallWait.
+func (s *Streams) PublishAsync(subject string, data []byte, opts ...PubOpt) (*PubAckFuture, error) {
+	m := &Msg{Subject: subject, Data: data}
+	for _, o := range opts {
+		o(m)
+	}
+	return s.PublishMsgAsync(m)
+}
+
+// PublishMsgAsync is PublishAsync with headers.
+func (s *Streams) PublishMsgAsync(m *Msg) (*PubAckFuture, error) {
+	if err := s.ensureAckSub(); err != nil {
+		return nil, err
+	}
+	f := &PubAckFuture{msg: m, done: make(chan struct{})}
+	var stall *time.Timer
+	s.mu.Lock()
+	for len(s.futures) >= s.window {
+		s.mu.Unlock()
+		if stall == nil {
+			stall = time.NewTimer(s.stallWait)
+			defer stall.Stop()
+		}
+		select {
+		case <-s.room:
+		case <-stall.C:
+			return nil, ErrTooManyPending
+		}
+		s.mu.Lock()
+	}
+	s.nextID++
+	id := strconv.FormatUint(s.nextID, 36)
+	f.deadline = time.Now().Add(s.timeout)
+	s.futures[id] = f
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	reply := s.prefix + id
+	sweep := !s.sweeping
+	s.sweeping = true
+	s.mu.Unlock()
+	if sweep {
+		go s.sweep()
+	}
+	if err := s.c.publish(m.Subject, reply, m.Header, m.Data); err != nil {
+		s.resolve(id, nil, err)
+		return nil, err
+	}
+	return f, nil
+}
+
+// PublishAsyncPending reports how many async publishes await their acknowledgement.
+func (s *Streams) PublishAsyncPending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.futures)
+}
+
+// PublishAsyncComplete returns a channel closed once no async publish is outstanding.
+func (s *Streams) PublishAsyncComplete() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.futures) == 0 {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	return s.idle
+}
+
+func (s *Streams) ensureAckSub() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ackSub != nil {
+		return nil
+	}
+	s.prefix = NewInbox() + "."
+	sub, err := s.c.subscribe(s.prefix+"*", internalSub, s.onAck, nil, nil)
+	if err != nil {
+		return err
+	}
+	s.ackSub = sub
+	return nil
+}
+
+// onAck runs in the connection's reader for every publish acknowledgement.
+func (s *Streams) onAck(m *Msg) {
+	id := m.Subject[len(s.prefix):]
+	if len(m.Data) == 0 && m.Header.Get(wire.HeaderStatus) == wire.StatusNoResponders {
+		s.resolve(id, nil, ErrNoResponders)
+		return
+	}
+	ack, err := streamapi.ParsePubAck(m.Data)
+	if err != nil {
+		s.resolve(id, nil, err)
+		return
+	}
+	s.resolve(id, &ack, nil)
+}
+
+func (s *Streams) resolve(id string, ack *PubAck, err error) {
+	s.mu.Lock()
+	f := s.futures[id]
+	if f == nil {
+		s.mu.Unlock()
+		return
+	}
+	full := len(s.futures) >= s.window
+	delete(s.futures, id)
+	if len(s.futures) == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+	s.mu.Unlock()
+	if full {
+		select {
+		case s.room <- struct{}{}:
+		default:
+		}
+	}
+	if ack != nil {
+		f.ack = *ack
+	}
+	f.err = err
+	close(f.done)
+}
+
+// sweep fails async publishes whose acknowledgement is overdue (lost with a broken
+// connection, say); it runs while any are outstanding.
+func (s *Streams) sweep() {
+	t := time.NewTicker(max(s.timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for range t.C {
+		now := time.Now()
+		var late []string
+		s.mu.Lock()
+		for id, f := range s.futures {
+			if now.After(f.deadline) {
+				late = append(late, id)
+			}
+		}
+		if len(s.futures) == len(late) {
+			s.sweeping = false
+		}
+		stop := !s.sweeping
+		s.mu.Unlock()
+		for _, id := range late {
+			s.resolve(id, nil, fmt.Errorf("publish acknowledgement: %w", ErrTimeout))
+		}
+		if stop {
+			return
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tern-mq/tern/internal/stream"
+)
+
+// streamCollector reports every stream and consumer to Prometheus at scrape time, so
+// the data path keeps no metric state of its own.
+type streamCollector struct{ m *stream.Manager }
+
+var (
+	streamMsgsDesc          = prometheus.NewDesc("tern_stream_messages", "Messages stored in a stream.", []string{"stream"}, nil)
+	streamBytesDesc         = prometheus.NewDesc("tern_stream_bytes", "Bytes of records stored in a stream.", []string{"stream"}, nil)
+	streamLastSeqDesc       = prometheus.NewDesc("tern_stream_last_seq", "Highest sequence of a stream (over its partitions).", []string{"stream"}, nil)
+	streamCorruptDesc       = prometheus.NewDesc("tern_stream_corrupt_ranges", "Damaged ranges recovery found in a stream's logs.", []string{"stream"}, nil)
+	consumerPendingDesc     = prometheus.NewDesc("tern_consumer_pending", "Messages a consumer has yet to receive.", []string{"stream", "consumer"}, nil)
+	consumerAckPendingDesc  = prometheus.NewDesc("tern_consumer_ack_pending", "Messages delivered and not yet acknowledged.", []string{"stream", "consumer"}, nil)
+	consumerRedeliveredDesc = prometheus.NewDesc("tern_consumer_redelivered_total", "Redeliveries by a consumer.", []string{"stream", "consumer"}, nil)
+	consumerWaitingDesc     = prometheus.NewDesc("tern_consumer_waiting_pulls", "Pull requests waiting for messages.", []string{"stream", "consumer"}, nil)
+)
+
+func (c streamCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{streamMsgsDesc, streamBytesDesc, streamLastSeqDesc, streamCorruptDesc,
+		consumerPendingDesc, consumerAckPendingDesc, consumerRedeliveredDesc, consumerWaitingDesc} {
+		ch <- d
+	}
+}
+
+func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, s := range c.m.Streams() {
+		info := s.Info()
+		gauge(streamMsgsDesc, float64(info.State.Msgs), s.Name())
+		gauge(streamBytesDesc, float64(info.State.Bytes), s.Name())
+		gauge(streamLastSeqDesc, float64(info.State.LastSeq), s.Name())
+		gauge(streamCorruptDesc, float64(len(info.Corrupt)), s.Name())
+		for _, cons := range s.Consumers() {
+			ci := cons.Info()
+			gauge(consumerPendingDesc, float64(ci.NumPending), s.Name(), ci.Name)
+			gauge(consumerAckPendingDesc, float64(ci.NumAckPending), s.Name(), ci.Name)
+			ch <- prometheus.MustNewConstMetric(consumerRedeliveredDesc, prometheus.CounterValue, float64(ci.NumRedelivered), s.Name(), ci.Name)
+			gauge(consumerWaitingDesc, float64(ci.NumWaiting), s.Name(), ci.Name)
+		}
+	}
+}

@@ -1,0 +1,262 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Append encodes a record into the log's write buffer and returns its sequence. It is not
+// visible to readers nor durable until Commit. ts is unix nanoseconds (0 = Config.Now()).
+func (l *Log) Append(subject, header, payload []byte, ts int64) (uint64, error) {
+	if l.shut.Load() {
+		return 0, ErrClosed
+	}
+	if l.broken != nil {
+		return 0, l.broken
+	}
+	n := recordSize(len(subject), len(header), len(payload))
+	if len(subject) > maxSubject || int64(n) > l.cfg.SegmentBytes || (l.cfg.MaxBytes > 0 && int64(n) > l.cfg.MaxBytes) {
+		return 0, fmt.Errorf("store %q: record of %d bytes (subject %d) exceeds the limit of %d: %w",
+			l.cfg.Name, n, len(subject), l.maxRecord(), ErrTooLarge)
+	}
+	if l.cfg.Discard == DiscardNew {
+		if l.cfg.MaxMsgs > 0 && l.msgs+uint64(l.npend)+1 > l.cfg.MaxMsgs {
+			return 0, fmt.Errorf("store %q: %d messages: %w", l.cfg.Name, l.cfg.MaxMsgs, ErrFull)
+		}
+		if l.cfg.MaxBytes > 0 && l.bytes+l.pendBytes+uint64(n) > uint64(l.cfg.MaxBytes) {
+			return 0, fmt.Errorf("store %q: %d bytes: %w", l.cfg.Name, l.cfg.MaxBytes, ErrFull)
+		}
+	}
+	if ts == 0 {
+		ts = l.cfg.Now().UnixNano()
+	}
+	seq := l.last + uint64(l.npend) + 1
+	if len(l.parts) == 0 {
+		a := l.active()
+		l.parts = append(l.parts, part{seg: a, base: a.base, off: a.size})
+	}
+	p := &l.parts[len(l.parts)-1]
+	if used := p.off + int64(len(l.batch)-p.start); used > 0 && used+int64(n) > l.cfg.SegmentBytes {
+		l.parts = append(l.parts, part{base: seq, start: len(l.batch)})
+		p = &l.parts[len(l.parts)-1]
+	}
+	l.batch = appendRecord(l.batch, seq, ts, subject, header, payload)
+	p.n++
+	l.npend++
+	l.pendBytes += uint64(n)
+	return seq, nil
+}
+
+func (l *Log) maxRecord() int64 {
+	if l.cfg.MaxBytes > 0 {
+		return min(l.cfg.MaxBytes, l.cfg.SegmentBytes)
+	}
+	return l.cfg.SegmentBytes
+}
+
+// Rollback discards what was appended since the last Commit (sequences are reused).
+func (l *Log) Rollback() { l.resetBatch() }
+
+func (l *Log) resetBatch() {
+	if cap(l.batch) > 64<<20 {
+		l.batch = nil // one huge batch should not pin its buffer forever
+	}
+	l.batch = l.batch[:0]
+	l.parts = l.parts[:0]
+	l.npend = 0
+	l.pendBytes = 0
+}
+
+func (l *Log) partEnd(i int) int {
+	if i+1 < len(l.parts) {
+		return l.parts[i+1].start
+	}
+	return len(l.batch)
+}
+
+// Commit writes everything appended since the last Commit with one write per segment
+// touched (group commit), fsyncs when the policy is SyncAlways, applies count/byte
+// retention, and makes the records readable. On error (e.g. ENOSPC → wraps ErrNoSpace)
+// none of the uncommitted records become visible, the file is truncated back to the
+// last good offset, the sequences are handed out again, and the log stays usable once
+// space returns.
+func (l *Log) Commit() error {
+	if l.shut.Load() {
+		return ErrClosed
+	}
+	if l.broken != nil {
+		return l.broken
+	}
+	if l.npend == 0 {
+		return nil
+	}
+	defer l.resetBatch()
+	if err := l.writeBatch(); err != nil {
+		return err
+	}
+	sealed := l.publishBatch()
+	for _, s := range sealed {
+		l.writeIndex(s)
+	}
+	if l.cfg.Discard == DiscardOld && l.overLimits() {
+		if _, err := l.removeFront(0, true); err != nil {
+			// The records are committed; only the tombstone write for the
+			// retention failed, and Open applies the limits again.
+			return fmt.Errorf("store %q: retention after commit: %w", l.cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeBatch puts the batch on disk, one write per segment, and undoes all of it
+// on failure so the files end at their last committed offsets.
+func (l *Log) writeBatch() error {
+	var created []*segment
+	undo := func(err error) error {
+		a := l.active()
+		if terr := a.f.Truncate(a.size); terr != nil {
+			// Stale records beyond the committed end would come back at recovery
+			// with sequences that will be handed out again: stop writing.
+			l.broken = fmt.Errorf("store %q: cannot undo a failed write to %s (%v) after: %w", l.cfg.Name, a.logPath, terr, err)
+		}
+		for _, s := range created {
+			s.f.Close()
+			os.Remove(s.logPath)
+		}
+		return err
+	}
+	for i := range l.parts {
+		p := &l.parts[i]
+		if p.n == 0 {
+			continue // the active segment was full before this batch
+		}
+		if p.seg == nil {
+			s, err := l.createSegment(p.base)
+			if err != nil {
+				return undo(err)
+			}
+			created = append(created, s)
+			p.seg = s
+		}
+		if _, err := p.seg.f.WriteAt(l.batch[p.start:l.partEnd(i)], p.off); err != nil {
+			return undo(l.ioErr("write segment", p.seg.logPath, err))
+		}
+	}
+	if l.cfg.Sync == SyncAlways {
+		for i := range l.parts {
+			if l.parts[i].n == 0 {
+				continue
+			}
+			if err := l.fsync(l.parts[i].seg.f); err != nil {
+				return undo(l.ioErr("fsync segment", l.parts[i].seg.logPath, err))
+			}
+		}
+		if len(created) > 0 {
+			if err := l.syncDir(); err != nil {
+				return undo(err)
+			}
+		}
+	} else {
+		for i := range l.parts {
+			if l.parts[i].n > 0 {
+				l.markDirty(l.parts[i].seg.f, false)
+			}
+		}
+		if len(created) > 0 {
+			l.markDirty(nil, true)
+		}
+	}
+	return nil
+}
+
+// createSegment makes the (empty) file of a new segment.
+func (l *Log) createSegment(base uint64) (*segment, error) {
+	s := newSegment(l.cfg.Dir, base)
+	f, err := os.OpenFile(s.logPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, l.ioErr("create segment", s.logPath, err)
+	}
+	s.f = f
+	return s, nil
+}
+
+// publishBatch makes the written batch visible and returns the segments it sealed.
+func (l *Log) publishBatch() []*segment {
+	var sealed []*segment
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wasEmpty := l.first > l.last
+	for i := range l.parts {
+		p := &l.parts[i]
+		s := p.seg
+		if s != l.active() {
+			prev := l.active()
+			prev.sealed = true
+			sealed = append(sealed, prev)
+			l.segs = append(l.segs, s)
+		}
+		b := l.batch[p.start:l.partEnd(i)]
+		off := p.off
+		for len(b) > 0 {
+			n := recLen(b)
+			rec := b[:n]
+			seq, ts := recSeq(rec), recTime(rec)
+			s.index = s.ib.add(s.index, l.cfg.IndexEvery, uint32(seq-s.base), off, ts)
+			s.tmax = max(s.tmax, ts)
+			subj := recSubject(rec)
+			si := l.subjects[string(subj)]
+			if si == nil {
+				si = &subjInfo{subj: string(subj)}
+				l.subjects[si.subj] = si
+			}
+			si.msgs++
+			si.last = seq
+			l.lastTime = ts
+			if wasEmpty {
+				l.firstTime = ts
+				wasEmpty = false
+			}
+			off += int64(n)
+			b = b[n:]
+		}
+		s.liveBytes += off - p.off
+		s.size = off
+		s.last += uint64(p.n)
+	}
+	l.last += uint64(l.npend)
+	l.msgs += uint64(l.npend)
+	l.bytes += l.pendBytes
+	return sealed
+}
+
+// writeIndex persists a sealed segment's index. It is only an accelerator that
+// recovery can rebuild, so failures are ignored (the partial file is removed).
+func (l *Log) writeIndex(s *segment) {
+	buf := encodeIndex(nil, idxFile{base: s.base, last: s.last, size: s.size, tmax: s.tmax, entries: s.index})
+	path := s.idxPath()
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		os.Remove(path)
+	}
+}
+
+func (l *Log) overLimits() bool {
+	return (l.cfg.MaxMsgs > 0 && l.msgs > l.cfg.MaxMsgs) ||
+		(l.cfg.MaxBytes > 0 && l.bytes > uint64(l.cfg.MaxBytes))
+}
+
+// SetLimits changes the retention limits of an open log (a stream's
+// configuration was updated). Writer only. With DiscardOld, limits that are
+// now exceeded are applied at once; MaxAge takes effect at the next ExpireOld.
+func (l *Log) SetLimits(maxAge time.Duration, maxBytes int64, maxMsgs uint64, discard Discard) error {
+	if l.shut.Load() {
+		return ErrClosed
+	}
+	l.cfg.MaxAge, l.cfg.MaxBytes, l.cfg.MaxMsgs, l.cfg.Discard = maxAge, maxBytes, maxMsgs, discard
+	if discard == DiscardOld && l.overLimits() {
+		if _, err := l.removeFront(0, true); err != nil {
+			return fmt.Errorf("store %q: applying new limits: %w", l.cfg.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"io"
+	"testing"
+)
+
+func benchLog(b *testing.B) *Log {
+	cfg := Config{Dir: b.TempDir(), Name: "bench", Sync: SyncNever}
+	l, _, err := Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// BenchmarkAppendCommit measures the write path: encoding into the batch
+// buffer, one write(2) per commit, index and subject bookkeeping (SyncNever, so
+// no fsync).
+func BenchmarkAppendCommit(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"16B", 16}, {"1KiB", 1024}} {
+		for _, batch := range []int{1, 64} {
+			name := size.name + "/batch1"
+			if batch == 64 {
+				name = size.name + "/batch64"
+			}
+			b.Run(name, func(b *testing.B) {
+				l := benchLog(b)
+				subject := []byte("orders.eu.created")
+				payload := make([]byte, size.n)
+				b.SetBytes(int64(size.n))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := l.Append(subject, nil, payload, 1); err != nil {
+						b.Fatal(err)
+					}
+					if (i+1)%batch == 0 {
+						if err := l.Commit(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := l.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+func fillBench(b *testing.B, n, size int) *Log {
+	l := benchLog(b)
+	payload := make([]byte, size)
+	for i := 0; i < n; i++ {
+		if _, err := l.Append([]byte("orders.eu.created"), nil, payload, 0); err != nil {
+			b.Fatal(err)
+		}
+		if i%256 == 255 {
+			if err := l.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := l.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// BenchmarkRead reads random records through the sparse index (page cache).
+func BenchmarkRead(b *testing.B) {
+	const n = 100_000
+	l := fillBench(b, n, 1024)
+	var buf []byte
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	x := uint64(12345)
+	for i := 0; i < b.N; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		seq := 1 + (x>>33)%n
+		r, nb, err := l.Read(seq, buf)
+		if err != nil || r.Seq != seq {
+			b.Fatal(err)
+		}
+		buf = nb
+	}
+}
+
+// BenchmarkReaderNext replays the log sequentially.
+func BenchmarkReaderNext(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"16B", 16}, {"1KiB", 1024}} {
+		b.Run(size.name, func(b *testing.B) {
+			const n = 100_000
+			l := fillBench(b, n, size.n)
+			b.SetBytes(int64(size.n))
+			b.ReportAllocs()
+			r := l.NewReader(0)
+			defer func() { r.Close() }()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_, err := r.Next()
+				if err == io.EOF {
+					r.Close()
+					r = l.NewReader(0)
+					_, err = r.Next()
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkOpen measures recovery: a full CRC scan of every segment (here from
+// the page cache), rebuilding the index and per-subject state.
+func BenchmarkOpen(b *testing.B) {
+	const n, size = 200_000, 1024 // ~210 MB
+	l := fillBench(b, n, size)
+	cfg := l.cfg
+	l.Close()
+	b.SetBytes(int64(n * recordSize(len("orders.eu.created"), 0, size)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, rep, err := Open(cfg)
+		if err != nil || rep.Msgs != n {
+			b.Fatal(err, rep.Msgs)
+		}
+		l.Close()
+	}
+}

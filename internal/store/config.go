@@ -1,0 +1,117 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// SyncPolicy says when appended data is forced to stable storage.
+type SyncPolicy int
+
+const (
+	SyncInterval SyncPolicy = iota // default: write(2) per commit, fsync every Config.SyncInterval
+	SyncAlways                     // fsync before Commit returns
+	SyncNever                      // never fsync explicitly; the OS writes back
+)
+
+// ParseSyncPolicy parses "interval", "always" or "never" ("" means interval).
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	switch s {
+	case "interval", "":
+		return SyncInterval, nil
+	case "always":
+		return SyncAlways, nil
+	case "never":
+		return SyncNever, nil
+	}
+	return SyncInterval, fmt.Errorf("store: unknown sync policy %q (want interval, always or never)", s)
+}
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncInterval:
+		return "interval"
+	case SyncAlways:
+		return "always"
+	case SyncNever:
+		return "never"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// Discard says what happens when a limit is reached.
+type Discard int
+
+const (
+	DiscardOld Discard = iota // limits reached: remove the oldest messages
+	DiscardNew                // limits reached: refuse the append with ErrFull
+)
+
+func (d Discard) String() string {
+	if d == DiscardNew {
+		return "new"
+	}
+	return "old"
+}
+
+const (
+	DefaultSegmentBytes = 64 << 20
+	DefaultIndexEvery   = 4096
+	DefaultSyncInterval = 100 * time.Millisecond
+
+	// A segment's offsets are stored in 32 bits.
+	maxSegmentBytes = maxRecord
+	minSegmentBytes = 128
+)
+
+// Config configures one log. The zero values of the optional fields pick the
+// defaults noted.
+type Config struct {
+	Dir          string           // directory owned by this log; created if missing
+	Name         string           // used in errors and reports, e.g. "orders" or "orders/2"
+	SegmentBytes int64            // roll to a new segment at this size; default 64 MiB
+	IndexEvery   int              // bytes of records between sparse index entries; default 4096
+	Sync         SyncPolicy       // when data is fsynced; default SyncInterval
+	SyncInterval time.Duration    // default 100ms
+	MaxAge       time.Duration    // 0 = unlimited
+	MaxBytes     int64            // 0 = unlimited
+	MaxMsgs      uint64           // 0 = unlimited
+	Discard      Discard          // what reaching MaxMsgs or MaxBytes does; default DiscardOld
+	Now          func() time.Time // nil = time.Now; tests pass a fake clock
+
+	hooks *testHooks // set only by this package's tests
+}
+
+// testHooks let tests observe fsyncs and inject failures without timing.
+type testHooks struct {
+	fsync func(f *os.File) error // replaces f.Sync when set
+}
+
+func (c *Config) setDefaults() error {
+	if c.Dir == "" {
+		return fmt.Errorf("store %q: Config.Dir is empty", c.Name)
+	}
+	if c.Name == "" {
+		c.Name = c.Dir
+	}
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	c.SegmentBytes = min(max(c.SegmentBytes, minSegmentBytes), maxSegmentBytes)
+	if c.IndexEvery <= 0 {
+		c.IndexEvery = DefaultIndexEvery
+	}
+	if c.SyncInterval <= 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	switch c.Sync {
+	case SyncInterval, SyncAlways, SyncNever:
+	default:
+		return fmt.Errorf("store %q: unknown sync policy %d", c.Name, int(c.Sync))
+	}
+	return nil
+}

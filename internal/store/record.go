@@ -1,0 +1,143 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math"
+	"slices"
+)
+
+// Record layout (little endian), 36 bytes of header then the variable parts:
+//
+//	0  4  magic  FE 54 4E 01 ("\xFETN" + format version 1)
+//	4  4  CRC32C (Castagnoli) of bytes [8, length)
+//	8  4  length of the whole record, header included
+//	12 8  seq
+//	20 8  time, unix nanoseconds
+//	28 2  flags (0; reserved)
+//	30 2  subject length S
+//	32 4  header length H
+//	36 S  subject
+//	.. H  header
+//	.. .. payload (length - 36 - S - H bytes)
+//
+// The magic comes first so recovery can look for the next record after damage;
+// 0xFE never occurs in UTF-8 text, which keeps false candidates rare, and the CRC
+// (which covers the length) rejects the rest.
+const (
+	recHdrSize = 36
+	recVersion = 1
+
+	offCRC   = 4
+	offLen   = 8
+	offSeq   = 12
+	offTime  = 20
+	offFlags = 28
+	offSubj  = 30
+	offHdr   = 32
+
+	maxSubject = math.MaxUint16
+	maxRecord  = math.MaxUint32
+)
+
+var recMagic = [4]byte{0xFE, 'T', 'N', recVersion}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// Reasons a byte range is not a record; they end up in Corruption.Err.
+var (
+	errMagic   = errors.New("bad record marker")
+	errLength  = errors.New("bad record length")
+	errCRC     = errors.New("CRC mismatch")
+	errFields  = errors.New("bad record fields")
+	errSeq     = errors.New("unexpected sequence")
+	errMissing = errors.New("records missing")
+)
+
+func recordSize(subject, header, payload int) int {
+	return recHdrSize + subject + header + payload
+}
+
+// appendRecord encodes one record at the end of dst.
+func appendRecord(dst []byte, seq uint64, ts int64, subject, header, payload []byte) []byte {
+	n := recordSize(len(subject), len(header), len(payload))
+	off := len(dst)
+	dst = slices.Grow(dst, n)[:off+n]
+	b := dst[off:]
+	copy(b, recMagic[:])
+	binary.LittleEndian.PutUint32(b[offLen:], uint32(n))
+	binary.LittleEndian.PutUint64(b[offSeq:], seq)
+	binary.LittleEndian.PutUint64(b[offTime:], uint64(ts))
+	binary.LittleEndian.PutUint16(b[offFlags:], 0)
+	binary.LittleEndian.PutUint16(b[offSubj:], uint16(len(subject)))
+	binary.LittleEndian.PutUint32(b[offHdr:], uint32(len(header)))
+	p := recHdrSize
+	p += copy(b[p:], subject)
+	p += copy(b[p:], header)
+	copy(b[p:], payload)
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:], crcTable))
+	return dst
+}
+
+// peekRecord checks the fixed header in b (at least recHdrSize bytes) and returns
+// the record's total length. It does not check the CRC.
+func peekRecord(b []byte) (int, error) {
+	if b[0] != recMagic[0] || b[1] != recMagic[1] || b[2] != recMagic[2] || b[3] != recMagic[3] {
+		return 0, errMagic
+	}
+	n := int(binary.LittleEndian.Uint32(b[offLen:]))
+	if n < recHdrSize {
+		return 0, errLength
+	}
+	if binary.LittleEndian.Uint16(b[offFlags:]) != 0 {
+		return 0, errFields
+	}
+	s := int(binary.LittleEndian.Uint16(b[offSubj:]))
+	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
+	if s+h > n-recHdrSize {
+		return 0, errFields
+	}
+	return n, nil
+}
+
+func recSeq(b []byte) uint64 { return binary.LittleEndian.Uint64(b[offSeq:]) }
+func recTime(b []byte) int64 { return int64(binary.LittleEndian.Uint64(b[offTime:])) }
+func recLen(b []byte) int    { return int(binary.LittleEndian.Uint32(b[offLen:])) }
+func recSubject(b []byte) []byte {
+	s := int(binary.LittleEndian.Uint16(b[offSubj:]))
+	return b[recHdrSize : recHdrSize+s : recHdrSize+s]
+}
+
+// decodeRecord verifies and decodes the record that is exactly b. The returned
+// slices alias b and are capped so appending to one cannot overwrite another.
+func decodeRecord(b []byte) (Record, error) {
+	if len(b) < recHdrSize {
+		return Record{}, errLength
+	}
+	n, err := peekRecord(b)
+	if err != nil {
+		return Record{}, err
+	}
+	if n != len(b) {
+		return Record{}, errLength
+	}
+	if crc32.Checksum(b[offLen:], crcTable) != binary.LittleEndian.Uint32(b[offCRC:]) {
+		return Record{}, errCRC
+	}
+	s := int(binary.LittleEndian.Uint16(b[offSubj:]))
+	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
+	p := recHdrSize
+	r := Record{
+		Seq:     recSeq(b),
+		Time:    recTime(b),
+		Subject: b[p : p+s : p+s],
+	}
+	p += s
+	if h > 0 {
+		r.Header = b[p : p+h : p+h]
+	}
+	p += h
+	r.Payload = b[p:n:n]
+	return r, nil
+}

@@ -1,0 +1,323 @@
+package stream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// apiRequest is a management request copied off the publisher's buffers.
+type apiRequest struct {
+	subject string
+	reply   []byte
+	body    []byte
+}
+
+// apiSink receives "$TERN.API.>" requests. Pull requests are applied at once on the
+// publisher's goroutine (they only queue work for the consumer); everything else is
+// handed to one goroutine, since it may touch the disk.
+type apiSink struct {
+	m     *Manager
+	reqs  chan apiRequest
+	quit  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	batch broker.Batch
+}
+
+// maxAPIQueue bounds management requests waiting to be handled.
+const maxAPIQueue = 1024
+
+var nextPrefix = []byte(streamapi.APIPrefix + "CONSUMER.NEXT.")
+
+func newAPISink(m *Manager) *apiSink {
+	return &apiSink{m: m, reqs: make(chan apiRequest, maxAPIQueue), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (a *apiSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
+	if len(msg.Reply) == 0 {
+		return true // nobody to answer
+	}
+	if rest, ok := bytes.CutPrefix(msg.Subject, nextPrefix); ok {
+		if a.pull(rest, msg) {
+			return true
+		}
+	}
+	req := apiRequest{subject: string(msg.Subject), reply: bytes.Clone(msg.Reply), body: bytes.Clone(msg.Payload)}
+	select {
+	case a.reqs <- req:
+		return true
+	default:
+		return false
+	}
+}
+
+// pull applies a pull request directly; it returns false to let the API goroutine
+// answer with an error.
+func (a *apiSink) pull(rest []byte, msg *broker.Message) bool {
+	streamName, consumerName, ok := bytes.Cut(rest, []byte{'.'})
+	if !ok {
+		return false
+	}
+	s := a.m.streamBytes(streamName)
+	if s == nil {
+		return false
+	}
+	c := s.consumerBytes(consumerName)
+	if c == nil {
+		return false
+	}
+	var req streamapi.PullRequest
+	if len(bytes.TrimSpace(msg.Payload)) > 0 {
+		if err := json.Unmarshal(msg.Payload, &req); err != nil {
+			return false
+		}
+	}
+	c.pull(bytes.Clone(msg.Reply), req)
+	return true
+}
+
+func (a *apiSink) Flush() {}
+
+func (a *apiSink) run() {
+	defer close(a.done)
+	for {
+		select {
+		case req := <-a.reqs:
+			resp := a.handle(req)
+			a.m.broker.Publish(&a.batch, &broker.Message{Subject: req.reply, Payload: resp})
+			if len(a.reqs) == 0 {
+				a.batch.Flush()
+			}
+		case <-a.quit:
+			a.batch.Flush()
+			return
+		}
+	}
+}
+
+func (a *apiSink) stop() {
+	a.once.Do(func() { close(a.quit) })
+	<-a.done
+}
+
+// handle answers one management request with a JSON response.
+func (a *apiSink) handle(req apiRequest) []byte {
+	op := strings.TrimPrefix(req.subject, streamapi.APIPrefix)
+	tok := strings.Split(op, ".")
+	m := a.m
+	arg := func(i int) string {
+		if i < len(tok) {
+			return tok[i]
+		}
+		return ""
+	}
+	switch {
+	case op == "STREAM.LIST":
+		list := streamapi.StreamList{Streams: []streamapi.StreamInfo{}}
+		for _, s := range m.Streams() {
+			list.Streams = append(list.Streams, s.Info())
+		}
+		return respond(&list, nil)
+	case len(tok) == 3 && tok[0] == "STREAM":
+		name := tok[2]
+		switch tok[1] {
+		case "CREATE", "UPDATE":
+			var cfg streamapi.StreamConfig
+			if err := decode(req.body, &cfg); err != nil {
+				return respond[streamapi.StreamInfo](nil, err)
+			}
+			if cfg.Name == "" {
+				cfg.Name = name
+			}
+			if cfg.Name != name {
+				return respond[streamapi.StreamInfo](nil, fmt.Errorf("%w: name %q in the body differs from %q in the subject", ErrBadConfig, cfg.Name, name))
+			}
+			var s *Stream
+			var err error
+			if tok[1] == "CREATE" {
+				s, err = m.AddStream(cfg)
+			} else {
+				s, err = m.UpdateStream(cfg)
+			}
+			if err != nil {
+				return respond[streamapi.StreamInfo](nil, err)
+			}
+			info := s.Info()
+			return respond(&info, nil)
+		case "INFO":
+			s, err := m.Stream(name)
+			if err != nil {
+				return respond[streamapi.StreamInfo](nil, err)
+			}
+			info := s.Info()
+			return respond(&info, nil)
+		case "DELETE":
+			if err := m.DeleteStream(name); err != nil {
+				return respond[streamapi.Deleted](nil, err)
+			}
+			return respond(&streamapi.Deleted{Deleted: true}, nil)
+		case "PURGE":
+			var pr streamapi.PurgeRequest
+			if err := decode(req.body, &pr); err != nil {
+				return respond[streamapi.PurgeResponse](nil, err)
+			}
+			s, err := m.Stream(name)
+			if err != nil {
+				return respond[streamapi.PurgeResponse](nil, err)
+			}
+			n, err := s.Purge(pr)
+			if err != nil {
+				return respond[streamapi.PurgeResponse](nil, err)
+			}
+			return respond(&streamapi.PurgeResponse{Purged: n}, nil)
+		}
+	case len(tok) == 4 && tok[0] == "STREAM" && tok[1] == "MSG" && tok[2] == "GET":
+		var gr streamapi.MsgGetRequest
+		if err := decode(req.body, &gr); err != nil {
+			return respond[streamapi.StoredMsg](nil, err)
+		}
+		s, err := m.Stream(tok[3])
+		if err != nil {
+			return respond[streamapi.StoredMsg](nil, err)
+		}
+		msg, err := s.GetMsg(gr)
+		if err != nil {
+			return respond[streamapi.StoredMsg](nil, err)
+		}
+		return respond(&msg, nil)
+	case len(tok) >= 3 && tok[0] == "CONSUMER":
+		s, err := m.Stream(tok[2])
+		if err != nil {
+			return respond[streamapi.ConsumerInfo](nil, err)
+		}
+		name := arg(3)
+		switch {
+		case tok[1] == "CREATE" && len(tok) <= 4:
+			var cfg streamapi.ConsumerConfig
+			if err := decode(req.body, &cfg); err != nil {
+				return respond[streamapi.ConsumerInfo](nil, err)
+			}
+			c, err := s.AddConsumer(name, cfg)
+			if err != nil {
+				return respond[streamapi.ConsumerInfo](nil, err)
+			}
+			info := c.Info()
+			return respond(&info, nil)
+		case tok[1] == "INFO" && len(tok) == 4:
+			c, err := s.Consumer(name)
+			if err != nil {
+				return respond[streamapi.ConsumerInfo](nil, err)
+			}
+			info := c.Info()
+			return respond(&info, nil)
+		case tok[1] == "DELETE" && len(tok) == 4:
+			if err := s.DeleteConsumer(name); err != nil {
+				return respond[streamapi.Deleted](nil, err)
+			}
+			return respond(&streamapi.Deleted{Deleted: true}, nil)
+		case tok[1] == "LIST" && len(tok) == 3:
+			list := streamapi.ConsumerList{Consumers: []streamapi.ConsumerInfo{}}
+			for _, c := range s.Consumers() {
+				list.Consumers = append(list.Consumers, c.Info())
+			}
+			return respond(&list, nil)
+		case tok[1] == "NEXT" && len(tok) == 4:
+			if _, err := s.Consumer(name); err != nil {
+				return respond[streamapi.ConsumerInfo](nil, err)
+			}
+			return respond[streamapi.ConsumerInfo](nil, fmt.Errorf("%w: pull request body is not a valid JSON PullRequest", ErrBadConfig))
+		}
+	}
+	return respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request " + op})
+}
+
+func decode(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: request body: %w", ErrBadConfig, err)
+	}
+	return nil
+}
+
+// respond encodes a response with either a value or an error.
+func respond[T any](v *T, err error) []byte {
+	r := streamapi.Response[T]{Value: v}
+	if err != nil {
+		r.Value = nil
+		r.Error = apiError(err)
+	}
+	b, merr := json.Marshal(r)
+	if merr != nil {
+		b, _ = json.Marshal(streamapi.Response[T]{Error: &streamapi.APIError{Code: streamapi.CodeInternal, Description: merr.Error()}})
+	}
+	return b
+}
+
+func apiError(err error) *streamapi.APIError {
+	var ae *streamapi.APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	code := streamapi.CodeInternal
+	switch {
+	case errors.Is(err, ErrStreamNotFound):
+		code = streamapi.CodeStreamNotFound
+	case errors.Is(err, ErrConsumerNotFound):
+		code = streamapi.CodeConsumerMissing
+	case errors.Is(err, ErrExists), errors.Is(err, ErrOverlap):
+		code = streamapi.CodeConflict
+	case errors.Is(err, ErrBadConfig):
+		code = streamapi.CodeBadRequest
+	case errors.Is(err, ErrLimit):
+		code = streamapi.CodeLimits
+	case errors.Is(err, store.ErrNoSpace):
+		code = streamapi.CodeUnavailable
+	case errors.Is(err, store.ErrNotFound):
+		code = streamapi.CodeNotFound
+	}
+	return &streamapi.APIError{Code: code, Description: err.Error()}
+}
+
+// ackSink receives "$TERN.ACK.>" messages and applies them on the publisher's
+// goroutine: an ack only changes the consumer's bookkeeping.
+type ackSink struct{ m *Manager }
+
+func (a *ackSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
+	ref, err := streamapi.ParseAckSubject(msg.Subject)
+	if err != nil {
+		return true
+	}
+	s := a.m.streamBytes(ref.Stream)
+	if s == nil {
+		return true
+	}
+	c := s.consumerBytes(ref.Consumer)
+	if c == nil || ref.Partition >= len(c.parts) {
+		return true
+	}
+	kind, delay, reason, err := streamapi.ParseAckBody(msg.Payload)
+	if err != nil {
+		a.m.log.Debug("bad ack", "stream", s.name, "consumer", c.name, "err", err)
+		return true
+	}
+	var confirm []byte
+	if len(msg.Reply) > 0 {
+		confirm = bytes.Clone(msg.Reply)
+	}
+	c.ack(&ref, kind, delay, reason, confirm)
+	return true
+}
+
+func (a *ackSink) Flush() {}

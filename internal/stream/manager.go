@@ -1,0 +1,479 @@
+package stream
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+	"github.com/tern-mq/tern/internal/subject"
+)
+
+// Config is the stream engine's configuration.
+type Config struct {
+	// Dir holds every stream's data.
+	Dir string
+	// Sync is the default fsync policy of stream logs and consumer journals.
+	Sync         store.SyncPolicy
+	SyncInterval time.Duration
+	// MaxPayload is the largest message a stream accepts unless its own MaxMsgSize is
+	// smaller.
+	MaxPayload int
+	// MaxStreams and MaxConsumers (per stream) bound what clients may create; 0 means
+	// no limit.
+	MaxStreams   int
+	MaxConsumers int
+	// SegmentBytes is the default segment size of stream logs.
+	SegmentBytes int64
+	// MaxQueued bounds the bytes of captured messages waiting for a stream's writer;
+	// above a quarter of it publishers are slowed down, above it they get errors.
+	MaxQueued int
+}
+
+// Errors callers branch on.
+var (
+	ErrStreamNotFound   = errors.New("stream not found")
+	ErrConsumerNotFound = errors.New("consumer not found")
+	ErrExists           = errors.New("already exists with a different configuration")
+	ErrOverlap          = errors.New("subjects overlap with another stream")
+	ErrLimit            = errors.New("limit reached")
+	ErrBadConfig        = errors.New("invalid configuration")
+	ErrClosed           = errors.New("stream engine closed")
+)
+
+// Manager owns every stream of a server.
+type Manager struct {
+	cfg    Config
+	broker *broker.Broker
+	log    *slog.Logger
+
+	mu      sync.RWMutex
+	streams map[string]*Stream
+	closed  bool
+
+	api  *apiSink
+	acks *ackSink
+	subs []*broker.Subscription
+}
+
+// New opens the engine's directory and recovers every stream and durable consumer in
+// it. It does not subscribe to anything until Start.
+func New(cfg Config, b *broker.Broker, log *slog.Logger) (*Manager, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("stream engine: %w: no data directory", ErrBadConfig)
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = 100 * time.Millisecond
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 1 << 20
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = 64 << 20
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "streams"), 0o755); err != nil {
+		return nil, fmt.Errorf("stream engine: %w", err)
+	}
+	m := &Manager{cfg: cfg, broker: b, log: log, streams: make(map[string]*Stream)}
+	if err := m.recover(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Manager) streamsDir() string { return filepath.Join(m.cfg.Dir, "streams") }
+
+// recover opens every stream found on disk.
+func (m *Manager) recover() error {
+	entries, err := os.ReadDir(m.streamsDir())
+	if err != nil {
+		return fmt.Errorf("stream engine: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(m.streamsDir(), e.Name())
+		var def streamDef
+		if err := readJSON(filepath.Join(dir, "stream.json"), &def); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				m.log.Warn("stream directory without a definition, ignored", "dir", dir)
+				continue
+			}
+			return fmt.Errorf("stream %q: %w", e.Name(), err)
+		}
+		start := time.Now()
+		s, err := openStream(m, def, dir)
+		if err != nil {
+			return err
+		}
+		m.streams[def.Config.Name] = s
+		st := s.state()
+		m.log.Info("stream recovered", "stream", def.Config.Name, "messages", st.Msgs, "bytes", st.Bytes,
+			"consumers", st.Consumers, "took", time.Since(start).Round(time.Millisecond))
+		for _, c := range s.corrupt {
+			m.log.Error("stream corruption found on recovery", "stream", def.Config.Name, "detail", c)
+		}
+	}
+	return nil
+}
+
+// Start subscribes every stream to its subjects and starts serving the API and acks.
+func (m *Manager) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.streams {
+		if err := s.start(); err != nil {
+			return err
+		}
+	}
+	m.api = newAPISink(m)
+	m.acks = &ackSink{m: m}
+	for _, sub := range []*broker.Subscription{
+		{Sink: m.api, Subject: streamapi.APIPrefix + ">"},
+		{Sink: m.acks, Subject: streamapi.AckPrefix + ">"},
+	} {
+		if err := m.broker.Subscribe(sub); err != nil {
+			return fmt.Errorf("stream engine: %w", err)
+		}
+		m.subs = append(m.subs, sub)
+	}
+	go m.api.run()
+	return nil
+}
+
+// Close stops every stream and consumer and closes their files. Messages already
+// acknowledged to publishers are on disk (per the sync policy); captured messages not
+// yet committed are answered with an error.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	streams := make([]*Stream, 0, len(m.streams))
+	for _, s := range m.streams {
+		streams = append(streams, s)
+	}
+	api := m.api
+	for _, sub := range m.subs {
+		_ = m.broker.Unsubscribe(sub)
+	}
+	m.mu.Unlock()
+	if api != nil {
+		api.stop()
+	}
+	for _, s := range streams {
+		s.close(false)
+	}
+}
+
+// Stream returns the named stream.
+func (m *Manager) Stream(name string) (*Stream, error) {
+	m.mu.RLock()
+	s := m.streams[name]
+	m.mu.RUnlock()
+	if s == nil {
+		return nil, fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	}
+	return s, nil
+}
+
+// streamBytes looks a stream up by a name held in a byte slice, without allocating.
+func (m *Manager) streamBytes(name []byte) *Stream {
+	m.mu.RLock()
+	s := m.streams[string(name)]
+	m.mu.RUnlock()
+	return s
+}
+
+// Streams lists the streams in name order.
+func (m *Manager) Streams() []*Stream {
+	m.mu.RLock()
+	out := make([]*Stream, 0, len(m.streams))
+	for _, s := range m.streams {
+		out = append(out, s)
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// AddStream creates a stream, or returns the existing one if its configuration is
+// the same.
+func (m *Manager) AddStream(cfg streamapi.StreamConfig) (*Stream, error) {
+	if err := m.normalise(&cfg); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if s := m.streams[cfg.Name]; s != nil {
+		if configsEqual(s.cfg, cfg) {
+			return s, nil
+		}
+		return nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrExists)
+	}
+	if m.cfg.MaxStreams > 0 && len(m.streams) >= m.cfg.MaxStreams {
+		return nil, fmt.Errorf("stream %q: %w: at most %d streams", cfg.Name, ErrLimit, m.cfg.MaxStreams)
+	}
+	if err := m.checkOverlap(cfg, ""); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(m.streamsDir(), cfg.Name)
+	def := streamDef{Config: cfg, Created: time.Now().UTC()}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
+	}
+	if err := writeJSON(filepath.Join(dir, "stream.json"), def, true); err != nil {
+		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
+	}
+	s, err := openStream(m, def, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.start(); err != nil {
+		s.close(true)
+		return nil, err
+	}
+	m.streams[cfg.Name] = s
+	m.log.Info("stream created", "stream", cfg.Name, "subjects", cfg.Subjects, "retention", cfg.Retention,
+		"partitions", cfg.Partitions)
+	return s, nil
+}
+
+// UpdateStream changes a stream's limits and subjects. Retention, partitions and the
+// storage settings cannot change.
+func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
+	if err := m.normalise(&cfg); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.streams[cfg.Name]
+	if s == nil {
+		return nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrStreamNotFound)
+	}
+	old := s.cfg
+	if old.Retention != cfg.Retention || old.Partitions != cfg.Partitions || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
+		return nil, fmt.Errorf("stream %q: %w: retention, partitions, sync and segment size cannot change", cfg.Name, ErrBadConfig)
+	}
+	if err := m.checkOverlap(cfg, cfg.Name); err != nil {
+		return nil, err
+	}
+	if err := s.update(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// DeleteStream removes a stream, its consumers and its data.
+func (m *Manager) DeleteStream(name string) error {
+	m.mu.Lock()
+	s := m.streams[name]
+	if s == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	}
+	delete(m.streams, name)
+	m.mu.Unlock()
+	s.close(true)
+	m.log.Info("stream deleted", "stream", name)
+	return nil
+}
+
+func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("stream %q: %w: %s", cfg.Name, ErrBadConfig, fmt.Sprintf(format, args...))
+	}
+	if err := streamapi.ValidName("stream", cfg.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	if len(cfg.Subjects) == 0 {
+		cfg.Subjects = []string{cfg.Name}
+	}
+	for i, f := range cfg.Subjects {
+		if err := subject.ValidateFilter([]byte(f)); err != nil {
+			return bad("%v", err)
+		}
+		if len(f) >= len("$TERN.") && f[:len("$TERN.")] == "$TERN." {
+			return bad("subject %q is reserved for the server", f)
+		}
+		for _, g := range cfg.Subjects[:i] {
+			if overlaps(f, g) {
+				return bad("subjects %q and %q overlap", g, f)
+			}
+		}
+	}
+	switch cfg.Retention {
+	case "":
+		cfg.Retention = streamapi.RetainLimits
+	case streamapi.RetainLimits, streamapi.RetainWorkQueue, streamapi.RetainInterest:
+	default:
+		return bad("retention %q: want limits, workqueue or interest", cfg.Retention)
+	}
+	switch cfg.Discard {
+	case "":
+		cfg.Discard = "old"
+	case "old", "new":
+	default:
+		return bad("discard %q: want old or new", cfg.Discard)
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 1
+	}
+	if cfg.Partitions > 1024 {
+		return bad("at most 1024 partitions")
+	}
+	if cfg.MaxMsgSize <= 0 || cfg.MaxMsgSize > m.cfg.MaxPayload {
+		cfg.MaxMsgSize = m.cfg.MaxPayload
+	}
+	if cfg.MaxAge < 0 || cfg.MaxBytes < 0 {
+		return bad("limits must not be negative")
+	}
+	if cfg.DuplicateWindow <= 0 {
+		cfg.DuplicateWindow = streamapi.Duration(2 * time.Minute)
+	}
+	if cfg.Sync != "" {
+		if _, err := store.ParseSyncPolicy(cfg.Sync); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if cfg.SegmentBytes < 0 {
+		return bad("segment size must not be negative")
+	}
+	return nil
+}
+
+// checkOverlap refuses a stream whose subjects overlap another stream's: a message
+// must belong to exactly one stream so that its publish ack is unambiguous.
+func (m *Manager) checkOverlap(cfg streamapi.StreamConfig, self string) error {
+	for name, s := range m.streams {
+		if name == self {
+			continue
+		}
+		for _, f := range cfg.Subjects {
+			for _, g := range s.cfg.Subjects {
+				if overlaps(f, g) {
+					return fmt.Errorf("stream %q: subject %q and stream %q's %q: %w", cfg.Name, f, name, g, ErrOverlap)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// overlaps reports whether some subject matches both filters.
+func overlaps(a, b string) bool {
+	ta, tb := splitTokens(a), splitTokens(b)
+	for i := 0; ; i++ {
+		if i == len(ta) || i == len(tb) {
+			return len(ta) == len(tb)
+		}
+		x, y := ta[i], tb[i]
+		if x == ">" || y == ">" {
+			return true
+		}
+		if x != "*" && y != "*" && x != y {
+			return false
+		}
+	}
+}
+
+func splitTokens(s string) []string {
+	var out []string
+	for t := range subject.Tokens(s) {
+		out = append(out, t)
+	}
+	return out
+}
+
+func configsEqual(a, b streamapi.StreamConfig) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// streamDef is what stream.json holds.
+type streamDef struct {
+	Config  streamapi.StreamConfig `json:"config"`
+	Created time.Time              `json:"created"`
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSON replaces path atomically (write, optionally fsync, rename, fsync dir).
+func writeJSON(path string, v any, sync bool) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'), sync)
+}
+
+func writeFileAtomic(path string, b []byte, sync bool) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if sync {
+		if d, err := os.Open(filepath.Dir(path)); err == nil {
+			_ = d.Sync()
+			d.Close()
+		}
+	}
+	return nil
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

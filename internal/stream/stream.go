@@ -1,0 +1,804 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// Stream is one durable stream: its partitions' logs, the subscriptions that capture
+// its subjects, and its consumers.
+type Stream struct {
+	m       *Manager
+	name    string
+	dir     string
+	created time.Time
+	// retention cannot change after creation, so it is read without a lock.
+	retention streamapi.Retention
+	parts     []*store.Log
+	corrupt   []string
+
+	cfgMu sync.RWMutex
+	cfg   streamapi.StreamConfig
+	subs  []*broker.Subscription
+
+	// Captured messages waiting for the writer.
+	qmu      sync.Mutex
+	q        inbound
+	spare    inbound
+	deletes  []partSeq // acked work-queue messages to remove
+	spareDel []partSeq
+	interest []partSeq // messages acked by one consumer of an interest stream
+	stallCh  chan struct{}
+	maxSize  atomic.Int64 // the configuration's MaxMsgSize, read by Deliver
+	kick     chan struct{}
+	ops      chan writerOp
+	done     chan struct{}
+	stopped  chan struct{}
+	started  bool
+
+	// Owned by the writer.
+	batch   broker.Batch
+	acks    []pendingAck
+	ackBuf  []byte
+	touched []bool
+	dedup   *dedupWindow
+
+	cmu       sync.RWMutex
+	consumers map[string]*Consumer
+}
+
+type partSeq struct {
+	part int
+	seq  uint64
+}
+
+// inbound is a batch of captured messages packed into one buffer.
+type inbound struct {
+	buf   []byte
+	items []inItem
+}
+
+type inItem struct {
+	subj, reply, hdr, data span
+	tooBig                 bool
+}
+
+type span struct{ off, n int }
+
+func (q *inbound) put(b []byte) span {
+	s := span{len(q.buf), len(b)}
+	q.buf = append(q.buf, b...)
+	return s
+}
+
+func (q *inbound) get(s span) []byte { return q.buf[s.off : s.off+s.n : s.off+s.n] }
+
+func (q *inbound) reset() {
+	q.buf = q.buf[:0]
+	q.items = q.items[:0]
+}
+
+// pendingAck is a publish answer the writer sends after its commit.
+type pendingAck struct {
+	reply span
+	part  int
+	seq   uint64
+	dup   bool
+	code  int
+	err   string
+	msgID string
+}
+
+func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
+	cfg := def.Config
+	s := &Stream{
+		m: m, name: cfg.Name, dir: dir, created: def.Created, cfg: cfg, retention: cfg.Retention,
+		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
+		consumers: make(map[string]*Consumer),
+		touched:   make([]bool, cfg.Partitions),
+	}
+	for i := 0; i < cfg.Partitions; i++ {
+		lc := s.logConfig(i)
+		l, rep, err := store.Open(lc)
+		if err != nil {
+			s.closeLogs()
+			return nil, fmt.Errorf("stream %q: partition %d: %w", cfg.Name, i, err)
+		}
+		if rep.TruncatedBytes > 0 {
+			m.log.Warn("stream log had a torn tail, truncated", "stream", cfg.Name, "partition", i, "bytes", rep.TruncatedBytes)
+		}
+		for _, c := range rep.Corrupt {
+			s.corrupt = append(s.corrupt, c.Error())
+		}
+		s.parts = append(s.parts, l)
+	}
+	s.maxSize.Store(int64(cfg.MaxMsgSize))
+	s.dedup = newDedupWindow(time.Duration(cfg.DuplicateWindow))
+	s.rebuildDedup()
+	if err := s.openConsumers(); err != nil {
+		s.closeLogs()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stream) logConfig(part int) store.Config {
+	cfg := s.cfg
+	lc := store.Config{
+		Dir:          filepath.Join(s.dir, "p"+strconv.Itoa(part)),
+		Name:         s.name,
+		SegmentBytes: s.m.cfg.SegmentBytes,
+		Sync:         s.m.cfg.Sync,
+		SyncInterval: s.m.cfg.SyncInterval,
+		MaxAge:       time.Duration(cfg.MaxAge),
+		MaxBytes:     cfg.MaxBytes,
+		MaxMsgs:      cfg.MaxMsgs,
+	}
+	if cfg.Partitions > 1 {
+		lc.Name = s.name + "/" + strconv.Itoa(part)
+		// Limits apply to the stream as a whole; each partition gets its share.
+		if lc.MaxBytes > 0 {
+			lc.MaxBytes = max(1, lc.MaxBytes/int64(cfg.Partitions))
+		}
+		if lc.MaxMsgs > 0 {
+			lc.MaxMsgs = max(1, lc.MaxMsgs/uint64(cfg.Partitions))
+		}
+	}
+	if cfg.SegmentBytes > 0 {
+		lc.SegmentBytes = cfg.SegmentBytes
+	}
+	if cfg.Sync != "" {
+		lc.Sync, _ = store.ParseSyncPolicy(cfg.Sync)
+	}
+	if cfg.Discard == "new" {
+		lc.Discard = store.DiscardNew
+	}
+	return lc
+}
+
+func (s *Stream) syncPolicy() store.SyncPolicy {
+	if s.cfg.Sync != "" {
+		p, _ := store.ParseSyncPolicy(s.cfg.Sync)
+		return p
+	}
+	return s.m.cfg.Sync
+}
+
+// start subscribes to the stream's subjects and starts its writer and consumers.
+func (s *Stream) start() error {
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	if !s.started {
+		s.started = true
+		go s.writer()
+	}
+	if err := s.subscribe(s.cfg.Subjects); err != nil {
+		return err
+	}
+	s.cmu.RLock()
+	for _, c := range s.consumers {
+		c.start()
+	}
+	s.cmu.RUnlock()
+	return nil
+}
+
+func (s *Stream) subscribe(subjects []string) error {
+	for _, f := range subjects {
+		sub := &broker.Subscription{Sink: (*captureSink)(s), Subject: f}
+		if err := s.m.broker.Subscribe(sub); err != nil {
+			return fmt.Errorf("stream %q: %w", s.name, err)
+		}
+		s.subs = append(s.subs, sub)
+	}
+	return nil
+}
+
+func (s *Stream) unsubscribe() {
+	for _, sub := range s.subs {
+		_ = s.m.broker.Unsubscribe(sub)
+	}
+	s.subs = nil
+}
+
+// update applies a changed configuration: new subjects and limits.
+func (s *Stream) update(cfg streamapi.StreamConfig) error {
+	def := streamDef{Config: cfg, Created: s.created}
+	if err := writeJSON(filepath.Join(s.dir, "stream.json"), def, true); err != nil {
+		return fmt.Errorf("stream %q: %w", s.name, err)
+	}
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	s.unsubscribe()
+	s.cfg = cfg
+	s.maxSize.Store(int64(cfg.MaxMsgSize))
+	err := s.onWriter(func() {
+		for i, l := range s.parts {
+			lc := s.logConfig(i)
+			l.SetLimits(lc.MaxAge, lc.MaxBytes, lc.MaxMsgs, lc.Discard)
+		}
+		s.dedup.setWindow(time.Duration(cfg.DuplicateWindow))
+	})
+	if err != nil {
+		return err
+	}
+	return s.subscribe(cfg.Subjects)
+}
+
+// Config returns the stream's configuration.
+func (s *Stream) Config() streamapi.StreamConfig {
+	s.cfgMu.RLock()
+	defer s.cfgMu.RUnlock()
+	return s.cfg
+}
+
+// Name returns the stream's name.
+func (s *Stream) Name() string { return s.name }
+
+// close stops the writer and consumers; remove also deletes the stream's data.
+func (s *Stream) close(remove bool) {
+	s.cfgMu.Lock()
+	s.unsubscribe()
+	started := s.started
+	s.cfgMu.Unlock()
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+	if started {
+		<-s.stopped
+	}
+	s.cmu.Lock()
+	cs := make([]*Consumer, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		cs = append(cs, c)
+	}
+	s.cmu.Unlock()
+	for _, c := range cs {
+		c.stop(false)
+	}
+	s.closeLogs()
+	if remove {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+func (s *Stream) closeLogs() {
+	for _, l := range s.parts {
+		if err := l.Close(); err != nil {
+			s.m.log.Error("closing stream log", "stream", s.name, "err", err)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------
+// Capturing
+
+// captureSink is the Stream seen as a broker sink for its subjects.
+type captureSink Stream
+
+// Deliver queues a captured message for the writer. It copies the message, as the
+// broker requires, and never blocks: flow control happens in Stall.
+func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
+	s := (*Stream)(c)
+	s.qmu.Lock()
+	if len(s.q.buf) > s.m.cfg.MaxQueued {
+		s.qmu.Unlock()
+		return false
+	}
+	var it inItem
+	it.subj = s.q.put(m.Subject)
+	it.reply = s.q.put(m.Reply)
+	it.hdr = s.q.put(m.Header)
+	if int64(len(m.Payload)) > s.maxSize.Load() {
+		it.tooBig = true
+	} else {
+		it.data = s.q.put(m.Payload)
+	}
+	s.q.items = append(s.q.items, it)
+	s.qmu.Unlock()
+	return true
+}
+
+// Flush wakes the writer.
+func (c *captureSink) Flush() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stall asks publishers to wait while the writer is behind by more than a quarter of
+// MaxQueued, so a burst is absorbed by TCP back-pressure instead of memory.
+func (c *captureSink) Stall() <-chan struct{} {
+	s := (*Stream)(c)
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q.buf) < s.m.cfg.MaxQueued/4 {
+		return nil
+	}
+	if s.stallCh == nil {
+		s.stallCh = make(chan struct{})
+	}
+	return s.stallCh
+}
+
+// Stuck is called when a publisher waited in vain; the writer keeps going regardless.
+func (c *captureSink) Stuck() {}
+
+// queueDelete asks the writer to remove a message (work-queue or interest retention).
+func (s *Stream) queueDelete(part int, seq uint64) {
+	s.qmu.Lock()
+	s.deletes = append(s.deletes, partSeq{part, seq})
+	s.qmu.Unlock()
+	(*captureSink)(s).Flush()
+}
+
+// ---------------------------------------------------------------------------------
+// The writer
+
+// expireEvery is how often the writer applies the age limit.
+const expireEvery = time.Second
+
+func (s *Stream) writer() {
+	defer close(s.stopped)
+	ticker := time.NewTicker(expireEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-ticker.C:
+			s.expire()
+			continue
+		case op := <-s.ops:
+			s.writeBatch()
+			op.fn()
+			close(op.done)
+			continue
+		case <-s.done:
+			// Answer what is queued so publishers are not left waiting.
+			s.writeBatch()
+			return
+		}
+		s.writeBatch()
+	}
+}
+
+// writerOp is work that must run on the writer goroutine, the only one that may
+// change the logs.
+type writerOp struct {
+	fn   func()
+	done chan struct{}
+}
+
+// onWriter runs fn on the writer goroutine and waits for it.
+func (s *Stream) onWriter(fn func()) error {
+	op := writerOp{fn: fn, done: make(chan struct{})}
+	select {
+	case s.ops <- op:
+		<-op.done
+		return nil
+	case <-s.done:
+		return fmt.Errorf("stream %q: %w", s.name, ErrClosed)
+	}
+}
+
+func (s *Stream) expire() {
+	if s.Config().MaxAge <= 0 {
+		return
+	}
+	for i, l := range s.parts {
+		if _, err := l.ExpireOld(); err != nil {
+			s.m.log.Error("stream age limit", "stream", s.name, "partition", i, "err", err)
+		}
+	}
+}
+
+// writeBatch commits everything captured since the last batch, one commit per
+// partition, then answers the publishers and wakes the consumers.
+func (s *Stream) writeBatch() {
+	for {
+		s.qmu.Lock()
+		if len(s.q.items) == 0 && len(s.deletes) == 0 && len(s.interest) == 0 {
+			if s.stallCh != nil {
+				close(s.stallCh)
+				s.stallCh = nil
+			}
+			s.qmu.Unlock()
+			return
+		}
+		q := s.q
+		s.q = s.spare
+		dels := s.deletes
+		s.deletes = s.spareDel[:0]
+		checks := s.interest
+		s.interest = nil
+		if s.stallCh != nil && len(q.buf) > 0 {
+			// The queue was just emptied: publishers may go on.
+			close(s.stallCh)
+			s.stallCh = nil
+		}
+		s.qmu.Unlock()
+
+		s.applyDeletes(dels)
+		s.checkInterest(checks)
+		s.commit(&q)
+
+		q.reset()
+		s.qmu.Lock()
+		s.spare = q
+		s.spareDel = dels[:0]
+		s.qmu.Unlock()
+	}
+}
+
+// queueInterestCheck asks the writer whether every consumer is now done with a
+// message of an interest stream, and to remove it if so.
+func (s *Stream) queueInterestCheck(key partSeq) {
+	s.qmu.Lock()
+	s.interest = append(s.interest, key)
+	s.qmu.Unlock()
+	(*captureSink)(s).Flush()
+}
+
+func (s *Stream) checkInterest(keys []partSeq) {
+	if len(keys) == 0 {
+		return
+	}
+	cs := s.Consumers()
+	var buf []byte
+	for _, k := range keys {
+		rec, b, err := s.parts[k.part].Read(k.seq, buf)
+		buf = b
+		if err != nil {
+			continue
+		}
+		if s.allAcked(cs, k, string(rec.Subject)) {
+			_ = s.parts[k.part].Delete(k.seq)
+		}
+	}
+}
+
+func (s *Stream) allAcked(cs []*Consumer, k partSeq, subj string) bool {
+	for _, c := range cs {
+		if !c.isAcked(k, subj) {
+			return false
+		}
+	}
+	return true
+}
+
+// sweepInterest removes every message of an interest stream that no remaining
+// consumer still needs, after a consumer was deleted.
+func (s *Stream) sweepInterest() {
+	_ = s.onWriter(func() {
+		cs := s.Consumers()
+		for p, l := range s.parts {
+			var done []uint64
+			r := l.NewReader(l.State().FirstSeq)
+			for {
+				rec, err := r.Next()
+				if err != nil {
+					break
+				}
+				if s.allAcked(cs, partSeq{p, rec.Seq}, string(rec.Subject)) {
+					done = append(done, rec.Seq)
+				}
+			}
+			r.Close()
+			for _, seq := range done {
+				_ = l.Delete(seq)
+			}
+		}
+	})
+}
+
+func (s *Stream) applyDeletes(dels []partSeq) {
+	for _, d := range dels {
+		if err := s.parts[d.part].Delete(d.seq); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.m.log.Error("stream delete", "stream", s.name, "partition", d.part, "seq", d.seq, "err", err)
+		}
+	}
+}
+
+func (s *Stream) commit(q *inbound) {
+	now := time.Now().UnixNano()
+	s.acks = s.acks[:0]
+	clear(s.touched)
+	interestNone := s.retention == streamapi.RetainInterest && s.numConsumers() == 0
+	for i := range q.items {
+		it := &q.items[i]
+		a := pendingAck{reply: it.reply, part: -1}
+		if it.tooBig {
+			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
+			s.acks = append(s.acks, a)
+			continue
+		}
+		hdr := header.Block(q.get(it.hdr))
+		subj := q.get(it.subj)
+		if id, ok := hdr.Lookup(streamapi.HeaderMsgID); ok && id != "" {
+			if part, seq, dup := s.dedup.lookup(id, now); dup {
+				a.part, a.seq, a.dup = part, seq, true
+				s.acks = append(s.acks, a)
+				continue
+			}
+			a.msgID = id
+		}
+		part := s.partitionOf(subj, hdr)
+		seq, err := s.parts[part].Append(subj, hdr, q.get(it.data), now)
+		if err != nil {
+			a.code, a.err = errorCode(err), err.Error()
+			a.msgID = ""
+			s.acks = append(s.acks, a)
+			continue
+		}
+		if a.msgID != "" {
+			// Copy: the id points into the queue buffer, which is reused.
+			a.msgID = string([]byte(a.msgID))
+			s.dedup.add(a.msgID, part, seq, now)
+		}
+		a.part, a.seq = part, seq
+		s.touched[part] = true
+		s.acks = append(s.acks, a)
+	}
+	for p, t := range s.touched {
+		if !t {
+			continue
+		}
+		if err := s.parts[p].Commit(); err != nil {
+			s.m.log.Error("stream commit failed", "stream", s.name, "partition", p, "err", err)
+			code := errorCode(err)
+			for i := range s.acks {
+				a := &s.acks[i]
+				if a.part == p && a.code == 0 && !a.dup {
+					if a.msgID != "" {
+						s.dedup.remove(a.msgID)
+					}
+					a.code, a.err = code, err.Error()
+				}
+			}
+			s.touched[p] = false
+		}
+	}
+	// Answer the publishers.
+	for i := range s.acks {
+		a := &s.acks[i]
+		reply := q.get(a.reply)
+		if len(reply) == 0 {
+			continue
+		}
+		if a.code != 0 {
+			s.ackBuf = streamapi.AppendPubErr(s.ackBuf[:0], a.code, a.err)
+		} else {
+			s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, a.dup)
+		}
+		s.m.broker.Publish(&s.batch, &broker.Message{Subject: reply, Payload: s.ackBuf})
+	}
+	s.batch.Flush()
+	if interestNone {
+		// Nobody was interested: the messages were acknowledged and are gone.
+		for i := range s.acks {
+			if a := &s.acks[i]; a.code == 0 && !a.dup {
+				_ = s.parts[a.part].Delete(a.seq)
+			}
+		}
+		return
+	}
+	for p, t := range s.touched {
+		if t {
+			s.notify(p)
+		}
+	}
+}
+
+// errorCode maps a store error to the code a publisher sees.
+func errorCode(err error) int {
+	switch {
+	case errors.Is(err, store.ErrFull):
+		return streamapi.CodeLimits
+	case errors.Is(err, store.ErrTooLarge):
+		return streamapi.CodeTooLarge
+	case errors.Is(err, store.ErrNoSpace):
+		return streamapi.CodeUnavailable
+	}
+	return streamapi.CodeInternal
+}
+
+// partitionOf chooses a message's partition: by its key header, else its subject.
+func (s *Stream) partitionOf(subj []byte, hdr header.Block) int {
+	n := len(s.parts)
+	if n == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	if key, ok := hdr.Lookup(streamapi.HeaderKey); ok {
+		_, _ = io.WriteString(h, key)
+	} else {
+		_, _ = h.Write(subj)
+	}
+	return int(h.Sum32() % uint32(n))
+}
+
+// notify wakes every consumer after new messages were committed to partition p.
+func (s *Stream) notify(p int) {
+	s.cmu.RLock()
+	for _, c := range s.consumers {
+		c.wake()
+	}
+	s.cmu.RUnlock()
+}
+
+func (s *Stream) numConsumers() int {
+	s.cmu.RLock()
+	defer s.cmu.RUnlock()
+	return len(s.consumers)
+}
+
+// rebuildDedup reloads the ids of messages stored within the duplicate window.
+func (s *Stream) rebuildDedup() {
+	since := time.Now().Add(-s.dedup.window).UnixNano()
+	for p, l := range s.parts {
+		r := l.NewReader(l.SeqForTime(since))
+		for {
+			rec, err := r.Next()
+			if err != nil {
+				break
+			}
+			if id, ok := header.Block(rec.Header).Lookup(streamapi.HeaderMsgID); ok && id != "" {
+				s.dedup.add(string([]byte(id)), p, rec.Seq, rec.Time)
+			}
+		}
+		r.Close()
+	}
+}
+
+// ---------------------------------------------------------------------------------
+// State
+
+func (s *Stream) state() streamapi.StreamState {
+	var st streamapi.StreamState
+	for i, l := range s.parts {
+		ls := l.State()
+		ps := streamapi.StreamState{Msgs: ls.Msgs, Bytes: ls.Bytes, FirstSeq: ls.FirstSeq, LastSeq: ls.LastSeq,
+			Deleted: ls.Deleted}
+		if ls.FirstTime != 0 && ls.Msgs > 0 {
+			ps.FirstTime = time.Unix(0, ls.FirstTime).UTC()
+		}
+		if ls.LastTime != 0 {
+			ps.LastTime = time.Unix(0, ls.LastTime).UTC()
+		}
+		st.Msgs += ps.Msgs
+		st.Bytes += ps.Bytes
+		st.Deleted += ps.Deleted
+		if i == 0 || ps.FirstSeq < st.FirstSeq {
+			st.FirstSeq = ps.FirstSeq
+		}
+		st.LastSeq = max(st.LastSeq, ps.LastSeq)
+		if !ps.FirstTime.IsZero() && (st.FirstTime.IsZero() || ps.FirstTime.Before(st.FirstTime)) {
+			st.FirstTime = ps.FirstTime
+		}
+		if ps.LastTime.After(st.LastTime) {
+			st.LastTime = ps.LastTime
+		}
+		if len(s.parts) > 1 {
+			ps.Partition = i
+			st.Parts = append(st.Parts, ps)
+		}
+	}
+	st.Consumers = s.numConsumers()
+	return st
+}
+
+// Info describes the stream.
+func (s *Stream) Info() streamapi.StreamInfo {
+	return streamapi.StreamInfo{Config: s.Config(), Created: s.created, State: s.state(),
+		Corrupt: append([]string(nil), s.corrupt...)}
+}
+
+// Purge removes messages; see streamapi.PurgeRequest. It runs on the caller's
+// goroutine but synchronises with the writer through the log.
+func (s *Stream) Purge(req streamapi.PurgeRequest) (uint64, error) {
+	var total uint64
+	for i, l := range s.parts {
+		var n uint64
+		var err error
+		purge := func() {
+			upTo := req.UpTo
+			if req.Keep > 0 {
+				var keepAll bool
+				if upTo, keepAll, err = keepFrom(l, req.Keep, req.Subject); err != nil || keepAll {
+					return
+				}
+			}
+			n, err = l.Purge(upTo, req.Subject)
+		}
+		if werr := s.onWriter(purge); werr != nil {
+			return total, werr
+		}
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("stream %q: partition %d: purge: %w", s.name, i, err)
+		}
+	}
+	s.cmu.RLock()
+	for _, c := range s.consumers {
+		c.purged()
+	}
+	s.cmu.RUnlock()
+	return total, nil
+}
+
+// keepFrom finds the sequence of the keep-th last live message (with the given
+// subject, if any): purging below it keeps exactly keep messages. It walks back from
+// the tail, so its cost grows with keep plus the deleted and other-subject messages
+// among them, never with the stream's length. Run it on the writer.
+func keepFrom(l *store.Log, keep uint64, subj string) (upTo uint64, keepAll bool, err error) {
+	st := l.State()
+	if st.Msgs <= keep {
+		return 0, true, nil
+	}
+	if subj == "" && st.Deleted == 0 {
+		return st.LastSeq + 1 - keep, false, nil
+	}
+	var buf []byte
+	var rec store.Record
+	kept := uint64(0)
+	for seq := st.LastSeq; seq >= st.FirstSeq && seq > 0; seq-- {
+		rec, buf, err = l.Read(seq, buf)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		if subj != "" && string(rec.Subject) != subj {
+			continue
+		}
+		if kept++; kept == keep {
+			return seq, false, nil
+		}
+	}
+	return 0, true, nil
+}
+
+// GetMsg reads one stored message.
+func (s *Stream) GetMsg(req streamapi.MsgGetRequest) (streamapi.StoredMsg, error) {
+	if req.Partition < 0 || req.Partition >= len(s.parts) {
+		return streamapi.StoredMsg{}, fmt.Errorf("stream %q: no partition %d: %w", s.name, req.Partition, store.ErrNotFound)
+	}
+	l := s.parts[req.Partition]
+	seq := req.Seq
+	if req.LastBySubj != "" {
+		seq = 0
+		l.ForEachSubject(func(subj string, _, last uint64) bool {
+			if subj == req.LastBySubj {
+				seq = last
+				return false
+			}
+			return true
+		})
+		if seq == 0 {
+			return streamapi.StoredMsg{}, fmt.Errorf("stream %q: subject %q: %w", s.name, req.LastBySubj, store.ErrNotFound)
+		}
+	}
+	rec, _, err := l.Read(seq, nil)
+	if err != nil {
+		return streamapi.StoredMsg{}, fmt.Errorf("stream %q: seq %d: %w", s.name, seq, err)
+	}
+	return streamapi.StoredMsg{Subject: string(rec.Subject), Seq: rec.Seq, Partition: req.Partition,
+		Header: rec.Header, Data: rec.Payload, Time: time.Unix(0, rec.Time).UTC()}, nil
+}

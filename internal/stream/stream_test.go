@@ -1,0 +1,764 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
+)
+
+// env is a server with streams and a connected client.
+type env struct {
+	t   *testing.T
+	srv *server.Server
+	nc  *tern.Conn
+	js  *tern.Streams
+	ctx context.Context
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := servertest.Start(t, nil)
+	return connectEnv(t, srv)
+}
+
+func connectEnv(t *testing.T, srv *server.Server) *env {
+	t.Helper()
+	nc, err := tern.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return &env{t: t, srv: srv, nc: nc, js: nc.Streams(), ctx: ctx}
+}
+
+func (e *env) addStream(cfg tern.StreamConfig) *tern.StreamInfo {
+	e.t.Helper()
+	info, err := e.js.AddStream(e.ctx, cfg)
+	if err != nil {
+		e.t.Fatalf("add stream %s: %v", cfg.Name, err)
+	}
+	return info
+}
+
+func (e *env) addConsumer(stream string, cfg tern.ConsumerConfig) *tern.ConsumerInfo {
+	e.t.Helper()
+	info, err := e.js.AddConsumer(e.ctx, stream, cfg)
+	if err != nil {
+		e.t.Fatalf("add consumer on %s: %v", stream, err)
+	}
+	return info
+}
+
+func (e *env) publish(subject, data string, opts ...tern.PubOpt) *tern.PubAck {
+	e.t.Helper()
+	ack, err := e.js.Publish(e.ctx, subject, []byte(data), opts...)
+	if err != nil {
+		e.t.Fatalf("publish %s: %v", subject, err)
+	}
+	return ack
+}
+
+func (e *env) streamInfo(name string) *tern.StreamInfo {
+	e.t.Helper()
+	info, err := e.js.StreamInfo(e.ctx, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info
+}
+
+func (e *env) consumerInfo(stream, name string) *tern.ConsumerInfo {
+	e.t.Helper()
+	info, err := e.js.ConsumerInfo(e.ctx, stream, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info
+}
+
+// fetch takes exactly n messages, failing the test if they do not come in time.
+func (e *env) fetch(p *tern.Pull, n int) []*tern.Msg {
+	e.t.Helper()
+	var out []*tern.Msg
+	deadline := time.Now().Add(10 * time.Second)
+	for len(out) < n && time.Now().Before(deadline) {
+		msgs, err := p.Fetch(e.ctx, n-len(out), tern.FetchMaxWait(2*time.Second))
+		if err != nil && !errors.Is(err, tern.ErrTimeout) {
+			e.t.Fatalf("fetch: %v", err)
+		}
+		out = append(out, msgs...)
+	}
+	if len(out) != n {
+		e.t.Fatalf("fetched %d messages, want %d", len(out), n)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func meta(t *testing.T, m *tern.Msg) *tern.MsgMetadata {
+	t.Helper()
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatalf("metadata of %q (reply %q): %v", m.Subject, m.Reply, err)
+	}
+	return md
+}
+
+func TestPublishAckAndInfo(t *testing.T) {
+	e := newEnv(t)
+	info := e.addStream(tern.StreamConfig{Name: "orders", Subjects: []string{"orders.>"}})
+	if info.Config.Retention != tern.RetainLimits || info.State.Msgs != 0 {
+		t.Fatalf("new stream info: %+v", info)
+	}
+	for i := 1; i <= 100; i++ {
+		ack := e.publish("orders.new", "order "+strconv.Itoa(i))
+		if ack.Stream != "orders" || ack.Seq != uint64(i) || ack.Duplicate {
+			t.Fatalf("publish %d: ack %+v", i, ack)
+		}
+	}
+	info = e.streamInfo("orders")
+	if info.State.Msgs != 100 || info.State.FirstSeq != 1 || info.State.LastSeq != 100 {
+		t.Fatalf("state after 100 publishes: %+v", info.State)
+	}
+	msg, err := e.js.GetMsg(e.ctx, "orders", 0, 42)
+	if err != nil || string(msg.Data) != "order 42" || msg.Subject != "orders.new" {
+		t.Fatalf("get 42: %+v, %v", msg, err)
+	}
+	// Same configuration again is fine; a different one is a conflict.
+	e.addStream(tern.StreamConfig{Name: "orders", Subjects: []string{"orders.>"}})
+	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "orders", Subjects: []string{"other"}}); err == nil {
+		t.Fatal("re-adding with other subjects succeeded")
+	}
+	// Overlapping subjects belong to one stream only.
+	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "o2", Subjects: []string{"orders.new"}}); err == nil {
+		t.Fatal("overlapping stream accepted")
+	}
+	if _, err := e.js.StreamInfo(e.ctx, "nope"); !errors.Is(err, tern.ErrStreamNotFound) {
+		t.Fatalf("info of a missing stream: %v", err)
+	}
+	// A publish to a subject no stream captures has no responder.
+	if _, err := e.js.Publish(e.ctx, "nobody.here", nil); !errors.Is(err, tern.ErrNoResponders) {
+		t.Fatalf("publish outside streams: %v", err)
+	}
+}
+
+func TestPublishAsync(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "ev", Subjects: []string{"ev.*"}})
+	js := e.nc.Streams(tern.PublishAsyncMaxPending(64))
+	const n = 5000
+	futures := make([]*tern.PubAckFuture, 0, n)
+	for i := 0; i < n; i++ {
+		f, err := js.PublishAsync("ev.x", []byte(strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("async publishes still pending: %d", js.PublishAsyncPending())
+	}
+	for i, f := range futures {
+		ack, err := f.Result()
+		if err != nil || ack.Seq != uint64(i+1) {
+			t.Fatalf("future %d: %+v %v", i, ack, err)
+		}
+	}
+}
+
+func TestDuplicateWindow(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "pay", DuplicateWindow: tern.Duration(time.Minute)})
+	a1 := e.publish("pay", "x", tern.MsgID("m-1"))
+	a2 := e.publish("pay", "x", tern.MsgID("m-1"))
+	a3 := e.publish("pay", "y", tern.MsgID("m-2"))
+	if a1.Duplicate || !a2.Duplicate || a2.Seq != a1.Seq || a3.Seq != a1.Seq+1 {
+		t.Fatalf("acks %+v %+v %+v", a1, a2, a3)
+	}
+	if n := e.streamInfo("pay").State.Msgs; n != 2 {
+		t.Fatalf("stored %d messages, want 2", n)
+	}
+}
+
+func TestPullFetchAck(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "jobs", Subjects: []string{"jobs.>"}})
+	for i := 0; i < 10; i++ {
+		e.publish("jobs.a", strconv.Itoa(i))
+	}
+	e.addConsumer("jobs", tern.ConsumerConfig{Durable: "w"})
+	p := e.js.Pull("jobs", "w")
+	defer p.Close()
+	seen := 0
+	for round := 0; round < 2; round++ {
+		for _, m := range e.fetch(p, 5) {
+			md := meta(t, m)
+			if string(m.Data) != strconv.Itoa(seen) || md.StreamSeq != uint64(seen+1) || md.Deliveries != 1 || m.Subject != "jobs.a" {
+				t.Fatalf("message %d: %q %+v", seen, m.Data, md)
+			}
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			seen++
+		}
+	}
+	waitFor(t, "acks applied", func() bool {
+		ci := e.consumerInfo("jobs", "w")
+		return ci.NumAckPending == 0 && ci.NumPending == 0 && ci.Partitions[0].AckFloor == 10
+	})
+	// Nothing left: a no-wait fetch says so at once.
+	if _, err := p.Fetch(e.ctx, 1, tern.FetchNoWait()); !errors.Is(err, tern.ErrNoMessages) {
+		t.Fatalf("no-wait fetch of an empty consumer: %v", err)
+	}
+}
+
+// TestFetchWaitsForMessages checks the long poll: a fetch waiting on an empty consumer
+// gets a message published later as soon as it is stored, not at its deadline.
+func TestFetchWaitsForMessages(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "lp"})
+	e.addConsumer("lp", tern.ConsumerConfig{Durable: "c"})
+	p := e.js.Pull("lp", "c")
+	defer p.Close()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = e.js.Publish(context.Background(), "lp", []byte("late"))
+	}()
+	start := time.Now()
+	msgs, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(5*time.Second))
+	took := time.Since(start)
+	if err != nil || len(msgs) != 1 || string(msgs[0].Data) != "late" {
+		t.Fatalf("fetch: %v %v", msgs, err)
+	}
+	if took < 250*time.Millisecond || took > 4*time.Second {
+		t.Fatalf("fetch returned after %v; want soon after the 300ms publish", took)
+	}
+	// A fetch with nothing to get ends at its wait with a timeout.
+	start = time.Now()
+	if _, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(400*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
+		t.Fatalf("empty fetch: %v", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("empty fetch returned after %v, before its wait", took)
+	}
+}
+
+func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "rd", Subjects: []string{"rd.>"}})
+	dlq, err := e.nc.SubscribeSync("$TERN.DLQ.rd.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addConsumer("rd", tern.ConsumerConfig{Durable: "c", AckWait: tern.Duration(300 * time.Millisecond), MaxDeliver: 3})
+	p := e.js.Pull("rd", "c")
+	defer p.Close()
+
+	// Not acknowledged: delivered again after the ack wait, then dead-lettered after 3.
+	e.publish("rd.x", "ignored")
+	for want := uint64(1); want <= 3; want++ {
+		m := e.fetch(p, 1)[0]
+		if md := meta(t, m); md.Deliveries != want || md.StreamSeq != 1 {
+			t.Fatalf("delivery %d: %+v", want, md)
+		}
+	}
+	dm, err := dlq.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("dead letter: %v", err)
+	}
+	if string(dm.Data) != "ignored" || dm.Header.Get("Tern-Seq") != "1" || dm.Header.Get("Tern-Deliveries") != "3" ||
+		dm.Header.Get("Tern-Reason") != "max deliveries reached" {
+		t.Fatalf("dead letter %q %v", dm.Data, dm.Header)
+	}
+
+	// Nak redelivers at once; nak with a delay after it.
+	e.publish("rd.x", "nak me")
+	m := e.fetch(p, 1)[0]
+	if err := m.Nak(); err != nil {
+		t.Fatal(err)
+	}
+	m = e.fetch(p, 1)[0]
+	if md := meta(t, m); md.Deliveries != 2 || string(m.Data) != "nak me" {
+		t.Fatalf("after nak: %+v", md)
+	}
+	start := time.Now()
+	if err := m.NakWithDelay(200 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	m = e.fetch(p, 1)[0]
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("nak with 200ms delay redelivered after %v", d)
+	}
+	if err := m.AckSync(e.ctx); err != nil {
+		t.Fatalf("ack sync: %v", err)
+	}
+
+	// In progress restarts the ack wait.
+	e.publish("rd.x", "slow work")
+	m = e.fetch(p, 1)[0]
+	for i := 0; i < 4; i++ {
+		time.Sleep(150 * time.Millisecond)
+		if err := m.InProgress(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(100*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
+		t.Fatalf("message in progress was redelivered: %v", err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Term: never again, straight to the dead-letter subject.
+	e.publish("rd.x", "poison")
+	m = e.fetch(p, 1)[0]
+	if err := m.Term("cannot parse"); err != nil {
+		t.Fatal(err)
+	}
+	dm, err = dlq.NextMsg(5 * time.Second)
+	if err != nil || string(dm.Data) != "poison" || dm.Header.Get("Tern-Reason") != "terminated: cannot parse" {
+		t.Fatalf("terminated dead letter: %v %v", dm, err)
+	}
+	if _, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(500*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
+		t.Fatalf("terminated message came back: %v", err)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "bo"})
+	e.addConsumer("bo", tern.ConsumerConfig{Durable: "c",
+		Backoff: []tern.Duration{tern.Duration(100 * time.Millisecond), tern.Duration(600 * time.Millisecond)}})
+	p := e.js.Pull("bo", "c")
+	defer p.Close()
+	e.publish("bo", "x")
+	e.fetch(p, 1)
+	t1 := time.Now()
+	e.fetch(p, 1) // after ~100ms
+	d1 := time.Since(t1)
+	t2 := time.Now()
+	e.fetch(p, 1) // after ~600ms
+	d2 := time.Since(t2)
+	if d1 > 500*time.Millisecond || d2 < 450*time.Millisecond {
+		t.Fatalf("backoff waits %v then %v; want about 100ms then 600ms", d1, d2)
+	}
+}
+
+func TestWorkQueueExactlyOnce(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "wq", Subjects: []string{"wq.>"}, Retention: tern.RetainWorkQueue})
+	e.addConsumer("wq", tern.ConsumerConfig{Durable: "workers", AckWait: tern.Duration(time.Second)})
+	if _, err := e.js.AddConsumer(e.ctx, "wq", tern.ConsumerConfig{Durable: "second"}); err == nil {
+		t.Fatal("a second overlapping work-queue consumer was accepted")
+	}
+	const m, workers = 2000, 4
+	js := e.nc.Streams()
+	for i := 0; i < m; i++ {
+		if _, err := js.PublishAsync("wq.job", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+
+	// A worker that dies holding messages: they go to the others after the ack wait.
+	dying, err := tern.Connect(e.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := e.fetch(dying.Streams().Pull("wq", "workers"), 10)
+	heldSeqs := map[string]bool{}
+	for _, h := range held {
+		heldSeqs[string(h.Data)] = true
+	}
+	dying.Close()
+
+	var mu sync.Mutex
+	counts := make(map[string]int)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := tern.Connect(e.srv.URL())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer nc.Close()
+			p := nc.Streams().Pull("wq", "workers")
+			idle := 0
+			for idle < 3 {
+				msgs, err := p.Fetch(e.ctx, 50, tern.FetchMaxWait(time.Second))
+				if errors.Is(err, tern.ErrTimeout) {
+					idle++
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				idle = 0
+				for _, msg := range msgs {
+					mu.Lock()
+					counts[string(msg.Data)]++
+					mu.Unlock()
+					if err := msg.Ack(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(counts) != m {
+		t.Fatalf("processed %d distinct messages, want %d", len(counts), m)
+	}
+	for k, n := range counts {
+		if n != 1 {
+			t.Fatalf("message %s processed %d times", k, n)
+		}
+	}
+	if len(heldSeqs) != 10 {
+		t.Fatalf("dying worker held %d", len(heldSeqs))
+	}
+	waitFor(t, "work queue to empty", func() bool { return e.streamInfo("wq").State.Msgs == 0 })
+}
+
+func TestInterestRetention(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "in", Retention: tern.RetainInterest})
+	// With no consumer, nobody is interested: acknowledged but not kept.
+	e.publish("in", "lost")
+	waitFor(t, "uninteresting message removed", func() bool { return e.streamInfo("in").State.Msgs == 0 })
+
+	e.addConsumer("in", tern.ConsumerConfig{Durable: "a"})
+	e.addConsumer("in", tern.ConsumerConfig{Durable: "b"})
+	e.publish("in", "kept")
+	pa, pb := e.js.Pull("in", "a"), e.js.Pull("in", "b")
+	defer pa.Close()
+	defer pb.Close()
+	if err := e.fetch(pa, 1)[0].AckSync(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := e.streamInfo("in").State.Msgs; n != 1 {
+		t.Fatalf("after one of two acks the stream has %d messages, want 1", n)
+	}
+	if err := e.fetch(pb, 1)[0].AckSync(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message removed after both acks", func() bool { return e.streamInfo("in").State.Msgs == 0 })
+
+	// Deleting a consumer releases what only it still held.
+	e.publish("in", "held by b")
+	if err := e.fetch(pa, 1)[0].AckSync(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.js.DeleteConsumer(e.ctx, "in", "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message released by consumer deletion", func() bool { return e.streamInfo("in").State.Msgs == 0 })
+}
+
+func TestLimitsRetention(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "old", MaxMsgs: 10})
+	for i := 0; i < 25; i++ {
+		e.publish("old", strconv.Itoa(i))
+	}
+	st := e.streamInfo("old").State
+	if st.Msgs != 10 || st.FirstSeq != 16 || st.LastSeq != 25 {
+		t.Fatalf("discard old: %+v", st)
+	}
+	e.addStream(tern.StreamConfig{Name: "new", MaxMsgs: 5, Discard: "new"})
+	for i := 0; i < 5; i++ {
+		e.publish("new", "x")
+	}
+	_, err := e.js.Publish(e.ctx, "new", []byte("over"))
+	var ae *tern.APIError
+	if !errors.As(err, &ae) || ae.Code != 429 {
+		t.Fatalf("publish over a discard-new limit: %v", err)
+	}
+	e.addStream(tern.StreamConfig{Name: "ttl", MaxAge: tern.Duration(500 * time.Millisecond)})
+	e.publish("ttl", "short-lived")
+	waitFor(t, "message to expire", func() bool { return e.streamInfo("ttl").State.Msgs == 0 })
+	e.addStream(tern.StreamConfig{Name: "small", MaxMsgSize: 8})
+	if _, err := e.js.Publish(e.ctx, "small", []byte("123456789")); !errors.As(err, &ae) || ae.Code != 413 {
+		t.Fatalf("oversized message: %v", err)
+	}
+}
+
+func TestPushConsumer(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "push", Subjects: []string{"push.>"}})
+	for i := 0; i < 50; i++ {
+		e.publish("push.a", strconv.Itoa(i))
+	}
+	got := make(chan *tern.Msg, 100)
+	sub, err := e.nc.Subscribe("deliver.push", func(m *tern.Msg) { got <- m; _ = m.Ack() }, tern.Queue("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	e.addConsumer("push", tern.ConsumerConfig{Durable: "p", DeliverSubject: "deliver.push", DeliverGroup: "g"})
+	for i := 0; i < 50; i++ {
+		select {
+		case m := <-got:
+			if string(m.Data) != strconv.Itoa(i) || m.Subject != "push.a" {
+				t.Fatalf("push message %d: %s %q", i, m.Subject, m.Data)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("push delivered %d of 50", i)
+		}
+	}
+	waitFor(t, "push acks", func() bool { return e.consumerInfo("push", "p").NumAckPending == 0 })
+}
+
+func TestDeliverPolicies(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "dp", Subjects: []string{"dp.*"}})
+	e.publish("dp.a", "a1")
+	e.publish("dp.b", "b1")
+	time.Sleep(20 * time.Millisecond)
+	mid := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	e.publish("dp.a", "a2")
+	e.publish("dp.b", "b2")
+
+	cases := []struct {
+		cfg  tern.ConsumerConfig
+		want []string
+	}{
+		{tern.ConsumerConfig{DeliverPolicy: tern.DeliverAll}, []string{"a1", "b1", "a2", "b2"}},
+		{tern.ConsumerConfig{DeliverPolicy: tern.DeliverLast}, []string{"b2"}},
+		{tern.ConsumerConfig{DeliverPolicy: tern.DeliverLast, FilterSubject: "dp.a"}, []string{"a2"}},
+		{tern.ConsumerConfig{DeliverPolicy: tern.DeliverLastPerSubject}, []string{"a2", "b2"}},
+		{tern.ConsumerConfig{DeliverPolicy: tern.DeliverByStartSeq, OptStartSeq: 2}, []string{"b1", "a2", "b2"}},
+		{tern.ConsumerConfig{DeliverPolicy: tern.DeliverByStartTime, OptStartTime: &mid}, []string{"a2", "b2"}},
+		{tern.ConsumerConfig{FilterSubject: "dp.b"}, []string{"b1", "b2"}},
+	}
+	for i, tc := range cases {
+		tc.cfg.Durable = "c" + strconv.Itoa(i)
+		e.addConsumer("dp", tc.cfg)
+		p := e.js.Pull("dp", tc.cfg.Durable)
+		var got []string
+		for _, m := range e.fetch(p, len(tc.want)) {
+			got = append(got, string(m.Data))
+			_ = m.Ack()
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s %s: got %v, want %v", tc.cfg.DeliverPolicy, tc.cfg.FilterSubject, got, tc.want)
+		}
+		if _, err := p.Fetch(e.ctx, 1, tern.FetchNoWait()); !errors.Is(err, tern.ErrNoMessages) {
+			t.Errorf("%s: more than expected: %v", tc.cfg.DeliverPolicy, err)
+		}
+		p.Close()
+	}
+	e.publish("dp.a", "a3")
+	e.addConsumer("dp", tern.ConsumerConfig{Durable: "fresh", DeliverPolicy: tern.DeliverNew})
+	e.publish("dp.b", "b3")
+	p := e.js.Pull("dp", "fresh")
+	defer p.Close()
+	if m := e.fetch(p, 1)[0]; string(m.Data) != "b3" {
+		t.Fatalf("deliver new got %q", m.Data)
+	}
+}
+
+func TestAckAllIsCumulative(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "cum"})
+	for i := 0; i < 10; i++ {
+		e.publish("cum", strconv.Itoa(i))
+	}
+	e.addConsumer("cum", tern.ConsumerConfig{Durable: "c", AckPolicy: tern.AckAll})
+	p := e.js.Pull("cum", "c")
+	defer p.Close()
+	msgs := e.fetch(p, 10)
+	if err := msgs[6].AckSync(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	ci := e.consumerInfo("cum", "c")
+	if ci.NumAckPending != 3 || ci.Partitions[0].AckFloor != 7 {
+		t.Fatalf("after acking the 7th of 10: %+v", ci)
+	}
+}
+
+func TestPurgeAndDelete(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "pg", Subjects: []string{"pg.*"}})
+	for i := 0; i < 10; i++ {
+		e.publish("pg.a", "x")
+		e.publish("pg.b", "y")
+	}
+	n, err := e.js.PurgeStream(e.ctx, "pg", &tern.PurgeRequest{Subject: "pg.a"})
+	if err != nil || n != 10 {
+		t.Fatalf("purge subject: %d %v", n, err)
+	}
+	if st := e.streamInfo("pg").State; st.Msgs != 10 {
+		t.Fatalf("after subject purge: %+v", st)
+	}
+	n, err = e.js.PurgeStream(e.ctx, "pg", &tern.PurgeRequest{Keep: 3})
+	if err != nil || n != 7 {
+		t.Fatalf("purge keep 3: %d %v", n, err)
+	}
+	if _, err := e.js.PurgeStream(e.ctx, "pg", nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.streamInfo("pg").State; st.Msgs != 0 || st.LastSeq != 20 {
+		t.Fatalf("after purge: %+v", st)
+	}
+	if err := e.js.DeleteStream(e.ctx, "pg"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.StreamInfo(e.ctx, "pg"); !errors.Is(err, tern.ErrStreamNotFound) {
+		t.Fatalf("deleted stream: %v", err)
+	}
+	list, err := e.js.ListStreams(e.ctx)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("list after delete: %v %v", list, err)
+	}
+}
+
+func TestEphemeralConsumerGoesAway(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "eph"})
+	info := e.addConsumer("eph", tern.ConsumerConfig{InactiveThreshold: tern.Duration(300 * time.Millisecond)})
+	if info.Name == "" {
+		t.Fatal("ephemeral consumer without a name")
+	}
+	waitFor(t, "idle ephemeral consumer removed", func() bool {
+		_, err := e.js.ConsumerInfo(e.ctx, "eph", info.Name)
+		return errors.Is(err, tern.ErrConsumerNotFound)
+	})
+}
+
+func TestPartitionsKeepKeyOrder(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "parts", Subjects: []string{"parts.>"}, Partitions: 4})
+	partOf := map[string]int{}
+	for i := 0; i < 200; i++ {
+		key := "k" + strconv.Itoa(i%8)
+		ack := e.publish("parts.x", key+":"+strconv.Itoa(i), tern.Key(key))
+		if p, ok := partOf[key]; ok && p != ack.Partition {
+			t.Fatalf("key %s went to partitions %d and %d", key, p, ack.Partition)
+		}
+		partOf[key] = ack.Partition
+	}
+	used := map[int]bool{}
+	for _, p := range partOf {
+		used[p] = true
+	}
+	if len(used) < 2 {
+		t.Fatalf("8 keys used only partitions %v", used)
+	}
+	if st := e.streamInfo("parts").State; st.Msgs != 200 || len(st.Parts) != 4 {
+		t.Fatalf("partitioned state: %+v", st)
+	}
+	e.addConsumer("parts", tern.ConsumerConfig{Durable: "all"})
+	p := e.js.Pull("parts", "all")
+	defer p.Close()
+	last := map[string]int{}
+	for _, m := range e.fetch(p, 200) {
+		var key string
+		var n int
+		if _, err := fmt.Sscanf(string(m.Data), "%2s:%d", &key, &n); err != nil {
+			t.Fatalf("payload %q: %v", m.Data, err)
+		}
+		if prev, ok := last[key]; ok && n <= prev {
+			t.Fatalf("key %s: %d after %d", key, n, prev)
+		}
+		last[key] = n
+		_ = m.Ack()
+	}
+}
+
+func TestConsumerGroupRebalances(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "grp", Partitions: 4})
+	e.addConsumer("grp", tern.ConsumerConfig{Durable: "g", MemberTimeout: tern.Duration(time.Second)})
+	for i := 0; i < 40; i++ {
+		e.publish("grp", strconv.Itoa(i), tern.Key(strconv.Itoa(i)))
+	}
+	a := e.js.Pull("grp", "g", tern.Member("a"))
+	b := e.js.Pull("grp", "g", tern.Member("b"))
+	defer a.Close()
+	defer b.Close()
+	// Join both, then check each is served only from its own partitions.
+	_, _ = a.Fetch(e.ctx, 1, tern.FetchNoWait())
+	_, _ = b.Fetch(e.ctx, 1, tern.FetchNoWait())
+	ci := e.consumerInfo("grp", "g")
+	if len(ci.Members) != 2 {
+		t.Fatalf("members %v", ci.Members)
+	}
+	owner := map[int]string{}
+	for _, ps := range ci.Partitions {
+		owner[ps.Partition] = ps.Member
+	}
+	for _, mb := range []struct {
+		name string
+		p    *tern.Pull
+	}{{"a", a}, {"b", b}} {
+		for {
+			msgs, err := mb.p.Fetch(e.ctx, 10, tern.FetchNoWait())
+			if err != nil {
+				break
+			}
+			for _, m := range msgs {
+				part := meta(t, m).Partition
+				if owner[part] != mb.name {
+					t.Fatalf("member %s got partition %d owned by %q", mb.name, part, owner[part])
+				}
+				_ = m.Ack()
+			}
+		}
+	}
+	// b goes quiet; after the member timeout a owns every partition.
+	time.Sleep(1500 * time.Millisecond)
+	_, _ = a.Fetch(e.ctx, 1, tern.FetchNoWait())
+	waitFor(t, "rebalance to the remaining member", func() bool {
+		ci := e.consumerInfo("grp", "g")
+		for _, ps := range ci.Partitions {
+			if ps.Member != "a" {
+				return false
+			}
+		}
+		return len(ci.Members) == 1
+	})
+	// a drains what is left, including the messages b and a fetched at the start
+	// without acking; the status that ends the drain carries the new assignment.
+	for {
+		msgs, err := a.Fetch(e.ctx, 10, tern.FetchNoWait())
+		if err != nil {
+			break
+		}
+		for _, m := range msgs {
+			_ = m.Ack()
+		}
+	}
+	if got := a.Assigned(); len(got) != 4 {
+		t.Fatalf("a's assignment %v, want all 4 partitions; info %+v", got, e.consumerInfo("grp", "g"))
+	}
+}
