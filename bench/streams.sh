@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Durable streams on this machine: NATS JetStream (and Tern, once its driver
-# bench/internal/ternstream exists) through bench/streamvs, then RabbitMQ's durable work
-# queue through bench/rabbit/run.sh, and one combined Markdown report.
+# Durable streams on this machine: NATS JetStream and Tern through bench/streamvs, then
+# RabbitMQ's durable work queue through bench/rabbit/run.sh, and one combined Markdown
+# report.
 #
 # Installs nats-server if missing, builds the harness, starts
-#   nats-server -js -sd <tmp> -a 127.0.0.1 -p $JS_PORT            (and, with the Tern driver,
-#   tern server --host 127.0.0.1 --port $TERN_PORT --http "" --store-dir <tmp>)
+#   nats-server -js -sd <tmp> -a 127.0.0.1 -p $JS_PORT
+#   tern server --host 127.0.0.1 --port $TERN_PORT --http "" --store-dir <tmp>
 # runs the stream matrix against them, stops them, runs the RabbitMQ script (which
 # starts and stops its own private node), and stops exactly the processes it started,
 # by pid, on EXIT, INT and TERM.
@@ -17,6 +17,7 @@
 #   JS_PORT (24222), TERN_PORT (27400)   ports of the servers (127.0.0.1)
 #   OUT (bench/out)                      results in $OUT/streams and $OUT/rabbit
 #   RABBIT (1)                           0 skips RabbitMQ
+#   TERN (1)                             0 skips Tern
 #   RABBIT_ARGS ("")                     options for bench/rabbit/run.sh, e.g. "--runs 1 --time 5"
 #                                        (its RABBIT_* variables work too)
 # Outputs: $OUT/streams/results.md (every table), $OUT/streams/results.json (every stream
@@ -39,11 +40,9 @@ RABBIT_ARGS=${RABBIT_ARGS:-}
 SOUT=$OUT/streams
 mkdir -p "$SOUT"
 
-# Tern takes part once its driver exists (see bench/streamvs/drivers.go).
-TERN=
-if compgen -G "bench/internal/ternstream/*.go" >/dev/null; then
-	TERN=1
-fi
+# TERN=0 leaves Tern out (JetStream and RabbitMQ only).
+TERN=${TERN:-1}
+[ "$TERN" = 0 ] && TERN=
 
 # --- nats-server (Debian package) -----------------------------------------------------
 if ! command -v nats-server >/dev/null 2>&1; then

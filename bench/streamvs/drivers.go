@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/tern-mq/tern/bench/internal/jsbus"
 	"github.com/tern-mq/tern/bench/internal/streambench"
+	"github.com/tern-mq/tern/bench/internal/ternstream"
 )
 
 // driverInfo is one broker streamvs can drive.
@@ -34,14 +35,5 @@ var registry = map[string]driverInfo{
 		},
 	},
 
-	// ---- TERN DRIVER GOES HERE ----------------------------------------------------
-	// Adding Tern is one package and one line: write bench/internal/ternstream (a
-	// streambench.Driver over Tern's client/go stream API, with a test calling
-	// streambenchtest.CheckWorkloads against a tern server it starts), import it
-	// above and uncomment:
-	//
-	// "tern": {Name: "Tern", DefaultURL: "tern://127.0.0.1:27400", New: ternstream.New},
-	//
-	// (ternstream.New having the signature func(url string) (streambench.Driver, error)).
-	// bench/streams.sh runs Tern as soon as bench/internal/ternstream exists.
+	"tern": {Name: "Tern", DefaultURL: "tern://127.0.0.1:27400", New: ternstream.New},
 }

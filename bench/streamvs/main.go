@@ -1,5 +1,5 @@
 // Command streamvs runs the durable-stream workloads (bench/internal/streambench)
-// against NATS JetStream and, once its driver is built in, Tern, and prints Markdown
+// against NATS JetStream and Tern, and prints Markdown
 // tables comparing them. The servers must already be running (bench/streams.sh starts
 // them and calls this program); each broker is driven through its own streambench
 // driver, so the workload code is identical.
@@ -316,7 +316,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reportPath := fs.String("report", "", "run nothing: print the tables of an earlier run's --json file (with --rabbit, RabbitMQ's too)")
 	rabbitPath := fs.String("rabbit", "", "with --report: bench/rabbit/run.sh's results.json, for the RabbitMQ and side-by-side work-queue tables")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: streamvs [options]\n\nRuns the durable-stream workloads against running servers (JetStream; Tern once its\ndriver is built in, see bench/streamvs/drivers.go) and prints Markdown tables.\nbench/streams.sh starts the servers and calls this program.\n\nOptions:\n")
+		fmt.Fprintf(stderr, "Usage: streamvs [options]\n\nRuns the durable-stream workloads against running servers (JetStream, Tern;\nsee bench/streamvs/drivers.go) and prints Markdown tables.\nbench/streams.sh starts the servers and calls this program.\n\nOptions:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

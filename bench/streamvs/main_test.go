@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tern-mq/tern/bench/internal/jsbus/jstest"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -49,25 +50,28 @@ func TestListAndErrors(t *testing.T) {
 			t.Errorf("%q: no error", args)
 		}
 	}
-	err := run(context.Background(), []string{"--drivers", "tern"}, &out, &errw)
-	if !strings.Contains(err.Error(), "drivers.go") {
-		t.Errorf("asking for tern before its driver exists: %v", err)
+	err := run(context.Background(), []string{"--drivers", "tern", "--tern-url", "tern://127.0.0.1:1"}, &out, &errw)
+	if err == nil || !strings.Contains(err.Error(), "Tern at tern://127.0.0.1:1") {
+		t.Errorf("an unreachable Tern server: %v", err)
 	}
 }
 
 // TestMatrixAgainstJetStream runs the whole matrix, tiny, against a nats-server -js
-// started for the test, and checks the tables and the JSON.
+// started for the test and an in-process Tern server, and checks the tables and the
+// JSON.
 func TestMatrixAgainstJetStream(t *testing.T) {
 	s := jstest.Start(t)
+	ts := servertest.Start(t, nil)
 	jsonPath := filepath.Join(t.TempDir(), "results.json")
 	var out, errw bytes.Buffer
-	args := []string{"--drivers", "js", "--js-url", s.URL, "--js-pid", strconv.Itoa(s.Pid), "--runs", "2", "--scale", "0.005",
+	args := []string{"--drivers", "js,tern", "--js-url", s.URL, "--js-pid", strconv.Itoa(s.Pid),
+		"--tern-url", ts.URL(), "--tern-pid", strconv.Itoa(os.Getpid()), "--runs", "2", "--scale", "0.005",
 		"--replay-bytes", "2MiB", "--json", jsonPath, "--quiet-wait", "0", "--pause", "0", "--ack-all"}
 	if err := run(context.Background(), args, &out, &errw); err != nil {
 		t.Fatalf("%v\n%s", err, errw.String())
 	}
 	md := out.String()
-	for _, want := range []string{"JetStream msgs/s", "pubasync16", "pubasync1k", "pubsync", "fetch16", "fetch1k", "replay1g", "workqueue", "workqueue1k",
+	for _, want := range []string{"JetStream msgs/s", "Tern msgs/s", "pubasync16", "pubasync1k", "pubsync", "fetch16", "fetch1k", "replay1g", "workqueue", "workqueue1k",
 		"ack-all per batch", "publish → consumer", "Server memory", "RSS ready"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("tables lack %q:\n%s", want, md)
@@ -84,18 +88,20 @@ func TestMatrixAgainstJetStream(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != 8 || rep.Servers["js"] == nil || rep.Servers["js"].Version == "" {
+	if len(rep.Rows) != 8 || rep.Servers["js"] == nil || rep.Servers["js"].Version == "" || rep.Servers["tern"] == nil {
 		t.Fatalf("JSON: %d rows, servers %+v", len(rep.Rows), rep.Servers)
 	}
 	for _, r := range rep.Rows {
-		o := r.Systems["js"]
-		if o == nil || len(o.Results) != 2 || len(o.Failures) != 0 || o.MsgsPerSec.Median <= 0 || len(o.Memory) != 2 || o.Memory[0].RSSDoneKB <= 0 {
-			t.Errorf("row %s: %+v", r.Key, o)
-			continue
-		}
-		for _, res := range o.Results {
-			if res.Missing() != 0 || res.Duplicates != 0 || res.Errors != 0 {
-				t.Errorf("row %s: %s", r.Key, res)
+		for _, sys := range []string{"js", "tern"} {
+			o := r.Systems[sys]
+			if o == nil || len(o.Results) != 2 || len(o.Failures) != 0 || o.MsgsPerSec.Median <= 0 || len(o.Memory) != 2 || o.Memory[0].RSSDoneKB <= 0 {
+				t.Errorf("row %s, %s: %+v", r.Key, sys, o)
+				continue
+			}
+			for _, res := range o.Results {
+				if res.Missing() != 0 || res.Duplicates != 0 || res.Errors != 0 {
+					t.Errorf("row %s, %s: %s", r.Key, sys, res)
+				}
 			}
 		}
 	}
