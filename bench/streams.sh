@@ -18,6 +18,11 @@
 #   OUT (bench/out)                      results in $OUT/streams and $OUT/rabbit
 #   RABBIT (1)                           0 skips RabbitMQ
 #   TERN (1)                             0 skips Tern
+#   MEM_LIMIT ("")                       e.g. 128M: each server runs in its own memory cgroup
+#                                        with this limit, which covers its page cache too, so
+#                                        a 1 GiB replay (--replay-bytes 1GiB) reads a stream
+#                                        8x larger than the cache it may keep (needs root and
+#                                        the cgroup v1 or v2 memory controller)
 #   RABBIT_ARGS ("")                     options for bench/rabbit/run.sh, e.g. "--runs 1 --time 5"
 #                                        (its RABBIT_* variables work too)
 # Outputs: $OUT/streams/results.md (every table), $OUT/streams/results.json (every stream
@@ -37,6 +42,7 @@ TERN_PORT=${TERN_PORT:-27400}
 OUT=${OUT:-bench/out}
 RABBIT=${RABBIT:-1}
 RABBIT_ARGS=${RABBIT_ARGS:-}
+MEM_LIMIT=${MEM_LIMIT:-}
 SOUT=$OUT/streams
 mkdir -p "$SOUT"
 
@@ -101,11 +107,49 @@ stop_servers() {
 	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
 	PIDS=()
 }
+# Memory cgroups made here (MEM_LIMIT), removed on exit once their process is gone.
+CGROUPS=()
+memcg_create() { # name: make the cgroup; its directory in $MEMCG
+	local dir
+	if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then
+		dir=/sys/fs/cgroup/memory/tern-streams-$$-$1
+		mkdir "$dir" && echo "$MEM_LIMIT" >"$dir/memory.limit_in_bytes" || return 1
+	elif grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		dir=/sys/fs/cgroup/tern-streams-$$-$1
+		mkdir "$dir" && echo "$MEM_LIMIT" >"$dir/memory.max" || return 1
+	else
+		echo "streams.sh: MEM_LIMIT needs a writable cgroup memory controller" >&2
+		return 1
+	fi
+	CGROUPS+=("$dir")
+	MEMCG=$dir
+}
+memcg_peak() { # dir: the cgroup's peak usage (RSS and page cache), in MiB
+	local f
+	for f in "$1/memory.max_usage_in_bytes" "$1/memory.peak"; do
+		[ -r "$f" ] && { echo "$(($(cat "$f") / 1048576)) MiB"; return; }
+	done
+	echo "unknown"
+}
+# start_server name cmd...: start cmd in the background (in its memory cgroup with
+# MEM_LIMIT); the pid is left in $! of a wrapper that execs the server.
+start_server() {
+	local name=$1
+	shift
+	if [ -n "$MEM_LIMIT" ]; then
+		memcg_create "$name" || exit 1
+		sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$MEMCG" "$@" &
+	else
+		"$@" &
+	fi
+}
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	[ -n "$JOB" ] && stop_pid "$JOB" # rabbit/run.sh stops its own node on TERM
 	stop_servers
+	local cg
+	for cg in "${CGROUPS[@]}"; do rmdir "$cg" 2>/dev/null || true; done
 	rm -rf "$RUN_DIR"
 	exit "$rc"
 }
@@ -121,7 +165,7 @@ run_job() { # command...: run in the background and wait, so a signal is handled
 	return "$rc"
 }
 
-nats-server -js -sd "$RUN_DIR/jetstream" -a 127.0.0.1 -p "$JS_PORT" >"$SOUT/nats-server.log" 2>&1 &
+start_server js nats-server -js -sd "$RUN_DIR/jetstream" -a 127.0.0.1 -p "$JS_PORT" >"$SOUT/nats-server.log" 2>&1
 JS_PID=$!
 PIDS+=("$JS_PID")
 wait_port "$JS_PORT" "$JS_PID" nats-server
@@ -130,7 +174,7 @@ args=(--js-url "nats://127.0.0.1:$JS_PORT" --js-pid "$JS_PID" --js-version "$nat
 drivers=js
 
 if [ -n "$TERN" ]; then
-	"$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --http "" --store-dir "$RUN_DIR/tern" >"$SOUT/tern-server.log" 2>&1 &
+	start_server tern "$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --http "" --store-dir "$RUN_DIR/tern" >"$SOUT/tern-server.log" 2>&1
 	TERN_PID=$!
 	PIDS+=("$TERN_PID")
 	wait_port "$TERN_PORT" "$TERN_PID" "tern server"
@@ -145,19 +189,24 @@ echo "nproc:        $(nproc)"
 echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
 echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
 echo "kernel:       $(uname -sr)"
+[ -n "$MEM_LIMIT" ] && echo "memory limit: $MEM_LIMIT per server (cgroup, page cache included)"
 echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stream stores in $RUN_DIR)"
 echo "go:           $(go version | awk '{print $3, $4}')"
 echo "nats-server:  $nats_version -js (pid $JS_PID, 127.0.0.1:$JS_PORT)"
 if [ -n "$TERN" ]; then
 	echo "tern:         $tern_version (pid $TERN_PID, 127.0.0.1:$TERN_PORT)"
 else
-	echo "tern:         not run (no stream driver yet: bench/internal/ternstream)"
+	echo "tern:         not run (TERN=0)"
 fi
 echo
 
 # --- streams -------------------------------------------------------------------------------
 echo "== stream matrix (progress on stderr)"
 run_job "$SOUT/streamvs" --drivers "$drivers" "${args[@]}" --json "$SOUT/results.json" "$@" >"$SOUT/streamvs.md"
+if [ -n "$MEM_LIMIT" ]; then
+	echo "== memory cgroups (limit $MEM_LIMIT each, page cache included): peak usage"
+	for cg in "${CGROUPS[@]}"; do echo "${cg##*-}: $(memcg_peak "$cg")"; done | tee "$SOUT/memcg.txt"
+fi
 stop_servers # before RabbitMQ, so nothing else runs beside it
 
 # --- RabbitMQ ------------------------------------------------------------------------------
