@@ -8,16 +8,39 @@ command -v go >/dev/null || { echo "deps: Go toolchain not found (need go $(sed 
 # Go modules are fetched by the go command itself; download once so test timing is honest.
 go mod download
 
-# nats-server: the reference broker the benchmark harness's own tests run against.
-if ! command -v nats-server >/dev/null; then
-	if command -v apt-get >/dev/null; then
-		echo "deps: installing nats-server (Debian)"
-		sudo_cmd=""
-		[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-		$sudo_cmd apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nats-server >/dev/null
-	else
-		echo "deps: nats-server missing and no apt-get; install it to run bench/internal/natsbus tests" >&2
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+apt_updated=0
+# apt_pkg PKG: installs Debian package PKG (apt-get update once per run).
+apt_pkg() {
+	if ! command -v apt-get >/dev/null; then
+		echo "deps: no apt-get; install Debian package $1 by hand" >&2
 		exit 1
 	fi
+	echo "deps: installing $1 (Debian)"
+	if [ "$apt_updated" -eq 0 ]; then
+		$sudo_cmd apt-get update -qq >/dev/null
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$1" >/dev/null
+}
+# apt_install CMD PKG: installs PKG unless command CMD already exists.
+apt_install() { command -v "$1" >/dev/null || apt_pkg "$2"; }
+
+# nats-server: the reference broker the benchmark harness's own tests run against.
+apt_install nats-server nats-server
+# MQTT clients Tern did not write, for the MQTT interoperability tests.
+apt_install mosquitto_pub mosquitto-clients
+apt_install python3 python3
+# paho-mqtt from PyPI in the project's own virtual environment (.venv, not committed);
+# the MQTT tests run .venv/bin/python.
+paho_version=2.1.0
+if ! .venv/bin/python -c "import paho.mqtt, sys; sys.exit(paho.mqtt.__version__ != '$paho_version')" 2>/dev/null; then
+	if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+		apt_pkg "python$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv"
+	fi
+	echo "deps: installing paho-mqtt $paho_version into .venv"
+	rm -rf .venv
+	python3 -m venv .venv
+	.venv/bin/python -m pip install -q --disable-pip-version-check "paho-mqtt==$paho_version"
 fi

@@ -28,6 +28,12 @@ type Message struct {
 	// Origin is the sink of the publishing client, used to skip its own
 	// subscriptions when it asked for no echo; nil for messages the server makes.
 	Origin Sink
+	// QoS is the delivery guarantee the publisher asked for (MQTT QoS 0, 1 or 2);
+	// front ends without the notion leave it 0. Subscribers get at most this.
+	QoS uint8
+	// Retain marks a message the publisher asked the server to keep for future
+	// subscribers (MQTT retained messages); front ends may show it to subscribers.
+	Retain bool
 }
 
 // Sink is a destination for deliveries: one client connection of any protocol.

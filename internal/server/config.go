@@ -3,6 +3,7 @@ package server
 import (
 	"flag"
 	"fmt"
+	"github.com/tern-mq/tern/internal/mqtt"
 	"io"
 	"os"
 	"path/filepath"
@@ -40,6 +41,11 @@ type Config struct {
 	SegmentSize  int64
 	MaxStreams   int
 	MaxConsumers int
+	// MQTTPort is the MQTT TCP port; 0 picks a free port, -1 disables MQTT.
+	MQTTPort int
+	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
+	MQTTWSPort int
+	MQTT       mqtt.Config
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -76,6 +82,9 @@ func DefaultConfig() Config {
 		Sync:               "interval",
 		SyncInterval:       100 * time.Millisecond,
 		SegmentSize:        64 << 20,
+		MQTTPort:           1883,
+		MQTTWSPort:         8083,
+		MQTT:               mqtt.DefaultConfig(),
 	}
 }
 
@@ -178,6 +187,24 @@ var options = func() []option {
 	add("max_streams", "most streams (0 = unlimited)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MaxConsumers })
 	add("max_consumers", "most consumers per stream (0 = unlimited)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.MQTTPort })
+	add("mqtt_port", "MQTT TCP port (0 = any free port, -1 = no MQTT)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.MQTTWSPort })
+	add("mqtt_ws_port", "MQTT over WebSocket port, subprotocol mqtt, any path (0 = any free port, -1 = none)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.MQTT.MaxInflight })
+	add("mqtt_max_inflight", "QoS 1 and 2 messages sent to an MQTT client and not yet acknowledged (a v5 client's receive maximum may lower it)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.MQTT.ReceiveMaximum })
+	add("mqtt_receive_maximum", "QoS 2 publishes an MQTT client may have unreleased at once (advertised to v5 clients)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.MQTT.MaxQueued })
+	add("mqtt_max_queued", "messages an MQTT session queues behind its in-flight window or while its client is away", g, s)
+	g, s = strOpt(func(c *Config) *string { return &c.MQTT.QueuePolicy })
+	add("mqtt_queue_policy", "when an MQTT session queue is full: drop-new (refuse the newest) or drop-old (evict the oldest)", g, s)
+	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.MQTT.MaxSessionExpiry })
+	add("mqtt_max_session_expiry", "longest an MQTT session outlives its connection (0 = as long as the client asks; MQTT 3 persistent sessions then never expire)", gd, sd)
+	g, s = intOpt(func(c *Config) *int { return &c.MQTT.TopicAliasMaximum })
+	add("mqtt_topic_alias_maximum", "topic aliases an MQTT 5 client may set (0 disables them)", g, s)
+	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.MQTT.MaxKeepAlive })
+	add("mqtt_max_keepalive", "largest keepalive granted to MQTT 5 clients (0 = what the client asks)", gd, sd)
 	return o
 }()
 

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/mqtt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -33,9 +35,13 @@ type Server struct {
 	broker  *broker.Broker
 	native  *native.Server
 	streams *stream.Manager // nil when streams are disabled
+	mqtt    *mqtt.Server    // nil when MQTT is disabled
 
 	mu       sync.Mutex
 	listener net.Listener
+	mqttLn   net.Listener
+	mqttWS   *http.Server
+	mqttWSLn net.Listener
 	monitor  *monitor.Server
 	serveErr chan error
 }
@@ -68,6 +74,24 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.native = ns
+	if cfg.MQTTPort >= 0 {
+		mcfg := cfg.MQTT
+		if mcfg.MaxPacketSize <= 0 {
+			mcfg.MaxPacketSize = cfg.MaxPayload + 64<<10
+		}
+		if mcfg.MaxConnections <= 0 {
+			mcfg.MaxConnections = cfg.MaxConnections
+		}
+		if mcfg.MaxPending <= 0 {
+			mcfg.MaxPending = cfg.MaxPending
+		}
+		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
+		ms, err := mqtt.NewServer(mcfg, s.broker, log.With("proto", "mqtt"))
+		if err != nil {
+			return nil, err
+		}
+		s.mqtt = ms
+	}
 	if cfg.StoreDir != "" {
 		policy, err := store.ParseSyncPolicy(cfg.Sync)
 		if err != nil {
@@ -107,6 +131,30 @@ func (s *Server) Start() error {
 	s.serveErr = make(chan error, 1)
 	s.mu.Unlock()
 	go func() { s.serveErr <- s.native.Serve(l) }()
+	if s.mqtt != nil {
+		ml, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.MQTTPort)))
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("mqtt listener: %w", err)
+		}
+		s.mu.Lock()
+		s.mqttLn = ml
+		s.mu.Unlock()
+		go func() { _ = s.mqtt.Serve(ml) }()
+		if s.cfg.MQTTWSPort >= 0 {
+			wl, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.MQTTWSPort)))
+			if err != nil {
+				_ = l.Close()
+				_ = ml.Close()
+				return fmt.Errorf("mqtt websocket listener: %w", err)
+			}
+			hs := &http.Server{Handler: s.mqtt.WebSocketHandler(), ReadHeaderTimeout: s.cfg.ConnectTimeout}
+			s.mu.Lock()
+			s.mqttWS, s.mqttWSLn = hs, wl
+			s.mu.Unlock()
+			go func() { _ = hs.Serve(wl) }()
+		}
+	}
 	if s.cfg.HTTPAddr != "" {
 		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
 		if s.streams != nil {
@@ -121,7 +169,7 @@ func (s *Server) Start() error {
 		s.mu.Unlock()
 	}
 	s.log.Info("tern server ready", "version", Version, "server_id", s.id, "name", s.cfg.ServerName,
-		"native", l.Addr().String(), "http", s.httpAddr(), "max_payload", s.cfg.MaxPayload,
+		"native", l.Addr().String(), "mqtt", s.mqttAddr(), "mqtt_ws", addrString(s.MQTTWebSocketAddr()), "http", s.httpAddr(), "max_payload", s.cfg.MaxPayload,
 		"max_pending", s.cfg.MaxPending, "slow_consumer_policy", s.cfg.SlowConsumerPolicy,
 		"store_dir", s.cfg.StoreDir, "sync", s.cfg.Sync)
 	return nil
@@ -135,6 +183,43 @@ func (s *Server) httpAddr() string {
 	}
 	return s.monitor.Addr().String()
 }
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+func (s *Server) mqttAddr() string {
+	if a := s.MQTTAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
+
+// MQTTAddr is the MQTT listener's address, or nil if MQTT is disabled.
+func (s *Server) MQTTAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mqttLn == nil {
+		return nil
+	}
+	return s.mqttLn.Addr()
+}
+
+// MQTTWebSocketAddr is the MQTT-over-WebSocket listener's address, or nil.
+func (s *Server) MQTTWebSocketAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mqttWSLn == nil {
+		return nil
+	}
+	return s.mqttWSLn.Addr()
+}
+
+// MQTT is the MQTT front end, nil when it is disabled.
+func (s *Server) MQTT() *mqtt.Server { return s.mqtt }
 
 // Addr is the native protocol listener's address.
 func (s *Server) Addr() net.Addr {
@@ -180,6 +265,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		timeout = time.Until(dl)
 	}
 	var errs []error
+	s.mu.Lock()
+	hs := s.mqttWS
+	s.mu.Unlock()
+	if hs != nil {
+		_ = hs.Close() // upgraded connections are the MQTT server's to close
+	}
+	if s.mqtt != nil {
+		if err := s.mqtt.Shutdown(timeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := s.native.Shutdown(timeout); err != nil {
 		errs = append(errs, err)
 	}
@@ -207,6 +303,12 @@ func (s *Server) Status() monitor.Status {
 	}
 	if a := s.httpAddr(); a != "" {
 		listeners["http"] = a
+	}
+	if a := s.mqttAddr(); a != "" {
+		listeners["mqtt"] = a
+	}
+	if a := s.MQTTWebSocketAddr(); a != nil {
+		listeners["mqtt_ws"] = a.String()
 	}
 	return monitor.Status{
 		ServerID:         s.id,

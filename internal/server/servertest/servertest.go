@@ -10,14 +10,14 @@ import (
 	"github.com/tern-mq/tern/internal/server"
 )
 
-// Start runs a server on 127.0.0.1 with a free port, no HTTP listener and its streams
+// Start runs a server on 127.0.0.1 with free native and MQTT ports, no HTTP listener and its streams
 // in a temporary directory, after
 // letting mutate adjust the configuration (it may be nil). The server is shut down
 // when the test ends.
 func Start(t testing.TB, mutate func(*server.Config)) *server.Server {
 	t.Helper()
 	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr = "127.0.0.1", 0, ""
+	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort = "127.0.0.1", 0, "", 0, 0
 	cfg.StoreDir = t.TempDir()
 	if mutate != nil {
 		mutate(&cfg)

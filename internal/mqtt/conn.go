@@ -1,0 +1,734 @@
+package mqtt
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/subject"
+)
+
+const (
+	writeChunk    = 256 << 10
+	maxIdleBuffer = 1 << 20
+)
+
+// conn is one MQTT network connection. Its reader goroutine decodes packets and acts
+// on them; its writer goroutine sends what the reader and the session queue on out.
+type conn struct {
+	srv    *Server
+	id     uint64
+	nc     net.Conn
+	remote string
+	start  time.Time
+	log    *slog.Logger
+
+	// Set during CONNECT, read-only afterwards.
+	version     byte
+	clientID    string
+	keepAlive   time.Duration
+	receiveMax  int  // the client's receive maximum
+	maxPacket   int  // the client's maximum packet size, 0 = protocol limit
+	problemInfo bool // the client accepts reason strings
+	sess        *session
+	attached    atomic.Bool
+
+	// Owned by the reader.
+	r          *packet.Reader
+	will       *will
+	aliases    map[uint16]string
+	batch      broker.Batch
+	pub        broker.Message
+	subj, hdr  []byte
+	reply      []byte
+	normalExit bool // DISCONNECT without will
+
+	// Outbound, guarded by mu.
+	mu       sync.Mutex
+	out      []byte
+	writing  int
+	closed   bool
+	closeErr error
+	outPub   packet.Publish
+	subIDs   []uint32
+	topicBuf []byte
+	replyBuf []byte
+	wake     chan struct{}
+	done     chan struct{}
+}
+
+func newConn(s *Server, id uint64, nc net.Conn) *conn {
+	c := &conn{
+		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(),
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	c.log = s.log.With("cid", id, "remote", c.remote)
+	c.pub.Origin = nil
+	return c
+}
+
+func (c *conn) run() {
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	err := c.readLoop()
+	c.close(err)
+	<-writerDone
+	c.cleanup()
+}
+
+// deadlineReader refreshes the read deadline before every read: the connect timeout
+// until CONNECT, then 1.5 times the keepalive.
+type deadlineReader struct{ c *conn }
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	c := d.c
+	switch {
+	case !c.attached.Load():
+		_ = c.nc.SetReadDeadline(c.start.Add(c.srv.cfg.ConnectTimeout))
+	case c.keepAlive > 0:
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
+	}
+	return c.nc.Read(p)
+}
+
+// errClosedByServer marks a close the server decided; the client was told why when
+// its protocol version allows.
+var errClosedByServer = errors.New("closed by server")
+
+func (c *conn) readLoop() error {
+	c.r = packet.NewReader(deadlineReader{c}, c.srv.cfg.MaxPacketSize)
+	p, err := c.r.ReadPacket()
+	if err != nil {
+		return c.readError(err)
+	}
+	cp, ok := p.(*packet.Connect)
+	if !ok {
+		return fmt.Errorf("%w: first packet is %T, want CONNECT", errClosedByServer, p)
+	}
+	if err := c.handleConnect(cp); err != nil {
+		return err
+	}
+	for {
+		p, err := c.r.ReadPacket()
+		if err != nil {
+			return c.readError(err)
+		}
+		if err := c.handle(p); err != nil {
+			return err
+		}
+	}
+}
+
+// readError turns a read failure into the close it causes, telling a v5 client why.
+func (c *conn) readError(err error) error {
+	var perr *packet.Error
+	if errors.As(err, &perr) {
+		if !c.attached.Load() {
+			if c.version == packet.V5 || perr.Reason == packet.UnsupportedProtocolVersion {
+				c.connack(false, perr.Reason, nil)
+			}
+		} else {
+			c.disconnect(perr.Reason, perr.Msg)
+		}
+		return fmt.Errorf("%w: %v", errClosedByServer, err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		if c.attached.Load() {
+			c.disconnect(packet.KeepAliveTimeout, "keep alive timeout")
+			return fmt.Errorf("%w: keepalive %v passed without a packet", errClosedByServer, c.keepAlive)
+		}
+		return fmt.Errorf("%w: no CONNECT within %v", errClosedByServer, c.srv.cfg.ConnectTimeout)
+	}
+	return err
+}
+
+func (c *conn) handleConnect(p *packet.Connect) error {
+	c.version = p.ProtocolLevel
+	c.r.SetVersion(c.version)
+	v5 := c.version == packet.V5
+	c.receiveMax = 65535
+	c.problemInfo = true
+	if v5 {
+		if p.Props.HasReceiveMaximum {
+			c.receiveMax = int(p.Props.ReceiveMaximum)
+		}
+		if p.Props.HasMaximumPacketSize {
+			c.maxPacket = int(p.Props.MaximumPacketSize)
+		}
+		if p.Props.HasRequestProblemInfo {
+			c.problemInfo = p.Props.RequestProblemInfo == 1
+		}
+		if p.Props.AuthMethod != "" {
+			c.connack(false, packet.BadAuthenticationMethod, nil)
+			return fmt.Errorf("%w: enhanced authentication %q not supported", errClosedByServer, p.Props.AuthMethod)
+		}
+	}
+	if c.srv.connected() >= c.srv.cfg.MaxConnections {
+		c.connack(false, packet.ServerBusy, nil)
+		return fmt.Errorf("%w: %d connections, the maximum", errClosedByServer, c.srv.cfg.MaxConnections)
+	}
+	c.clientID = strings.Clone(p.ClientID)
+	assigned := ""
+	if c.clientID == "" {
+		if c.version == packet.V31 || (c.version == packet.V311 && !p.CleanStart) {
+			c.connack(false, packet.ClientIdentifierNotValid, nil)
+			return fmt.Errorf("%w: empty client id", errClosedByServer)
+		}
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		c.clientID = "tern-" + hex.EncodeToString(b)
+		assigned = c.clientID
+	}
+	// Session expiry: v5 says; v3 clean sessions end at once and others never.
+	var expiry time.Duration
+	switch {
+	case v5 && p.Props.HasSessionExpiry && p.Props.SessionExpiry == 0xFFFFFFFF:
+		expiry = -1
+	case v5 && p.Props.HasSessionExpiry:
+		expiry = time.Duration(p.Props.SessionExpiry) * time.Second
+	case !v5 && !p.CleanStart:
+		expiry = -1
+	}
+	capped := false
+	if max := c.srv.cfg.MaxSessionExpiry; max > 0 && (expiry < 0 || expiry > max) {
+		expiry, capped = max, true
+	}
+	c.keepAlive = time.Duration(p.KeepAlive) * time.Second
+	serverKeepAlive := false
+	if max := c.srv.cfg.MaxKeepAlive; v5 && max > 0 && (c.keepAlive == 0 || c.keepAlive > max) {
+		c.keepAlive, serverKeepAlive = max, true
+	}
+	if p.WillFlag {
+		w, err := c.makeWill(p)
+		if err != nil {
+			c.connack(false, packet.TopicNameInvalid, nil)
+			return fmt.Errorf("%w: will: %v", errClosedByServer, err)
+		}
+		c.will = w
+	}
+	sess, err := c.srv.attach(c, c.clientID, p.CleanStart, expiry, func(present bool) {
+		var props packet.Properties
+		if v5 {
+			props.ReceiveMaximum, props.HasReceiveMaximum = uint16(c.srv.cfg.ReceiveMaximum), true
+			props.MaximumPacketSize, props.HasMaximumPacketSize = uint32(c.srv.cfg.MaxPacketSize), true
+			if c.srv.cfg.TopicAliasMaximum > 0 {
+				props.TopicAliasMaximum, props.HasTopicAliasMaximum = uint16(c.srv.cfg.TopicAliasMaximum), true
+			}
+			props.AssignedClientID = assigned
+			if serverKeepAlive {
+				props.ServerKeepAlive, props.HasServerKeepAlive = uint16(c.keepAlive/time.Second), true
+			}
+			if capped {
+				props.SessionExpiry, props.HasSessionExpiry = uint32(expiry/time.Second), true
+			}
+		}
+		c.connack(present, packet.Success, &props)
+	})
+	if err != nil {
+		c.connack(false, packet.ServerUnavailable, nil)
+		return fmt.Errorf("%w: %v", errClosedByServer, err)
+	}
+	c.sess = sess
+	c.pub.Origin = sess
+	c.attached.Store(true)
+	c.log = c.log.With("client_id", c.clientID)
+	c.log.Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive)
+	sess.resume(time.Now())
+	return nil
+}
+
+func (c *conn) makeWill(p *packet.Connect) (*will, error) {
+	subj, err := AppendSubject(nil, p.WillTopic)
+	if err != nil {
+		return nil, err
+	}
+	w := &will{}
+	w.msg.Subject = subj
+	w.msg.Payload = append([]byte(nil), p.WillPayload...)
+	w.msg.QoS = p.WillQoS
+	w.msg.Retain = p.WillRetain
+	if c.version == packet.V5 {
+		w.msg.Header = appendPropsHeader(nil, &p.WillProps, time.Now())
+		if p.WillProps.ResponseTopic != "" {
+			if w.msg.Reply, err = AppendSubject(nil, p.WillProps.ResponseTopic); err != nil {
+				return nil, err
+			}
+		}
+		if p.WillProps.HasWillDelay {
+			w.delay = time.Duration(p.WillProps.WillDelay) * time.Second
+		}
+	}
+	return w, nil
+}
+
+// protocolError tells a v5 client why it is being disconnected and ends the read loop.
+func (c *conn) protocolError(reason packet.ReasonCode, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	c.disconnect(reason, msg)
+	return fmt.Errorf("%w: %s (%s)", errClosedByServer, msg, reason)
+}
+
+func (c *conn) handle(p packet.Packet) error {
+	switch p := p.(type) {
+	case *packet.Publish:
+		return c.handlePublish(p)
+	case *packet.Ack:
+		return c.handleAck(p)
+	case *packet.Subscribe:
+		return c.handleSubscribe(p)
+	case *packet.Unsubscribe:
+		return c.handleUnsubscribe(p)
+	case *packet.Pingreq:
+		c.send(func(b []byte) []byte { b, _ = packet.Append(b, &packet.Pingresp{}, c.version); return b })
+		return nil
+	case *packet.Disconnect:
+		return c.handleDisconnect(p)
+	case *packet.Connect:
+		return c.protocolError(packet.ProtocolError, "second CONNECT")
+	case *packet.Auth:
+		return c.protocolError(packet.ProtocolError, "AUTH without enhanced authentication")
+	default:
+		return c.protocolError(packet.ProtocolError, "unexpected %T from a client", p)
+	}
+}
+
+func (c *conn) handlePublish(p *packet.Publish) error {
+	c.srv.inMsgs.Add(1)
+	topic := p.Topic
+	if c.version == packet.V5 && p.Props.HasTopicAlias {
+		a := p.Props.TopicAlias
+		if a == 0 || int(a) > c.srv.cfg.TopicAliasMaximum {
+			return c.protocolError(packet.TopicAliasInvalid, "topic alias %d out of 1..%d", a, c.srv.cfg.TopicAliasMaximum)
+		}
+		if topic != "" {
+			if c.aliases == nil {
+				c.aliases = make(map[uint16]string)
+			}
+			c.aliases[a] = strings.Clone(topic)
+		} else if topic = c.aliases[a]; topic == "" {
+			return c.protocolError(packet.ProtocolError, "topic alias %d not set", a)
+		}
+	}
+	if p.QoS == 2 {
+		isNew, full := c.sess.receivedQoS2(p.PacketID, c.srv.cfg.ReceiveMaximum)
+		if full {
+			return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d QoS 2 publishes unreleased", c.srv.cfg.ReceiveMaximum)
+		}
+		if !isNew {
+			// A resend of a message already published: acknowledge, do not publish again.
+			c.writeAck(packet.TypePubrec, p.PacketID, packet.Success)
+			return nil
+		}
+	}
+	reason := packet.Success
+	if isReserved(topic) {
+		reason = packet.NotAuthorized
+	} else if err := c.publish(topic, p); err != nil {
+		if c.version != packet.V5 {
+			return fmt.Errorf("%w: publish to %q: %v", errClosedByServer, topic, err)
+		}
+		reason = packet.TopicNameInvalid
+		if p.QoS == 0 {
+			return c.protocolError(reason, "%v", err)
+		}
+	}
+	switch p.QoS {
+	case 1:
+		c.writeAck(packet.TypePuback, p.PacketID, reason)
+	case 2:
+		if reason >= 0x80 {
+			c.sess.released(p.PacketID) // a failed QoS 2 exchange ends at PUBREC
+		}
+		c.writeAck(packet.TypePubrec, p.PacketID, reason)
+	}
+	return nil
+}
+
+// publish hands a client's message to the broker (and the retained store).
+func (c *conn) publish(topic string, p *packet.Publish) error {
+	var err error
+	if c.subj, err = AppendSubject(c.subj[:0], topic); err != nil {
+		return err
+	}
+	m := &c.pub
+	m.Subject = c.subj
+	m.Payload = p.Payload
+	m.QoS = p.QoS
+	m.Retain = p.Retain
+	m.Header = nil
+	m.Reply = nil
+	if c.version == packet.V5 {
+		c.hdr = appendPropsHeader(c.hdr[:0], &p.Props, time.Now())
+		if len(c.hdr) > 0 {
+			m.Header = c.hdr
+		}
+		if p.Props.ResponseTopic != "" {
+			if c.reply, err = AppendSubject(c.reply[:0], p.Props.ResponseTopic); err != nil {
+				return fmt.Errorf("response topic: %w", err)
+			}
+			m.Reply = c.reply
+		}
+	}
+	if p.Retain {
+		c.srv.retained.set(m)
+	}
+	c.srv.broker.Publish(&c.batch, m)
+	c.batch.Flush()
+	return nil
+}
+
+func (c *conn) handleAck(p *packet.Ack) error {
+	now := time.Now()
+	switch p.Type {
+	case packet.TypePuback, packet.TypePubcomp:
+		c.sess.acked(p.PacketID, now)
+	case packet.TypePubrec:
+		if !c.sess.pubrec(p.PacketID, p.Reason >= 0x80, now) && p.Reason < 0x80 {
+			c.writeAck(packet.TypePubrel, p.PacketID, packet.PacketIdentifierNotFound)
+			return nil
+		}
+		if p.Reason < 0x80 {
+			c.writeAck(packet.TypePubrel, p.PacketID, packet.Success)
+		}
+	case packet.TypePubrel:
+		reason := packet.Success
+		if !c.sess.released(p.PacketID) {
+			reason = packet.PacketIdentifierNotFound
+		}
+		c.writeAck(packet.TypePubcomp, p.PacketID, reason)
+	}
+	return nil
+}
+
+func (c *conn) handleSubscribe(p *packet.Subscribe) error {
+	v5 := c.version == packet.V5
+	var subID uint32
+	if len(p.Props.SubscriptionIDs) > 0 {
+		subID = p.Props.SubscriptionIDs[0]
+	}
+	reasons := make([]packet.ReasonCode, len(p.Subs))
+	type retainWanted struct {
+		e        *subEntry
+		subjects []string
+	}
+	var wanted []retainWanted
+	for i, s := range p.Subs {
+		filter := strings.Clone(s.Filter)
+		e := &subEntry{filter: filter, qos: min(s.QoS, 2), noLocal: s.NoLocal, rap: s.RetainAsPublished, subID: subID}
+		reasons[i] = packet.ReasonCode(e.qos)
+		match, queue := filter, ""
+		group, inner, shared, err := packet.ParseShared(filter)
+		if err == nil && shared {
+			if s.NoLocal && v5 {
+				return c.protocolError(packet.ProtocolError, "no local on shared subscription %q", filter)
+			}
+			match, queue, e.shared = inner, string(appendLevel(nil, group)), true
+		}
+		if err == nil {
+			err = packet.ValidFilter(match)
+		}
+		var subjects []string
+		if err == nil {
+			subjects, err = FilterSubjects(match)
+		}
+		if err == nil && queue != "" {
+			err = subject.ValidateQueue([]byte(queue))
+		}
+		if err != nil {
+			reasons[i] = packet.TopicFilterInvalid
+			if !v5 {
+				reasons[i] = 0x80
+			}
+			continue
+		}
+		e.dollarGuard = match[0] == '+' || match[0] == '#'
+		existed, err := c.sess.subscribe(e, subjects, queue)
+		if err != nil {
+			reasons[i] = packet.UnspecifiedError
+			if !v5 {
+				reasons[i] = 0x80
+			}
+			c.log.Warn("subscribe failed", "filter", filter, "err", err)
+			continue
+		}
+		if !e.shared && (s.RetainHandling == 0 || s.RetainHandling == 1 && !existed) {
+			wanted = append(wanted, retainWanted{e, subjects})
+		}
+	}
+	c.send(func(b []byte) []byte {
+		b, _ = packet.Append(b, &packet.Suback{PacketID: p.PacketID, Reasons: reasons}, c.version)
+		return b
+	})
+	now := time.Now()
+	for _, w := range wanted {
+		c.srv.retained.match(w.subjects, w.e.dollarGuard, now, func(rm *retainedMsg) {
+			c.sess.deliverRetained(w.e, rm)
+		})
+	}
+	c.Flush()
+	return nil
+}
+
+func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) error {
+	reasons := make([]packet.ReasonCode, len(p.Filters))
+	for i, f := range p.Filters {
+		if !c.sess.unsubscribe(f) {
+			reasons[i] = packet.NoSubscriptionExisted
+		}
+	}
+	c.send(func(b []byte) []byte {
+		b, _ = packet.Append(b, &packet.Unsuback{PacketID: p.PacketID, Reasons: reasons}, c.version)
+		return b
+	})
+	return nil
+}
+
+func (c *conn) handleDisconnect(p *packet.Disconnect) error {
+	if c.version == packet.V5 && p.Props.HasSessionExpiry {
+		c.sess.mu.Lock()
+		was := c.sess.expiry
+		c.sess.mu.Unlock()
+		if was == 0 && p.Props.SessionExpiry != 0 {
+			return c.protocolError(packet.ProtocolError, "session expiry set at DISCONNECT after 0 at CONNECT")
+		}
+		d := time.Duration(p.Props.SessionExpiry) * time.Second
+		if p.Props.SessionExpiry == 0xFFFFFFFF {
+			d = -1
+		}
+		if max := c.srv.cfg.MaxSessionExpiry; max > 0 && (d < 0 || d > max) {
+			d = max
+		}
+		c.sess.setExpiry(d)
+	}
+	c.normalExit = p.Reason != packet.DisconnectWithWill
+	return io.EOF
+}
+
+// ---------------------------------------------------------------------------------
+// Writing
+
+// send queues a control packet and wakes the writer.
+func (c *conn) send(appendPacket func([]byte) []byte) {
+	c.mu.Lock()
+	if !c.closed {
+		c.out = appendPacket(c.out)
+	}
+	c.mu.Unlock()
+	c.Flush()
+}
+
+func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Properties) {
+	ca := &packet.Connack{SessionPresent: present, Reason: reason}
+	if c.version != packet.V5 {
+		ca.Reason = packet.ReasonCode(packet.V3ConnackCode(reason))
+	} else if props != nil {
+		ca.Props = *props
+	}
+	version := c.version
+	if version == 0 {
+		version = packet.V311
+	}
+	c.send(func(b []byte) []byte { b, _ = packet.Append(b, ca, version); return b })
+}
+
+// writeAck queues PUBACK, PUBREC, PUBREL or PUBCOMP.
+func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
+	c.mu.Lock()
+	if !c.closed {
+		c.out, _ = packet.Append(c.out, &packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
+	}
+	c.mu.Unlock()
+	c.Flush()
+}
+
+// disconnect tells a v5 client why the server closes the connection, then closes it.
+func (c *conn) disconnect(reason packet.ReasonCode, text string) {
+	if c.version == packet.V5 && c.attached.Load() {
+		d := &packet.Disconnect{Reason: reason}
+		if c.problemInfo && text != "" {
+			d.Props.ReasonString = text
+		}
+		c.send(func(b []byte) []byte { b, _ = packet.Append(b, d, c.version); return b })
+	}
+	c.close(fmt.Errorf("%w: %s", errClosedByServer, reason))
+}
+
+// takenOver closes a connection whose client id connected again.
+func (c *conn) takenOver() {
+	c.disconnect(packet.SessionTakenOver, "another connection took over the session")
+}
+
+// deliverQoS0 writes a QoS 0 message straight to the outbound buffer; it reports false
+// when the client is too slow (pending bytes over the limit) and the message dropped.
+func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64) bool {
+	c.mu.Lock()
+	if c.closed || int64(len(c.out)+c.writing) > c.srv.cfg.MaxPending {
+		c.mu.Unlock()
+		c.srv.droppedMsgs.Add(1)
+		return false
+	}
+	c.topicBuf = AppendTopic(c.topicBuf[:0], m.Subject)
+	reply := ""
+	if len(m.Reply) > 0 {
+		c.replyBuf = AppendTopic(c.replyBuf[:0], m.Reply)
+		reply = bytesString(c.replyBuf)
+	}
+	ok := c.appendPublishLocked(bytesString(c.topicBuf), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
+	c.mu.Unlock()
+	return ok
+}
+
+// writeOut writes a QoS 1/2 message (or a retained QoS 0 one).
+func (c *conn) writeOut(om *outMsg, dup bool) {
+	c.mu.Lock()
+	if !c.closed {
+		if !c.appendPublishLocked(om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subID, om.expireAt) && om.qos > 0 {
+			// Expired or too large for the client: it counts as delivered.
+			c.mu.Unlock()
+			go c.sess.acked(om.pid, time.Now())
+			return
+		}
+	}
+	c.mu.Unlock()
+}
+
+// appendPublishLocked encodes a PUBLISH onto out. c.mu is held. It reports false for a
+// message that expired or exceeds the client's maximum packet size.
+func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
+	p := &c.outPub
+	ups := p.Props.UserProperties
+	*p = packet.Publish{Dup: dup, QoS: qos, Retain: retain, Topic: topic, PacketID: pid, Payload: payload}
+	if c.version == packet.V5 {
+		p.Props.UserProperties = ups
+		fillProps(&p.Props, hdr)
+		p.Props.ResponseTopic = reply
+		if subID != 0 {
+			c.subIDs = append(c.subIDs[:0], subID)
+			p.Props.SubscriptionIDs = c.subIDs
+		}
+		if expireAt != 0 {
+			left := expireAt - time.Now().UnixNano()
+			if left <= 0 {
+				return false
+			}
+			p.Props.MessageExpiry = uint32((left + int64(time.Second) - 1) / int64(time.Second))
+			p.Props.HasMessageExpiry = true
+		}
+	} else {
+		p.Props.UserProperties = ups[:0]
+	}
+	if c.maxPacket > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > c.maxPacket && packet.Size(p, c.version) > c.maxPacket {
+		c.srv.droppedMsgs.Add(1)
+		return false
+	}
+	c.out = packet.AppendPublish(c.out, p, c.version)
+	c.srv.outMsgs.Add(1)
+	return true
+}
+
+// Flush wakes the writer.
+func (c *conn) Flush() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) writeLoop() {
+	var spare []byte
+	timeout := c.srv.cfg.WriteTimeout
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+		}
+		c.mu.Lock()
+		data := c.out
+		closed := c.closed
+		c.out = spare[:0]
+		c.writing = len(data)
+		c.mu.Unlock()
+		for rest := data; len(rest) > 0; {
+			chunk := rest[:min(len(rest), writeChunk)]
+			rest = rest[len(chunk):]
+			_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+			if _, err := c.nc.Write(chunk); err != nil {
+				c.close(fmt.Errorf("write: %w", err))
+				closed = true
+				break
+			}
+			c.mu.Lock()
+			c.writing = len(rest)
+			c.mu.Unlock()
+		}
+		c.mu.Lock()
+		c.writing = 0
+		if cap(data) > maxIdleBuffer && len(c.out) < cap(data)/4 {
+			data = nil
+		}
+		c.mu.Unlock()
+		spare = data
+		if closed {
+			c.mu.Lock()
+			rest := c.out
+			c.out = nil
+			c.mu.Unlock()
+			if len(rest) > 0 {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+				_, _ = c.nc.Write(rest)
+			}
+			_ = c.nc.Close()
+			return
+		}
+	}
+}
+
+// close marks the connection closed; the writer sends what is queued and closes the
+// socket. Safe to call many times from any goroutine.
+func (c *conn) close(reason error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeErr = reason
+	c.mu.Unlock()
+	close(c.done)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// cleanup runs after both loops end: the will, and the session's fate.
+func (c *conn) cleanup() {
+	c.srv.removeConn(c)
+	if sess := c.sess; sess != nil {
+		var w *will
+		if !c.normalExit {
+			w = c.will
+		}
+		c.srv.detached(sess, c, w)
+	}
+	reason := c.closeErr
+	switch {
+	case reason == nil, errors.Is(reason, io.EOF), errors.Is(reason, net.ErrClosed):
+		c.log.Debug("mqtt client disconnected")
+	case errors.Is(reason, errClosedByServer):
+		c.log.Info("mqtt client closed", "reason", reason)
+	default:
+		c.log.Debug("mqtt client disconnected", "reason", reason)
+	}
+}

@@ -1,0 +1,82 @@
+package mqtt
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/subject"
+)
+
+// retainedMsg is the last retained message of one subject.
+type retainedMsg struct {
+	subject  string
+	payload  []byte
+	header   []byte
+	reply    string
+	qos      byte
+	expireAt int64 // Unix nanoseconds, 0 = never
+}
+
+// retainStore holds the retained message of each subject. Subscribing with a
+// wildcard scans it; retained sets are small next to message rates, and a subscribe
+// is rare next to a publish.
+type retainStore struct {
+	mu sync.RWMutex
+	m  map[string]*retainedMsg
+}
+
+func newRetainStore() *retainStore { return &retainStore{m: make(map[string]*retainedMsg)} }
+
+// set keeps m as its subject's retained message; an empty payload clears it.
+func (r *retainStore) set(m *broker.Message) {
+	subj := string(m.Subject)
+	if len(m.Payload) == 0 {
+		r.mu.Lock()
+		delete(r.m, subj)
+		r.mu.Unlock()
+		return
+	}
+	rm := &retainedMsg{
+		subject:  subj,
+		payload:  append([]byte(nil), m.Payload...),
+		header:   append([]byte(nil), m.Header...),
+		reply:    string(m.Reply),
+		qos:      m.QoS,
+		expireAt: expiryOf(m.Header),
+	}
+	r.mu.Lock()
+	r.m[subj] = rm
+	r.mu.Unlock()
+}
+
+// match calls fn for every unexpired retained message matching one of filters;
+// dollarGuard skips subjects starting with '$'.
+func (r *retainStore) match(filters []string, dollarGuard bool, now time.Time, fn func(*retainedMsg)) {
+	var hits []*retainedMsg
+	r.mu.RLock()
+	for subj, rm := range r.m {
+		if dollarGuard && IsDollar([]byte(subj)) {
+			continue
+		}
+		if rm.expireAt != 0 && now.UnixNano() >= rm.expireAt {
+			continue
+		}
+		for _, f := range filters {
+			if subject.Matches(f, subj) {
+				hits = append(hits, rm)
+				break
+			}
+		}
+	}
+	r.mu.RUnlock()
+	for _, rm := range hits {
+		fn(rm)
+	}
+}
+
+func (r *retainStore) count() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.m)
+}

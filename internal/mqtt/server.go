@@ -1,0 +1,388 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/mqtt/packet"
+)
+
+// Queue-full policies of offline and over-window sessions.
+const (
+	PolicyDropNew = "drop-new" // refuse the newest message
+	PolicyDropOld = "drop-old" // evict the oldest queued message
+)
+
+// Config bounds what clients may do. Zero values are replaced by the defaults of
+// DefaultConfig when the server is made.
+type Config struct {
+	MaxConnections int // MQTT connections at once
+	// MaxPacketSize bounds a whole packet from a client; larger ones close the
+	// connection (reason 0x95). Advertised to v5 clients.
+	MaxPacketSize int
+	// ReceiveMaximum bounds the QoS 2 publishes a client may have unreleased at once;
+	// advertised to v5 clients (reason 0x93 when exceeded).
+	ReceiveMaximum int
+	// MaxInflight bounds QoS 1 and 2 messages sent to a client and not yet acknowledged;
+	// a v5 client's smaller receive maximum wins.
+	MaxInflight int
+	// MaxQueued bounds the messages a session holds behind its in-flight window and
+	// while its client is away; QueuePolicy says which message goes when it is full.
+	MaxQueued   int
+	QueuePolicy string
+	// MaxSessionExpiry caps the session expiry a client asks for; it is also the
+	// expiry of MQTT 3.x sessions that are not clean. 0 means sessions never expire.
+	MaxSessionExpiry time.Duration
+	// TopicAliasMaximum is how many topic aliases a v5 client may set (0 disables).
+	TopicAliasMaximum int
+	// MaxPending bounds bytes queued for a client's socket; QoS 0 messages over it are
+	// dropped (QoS 1 and 2 are bounded by the in-flight window instead).
+	MaxPending     int64
+	ConnectTimeout time.Duration
+	WriteTimeout   time.Duration
+	// MaxKeepAlive caps the keepalive a client asks for (and replaces 0, "none"); the
+	// v5 server keep alive property tells the client. 0 accepts what clients ask.
+	MaxKeepAlive time.Duration
+}
+
+// DefaultConfig is the configuration `tern server` uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{
+		MaxConnections:    65536,
+		MaxPacketSize:     1<<20 + 64<<10,
+		ReceiveMaximum:    1024,
+		MaxInflight:       1024,
+		MaxQueued:         10000,
+		QueuePolicy:       PolicyDropNew,
+		MaxSessionExpiry:  0,
+		TopicAliasMaximum: 1024,
+		MaxPending:        64 << 20,
+		ConnectTimeout:    10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+	}
+}
+
+func (c *Config) fillDefaults() error {
+	d := DefaultConfig()
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = d.MaxConnections
+	}
+	if c.MaxPacketSize <= 0 {
+		c.MaxPacketSize = d.MaxPacketSize
+	}
+	if c.MaxPacketSize > 268435460 {
+		return fmt.Errorf("mqtt: max packet size %d over the protocol's 268435460", c.MaxPacketSize)
+	}
+	if c.ReceiveMaximum <= 0 {
+		c.ReceiveMaximum = d.ReceiveMaximum
+	}
+	if c.ReceiveMaximum > 65535 {
+		c.ReceiveMaximum = 65535
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = d.MaxInflight
+	}
+	if c.MaxInflight > 65535 {
+		c.MaxInflight = 65535
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = d.MaxQueued
+	}
+	switch c.QueuePolicy {
+	case "":
+		c.QueuePolicy = d.QueuePolicy
+	case PolicyDropNew, PolicyDropOld:
+	default:
+		return fmt.Errorf("mqtt: queue policy %q: want %s or %s", c.QueuePolicy, PolicyDropNew, PolicyDropOld)
+	}
+	if c.TopicAliasMaximum < 0 || c.TopicAliasMaximum > 65535 {
+		return fmt.Errorf("mqtt: topic alias maximum %d out of 0..65535", c.TopicAliasMaximum)
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = d.MaxPending
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	return nil
+}
+
+// Server accepts MQTT connections and keeps the sessions of MQTT clients.
+type Server struct {
+	cfg    Config
+	broker *broker.Broker
+	log    *slog.Logger
+	start  time.Time
+
+	retained *retainStore
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	conns    map[*conn]struct{}
+	lns      []net.Listener
+	closing  bool
+	nextID   uint64
+
+	wg sync.WaitGroup
+
+	// Counters for monitoring.
+	totalConns  atomic.Uint64
+	inMsgs      atomic.Uint64
+	outMsgs     atomic.Uint64
+	droppedMsgs atomic.Uint64
+}
+
+// NewServer makes an MQTT server publishing into and subscribing on b.
+func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) {
+	if err := cfg.fillDefaults(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		cfg: cfg, broker: b, log: log, start: time.Now(),
+		retained: newRetainStore(),
+		sessions: make(map[string]*session),
+		conns:    make(map[*conn]struct{}),
+	}, nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("mqtt: server closed")
+
+// Serve accepts connections on l until Shutdown or an accept error.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = l.Close()
+		return ErrServerClosed
+	}
+	s.lns = append(s.lns, l)
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.ServeConn(nc)
+	}
+}
+
+// ServeConn serves one connection (any net.Conn: TCP, WebSocket) in new goroutines.
+func (s *Server) ServeConn(nc net.Conn) { s.serveConn(nc) }
+
+// serveConn returns a channel closed when the connection has ended, nil if refused.
+func (s *Server) serveConn(nc net.Conn) <-chan struct{} {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return nil
+	}
+	s.nextID++
+	c := newConn(s, s.nextID, nc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.totalConns.Add(1)
+	ended := make(chan struct{})
+	go func() {
+		defer s.wg.Done()
+		defer close(ended)
+		c.run()
+	}()
+	return ended
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// connected counts connections that finished CONNECT.
+func (s *Server) connected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if c.attached.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Shutdown stops accepting, tells v5 clients the server is shutting down, closes every
+// connection and waits up to timeout for them to end.
+func (s *Server) Shutdown(timeout time.Duration) error {
+	s.mu.Lock()
+	s.closing = true
+	lns := s.lns
+	s.lns = nil
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, l := range lns {
+		_ = l.Close()
+	}
+	for _, c := range conns {
+		c.disconnect(packet.ServerShuttingDown, "server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return fmt.Errorf("mqtt: %d connections still open after %v", len(conns), timeout)
+	}
+	s.mu.Lock()
+	for _, sess := range s.sessions {
+		sess.stopTimers()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Stats are the MQTT front end's counters.
+type Stats struct {
+	Connections      int    // connections open now (CONNECT accepted)
+	TotalConnections uint64 // connections accepted since start
+	Sessions         int    // sessions kept, connected or not
+	InMsgs, OutMsgs  uint64 // PUBLISH packets received and sent
+	Dropped          uint64 // messages dropped for full queues or slow clients
+	Retained         int    // retained messages held
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	nsess := len(s.sessions)
+	s.mu.Unlock()
+	return Stats{
+		Connections: s.connected(), TotalConnections: s.totalConns.Load(), Sessions: nsess,
+		InMsgs: s.inMsgs.Load(), OutMsgs: s.outMsgs.Load(), Dropped: s.droppedMsgs.Load(),
+		Retained: s.retained.count(),
+	}
+}
+
+// attach binds c to the session of clientID, making or replacing it, and reports
+// whether an existing session was resumed. A client already connected with that id
+// is disconnected (session taken over).
+// connack is called with the answer before any message can reach the client, so the
+// CONNACK goes out first.
+func (s *Server) attach(c *conn, clientID string, clean bool, expiry time.Duration, connack func(present bool)) (*session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrServerClosed
+	}
+	sess := s.sessions[clientID]
+	if sess != nil {
+		if old := sess.takeConn(); old != nil {
+			old.takenOver()
+		}
+		if clean {
+			s.endSessionLocked(sess)
+			sess = nil
+		}
+	}
+	present := sess != nil
+	if sess == nil {
+		sess = newSession(s, clientID)
+		s.sessions[clientID] = sess
+	}
+	connack(present)
+	sess.bind(c, expiry)
+	return sess, nil
+}
+
+// detached is called when c's connection ends: the session stays for its expiry or
+// ends now. w is the will to publish (the connection ended without DISCONNECT), or nil:
+// at once without a will delay, else after the delay unless the client returns first
+// (a connection that was taken over already has).
+func (s *Server) detached(sess *session, c *conn, w *will) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	expiry, wasBound := sess.unbind(c)
+	switch {
+	case w == nil:
+	case w.delay == 0:
+		s.publish(&w.msg)
+	case wasBound:
+		sess.delayWill(w)
+	}
+	if !wasBound {
+		return // taken over; the new connection owns the session
+	}
+	if expiry == 0 {
+		s.endSessionLocked(sess)
+		return
+	}
+	if expiry > 0 {
+		gen := sess.generation()
+		sess.setExpiryTimer(time.AfterFunc(expiry, func() { s.expire(sess, gen) }))
+	}
+}
+
+// expire ends sess if it is still the same offline session its timer was set for.
+func (s *Server) expire(sess *session, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[sess.id] != sess || sess.generation() != gen || sess.online() {
+		return
+	}
+	s.endSessionLocked(sess)
+}
+
+// endSessionLocked removes a session and its subscriptions. s.mu is held.
+func (s *Server) endSessionLocked(sess *session) {
+	if s.sessions[sess.id] == sess {
+		delete(s.sessions, sess.id)
+	}
+	sess.end()
+}
+
+// publish routes a message the server itself makes (wills, $SYS).
+func (s *Server) publish(m *broker.Message) {
+	var b broker.Batch
+	if m.Retain {
+		s.retained.set(m)
+	}
+	s.broker.Publish(&b, m)
+	b.Flush()
+}
+
+// isReserved reports topics MQTT clients may not publish to.
+func isReserved(topic string) bool { return strings.HasPrefix(topic, "$") }

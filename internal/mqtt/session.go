@@ -1,0 +1,429 @@
+package mqtt
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/mqtt/packet"
+)
+
+// subEntry is one MQTT subscription of a session: one filter and its options, held in
+// the broker as one or two subscriptions (a trailing '#' also matches its parent).
+type subEntry struct {
+	filter      string // as the client wrote it, $share prefix included
+	qos         byte
+	noLocal     bool
+	rap         bool // retain as published
+	subID       uint32
+	shared      bool
+	dollarGuard bool // the filter starts with a wildcard: '$' subjects do not match
+	subs        []*broker.Subscription
+}
+
+// will is a connection's last will, published when it ends without DISCONNECT.
+type will struct {
+	msg   broker.Message // owns its bytes
+	delay time.Duration
+}
+
+// session is the state MQTT keeps for a client id across connections: subscriptions,
+// messages in flight and queued, and QoS 2 publishes received but not yet released.
+// It is the broker Sink of all its subscriptions, whether its client is connected or
+// not.
+type session struct {
+	srv *Server
+	id  string
+
+	mu       sync.Mutex
+	conn     *conn // nil while the client is away
+	gen      uint64
+	expiry   time.Duration // how long the session outlives its connection; <0 never ends
+	subs     map[string]*subEntry
+	bySub    map[*broker.Subscription]*subEntry
+	nextSID  uint64
+	fl       *flight
+	inQoS2   map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
+	ended    bool
+	expTimer *time.Timer
+	will     *will // a delayed will waiting to be published
+	willT    *time.Timer
+
+	connPtr atomic.Pointer[conn] // for Flush without the lock
+}
+
+func newSession(s *Server, id string) *session {
+	return &session{
+		srv:    s,
+		id:     id,
+		subs:   make(map[string]*subEntry),
+		bySub:  make(map[*broker.Subscription]*subEntry),
+		fl:     newFlight(s.cfg.MaxInflight, s.cfg.MaxQueued, s.cfg.QueuePolicy == PolicyDropOld),
+		inQoS2: make(map[uint16]struct{}),
+	}
+}
+
+// takeConn detaches and returns the session's connection, if any (session takeover).
+func (s *session) takeConn() *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.conn
+	s.conn = nil
+	s.connPtr.Store(nil)
+	return c
+}
+
+// bind makes c the session's connection. A will waiting for its delay is cancelled:
+// the client came back in time.
+func (s *session) bind(c *conn, expiry time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.conn = c
+	s.connPtr.Store(c)
+	s.expiry = expiry
+	if s.expTimer != nil {
+		s.expTimer.Stop()
+		s.expTimer = nil
+	}
+	if s.willT != nil {
+		s.willT.Stop()
+		s.willT, s.will = nil, nil
+	}
+	s.fl.window = min(s.srv.cfg.MaxInflight, c.receiveMax)
+}
+
+// unbind detaches c if it is still the session's connection; it returns the expiry.
+func (s *session) unbind(c *conn) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != c {
+		return 0, false
+	}
+	s.conn = nil
+	s.connPtr.Store(nil)
+	s.gen++
+	return s.expiry, true
+}
+
+func (s *session) generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
+}
+
+func (s *session) online() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil
+}
+
+func (s *session) setExpiryTimer(t *time.Timer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.expTimer != nil {
+		s.expTimer.Stop()
+	}
+	s.expTimer = t
+}
+
+// delayWill publishes w after its delay unless the client returns first; a session
+// that ends sooner publishes it then.
+func (s *session) delayWill(w *will) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.willT != nil {
+		s.willT.Stop()
+	}
+	s.will = w
+	s.willT = time.AfterFunc(w.delay, func() {
+		s.mu.Lock()
+		pending := s.will == w
+		if pending {
+			s.will, s.willT = nil, nil
+		}
+		s.mu.Unlock()
+		if pending {
+			s.srv.publish(&w.msg)
+		}
+	})
+}
+
+func (s *session) stopTimers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.expTimer != nil {
+		s.expTimer.Stop()
+	}
+	if s.willT != nil {
+		s.willT.Stop()
+	}
+}
+
+// end removes the session's subscriptions and publishes a will still waiting.
+func (s *session) end() {
+	s.mu.Lock()
+	s.ended = true
+	subs := make([]*broker.Subscription, 0, len(s.bySub))
+	for sub := range s.bySub {
+		subs = append(subs, sub)
+	}
+	s.subs = map[string]*subEntry{}
+	s.bySub = map[*broker.Subscription]*subEntry{}
+	if s.expTimer != nil {
+		s.expTimer.Stop()
+	}
+	w := s.will
+	if s.willT != nil {
+		s.willT.Stop()
+	}
+	s.will, s.willT = nil, nil
+	s.mu.Unlock()
+	for _, sub := range subs {
+		_ = s.srv.broker.Unsubscribe(sub)
+	}
+	if w != nil {
+		s.srv.publish(&w.msg)
+	}
+}
+
+// subscribe adds or replaces the subscription of e.filter. It reports whether the
+// filter was already subscribed (for retain handling 1).
+func (s *session) subscribe(e *subEntry, subjects []string, queue string) (existed bool, err error) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return false, ErrServerClosed
+	}
+	old := s.subs[e.filter]
+	for _, subj := range subjects {
+		s.nextSID++
+		sub := &broker.Subscription{Sink: s, SID: s.nextSID, Subject: subj, Queue: queue, NoEcho: e.noLocal}
+		e.subs = append(e.subs, sub)
+		s.bySub[sub] = e
+	}
+	s.subs[e.filter] = e
+	s.mu.Unlock()
+	for i, sub := range e.subs {
+		if err = s.srv.broker.Subscribe(sub); err != nil {
+			for _, done := range e.subs[:i] {
+				_ = s.srv.broker.Unsubscribe(done)
+			}
+			s.mu.Lock()
+			for _, sub := range e.subs {
+				delete(s.bySub, sub)
+			}
+			if s.subs[e.filter] == e {
+				if old != nil {
+					s.subs[e.filter] = old
+				} else {
+					delete(s.subs, e.filter)
+				}
+			}
+			s.mu.Unlock()
+			return old != nil, err
+		}
+	}
+	if old != nil {
+		s.dropSubs(old)
+	}
+	return old != nil, nil
+}
+
+// unsubscribe removes the subscription of filter; it reports whether there was one.
+func (s *session) unsubscribe(filter string) bool {
+	s.mu.Lock()
+	e := s.subs[filter]
+	if e != nil {
+		delete(s.subs, filter)
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	s.dropSubs(e)
+	return true
+}
+
+func (s *session) dropSubs(e *subEntry) {
+	for _, sub := range e.subs {
+		_ = s.srv.broker.Unsubscribe(sub)
+	}
+	s.mu.Lock()
+	for _, sub := range e.subs {
+		delete(s.bySub, sub)
+	}
+	s.mu.Unlock()
+}
+
+// Deliver implements broker.Sink.
+func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.bySub[sub]
+	if e == nil || s.ended {
+		return false
+	}
+	if e.dollarGuard && IsDollar(m.Subject) {
+		return false
+	}
+	expireAt := expiryOf(m.Header)
+	if expireAt != 0 && time.Now().UnixNano() >= expireAt {
+		return true // expired on the way: delivered to nobody, by definition
+	}
+	qos := min(m.QoS, e.qos)
+	retain := m.Retain && e.rap
+	c := s.conn
+	if qos == 0 {
+		if c == nil {
+			return false
+		}
+		return c.deliverQoS0(m, retain, e.subID, expireAt)
+	}
+	if c == nil && e.shared {
+		return false // let an online member of the group have it
+	}
+	om := &outMsg{
+		payload: append([]byte(nil), m.Payload...), qos: qos, retain: retain,
+		subID: e.subID, expireAt: expireAt,
+	}
+	om.topic = string(AppendTopic(nil, m.Subject))
+	if len(m.Header) > 0 {
+		om.header = append([]byte(nil), m.Header...)
+	}
+	if len(m.Reply) > 0 {
+		om.reply = string(AppendTopic(nil, m.Reply))
+	}
+	return s.sendOrQueueLocked(om)
+}
+
+// sendOrQueueLocked puts a QoS 1/2 message in flight if the window and the client
+// allow, else queues it. s.mu is held.
+func (s *session) sendOrQueueLocked(om *outMsg) bool {
+	if s.conn != nil && s.fl.canSend() {
+		s.fl.start(om)
+		s.conn.writeOut(om, false)
+		return true
+	}
+	if !s.fl.enqueue(om) {
+		s.srv.droppedMsgs.Add(1)
+		return false
+	}
+	return true
+}
+
+// deliverRetained sends a retained message matched by a new subscription.
+func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.conn
+	if c == nil || s.ended {
+		return
+	}
+	qos := min(rm.qos, e.qos)
+	om := &outMsg{
+		topic: string(AppendTopic(nil, []byte(rm.subject))), payload: rm.payload, header: rm.header,
+		qos: qos, retain: true, subID: e.subID, expireAt: rm.expireAt,
+	}
+	if rm.reply != "" {
+		om.reply = string(AppendTopic(nil, []byte(rm.reply)))
+	}
+	if qos == 0 {
+		c.writeOut(om, false)
+		return
+	}
+	s.sendOrQueueLocked(om)
+}
+
+// Flush implements broker.Sink.
+func (s *session) Flush() {
+	if c := s.connPtr.Load(); c != nil {
+		c.Flush()
+	}
+}
+
+// resume resends what was in flight when the client left (PUBLISH with DUP, or
+// PUBREL after a PUBREC) and then what queued while it was away.
+func (s *session) resume(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.conn
+	if c == nil {
+		return
+	}
+	for _, om := range s.fl.resend() {
+		if om.pubrec {
+			c.writeAck(packet.TypePubrel, om.pid, packet.Success)
+			continue
+		}
+		c.writeOut(om, true)
+	}
+	s.pumpLocked(now)
+}
+
+// pumpLocked moves queued messages into the window.
+func (s *session) pumpLocked(now time.Time) {
+	if s.conn == nil {
+		return
+	}
+	for {
+		om := s.fl.next(now)
+		if om == nil {
+			return
+		}
+		s.fl.start(om)
+		s.conn.writeOut(om, false)
+	}
+}
+
+// acked handles PUBACK and PUBCOMP.
+func (s *session) acked(pid uint16, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ok := s.fl.ack(pid)
+	s.pumpLocked(now)
+	return ok
+}
+
+// pubrec handles PUBREC; a failure reason ends the exchange at once.
+func (s *session) pubrec(pid uint16, failed bool, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failed {
+		ok := s.fl.ack(pid)
+		s.pumpLocked(now)
+		return ok
+	}
+	return s.fl.received(pid)
+}
+
+// receivedQoS2 records an incoming QoS 2 publish; it reports false for a duplicate
+// (already published, not yet released) and full when the receive maximum is reached.
+func (s *session) receivedQoS2(pid uint16, limit int) (isNew, full bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.inQoS2[pid]; dup {
+		return false, false
+	}
+	if len(s.inQoS2) >= limit {
+		return false, true
+	}
+	s.inQoS2[pid] = struct{}{}
+	return true, false
+}
+
+// released handles PUBREL; it reports whether pid was awaiting release.
+func (s *session) released(pid uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.inQoS2[pid]
+	delete(s.inQoS2, pid)
+	return ok
+}
+
+func (s *session) setExpiry(d time.Duration) {
+	s.mu.Lock()
+	s.expiry = d
+	s.mu.Unlock()
+}
