@@ -18,6 +18,7 @@
 #   OUT (bench/out)                      results in $OUT/streams and $OUT/rabbit
 #   RABBIT (1)                           0 skips RabbitMQ
 #   TERN (1)                             0 skips Tern
+#   TERN_ARGS ("")                       more `tern server` options, e.g. "--sync always"
 #   MEM_LIMIT ("")                       e.g. 128M: each server runs in its own memory cgroup
 #                                        with this limit, which covers its page cache too, so
 #                                        a 1 GiB replay (--replay-bytes 1GiB) reads a stream
@@ -43,6 +44,7 @@ OUT=${OUT:-bench/out}
 RABBIT=${RABBIT:-1}
 RABBIT_ARGS=${RABBIT_ARGS:-}
 MEM_LIMIT=${MEM_LIMIT:-}
+TERN_ARGS=${TERN_ARGS:-}
 SOUT=$OUT/streams
 mkdir -p "$SOUT"
 
@@ -174,7 +176,7 @@ args=(--js-url "nats://127.0.0.1:$JS_PORT" --js-pid "$JS_PID" --js-version "$nat
 drivers=js
 
 if [ -n "$TERN" ]; then
-	start_server tern "$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --mqtt-port -1 --http "" --store-dir "$RUN_DIR/tern" >"$SOUT/tern-server.log" 2>&1
+	start_server tern "$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --mqtt-port -1 --http "" --store-dir "$RUN_DIR/tern" $TERN_ARGS >"$SOUT/tern-server.log" 2>&1
 	TERN_PID=$!
 	PIDS+=("$TERN_PID")
 	wait_port "$TERN_PORT" "$TERN_PID" "tern server"

@@ -2,20 +2,85 @@ package store
 
 import (
 	"errors"
+	"os"
+	"slices"
 )
 
 // Delete tombstones one message (work-queue and interest retention). Durable per the
 // sync policy; deleting an absent seq returns ErrNotFound.
 func (l *Log) Delete(seq uint64) error {
+	_, err := l.deleteOne(seq, l.cfg.Sync == SyncAlways)
+	return err
+}
+
+// DeleteMany tombstones several messages, skipping absent ones, and returns how many
+// it deleted. Under SyncAlways it fsyncs each tombstone file it touched once at the
+// end rather than once per message, which is what lets a work queue keep up with
+// consumers that acknowledge every message. A crash before that fsync can bring
+// messages of the batch back (they are redelivered); none is lost.
+func (l *Log) DeleteMany(seqs []uint64) (int, error) {
+	always := l.cfg.Sync == SyncAlways
+	var touched []*segment
+	n := 0
+	var firstErr error
+	for _, seq := range seqs {
+		s, err := l.deleteOne(seq, false)
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) && firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		n++
+		if always && !slices.Contains(touched, s) {
+			touched = append(touched, s)
+		}
+	}
+	for _, s := range touched {
+		if err := l.syncDelFile(s); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if len(touched) > 0 {
+		if err := l.Sync(); err != nil && firstErr == nil { // a new tombstone file's directory entry
+			firstErr = err
+		}
+	}
+	return n, firstErr
+}
+
+// syncDelFile fsyncs s's tombstone file, reopening it if it was closed meanwhile (only
+// a few stay open); a file removed with its segment needs nothing.
+func (l *Log) syncDelFile(s *segment) error {
+	f := s.delf
+	if f == nil {
+		var err error
+		if f, err = os.Open(s.delPath()); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return l.ioErr("open tombstones", s.delPath(), err)
+		}
+		defer f.Close()
+	}
+	if err := l.fsync(f); err != nil {
+		return l.ioErr("fsync tombstones", s.delPath(), err)
+	}
+	return nil
+}
+
+// deleteOne tombstones seq, fsyncing the tombstone when sync is set, and returns the
+// segment that held it.
+func (l *Log) deleteOne(seq uint64, sync bool) (*segment, error) {
 	if l.shut.Load() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if seq < l.first || seq > l.last {
-		return l.notFound(seq)
+		return nil, l.notFound(seq)
 	}
 	s := l.segFor(seq)
 	if s == nil || s.dels.has(uint32(seq-s.base)) {
-		return l.notFound(seq)
+		return nil, l.notFound(seq)
 	}
 	var (
 		n       uint64
@@ -34,20 +99,20 @@ func (l *Log) Delete(seq uint64) error {
 			n, hasSubj = uint64(size), true
 			l.subjBuf = append(l.subjBuf[:0], rec.Subject...)
 		case !errors.As(err, &corr):
-			return err
+			return nil, err
 		}
 	}
 	if hasSubj {
 		if si := l.subjects[string(l.subjBuf)]; si != nil && si.msgs > 1 && si.last == seq {
 			var err error
 			if newLast, err = l.prevOfSubject(l.subjBuf, seq); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	l.delBuf = appendDelEntry(l.delBuf[:0], seq, seq)
-	if err := l.writeDel(s, l.delBuf); err != nil {
-		return err
+	if err := l.writeDelSync(s, l.delBuf, sync); err != nil {
+		return nil, err
 	}
 	first := l.first
 	l.mu.Lock()
@@ -59,7 +124,7 @@ func (l *Log) Delete(seq uint64) error {
 	}
 	l.mu.Unlock()
 	l.afterKills(first, s)
-	return nil
+	return s, nil
 }
 
 // killLocked marks seq (in s) dead and updates the counters. The caller holds

@@ -436,3 +436,38 @@ func TestSetLimits(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// TestDeleteManyOneFsyncPerFile: under SyncAlways a batch of deletes costs one fsync
+// per tombstone file (and the directory once for a new file), not one per message;
+// absent sequences are skipped; the deletes survive a restart.
+func TestDeleteManyOneFsyncPerFile(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sync = SyncAlways
+	cfg.SegmentBytes = 1 << 20
+	l, _ := mustOpen(t, cfg)
+	appendMsgs(t, l, 100, subj("a"), 30)
+	before := l.syncs.Load()
+	n, err := l.DeleteMany([]uint64{3, 5, 7, 9, 11, 5, 1000})
+	if err != nil || n != 5 {
+		t.Fatalf("DeleteMany = %d, %v; want 5 deleted", n, err)
+	}
+	if got := l.syncs.Load() - before; got < 1 || got > 3 {
+		t.Fatalf("%d fsyncs for one batch in one segment, want 1 (+2 the first time, for the new file and its directory entry)", got)
+	}
+	before = l.syncs.Load()
+	if n, err := l.DeleteMany([]uint64{13, 15, 17}); err != nil || n != 3 {
+		t.Fatalf("second batch = %d, %v", n, err)
+	}
+	if got := l.syncs.Load() - before; got != 1 {
+		t.Fatalf("%d fsyncs for the second batch, want 1", got)
+	}
+	l, _ = reopen(t, l)
+	if st := l.State(); st.Msgs != 92 {
+		t.Fatalf("after restart %d messages, want 92", st.Msgs)
+	}
+	for _, seq := range []uint64{3, 5, 7, 9, 11, 13, 15, 17} {
+		if _, _, err := l.Read(seq, nil); !isNotFound(err) {
+			t.Fatalf("seq %d readable after delete: %v", seq, err)
+		}
+	}
+}

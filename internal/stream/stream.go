@@ -40,6 +40,7 @@ type Stream struct {
 	spare    inbound
 	deletes  []partSeq // acked work-queue messages to remove
 	spareDel []partSeq
+	delSeqs  []uint64  // the writer's scratch for applyDeletes
 	interest []partSeq // messages acked by one consumer of an interest stream
 	stallCh  chan struct{}
 	maxSize  atomic.Int64 // the configuration's MaxMsgSize, read by Deliver
@@ -507,10 +508,24 @@ func (s *Stream) sweepInterest() {
 	})
 }
 
+// applyDeletes removes acknowledged messages, one DeleteMany per partition so that
+// a batch costs one fsync per tombstone file under the always policy.
 func (s *Stream) applyDeletes(dels []partSeq) {
-	for _, d := range dels {
-		if err := s.parts[d.part].Delete(d.seq); err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.m.log.Error("stream delete", "stream", s.name, "partition", d.part, "seq", d.seq, "err", err)
+	if len(dels) == 0 {
+		return
+	}
+	for p, l := range s.parts {
+		s.delSeqs = s.delSeqs[:0]
+		for _, d := range dels {
+			if d.part == p {
+				s.delSeqs = append(s.delSeqs, d.seq)
+			}
+		}
+		if len(s.delSeqs) == 0 {
+			continue
+		}
+		if _, err := l.DeleteMany(s.delSeqs); err != nil {
+			s.m.log.Error("stream delete", "stream", s.name, "partition", p, "messages", len(s.delSeqs), "err", err)
 		}
 	}
 }
