@@ -152,3 +152,43 @@ func ExampleConn_Drain() {
 	fmt.Println(handled, err, nc.Status())
 	// Output: 20 <nil> closed
 }
+
+func ExampleStreams() {
+	s, stop := exampleServer()
+	defer stop()
+	nc, _ := tern.Connect(s.URL())
+	defer nc.Close()
+	ctx := context.Background()
+	js := nc.Streams()
+
+	// A work queue: each message is removed once a consumer acknowledges it.
+	if _, err := js.AddStream(ctx, tern.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Retention: "workqueue"}); err != nil {
+		log.Fatal(err)
+	}
+	ack, _ := js.Publish(ctx, "orders.eu", []byte("order 1"), tern.MsgID("o-1"))
+	fmt.Println(ack.Stream, ack.Seq)
+	dup, _ := js.Publish(ctx, "orders.eu", []byte("order 1"), tern.MsgID("o-1"))
+	fmt.Println("duplicate:", dup.Duplicate)
+	for i := 2; i <= 3; i++ {
+		f, _ := js.PublishAsync("orders.us", []byte(fmt.Sprintf("order %d", i)))
+		<-f.Done()
+	}
+
+	_, _ = js.AddConsumer(ctx, "ORDERS", tern.ConsumerConfig{Durable: "billing", AckPolicy: "explicit"})
+	pull := js.Pull("ORDERS", "billing")
+	defer pull.Close()
+	msgs, _ := pull.Fetch(ctx, 10, tern.FetchMaxWait(time.Second))
+	for _, m := range msgs {
+		fmt.Println(m.Subject, string(m.Data))
+		_ = m.AckSync(ctx)
+	}
+	ci, _ := js.ConsumerInfo(ctx, "ORDERS", "billing")
+	fmt.Println("pending:", ci.NumPending, "unacknowledged:", ci.NumAckPending)
+	// Output:
+	// ORDERS 1
+	// duplicate: true
+	// orders.eu order 1
+	// orders.us order 2
+	// orders.us order 3
+	// pending: 0 unacknowledged: 0
+}
