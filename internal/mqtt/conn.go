@@ -15,7 +15,6 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
-	"github.com/tern-mq/tern/internal/subject"
 )
 
 const (
@@ -427,27 +426,11 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 	}
 	var wanted []retainWanted
 	for i, s := range p.Subs {
-		filter := strings.Clone(s.Filter)
-		e := &subEntry{filter: filter, qos: min(s.QoS, 2), noLocal: s.NoLocal, rap: s.RetainAsPublished, subID: subID}
-		reasons[i] = packet.ReasonCode(e.qos)
-		match, queue := filter, ""
-		group, inner, shared, err := packet.ParseShared(filter)
-		if err == nil && shared {
-			if s.NoLocal && v5 {
-				return c.protocolError(packet.ProtocolError, "no local on shared subscription %q", filter)
-			}
-			match, queue, e.shared = inner, string(appendLevel(nil, group)), true
+		reasons[i] = packet.ReasonCode(min(s.QoS, 2))
+		if v5 && s.NoLocal && strings.HasPrefix(s.Filter, "$share/") {
+			return c.protocolError(packet.ProtocolError, "no local on shared subscription %q", s.Filter)
 		}
-		if err == nil {
-			err = packet.ValidFilter(match)
-		}
-		var subjects []string
-		if err == nil {
-			subjects, err = FilterSubjects(match)
-		}
-		if err == nil && queue != "" {
-			err = subject.ValidateQueue([]byte(queue))
-		}
+		e, subjects, queue, err := newSubEntry(strings.Clone(s.Filter), s.QoS, s.NoLocal, s.RetainAsPublished, subID)
 		if err != nil {
 			reasons[i] = packet.TopicFilterInvalid
 			if !v5 {
@@ -455,14 +438,13 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 			}
 			continue
 		}
-		e.dollarGuard = match[0] == '+' || match[0] == '#'
 		existed, err := c.sess.subscribe(e, subjects, queue)
 		if err != nil {
 			reasons[i] = packet.UnspecifiedError
 			if !v5 {
 				reasons[i] = 0x80
 			}
-			c.log.Warn("subscribe failed", "filter", filter, "err", err)
+			c.log.Warn("subscribe failed", "filter", e.filter, "err", err)
 			continue
 		}
 		if !e.shared && (s.RetainHandling == 0 || s.RetainHandling == 1 && !existed) {

@@ -16,7 +16,8 @@ type outMsg struct {
 	expireAt int64 // Unix nanoseconds, 0 = never
 
 	pid    uint16
-	pubrec bool // PUBREC received: only PUBREL/PUBCOMP remain
+	pubrec bool   // PUBREC received: only PUBREL/PUBCOMP remain
+	mid    uint64 // id of its stored copy (persistent sessions), 0 if none
 }
 
 // flight is the client-bound side of a session's QoS 1/2 exchange: packet-id
@@ -35,6 +36,9 @@ type flight struct {
 
 	dropped uint64 // messages refused or evicted because the queue was full
 	expired uint64 // messages whose expiry passed before they could be sent
+
+	// drop is told of every queued message that is evicted or expires.
+	drop func(*outMsg)
 }
 
 func newFlight(window, maxQueue int, dropOld bool) *flight {
@@ -70,6 +74,9 @@ func (f *flight) enqueue(m *outMsg) bool {
 		if !f.dropOld || len(f.queue) == 0 {
 			return false
 		}
+		if f.drop != nil {
+			f.drop(f.queue[0])
+		}
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
 	}
@@ -77,11 +84,12 @@ func (f *flight) enqueue(m *outMsg) bool {
 	return true
 }
 
-// ack ends the exchange of pid for PUBACK (QoS 1) and PUBCOMP (QoS 2). It reports
-// whether pid was in flight.
-func (f *flight) ack(pid uint16) bool {
-	if _, ok := f.inflight[pid]; !ok {
-		return false
+// ack ends the exchange of pid for PUBACK (QoS 1) and PUBCOMP (QoS 2). It returns
+// the message, nil if pid was not in flight.
+func (f *flight) ack(pid uint16) *outMsg {
+	m, ok := f.inflight[pid]
+	if !ok {
+		return nil
 	}
 	delete(f.inflight, pid)
 	for i, p := range f.order {
@@ -90,18 +98,18 @@ func (f *flight) ack(pid uint16) bool {
 			break
 		}
 	}
-	return true
+	return m
 }
 
-// received records a PUBREC for pid; it reports whether pid is a QoS 2 message in
-// flight.
-func (f *flight) received(pid uint16) bool {
+// received records a PUBREC for pid and returns the message, nil if pid is not a
+// QoS 2 message in flight.
+func (f *flight) received(pid uint16) *outMsg {
 	m, ok := f.inflight[pid]
 	if !ok || m.qos != 2 {
-		return false
+		return nil
 	}
 	m.pubrec = true
-	return true
+	return m
 }
 
 // next takes the next queued message that has not expired, if the window has room.
@@ -112,6 +120,9 @@ func (f *flight) next(now time.Time) *outMsg {
 		f.queue = f.queue[1:]
 		if m.expireAt != 0 && now.UnixNano() >= m.expireAt {
 			f.expired++
+			if f.drop != nil {
+				f.drop(m)
+			}
 			continue
 		}
 		return m
@@ -130,3 +141,23 @@ func (f *flight) resend() []*outMsg {
 
 // pending is how many messages are in flight or queued.
 func (f *flight) pending() int { return len(f.inflight) + len(f.queue) }
+
+// restore puts back a message read from storage: in flight if it had a packet id,
+// else at the end of the queue. Messages must come in their original order.
+func (f *flight) restore(m *outMsg) {
+	if m.pid == 0 {
+		f.queue = append(f.queue, m)
+		return
+	}
+	if _, dup := f.inflight[m.pid]; dup {
+		m.pid, m.pubrec = 0, false
+		f.queue = append(f.queue, m)
+		return
+	}
+	f.inflight[m.pid] = m
+	f.order = append(f.order, m.pid)
+	f.nextPID = max(f.nextPID, m.pid)
+}
+
+// all lists every message in flight and queued.
+func (f *flight) all() []*outMsg { return append(f.resend(), f.queue...) }

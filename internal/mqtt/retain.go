@@ -24,6 +24,7 @@ type retainedMsg struct {
 type retainStore struct {
 	mu sync.RWMutex
 	m  map[string]*retainedMsg
+	kv *kvStore // nil: kept in memory only
 }
 
 func newRetainStore() *retainStore { return &retainStore{m: make(map[string]*retainedMsg)} }
@@ -33,6 +34,9 @@ func (r *retainStore) set(m *broker.Message) {
 	subj := string(m.Subject)
 	if len(m.Payload) == 0 {
 		r.mu.Lock()
+		if _, had := r.m[subj]; had && r.kv != nil {
+			r.kv.del(kvRetained + subj) // under the lock: the log sees changes in map order
+		}
 		delete(r.m, subj)
 		r.mu.Unlock()
 		return
@@ -47,6 +51,9 @@ func (r *retainStore) set(m *broker.Message) {
 	}
 	r.mu.Lock()
 	r.m[subj] = rm
+	if r.kv != nil {
+		r.kv.put(kvRetained+subj, encodeRetained(rm))
+	}
 	r.mu.Unlock()
 }
 

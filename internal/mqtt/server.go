@@ -1,10 +1,14 @@
 package mqtt
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/store"
 )
 
 // Queue-full policies of offline and over-window sessions.
@@ -50,6 +55,11 @@ type Config struct {
 	// MaxKeepAlive caps the keepalive a client asks for (and replaces 0, "none"); the
 	// v5 server keep alive property tells the client. 0 accepts what clients ask.
 	MaxKeepAlive time.Duration
+	// StoreDir, when set, keeps persistent sessions and retained messages across
+	// restarts in this directory, written with the given fsync policy.
+	StoreDir     string
+	Sync         store.SyncPolicy
+	SyncInterval time.Duration
 }
 
 // DefaultConfig is the configuration `tern server` uses unless told otherwise.
@@ -125,6 +135,7 @@ type Server struct {
 	start  time.Time
 
 	retained *retainStore
+	kv       *kvStore // nil without a store directory
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -150,12 +161,116 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
+	s := &Server{
 		cfg: cfg, broker: b, log: log, start: time.Now(),
 		retained: newRetainStore(),
 		sessions: make(map[string]*session),
 		conns:    make(map[*conn]struct{}),
-	}, nil
+	}
+	if cfg.StoreDir != "" {
+		kv, data, err := openKV(cfg.StoreDir, cfg.Sync, cfg.SyncInterval, log)
+		if err != nil {
+			return nil, err
+		}
+		s.kv = kv
+		s.retained.kv = kv
+		s.restore(data)
+	}
+	return s, nil
+}
+
+// restore rebuilds persistent sessions and retained messages from storage. Sessions
+// come back disconnected, their expiry counted from now.
+func (s *Server) restore(data map[string][]byte) {
+	type stored struct {
+		mid uint64
+		m   *outMsg
+	}
+	msgs := make(map[string][]stored)
+	qos2 := make(map[string][]uint16)
+	for key, val := range data {
+		kind, rest := key[:2], key[2:]
+		switch kind {
+		case kvRetained:
+			rm, err := decodeRetained(rest, val)
+			if err != nil {
+				s.log.Error("mqtt state: bad retained message, dropped", "subject", rest, "err", err)
+				s.kv.del(key)
+				continue
+			}
+			s.retained.m[rest] = rm
+		case kvSession:
+			var rec sessionRecord
+			if err := json.Unmarshal(val, &rec); err != nil {
+				s.log.Error("mqtt state: bad session record, dropped", "client_id", rest, "err", err)
+				s.kv.del(key)
+				continue
+			}
+			sess := newSession(s, rest)
+			sess.expiry = time.Duration(rec.Expiry)
+			sess.loading = true
+			for _, sr := range rec.Subs {
+				if err := sess.restoreSub(sr); err != nil {
+					s.log.Error("mqtt state: subscription not restored", "client_id", rest, "filter", sr.Filter, "err", err)
+				}
+			}
+			s.sessions[rest] = sess
+		case kvMessage, kvQoS2:
+			client, id, ok := strings.Cut(rest, "\x00")
+			n, err := strconv.ParseUint(id, 10, 64)
+			if !ok || err != nil {
+				s.kv.del(key)
+				continue
+			}
+			if kind == kvQoS2 {
+				qos2[client] = append(qos2[client], uint16(n))
+				continue
+			}
+			m, err := decodeOutMsg(val)
+			if err != nil {
+				s.kv.del(key)
+				continue
+			}
+			m.mid = n
+			msgs[client] = append(msgs[client], stored{n, m})
+		default:
+			s.kv.del(key)
+		}
+	}
+	for client, list := range msgs {
+		sess := s.sessions[client]
+		if sess == nil {
+			for _, st := range list {
+				s.kv.del(msgKey(client, st.mid))
+			}
+			continue
+		}
+		slices.SortFunc(list, func(a, b stored) int { return cmp.Compare(a.mid, b.mid) })
+		for _, st := range list {
+			sess.fl.restore(st.m)
+			sess.nextMID = max(sess.nextMID, st.mid)
+		}
+	}
+	for client, pids := range qos2 {
+		sess := s.sessions[client]
+		for _, pid := range pids {
+			if sess == nil {
+				s.kv.del(qos2Key(client, pid))
+				continue
+			}
+			sess.inQoS2[pid] = struct{}{}
+		}
+	}
+	for _, sess := range s.sessions {
+		sess.loading = false
+		if sess.expiry > 0 {
+			gen := sess.gen
+			sess.expTimer = time.AfterFunc(sess.expiry, func() { s.expire(sess, gen) })
+		}
+	}
+	if len(s.sessions) > 0 || len(s.retained.m) > 0 {
+		s.log.Info("mqtt state restored", "sessions", len(s.sessions), "retained", len(s.retained.m))
+	}
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -272,6 +387,11 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 		sess.stopTimers()
 	}
 	s.mu.Unlock()
+	if s.kv != nil {
+		if err := s.kv.close(); err != nil {
+			return fmt.Errorf("mqtt state: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -1,12 +1,14 @@
 package mqtt
 
 import (
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/subject"
 )
 
 // subEntry is one MQTT subscription of a session: one filter and its options, held in
@@ -49,18 +51,90 @@ type session struct {
 	expTimer *time.Timer
 	will     *will // a delayed will waiting to be published
 	willT    *time.Timer
+	nextMID  uint64 // ids of stored messages
+	loading  bool   // being restored from storage: nothing to write back
 
 	connPtr atomic.Pointer[conn] // for Flush without the lock
 }
 
 func newSession(s *Server, id string) *session {
-	return &session{
+	sess := &session{
 		srv:    s,
 		id:     id,
 		subs:   make(map[string]*subEntry),
 		bySub:  make(map[*broker.Subscription]*subEntry),
 		fl:     newFlight(s.cfg.MaxInflight, s.cfg.MaxQueued, s.cfg.QueuePolicy == PolicyDropOld),
 		inQoS2: make(map[uint16]struct{}),
+	}
+	sess.fl.drop = sess.forgetMsgLocked
+	return sess
+}
+
+// ---------------------------------------------------------------------------------
+// Storage. A session with a non-zero expiry keeps its state in the server's kvStore
+// (when the server has a store directory); the *Locked methods run under s.mu.
+
+func (s *session) storedLocked() bool {
+	return s.srv.kv != nil && s.expiry != 0 && !s.loading && !s.ended
+}
+
+// saveLocked writes the session record: expiry and subscriptions.
+func (s *session) saveLocked() {
+	if !s.storedLocked() {
+		return
+	}
+	rec := sessionRecord{Expiry: int64(s.expiry)}
+	for _, e := range s.subs {
+		rec.Subs = append(rec.Subs, subRecord{Filter: e.filter, QoS: e.qos, NoLocal: e.noLocal, RAP: e.rap, SubID: e.subID})
+	}
+	b, _ := json.Marshal(rec)
+	s.srv.kv.put(kvSession+s.id, b)
+}
+
+// saveMsgLocked writes (or rewrites) a stored message.
+func (s *session) saveMsgLocked(om *outMsg) {
+	if om.mid != 0 && s.srv.kv != nil && !s.loading {
+		s.srv.kv.put(msgKey(s.id, om.mid), encodeOutMsg(om))
+	}
+}
+
+func (s *session) forgetMsgLocked(om *outMsg) {
+	if om.mid != 0 && s.srv.kv != nil {
+		s.srv.kv.del(msgKey(s.id, om.mid))
+		om.mid = 0
+	}
+}
+
+// forgetLocked removes everything the session stored.
+func (s *session) forgetLocked() {
+	kv := s.srv.kv
+	if kv == nil {
+		return
+	}
+	kv.del(kvSession + s.id)
+	for _, om := range s.fl.all() {
+		s.forgetMsgLocked(om)
+	}
+	for pid := range s.inQoS2 {
+		kv.del(qos2Key(s.id, pid))
+	}
+}
+
+// storeAllLocked writes the whole session, for one that has just become persistent.
+func (s *session) storeAllLocked() {
+	if !s.storedLocked() {
+		return
+	}
+	s.saveLocked()
+	for _, om := range s.fl.all() {
+		if om.mid == 0 { // stored already otherwise
+			s.nextMID++
+			om.mid = s.nextMID
+			s.saveMsgLocked(om)
+		}
+	}
+	for pid := range s.inQoS2 {
+		s.srv.kv.put(qos2Key(s.id, pid), nil)
 	}
 }
 
@@ -92,6 +166,20 @@ func (s *session) bind(c *conn, expiry time.Duration) {
 		s.willT, s.will = nil, nil
 	}
 	s.fl.window = min(s.srv.cfg.MaxInflight, c.receiveMax)
+	s.expiryChangedLocked()
+}
+
+// expiryChangedLocked stores a session that is now persistent and forgets one that
+// is not.
+func (s *session) expiryChangedLocked() {
+	if s.srv.kv == nil || s.loading {
+		return
+	}
+	if s.expiry == 0 {
+		s.forgetLocked()
+		return
+	}
+	s.storeAllLocked()
 }
 
 // unbind detaches c if it is still the session's connection; it returns the expiry.
@@ -164,6 +252,7 @@ func (s *session) stopTimers() {
 // end removes the session's subscriptions and publishes a will still waiting.
 func (s *session) end() {
 	s.mu.Lock()
+	s.forgetLocked()
 	s.ended = true
 	subs := make([]*broker.Subscription, 0, len(s.bySub))
 	for sub := range s.bySub {
@@ -228,6 +317,9 @@ func (s *session) subscribe(e *subEntry, subjects []string, queue string) (exist
 	if old != nil {
 		s.dropSubs(old)
 	}
+	s.mu.Lock()
+	s.saveLocked()
+	s.mu.Unlock()
 	return old != nil, nil
 }
 
@@ -243,6 +335,9 @@ func (s *session) unsubscribe(filter string) bool {
 		return false
 	}
 	s.dropSubs(e)
+	s.mu.Lock()
+	s.saveLocked()
+	s.mu.Unlock()
 	return true
 }
 
@@ -301,15 +396,22 @@ func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 // sendOrQueueLocked puts a QoS 1/2 message in flight if the window and the client
 // allow, else queues it. s.mu is held.
 func (s *session) sendOrQueueLocked(om *outMsg) bool {
+	if s.storedLocked() {
+		s.nextMID++
+		om.mid = s.nextMID
+	}
 	if s.conn != nil && s.fl.canSend() {
 		s.fl.start(om)
+		s.saveMsgLocked(om)
 		s.conn.writeOut(om, false)
 		return true
 	}
 	if !s.fl.enqueue(om) {
+		om.mid = 0
 		s.srv.droppedMsgs.Add(1)
 		return false
 	}
+	s.saveMsgLocked(om)
 	return true
 }
 
@@ -360,19 +462,27 @@ func (s *session) resume(now time.Time) {
 		c.writeOut(om, true)
 	}
 	s.pumpLocked(now)
+	c.Flush()
 }
 
-// pumpLocked moves queued messages into the window.
+// pumpLocked moves queued messages into the window and wakes the writer: outside a
+// broker publish no batch flush will.
 func (s *session) pumpLocked(now time.Time) {
 	if s.conn == nil {
 		return
 	}
-	for {
+	for sent := false; ; sent = true {
 		om := s.fl.next(now)
 		if om == nil {
+			if sent {
+				s.conn.Flush()
+			}
 			return
 		}
 		s.fl.start(om)
+		if om.qos == 2 {
+			s.saveMsgLocked(om) // its packet id must survive a restart for exactly once
+		}
 		s.conn.writeOut(om, false)
 	}
 }
@@ -381,9 +491,12 @@ func (s *session) pumpLocked(now time.Time) {
 func (s *session) acked(pid uint16, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ok := s.fl.ack(pid)
+	om := s.fl.ack(pid)
+	if om != nil {
+		s.forgetMsgLocked(om)
+	}
 	s.pumpLocked(now)
-	return ok
+	return om != nil
 }
 
 // pubrec handles PUBREC; a failure reason ends the exchange at once.
@@ -391,11 +504,18 @@ func (s *session) pubrec(pid uint16, failed bool, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if failed {
-		ok := s.fl.ack(pid)
+		om := s.fl.ack(pid)
+		if om != nil {
+			s.forgetMsgLocked(om)
+		}
 		s.pumpLocked(now)
-		return ok
+		return om != nil
 	}
-	return s.fl.received(pid)
+	om := s.fl.received(pid)
+	if om != nil {
+		s.saveMsgLocked(om)
+	}
+	return om != nil
 }
 
 // receivedQoS2 records an incoming QoS 2 publish; it reports false for a duplicate
@@ -410,6 +530,9 @@ func (s *session) receivedQoS2(pid uint16, limit int) (isNew, full bool) {
 		return false, true
 	}
 	s.inQoS2[pid] = struct{}{}
+	if s.storedLocked() {
+		s.srv.kv.put(qos2Key(s.id, pid), nil)
+	}
 	return true, false
 }
 
@@ -419,11 +542,50 @@ func (s *session) released(pid uint16) bool {
 	defer s.mu.Unlock()
 	_, ok := s.inQoS2[pid]
 	delete(s.inQoS2, pid)
+	if ok && s.srv.kv != nil {
+		s.srv.kv.del(qos2Key(s.id, pid))
+	}
 	return ok
 }
 
 func (s *session) setExpiry(d time.Duration) {
 	s.mu.Lock()
 	s.expiry = d
+	s.expiryChangedLocked()
 	s.mu.Unlock()
+}
+
+// newSubEntry prepares a subscription: the broker subjects of its filter and, for a
+// shared subscription, its queue group.
+func newSubEntry(filter string, qos byte, noLocal, rap bool, subID uint32) (e *subEntry, subjects []string, queue string, err error) {
+	e = &subEntry{filter: filter, qos: min(qos, 2), noLocal: noLocal, rap: rap, subID: subID}
+	match := filter
+	group, inner, shared, err := packet.ParseShared(filter)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if shared {
+		match, queue, e.shared = inner, string(appendLevel(nil, group)), true
+		if err := subject.ValidateQueue([]byte(queue)); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	if err := packet.ValidFilter(match); err != nil {
+		return nil, nil, "", err
+	}
+	if subjects, err = FilterSubjects(match); err != nil {
+		return nil, nil, "", err
+	}
+	e.dollarGuard = match[0] == '+' || match[0] == '#'
+	return e, subjects, queue, nil
+}
+
+// restoreSub re-creates a stored subscription.
+func (s *session) restoreSub(sr subRecord) error {
+	e, subjects, queue, err := newSubEntry(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
+	if err != nil {
+		return err
+	}
+	_, err = s.subscribe(e, subjects, queue)
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -86,6 +87,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			mcfg.MaxPending = cfg.MaxPending
 		}
 		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
+		if cfg.StoreDir != "" {
+			policy, err := store.ParseSyncPolicy(cfg.Sync)
+			if err != nil {
+				return nil, fmt.Errorf("sync: %w", err)
+			}
+			mcfg.StoreDir, mcfg.Sync, mcfg.SyncInterval = filepath.Join(cfg.StoreDir, "mqtt"), policy, cfg.SyncInterval
+		}
 		ms, err := mqtt.NewServer(mcfg, s.broker, log.With("proto", "mqtt"))
 		if err != nil {
 			return nil, err

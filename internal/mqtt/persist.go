@@ -1,0 +1,312 @@
+package mqtt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/store"
+)
+
+// kvStore keeps MQTT state that must survive a restart — persistent sessions, the
+// messages queued and in flight for them, QoS 2 publishes awaiting release, retained
+// messages — as keys and values in one store.Log: a put appends a record whose
+// subject is the key and tombstones the key's previous record, a delete tombstones
+// it. One writer goroutine applies everything queued since its last wake-up as one
+// batch: only the last change of each key is written (a message acknowledged in the
+// batch that queued it costs nothing), one commit, one DeleteMany, so one fsync each
+// under sync=always.
+type kvStore struct {
+	log    *store.Log
+	logger *slog.Logger
+
+	mu    sync.Mutex
+	ops   []kvOp
+	spare []kvOp
+	quit  bool
+
+	wake chan struct{}
+	done chan struct{}
+
+	live map[string]uint64 // key → seq of its record; the writer's
+	last map[string]int    // scratch: index of each key's last op in a batch
+	dels []uint64
+}
+
+type kvOp struct {
+	key string
+	val []byte // nil: delete
+}
+
+// openKV opens (recovering) the log in dir and returns its live contents.
+func openKV(dir string, sync store.SyncPolicy, interval time.Duration, logger *slog.Logger) (*kvStore, map[string][]byte, error) {
+	l, rep, err := store.Open(store.Config{Dir: dir, Name: "mqtt", Sync: sync, SyncInterval: interval, SegmentBytes: 16 << 20})
+	if err != nil {
+		return nil, nil, fmt.Errorf("mqtt state: %w", err)
+	}
+	for _, c := range rep.Corrupt {
+		logger.Error("mqtt state: damaged records skipped", "detail", c)
+	}
+	k := &kvStore{log: l, logger: logger, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		live: make(map[string]uint64), last: make(map[string]int)}
+	data := make(map[string][]byte)
+	r := l.NewReader(l.State().FirstSeq)
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			var corr *store.Corruption
+			if errors.As(err, &corr) {
+				continue // reported by Open; the records around it are read
+			}
+			if !errors.Is(err, io.EOF) {
+				r.Close()
+				_ = l.Close()
+				return nil, nil, fmt.Errorf("mqtt state: %w", err)
+			}
+			break
+		}
+		key := string(rec.Subject)
+		if old, ok := k.live[key]; ok {
+			k.dels = append(k.dels, old) // a crash between a put and its tombstone
+		}
+		k.live[key] = rec.Seq
+		data[key] = append([]byte(nil), rec.Payload...)
+	}
+	r.Close()
+	if len(k.dels) > 0 {
+		_, _ = l.DeleteMany(k.dels)
+		k.dels = k.dels[:0]
+	}
+	go k.run()
+	return k, data, nil
+}
+
+func (k *kvStore) put(key string, val []byte) {
+	if val == nil {
+		val = []byte{}
+	}
+	k.enqueue(kvOp{key, val})
+}
+
+func (k *kvStore) del(key string) { k.enqueue(kvOp{key: key}) }
+
+func (k *kvStore) enqueue(op kvOp) {
+	k.mu.Lock()
+	if !k.quit {
+		k.ops = append(k.ops, op)
+	}
+	k.mu.Unlock()
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (k *kvStore) run() {
+	defer close(k.done)
+	for {
+		<-k.wake
+		k.mu.Lock()
+		ops, quit := k.ops, k.quit
+		k.ops = k.spare[:0]
+		k.mu.Unlock()
+		k.apply(ops)
+		clear(ops)
+		k.mu.Lock()
+		k.spare = ops[:0]
+		k.mu.Unlock()
+		if quit {
+			return
+		}
+	}
+}
+
+// apply writes one batch: the last op of each key wins.
+func (k *kvStore) apply(ops []kvOp) {
+	if len(ops) == 0 {
+		return
+	}
+	clear(k.last)
+	for i, op := range ops {
+		k.last[op.key] = i
+	}
+	k.dels = k.dels[:0]
+	for i, op := range ops {
+		if k.last[op.key] != i {
+			continue
+		}
+		if old, ok := k.live[op.key]; ok {
+			k.dels = append(k.dels, old)
+			delete(k.live, op.key)
+		}
+		if op.val == nil {
+			continue
+		}
+		seq, err := k.log.Append([]byte(op.key), nil, op.val, 0)
+		if err != nil {
+			k.logger.Error("mqtt state: write failed", "err", err)
+			continue
+		}
+		k.live[op.key] = seq
+	}
+	if err := k.log.Commit(); err != nil {
+		k.logger.Error("mqtt state: commit failed", "err", err)
+	}
+	if len(k.dels) > 0 {
+		if _, err := k.log.DeleteMany(k.dels); err != nil {
+			k.logger.Error("mqtt state: delete failed", "err", err)
+		}
+	}
+}
+
+// close writes what is queued and closes the log.
+func (k *kvStore) close() error {
+	k.mu.Lock()
+	if k.quit {
+		k.mu.Unlock()
+		return nil
+	}
+	k.quit = true
+	k.mu.Unlock()
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+	<-k.done
+	return k.log.Close()
+}
+
+// ---------------------------------------------------------------------------------
+// Keys and values. Keys use NUL as separator: MQTT client ids and topics cannot
+// contain it.
+
+const (
+	kvSession  = "s\x00" // + client id → sessionRecord (JSON)
+	kvMessage  = "m\x00" // + client id + "\x00" + message id → encoded outMsg
+	kvQoS2     = "q\x00" // + client id + "\x00" + packet id → empty
+	kvRetained = "r\x00" // + subject → encoded retainedMsg
+)
+
+func msgKey(client string, mid uint64) string {
+	return kvMessage + client + "\x00" + fmt.Sprint(mid)
+}
+
+func qos2Key(client string, pid uint16) string {
+	return kvQoS2 + client + "\x00" + fmt.Sprint(pid)
+}
+
+// sessionRecord is what a persistent session stores besides its messages.
+type sessionRecord struct {
+	Expiry int64       `json:"expiry_ns"` // <0: never
+	Subs   []subRecord `json:"subs,omitempty"`
+}
+
+type subRecord struct {
+	Filter  string `json:"filter"`
+	QoS     byte   `json:"qos"`
+	NoLocal bool   `json:"no_local,omitempty"`
+	RAP     bool   `json:"rap,omitempty"`
+	SubID   uint32 `json:"sub_id,omitempty"`
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+type byteReader struct {
+	b   []byte
+	err error
+}
+
+func (r *byteReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errors.New("mqtt state: truncated value")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *byteReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errors.New("mqtt state: truncated value")
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// encodeOutMsg stores a message queued or in flight for a session.
+func encodeOutMsg(m *outMsg) []byte {
+	b := make([]byte, 0, 32+len(m.topic)+len(m.reply)+len(m.header)+len(m.payload))
+	flags := uint64(m.qos)
+	if m.retain {
+		flags |= 4
+	}
+	if m.pubrec {
+		flags |= 8
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendUvarint(b, uint64(m.pid))
+	b = binary.AppendUvarint(b, uint64(m.subID))
+	b = binary.AppendUvarint(b, uint64(m.expireAt))
+	b = appendBytes(b, []byte(m.topic))
+	b = appendBytes(b, []byte(m.reply))
+	b = appendBytes(b, m.header)
+	return appendBytes(b, m.payload)
+}
+
+func decodeOutMsg(b []byte) (*outMsg, error) {
+	r := &byteReader{b: b}
+	flags := r.uvarint()
+	m := &outMsg{qos: byte(flags & 3), retain: flags&4 != 0, pubrec: flags&8 != 0}
+	m.pid = uint16(r.uvarint())
+	m.subID = uint32(r.uvarint())
+	m.expireAt = int64(r.uvarint())
+	m.topic = string(r.bytes())
+	m.reply = string(r.bytes())
+	if h := r.bytes(); len(h) > 0 {
+		m.header = h
+	}
+	m.payload = r.bytes()
+	if r.err != nil || m.qos == 0 || m.qos > 2 {
+		return nil, fmt.Errorf("mqtt state: bad message record")
+	}
+	return m, nil
+}
+
+func encodeRetained(rm *retainedMsg) []byte {
+	b := binary.AppendUvarint(nil, uint64(rm.qos))
+	b = binary.AppendUvarint(b, uint64(rm.expireAt))
+	b = appendBytes(b, []byte(rm.reply))
+	b = appendBytes(b, rm.header)
+	return appendBytes(b, rm.payload)
+}
+
+func decodeRetained(subj string, b []byte) (*retainedMsg, error) {
+	r := &byteReader{b: b}
+	rm := &retainedMsg{subject: subj, qos: byte(r.uvarint()), expireAt: int64(r.uvarint())}
+	rm.reply = string(r.bytes())
+	if h := r.bytes(); len(h) > 0 {
+		rm.header = h
+	}
+	rm.payload = r.bytes()
+	if r.err != nil {
+		return nil, r.err
+	}
+	return rm, nil
+}
