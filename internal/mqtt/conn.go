@@ -51,6 +51,7 @@ type conn struct {
 	subj, hdr  []byte
 	reply      []byte
 	normalExit bool // DISCONNECT without will
+	noDeadline bool // the connect timeout's read deadline was cleared (keepalive 0)
 
 	// Outbound, guarded by mu.
 	mu       sync.Mutex
@@ -99,6 +100,10 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		_ = c.nc.SetReadDeadline(c.start.Add(c.srv.cfg.ConnectTimeout))
 	case c.keepAlive > 0:
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
+	case !c.noDeadline:
+		// Keepalive 0: no deadline at all once connected.
+		_ = c.nc.SetReadDeadline(time.Time{})
+		c.noDeadline = true
 	}
 	return c.nc.Read(p)
 }

@@ -204,6 +204,21 @@ func TestRawKeepalive(t *testing.T) {
 	}
 }
 
+// TestRawKeepaliveZero: a client with keepalive 0 is never timed out, not even by the
+// connect timeout that guarded its CONNECT.
+func TestRawKeepaliveZero(t *testing.T) {
+	_, port := startTern(t, func(c *server.Config) { c.ConnectTimeout = 500 * time.Millisecond })
+	c := dialRaw(t, port, packet.V5)
+	c.connect("patient", true, 0, nil)
+	if p, err := c.next(1500 * time.Millisecond); err == nil {
+		t.Fatalf("idle client got %+v", p)
+	}
+	c.send(&packet.Pingreq{})
+	if _, ok := c.must(2 * time.Second).(*packet.Pingresp); !ok {
+		t.Fatal("no PINGRESP after 1.5 s idle: the connection was closed")
+	}
+}
+
 // TestRawLimits: packet size, connection count.
 func TestRawLimits(t *testing.T) {
 	_, port := startTern(t, func(c *server.Config) {

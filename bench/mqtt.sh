@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# MQTT on this machine: Mosquitto and Tern driven by one load client (bench/mqttvs):
+# QoS 0 and 1 throughput for 1→1, 10→10, 100→1 and 1→100 at 32 B and 1 KiB, end-to-end
+# latency at a fixed rate, and the memory of idle connections.
+#
+# Installs mosquitto (Debian) if missing, builds tern and the harness into $OUT/mqtt,
+# starts
+#   mosquitto -c <conf>   listener 127.0.0.1:$MOSQ_PORT, no persistence,
+#                         max_inflight_messages 1024, max_queued_messages 1000000
+#   tern server --host 127.0.0.1 --port $TERN_NATIVE_PORT --mqtt-port $TERN_PORT
+#               --mqtt-ws-port -1 --http "" --store-dir <tmp> --mqtt-max-queued 1000000
+# (the same in-flight window and per-client queue on both), runs the matrix and the
+# latency rows, restarts both fresh for the idle-connection row, and stops exactly the
+# processes it started, by pid, on EXIT, INT and TERM.
+#
+# Usage: bench/mqtt.sh [mqttvs options]      e.g. bench/mqtt.sh --runs 5
+#                                                 bench/mqtt.sh --only q1 --scale 0.3
+#        bench/mqtt.sh --list
+# Environment:
+#   MOSQ_PORT (21883), TERN_PORT (21884), TERN_NATIVE_PORT (27402)
+#   IDLE_CONNS (50000)   idle connections for the memory row; 0 skips it. Needs that
+#                        many file descriptors: the script raises its limit if it may.
+#   OUT (bench/out)      results in $OUT/mqtt/results.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for a in "$@"; do
+	case "$a" in
+	--list | -list | -h | -help | --help) exec go run ./bench/mqttvs "$@" ;;
+	esac
+done
+
+MOSQ_PORT=${MOSQ_PORT:-21883}
+TERN_PORT=${TERN_PORT:-21884}
+TERN_NATIVE_PORT=${TERN_NATIVE_PORT:-27402}
+IDLE_CONNS=${IDLE_CONNS:-50000}
+OUT=${OUT:-bench/out}
+MOUT=$OUT/mqtt
+mkdir -p "$MOUT"
+
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+	echo "== installing mosquitto (Debian package)"
+	sudo_cmd=""
+	[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+	$sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq mosquitto >/dev/null
+fi
+MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
+
+if [ "$IDLE_CONNS" -gt 0 ]; then
+	need=$((2 * IDLE_CONNS + 1000))
+	if [ "$(ulimit -n)" -lt "$need" ]; then
+		ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	fi
+	if [ "$(ulimit -n)" -lt "$need" ]; then
+		echo "mqtt.sh: only $(ulimit -n) file descriptors; idle row with $(($(ulimit -n) / 2 - 1000)) connections" >&2
+		IDLE_CONNS=$(($(ulimit -n) / 2 - 1000))
+	fi
+fi
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() { # port pid name
+	for _ in $(seq 1 200); do
+		port_busy "$1" && return 0
+		kill -0 "$2" 2>/dev/null || { echo "mqtt.sh: $3 exited during start-up; see its log in $MOUT" >&2; return 1; }
+		sleep 0.05
+	done
+	echo "mqtt.sh: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
+	return 1
+}
+for p in "$MOSQ_PORT" "$TERN_PORT" "$TERN_NATIVE_PORT"; do
+	if port_busy "$p"; then
+		echo "mqtt.sh: 127.0.0.1:$p is already in use; set MOSQ_PORT / TERN_PORT / TERN_NATIVE_PORT" >&2
+		exit 1
+	fi
+done
+
+echo "== building bench/mqttvs and tern"
+go build -o "$MOUT/mqttvs" ./bench/mqttvs
+go build -o "$MOUT/tern" ./cmd/tern
+
+RUN_DIR=$(mktemp -d /tmp/tern-mqtt-bench.XXXXXX)
+cat >"$RUN_DIR/mosquitto.conf" <<EOF
+listener $MOSQ_PORT 127.0.0.1
+allow_anonymous true
+persistence false
+max_inflight_messages 1024
+max_queued_messages 1000000
+log_dest stderr
+log_type error
+log_type warning
+EOF
+PIDS=()
+JOB=
+stop_pid() {
+	local pid=$1
+	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 1 300); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
+}
+stop_servers() {
+	local pid
+	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+	PIDS=()
+}
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$JOB" ] && stop_pid "$JOB"
+	stop_servers
+	rm -rf "$RUN_DIR"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+run_job() {
+	"$@" &
+	JOB=$!
+	local rc=0
+	wait "$JOB" || rc=$?
+	JOB=
+	return "$rc"
+}
+start_servers() {
+	"$MOSQUITTO" -c "$RUN_DIR/mosquitto.conf" >>"$MOUT/mosquitto.log" 2>&1 &
+	MOSQ_PID=$!
+	PIDS+=("$MOSQ_PID")
+	rm -rf "$RUN_DIR/tern"
+	"$MOUT/tern" server --host 127.0.0.1 --port "$TERN_NATIVE_PORT" --mqtt-port "$TERN_PORT" --mqtt-ws-port -1 \
+		--http "" --store-dir "$RUN_DIR/tern" --mqtt-max-queued 1000000 >>"$MOUT/tern-server.log" 2>&1 &
+	TERN_PID=$!
+	PIDS+=("$TERN_PID")
+	wait_port "$MOSQ_PORT" "$MOSQ_PID" mosquitto
+	wait_port "$TERN_PORT" "$TERN_PID" "tern server"
+}
+
+mosq_version=$({ "$MOSQUITTO" -h 2>&1 || true; } | sed -n 's/^mosquitto version \([^ ]*\).*/\1/p' | head -1)
+{
+	echo "== machine"
+	echo "nproc:        $(nproc)"
+	echo "CPU:          $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+	echo "memory:       $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+	echo "kernel:       $(uname -sr)"
+	echo "go:           $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
+	echo "mosquitto:    ${mosq_version:-unknown} (127.0.0.1:$MOSQ_PORT)"
+	echo "tern:         $("$MOUT/tern" version 2>/dev/null || echo 0.1.0-dev) (127.0.0.1:$TERN_PORT)"
+	echo "open files:   $(ulimit -n)"
+} | tee "$MOUT/machine.txt"
+
+start_servers
+brokers="mosquitto=127.0.0.1:$MOSQ_PORT,tern=127.0.0.1:$TERN_PORT"
+echo "== throughput and latency (progress on stderr)"
+run_job "$MOUT/mqttvs" --brokers "$brokers" "$@" >"$MOUT/throughput.md"
+stop_servers
+
+: >"$MOUT/idle.md"
+if [ "$IDLE_CONNS" -gt 0 ]; then
+	echo "== $IDLE_CONNS idle connections, fresh servers"
+	start_servers
+	run_job "$MOUT/mqttvs" --brokers "$brokers" --pids "mosquitto=$MOSQ_PID,tern=$TERN_PID" --only none \
+		--latency-rate 0 --idle-conns "$IDLE_CONNS" >"$MOUT/idle.md"
+	stop_servers
+fi
+{
+	cat "$MOUT/machine.txt"
+	echo
+	cat "$MOUT/throughput.md"
+	grep -v '^## MQTT\|^- load generator' "$MOUT/idle.md" || true
+} >"$MOUT/results.md"
+echo "== written: $MOUT/results.md"
+cat "$MOUT/results.md"
