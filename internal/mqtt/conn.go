@@ -65,6 +65,8 @@ type conn struct {
 	replyBuf []byte
 	wake     chan struct{}
 	done     chan struct{}
+
+	inMsgs, inBytes, outMsgs, outBytes atomic.Uint64
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
@@ -312,6 +314,9 @@ func (c *conn) handle(p packet.Packet) error {
 
 func (c *conn) handlePublish(p *packet.Publish) error {
 	c.srv.inMsgs.Add(1)
+	c.inMsgs.Add(1)
+	c.inBytes.Add(uint64(len(p.Payload)))
+	c.srv.inBytes.Add(uint64(len(p.Payload)))
 	topic := p.Topic
 	if c.version == packet.V5 && p.Props.HasTopicAlias {
 		a := p.Props.TopicAlias
@@ -624,6 +629,9 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 	}
 	c.out = packet.AppendPublish(c.out, p, c.version)
 	c.srv.outMsgs.Add(1)
+	c.outMsgs.Add(1)
+	c.outBytes.Add(uint64(len(payload)))
+	c.srv.outBytes.Add(uint64(len(payload)))
 	return true
 }
 
@@ -718,4 +726,32 @@ func (c *conn) cleanup() {
 	default:
 		c.log.Debug("mqtt client disconnected", "reason", reason)
 	}
+}
+
+// ConnInfo is a snapshot of one MQTT connection for monitoring.
+type ConnInfo struct {
+	ID                                 uint64
+	ClientID, Remote                   string
+	Version                            byte
+	Start                              time.Time
+	Subscriptions                      int
+	InMsgs, InBytes, OutMsgs, OutBytes uint64
+	Pending                            int // bytes queued for the socket
+	Inflight, Queued                   int // QoS 1/2 messages of its session
+}
+
+func (c *conn) snapshot() ConnInfo {
+	ci := ConnInfo{ID: c.id, Remote: c.remote, Start: c.start,
+		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
+	if c.attached.Load() {
+		ci.ClientID, ci.Version = c.clientID, c.version
+		s := c.sess
+		s.mu.Lock()
+		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), len(s.fl.inflight), len(s.fl.queue)
+		s.mu.Unlock()
+	}
+	c.mu.Lock()
+	ci.Pending = len(c.out) + c.writing
+	c.mu.Unlock()
+	return ci
 }

@@ -1,9 +1,12 @@
 package mqtt_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"strings"
 	"slices"
 	"testing"
 	"time"
@@ -439,5 +442,44 @@ func TestRawSubscribeReasons(t *testing.T) {
 	ua := c.must(5 * time.Second).(*packet.Unsuback)
 	if !slices.Equal(ua.Reasons, []packet.ReasonCode{packet.Success, packet.NoSubscriptionExisted}) {
 		t.Fatalf("UNSUBACK %v", ua.Reasons)
+	}
+}
+
+// TestRawSysAndMonitoring: $SYS/broker topics are published retained, and the HTTP
+// monitoring counts and lists MQTT clients.
+func TestRawSysAndMonitoring(t *testing.T) {
+	s, port := startTern(t, func(c *server.Config) {
+		c.HTTPAddr = "127.0.0.1:0"
+		c.MQTT.SysInterval = 100 * time.Millisecond
+	})
+	c := dialRaw(t, port, packet.V311)
+	c.connect("watcher", true, 0, nil)
+	time.Sleep(250 * time.Millisecond) // a $SYS round after the connect
+	c.subscribe(1, "$SYS/broker/clients/connected", 0)
+	p := c.must(5 * time.Second).(*packet.Publish)
+	if !p.Retain || string(p.Payload) != "1" {
+		t.Fatalf("$SYS/broker/clients/connected: %+v, want retained 1", p)
+	}
+	get := func(path string) string {
+		resp, err := http.Get("http://" + s.HTTPAddr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	var st struct {
+		Connections int               `json:"connections"`
+		Listeners   map[string]string `json:"listeners"`
+	}
+	if err := json.Unmarshal([]byte(get("/status")), &st); err != nil || st.Connections != 1 || st.Listeners["mqtt"] == "" {
+		t.Fatalf("/status: %+v %v", st, err)
+	}
+	if conns := get("/connections"); !strings.Contains(conns, `"watcher"`) || !strings.Contains(conns, `"mqtt3.1.1"`) {
+		t.Fatalf("/connections does not list the MQTT client: %s", conns)
+	}
+	if m := get("/metrics"); !strings.Contains(m, "tern_mqtt_connections 1") || !strings.Contains(m, "tern_mqtt_sessions 1") {
+		t.Fatalf("/metrics lacks the MQTT gauges")
 	}
 }

@@ -57,6 +57,14 @@ func (r *retainStore) set(m *broker.Message) {
 	r.mu.Unlock()
 }
 
+// setVolatile keeps m retained in memory without writing it to storage.
+func (r *retainStore) setVolatile(m *broker.Message) {
+	rm := &retainedMsg{subject: string(m.Subject), payload: append([]byte(nil), m.Payload...), qos: m.QoS}
+	r.mu.Lock()
+	r.m[rm.subject] = rm
+	r.mu.Unlock()
+}
+
 // match calls fn for every unexpired retained message matching one of filters;
 // dollarGuard skips subjects starting with '$'.
 func (r *retainStore) match(filters []string, dollarGuard bool, now time.Time, fn func(*retainedMsg)) {

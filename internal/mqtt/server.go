@@ -60,6 +60,11 @@ type Config struct {
 	StoreDir     string
 	Sync         store.SyncPolicy
 	SyncInterval time.Duration
+	// SysInterval is how often the $SYS/broker/... topics are published; 0 means
+	// every 10 s, negative never.
+	SysInterval time.Duration
+	// Version is the server version shown in $SYS/broker/version.
+	Version string
 }
 
 // DefaultConfig is the configuration `tern server` uses unless told otherwise.
@@ -144,12 +149,16 @@ type Server struct {
 	closing  bool
 	nextID   uint64
 
-	wg sync.WaitGroup
+	wg      sync.WaitGroup
+	quit    chan struct{} // closed by Shutdown
+	sysDone chan struct{}
 
 	// Counters for monitoring.
 	totalConns  atomic.Uint64
 	inMsgs      atomic.Uint64
 	outMsgs     atomic.Uint64
+	inBytes     atomic.Uint64
+	outBytes    atomic.Uint64
 	droppedMsgs atomic.Uint64
 }
 
@@ -166,6 +175,8 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		retained: newRetainStore(),
 		sessions: make(map[string]*session),
 		conns:    make(map[*conn]struct{}),
+		quit:     make(chan struct{}),
+		sysDone:  make(chan struct{}),
 	}
 	if cfg.StoreDir != "" {
 		kv, data, err := openKV(cfg.StoreDir, cfg.Sync, cfg.SyncInterval, log)
@@ -175,6 +186,14 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		s.kv = kv
 		s.retained.kv = kv
 		s.restore(data)
+	}
+	if cfg.SysInterval >= 0 {
+		go func() {
+			defer close(s.sysDone)
+			s.sysLoop(cmp.Or(cfg.SysInterval, 10*time.Second))
+		}()
+	} else {
+		close(s.sysDone)
 	}
 	return s, nil
 }
@@ -358,6 +377,9 @@ func (s *Server) connected() int {
 // connection and waits up to timeout for them to end.
 func (s *Server) Shutdown(timeout time.Duration) error {
 	s.mu.Lock()
+	if !s.closing {
+		close(s.quit)
+	}
 	s.closing = true
 	lns := s.lns
 	s.lns = nil
@@ -382,6 +404,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	case <-time.After(timeout):
 		return fmt.Errorf("mqtt: %d connections still open after %v", len(conns), timeout)
 	}
+	<-s.sysDone
 	s.mu.Lock()
 	for _, sess := range s.sessions {
 		sess.stopTimers()
@@ -401,6 +424,8 @@ type Stats struct {
 	TotalConnections uint64 // connections accepted since start
 	Sessions         int    // sessions kept, connected or not
 	InMsgs, OutMsgs  uint64 // PUBLISH packets received and sent
+	InBytes          uint64 // payload bytes received
+	OutBytes         uint64 // payload bytes sent
 	Dropped          uint64 // messages dropped for full queues or slow clients
 	Retained         int    // retained messages held
 }
@@ -412,9 +437,27 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	return Stats{
 		Connections: s.connected(), TotalConnections: s.totalConns.Load(), Sessions: nsess,
-		InMsgs: s.inMsgs.Load(), OutMsgs: s.outMsgs.Load(), Dropped: s.droppedMsgs.Load(),
+		InMsgs: s.inMsgs.Load(), OutMsgs: s.outMsgs.Load(), InBytes: s.inBytes.Load(), OutBytes: s.outBytes.Load(),
+		Dropped: s.droppedMsgs.Load(),
 		Retained: s.retained.count(),
 	}
+}
+
+// Connections returns a snapshot of every connection that finished CONNECT.
+func (s *Server) Connections() []ConnInfo {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		if c.attached.Load() {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]ConnInfo, len(conns))
+	for i, c := range conns {
+		out[i] = c.snapshot()
+	}
+	return out
 }
 
 // attach binds c to the session of clientID, making or replacing it, and reports

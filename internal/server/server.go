@@ -87,6 +87,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			mcfg.MaxPending = cfg.MaxPending
 		}
 		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
+		mcfg.Version = Version
 		if cfg.StoreDir != "" {
 			policy, err := store.ParseSyncPolicy(cfg.Sync)
 			if err != nil {
@@ -167,6 +168,9 @@ func (s *Server) Start() error {
 		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
 		if s.streams != nil {
 			m.Registry().MustRegister(streamCollector{s.streams})
+		}
+		if s.mqtt != nil {
+			m.Registry().MustRegister(mqttCollector{s.mqtt})
 		}
 		if err := m.Start(); err != nil {
 			_ = l.Close()
@@ -318,6 +322,16 @@ func (s *Server) Status() monitor.Status {
 	if a := s.MQTTWebSocketAddr(); a != nil {
 		listeners["mqtt_ws"] = a.String()
 	}
+	if s.mqtt != nil {
+		ms := s.mqtt.Stats()
+		st.Connections += ms.Connections
+		st.TotalConnections += ms.TotalConnections
+		st.InMsgs += ms.InMsgs
+		st.OutMsgs += ms.OutMsgs
+		st.InBytes += ms.InBytes
+		st.OutBytes += ms.OutBytes
+		st.DroppedMsgs += ms.Dropped
+	}
 	return monitor.Status{
 		ServerID:         s.id,
 		ServerName:       s.cfg.ServerName,
@@ -349,6 +363,22 @@ func (s *Server) Connections() []monitor.ConnInfo {
 			ID: c.ID, Name: c.Name, Remote: c.Remote, Protocol: "native", Start: c.Start,
 			Subscriptions: c.Subscriptions, InMsgs: c.InMsgs, OutMsgs: c.OutMsgs,
 			InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending, Dropped: c.Dropped,
+		}
+	}
+	if s.mqtt != nil {
+		for _, c := range s.mqtt.Connections() {
+			proto := "mqtt3.1.1"
+			switch c.Version {
+			case 3:
+				proto = "mqtt3.1"
+			case 5:
+				proto = "mqtt5"
+			}
+			out = append(out, monitor.ConnInfo{
+				ID: c.ID, Name: c.ClientID, Remote: c.Remote, Protocol: proto, Start: c.Start,
+				Subscriptions: c.Subscriptions, InMsgs: c.InMsgs, OutMsgs: c.OutMsgs,
+				InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending,
+			})
 		}
 	}
 	return out
