@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -30,7 +31,6 @@ type conn struct {
 	nc     net.Conn
 	remote string
 	start  time.Time
-	log    *slog.Logger
 
 	// Set during CONNECT, read-only afterwards.
 	version     byte
@@ -66,6 +66,11 @@ type conn struct {
 	wake     chan struct{}
 	done     chan struct{}
 
+	// The writer goroutine runs only while there is something to send and for
+	// writerIdle after, so idle connections cost no goroutine for it. 1: running.
+	writerOn atomic.Int32
+	writers  sync.WaitGroup
+
 	inMsgs, inBytes, outMsgs, outBytes atomic.Uint64
 }
 
@@ -74,20 +79,25 @@ func newConn(s *Server, id uint64, nc net.Conn) *conn {
 		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	c.log = s.log.With("cid", id, "remote", c.remote)
 	c.pub.Origin = nil
 	return c
 }
 
+// logger is built when something is logged, so that idle connections do not each
+// hold a logger of their own.
+func (c *conn) logger() *slog.Logger {
+	l := c.srv.log.With("cid", c.id, "remote", c.remote)
+	if c.attached.Load() {
+		l = l.With("client_id", c.clientID)
+	}
+	return l
+}
+
 func (c *conn) run() {
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
 	err := c.readLoop()
 	c.close(err)
-	<-writerDone
+	c.Flush() // a writer sends what is queued and closes the socket
+	c.writers.Wait()
 	c.cleanup()
 }
 
@@ -251,8 +261,9 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 	c.sess = sess
 	c.pub.Origin = sess
 	c.attached.Store(true)
-	c.log = c.log.With("client_id", c.clientID)
-	c.log.Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive)
+	if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive)
+	}
 	sess.resume(time.Now())
 	return nil
 }
@@ -454,7 +465,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 			if !v5 {
 				reasons[i] = 0x80
 			}
-			c.log.Warn("subscribe failed", "filter", e.filter, "err", err)
+			c.logger().Warn("subscribe failed", "filter", e.filter, "err", err)
 			continue
 		}
 		if !e.shared && (s.RetainHandling == 0 || s.RetainHandling == 1 && !existed) {
@@ -635,22 +646,42 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 	return true
 }
 
-// Flush wakes the writer.
+// Flush wakes the writer, starting it if it is not running.
 func (c *conn) Flush() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
+	if c.writerOn.CompareAndSwap(0, 1) {
+		c.writers.Add(1)
+		go c.writeLoop()
+	}
 }
 
+// writerIdle is how long a writer with nothing to send waits before it ends.
+const writerIdle = 2 * time.Second
+
 func (c *conn) writeLoop() {
+	defer c.writers.Done()
 	var spare []byte
 	timeout := c.srv.cfg.WriteTimeout
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case <-c.wake:
 		case <-c.done:
+		case <-idle.C:
+			// End, unless a Flush came in meanwhile; a Flush after the Store starts
+			// a new writer itself.
+			c.writerOn.Store(0)
+			if len(c.wake) == 0 || !c.writerOn.CompareAndSwap(0, 1) {
+				return
+			}
+			idle.Reset(writerIdle)
+			continue
 		}
+		idle.Reset(writerIdle)
 		c.mu.Lock()
 		data := c.out
 		closed := c.closed
@@ -720,11 +751,15 @@ func (c *conn) cleanup() {
 	reason := c.closeErr
 	switch {
 	case reason == nil, errors.Is(reason, io.EOF), errors.Is(reason, net.ErrClosed):
-		c.log.Debug("mqtt client disconnected")
+		if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
+			c.logger().Debug("mqtt client disconnected")
+		}
 	case errors.Is(reason, errClosedByServer):
-		c.log.Info("mqtt client closed", "reason", reason)
+		c.logger().Info("mqtt client closed", "reason", reason)
 	default:
-		c.log.Debug("mqtt client disconnected", "reason", reason)
+		if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
+			c.logger().Debug("mqtt client disconnected", "reason", reason)
+		}
 	}
 }
 

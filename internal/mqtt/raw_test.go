@@ -6,8 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 

@@ -438,7 +438,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Connections: s.connected(), TotalConnections: s.totalConns.Load(), Sessions: nsess,
 		InMsgs: s.inMsgs.Load(), OutMsgs: s.outMsgs.Load(), InBytes: s.inBytes.Load(), OutBytes: s.outBytes.Load(),
-		Dropped: s.droppedMsgs.Load(),
+		Dropped:  s.droppedMsgs.Load(),
 		Retained: s.retained.count(),
 	}
 }

@@ -5,7 +5,13 @@ import (
 	"io"
 )
 
-const readChunk = 32 << 10
+// A Reader starts with a small buffer, so that idle connections stay small, and
+// doubles it (up to readChunk) whenever a read fills it: a busy connection soon
+// reads many packets per syscall.
+const (
+	readChunk  = 64 << 10
+	initialBuf = 512
+)
 
 // Reader reads packets from a byte stream, reusing its buffer. Byte slices in a packet
 // it returns (payloads, correlation data, passwords) alias that buffer and are valid
@@ -23,7 +29,7 @@ type Reader struct {
 // NewReader reads packets from r; a packet larger than maxSize bytes (fixed header
 // included) is refused with reason PacketTooLarge before its body is read.
 func NewReader(r io.Reader, maxSize int) *Reader {
-	return &Reader{r: r, buf: make([]byte, 4<<10), maxSize: maxSize}
+	return &Reader{r: r, buf: make([]byte, initialBuf), maxSize: maxSize}
 }
 
 // SetVersion sets the protocol level once CONNECT has been read (0: expect CONNECT).
@@ -48,9 +54,16 @@ func (r *Reader) fill(need int) error {
 		r.start = 0
 		r.buf = nb
 	}
-	n, err := r.r.Read(r.buf[r.end:min(len(r.buf), max(r.end+readChunk, r.start+need))])
+	space := r.buf[r.end:min(len(r.buf), max(r.end+readChunk, r.start+need))]
+	n, err := r.r.Read(space)
 	r.end += n
 	if n > 0 {
+		if n == len(space) && len(r.buf) < readChunk {
+			nb := make([]byte, 2*len(r.buf))
+			r.end = copy(nb, r.buf[r.start:r.end])
+			r.start = 0
+			r.buf = nb
+		}
 		return nil
 	}
 	if err == nil {
