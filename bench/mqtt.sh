@@ -18,8 +18,9 @@
 #        bench/mqtt.sh --list
 # Environment:
 #   MOSQ_PORT (21883), TERN_PORT (21884), TERN_NATIVE_PORT (27402)
-#   IDLE_CONNS (50000)   idle connections for the memory row; 0 skips it. Needs that
-#                        many file descriptors: the script raises its limit if it may.
+#   IDLE_CONNS (50000)   idle connections for the memory row; 0 skips it. Each process
+#                        needs that many file descriptors: the script raises its limit
+#                        if it may, else uses what the limit allows.
 #   OUT (bench/out)      results in $OUT/mqtt/results.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,14 +47,15 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
 fi
 MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
 
+# Each process (the load client, each server) holds one descriptor per idle connection.
 if [ "$IDLE_CONNS" -gt 0 ]; then
-	need=$((2 * IDLE_CONNS + 1000))
+	need=$((IDLE_CONNS + 1000))
 	if [ "$(ulimit -n)" -lt "$need" ]; then
 		ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 	fi
 	if [ "$(ulimit -n)" -lt "$need" ]; then
-		echo "mqtt.sh: only $(ulimit -n) file descriptors; idle row with $(($(ulimit -n) / 2 - 1000)) connections" >&2
-		IDLE_CONNS=$(($(ulimit -n) / 2 - 1000))
+		echo "mqtt.sh: only $(ulimit -n) file descriptors per process (hard limit $(ulimit -Hn)); idle row with $(($(ulimit -n) - 1000)) connections" >&2
+		IDLE_CONNS=$(($(ulimit -n) - 1000))
 	fi
 fi
 

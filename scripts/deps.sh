@@ -44,3 +44,13 @@ if ! .venv/bin/python -c "import paho.mqtt, sys; sys.exit(paho.mqtt.__version__ 
 	python3 -m venv .venv
 	.venv/bin/python -m pip install -q --disable-pip-version-check "paho-mqtt==$paho_version"
 fi
+
+# MQTT.js from npm, the MQTT client of browser applications, for the MQTT-over-WebSocket
+# test (run by node, with .node/node_modules as its module path; not committed).
+mqttjs_version=5.16.0
+if [ "$(node -p "require('./.node/node_modules/mqtt/package.json').version" 2>/dev/null)" != "$mqttjs_version" ]; then
+	apt_install node nodejs
+	apt_install npm npm
+	echo "deps: installing MQTT.js $mqttjs_version into .node"
+	npm install --silent --no-audit --no-fund --prefix .node "mqtt@$mqttjs_version" >/dev/null
+fi

@@ -367,7 +367,7 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	pids := fs.String("pids", "", "name=pid,... of the servers, for memory readings")
 	runs := fs.Int("runs", 3, "runs per row per broker (median reported)")
 	scale := fs.Float64("scale", 1, "multiplies every row's message count")
-	only := fs.String("only", "", "comma-separated row keys or prefixes (q0, q1-100to1, ...); default all")
+	only := fs.String("only", "", "comma-separated row keys or prefixes (q0, q1-100to1, ...); default all; none: no throughput rows")
 	window := fs.Int("window", 256, "QoS 1 messages a publisher keeps unacknowledged")
 	latRate := fs.Float64("latency-rate", 5000, "messages per second of the latency rows (0 skips them)")
 	latTime := fs.Duration("latency-time", 5*time.Second, "length of each latency run")
@@ -387,7 +387,7 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 				}
 			}
 		}
-		if len(sel) == 0 && (*latRate == 0 && *idle == 0) {
+		if len(sel) == 0 && *only != "none" && (*latRate == 0 && *idle == 0) {
 			return fmt.Errorf("--only %q matches no row", *only)
 		}
 		rows = sel

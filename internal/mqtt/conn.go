@@ -740,7 +740,6 @@ func (c *conn) close(reason error) {
 
 // cleanup runs after both loops end: the will, and the session's fate.
 func (c *conn) cleanup() {
-	c.srv.removeConn(c)
 	if sess := c.sess; sess != nil {
 		var w *will
 		if !c.normalExit {
@@ -748,6 +747,9 @@ func (c *conn) cleanup() {
 		}
 		c.srv.detached(sess, c, w)
 	}
+	// Counted as connected until its session is detached, so that a connection
+	// count of zero means every session is offline.
+	c.srv.removeConn(c)
 	reason := c.closeErr
 	switch {
 	case reason == nil, errors.Is(reason, io.EOF), errors.Is(reason, net.ErrClosed):

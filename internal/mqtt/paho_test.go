@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -426,5 +430,61 @@ emit(a=ga, b=gb)
 	}
 	if len(all) != 90 {
 		t.Fatalf("got %d messages, want 90", len(all))
+	}
+}
+
+// TestMQTTjsWebSocket: MQTT.js, the client browser applications use, connects over
+// WebSocket with MQTT 5, receives a native publish with its content type, and
+// publishes to a native subscriber.
+func TestMQTTjsWebSocket(t *testing.T) {
+	s, _ := startTern(t, nil)
+	root := filepath.Dir(filepath.Dir(python(t))) // .venv/bin/python → .venv
+	modules := filepath.Join(filepath.Dir(root), ".node", "node_modules")
+	if _, err := os.Stat(filepath.Join(modules, "mqtt")); err != nil {
+		t.Fatalf("MQTT.js missing in %s: run scripts/deps.sh", modules)
+	}
+	nc, err := tern.Connect(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	back, err := nc.SubscribeSync("js.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	cmd := exec.Command("node", "-e", `
+const mqtt = require('mqtt');
+const c = mqtt.connect('ws://127.0.0.1:' + process.env.WSPORT + '/mqtt', {protocolVersion: 5, clientId: 'mqttjs', reconnectPeriod: 0});
+c.on('error', (e) => { console.error(e); process.exit(1); });
+c.on('connect', () => c.subscribe('js/in', {qos: 1}, (err) => {
+	if (err) { console.error(err); process.exit(1); }
+	console.log(JSON.stringify({ready: true}));
+}));
+c.on('message', (topic, payload, packet) => {
+	console.log(JSON.stringify({topic, payload: payload.toString(), ct: (packet.properties || {}).contentType}));
+	c.publish('js/out', 'from mqtt.js', {qos: 1}, () => c.end(false, () => process.exit(0)));
+});
+setTimeout(() => { console.error('timed out'); process.exit(2); }, 20000);
+`)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "WSPORT="+strconv.Itoa(s.MQTTWebSocketAddr().(*net.TCPAddr).Port))
+	p := runProc(t, cmd)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(p.out.String(), `"ready":true`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("MQTT.js not ready: %s %s", p.out.String(), p.errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := nc.PublishMsg(&tern.Msg{Subject: "js.in", Header: tern.Header{"Content-Type": {"text/plain"}}, Data: []byte("to the browser")}); err != nil {
+		t.Fatal(err)
+	}
+	out := p.wait(t, 20*time.Second)
+	if !strings.Contains(out, `{"topic":"js/in","payload":"to the browser","ct":"text/plain"}`) {
+		t.Fatalf("MQTT.js received: %s", out)
+	}
+	m, err := back.NextMsg(5 * time.Second)
+	if err != nil || string(m.Data) != "from mqtt.js" {
+		t.Fatalf("native subscriber: %v %v", m, err)
 	}
 }

@@ -29,17 +29,6 @@ import (
 func journalBytes(t testing.TB, parts int, chunks ...func(j *journal)) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	writeJournal(t, dir, parts, chunks...)
-	b, err := os.ReadFile(filepath.Join(dir, "journal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// writeJournal opens the journal in dir, appends one chunk per function and closes it.
-func writeJournal(t testing.TB, dir string, parts int, chunks ...func(j *journal)) {
-	t.Helper()
 	j, _, err := openJournal(dir, parts, store.SyncNever, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +43,11 @@ func writeJournal(t testing.TB, dir string, parts int, chunks ...func(j *journal
 	if err := j.close(); err != nil {
 		t.Fatal(err)
 	}
+	b, err := os.ReadFile(filepath.Join(dir, "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // frameChunk frames records the way journal.flush does, so tests can build chunks
@@ -64,11 +58,19 @@ func frameChunk(dst, records []byte) []byte {
 	return append(dst, records...)
 }
 
+// replay runs replayJournal under noPanic.
+func replay(t testing.TB, data []byte, st *consumerState) (n int) {
+	t.Helper()
+	noPanic(t, fmt.Sprintf("replaying %q", data), func() { n = replayJournal(data, st) })
+	return n
+}
+
 // replayFresh replays data over an empty state of parts partitions, with the pending
 // lists sorted: replay builds them from a map, so their order means nothing.
-func replayFresh(data []byte, parts int) (consumerState, int) {
+func replayFresh(t testing.TB, data []byte, parts int) (consumerState, int) {
+	t.Helper()
 	st := consumerState{Parts: make([]partState, parts)}
-	n := replayJournal(data, &st)
+	n := replay(t, data, &st)
 	sortPending(&st)
 	return st, n
 }
@@ -147,7 +149,7 @@ var (
 
 func TestJournalReplay(t *testing.T) {
 	data := sampleJournal(t)
-	st, n := replayFresh(data, 2)
+	st, n := replayFresh(t, data, 2)
 	if n != len(data) {
 		t.Fatalf("replayed %d of %d bytes", n, len(data))
 	}
@@ -158,7 +160,7 @@ func TestJournalReplay(t *testing.T) {
 	// Replaying over a state that already holds the records changes nothing: that is
 	// what lets a crash between writing a snapshot and truncating the journal pass.
 	again := cloneState(st)
-	if m := replayJournal(data, &again); m != n {
+	if m := replay(t, data, &again); m != n {
 		t.Fatalf("second replay took %d bytes, first %d", m, n)
 	}
 	sortPending(&again)
@@ -175,7 +177,7 @@ func TestJournalTornTail(t *testing.T) {
 	}
 	// Every cut inside the last chunk, header included, drops exactly that chunk.
 	for size := ends[1]; size < len(data); size++ {
-		st, n := replayFresh(data[:size], 2)
+		st, n := replayFresh(t, data[:size], 2)
 		if n != ends[1] || !reflect.DeepEqual(st, sampleAfterTwo) {
 			t.Fatalf("journal cut to %d bytes: replayed %d (want %d), state %+v, want %+v", size, n, ends[1], st, sampleAfterTwo)
 		}
@@ -184,13 +186,13 @@ func TestJournalTornTail(t *testing.T) {
 	// the third is intact: chunks after a damaged one are not trusted.
 	bad := slices.Clone(data)
 	bad[ends[0]+8] ^= 0x01
-	if _, n := replayFresh(bad, 2); n != ends[0] {
+	if _, n := replayFresh(t, bad, 2); n != ends[0] {
 		t.Fatalf("damaged second chunk: replayed %d bytes, want %d", n, ends[0])
 	}
 	// A length field pointing past the end is a torn chunk, not a huge allocation.
 	bad = slices.Clone(data)
 	binary.LittleEndian.PutUint32(bad[ends[1]:], 1<<31)
-	if _, n := replayFresh(bad, 2); n != ends[1] {
+	if _, n := replayFresh(t, bad, 2); n != ends[1] {
 		t.Fatalf("oversized length: replayed %d bytes, want %d", n, ends[1])
 	}
 }
@@ -213,8 +215,12 @@ func TestJournalReopen(t *testing.T) {
 	if !reflect.DeepEqual(st, sampleAfterTwo) {
 		t.Fatalf("reopened state %+v, want %+v", st, sampleAfterTwo)
 	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() != int64(ends[1]) || j.size != int64(ends[1]) {
-		t.Fatalf("torn tail not truncated: file %v (%v), journal size %d, want %d", fi.Size(), err, j.size, ends[1])
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != int64(ends[1]) || j.size != int64(ends[1]) {
+		t.Fatalf("torn tail not truncated: file of %d bytes, journal size %d, want %d", fi.Size(), j.size, ends[1])
 	}
 	j.add(recAcked, 0, 2)
 	if err := j.flush(j.buf); err != nil {
@@ -245,34 +251,56 @@ func TestJournalReopen(t *testing.T) {
 }
 
 // TestJournalBadRecords: a chunk whose checksum holds but whose records do not parse
-// (unknown type, short varint, partition out of range) ends replay before it.
+// (unknown type, short varint, partition out of range) ends replay before it, and
+// leaves no trace in the state, even when some of its records did parse.
 func TestJournalBadRecords(t *testing.T) {
 	good := journalBytes(t, 2, func(j *journal) { j.add(recDelivered, 0, 1, 1) })
-	for name, recs := range map[string][]byte{
-		"unknown type":    {'Z', 0, 1},
-		"short varint":    {recAcked, 0, 0x80},
-		"missing field":   {recDelivered, 0, 1},
-		"partition range": {recAcked, 2, 1},
-		"huge partition":  binary.AppendUvarint([]byte{recNext}, 1<<63),
-	} {
-		data := frameChunk(slices.Clone(good), recs)
-		if _, n := replayFresh(data, 2); n != len(good) {
-			t.Errorf("%s: replayed %d bytes, want %d", name, n, len(good))
+	want, _ := replayFresh(t, good, 2)
+	rec := func(typ byte, vals ...uint64) []byte {
+		b := []byte{typ}
+		for _, v := range vals {
+			b = binary.AppendUvarint(b, v)
 		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		recs []byte
+	}{
+		{"unknown type", rec('Z', 0, 1)},
+		{"short varint", []byte{recAcked, 0, 0x80}},
+		{"missing field", rec(recDelivered, 0, 1)},
+		{"partition out of range", rec(recAcked, 2, 1)},
+		// Partitions at or above 2^63 turn negative as an int.
+		{"partition 2^63 next", rec(recNext, 1<<63, 1)},
+		{"partition 2^64-1 delivered", rec(recDelivered, 1<<64-1, 1, 1)},
+		{"good records first", slices.Concat(rec(recAcked, 0, 1), rec(recConsSeq, 9, 9), []byte{'Z'})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := frameChunk(slices.Clone(good), c.recs)
+			st, n := replayFresh(t, data, 2)
+			if n != len(good) {
+				t.Errorf("replayed %d bytes, want %d", n, len(good))
+			}
+			if !reflect.DeepEqual(st, want) {
+				t.Errorf("state %+v, want %+v from the good chunk alone", st, want)
+			}
+		})
 	}
 }
 
 // checkReplay holds for any input: replay claims a prefix made of whole chunks, and
-// the state it builds is exactly the state of that prefix, replayed again.
-func checkReplay(t *testing.T, data []byte, parts int) {
-	st, n := replayFresh(data, parts)
+// the state it builds is exactly the state of that prefix, replayed again. It
+// returns the length of the prefix.
+func checkReplay(t *testing.T, data []byte, parts int) int {
+	st, n := replayFresh(t, data, parts)
 	if n < 0 || n > len(data) {
 		t.Fatalf("replayed %d of %d bytes", n, len(data))
 	}
 	if n > 0 && !slices.Contains(chunkEnds(data), n) {
 		t.Fatalf("replayed %d bytes, not a chunk boundary (%v)", n, chunkEnds(data))
 	}
-	prefix, m := replayFresh(data[:n], parts)
+	prefix, m := replayFresh(t, data[:n], parts)
 	if m != n {
 		t.Fatalf("the %d-byte prefix replays to %d bytes", n, m)
 	}
@@ -280,13 +308,14 @@ func checkReplay(t *testing.T, data []byte, parts int) {
 		t.Fatalf("state differs from the state of the %d-byte prefix it claims:\n%+v\n%+v", n, st, prefix)
 	}
 	again := cloneState(st)
-	if m := replayJournal(data[:n], &again); m != n {
+	if m := replay(t, data[:n], &again); m != n {
 		t.Fatalf("second replay took %d bytes, first %d", m, n)
 	}
 	sortPending(&again)
 	if !reflect.DeepEqual(st, again) {
 		t.Fatalf("replay is not idempotent:\n%+v\n%+v", st, again)
 	}
+	return n
 }
 
 // FuzzJournal replays arbitrary file contents: no panic, and see checkReplay.
@@ -319,6 +348,9 @@ func FuzzJournalRecords(f *testing.F) {
 	} {
 		f.Add(recs)
 	}
+	// Partitions far out of range, in the widest varints.
+	f.Add(binary.AppendUvarint(binary.AppendUvarint([]byte{recAcked}, 1<<62), 1))
+	f.Add(binary.AppendUvarint(binary.AppendUvarint([]byte{recNext}, 1<<40), 1<<63))
 	first := journalBytes(f, 3, func(j *journal) {
 		j.add(recDelivered, 0, 1, 1)
 		j.add(recDelivered, 0, 5, 1)
@@ -326,8 +358,7 @@ func FuzzJournalRecords(f *testing.F) {
 	})
 	f.Fuzz(func(t *testing.T, recs []byte) {
 		data := frameChunk(slices.Clone(first), recs)
-		checkReplay(t, data, 3)
-		if _, n := replayFresh(data, 3); n != len(first) && n != len(data) {
+		if n := checkReplay(t, data, 3); n != len(first) && n != len(data) {
 			t.Fatalf("replayed %d bytes: want the first chunk (%d) or both (%d)", n, len(first), len(data))
 		}
 	})
@@ -354,17 +385,19 @@ type apiHarness struct {
 // harnessPending is how many messages the baseline consumer holds unacknowledged.
 const harnessPending = 2
 
-// inboxSink takes pull replies, so that the consumer counts its deliveries as made,
-// and remembers their ack subjects.
+// inboxSink takes replies, so that the consumer counts its deliveries as made, and
+// remembers the ack subjects of the deliveries.
 type inboxSink struct {
 	mu   sync.Mutex
 	acks []string
 }
 
 func (s *inboxSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
-	s.mu.Lock()
-	s.acks = append(s.acks, string(m.Reply))
-	s.mu.Unlock()
+	if bytes.HasPrefix(m.Reply, []byte(streamapi.AckPrefix)) {
+		s.mu.Lock()
+		s.acks = append(s.acks, string(m.Reply))
+		s.mu.Unlock()
+	}
 	return true
 }
 
@@ -430,10 +463,12 @@ func (h *apiHarness) reset(t testing.TB) {
 }
 
 // createConsumer makes the baseline consumer and has it deliver harnessPending
-// messages, which stay unacknowledged for acks to work on.
+// messages, which stay unacknowledged for acks to work on (the long ack wait keeps
+// them from being redelivered during a fuzz run).
 func (h *apiHarness) createConsumer(t testing.TB, s *Stream) {
 	t.Helper()
-	c, err := s.AddConsumer(harnessConsumer, streamapi.ConsumerConfig{Durable: harnessConsumer, AckPolicy: streamapi.AckExplicit})
+	c, err := s.AddConsumer(harnessConsumer, streamapi.ConsumerConfig{Durable: harnessConsumer, AckPolicy: streamapi.AckExplicit,
+		AckWait: streamapi.Duration(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,10 +539,22 @@ func (h *apiHarness) handle(t *testing.T, subj string, body []byte) []byte {
 			t.Fatalf("request %q %q panicked: %v\n%s", subj, body, a.panic, a.stack)
 		}
 		return a.resp
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no answer to %q %q within 10 s:\n%s", subj, body, stack(true))
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no answer to %q %q within 30 s:\n%s", subj, body, stack(true))
 		return nil
 	}
+}
+
+// noPanic runs fn, failing the test on a panic rather than letting it end the test
+// binary, so that the other tests still report.
+func noPanic(t testing.TB, what string, fn func()) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("%s panicked: %v\n%s", what, p, stack(false))
+		}
+	}()
+	fn()
 }
 
 func stack(all bool) []byte {
@@ -801,9 +848,11 @@ func FuzzAckSink(f *testing.F) {
 		key := partSeq{ref.Partition, ref.StreamSeq}
 		for _, body := range bytes.Split(bodies, []byte{'\n'}) {
 			msg := &broker.Message{Subject: slices.Clone(full), Reply: []byte("_INBOX.confirm"), Payload: body}
-			if !h.m.acks.Deliver(nil, msg) {
-				t.Fatalf("ack %q %q refused", full, body)
-			}
+			noPanic(t, fmt.Sprintf("ack %q %q", full, body), func() {
+				if !h.m.acks.Deliver(nil, msg) {
+					t.Fatalf("ack %q %q refused", full, body)
+				}
+			})
 			if kind, _, _, err := streamapi.ParseAckBody(body); ours && err == nil && (kind == streamapi.Ack || kind == streamapi.Term) {
 				delete(want, key)
 			}

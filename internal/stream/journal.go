@@ -175,9 +175,12 @@ func replayJournal(data []byte, st *consumerState) int {
 			break
 		}
 		recs := data[off+8 : off+8+n]
-		if crc32.Checksum(recs, crcTable) != sum || !applyRecords(recs, st, pending) {
+		// A chunk applies whole or not at all: checked first, then applied, so a
+		// chunk refused halfway leaves no trace in the state.
+		if crc32.Checksum(recs, crcTable) != sum || !applyRecords(recs, st, nil) {
 			break
 		}
+		applyRecords(recs, st, pending)
 		off += 8 + n
 	}
 	for i := range st.Parts {
@@ -189,6 +192,8 @@ func replayJournal(data []byte, st *consumerState) int {
 	return off
 }
 
+// applyRecords applies the records of one chunk; with pending nil it only checks that
+// every record is well formed and names an existing partition.
 func applyRecords(b []byte, st *consumerState, pending []map[uint64]uint64) bool {
 	next := func(n int) ([3]uint64, bool) {
 		var v [3]uint64
@@ -219,13 +224,18 @@ func applyRecords(b []byte, st *consumerState, pending []map[uint64]uint64) bool
 			return false
 		}
 		if typ == recConsSeq {
-			st.ConsumerSeq, st.Redelivered = max(st.ConsumerSeq, v[0]), max(st.Redelivered, v[1])
+			if pending != nil {
+				st.ConsumerSeq, st.Redelivered = max(st.ConsumerSeq, v[0]), max(st.Redelivered, v[1])
+			}
+			continue
+		}
+		if v[0] >= uint64(len(st.Parts)) {
+			return false
+		}
+		if pending == nil {
 			continue
 		}
 		p := int(v[0])
-		if p >= len(st.Parts) {
-			return false
-		}
 		switch typ {
 		case recDelivered:
 			pending[p][v[1]] = v[2]
