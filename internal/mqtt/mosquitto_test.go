@@ -122,11 +122,20 @@ func TestNativeAndMQTTInterop(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("native subscriber got nothing")
 	}
-	info, err := js.StreamInfo(ctx, "CMDS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 1 {
-		t.Fatalf("stream holds %d messages, want 1", info.State.Msgs)
+	// The stream stores asynchronously to the delivery above: wait for it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := js.StreamInfo(ctx, "CMDS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream holds %d messages, want 1", info.State.Msgs)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
+

@@ -2,154 +2,274 @@ package packet
 
 import "fmt"
 
-// appendFixed appends a fixed header.
-func appendFixed(dst []byte, first byte, remaining int) []byte {
-	return appendVarint(append(dst, first), uint32(remaining))
+// layout is what encoding a packet needs to know before writing: the remaining
+// length and, for MQTT 5, the length of each property block (main, then will).
+type layout struct {
+	n, props, willProps int
 }
 
-func strLen[S ~string | ~[]byte](s S) int { return 2 + len(s) }
-
-// bodyLen is the remaining length of p and, for MQTT 5, the length of each
-// property block it holds (main, then will).
-func bodyLen(p Packet, version byte) (n, props, willProps int) {
-	v5 := version == V5
-	withProps := func(pp *Properties) int {
-		if !v5 {
-			return 0
-		}
-		props = propsLen(pp)
-		return varintLen(uint32(props)) + props
+// connectLevel is the level a CONNECT is encoded at: its own, when set.
+func connectLevel(c *Connect, version byte) byte {
+	if c.ProtocolLevel != 0 {
+		return c.ProtocolLevel
 	}
+	return version
+}
+
+func connectName(c *Connect, level byte) string {
+	switch {
+	case c.ProtocolName != "":
+		return c.ProtocolName
+	case level == V31:
+		return "MQIsdp"
+	}
+	return "MQTT"
+}
+
+// propBlock is the size of a property block with its length prefix.
+func propBlock(n int) int { return varintLen(uint32(n)) + n }
+
+// measure computes p's layout at version.
+func measure(p Packet, version byte) layout {
+	v5 := version == V5
+	var l layout
 	switch p := p.(type) {
 	case *Connect:
-		n = strLen(p.ProtocolName) + 1 + 1 + 2 + withProps(&p.Props) + strLen(p.ClientID)
+		level := connectLevel(p, version)
+		v5 = level == V5
+		l.n = strLen(connectName(p, level)) + 1 + 1 + 2 + strLen(p.ClientID)
+		if v5 {
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props)
+		}
 		if p.WillFlag {
 			if v5 {
-				willProps = propsLen(&p.WillProps)
-				n += varintLen(uint32(willProps)) + willProps
+				l.willProps = propsLen(&p.WillProps)
+				l.n += propBlock(l.willProps)
 			}
-			n += strLen(p.WillTopic) + strLen(p.WillPayload)
+			l.n += strLen(p.WillTopic) + strLen(p.WillPayload)
 		}
 		if p.HasUsername {
-			n += strLen(p.Username)
+			l.n += strLen(p.Username)
 		}
 		if p.HasPassword {
-			n += strLen(p.Password)
+			l.n += strLen(p.Password)
 		}
 	case *Connack:
-		n = 2 + withProps(&p.Props)
+		l.n = 2
+		if v5 {
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props)
+		}
 	case *Publish:
-		n = strLen(p.Topic) + withProps(&p.Props) + len(p.Payload)
+		l.n = strLen(p.Topic) + len(p.Payload)
 		if p.QoS > 0 {
-			n += 2
+			l.n += 2
+		}
+		if v5 {
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props)
 		}
 	case *Ack:
-		n = 2
+		l.n = 2
 		if v5 {
-			props = propsLen(&p.Props)
-			switch {
-			case props > 0:
-				n += 1 + varintLen(uint32(props)) + props
-			case p.Reason != Success:
-				n++
-			}
+			l.props = propsLen(&p.Props)
+			l.n += shortTail(p.Reason, l.props, false)
 		}
 	case *Subscribe:
-		n = 2 + withProps(&p.Props)
+		l.n = 2
+		if v5 {
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props)
+		}
 		for _, s := range p.Subs {
-			n += strLen(s.Filter) + 1
+			l.n += strLen(s.Filter) + 1
 		}
 	case *Suback:
-		n = 2 + withProps(&p.Props) + len(p.Reasons)
+		l.n = 2 + len(p.Reasons)
+		if v5 {
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props)
+		}
 	case *Unsubscribe:
-		n = 2 + withProps(&p.Props)
+		l.n = 2
+		if v5 {
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props)
+		}
 		for _, f := range p.Filters {
-			n += strLen(f)
+			l.n += strLen(f)
 		}
 	case *Unsuback:
-		n = 2
+		l.n = 2
 		if v5 {
-			n += withProps(&p.Props) + len(p.Reasons)
+			l.props = propsLen(&p.Props)
+			l.n += propBlock(l.props) + len(p.Reasons)
 		}
-	case *Pingreq, *Pingresp:
 	case *Disconnect:
 		if v5 {
-			props = propsLen(&p.Props)
-			switch {
-			case props > 0:
-				n = 1 + varintLen(uint32(props)) + props
-			case p.Reason != Success:
-				n = 1
-			}
+			l.props = propsLen(&p.Props)
+			l.n = shortTail(p.Reason, l.props, false)
 		}
 	case *Auth:
-		props = propsLen(&p.Props)
-		switch {
-		case props > 0:
-			n = 1 + varintLen(uint32(props)) + props
-		case p.Reason != Success:
-			n = 1
-		}
+		l.props = propsLen(&p.Props)
+		l.n = shortTail(p.Reason, l.props, true)
 	}
-	return n, props, willProps
+	return l
 }
 
-// Size is the encoded size of p, fixed header included.
+// shortTail is the size of the reason-and-properties tail of an MQTT 5 ack,
+// DISCONNECT or AUTH in its shortest form: nothing for Success without properties,
+// then the reason alone, then both. AUTH's description allows only the first short
+// form, so a reason there always comes with a property length.
+func shortTail(r ReasonCode, props int, auth bool) int {
+	switch {
+	case props > 0:
+		return 1 + propBlock(props)
+	case r == Success:
+		return 0
+	case auth:
+		return 2
+	}
+	return 1
+}
+
+// Size is the encoded size of p at version, fixed header included.
 func Size(p Packet, version byte) int {
-	n, _, _ := bodyLen(p, version)
-	return 1 + varintLen(uint32(n)) + n
+	l := measure(p, version)
+	return 1 + varintLen(uint32(l.n)) + l.n
 }
 
-func checkStrs(p Packet) error {
-	long := func(what string, n int) error {
-		if n > 65535 {
-			return fmt.Errorf("packet: %s of %d bytes over 65535", what, n)
+// check reports what p holds that the wire format cannot carry at version. It
+// allocates only to report an error, so Append stays allocation-free.
+func check(p Packet, version byte) error {
+	if c, ok := p.(*Connect); ok {
+		version = connectLevel(c, version)
+		if version == 0 {
+			return fmt.Errorf("mqtt: CONNECT without a protocol level")
 		}
-		return nil
+	} else if checkVersion(version) != nil || version == 0 {
+		return fmt.Errorf("mqtt: cannot encode %s for protocol level %d", p.PacketType(), version)
 	}
+	t := p.PacketType()
+	var props, willProps *Properties
 	switch p := p.(type) {
 	case *Connect:
-		for _, e := range []error{long("client id", len(p.ClientID)), long("will topic", len(p.WillTopic)),
-			long("will payload", len(p.WillPayload)), long("user name", len(p.Username)), long("password", len(p.Password))} {
-			if e != nil {
-				return e
+		props = &p.Props
+		if err := firstErr(tooLong(t, "protocol name", len(p.ProtocolName)),
+			tooLong(t, "client identifier", len(p.ClientID)),
+			tooLong(t, "user name", len(p.Username)),
+			tooLong(t, "password", len(p.Password))); err != nil {
+			return err
+		}
+		if p.WillFlag {
+			willProps = &p.WillProps
+			if err := firstErr(tooLong(t, "will topic", len(p.WillTopic)),
+				tooLong(t, "will payload", len(p.WillPayload)), badQoS(t, p.WillQoS)); err != nil {
+				return err
 			}
 		}
+	case *Connack:
+		props = &p.Props
 	case *Publish:
-		return long("topic", len(p.Topic))
+		props = &p.Props
+		if err := firstErr(tooLong(t, "topic name", len(p.Topic)), badQoS(t, p.QoS)); err != nil {
+			return err
+		}
+	case *Ack:
+		props = &p.Props
+		if p.Type < TypePuback || p.Type > TypePubcomp {
+			return fmt.Errorf("mqtt: Ack of type %s", p.Type)
+		}
 	case *Subscribe:
+		props = &p.Props
 		for _, s := range p.Subs {
-			if err := long("filter", len(s.Filter)); err != nil {
+			if err := firstErr(tooLong(t, "topic filter", len(s.Filter)), badQoS(t, s.QoS)); err != nil {
+				return err
+			}
+			if s.RetainHandling > 2 {
+				return fmt.Errorf("mqtt: SUBSCRIBE: retain handling %d", s.RetainHandling)
+			}
+		}
+	case *Suback:
+		props = &p.Props
+	case *Unsubscribe:
+		props = &p.Props
+		for _, f := range p.Filters {
+			if err := tooLong(t, "topic filter", len(f)); err != nil {
 				return err
 			}
 		}
-	case *Unsubscribe:
-		for _, f := range p.Filters {
-			if err := long("filter", len(f)); err != nil {
-				return err
-			}
+	case *Unsuback:
+		props = &p.Props
+	case *Pingreq, *Pingresp:
+	case *Disconnect:
+		props = &p.Props
+	case *Auth:
+		props = &p.Props
+		if version != V5 {
+			return fmt.Errorf("mqtt: AUTH is an MQTT 5 packet, not for level %d", version)
+		}
+	default:
+		return fmt.Errorf("mqtt: cannot encode %T", p)
+	}
+	if version != V5 {
+		return nil
+	}
+	if props != nil {
+		if err := props.checkEncodable(t.String()); err != nil {
+			return err
+		}
+	}
+	if willProps != nil {
+		return willProps.checkEncodable("will")
+	}
+	return nil
+}
+
+func tooLong(t Type, what string, n int) error {
+	if n > 65535 {
+		return fmt.Errorf("mqtt: %s: %s of %d bytes, over 65535", t, what, n)
+	}
+	return nil
+}
+
+func badQoS(t Type, q byte) error {
+	if q > 2 {
+		return fmt.Errorf("mqtt: %s: QoS %d", t, q)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
 		}
 	}
 	return nil
 }
 
-// Append encodes p for protocol level version onto dst. Properties are written only
-// for MQTT 5. It fails only for values no packet can carry (strings over 64 KiB, a
-// remaining length over MaxRemainingLength).
+// Append encodes p for protocol level version onto dst; it allocates only if dst
+// lacks room. A CONNECT is encoded at its own ProtocolLevel when set (it is the
+// packet that says the version), with the protocol name filled in when empty.
+// Properties are written only for MQTT 5. Append fails only for what no packet can
+// carry: strings over 65535 bytes, a remaining length over MaxRemainingLength, QoS 3
+// or more, AUTH before MQTT 5, an unknown version; dst is then returned unchanged.
 func Append(dst []byte, p Packet, version byte) ([]byte, error) {
-	n, props, willProps := bodyLen(p, version)
-	if n > MaxRemainingLength {
-		return dst, fmt.Errorf("packet: %s remaining length %d over %d", p.PacketType(), n, MaxRemainingLength)
-	}
-	if err := checkStrs(p); err != nil {
+	if err := check(p, version); err != nil {
 		return dst, err
+	}
+	l := measure(p, version)
+	if l.n > MaxRemainingLength {
+		return dst, fmt.Errorf("mqtt: %s: remaining length %d over %d", p.PacketType(), l.n, MaxRemainingLength)
 	}
 	v5 := version == V5
 	switch p := p.(type) {
 	case *Connect:
-		dst = appendFixed(dst, byte(TypeConnect)<<4, n)
-		dst = appendStr(dst, p.ProtocolName)
-		dst = append(dst, p.ProtocolLevel)
+		level := connectLevel(p, version)
+		dst = appendHeader(dst, byte(TypeConnect)<<4, l.n)
+		dst = append(appendStr(dst, connectName(p, level)), level)
 		var flags byte
 		if p.CleanStart {
 			flags |= 0x02
@@ -167,13 +287,13 @@ func Append(dst []byte, p Packet, version byte) ([]byte, error) {
 			flags |= 0x80
 		}
 		dst = appendU16(append(dst, flags), p.KeepAlive)
-		if v5 {
-			dst = appendProps(dst, &p.Props, props)
+		if level == V5 {
+			dst = appendProps(dst, &p.Props, l.props)
 		}
 		dst = appendStr(dst, p.ClientID)
 		if p.WillFlag {
-			if v5 {
-				dst = appendProps(dst, &p.WillProps, willProps)
+			if level == V5 {
+				dst = appendProps(dst, &p.WillProps, l.willProps)
 			}
 			dst = appendStr(appendStr(dst, p.WillTopic), p.WillPayload)
 		}
@@ -184,36 +304,30 @@ func Append(dst []byte, p Packet, version byte) ([]byte, error) {
 			dst = appendStr(dst, p.Password)
 		}
 	case *Connack:
-		dst = appendFixed(dst, byte(TypeConnack)<<4, n)
 		var flags byte
-		if p.SessionPresent {
+		if p.SessionPresent && version != V31 {
 			flags = 1
 		}
-		dst = append(dst, flags, byte(p.Reason))
+		dst = append(appendHeader(dst, byte(TypeConnack)<<4, l.n), flags, byte(p.Reason))
 		if v5 {
-			dst = appendProps(dst, &p.Props, props)
+			dst = appendProps(dst, &p.Props, l.props)
 		}
 	case *Publish:
-		return appendPublish(dst, p, version, n, props), nil
+		dst = appendPublish(dst, p, version, l)
 	case *Ack:
 		first := byte(p.Type) << 4
 		if p.Type == TypePubrel {
 			first |= 2
 		}
-		dst = appendU16(appendFixed(dst, first, n), p.PacketID)
-		if n > 2 {
-			dst = append(dst, byte(p.Reason))
-		}
-		if n > 3 {
-			dst = appendProps(dst, &p.Props, props)
-		}
+		dst = appendU16(appendHeader(dst, first, l.n), p.PacketID)
+		dst = appendTail(dst, p.Reason, &p.Props, l.n-2, l.props)
 	case *Subscribe:
-		dst = appendU16(appendFixed(dst, byte(TypeSubscribe)<<4|2, n), p.PacketID)
+		dst = appendU16(appendHeader(dst, byte(TypeSubscribe)<<4|2, l.n), p.PacketID)
 		if v5 {
-			dst = appendProps(dst, &p.Props, props)
+			dst = appendProps(dst, &p.Props, l.props)
 		}
 		for _, s := range p.Subs {
-			opts := s.QoS & 3
+			opts := s.QoS
 			if v5 {
 				if s.NoLocal {
 					opts |= 4
@@ -221,30 +335,30 @@ func Append(dst []byte, p Packet, version byte) ([]byte, error) {
 				if s.RetainAsPublished {
 					opts |= 8
 				}
-				opts |= (s.RetainHandling & 3) << 4
+				opts |= s.RetainHandling << 4
 			}
 			dst = append(appendStr(dst, s.Filter), opts)
 		}
 	case *Suback:
-		dst = appendU16(appendFixed(dst, byte(TypeSuback)<<4, n), p.PacketID)
+		dst = appendU16(appendHeader(dst, byte(TypeSuback)<<4, l.n), p.PacketID)
 		if v5 {
-			dst = appendProps(dst, &p.Props, props)
+			dst = appendProps(dst, &p.Props, l.props)
 		}
 		for _, r := range p.Reasons {
 			dst = append(dst, byte(r))
 		}
 	case *Unsubscribe:
-		dst = appendU16(appendFixed(dst, byte(TypeUnsubscribe)<<4|2, n), p.PacketID)
+		dst = appendU16(appendHeader(dst, byte(TypeUnsubscribe)<<4|2, l.n), p.PacketID)
 		if v5 {
-			dst = appendProps(dst, &p.Props, props)
+			dst = appendProps(dst, &p.Props, l.props)
 		}
 		for _, f := range p.Filters {
 			dst = appendStr(dst, f)
 		}
 	case *Unsuback:
-		dst = appendU16(appendFixed(dst, byte(TypeUnsuback)<<4, n), p.PacketID)
+		dst = appendU16(appendHeader(dst, byte(TypeUnsuback)<<4, l.n), p.PacketID)
 		if v5 {
-			dst = appendProps(dst, &p.Props, props)
+			dst = appendProps(dst, &p.Props, l.props)
 			for _, r := range p.Reasons {
 				dst = append(dst, byte(r))
 			}
@@ -254,44 +368,47 @@ func Append(dst []byte, p Packet, version byte) ([]byte, error) {
 	case *Pingresp:
 		dst = append(dst, byte(TypePingresp)<<4, 0)
 	case *Disconnect:
-		dst = appendFixed(dst, byte(TypeDisconnect)<<4, n)
-		if n > 0 {
-			dst = append(dst, byte(p.Reason))
-		}
-		if n > 1 {
-			dst = appendProps(dst, &p.Props, props)
-		}
+		dst = appendTail(appendHeader(dst, byte(TypeDisconnect)<<4, l.n), p.Reason, &p.Props, l.n, l.props)
 	case *Auth:
-		dst = appendFixed(dst, byte(TypeAuth)<<4, n)
-		if n > 0 {
-			dst = append(dst, byte(p.Reason))
-		}
-		if n > 1 {
-			dst = appendProps(dst, &p.Props, props)
-		}
-	default:
-		return dst, fmt.Errorf("packet: cannot encode %T", p)
+		dst = appendTail(appendHeader(dst, byte(TypeAuth)<<4, l.n), p.Reason, &p.Props, l.n, l.props)
 	}
 	return dst, nil
 }
 
-// AppendPublish encodes a PUBLISH without going through the Packet interface; it
-// allocates nothing when dst has room. The caller keeps the topic under 64 KiB and the
-// packet under MaxRemainingLength.
-func AppendPublish(dst []byte, p *Publish, version byte) []byte {
-	n := strLen(p.Topic) + len(p.Payload)
-	if p.QoS > 0 {
-		n += 2
-	}
-	props := 0
-	if version == V5 {
-		props = propsLen(&p.Props)
-		n += varintLen(uint32(props)) + props
-	}
-	return appendPublish(dst, p, version, n, props)
+func appendHeader(dst []byte, first byte, remaining int) []byte {
+	return appendVarint(append(dst, first), uint32(remaining))
 }
 
-func appendPublish(dst []byte, p *Publish, version byte, n, props int) []byte {
+// appendTail writes the reason-and-properties tail measured by shortTail; n is its
+// size.
+func appendTail(dst []byte, r ReasonCode, p *Properties, n, props int) []byte {
+	if n > 0 {
+		dst = append(dst, byte(r))
+	}
+	if n > 1 {
+		dst = appendProps(dst, p, props)
+	}
+	return dst
+}
+
+// AppendPublish encodes a PUBLISH without going through the Packet interface and
+// allocates nothing when dst has room. It is the delivery fast path and so checks
+// nothing: the caller keeps QoS at 0 to 2, the topic and string properties under
+// 64 KiB and the packet under MaxRemainingLength (Size tells).
+func AppendPublish(dst []byte, p *Publish, version byte) []byte {
+	var l layout
+	l.n = strLen(p.Topic) + len(p.Payload)
+	if p.QoS > 0 {
+		l.n += 2
+	}
+	if version == V5 {
+		l.props = propsLen(&p.Props)
+		l.n += propBlock(l.props)
+	}
+	return appendPublish(dst, p, version, l)
+}
+
+func appendPublish(dst []byte, p *Publish, version byte, l layout) []byte {
 	first := byte(TypePublish)<<4 | (p.QoS&3)<<1
 	if p.Dup {
 		first |= 8
@@ -299,12 +416,12 @@ func appendPublish(dst []byte, p *Publish, version byte, n, props int) []byte {
 	if p.Retain {
 		first |= 1
 	}
-	dst = appendStr(appendFixed(dst, first, n), p.Topic)
+	dst = appendStr(appendHeader(dst, first, l.n), p.Topic)
 	if p.QoS > 0 {
 		dst = appendU16(dst, p.PacketID)
 	}
 	if version == V5 {
-		dst = appendProps(dst, &p.Props, props)
+		dst = appendProps(dst, &p.Props, l.props)
 	}
 	return append(dst, p.Payload...)
 }

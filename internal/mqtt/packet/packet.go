@@ -1,11 +1,44 @@
 // Package packet encodes and decodes MQTT 3.1, 3.1.1 and 5.0 control packets.
 //
-// Decode and Reader validate everything the specifications say a receiver must:
-// fixed-header flags, remaining lengths that match their content, UTF-8 strings,
-// which properties each packet may carry and their values. A violation is an *Error
-// whose Reason is the MQTT 5 reason code a server sends before closing (for 3.x the
-// caller just closes). Per-subscription checks (ValidFilter, ParseShared) are left to
-// the caller because MQTT 5 answers them in the SUBACK rather than by disconnecting.
+// MQTT 3.1 is protocol name "MQIsdp" at level 3 and is otherwise handled like 3.1.1
+// (level 4); MQTT 5.0 is level 5. One codec serves both ends of a connection: Decode
+// and Reader check the structure of every packet type, whichever side sent it.
+//
+// # Validation
+//
+// Decode and Reader reject everything the specifications make a receiver reject from
+// the bytes alone: reserved fixed-header flags, remaining lengths that disagree with
+// the content, ill-formed UTF-8 or U+0000 in strings, missing or surplus fields,
+// properties a packet type may not carry, repeated single-valued properties, values
+// out of range and reason codes a packet type may not use. A violation is an *Error
+// whose Reason is the MQTT 5 reason code a server sends in CONNACK or DISCONNECT
+// before it closes; a 3.x peer is simply disconnected.
+//
+// Where 3.1.1 calls a violation malformed and 5.0 calls the same thing a protocol
+// error (DUP on a QoS 0 PUBLISH, packet identifier 0, subscription QoS 3), the Reason
+// follows the connection's version.
+//
+// Some rules need state or are answered per item rather than by disconnecting; they
+// are left to the caller:
+//   - each SUBSCRIBE filter with ValidFilter and ParseShared (MQTT 5 answers a bad
+//     filter with 0x8F in its SUBACK slot); No Local on a shared subscription is a
+//     protocol error the caller reports;
+//   - UNSUBSCRIBE filters likewise;
+//   - a Topic Alias above the negotiated maximum, an alias never set, a Subscription
+//     Identifier in a PUBLISH sent by a client, a Session Expiry in DISCONNECT after
+//     CONNECT said 0, the AUTH method matching the CONNECT's;
+//   - a second CONNECT: the Reader only knows about it once SetVersion is called.
+//
+// # Memory
+//
+// Byte slices in decoded packets (payloads, correlation and authentication data,
+// passwords) alias the input; strings are copied. Reader reuses its buffer and one
+// *Publish, so what ReadPacket returns is valid only until its next call.
+//
+// # Properties
+//
+// Properties are written only for MQTT 5. String and binary properties are absent
+// when empty; the others have a Has flag, since their zero value means something.
 package packet
 
 import "fmt"
@@ -13,7 +46,8 @@ import "fmt"
 // Type is a control packet type, the high nibble of the first byte.
 type Type byte
 
-// Control packet types.
+// Control packet types. They carry a Type prefix because Connect, Publish and most
+// others name the packet structs.
 const (
 	TypeConnect     Type = 1
 	TypeConnack     Type = 2
@@ -49,41 +83,22 @@ const (
 	V5   byte = 5 // MQTT 5.0
 )
 
-// MaxRemainingLength is the largest remaining length the 4-byte encoding can say.
+// MaxRemainingLength is the largest remaining length the 4-byte encoding can say;
+// it is also the largest Variable Byte Integer (a Subscription Identifier, say).
 const MaxRemainingLength = 268435455
-
-// Error is a malformed or protocol-violating packet. Reason is what an MQTT 5 server
-// tells the client in CONNACK or DISCONNECT before closing.
-type Error struct {
-	Reason ReasonCode
-	Msg    string
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("mqtt: %s: %s", e.Reason, e.Msg) }
-
-func malformed(format string, args ...any) *Error {
-	return &Error{Reason: MalformedPacket, Msg: fmt.Sprintf(format, args...)}
-}
-
-func protoErr(format string, args ...any) *Error {
-	return &Error{Reason: ProtocolError, Msg: fmt.Sprintf(format, args...)}
-}
 
 // Packet is one of *Connect, *Connack, *Publish, *Ack, *Subscribe, *Suback,
 // *Unsubscribe, *Unsuback, *Pingreq, *Pingresp, *Disconnect or *Auth.
 type Packet interface{ PacketType() Type }
 
-// UserProperty is one MQTT 5 user property; keys may repeat and order is kept.
-type UserProperty struct{ Key, Value string }
-
 // Connect is a CONNECT packet.
 type Connect struct {
-	ProtocolName  string
-	ProtocolLevel byte // V31, V311 or V5
-	CleanStart    bool // "clean session" in 3.x
+	ProtocolName  string // "MQTT", or "MQIsdp" for 3.1; Append fills it in when empty
+	ProtocolLevel byte   // V31, V311 or V5
+	CleanStart    bool   // "clean session" in 3.x
 	KeepAlive     uint16
 	Props         Properties
-	ClientID      string
+	ClientID      string // may be empty; whether that is acceptable is the server's call
 	WillFlag      bool
 	WillQoS       byte
 	WillRetain    bool
@@ -96,9 +111,10 @@ type Connect struct {
 	HasPassword   bool
 }
 
-// Connack is a CONNACK packet. For 3.x, Reason holds the return code byte.
+// Connack is a CONNACK packet. For 3.x, Reason holds the return code byte (see
+// V3ConnackCode) and Props is not sent.
 type Connack struct {
-	SessionPresent bool
+	SessionPresent bool // not on the wire in 3.1
 	Reason         ReasonCode
 	Props          Properties
 }
@@ -108,7 +124,7 @@ type Publish struct {
 	Dup      bool
 	QoS      byte
 	Retain   bool
-	Topic    string
+	Topic    string // may be empty in MQTT 5 when Props.HasTopicAlias
 	PacketID uint16 // QoS 1 and 2 only
 	Props    Properties
 	Payload  []byte
@@ -116,7 +132,7 @@ type Publish struct {
 
 // Ack is a PUBACK, PUBREC, PUBREL or PUBCOMP packet.
 type Ack struct {
-	Type     Type
+	Type     Type // TypePuback, TypePubrec, TypePubrel or TypePubcomp
 	PacketID uint16
 	Reason   ReasonCode // MQTT 5 only
 	Props    Properties
@@ -124,7 +140,7 @@ type Ack struct {
 
 // Subscription is one filter of a SUBSCRIBE with its options.
 type Subscription struct {
-	Filter            string
+	Filter            string // not checked by Decode: call ValidFilter
 	QoS               byte
 	NoLocal           bool // MQTT 5
 	RetainAsPublished bool // MQTT 5

@@ -1,13 +1,11 @@
 package packet
 
-import (
-	"encoding/binary"
-	"unicode/utf8"
-)
+import "fmt"
 
 // Properties are the MQTT 5 properties of a packet. Single-valued properties whose
-// zero value means something have a Has flag; strings and byte slices are absent when
-// empty. Decoded strings and slices may alias the decoder's input.
+// zero value means something have a Has flag (flags rather than pointers, so decoding
+// allocates nothing for them); strings and byte slices are absent when empty. Byte
+// slices decoded from the wire alias the input.
 type Properties struct {
 	PayloadFormat          byte
 	HasPayloadFormat       bool
@@ -43,7 +41,7 @@ type Properties struct {
 	HasMaximumQoS          bool
 	RetainAvailable        byte
 	HasRetainAvailable     bool
-	UserProperties         []UserProperty
+	UserProperties         []UserProperty // order kept, keys may repeat
 	MaximumPacketSize      uint32
 	HasMaximumPacketSize   bool
 	WildcardSubAvailable   byte
@@ -54,7 +52,10 @@ type Properties struct {
 	HasSharedSubAvailable  bool
 }
 
-// Property identifiers.
+// UserProperty is one MQTT 5 user property.
+type UserProperty struct{ Key, Value string }
+
+// Property identifiers (section 2.2.2.2).
 const (
 	propPayloadFormat       = 0x01
 	propMessageExpiry       = 0x02
@@ -85,7 +86,7 @@ const (
 	propSharedSubAvailable  = 0x2A
 )
 
-// Where a property may appear.
+// propCtx is a set of places a property may appear.
 type propCtx uint16
 
 const (
@@ -102,7 +103,9 @@ const (
 	ctxAuth
 )
 
-var allowed = map[byte]propCtx{
+// allowed is table 2-4: where each property may appear. An identifier with no entry
+// is unknown.
+var allowed = [...]propCtx{
 	propPayloadFormat:       ctxPublish | ctxWill,
 	propMessageExpiry:       ctxPublish | ctxWill,
 	propContentType:         ctxPublish | ctxWill,
@@ -132,302 +135,201 @@ var allowed = map[byte]propCtx{
 	propSharedSubAvailable:  ctxConnack,
 }
 
-// decoder reads the body of one packet.
-type decoder struct {
-	b   []byte
-	off int
+var propNames = [len(allowed)]string{
+	propPayloadFormat: "payload format indicator", propMessageExpiry: "message expiry interval",
+	propContentType: "content type", propResponseTopic: "response topic", propCorrelationData: "correlation data",
+	propSubscriptionID: "subscription identifier", propSessionExpiry: "session expiry interval",
+	propAssignedClientID: "assigned client identifier", propServerKeepAlive: "server keep alive",
+	propAuthMethod: "authentication method", propAuthData: "authentication data",
+	propRequestProblemInfo: "request problem information", propWillDelay: "will delay interval",
+	propRequestResponseInfo: "request response information", propResponseInfo: "response information",
+	propServerReference: "server reference", propReasonString: "reason string",
+	propReceiveMaximum: "receive maximum", propTopicAliasMaximum: "topic alias maximum",
+	propTopicAlias: "topic alias", propMaximumQoS: "maximum QoS", propRetainAvailable: "retain available",
+	propUserProperty: "user property", propMaximumPacketSize: "maximum packet size",
+	propWildcardSubAvail: "wildcard subscription available", propSubIDAvailable: "subscription identifier available",
+	propSharedSubAvailable: "shared subscription available",
 }
 
-func (d *decoder) left() int { return len(d.b) - d.off }
-
-func (d *decoder) byte1(what string) (byte, error) {
-	if d.left() < 1 {
-		return 0, malformed("%s: packet ends early", what)
+// withContext prefixes an *Error's message with where it happened. Only error paths
+// pay for the concatenation.
+func withContext(what string, err error) error {
+	if e, ok := err.(*Error); ok {
+		e.Msg = what + ": " + e.Msg
 	}
-	v := d.b[d.off]
-	d.off++
-	return v, nil
+	return err
 }
 
-func (d *decoder) u16(what string) (uint16, error) {
-	if d.left() < 2 {
-		return 0, malformed("%s: packet ends early", what)
-	}
-	v := binary.BigEndian.Uint16(d.b[d.off:])
-	d.off += 2
-	return v, nil
-}
-
-func (d *decoder) u32(what string) (uint32, error) {
-	if d.left() < 4 {
-		return 0, malformed("%s: packet ends early", what)
-	}
-	v := binary.BigEndian.Uint32(d.b[d.off:])
-	d.off += 4
-	return v, nil
-}
-
-func (d *decoder) varint(what string) (uint32, error) {
-	var v uint32
-	for i := 0; i < 4; i++ {
-		if d.left() < 1 {
-			return 0, malformed("%s: packet ends early", what)
-		}
-		c := d.b[d.off]
-		d.off++
-		v |= uint32(c&0x7f) << (7 * i)
-		if c&0x80 == 0 {
-			return v, nil
-		}
-	}
-	return 0, malformed("%s: variable byte integer longer than 4 bytes", what)
-}
-
-func (d *decoder) binary(what string) ([]byte, error) {
-	n, err := d.u16(what)
-	if err != nil {
-		return nil, err
-	}
-	if d.left() < int(n) {
-		return nil, malformed("%s: length %d past the end of the packet", what, n)
-	}
-	v := d.b[d.off : d.off+int(n) : d.off+int(n)]
-	d.off += int(n)
-	return v, nil
-}
-
-// str reads a UTF-8 string: valid UTF-8 with no U+0000.
-func (d *decoder) str(what string) (string, error) {
-	b, err := d.binary(what)
-	if err != nil {
-		return "", err
-	}
-	if err := checkUTF8(b, what); err != nil {
-		return "", err
-	}
-	return string(b), nil
-}
-
-func checkUTF8(b []byte, what string) error {
-	if !utf8.Valid(b) {
-		return malformed("%s: not valid UTF-8", what)
-	}
-	for _, c := range b {
-		if c == 0 {
-			return malformed("%s: contains U+0000", what)
-		}
-	}
-	return nil
-}
-
-// props reads a property block allowed in ctx into p.
+// props reads a property block (length and properties) allowed in ctx into p, which
+// the caller has cleared. what names the block in errors.
 func (d *decoder) props(p *Properties, ctx propCtx, what string) error {
-	n, err := d.varint(what + " properties length")
+	n, err := d.varint("property length")
 	if err != nil {
-		return err
+		return withContext(what, err)
 	}
-	if d.left() < int(n) {
-		return malformed("%s: properties length %d past the end of the packet", what, n)
+	if uint32(d.left()) < n {
+		return malformed("%s: property length %d past the end of the packet", what, n)
 	}
 	end := d.off + int(n)
 	sub := decoder{b: d.b[:end], off: d.off}
-	var seen [64]bool
-	for sub.off < end {
-		idv, err := sub.varint(what + " property id")
-		if err != nil {
-			return err
+	var seen uint64
+	for sub.left() > 0 {
+		// Identifiers are Variable Byte Integers, but all defined ones are below 0x80:
+		// a byte with the top bit set starts no known identifier.
+		id := sub.b[sub.off]
+		sub.off++
+		if int(id) >= len(allowed) || allowed[id]&ctx == 0 {
+			// Section 2.2.2.2: an identifier not valid for the packet type is malformed.
+			return malformed("%s: property 0x%02X not allowed here", what, id)
 		}
-		if idv > 0x7f || allowed[byte(idv)]&ctx == 0 {
-			return protoErr("%s: property 0x%02X not allowed here", what, idv)
+		bit := uint64(1) << id
+		if seen&bit != 0 && id != propUserProperty && !(id == propSubscriptionID && ctx == ctxPublish) {
+			return protoErr("%s: %s given more than once", what, propNames[id])
 		}
-		id := byte(idv)
-		if id != propUserProperty && !(id == propSubscriptionID && ctx == ctxPublish) {
-			if seen[id] {
-				return protoErr("%s: property 0x%02X given twice", what, id)
-			}
-			seen[id] = true
+		seen |= bit
+		if err := sub.prop(p, id); err != nil {
+			return withContext(what, err)
 		}
-		if err := sub.prop(p, id, what); err != nil {
-			return err
-		}
-	}
-	if sub.off != end {
-		return malformed("%s: property overruns its block", what)
 	}
 	d.off = end
+	if seen&(1<<propAuthData) != 0 && seen&(1<<propAuthMethod) == 0 {
+		return protoErr("%s: authentication data without an authentication method", what)
+	}
 	return nil
 }
 
-func (d *decoder) flag(what string) (byte, error) {
-	v, err := d.byte1(what)
+// flag reads a property that must be 0 or 1.
+func (d *decoder) flag(id byte) (byte, error) {
+	v, err := d.byte1(propNames[id])
 	if err == nil && v > 1 {
-		return 0, protoErr("%s: value %d, want 0 or 1", what, v)
+		return 0, protoErr("%s %d, want 0 or 1", propNames[id], v)
 	}
 	return v, err
 }
 
-func (d *decoder) prop(p *Properties, id byte, what string) (err error) {
+func (d *decoder) prop(p *Properties, id byte) (err error) {
+	name := propNames[id]
 	switch id {
 	case propPayloadFormat:
-		p.PayloadFormat, err = d.flag("payload format indicator")
+		p.PayloadFormat, err = d.flag(id)
 		p.HasPayloadFormat = true
 	case propMessageExpiry:
-		p.MessageExpiry, err = d.u32("message expiry")
+		p.MessageExpiry, err = d.u32(name)
 		p.HasMessageExpiry = true
 	case propContentType:
-		p.ContentType, err = d.str("content type")
+		p.ContentType, err = d.str(name)
 	case propResponseTopic:
-		p.ResponseTopic, err = d.str("response topic")
-		if err == nil && !validTopic(p.ResponseTopic) {
-			err = protoErr("response topic %q is not a topic name", p.ResponseTopic)
+		var b []byte
+		if b, err = d.binary(name); err != nil {
+			return err
 		}
+		if err = checkUTF8(b, name); err != nil {
+			return err
+		}
+		// A response topic is a topic name: some PUBLISH will be sent to it.
+		if len(b) == 0 || checkTopicName(b, name) != nil {
+			return protoErr("response topic %s is not a topic name", quote(b))
+		}
+		p.ResponseTopic = string(b)
 	case propCorrelationData:
-		p.CorrelationData, err = d.binary("correlation data")
+		p.CorrelationData, err = d.binary(name)
 	case propSubscriptionID:
 		var v uint32
-		if v, err = d.varint("subscription identifier"); err == nil && v == 0 {
+		if v, err = d.varint(name); err == nil && v == 0 {
 			err = protoErr("subscription identifier 0")
 		}
 		p.SubscriptionIDs = append(p.SubscriptionIDs, v)
 	case propSessionExpiry:
-		p.SessionExpiry, err = d.u32("session expiry")
+		p.SessionExpiry, err = d.u32(name)
 		p.HasSessionExpiry = true
 	case propAssignedClientID:
-		p.AssignedClientID, err = d.str("assigned client identifier")
+		p.AssignedClientID, err = d.str(name)
 	case propServerKeepAlive:
-		p.ServerKeepAlive, err = d.u16("server keep alive")
+		p.ServerKeepAlive, err = d.u16(name)
 		p.HasServerKeepAlive = true
 	case propAuthMethod:
-		p.AuthMethod, err = d.str("authentication method")
+		p.AuthMethod, err = d.str(name)
 	case propAuthData:
-		p.AuthData, err = d.binary("authentication data")
+		p.AuthData, err = d.binary(name)
 	case propRequestProblemInfo:
-		p.RequestProblemInfo, err = d.flag("request problem information")
+		p.RequestProblemInfo, err = d.flag(id)
 		p.HasRequestProblemInfo = true
 	case propWillDelay:
-		p.WillDelay, err = d.u32("will delay")
+		p.WillDelay, err = d.u32(name)
 		p.HasWillDelay = true
 	case propRequestResponseInfo:
-		p.RequestResponseInfo, err = d.flag("request response information")
+		p.RequestResponseInfo, err = d.flag(id)
 		p.HasRequestResponseInfo = true
 	case propResponseInfo:
-		p.ResponseInfo, err = d.str("response information")
+		p.ResponseInfo, err = d.str(name)
 	case propServerReference:
-		p.ServerReference, err = d.str("server reference")
+		p.ServerReference, err = d.str(name)
 	case propReasonString:
-		p.ReasonString, err = d.str("reason string")
+		p.ReasonString, err = d.str(name)
 	case propReceiveMaximum:
-		if p.ReceiveMaximum, err = d.u16("receive maximum"); err == nil && p.ReceiveMaximum == 0 {
+		if p.ReceiveMaximum, err = d.u16(name); err == nil && p.ReceiveMaximum == 0 {
 			err = protoErr("receive maximum 0")
 		}
 		p.HasReceiveMaximum = true
 	case propTopicAliasMaximum:
-		p.TopicAliasMaximum, err = d.u16("topic alias maximum")
+		p.TopicAliasMaximum, err = d.u16(name)
 		p.HasTopicAliasMaximum = true
 	case propTopicAlias:
-		if p.TopicAlias, err = d.u16("topic alias"); err == nil && p.TopicAlias == 0 {
+		if p.TopicAlias, err = d.u16(name); err == nil && p.TopicAlias == 0 {
 			err = &Error{Reason: TopicAliasInvalid, Msg: "topic alias 0"}
 		}
 		p.HasTopicAlias = true
 	case propMaximumQoS:
-		p.MaximumQoS, err = d.flag("maximum QoS")
+		p.MaximumQoS, err = d.flag(id)
 		p.HasMaximumQoS = true
 	case propRetainAvailable:
-		p.RetainAvailable, err = d.flag("retain available")
+		p.RetainAvailable, err = d.flag(id)
 		p.HasRetainAvailable = true
 	case propUserProperty:
 		var k, v string
-		if k, err = d.str("user property key"); err == nil {
+		if k, err = d.str("user property name"); err == nil {
 			v, err = d.str("user property value")
 		}
 		p.UserProperties = append(p.UserProperties, UserProperty{k, v})
 	case propMaximumPacketSize:
-		if p.MaximumPacketSize, err = d.u32("maximum packet size"); err == nil && p.MaximumPacketSize == 0 {
+		if p.MaximumPacketSize, err = d.u32(name); err == nil && p.MaximumPacketSize == 0 {
 			err = protoErr("maximum packet size 0")
 		}
 		p.HasMaximumPacketSize = true
 	case propWildcardSubAvail:
-		p.WildcardSubAvailable, err = d.flag("wildcard subscription available")
+		p.WildcardSubAvailable, err = d.flag(id)
 		p.HasWildcardSubAvail = true
 	case propSubIDAvailable:
-		p.SubIDAvailable, err = d.flag("subscription identifier available")
+		p.SubIDAvailable, err = d.flag(id)
 		p.HasSubIDAvailable = true
 	case propSharedSubAvailable:
-		p.SharedSubAvailable, err = d.flag("shared subscription available")
+		p.SharedSubAvailable, err = d.flag(id)
 		p.HasSharedSubAvailable = true
 	}
 	return err
 }
 
-// ---------------------------------------------------------------------------------
-// Encoding
-
-func varintLen(v uint32) int {
-	switch {
-	case v < 1<<7:
-		return 1
-	case v < 1<<14:
-		return 2
-	case v < 1<<21:
-		return 3
-	}
-	return 4
-}
-
-func appendVarint(dst []byte, v uint32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 {
-			return append(dst, c)
-		}
-		dst = append(dst, c|0x80)
-	}
-}
-
-func appendU16(dst []byte, v uint16) []byte { return append(dst, byte(v>>8), byte(v)) }
-func appendU32(dst []byte, v uint32) []byte {
-	return append(dst, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
-}
-func appendStr[S ~string | ~[]byte](dst []byte, s S) []byte {
-	dst = appendU16(dst, uint16(len(s)))
-	return append(dst, s...)
-}
-
 // propsLen is the encoded size of p's properties, without the length prefix.
 func propsLen(p *Properties) int {
 	n := 0
-	str := func(s string) {
-		if s != "" {
-			n += 3 + len(s)
-		}
-	}
-	bin := func(b []byte) {
-		if len(b) > 0 {
-			n += 3 + len(b)
-		}
-	}
 	if p.HasPayloadFormat {
 		n += 2
 	}
 	if p.HasMessageExpiry {
 		n += 5
 	}
-	str(p.ContentType)
-	str(p.ResponseTopic)
-	bin(p.CorrelationData)
+	n += strPropLen(p.ContentType) + strPropLen(p.ResponseTopic) + strPropLen(p.CorrelationData)
 	for _, id := range p.SubscriptionIDs {
 		n += 1 + varintLen(id)
 	}
 	if p.HasSessionExpiry {
 		n += 5
 	}
-	str(p.AssignedClientID)
+	n += strPropLen(p.AssignedClientID)
 	if p.HasServerKeepAlive {
 		n += 3
 	}
-	str(p.AuthMethod)
-	bin(p.AuthData)
+	n += strPropLen(p.AuthMethod) + strPropLen(p.AuthData)
 	if p.HasRequestProblemInfo {
 		n += 2
 	}
@@ -437,9 +339,7 @@ func propsLen(p *Properties) int {
 	if p.HasRequestResponseInfo {
 		n += 2
 	}
-	str(p.ResponseInfo)
-	str(p.ServerReference)
-	str(p.ReasonString)
+	n += strPropLen(p.ResponseInfo) + strPropLen(p.ServerReference) + strPropLen(p.ReasonString)
 	if p.HasReceiveMaximum {
 		n += 3
 	}
@@ -473,21 +373,26 @@ func propsLen(p *Properties) int {
 	return n
 }
 
+func strPropLen[S ~string | ~[]byte](s S) int {
+	if len(s) == 0 {
+		return 0
+	}
+	return 3 + len(s)
+}
+
+func appendStrProp[S ~string | ~[]byte](dst []byte, id byte, s S) []byte {
+	if len(s) == 0 {
+		return dst
+	}
+	return appendStr(append(dst, id), s)
+}
+
 // appendProps appends p's properties with their length prefix; n is propsLen(p).
+// The order is that of the identifiers; receivers must accept any.
 func appendProps(dst []byte, p *Properties, n int) []byte {
 	dst = appendVarint(dst, uint32(n))
 	if n == 0 {
 		return dst
-	}
-	str := func(id byte, s string) {
-		if s != "" {
-			dst = appendStr(append(dst, id), s)
-		}
-	}
-	bin := func(id byte, b []byte) {
-		if len(b) > 0 {
-			dst = appendStr(append(dst, id), b)
-		}
 	}
 	if p.HasPayloadFormat {
 		dst = append(dst, propPayloadFormat, p.PayloadFormat)
@@ -495,21 +400,21 @@ func appendProps(dst []byte, p *Properties, n int) []byte {
 	if p.HasMessageExpiry {
 		dst = appendU32(append(dst, propMessageExpiry), p.MessageExpiry)
 	}
-	str(propContentType, p.ContentType)
-	str(propResponseTopic, p.ResponseTopic)
-	bin(propCorrelationData, p.CorrelationData)
+	dst = appendStrProp(dst, propContentType, p.ContentType)
+	dst = appendStrProp(dst, propResponseTopic, p.ResponseTopic)
+	dst = appendStrProp(dst, propCorrelationData, p.CorrelationData)
 	for _, id := range p.SubscriptionIDs {
 		dst = appendVarint(append(dst, propSubscriptionID), id)
 	}
 	if p.HasSessionExpiry {
 		dst = appendU32(append(dst, propSessionExpiry), p.SessionExpiry)
 	}
-	str(propAssignedClientID, p.AssignedClientID)
+	dst = appendStrProp(dst, propAssignedClientID, p.AssignedClientID)
 	if p.HasServerKeepAlive {
 		dst = appendU16(append(dst, propServerKeepAlive), p.ServerKeepAlive)
 	}
-	str(propAuthMethod, p.AuthMethod)
-	bin(propAuthData, p.AuthData)
+	dst = appendStrProp(dst, propAuthMethod, p.AuthMethod)
+	dst = appendStrProp(dst, propAuthData, p.AuthData)
 	if p.HasRequestProblemInfo {
 		dst = append(dst, propRequestProblemInfo, p.RequestProblemInfo)
 	}
@@ -519,9 +424,9 @@ func appendProps(dst []byte, p *Properties, n int) []byte {
 	if p.HasRequestResponseInfo {
 		dst = append(dst, propRequestResponseInfo, p.RequestResponseInfo)
 	}
-	str(propResponseInfo, p.ResponseInfo)
-	str(propServerReference, p.ServerReference)
-	str(propReasonString, p.ReasonString)
+	dst = appendStrProp(dst, propResponseInfo, p.ResponseInfo)
+	dst = appendStrProp(dst, propServerReference, p.ServerReference)
+	dst = appendStrProp(dst, propReasonString, p.ReasonString)
 	if p.HasReceiveMaximum {
 		dst = appendU16(append(dst, propReceiveMaximum), p.ReceiveMaximum)
 	}
@@ -553,4 +458,34 @@ func appendProps(dst []byte, p *Properties, n int) []byte {
 		dst = append(dst, propSharedSubAvailable, p.SharedSubAvailable)
 	}
 	return dst
+}
+
+// checkEncodable reports a property the wire format cannot carry: strings and
+// binary data over 65535 bytes, subscription identifiers over MaxRemainingLength.
+func (p *Properties) checkEncodable(what string) error {
+	for _, s := range [...]struct {
+		name string
+		n    int
+	}{
+		{"content type", len(p.ContentType)}, {"response topic", len(p.ResponseTopic)},
+		{"correlation data", len(p.CorrelationData)}, {"assigned client identifier", len(p.AssignedClientID)},
+		{"authentication method", len(p.AuthMethod)}, {"authentication data", len(p.AuthData)},
+		{"response information", len(p.ResponseInfo)}, {"server reference", len(p.ServerReference)},
+		{"reason string", len(p.ReasonString)},
+	} {
+		if s.n > 65535 {
+			return fmt.Errorf("mqtt: %s %s of %d bytes, over 65535", what, s.name, s.n)
+		}
+	}
+	for _, up := range p.UserProperties {
+		if len(up.Key) > 65535 || len(up.Value) > 65535 {
+			return fmt.Errorf("mqtt: %s user property of %d+%d bytes, over 65535", what, len(up.Key), len(up.Value))
+		}
+	}
+	for _, id := range p.SubscriptionIDs {
+		if id > MaxRemainingLength {
+			return fmt.Errorf("mqtt: %s subscription identifier %d over %d", what, id, MaxRemainingLength)
+		}
+	}
+	return nil
 }
