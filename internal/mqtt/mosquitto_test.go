@@ -138,4 +138,3 @@ func TestNativeAndMQTTInterop(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
