@@ -176,7 +176,7 @@ func (c *client) receive(got *atomic.Int64, last *atomic.Int64, latency func(tim
 			ack, _ = packet.Append(ack[:0], &packet.Ack{Type: packet.TypePuback, PacketID: pub.PacketID}, packet.V311)
 			c.wm.Lock()
 			_, err = c.bw.Write(ack)
-			if err == nil && c.r.Buffered() == 0 {
+			if err == nil && !c.r.Ready() {
 				err = c.bw.Flush()
 			}
 			c.wm.Unlock()

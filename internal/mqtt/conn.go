@@ -21,6 +21,13 @@ import (
 const (
 	writeChunk    = 256 << 10
 	maxIdleBuffer = 1 << 20
+	// Flow control as for native connections (docs/operations.md): past stallBacklog
+	// queued bytes a subscriber makes the publishers that fed it wait, up to
+	// maxStall per read, for its writer's next progress; one that makes none for
+	// stuckAfter stops holding them back.
+	stallBacklog = 512 << 10
+	maxStall     = 10 * time.Millisecond
+	stuckAfter   = 250 * time.Millisecond
 )
 
 // conn is one MQTT network connection. Its reader goroutine decodes packets and acts
@@ -52,6 +59,7 @@ type conn struct {
 	reply      []byte
 	normalExit bool // DISCONNECT without will
 	noDeadline bool // the connect timeout's read deadline was cleared (keepalive 0)
+	ownFlush   bool // acknowledgements queued since the last flushBatch
 
 	// Outbound, guarded by mu.
 	mu       sync.Mutex
@@ -60,6 +68,9 @@ type conn struct {
 	closed   bool
 	closeErr error
 	outPub   packet.Publish
+	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
+	stuck    bool
+	lastProg time.Time
 	subIDs   []uint32
 	topicBuf []byte
 	replyBuf []byte
@@ -137,14 +148,32 @@ func (c *conn) readLoop() error {
 	if err := c.handleConnect(cp); err != nil {
 		return err
 	}
+	c.flushBatch()
 	for {
 		p, err := c.r.ReadPacket()
 		if err != nil {
+			c.flushBatch()
 			return c.readError(err)
 		}
 		if err := c.handle(p); err != nil {
+			c.flushBatch()
 			return err
 		}
+		// One wake-up per subscriber and one for our own acknowledgements per
+		// read, not per packet.
+		if !c.r.Ready() {
+			c.flushBatch()
+			c.batch.WaitStalled(maxStall)
+		}
+	}
+}
+
+// flushBatch wakes the writers of everything the packets read so far queued.
+func (c *conn) flushBatch() {
+	c.batch.Flush()
+	if c.ownFlush {
+		c.ownFlush = false
+		c.Flush()
 	}
 }
 
@@ -407,7 +436,6 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 		c.srv.retained.set(m)
 	}
 	c.srv.broker.Publish(&c.batch, m)
-	c.batch.Flush()
 	return nil
 }
 
@@ -548,14 +576,15 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 	c.send(func(b []byte) []byte { b, _ = packet.Append(b, ca, version); return b })
 }
 
-// writeAck queues PUBACK, PUBREC, PUBREL or PUBCOMP.
+// writeAck queues PUBACK, PUBREC, PUBREL or PUBCOMP. Only the reader calls it; the
+// writer is woken once the reader has handled what it read (flushBatch).
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
 	c.mu.Lock()
 	if !c.closed {
 		c.out, _ = packet.Append(c.out, &packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
 	}
 	c.mu.Unlock()
-	c.Flush()
+	c.ownFlush = true
 }
 
 // disconnect tells a v5 client why the server closes the connection, then closes it.
@@ -639,11 +668,49 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 		return false
 	}
 	c.out = packet.AppendPublish(c.out, p, c.version)
+	if pending := int64(len(c.out) + c.writing); pending > c.stallAt() && !c.stuck && c.stallCh == nil {
+		c.stallCh = make(chan struct{})
+	}
 	c.srv.outMsgs.Add(1)
 	c.outMsgs.Add(1)
 	c.outBytes.Add(uint64(len(payload)))
 	c.srv.outBytes.Add(uint64(len(payload)))
 	return true
+}
+
+func (c *conn) stallAt() int64 { return min(c.srv.cfg.MaxPending/2, stallBacklog) }
+
+// progress releases publishers waiting for this connection. c.mu is held.
+func (c *conn) progress() {
+	c.lastProg = time.Now()
+	if c.stallCh != nil {
+		close(c.stallCh)
+		c.stallCh = nil
+	}
+	if int64(len(c.out)+c.writing) <= c.stallAt()/2 {
+		c.stuck = false
+	}
+}
+
+// stall returns a channel closed at the writer's next progress, nil if publishers
+// need not wait.
+func (c *conn) stall() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stallCh == nil {
+		return nil
+	}
+	return c.stallCh
+}
+
+// stuckCheck: a publisher waited in vain; the connection stops holding publishers
+// back once its writer has made no progress for stuckAfter.
+func (c *conn) stuckCheck() {
+	c.mu.Lock()
+	if c.writing > 0 && time.Since(c.lastProg) > stuckAfter {
+		c.stuck = true
+	}
+	c.mu.Unlock()
 }
 
 // Flush wakes the writer, starting it if it is not running.
@@ -687,6 +754,7 @@ func (c *conn) writeLoop() {
 		closed := c.closed
 		c.out = spare[:0]
 		c.writing = len(data)
+		c.lastProg = time.Now()
 		c.mu.Unlock()
 		for rest := data; len(rest) > 0; {
 			chunk := rest[:min(len(rest), writeChunk)]
@@ -699,10 +767,12 @@ func (c *conn) writeLoop() {
 			}
 			c.mu.Lock()
 			c.writing = len(rest)
+			c.progress()
 			c.mu.Unlock()
 		}
 		c.mu.Lock()
 		c.writing = 0
+		c.progress()
 		if cap(data) > maxIdleBuffer && len(c.out) < cap(data)/4 {
 			data = nil
 		}

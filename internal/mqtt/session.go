@@ -438,6 +438,21 @@ func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
 	s.sendOrQueueLocked(om)
 }
 
+// Stall implements broker.Staller for the session's connection.
+func (s *session) Stall() <-chan struct{} {
+	if c := s.connPtr.Load(); c != nil {
+		return c.stall()
+	}
+	return nil
+}
+
+// Stuck implements broker.Staller.
+func (s *session) Stuck() {
+	if c := s.connPtr.Load(); c != nil {
+		c.stuckCheck()
+	}
+}
+
 // Flush implements broker.Sink.
 func (s *session) Flush() {
 	if c := s.connPtr.Load(); c != nil {

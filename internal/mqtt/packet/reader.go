@@ -47,9 +47,16 @@ func (r *Reader) SetVersion(v byte) { r.version = v }
 // SetMaxSize changes the packet size limit from the next packet on.
 func (r *Reader) SetMaxSize(n int) { r.maxSize = n }
 
-// Buffered reports how many bytes are read but not yet decoded; a caller that
-// batches work per read can flush when it reaches 0.
+// Buffered reports how many bytes are read but not yet decoded.
 func (r *Reader) Buffered() int { return r.end - r.start }
+
+// Ready reports whether a whole packet is buffered, so that the next ReadPacket
+// returns without reading from the stream. A caller that batches work per read
+// flushes when it is false: the next call may block.
+func (r *Reader) Ready() bool {
+	_, _, remaining, hdr, ok, err := decodeHeader(r.buf[r.start:r.end])
+	return err != nil || ok && r.end-r.start >= hdr+remaining
+}
 
 // ReadPacket returns the next packet: io.EOF at a clean end between packets,
 // io.ErrUnexpectedEOF inside one, *Error for a packet that breaks the protocol (the

@@ -367,3 +367,22 @@ func TestReaderAllocations(t *testing.T) {
 		t.Errorf("Append(PUBACK): %.1f allocations", n)
 	}
 }
+
+func TestReaderReady(t *testing.T) {
+	one, err := Append(nil, &Publish{Topic: "t", Payload: []byte("12345")}, V311)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := append(append([]byte{}, one...), one[:4]...) // a whole packet and part of one
+	r := NewReader(bytes.NewReader(stream), 1<<20)
+	r.SetVersion(V311)
+	if r.Ready() {
+		t.Fatal("Ready before anything was read")
+	}
+	if _, err := r.ReadPacket(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Ready() {
+		t.Fatalf("Ready with only %d bytes of the next packet buffered", r.Buffered())
+	}
+}
