@@ -57,9 +57,11 @@ type conn struct {
 	pub        broker.Message
 	subj, hdr  []byte
 	reply      []byte
-	normalExit bool // DISCONNECT without will
-	noDeadline bool // the connect timeout's read deadline was cleared (keepalive 0)
-	ownFlush   bool // acknowledgements queued since the last flushBatch
+	normalExit bool     // DISCONNECT without will
+	noDeadline bool     // the connect timeout's read deadline was cleared (keepalive 0)
+	ownFlush   bool     // acknowledgements queued since the last flushBatch
+	head       [16]byte // the first bytes read, to answer a CONNECT that does not decode
+	headN      int
 
 	// Outbound, guarded by mu.
 	mu       sync.Mutex
@@ -128,7 +130,32 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		_ = c.nc.SetReadDeadline(time.Time{})
 		c.noDeadline = true
 	}
-	return c.nc.Read(p)
+	n, err := c.nc.Read(p)
+	if !c.attached.Load() && c.headN < len(c.head) {
+		c.headN += copy(c.head[c.headN:], p[:n])
+	}
+	return n, err
+}
+
+// connectLevel returns the protocol level a CONNECT's first bytes announce, 0 if they
+// do not say: the answer to a CONNECT that fails to decode depends on it.
+func connectLevel(b []byte) byte {
+	if len(b) < 2 || b[0] != 0x10 {
+		return 0
+	}
+	i := 1
+	for ; i < len(b) && i < 5 && b[i]&0x80 != 0; i++ {
+	}
+	i++ // past the last byte of the remaining length
+	if i+2 > len(b) {
+		return 0
+	}
+	n := int(b[i])<<8 | int(b[i+1])
+	i += 2
+	if i+n >= len(b) || string(b[i:i+n]) != "MQTT" {
+		return 0
+	}
+	return b[i+n]
 }
 
 // errClosedByServer marks a close the server decided; the client was told why when
@@ -182,6 +209,9 @@ func (c *conn) readError(err error) error {
 	var perr *packet.Error
 	if errors.As(err, &perr) {
 		if !c.attached.Load() {
+			if c.version == 0 && connectLevel(c.head[:c.headN]) == packet.V5 {
+				c.version = packet.V5 // a v5 client gets the reason code in CONNACK
+			}
 			if c.version == packet.V5 || perr.Reason == packet.UnsupportedProtocolVersion {
 				c.connack(false, perr.Reason, nil)
 			}

@@ -194,6 +194,19 @@ func TestRawConnectRules(t *testing.T) {
 	}
 }
 
+// TestRawMalformedConnectV5: a v5 CONNECT that does not decode is answered with a
+// CONNACK carrying the reason, as MQTT 5 requires.
+func TestRawMalformedConnectV5(t *testing.T) {
+	_, port := startTern(t, nil)
+	c := dialRaw(t, port, packet.V5)
+	// CONNECT v5, flags 0x03: the reserved bit is set.
+	c.sendBytes([]byte{0x10, 0x0e, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x05, 0x03, 0x00, 0x3c, 0x00, 0x00, 0x01, 'a'})
+	ca, ok := c.must(5 * time.Second).(*packet.Connack)
+	if !ok || ca.Reason != packet.MalformedPacket {
+		t.Fatalf("got %+v, want CONNACK 0x81", ca)
+	}
+}
+
 // TestRawKeepalive: a client silent for 1.5 times its keepalive is disconnected (0x8D).
 func TestRawKeepalive(t *testing.T) {
 	_, port := startTern(t, nil)
