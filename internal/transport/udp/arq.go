@@ -1,0 +1,568 @@
+package udp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Config tunes an Endpoint. Zero values take the defaults shown.
+type Config struct {
+	MTU         int           // largest datagram, bytes (1200)
+	AckEvery    int           // acknowledge after this many data packets (16)
+	AckDelay    time.Duration // ... or this long after the first unacknowledged one (20ms)
+	BundleDelay time.Duration // wait up to this long to fill a datagram; <0 disables (1ms)
+	Window      int           // packets the receiver buffers out of order (4096)
+	MaxMessage  int           // largest message (1 MiB)
+	MaxQueued   int           // bytes queued for sending before Send refuses (16 MiB)
+	MinRTO      time.Duration // 200ms
+	MaxRTO      time.Duration // 10s
+	InitialRTO  time.Duration // 1s (RFC 6298)
+}
+
+func (c *Config) defaults() {
+	set := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	setD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&c.MTU, 1200)
+	set(&c.AckEvery, 16)
+	set(&c.Window, 4096)
+	set(&c.MaxMessage, 1<<20)
+	set(&c.MaxQueued, 16<<20)
+	setD(&c.AckDelay, 20*time.Millisecond)
+	setD(&c.BundleDelay, time.Millisecond)
+	setD(&c.MinRTO, 200*time.Millisecond)
+	setD(&c.MaxRTO, 10*time.Second)
+	setD(&c.InitialRTO, time.Second)
+}
+
+// Errors callers branch on.
+var (
+	ErrTooLarge  = errors.New("udp: message larger than MaxMessage")
+	ErrQueueFull = errors.New("udp: send queue full")
+)
+
+// Stats counts what an Endpoint sent; coordination packets are those that carry no
+// new payload (acknowledgements, NAKs, probes without data).
+type Stats struct {
+	DataPackets  uint64
+	CoordPackets uint64
+	Retransmits  uint64
+	NaksSent     uint64
+	Delivered    uint64
+	Duplicates   uint64
+	RTT          time.Duration // smoothed
+	RTO          time.Duration
+	Cwnd         float64
+	Inflight     int
+	Queued       int // bytes waiting to be packetized
+}
+
+type sentPacket struct {
+	seq     uint64
+	frames  []byte // the frames; the header is rebuilt on each send
+	sentAt  time.Time
+	first   time.Time
+	retrans int
+	nakAt   time.Time // last retransmission caused by a NAK
+}
+
+// Endpoint is one side of a reliable session. It is not safe for concurrent use; the
+// caller serialises Send, Receive and Tick and collects Output after each.
+type Endpoint struct {
+	cfg Config
+
+	// Sending.
+	queue      [][]byte // messages not yet packetized; queue[0] may be partly sent
+	queueOff   int      // bytes of queue[0] already in packets
+	queued     int
+	queuedAt   time.Time // when the oldest queued byte arrived
+	nextSeq    uint64
+	unacked    []*sentPacket // by seq
+	peerCum    uint64        // all below are acknowledged
+	peerWnd    uint64
+	srtt       time.Duration
+	rttvar     time.Duration
+	rto        time.Duration
+	rtoAt      time.Time
+	probeAt    time.Time
+	probed     bool
+	lastSend   time.Time
+	cwnd       float64
+	ssthresh   float64
+	recovery   uint64 // no further window cut until this seq is acknowledged
+	retransmit []*sentPacket
+
+	// Receiving.
+	cum       uint64 // next expected sequence
+	ooo       map[uint64][]byte
+	highest   uint64
+	ackCount  int
+	ackDue    time.Time
+	ackNow    bool
+	nakSentAt map[uint64]time.Time
+	lastArr   uint64 // the data packet that arrived last, and when
+	lastArrAt time.Time
+	partial   []byte
+	inMsg     bool
+
+	out       [][]byte
+	delivered [][]byte
+	stats     Stats
+	scratch   []nakRange
+}
+
+// New makes an Endpoint.
+func New(cfg Config) *Endpoint {
+	cfg.defaults()
+	return &Endpoint{
+		cfg: cfg, nextSeq: 1, peerCum: 1, peerWnd: uint64(cfg.Window), rto: cfg.InitialRTO,
+		cwnd: 16, ssthresh: math.Inf(1), cum: 1,
+		ooo: make(map[uint64][]byte), nakSentAt: make(map[uint64]time.Time),
+	}
+}
+
+// Send queues a message for reliable, in-order delivery.
+func (e *Endpoint) Send(now time.Time, msg []byte) error {
+	if len(msg) > e.cfg.MaxMessage {
+		return fmt.Errorf("%w: %d bytes", ErrTooLarge, len(msg))
+	}
+	if e.queued+len(msg) > e.cfg.MaxQueued {
+		return ErrQueueFull
+	}
+	if len(e.queue) == 0 {
+		e.queuedAt = now
+	}
+	e.queue = append(e.queue, append([]byte(nil), msg...))
+	e.queued += len(msg)
+	e.flush(now)
+	return nil
+}
+
+// Receive handles a datagram from the peer. A malformed one is refused with an error
+// and changes nothing.
+func (e *Endpoint) Receive(now time.Time, b []byte) error {
+	h, err := decodeHeader(b, e.scratch)
+	if err != nil {
+		return err
+	}
+	e.scratch = h.naks
+	if h.flags&flagAck != 0 {
+		e.onAck(now, &h)
+	}
+	if h.flags&flagData != 0 {
+		e.onData(now, &h)
+	}
+	if h.flags&flagProbe != 0 {
+		e.ackNow = true
+	}
+	e.flush(now)
+	return nil
+}
+
+// Tick runs the timers; call it at Deadline (calling it earlier is harmless).
+func (e *Endpoint) Tick(now time.Time) {
+	if !e.rtoAt.IsZero() && !now.Before(e.rtoAt) && len(e.unacked) > 0 {
+		// Retransmission timeout: resend the oldest, back off (RFC 6298 5.5), and
+		// treat it as a severe congestion signal.
+		p := e.unacked[0]
+		e.retransmit = append(e.retransmit, p)
+		e.rto = min(2*e.rto, e.cfg.MaxRTO)
+		e.ssthresh = max(e.cwnd/2, 4)
+		e.cwnd = 4
+		e.recovery = e.nextSeq
+		e.rtoAt = time.Time{}
+	}
+	if !e.probeAt.IsZero() && !now.Before(e.probeAt) && len(e.unacked) > 0 && !e.probed {
+		// Tail-loss probe: the last packets of a burst may be gone with nothing
+		// behind them to reveal the gap; resend the newest and ask for an ack.
+		e.probed = true
+		e.retransmit = append(e.retransmit, e.unacked[len(e.unacked)-1])
+		e.probeAt = time.Time{}
+	}
+	e.flush(now)
+}
+
+// Deadline is when Tick must next be called; zero when no timer is set.
+func (e *Endpoint) Deadline() time.Time {
+	var d time.Time
+	for _, t := range []time.Time{e.rtoAt, e.probeAt, e.ackDue, e.bundleDeadline()} {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
+	}
+	return d
+}
+
+func (e *Endpoint) bundleDeadline() time.Time {
+	if len(e.queue) == 0 || e.cfg.BundleDelay < 0 || !e.canSend() {
+		return time.Time{} // nothing to wait for, or the windows decide, not the timer
+	}
+	return e.queuedAt.Add(e.cfg.BundleDelay)
+}
+
+// Output returns the datagrams to send and the messages delivered since the last
+// call; the caller owns both.
+func (e *Endpoint) Output() (datagrams, delivered [][]byte) {
+	datagrams, delivered = e.out, e.delivered
+	e.out, e.delivered = nil, nil
+	return datagrams, delivered
+}
+
+// Stats reports the counters.
+func (e *Endpoint) Stats() Stats {
+	s := e.stats
+	s.RTT, s.RTO, s.Cwnd, s.Inflight, s.Queued = e.srtt, e.rto, e.cwnd, len(e.unacked), e.queued
+	return s
+}
+
+// Idle reports whether nothing is queued, in flight or owed to the peer.
+func (e *Endpoint) Idle() bool {
+	return len(e.queue) == 0 && len(e.unacked) == 0 && e.ackCount == 0 && !e.ackNow
+}
+
+// ---------------------------------------------------------------------------------
+// Receiving
+
+func (e *Endpoint) onData(now time.Time, h *header) {
+	seq := h.seq
+	e.lastArr, e.lastArrAt = seq, now
+	switch {
+	case seq < e.cum || e.ooo[seq] != nil:
+		// A duplicate: our acknowledgement may have been lost; say it again.
+		e.stats.Duplicates++
+		e.ackNow = true
+		return
+	case seq >= e.cum+uint64(e.cfg.Window):
+		return // beyond what we buffer; the sender will resend
+	}
+	e.ackCount++
+	if e.ackDue.IsZero() {
+		e.ackDue = now.Add(e.cfg.AckDelay)
+	}
+	if seq != e.cum {
+		e.ooo[seq] = append([]byte(nil), h.payload...)
+		if seq > e.highest {
+			if seq > max(e.highest, e.cum-1)+1 {
+				e.ackNow = true // a new gap: report it at once
+			}
+			e.highest = seq
+		}
+		return
+	}
+	e.deliverFrames(h.payload)
+	e.cum++
+	for {
+		f, ok := e.ooo[e.cum]
+		if !ok {
+			break
+		}
+		delete(e.ooo, e.cum)
+		delete(e.nakSentAt, e.cum)
+		e.deliverFrames(f)
+		e.cum++
+	}
+	if e.highest < e.cum {
+		e.highest = e.cum - 1
+	}
+	if e.ackCount >= e.cfg.AckEvery {
+		e.ackNow = true
+	}
+}
+
+func (e *Endpoint) deliverFrames(p []byte) {
+	for len(p) > 0 {
+		fl := p[0]
+		n, k := binary.Uvarint(p[1:])
+		data := p[1+k : 1+k+int(n)]
+		p = p[1+k+int(n):]
+		if fl&frameFirst != 0 {
+			e.partial = e.partial[:0]
+			e.inMsg = true
+		}
+		if !e.inMsg {
+			continue // the sender never splits this way; ignore rather than corrupt
+		}
+		e.partial = append(e.partial, data...)
+		if fl&frameLast != 0 {
+			e.delivered = append(e.delivered, append([]byte(nil), e.partial...))
+			e.stats.Delivered++
+			e.inMsg = false
+		}
+	}
+}
+
+// naks lists the missing ranges below the highest sequence received, skipping those
+// reported less than an RTT ago.
+func (e *Endpoint) naks(now time.Time) []nakRange {
+	var out []nakRange
+	if e.highest < e.cum {
+		return nil
+	}
+	again := min(max(e.srtt/2, 10*time.Millisecond), 250*time.Millisecond)
+	var missing []uint64
+	for s := e.cum; s < e.highest && len(missing) < maxRanges*8; s++ {
+		if _, ok := e.ooo[s]; ok {
+			continue
+		}
+		if t, ok := e.nakSentAt[s]; ok && now.Sub(t) < again {
+			continue
+		}
+		missing = append(missing, s)
+	}
+	for _, s := range missing {
+		e.nakSentAt[s] = now
+		if n := len(out); n > 0 && out[n-1].start+out[n-1].n == s {
+			out[n-1].n++
+			continue
+		}
+		if len(out) == maxRanges {
+			break
+		}
+		out = append(out, nakRange{s, 1})
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------------
+// Acknowledgements from the peer
+
+func (e *Endpoint) onAck(now time.Time, h *header) {
+	e.peerWnd = h.window
+	if h.echo >= e.peerCum && h.echo < e.nextSeq {
+		i := sort.Search(len(e.unacked), func(i int) bool { return e.unacked[i].seq >= h.echo })
+		if i < len(e.unacked) && e.unacked[i].seq == h.echo && e.unacked[i].retrans == 0 {
+			// Karn: never from a retransmitted packet; the peer's hold time is taken out.
+			if r := now.Sub(e.unacked[i].sentAt) - time.Duration(h.echoUs)*time.Microsecond; r > 0 {
+				e.sampleRTT(r)
+			}
+		}
+	}
+	if h.cum > e.peerCum && h.cum <= e.nextSeq {
+		acked := 0
+		for len(e.unacked) > 0 && e.unacked[0].seq < h.cum {
+			e.unacked[0] = nil
+			e.unacked = e.unacked[1:]
+			acked++
+		}
+		e.peerCum = h.cum
+		e.growWindow(acked)
+		e.probed = false
+		e.rto = e.baseRTO() // progress ends the timer's backoff
+		e.restartTimers(now)
+	}
+	if len(h.naks) == 0 {
+		return
+	}
+	lost := false
+	for _, r := range h.naks {
+		for s := r.start; s < r.start+r.n && s < e.nextSeq; s++ {
+			i := sort.Search(len(e.unacked), func(i int) bool { return e.unacked[i].seq >= s })
+			if i == len(e.unacked) || e.unacked[i].seq != s {
+				continue
+			}
+			p := e.unacked[i]
+			if !p.nakAt.IsZero() && now.Sub(p.nakAt) < min(max(e.srtt, 10*time.Millisecond), 500*time.Millisecond) {
+				continue // already resent for this loss
+			}
+			p.nakAt = now
+			e.retransmit = append(e.retransmit, p)
+			lost = true
+		}
+	}
+	if lost && e.peerCum >= e.recovery {
+		// One window reduction per round trip of losses. The cut is gentle: random
+		// loss on a lossy link is not all congestion, and halving per loss would
+		// starve a 5%-loss path the way TCP is starved there.
+		e.ssthresh = max(e.cwnd*0.8, 8)
+		e.cwnd = e.ssthresh
+		e.recovery = e.nextSeq
+	}
+}
+
+func (e *Endpoint) sampleRTT(r time.Duration) {
+	if e.srtt == 0 {
+		e.srtt, e.rttvar = r, r/2
+	} else {
+		d := e.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar = (3*e.rttvar + d) / 4
+		e.srtt = (7*e.srtt + r) / 8
+	}
+	e.rto = e.baseRTO()
+}
+
+// baseRTO is the retransmission timeout of RFC 6298 without backoff.
+func (e *Endpoint) baseRTO() time.Duration {
+	if e.srtt == 0 {
+		return e.cfg.InitialRTO
+	}
+	return min(max(e.srtt+max(time.Millisecond, 4*e.rttvar), e.cfg.MinRTO), e.cfg.MaxRTO)
+}
+
+func (e *Endpoint) growWindow(acked int) {
+	for range acked {
+		if e.cwnd < e.ssthresh {
+			e.cwnd++
+		} else {
+			e.cwnd += 1 / e.cwnd
+		}
+	}
+	e.cwnd = min(e.cwnd, float64(e.cfg.Window))
+}
+
+// restartTimers sets the retransmission timer from the oldest unacknowledged packet
+// and the tail-loss probe from the last send.
+func (e *Endpoint) restartTimers(now time.Time) {
+	if len(e.unacked) == 0 {
+		e.rtoAt, e.probeAt = time.Time{}, time.Time{}
+		return
+	}
+	e.rtoAt = e.unacked[0].sentAt.Add(e.rto)
+	if !e.probed {
+		// As QUIC's probe timeout: a round trip, its variation and the time the
+		// peer may hold an acknowledgement back.
+		pto := e.srtt + max(4*e.rttvar, time.Millisecond) + e.cfg.AckDelay
+		if e.srtt == 0 {
+			pto = e.rto / 2
+		}
+		e.probeAt = e.lastSend.Add(max(pto, 10*time.Millisecond))
+	}
+}
+
+// ---------------------------------------------------------------------------------
+// Sending
+
+// flush turns what is due into datagrams: retransmissions, new data within the
+// windows, then an acknowledgement if one is owed and no data carried it.
+func (e *Endpoint) flush(now time.Time) {
+	sentData := false
+	for _, p := range e.retransmit {
+		if p.seq < e.peerCum {
+			continue // acknowledged meanwhile
+		}
+		e.sendPacket(now, p, true)
+		sentData = true
+	}
+	clear(e.retransmit)
+	e.retransmit = e.retransmit[:0]
+	for len(e.queue) > 0 && e.canSend() {
+		if !e.full() && e.cfg.BundleDelay >= 0 && now.Before(e.queuedAt.Add(e.cfg.BundleDelay)) {
+			break // wait a little for more to bundle
+		}
+		p := &sentPacket{seq: e.nextSeq, frames: e.packetize()}
+		e.nextSeq++
+		e.unacked = append(e.unacked, p)
+		e.sendPacket(now, p, false)
+		sentData = true
+		// What is left waits its own bundling delay from now.
+		e.queuedAt = now
+	}
+	if !sentData && (e.ackNow || e.ackCount > 0 && !e.ackDue.IsZero() && !now.Before(e.ackDue)) {
+		b := []byte{version | flagAck}
+		b = e.appendAckSection(now, b)
+		e.out = append(e.out, b)
+		e.stats.CoordPackets++
+	}
+	if sentData {
+		e.restartTimers(now)
+	}
+}
+
+// canSend reports whether the congestion and receive windows allow a new packet.
+func (e *Endpoint) canSend() bool {
+	return float64(len(e.unacked)) < e.cwnd && uint64(len(e.unacked)) < max(e.peerWnd, 1)
+}
+
+// full reports whether the queue holds at least a datagram's worth.
+func (e *Endpoint) full() bool { return e.queued >= e.cfg.MTU-32 }
+
+// packetize takes up to one datagram of frames from the queue.
+func (e *Endpoint) packetize() []byte {
+	room := e.cfg.MTU - 24 - 3*maxRanges // header and a worst-case ack section
+	var b []byte
+	for len(e.queue) > 0 && room > 4 {
+		msg := e.queue[0]
+		rest := msg[e.queueOff:]
+		n := min(len(rest), room-1-binary.MaxVarintLen32)
+		if n <= 0 && len(rest) > 0 {
+			break
+		}
+		var fl byte
+		if e.queueOff == 0 {
+			fl |= frameFirst
+		}
+		if n == len(rest) {
+			fl |= frameLast
+		}
+		b = append(b, fl)
+		b = binary.AppendUvarint(b, uint64(n))
+		b = append(b, rest[:n]...)
+		room -= 1 + binary.MaxVarintLen32 + n
+		e.queued -= n
+		if n == len(rest) {
+			e.queue[0] = nil
+			e.queue = e.queue[1:]
+			e.queueOff = 0
+		} else {
+			e.queueOff += n
+		}
+	}
+	return b
+}
+
+func (e *Endpoint) sendPacket(now time.Time, p *sentPacket, retrans bool) {
+	flags := byte(version | flagData)
+	withAck := e.ackCount > 0 || e.ackNow || e.cum > 1
+	if withAck {
+		flags |= flagAck
+	}
+	if retrans && (e.probed && p == e.unacked[len(e.unacked)-1] || p == e.unacked[0] && e.rtoAt.IsZero()) {
+		flags |= flagProbe // tail-loss probe or timeout: the peer acknowledges at once
+	}
+	b := make([]byte, 0, 16+len(p.frames)+3*maxRanges)
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, p.seq)
+	if withAck {
+		b = e.appendAckSection(now, b)
+	}
+	b = append(b, p.frames...)
+	e.out = append(e.out, b)
+	if retrans {
+		p.retrans++
+		e.stats.Retransmits++
+	} else {
+		e.stats.DataPackets++
+		p.first = now
+	}
+	p.sentAt = now
+	e.lastSend = now
+}
+
+// appendAckSection writes our acknowledgement state and resets what it owed.
+func (e *Endpoint) appendAckSection(now time.Time, b []byte) []byte {
+	naks := e.naks(now)
+	if len(naks) > 0 {
+		e.stats.NaksSent++
+	}
+	window := uint64(e.cfg.Window - len(e.ooo))
+	var echoUs uint64
+	if !e.lastArrAt.IsZero() {
+		echoUs = uint64(now.Sub(e.lastArrAt) / time.Microsecond)
+	}
+	b = appendAck(b, e.cum, window, e.lastArr, echoUs, naks)
+	e.ackCount, e.ackNow, e.ackDue = 0, false, time.Time{}
+	return b
+}

@@ -1,0 +1,152 @@
+// Package udp owns Tern's reliable transport over UDP: a pure ARQ state machine
+// (Endpoint) that turns messages into datagrams and datagrams back into messages,
+// in order and exactly once, over a path that loses, duplicates, reorders and delays
+// them. It has no sockets, goroutines or clocks: the caller passes datagrams, the time
+// and timer ticks in, and takes datagrams to send and delivered messages out, which
+// is what lets tests replay seeded loss, reordering and blackouts exactly.
+//
+// Reliability is selective repeat driven by the receiver: gaps are reported at once
+// as NAK ranges, cumulative acknowledgements go out every AckEvery packets or AckDelay
+// (piggybacked on data when there is any), a tail-loss probe asks for an
+// acknowledgement after a burst, and a retransmission timer per RFC 6298 covers the
+// rest. Small messages are bundled into one datagram; large ones are fragmented.
+package udp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Datagram layout (integers are unsigned LEB128 varints):
+//
+//	flags u8 | [seq]            (flagData)
+//	         | [cum, window, echo, echoDelay, n, n × (gap, len)]   (flagAck: all below
+//	           cum received; echo: the data packet that arrived last and echoDelay the
+//	           microseconds since, for RTT samples free of recovery and ack delay;
+//	           NAK ranges: missing [start, start+len), start = previous end + gap,
+//	           the first relative to cum)
+//	         | frames...        (flagData: fflags u8 (first, last) | len | bytes)
+//
+// flagProbe asks the peer to acknowledge at once.
+const (
+	flagData  = 0x01
+	flagAck   = 0x02
+	flagProbe = 0x04
+	version   = 0x10 // high nibble: format version 1
+
+	frameFirst = 0x01
+	frameLast  = 0x02
+
+	maxRanges = 64 // NAK ranges per datagram
+)
+
+// ErrMalformed reports a datagram that does not parse.
+var ErrMalformed = errors.New("udp: malformed datagram")
+
+// nakRange is a run of missing packet sequences.
+type nakRange struct{ start, n uint64 }
+
+// header is a decoded datagram.
+type header struct {
+	flags   byte
+	seq     uint64
+	cum     uint64
+	window  uint64
+	echo    uint64
+	echoUs  uint64
+	naks    []nakRange
+	payload []byte // the frames, aliasing the datagram
+}
+
+func appendAck(b []byte, cum, window, echo, echoUs uint64, naks []nakRange) []byte {
+	b = binary.AppendUvarint(b, cum)
+	b = binary.AppendUvarint(b, window)
+	b = binary.AppendUvarint(b, echo)
+	b = binary.AppendUvarint(b, echoUs)
+	b = binary.AppendUvarint(b, uint64(len(naks)))
+	prev := cum
+	for _, r := range naks {
+		b = binary.AppendUvarint(b, r.start-prev)
+		b = binary.AppendUvarint(b, r.n)
+		prev = r.start + r.n
+	}
+	return b
+}
+
+func uvarint(b []byte, off *int) (uint64, error) {
+	v, n := binary.Uvarint(b[*off:])
+	if n <= 0 {
+		return 0, ErrMalformed
+	}
+	*off += n
+	return v, nil
+}
+
+// decodeHeader parses a datagram; naks reuses the given slice.
+func decodeHeader(b []byte, naks []nakRange) (header, error) {
+	var h header
+	if len(b) < 1 || b[0]&0xf0 != version || b[0]&0x08 != 0 {
+		return h, fmt.Errorf("%w: bad flags", ErrMalformed)
+	}
+	h.flags = b[0]
+	off := 1
+	var err error
+	if h.flags&flagData != 0 {
+		if h.seq, err = uvarint(b, &off); err != nil || h.seq == 0 {
+			return h, fmt.Errorf("%w: sequence", ErrMalformed)
+		}
+	}
+	if h.flags&flagAck != 0 {
+		if h.cum, err = uvarint(b, &off); err != nil {
+			return h, err
+		}
+		if h.window, err = uvarint(b, &off); err != nil {
+			return h, err
+		}
+		if h.echo, err = uvarint(b, &off); err != nil {
+			return h, err
+		}
+		if h.echoUs, err = uvarint(b, &off); err != nil {
+			return h, err
+		}
+		n, err := uvarint(b, &off)
+		if err != nil || n > maxRanges {
+			return h, fmt.Errorf("%w: NAK count", ErrMalformed)
+		}
+		prev := h.cum
+		naks = naks[:0]
+		for range n {
+			gap, err1 := uvarint(b, &off)
+			ln, err2 := uvarint(b, &off)
+			if err1 != nil || err2 != nil || ln == 0 || gap > 1<<40 || ln > 1<<32 {
+				return h, fmt.Errorf("%w: NAK range", ErrMalformed)
+			}
+			start := prev + gap
+			if start < prev {
+				return h, fmt.Errorf("%w: NAK range overflows", ErrMalformed)
+			}
+			naks = append(naks, nakRange{start, ln})
+			prev = start + ln
+		}
+		h.naks = naks
+	}
+	h.payload = b[off:]
+	if h.flags&flagData == 0 && len(h.payload) != 0 {
+		return h, fmt.Errorf("%w: frames without data flag", ErrMalformed)
+	}
+	if h.flags&flagData != 0 {
+		// Validate the frames now so that what reaches the reassembly is sound.
+		for p := h.payload; len(p) > 0; {
+			if p[0]&^(frameFirst|frameLast) != 0 {
+				return h, fmt.Errorf("%w: frame flags", ErrMalformed)
+			}
+			n, k := binary.Uvarint(p[1:])
+			if k <= 0 || n > uint64(len(p)-1-k) {
+				return h, fmt.Errorf("%w: frame length", ErrMalformed)
+			}
+			p = p[1+k+int(n):]
+		}
+	}
+	return h, nil
+}

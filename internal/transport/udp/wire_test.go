@@ -1,0 +1,71 @@
+package udp
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestDecodeRejects(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"empty":            {},
+		"bad version":      {0x21},
+		"reserved flag":    {version | 0x08},
+		"data without seq": {version | flagData},
+		"seq zero":         {version | flagData, 0},
+		"frames, no data":  {version | flagAck, 1, 1, 0, 0, 0, 0x03},
+		"ack cut":          {version | flagAck, 1},
+		"too many ranges":  {version | flagAck, 1, 1, 0, 0, 200},
+		"empty range":      {version | flagAck, 1, 1, 0, 0, 1, 0, 0},
+		"frame flags":      {version | flagData, 1, 0x04, 0},
+		"frame overruns":   {version | flagData, 1, 0x03, 5, 'a'},
+		"varint overlong":  {version | flagData, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+	} {
+		if _, err := decodeHeader(b, nil); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+// TestMalformedChangesNothing: a refused datagram leaves the endpoint as it was.
+func TestMalformedChangesNothing(t *testing.T) {
+	e := New(Config{})
+	now := time.Unix(0, 0)
+	if err := e.Receive(now, []byte{version | flagData, 1, 0x03, 9, 'x'}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v", err)
+	}
+	out, del := e.Output()
+	if len(out) != 0 || len(del) != 0 || !e.Idle() || e.cum != 1 {
+		t.Fatalf("state changed: out %d delivered %d cum %d", len(out), len(del), e.cum)
+	}
+}
+
+// FuzzReceive: any datagram is refused or applied without panicking, and the
+// endpoint keeps its invariants (in-order delivery never runs backwards).
+func FuzzReceive(f *testing.F) {
+	a, b := New(Config{BundleDelay: -1}), New(Config{BundleDelay: -1})
+	now := time.Unix(0, 0)
+	_ = a.Send(now, []byte("hello"))
+	_ = a.Send(now, make([]byte, 3000))
+	out, _ := a.Output()
+	for _, d := range out {
+		f.Add(d)
+		_ = b.Receive(now, d)
+	}
+	acks, _ := b.Output()
+	for _, d := range acks {
+		f.Add(d)
+	}
+	f.Add([]byte{version | flagAck, 5, 10, 3, 0, 2, 1, 1, 4, 2})
+	f.Fuzz(func(t *testing.T, d []byte) {
+		e := New(Config{})
+		_ = e.Send(now, []byte("x"))
+		before := e.cum
+		_ = e.Receive(now.Add(time.Millisecond), d)
+		e.Tick(now.Add(time.Second))
+		if e.cum < before || e.peerCum > e.nextSeq {
+			t.Fatalf("invariants broken: cum %d→%d, peerCum %d nextSeq %d", before, e.cum, e.peerCum, e.nextSeq)
+		}
+		_, _ = e.Output()
+	})
+}
