@@ -69,7 +69,7 @@ type conn struct {
 	writing  int
 	closed   bool
 	closeErr error
-	outPub   packet.Publish
+	outPub   *packet.Publish // allocated on the first delivery: idle connections stay small
 	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
 	stuck    bool
 	lastProg time.Time
@@ -671,7 +671,10 @@ func (c *conn) writeOut(om *outMsg, dup bool) {
 // appendPublishLocked encodes a PUBLISH onto out. c.mu is held. It reports false for a
 // message that expired or exceeds the client's maximum packet size.
 func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
-	p := &c.outPub
+	if c.outPub == nil {
+		c.outPub = new(packet.Publish)
+	}
+	p := c.outPub
 	ups := p.Props.UserProperties
 	*p = packet.Publish{Dup: dup, QoS: qos, Retain: retain, Topic: topic, PacketID: pid, Payload: payload}
 	if c.version == packet.V5 {

@@ -29,7 +29,7 @@ type Reader struct {
 	start, end int // unread bytes are buf[start:end]
 	version    byte
 	maxSize    int
-	pub        Publish
+	pub        *Publish // reused for every PUBLISH; allocated on the first
 }
 
 // NewReader reads packets from r. A packet larger than maxSize bytes (fixed header
@@ -100,7 +100,10 @@ func (r *Reader) ReadPacket() (Packet, error) {
 		if r.start == r.end {
 			r.start, r.end = 0, 0
 		}
-		return decodeBody(t, flags, body, r.version, &r.pub)
+		if r.pub == nil && t == TypePublish {
+			r.pub = new(Publish)
+		}
+		return decodeBody(t, flags, body, r.version, r.pub)
 	}
 }
 
