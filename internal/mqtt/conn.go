@@ -70,7 +70,7 @@ type conn struct {
 	closed   bool
 	closeErr error
 	outPub   *packet.Publish // allocated on the first delivery: idle connections stay small
-	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
+	stallCh  chan struct{}   // closed at the writer's next progress; nil when not stalling
 	stuck    bool
 	lastProg time.Time
 	subIDs   []uint32
