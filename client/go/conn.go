@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/transport/udp"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -20,6 +21,9 @@ const Version = "0.1.0"
 
 // DefaultURL is where Connect goes when given "".
 const DefaultURL = "tern://127.0.0.1:7400"
+
+// udpPrefix marks a server reached over reliable UDP (URL scheme udp://).
+const udpPrefix = "udp://"
 
 // DefaultPort is the port of a server address given without one.
 const DefaultPort = "7400"
@@ -168,9 +172,14 @@ func parseServers(url string) ([]string, error) {
 		if u == "" {
 			continue
 		}
+		udpScheme := false
 		if scheme, rest, ok := strings.Cut(u, "://"); ok {
-			if scheme != "tern" && scheme != "tcp" {
-				return nil, fmt.Errorf("%w: %q: scheme %q, want tern://", ErrBadURL, u, scheme)
+			switch scheme {
+			case "tern", "tcp":
+			case "udp":
+				udpScheme = true
+			default:
+				return nil, fmt.Errorf("%w: %q: scheme %q, want tern:// or udp://", ErrBadURL, u, scheme)
 			}
 			u = rest
 		}
@@ -180,6 +189,9 @@ func parseServers(url string) ([]string, error) {
 				return nil, fmt.Errorf("%w: %q", ErrBadURL, u)
 			}
 			u = net.JoinHostPort(strings.Trim(u, "[]"), DefaultPort)
+		}
+		if udpScheme {
+			u = udpPrefix + u
 		}
 		servers = append(servers, u)
 	}
@@ -237,7 +249,13 @@ func (o Options) Connect(url string) (*Conn, error) {
 // dial connects to addr and runs the handshake. It returns the bytes read past the
 // INFO frame.
 func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
-	nc, err := net.DialTimeout("tcp", addr, c.opts.Timeout)
+	var nc net.Conn
+	var err error
+	if host, ok := strings.CutPrefix(addr, udpPrefix); ok {
+		nc, err = udp.Dial(host, udp.Config{}, c.opts.Timeout)
+	} else {
+		nc, err = net.DialTimeout("tcp", addr, c.opts.Timeout)
+	}
 	if err != nil {
 		return nil, ServerInfo{}, nil, fmt.Errorf("tern: dial %s: %w", addr, err)
 	}
@@ -945,6 +963,9 @@ func (c *Conn) ConnectedURL() string {
 	defer c.mu.Unlock()
 	if c.status != Connected && c.status != Draining {
 		return ""
+	}
+	if strings.HasPrefix(c.url, udpPrefix) {
+		return c.url
 	}
 	return "tern://" + c.url
 }

@@ -15,7 +15,7 @@ import (
 // exampleServer starts a broker on a free loopback port for the examples.
 func exampleServer() (*server.Server, func()) {
 	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort = "127.0.0.1", 0, "", 0, 0
+	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = "127.0.0.1", 0, "", 0, 0, -1
 	dir, err := os.MkdirTemp("", "tern-example-")
 	if err != nil {
 		log.Fatal(err)

@@ -41,6 +41,9 @@ type Config struct {
 	SegmentSize  int64
 	MaxStreams   int
 	MaxConsumers int
+	// UDPPort is the native protocol's reliable-UDP port; 0 means the same number as
+	// the native TCP port, -1 disables it.
+	UDPPort int
 	// MQTTPort is the MQTT TCP port; 0 picks a free port, -1 disables MQTT.
 	MQTTPort int
 	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
@@ -187,6 +190,8 @@ var options = func() []option {
 	add("max_streams", "most streams (0 = unlimited)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MaxConsumers })
 	add("max_consumers", "most consumers per stream (0 = unlimited)", g, s)
+	g, s = intOpt(func(c *Config) *int { return &c.UDPPort })
+	add("udp_port", "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTPort })
 	add("mqtt_port", "MQTT TCP port (0 = any free port, -1 = no MQTT)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTWSPort })

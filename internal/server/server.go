@@ -21,6 +21,7 @@ import (
 	"github.com/tern-mq/tern/internal/native"
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/stream"
+	"github.com/tern-mq/tern/internal/transport/udp"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -41,6 +42,7 @@ type Server struct {
 	mu       sync.Mutex
 	listener net.Listener
 	mqttLn   net.Listener
+	udpLn    net.Listener
 	mqttWS   *http.Server
 	mqttWSLn net.Listener
 	monitor  *monitor.Server
@@ -140,6 +142,21 @@ func (s *Server) Start() error {
 	s.serveErr = make(chan error, 1)
 	s.mu.Unlock()
 	go func() { s.serveErr <- s.native.Serve(l) }()
+	if s.cfg.UDPPort >= 0 {
+		port := s.cfg.UDPPort
+		if port == 0 {
+			port = l.Addr().(*net.TCPAddr).Port
+		}
+		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), udp.Config{MaxMessage: s.cfg.MaxPayload + 64<<10})
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("udp listener: %w", err)
+		}
+		s.mu.Lock()
+		s.udpLn = ul
+		s.mu.Unlock()
+		go func() { _ = s.native.Serve(ul) }()
+	}
 	if s.mqtt != nil {
 		ml, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.MQTTPort)))
 		if err != nil {
@@ -230,6 +247,16 @@ func (s *Server) MQTTWebSocketAddr() net.Addr {
 	return s.mqttWSLn.Addr()
 }
 
+// UDPAddr is the native-over-UDP listener's address, or nil when it is off.
+func (s *Server) UDPAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.udpLn == nil {
+		return nil
+	}
+	return s.udpLn.Addr()
+}
+
 // MQTT is the MQTT front end, nil when it is disabled.
 func (s *Server) MQTT() *mqtt.Server { return s.mqtt }
 
@@ -318,6 +345,9 @@ func (s *Server) Status() monitor.Status {
 	}
 	if a := s.mqttAddr(); a != "" {
 		listeners["mqtt"] = a
+	}
+	if a := s.UDPAddr(); a != nil {
+		listeners["udp"] = a.String()
 	}
 	if a := s.MQTTWebSocketAddr(); a != nil {
 		listeners["mqtt_ws"] = a.String()

@@ -25,7 +25,7 @@ import (
 func startAt(t *testing.T, dir string, mutate func(*server.Config)) *server.Server {
 	t.Helper()
 	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.MQTTPort, cfg.MQTTWSPort = "127.0.0.1", 0, "", dir, 0, 0
+	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = "127.0.0.1", 0, "", dir, 0, 0, -1
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -161,7 +161,7 @@ func startProcess(t *testing.T, dir, sync string) *serverProcess {
 		t.Fatal(err)
 	}
 	defer log.Close() // the child holds its own descriptor
-	cmd := exec.Command(bin, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--http", "", "--mqtt-port", "-1",
+	cmd := exec.Command(bin, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--http", "", "--mqtt-port", "-1", "--udp-port", "-1",
 		"--store-dir", dir, "--sync", sync, "--segment-size", "1MiB")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

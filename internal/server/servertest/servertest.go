@@ -17,7 +17,7 @@ import (
 func Start(t testing.TB, mutate func(*server.Config)) *server.Server {
 	t.Helper()
 	cfg := server.DefaultConfig()
-	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort = "127.0.0.1", 0, "", 0, 0
+	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = "127.0.0.1", 0, "", 0, 0, -1
 	cfg.StoreDir = t.TempDir()
 	if mutate != nil {
 		mutate(&cfg)

@@ -1,0 +1,80 @@
+package udp_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
+)
+
+// TestNativeProtocolOverUDP: the Go client reaches a real server over reliable UDP
+// (udp:// URL, the native TCP port's number) and publishes, subscribes, requests and
+// replies exactly as over TCP, beside a TCP client on the same subjects.
+func TestNativeProtocolOverUDP(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UDPPort = 0 })
+	ua := s.UDPAddr()
+	if ua == nil {
+		t.Fatal("no UDP listener")
+	}
+	if ua.(*net.UDPAddr).Port != s.Addr().(*net.TCPAddr).Port {
+		t.Fatalf("UDP on port %d, TCP on %d: want the same number", ua.(*net.UDPAddr).Port, s.Addr().(*net.TCPAddr).Port)
+	}
+	uc, err := tern.Connect("udp://" + ua.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	tc, err := tern.Connect(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+
+	sub, err := uc.SubscribeSync("over.udp.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	for i := range n {
+		if err := tc.Publish("over.udp.x", []byte(fmt.Sprintf("m%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if string(m.Data) != fmt.Sprintf("m%d", i) {
+			t.Fatalf("message %d: %q (out of order or lost)", i, m.Data)
+		}
+	}
+	// Request from TCP, reply from UDP, and the other way round.
+	if _, err := uc.Subscribe("svc.udp", func(m *tern.Msg) { _ = m.Respond(append([]byte("udp:"), m.Data...)) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.Subscribe("svc.tcp", func(m *tern.Msg) { _ = m.Respond(append([]byte("tcp:"), m.Data...)) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = uc.Flush()
+	_ = tc.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, err := tc.Request(ctx, "svc.udp", []byte("hi")); err != nil || string(r.Data) != "udp:hi" {
+		t.Fatalf("TCP → UDP responder: %v %v", r, err)
+	}
+	if r, err := uc.Request(ctx, "svc.tcp", []byte("hi")); err != nil || string(r.Data) != "tcp:hi" {
+		t.Fatalf("UDP → TCP responder: %v %v", r, err)
+	}
+	if got := uc.ConnectedURL(); got != "udp://"+ua.String() {
+		t.Fatalf("ConnectedURL %q", got)
+	}
+}

@@ -1,0 +1,535 @@
+package udp
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// Session datagrams wrap the ARQ datagrams. Before a session exists a server answers
+// only with datagrams no larger than the one it got, so it cannot be used to amplify
+// traffic toward a spoofed address, and it keeps no state for a source until that
+// source has echoed a cookie, proving it receives at the address it claims:
+//
+//	init    0x01 | nonce u64 | zero padding to minInit bytes          client → server
+//	cookie  0x02 | nonce u64 | ts u64 | mac [16]                      server → client
+//	init2   0x03 | nonce u64 | ts u64 | mac [16] | padding to minInit client → server
+//	accept  0x04 | nonce u64 | session u64                            server → client
+//	data    0x05 | session u64 | ARQ datagram                         both ways
+//	ping    0x06 | session u64                                        both ways, when idle
+//	close   0x07 | session u64                                        both ways
+//
+// mac is HMAC-SHA256(server secret, source address | nonce | ts), cut to 16 bytes;
+// a cookie is good for cookieTTL. A session is found by its id, not by the source
+// address, so it survives the client's address or port changing (NAT rebinding).
+const (
+	kindInit   = 0x01
+	kindCookie = 0x02
+	kindInit2  = 0x03
+	kindAccept = 0x04
+	kindData   = 0x05
+	kindPing   = 0x06
+	kindClose  = 0x07
+
+	minInit     = 256
+	sessionHdr  = 9
+	cookieTTL   = 30 * time.Second
+	readMax     = 64 << 10
+	defaultMTU  = 1200
+	keepAlive   = 5 * time.Second
+	idleTimeout = 30 * time.Second
+)
+
+// ErrClosed is returned by operations on a closed session or listener.
+var ErrClosed = errors.New("udp: session closed")
+
+// Conn is a reliable session over UDP presented as a net.Conn: a byte stream, in
+// order, exactly once. Any protocol written for a stream (Tern's native frames) runs
+// over it unchanged.
+type Conn struct {
+	pc     net.PacketConn
+	id     uint64
+	local  net.Addr
+	onDone func()
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	ep       *Endpoint
+	peer     net.Addr
+	rq       [][]byte // delivered, not yet read
+	closed   bool
+	err      error
+	timer    *time.Timer
+	lastRecv time.Time
+	lastSend time.Time
+	rdl, wdl time.Time
+	wbuf     []byte
+}
+
+func newConn(pc net.PacketConn, id uint64, peer net.Addr, cfg Config, onDone func()) *Conn {
+	if cfg.MTU <= 0 {
+		cfg.MTU = defaultMTU
+	}
+	cfg.MTU -= sessionHdr
+	c := &Conn{pc: pc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone,
+		lastRecv: time.Now(), lastSend: time.Now()}
+	c.cond = sync.NewCond(&c.mu)
+	c.timer = time.AfterFunc(keepAlive, c.tick)
+	return c
+}
+
+// input handles a data datagram's ARQ part from addr.
+func (c *Conn) input(b []byte, from net.Addr) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if err := c.ep.Receive(now, b); err != nil {
+		return // malformed: ignored, the session goes on
+	}
+	c.peer, c.lastRecv = from, now // the latest address wins (NAT rebinding)
+	c.drainLocked(now)
+}
+
+func (c *Conn) touch(from net.Addr) {
+	c.mu.Lock()
+	c.peer, c.lastRecv = from, time.Now()
+	c.mu.Unlock()
+}
+
+// drainLocked sends what the endpoint produced, queues what it delivered and sets
+// the timer.
+func (c *Conn) drainLocked(now time.Time) {
+	out, del := c.ep.Output()
+	for _, d := range out {
+		c.wbuf = append(append(c.wbuf[:0], kindData), 0, 0, 0, 0, 0, 0, 0, 0)
+		binary.BigEndian.PutUint64(c.wbuf[1:], c.id)
+		c.wbuf = append(c.wbuf, d...)
+		_, _ = c.pc.WriteTo(c.wbuf, c.peer)
+		c.lastSend = now
+	}
+	if len(del) > 0 {
+		c.rq = append(c.rq, del...)
+	}
+	if len(del) > 0 || len(out) > 0 {
+		c.cond.Broadcast()
+	}
+	next := now.Add(keepAlive)
+	if d := c.ep.Deadline(); !d.IsZero() && d.Before(next) {
+		next = d
+	}
+	c.timer.Reset(max(time.Until(next), 0))
+}
+
+// tick runs the endpoint's timers, keepalive and idle timeout.
+func (c *Conn) tick() {
+	now := time.Now()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if now.Sub(c.lastRecv) > idleTimeout {
+		c.mu.Unlock()
+		c.closeWith(errors.New("udp: session idle timeout"), false)
+		return
+	}
+	if now.Sub(c.lastSend) >= keepAlive && c.ep.Idle() {
+		b := make([]byte, sessionHdr)
+		b[0] = kindPing
+		binary.BigEndian.PutUint64(b[1:], c.id)
+		_, _ = c.pc.WriteTo(b, c.peer)
+		c.lastSend = now
+	}
+	c.ep.Tick(now)
+	c.drainLocked(now)
+	if !c.rdl.IsZero() && !now.Before(c.rdl) || !c.wdl.IsZero() && !now.Before(c.wdl) {
+		c.cond.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+// Read implements net.Conn.
+func (c *Conn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.rq) == 0 {
+		if c.closed {
+			if c.err != nil {
+				return 0, c.err
+			}
+			return 0, io.EOF
+		}
+		if !c.rdl.IsZero() && !time.Now().Before(c.rdl) {
+			return 0, os.ErrDeadlineExceeded
+		}
+		c.cond.Wait()
+	}
+	n := copy(p, c.rq[0])
+	if n == len(c.rq[0]) {
+		c.rq[0] = nil
+		c.rq = c.rq[1:]
+	} else {
+		c.rq[0] = c.rq[0][n:]
+	}
+	return n, nil
+}
+
+// maxChunk is the most of a Write that becomes one message.
+const maxChunk = 32 << 10
+
+// Write implements net.Conn; it waits while the send queue is full.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	written := 0
+	for written < len(p) {
+		if c.closed {
+			return written, ErrClosed
+		}
+		chunk := p[written:min(len(p), written+maxChunk)]
+		err := c.ep.Send(time.Now(), chunk)
+		if errors.Is(err, ErrQueueFull) {
+			if !c.wdl.IsZero() && !time.Now().Before(c.wdl) {
+				return written, os.ErrDeadlineExceeded
+			}
+			c.cond.Wait()
+			continue
+		}
+		if err != nil {
+			return written, err
+		}
+		written += len(chunk)
+		c.drainLocked(time.Now())
+	}
+	return written, nil
+}
+
+// Close implements net.Conn: it tells the peer and ends the session.
+func (c *Conn) Close() error {
+	c.closeWith(nil, true)
+	return nil
+}
+
+func (c *Conn) closeWith(err error, tell bool) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	// Give what is queued a moment to leave, as a TCP close would.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for tell && !c.ep.Idle() && time.Now().Before(deadline) {
+		c.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		c.mu.Lock()
+	}
+	c.closed, c.err = true, err
+	if tell {
+		b := make([]byte, sessionHdr)
+		b[0] = kindClose
+		binary.BigEndian.PutUint64(b[1:], c.id)
+		_, _ = c.pc.WriteTo(b, c.peer)
+	}
+	c.timer.Stop()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	if c.onDone != nil {
+		c.onDone()
+	}
+}
+
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+func (c *Conn) RemoteAddr() net.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peer
+}
+
+func (c *Conn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
+
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rdl = t
+	c.cond.Broadcast()
+	if !t.IsZero() {
+		time.AfterFunc(max(time.Until(t), 0), func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.wdl = t
+	c.mu.Unlock()
+	return nil
+}
+
+// Stats reports the session's transport counters.
+func (c *Conn) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ep.Stats()
+}
+
+// ---------------------------------------------------------------------------------
+// Server side
+
+// Listener accepts sessions on one UDP socket; it implements net.Listener.
+type Listener struct {
+	pc     *net.UDPConn
+	cfg    Config
+	secret []byte
+
+	mu       sync.Mutex
+	sessions map[uint64]*Conn
+	byNonce  map[uint64]uint64 // recent handshakes: a repeated init2 gets the same session
+	accept   chan *Conn
+	done     chan struct{}
+	closed   bool
+}
+
+// Listen opens a UDP listener.
+func Listen(addr string, cfg Config) (*Listener, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	l := &Listener{pc: pc, cfg: cfg, secret: secret, sessions: make(map[uint64]*Conn),
+		byNonce: make(map[uint64]uint64), accept: make(chan *Conn, 128), done: make(chan struct{})}
+	go l.readLoop()
+	return l, nil
+}
+
+func (l *Listener) mac(addr net.Addr, nonce, ts uint64) []byte {
+	h := hmac.New(sha256.New, l.secret)
+	h.Write([]byte(addr.String()))
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:], nonce)
+	binary.BigEndian.PutUint64(b[8:], ts)
+	h.Write(b[:])
+	return h.Sum(nil)[:16]
+}
+
+func (l *Listener) readLoop() {
+	buf := make([]byte, readMax)
+	for {
+		n, from, err := l.pc.ReadFrom(buf)
+		if err != nil {
+			l.mu.Lock()
+			closed := l.closed
+			l.mu.Unlock()
+			if closed {
+				return
+			}
+			continue
+		}
+		l.handle(buf[:n], from)
+	}
+}
+
+// handle dispatches one datagram. Anything malformed or unknown is dropped without
+// an answer.
+func (l *Listener) handle(b []byte, from net.Addr) {
+	if len(b) < sessionHdr {
+		return
+	}
+	id := binary.BigEndian.Uint64(b[1:9])
+	switch b[0] {
+	case kindInit:
+		if len(b) < minInit {
+			return
+		}
+		ts := uint64(time.Now().Unix())
+		out := make([]byte, 0, 33)
+		out = append(out, kindCookie)
+		out = binary.BigEndian.AppendUint64(out, id) // the nonce
+		out = binary.BigEndian.AppendUint64(out, ts)
+		out = append(out, l.mac(from, id, ts)...)
+		_, _ = l.pc.WriteTo(out, from)
+	case kindInit2:
+		if len(b) < minInit {
+			return
+		}
+		nonce, ts := id, binary.BigEndian.Uint64(b[9:17])
+		if age := time.Since(time.Unix(int64(ts), 0)); age < -time.Second || age > cookieTTL ||
+			!hmac.Equal(b[17:33], l.mac(from, nonce, ts)) {
+			return
+		}
+		l.mu.Lock()
+		sid, seen := l.byNonce[nonce]
+		if !seen && !l.closed {
+			var rb [8]byte
+			_, _ = rand.Read(rb[:])
+			sid = binary.BigEndian.Uint64(rb[:]) | 1
+			c := newConn(l.pc, sid, from, l.cfg, func() { l.remove(sid, nonce) })
+			select {
+			case l.accept <- c:
+				l.sessions[sid], l.byNonce[nonce] = c, sid
+			default: // backlog full: the client retries
+				c.onDone = nil // l.mu is held
+				c.closeWith(errors.New("udp: accept backlog full"), false)
+				l.mu.Unlock()
+				return
+			}
+		}
+		l.mu.Unlock()
+		out := make([]byte, 0, 17)
+		out = append(out, kindAccept)
+		out = binary.BigEndian.AppendUint64(out, nonce)
+		out = binary.BigEndian.AppendUint64(out, sid)
+		_, _ = l.pc.WriteTo(out, from)
+	case kindData, kindPing, kindClose:
+		l.mu.Lock()
+		c := l.sessions[id]
+		l.mu.Unlock()
+		if c == nil {
+			return
+		}
+		switch b[0] {
+		case kindData:
+			c.input(b[sessionHdr:], from)
+		case kindPing:
+			c.touch(from)
+		case kindClose:
+			c.closeWith(nil, false)
+		}
+	}
+}
+
+func (l *Listener) remove(sid, nonce uint64) {
+	l.mu.Lock()
+	delete(l.sessions, sid)
+	delete(l.byNonce, nonce)
+	l.mu.Unlock()
+}
+
+// Accept implements net.Listener.
+func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.accept:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener; open sessions are closed too.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.done)
+	conns := make([]*Conn, 0, len(l.sessions))
+	for _, c := range l.sessions {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(ErrClosed, true)
+	}
+	return l.pc.Close()
+}
+
+// Addr implements net.Listener.
+func (l *Listener) Addr() net.Addr { return l.pc.LocalAddr() }
+
+// ---------------------------------------------------------------------------------
+// Client side
+
+// Dial opens a session to a Listener at addr.
+func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := net.ListenUDP("udp", nil)
+	if err != nil {
+		return nil, err
+	}
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	nonce := binary.BigEndian.Uint64(nb[:])
+	deadline := time.Now().Add(timeout)
+	send := func(kind byte, extra []byte) {
+		b := make([]byte, minInit)
+		b[0] = kind
+		binary.BigEndian.PutUint64(b[1:], nonce)
+		copy(b[9:], extra)
+		_, _ = pc.WriteTo(b, ua)
+	}
+	buf := make([]byte, readMax)
+	var cookie []byte
+	for cookie == nil {
+		if time.Now().After(deadline) {
+			pc.Close()
+			return nil, errors.New("udp: no answer to the handshake")
+		}
+		send(kindInit, nil)
+		_ = pc.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+		n, _, err := pc.ReadFrom(buf)
+		if err == nil && n == 33 && buf[0] == kindCookie && binary.BigEndian.Uint64(buf[1:]) == nonce {
+			cookie = append([]byte(nil), buf[9:33]...)
+		}
+	}
+	var sid uint64
+	for sid == 0 {
+		if time.Now().After(deadline) {
+			pc.Close()
+			return nil, errors.New("udp: handshake not accepted")
+		}
+		send(kindInit2, cookie)
+		_ = pc.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+		n, _, err := pc.ReadFrom(buf)
+		if err == nil && n == 17 && buf[0] == kindAccept && binary.BigEndian.Uint64(buf[1:]) == nonce {
+			sid = binary.BigEndian.Uint64(buf[9:])
+		}
+	}
+	_ = pc.SetReadDeadline(time.Time{})
+	c := newConn(pc, sid, ua, cfg, func() { pc.Close() })
+	go func() {
+		buf := make([]byte, readMax)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				c.closeWith(err, false)
+				return
+			}
+			if n < sessionHdr || binary.BigEndian.Uint64(buf[1:9]) != sid {
+				continue
+			}
+			switch buf[0] {
+			case kindData:
+				c.input(buf[sessionHdr:n], from)
+			case kindPing:
+				c.touch(from)
+			case kindClose:
+				c.closeWith(nil, false)
+				return
+			}
+		}
+	}()
+	return c, nil
+}
