@@ -116,7 +116,7 @@ watch.subscribe("wd/#", qos=1)
 time.sleep(0.2)
 def connect_with_will(topic):
     wp = Properties(PacketTypes.WILLMESSAGE)
-    wp.WillDelayInterval = 1
+    wp.WillDelayInterval = 3   # long enough for the reconnect below even on a loaded machine
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="wd-" + topic, protocol=mqtt.MQTTv5)
     c.will_set("wd/" + topic, "gone", 1, False, properties=wp)
     cp = Properties(PacketTypes.CONNECT); cp.SessionExpiryInterval = 60
@@ -128,7 +128,7 @@ c.socket().shutdown(socket.SHUT_RDWR); c.loop_stop(); time.sleep(0.3)
 c = connect_with_will("back")   # back within the delay
 d = connect_with_will("away")
 d.socket().shutdown(socket.SHUT_RDWR); d.loop_stop()
-got = [m.topic for m in take(watch, 2, timeout=3)]
+got = [m.topic for m in take(watch, 2, timeout=6)]
 emit(got=got)
 c.disconnect(); c.loop_stop()
 `, 30*time.Second)

@@ -404,10 +404,11 @@ func TestRawOfflineQueueLimit(t *testing.T) {
 	}
 }
 
-// TestRawSessionExpiry: a v5 session with a 1 s expiry is gone after 1.5 s.
+// TestRawSessionExpiry: a v5 session with a 2 s expiry is there right after its
+// client leaves and gone 3.5 s later.
 func TestRawSessionExpiry(t *testing.T) {
 	_, port := startTern(t, nil)
-	props := &packet.Properties{SessionExpiry: 1, HasSessionExpiry: true}
+	props := &packet.Properties{SessionExpiry: 2, HasSessionExpiry: true}
 	c := dialRaw(t, port, packet.V5)
 	c.connect("brief", false, 0, props)
 	c.send(&packet.Disconnect{})
@@ -418,7 +419,7 @@ func TestRawSessionExpiry(t *testing.T) {
 	}
 	c.send(&packet.Disconnect{})
 	c.closedWith(5 * time.Second)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	c = dialRaw(t, port, packet.V5)
 	if ca := c.connect("brief", false, 0, props); ca.SessionPresent {
 		t.Fatal("session outlived its expiry")
