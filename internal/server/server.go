@@ -189,6 +189,12 @@ func (s *Server) Start() error {
 		if s.mqtt != nil {
 			m.Registry().MustRegister(mqttCollector{s.mqtt})
 		}
+		s.mu.Lock()
+		ul, _ := s.udpLn.(*udp.Listener)
+		s.mu.Unlock()
+		if ul != nil {
+			m.Registry().MustRegister(udpCollector{ul})
+		}
 		if err := m.Start(); err != nil {
 			_ = l.Close()
 			return fmt.Errorf("monitoring listener: %w", err)

@@ -68,6 +68,16 @@ type Stats struct {
 	Queued       int // bytes waiting to be packetized
 }
 
+// add sums the counters of o into s (not the gauges).
+func (s *Stats) add(o *Stats) {
+	s.DataPackets += o.DataPackets
+	s.CoordPackets += o.CoordPackets
+	s.Retransmits += o.Retransmits
+	s.NaksSent += o.NaksSent
+	s.Delivered += o.Delivered
+	s.Duplicates += o.Duplicates
+}
+
 type sentPacket struct {
 	seq     uint64
 	frames  []byte // the frames; the header is rebuilt on each send

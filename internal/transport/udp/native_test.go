@@ -3,7 +3,10 @@ package udp_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +19,7 @@ import (
 // (udp:// URL, the native TCP port's number) and publishes, subscribes, requests and
 // replies exactly as over TCP, beside a TCP client on the same subjects.
 func TestNativeProtocolOverUDP(t *testing.T) {
-	s := servertest.Start(t, func(c *server.Config) { c.UDPPort = 0 })
+	s := servertest.Start(t, func(c *server.Config) { c.UDPPort, c.HTTPAddr = 0, "127.0.0.1:0" })
 	ua := s.UDPAddr()
 	if ua == nil {
 		t.Fatal("no UDP listener")
@@ -76,5 +79,16 @@ func TestNativeProtocolOverUDP(t *testing.T) {
 	}
 	if got := uc.ConnectedURL(); got != "udp://"+ua.String() {
 		t.Fatalf("ConnectedURL %q", got)
+	}
+	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"tern_udp_sessions 1", "tern_udp_data_packets_total ", "tern_udp_coordination_packets_total "} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
 	}
 }

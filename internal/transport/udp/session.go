@@ -300,6 +300,7 @@ type Listener struct {
 	accept   chan *Conn
 	done     chan struct{}
 	closed   bool
+	ended    Stats // counters of sessions that have ended
 }
 
 // Listen opens a UDP listener.
@@ -418,9 +419,38 @@ func (l *Listener) handle(b []byte, from net.Addr) {
 
 func (l *Listener) remove(sid, nonce uint64) {
 	l.mu.Lock()
+	c := l.sessions[sid]
 	delete(l.sessions, sid)
 	delete(l.byNonce, nonce)
 	l.mu.Unlock()
+	if c != nil {
+		st := c.Stats()
+		l.mu.Lock()
+		l.ended.add(&st)
+		l.mu.Unlock()
+	}
+}
+
+// ListenerStats are a listener's totals over its sessions, live and ended.
+type ListenerStats struct {
+	Sessions int // live now
+	Stats
+}
+
+// Stats sums the counters of every session the listener has had.
+func (l *Listener) Stats() ListenerStats {
+	l.mu.Lock()
+	conns := make([]*Conn, 0, len(l.sessions))
+	for _, c := range l.sessions {
+		conns = append(conns, c)
+	}
+	out := ListenerStats{Sessions: len(conns), Stats: l.ended}
+	l.mu.Unlock()
+	for _, c := range conns {
+		st := c.Stats()
+		out.add(&st)
+	}
+	return out
 }
 
 // Accept implements net.Listener.
