@@ -29,6 +29,8 @@ apt_install() { command -v "$1" >/dev/null || apt_pkg "$2"; }
 
 # nats-server: the reference broker the benchmark harness's own tests run against.
 apt_install nats-server nats-server
+# iptables (statistic match) for the reliable-UDP tests between network namespaces.
+apt_install iptables iptables
 # MQTT clients Tern did not write, for the MQTT interoperability tests.
 apt_install mosquitto_pub mosquitto-clients
 apt_install python3 python3
