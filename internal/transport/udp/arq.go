@@ -123,6 +123,7 @@ type Endpoint struct {
 	nakSentAt map[uint64]time.Time
 	lastArr   uint64 // the data packet that arrived last, and when
 	lastArrAt time.Time
+	nakDue    time.Time // gaps are reported again then, even if no data arrives
 	partial   []byte
 	inMsg     bool
 
@@ -182,6 +183,15 @@ func (e *Endpoint) Receive(now time.Time, b []byte) error {
 
 // Tick runs the timers; call it at Deadline (calling it earlier is harmless).
 func (e *Endpoint) Tick(now time.Time) {
+	if !e.nakDue.IsZero() && !now.Before(e.nakDue) {
+		// Gaps still open a while after they were reported: the NAK or the repair
+		// may have been lost, and a sender blocked on its window sends nothing that
+		// would make us speak. Report them again.
+		e.nakDue = time.Time{}
+		if e.highest >= e.cum && len(e.ooo) > 0 {
+			e.ackNow = true
+		}
+	}
 	if !e.rtoAt.IsZero() && !now.Before(e.rtoAt) && len(e.unacked) > 0 {
 		// Retransmission timeout: resend the oldest, back off (RFC 6298 5.5), and
 		// treat it as a severe congestion signal.
@@ -206,7 +216,7 @@ func (e *Endpoint) Tick(now time.Time) {
 // Deadline is when Tick must next be called; zero when no timer is set.
 func (e *Endpoint) Deadline() time.Time {
 	var d time.Time
-	for _, t := range []time.Time{e.rtoAt, e.probeAt, e.ackDue, e.bundleDeadline()} {
+	for _, t := range []time.Time{e.rtoAt, e.probeAt, e.ackDue, e.bundleDeadline(), e.nakDue} {
 		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
 			d = t
 		}
@@ -566,6 +576,11 @@ func (e *Endpoint) appendAckSection(now time.Time, b []byte) []byte {
 	naks := e.naks(now)
 	if len(naks) > 0 {
 		e.stats.NaksSent++
+	}
+	if len(e.ooo) > 0 {
+		e.nakDue = now.Add(2 * min(max(e.srtt/2, 10*time.Millisecond), 250*time.Millisecond))
+	} else {
+		e.nakDue = time.Time{}
 	}
 	window := uint64(e.cfg.Window - len(e.ooo))
 	var echoUs uint64
