@@ -12,8 +12,8 @@ import (
 // Config tunes an Endpoint. Zero values take the defaults shown.
 type Config struct {
 	MTU         int           // largest datagram, bytes (1200)
-	AckEvery    int           // acknowledge after this many data packets (16)
-	AckDelay    time.Duration // ... or this long after the first unacknowledged one (20ms)
+	AckEvery    int           // acknowledge after this many data packets (32)
+	AckDelay    time.Duration // ... or this long after the first unacknowledged one (50ms)
 	BundleDelay time.Duration // wait up to this long to fill a datagram; <0 disables (1ms)
 	Window      int           // packets the receiver buffers out of order (4096)
 	MaxMessage  int           // largest message (1 MiB)
@@ -35,11 +35,11 @@ func (c *Config) defaults() {
 		}
 	}
 	set(&c.MTU, 1200)
-	set(&c.AckEvery, 16)
+	set(&c.AckEvery, 32)
 	set(&c.Window, 4096)
 	set(&c.MaxMessage, 1<<20)
 	set(&c.MaxQueued, 16<<20)
-	setD(&c.AckDelay, 20*time.Millisecond)
+	setD(&c.AckDelay, 50*time.Millisecond)
 	setD(&c.BundleDelay, time.Millisecond)
 	setD(&c.MinRTO, 200*time.Millisecond)
 	setD(&c.MaxRTO, 10*time.Second)
@@ -549,8 +549,14 @@ func (e *Endpoint) sendPacket(now time.Time, p *sentPacket, retrans bool) {
 	if withAck {
 		flags |= flagAck
 	}
-	if retrans && (e.probed && p == e.unacked[len(e.unacked)-1] || p == e.unacked[0] && e.rtoAt.IsZero()) {
+	switch {
+	case retrans && (e.probed && p == e.unacked[len(e.unacked)-1] || p == e.unacked[0] && e.rtoAt.IsZero()):
 		flags |= flagProbe // tail-loss probe or timeout: the peer acknowledges at once
+	case !retrans && !e.canSend():
+		// This packet fills our window: nothing more goes out until an ack frees
+		// room, so ask for it now rather than after the peer's ack delay. A steady
+		// stream that never fills the window keeps its acks few.
+		flags |= flagProbe
 	}
 	b := make([]byte, 0, 16+len(p.frames)+3*maxRanges)
 	b = append(b, flags)
