@@ -48,6 +48,7 @@ type conn struct {
 	problemInfo bool // the client accepts reason strings
 	sess        *session
 	attached    atomic.Bool
+	sessReady   atomic.Pointer[session] // sess, for other goroutines once set
 
 	// Owned by the reader.
 	r          *packet.Reader
@@ -311,6 +312,9 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 				props.SessionExpiry, props.HasSessionExpiry = uint32(expiry/time.Second), true
 			}
 		}
+		// Counted as connected before the client can see its CONNACK, so that a
+		// connection it opens next meets the connection limit with this one in it.
+		c.attached.Store(true)
 		c.connack(present, packet.Success, &props)
 	})
 	if err != nil {
@@ -318,8 +322,8 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		return fmt.Errorf("%w: %v", errClosedByServer, err)
 	}
 	c.sess = sess
+	c.sessReady.Store(sess)
 	c.pub.Origin = sess
-	c.attached.Store(true)
 	if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive)
 	}
@@ -883,9 +887,8 @@ type ConnInfo struct {
 func (c *conn) snapshot() ConnInfo {
 	ci := ConnInfo{ID: c.id, Remote: c.remote, Start: c.start,
 		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
-	if c.attached.Load() {
+	if s := c.sessReady.Load(); s != nil {
 		ci.ClientID, ci.Version = c.clientID, c.version
-		s := c.sess
 		s.mu.Lock()
 		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), len(s.fl.inflight), len(s.fl.queue)
 		s.mu.Unlock()

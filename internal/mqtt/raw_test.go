@@ -249,7 +249,7 @@ func TestRawKeepaliveZero(t *testing.T) {
 
 // TestRawLimits: packet size, connection count.
 func TestRawLimits(t *testing.T) {
-	_, port := startTern(t, func(c *server.Config) {
+	s, port := startTern(t, func(c *server.Config) {
 		c.MQTT.MaxPacketSize = 1024
 		c.MQTT.MaxConnections = 2
 	})
@@ -272,7 +272,7 @@ func TestRawLimits(t *testing.T) {
 	}
 	over3 := dialRaw(t, port, packet.V311)
 	if ca := over3.connect("three", true, 0, nil); ca.Reason != packet.ReasonCode(packet.ConnRefusedServerUnavailable) {
-		t.Fatalf("third 3.1.1 connection: %+v, want return code 3", ca)
+		t.Fatalf("third 3.1.1 connection: reason %v, want return code 3 (MQTT stats %+v)", ca.Reason, s.MQTT().Stats())
 	}
 }
 
