@@ -34,6 +34,10 @@ type Message struct {
 	// Retain marks a message the publisher asked the server to keep for future
 	// subscribers (MQTT retained messages); front ends may show it to subscribers.
 	Retain bool
+	// Group, when set, restricts delivery to one member of that queue group: plain
+	// subscribers and other groups do not get the message (a push consumer's
+	// deliver group).
+	Group string
 }
 
 // Sink is a destination for deliveries: one client connection of any protocol.
@@ -240,14 +244,19 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 	}
 	filtered := false
 	matched := 0
-	for _, sub := range r.Plain {
-		if !b.eligible(p, sub, m, &filtered) {
-			continue
+	if m.Group == "" {
+		for _, sub := range r.Plain {
+			if !b.eligible(p, sub, m, &filtered) {
+				continue
+			}
+			matched++
+			b.deliver(p, sub, m)
 		}
-		matched++
-		b.deliver(p, sub, m)
 	}
 	for _, g := range r.Groups {
+		if m.Group != "" && g.Name != m.Group {
+			continue
+		}
 		n := uint32(len(g.Members))
 		start := g.Cursor.Add(1)
 		found := false

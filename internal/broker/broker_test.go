@@ -315,3 +315,26 @@ func BenchmarkPublishQueueGroup(b *testing.B) {
 		br.Publish(&p, m)
 	}
 }
+
+// TestGroupRestrictsDelivery: a message for one queue group reaches one member of it
+// and nobody else on the subject.
+func TestGroupRestrictsDelivery(t *testing.T) {
+	b := New()
+	g1, g2, other, plain := &recorder{}, &recorder{}, &recorder{}, &recorder{}
+	subscribe(t, b, g1, "deliver.x", "g")
+	subscribe(t, b, g2, "deliver.x", "g")
+	subscribe(t, b, other, "deliver.x", "h")
+	subscribe(t, b, plain, "deliver.x", "")
+	var p Batch
+	for i := 0; i < 10; i++ {
+		if n := b.Publish(&p, &Message{Subject: []byte("deliver.x"), Payload: []byte("m"), Group: "g"}); n != 1 {
+			t.Fatalf("matched %d, want 1", n)
+		}
+	}
+	if g1.count()+g2.count() != 10 || g1.count() == 0 || g2.count() == 0 || other.count() != 0 || plain.count() != 0 {
+		t.Fatalf("g %d+%d, other group %d, plain %d; want 10 over g only", g1.count(), g2.count(), other.count(), plain.count())
+	}
+	if n := b.Publish(&p, &Message{Subject: []byte("deliver.x"), Payload: []byte("m"), Group: "nobody"}); n != 0 {
+		t.Fatalf("a group with no members matched %d", n)
+	}
+}

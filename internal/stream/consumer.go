@@ -627,6 +627,9 @@ func (c *Consumer) ack(ref *streamapi.AckRef, kind streamapi.AckKind, delay time
 			c.reschedule(pm, time.Now().Add(c.ackWaitFor(pm.deliveries)).UnixNano())
 		case streamapi.Term:
 			c.removePending(pm)
+			if c.jr != nil { // like an ack: never delivered again, even after a restart
+				c.jr.add(recAcked, uint64(pm.key.part), pm.key.seq)
+			}
 			c.dead = append(c.dead, deadLetter{key: pm.key, deliveries: pm.deliveries, reason: "terminated: " + string(reason)})
 		}
 	}
@@ -991,6 +994,9 @@ func (c *Consumer) deliver(now int64) bool {
 			StreamSeq: seq, ConsumerSeq: c.cseq, Time: rec.Time, Pending: c.numPendingLocked()}
 		c.ackSubj = streamapi.AppendAckSubject(c.ackSubj[:0], &meta)
 		msg := broker.Message{Subject: rec.Subject, Route: route, Reply: c.ackSubj, Header: rec.Header, Payload: rec.Payload}
+		if push {
+			msg.Group = c.cfg.DeliverGroup
+		}
 		if c.s.m.broker.Publish(&c.batch, &msg) == 0 {
 			// Nobody took it (the puller went away): deliver it again soon.
 			if pm != nil {

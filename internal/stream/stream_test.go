@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -523,6 +524,16 @@ func TestPushConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	// Outsiders on the deliver subject: a plain subscriber and another group get nothing.
+	var outsiders atomic.Int64
+	for _, opt := range [][]tern.SubOpt{nil, {tern.Queue("other")}} {
+		o, err := e.nc.Subscribe("deliver.push", func(*tern.Msg) { outsiders.Add(1) }, opt...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Unsubscribe()
+	}
+	_ = e.nc.Flush()
 	e.addConsumer("push", tern.ConsumerConfig{Durable: "p", DeliverSubject: "deliver.push", DeliverGroup: "g"})
 	for i := 0; i < 50; i++ {
 		select {
@@ -535,6 +546,9 @@ func TestPushConsumer(t *testing.T) {
 		}
 	}
 	waitFor(t, "push acks", func() bool { return e.consumerInfo("push", "p").NumAckPending == 0 })
+	if n := outsiders.Load(); n != 0 {
+		t.Fatalf("%d pushed messages reached subscribers outside deliver group g", n)
+	}
 }
 
 func TestDeliverPolicies(t *testing.T) {
