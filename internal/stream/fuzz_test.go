@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -861,4 +862,24 @@ func FuzzAckSink(f *testing.F) {
 			t.Fatalf("after %q %q: pending %v, want %v", full, bodies, got, want)
 		}
 	})
+}
+
+// TestStoreDirLocked: a second engine on a directory in use is refused, and the
+// directory is free again once the first closes.
+func TestStoreDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	m1, err := New(Config{Dir: dir}, broker.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Dir: dir}, broker.New(), nil); !errors.Is(err, ErrDirInUse) {
+		m1.Close()
+		t.Fatalf("second engine on the same directory: %v, want ErrDirInUse", err)
+	}
+	m1.Close()
+	m2, err := New(Config{Dir: dir}, broker.New(), nil)
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	m2.Close()
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type Manager struct {
 	broker *broker.Broker
 	log    *slog.Logger
 
+	lock    *os.File // dir/LOCK, held while the manager is open
 	mu      sync.RWMutex
 	streams map[string]*Stream
 	closed  bool
@@ -86,7 +88,11 @@ func New(cfg Config, b *broker.Broker, log *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "streams"), 0o755); err != nil {
 		return nil, fmt.Errorf("stream engine: %w", err)
 	}
-	m := &Manager{cfg: cfg, broker: b, log: log, streams: make(map[string]*Stream)}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, broker: b, log: log, streams: make(map[string]*Stream), lock: lock}
 	if err := m.recover(); err != nil {
 		m.Close()
 		return nil, err
@@ -179,6 +185,9 @@ func (m *Manager) Close() {
 	}
 	for _, s := range streams {
 		s.close(false)
+	}
+	if m.lock != nil {
+		_ = m.lock.Close() // releases the directory for another process
 	}
 }
 
@@ -313,7 +322,9 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 		if err := subject.ValidateFilter([]byte(f)); err != nil {
 			return bad("%v", err)
 		}
-		if len(f) >= len("$TERN.") && f[:len("$TERN.")] == "$TERN." {
+		// The server's own subjects may not be captured, except dead letters, which
+		// are there to be kept.
+		if strings.HasPrefix(f, "$TERN.") && !strings.HasPrefix(f, streamapi.DeadLetterPrefix) {
 			return bad("subject %q is reserved for the server", f)
 		}
 		for _, g := range cfg.Subjects[:i] {

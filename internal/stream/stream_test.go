@@ -270,6 +270,11 @@ func TestFetchWaitsForMessages(t *testing.T) {
 func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "rd", Subjects: []string{"rd.>"}})
+	// Dead letters can be kept in a stream of their own, on the default subject.
+	e.addStream(tern.StreamConfig{Name: "dead", Subjects: []string{"$TERN.DLQ.>"}})
+	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "api", Subjects: []string{"$TERN.API.>"}}); err == nil {
+		t.Fatal("a stream on the server's API subjects was accepted")
+	}
 	dlq, err := e.nc.SubscribeSync("$TERN.DLQ.rd.c")
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +299,7 @@ func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
 		dm.Header.Get("Tern-Reason") != "max deliveries reached" {
 		t.Fatalf("dead letter %q %v", dm.Data, dm.Header)
 	}
+	waitFor(t, "dead letter stored", func() bool { return e.streamInfo("dead").State.Msgs >= 1 })
 
 	// Nak redelivers at once; nak with a delay after it.
 	e.publish("rd.x", "nak me")
