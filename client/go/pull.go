@@ -1,6 +1,7 @@
 package tern
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,6 +207,9 @@ func (p *Pull) FetchEach(ctx context.Context, batch int, fn func(*Msg), opts ...
 			}
 			break
 		}
+		if err := pullError(m); err != nil {
+			return n, fmt.Errorf("fetch from %s/%s: %w", p.stream, p.consumer, err)
+		}
 		fn(m)
 		n++
 	}
@@ -222,6 +226,22 @@ func (p *Pull) Next(ctx context.Context, opts ...FetchOpt) (*Msg, error) {
 		return nil, err
 	}
 	return msgs[0], nil
+}
+
+// pullError returns the API error a pull request was answered with (unknown stream
+// or consumer, bad request), nil for a delivered message: deliveries always carry an
+// ack subject as their reply.
+func pullError(m *Msg) error {
+	if strings.HasPrefix(m.Reply, streamapi.AckPrefix) || !bytes.HasPrefix(m.Data, []byte(`{"error"`)) {
+		return nil
+	}
+	var r struct {
+		Error *streamapi.APIError `json:"error"`
+	}
+	if json.Unmarshal(m.Data, &r) != nil || r.Error == nil {
+		return nil
+	}
+	return apiErr(r.Error)
 }
 
 // statusOf returns the status code of a pull status message, "" for a real message.

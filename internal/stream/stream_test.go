@@ -238,6 +238,18 @@ func TestPullFetchAck(t *testing.T) {
 
 // TestFetchWaitsForMessages checks the long poll: a fetch waiting on an empty consumer
 // gets a message published later as soon as it is stored, not at its deadline.
+// TestFetchUnknownConsumer: a pull the server refuses is an error, not a message.
+func TestFetchUnknownConsumer(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "fu", Subjects: []string{"fu.>"}})
+	p := e.js.Pull("fu", "nobody")
+	defer p.Close()
+	msgs, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(2*time.Second))
+	if !errors.Is(err, tern.ErrConsumerNotFound) || len(msgs) != 0 {
+		t.Fatalf("fetch from a missing consumer: %d messages, %v; want ErrConsumerNotFound", len(msgs), err)
+	}
+}
+
 func TestFetchWaitsForMessages(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "lp"})
