@@ -34,9 +34,6 @@ type flight struct {
 	order    []uint16 // in-flight packet ids, oldest first
 	queue    []*outMsg
 
-	dropped uint64 // messages refused or evicted because the queue was full
-	expired uint64 // messages whose expiry passed before they could be sent
-
 	// drop is told of every queued message that is evicted or expires.
 	drop func(*outMsg)
 }
@@ -70,7 +67,6 @@ func (f *flight) start(m *outMsg) uint16 {
 // was dropped (drop-new), or evicts the oldest queued message (drop-old).
 func (f *flight) enqueue(m *outMsg) bool {
 	if len(f.queue) >= f.maxQueue {
-		f.dropped++
 		if !f.dropOld || len(f.queue) == 0 {
 			return false
 		}
@@ -119,7 +115,6 @@ func (f *flight) next(now time.Time) *outMsg {
 		f.queue[0] = nil
 		f.queue = f.queue[1:]
 		if m.expireAt != 0 && now.UnixNano() >= m.expireAt {
-			f.expired++
 			if f.drop != nil {
 				f.drop(m)
 			}
@@ -138,9 +133,6 @@ func (f *flight) resend() []*outMsg {
 	}
 	return out
 }
-
-// pending is how many messages are in flight or queued.
-func (f *flight) pending() int { return len(f.inflight) + len(f.queue) }
 
 // restore puts back a message read from storage: in flight if it had a packet id,
 // else at the end of the queue. Messages must come in their original order.

@@ -82,7 +82,6 @@ type sentPacket struct {
 	seq     uint64
 	frames  []byte // the frames; the header is rebuilt on each send
 	sentAt  time.Time
-	first   time.Time
 	retrans int
 	nakAt   time.Time // last retransmission caused by a NAK
 }
@@ -571,7 +570,6 @@ func (e *Endpoint) sendPacket(now time.Time, p *sentPacket, retrans bool) {
 		e.stats.Retransmits++
 	} else {
 		e.stats.DataPackets++
-		p.first = now
 	}
 	p.sentAt = now
 	e.lastSend = now
