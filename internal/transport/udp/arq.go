@@ -11,11 +11,11 @@ import (
 
 // Config tunes an Endpoint. Zero values take the defaults shown.
 type Config struct {
-	MTU         int           // largest datagram, bytes (1200)
+	MTU         int           // largest datagram, bytes (1200, at least minMTU)
 	AckEvery    int           // acknowledge after this many data packets (32)
 	AckDelay    time.Duration // ... or this long after the first unacknowledged one (50ms)
 	BundleDelay time.Duration // wait up to this long to fill a datagram; <0 disables (1ms)
-	Window      int           // packets the receiver buffers out of order (4096)
+	Window      int           // packets the receiver buffers out of order (4096, at most 2^21)
 	MaxMessage  int           // largest message (1 MiB)
 	MaxQueued   int           // bytes queued for sending before Send refuses (16 MiB)
 	MinRTO      time.Duration // 200ms
@@ -35,8 +35,10 @@ func (c *Config) defaults() {
 		}
 	}
 	set(&c.MTU, 1200)
+	c.MTU = max(c.MTU, minMTU)
 	set(&c.AckEvery, 32)
 	set(&c.Window, 4096)
+	c.Window = min(c.Window, maxWindow)
 	set(&c.MaxMessage, 1<<20)
 	set(&c.MaxQueued, 16<<20)
 	setD(&c.AckDelay, 50*time.Millisecond)
@@ -91,9 +93,13 @@ type sentPacket struct {
 type Endpoint struct {
 	cfg Config
 
-	// Sending.
-	queue      [][]byte // messages not yet packetized; queue[0] may be partly sent
-	queueOff   int      // bytes of queue[0] already in packets
+	// Sending. Messages not yet packetized are qbuf[qhead:], their lengths qlens
+	// (qlens[0] counts only what is left of a message partly in packets already):
+	// one buffer for all, so that queueing a message allocates nothing.
+	qbuf       []byte
+	qhead      int
+	qlens      []int
+	queueOff   int // bytes of the first queued message already in packets
 	queued     int
 	queuedAt   time.Time // when the oldest queued byte arrived
 	nextSeq    uint64
@@ -110,26 +116,45 @@ type Endpoint struct {
 	cwnd       float64
 	ssthresh   float64
 	recovery   uint64 // no further window cut until this seq is acknowledged
+	minRTT     time.Duration
+	minRTTAt   time.Time
+	lastRTT    time.Duration
+	roundStart uint64    // first seq of the current loss round
+	roundLost  int       // packets reported lost since roundStart
+	paceAt     time.Time // no new packet before this
+	paceWait   bool      // the last flush stopped at paceAt
 	retransmit []*sentPacket
+	spare      []*sentPacket // acknowledged, reused with their frame buffers
 
 	// Receiving.
-	cum       uint64 // next expected sequence
-	ooo       map[uint64][]byte
-	highest   uint64
-	ackCount  int
-	ackDue    time.Time
-	ackNow    bool
-	nakSentAt map[uint64]time.Time
-	lastArr   uint64 // the data packet that arrived last, and when
-	lastArrAt time.Time
-	nakDue    time.Time // gaps are reported again then, even if no data arrives
-	partial   []byte
-	inMsg     bool
+	cum        uint64 // next expected sequence
+	ooo        map[uint64][]byte
+	highest    uint64
+	ackCount   int
+	ackDue     time.Time
+	ackNow     bool
+	nakSentAt  map[uint64]time.Time
+	nakRTT     time.Duration // smoothed time from a NAK to the repair's arrival
+	oooCount   int           // out-of-order arrivals since the last acknowledgement
+	unread     int           // delivered bytes the application has not consumed
+	advertised uint64        // the window in our last acknowledgement
+	wndDue     time.Time     // repeat a window update then, until data arrives
+	lastArr    uint64        // the data packet that arrived last, and when
+	lastArrAt  time.Time
+	nakDue     time.Time // gaps are reported again then, even if no data arrives
+	partial    []byte
+	inMsg      bool
 
-	out       [][]byte
-	delivered [][]byte
-	stats     Stats
-	scratch   []nakRange
+	// Output since the last Output call: datagrams and messages live in one buffer
+	// each, reused, so that neither costs an allocation.
+	outBuf   []byte
+	outEnds  []int
+	outViews [][]byte
+	delBuf   []byte
+	delEnds  []int
+	delViews [][]byte
+	stats    Stats
+	scratch  []nakRange
 }
 
 // New makes an Endpoint.
@@ -137,7 +162,7 @@ func New(cfg Config) *Endpoint {
 	cfg.defaults()
 	return &Endpoint{
 		cfg: cfg, nextSeq: 1, peerCum: 1, peerWnd: uint64(cfg.Window), rto: cfg.InitialRTO,
-		cwnd: 16, ssthresh: math.Inf(1), cum: 1,
+		cwnd: 16, ssthresh: math.Inf(1), cum: 1, advertised: uint64(cfg.Window),
 		ooo: make(map[uint64][]byte), nakSentAt: make(map[uint64]time.Time),
 	}
 }
@@ -150,10 +175,16 @@ func (e *Endpoint) Send(now time.Time, msg []byte) error {
 	if e.queued+len(msg) > e.cfg.MaxQueued {
 		return ErrQueueFull
 	}
-	if len(e.queue) == 0 {
+	if len(e.qlens) == 0 {
 		e.queuedAt = now
 	}
-	e.queue = append(e.queue, append([]byte(nil), msg...))
+	if e.qhead > 0 && e.qhead >= len(e.qbuf)/2 {
+		// Reclaim the front of the buffer, already in packets.
+		e.qbuf = e.qbuf[:copy(e.qbuf, e.qbuf[e.qhead:])]
+		e.qhead = 0
+	}
+	e.qbuf = append(e.qbuf, msg...)
+	e.qlens = append(e.qlens, len(msg))
 	e.queued += len(msg)
 	e.flush(now)
 	return nil
@@ -191,6 +222,10 @@ func (e *Endpoint) Tick(now time.Time) {
 			e.ackNow = true
 		}
 	}
+	if !e.wndDue.IsZero() && !now.Before(e.wndDue) {
+		e.ackNow = true
+		e.wndDue = now.Add(2 * e.renakAfter())
+	}
 	if !e.rtoAt.IsZero() && !now.Before(e.rtoAt) && len(e.unacked) > 0 {
 		// Retransmission timeout: resend the oldest, back off (RFC 6298 5.5), and
 		// treat it as a severe congestion signal.
@@ -215,7 +250,11 @@ func (e *Endpoint) Tick(now time.Time) {
 // Deadline is when Tick must next be called; zero when no timer is set.
 func (e *Endpoint) Deadline() time.Time {
 	var d time.Time
-	for _, t := range []time.Time{e.rtoAt, e.probeAt, e.ackDue, e.bundleDeadline(), e.nakDue} {
+	var pace time.Time
+	if e.paceWait {
+		pace = e.paceAt
+	}
+	for _, t := range []time.Time{e.rtoAt, e.probeAt, e.ackDue, e.bundleDeadline(), e.nakDue, pace, e.wndDue} {
 		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
 			d = t
 		}
@@ -224,18 +263,31 @@ func (e *Endpoint) Deadline() time.Time {
 }
 
 func (e *Endpoint) bundleDeadline() time.Time {
-	if len(e.queue) == 0 || e.cfg.BundleDelay < 0 || !e.canSend() {
-		return time.Time{} // nothing to wait for, or the windows decide, not the timer
+	if len(e.qlens) == 0 || e.cfg.BundleDelay < 0 || !e.canSend() || e.paceWait {
+		return time.Time{} // nothing to wait for, or the windows or pacing decide
 	}
 	return e.queuedAt.Add(e.cfg.BundleDelay)
 }
 
 // Output returns the datagrams to send and the messages delivered since the last
-// call; the caller owns both.
+// call. Both stay valid only until the next call of any Endpoint method: the caller
+// sends and copies them before that.
 func (e *Endpoint) Output() (datagrams, delivered [][]byte) {
-	datagrams, delivered = e.out, e.delivered
-	e.out, e.delivered = nil, nil
-	return datagrams, delivered
+	e.outViews = views(e.outViews[:0], e.outBuf, e.outEnds)
+	e.delViews = views(e.delViews[:0], e.delBuf, e.delEnds)
+	e.outBuf, e.outEnds = e.outBuf[:0], e.outEnds[:0]
+	e.delBuf, e.delEnds = e.delBuf[:0], e.delEnds[:0]
+	return e.outViews, e.delViews
+}
+
+// views cuts buf at ends.
+func views(dst [][]byte, buf []byte, ends []int) [][]byte {
+	start := 0
+	for _, end := range ends {
+		dst = append(dst, buf[start:end:end])
+		start = end
+	}
+	return dst
 }
 
 // Stats reports the counters.
@@ -245,9 +297,33 @@ func (e *Endpoint) Stats() Stats {
 	return s
 }
 
+// SetUnread tells the endpoint how many delivered bytes the application has not
+// consumed yet. They count against the window it advertises, so that a peer cannot
+// fill memory faster than the application reads: at most Window packets' worth is
+// held. It reports whether this reopened a closed window, in which case an
+// acknowledgement saying so is in Output.
+func (e *Endpoint) SetUnread(now time.Time, n int) bool {
+	e.unread = n
+	if e.advertised*2 >= uint64(e.cfg.Window) || e.window()*2 < uint64(e.cfg.Window) {
+		return false
+	}
+	e.ackNow = true
+	e.flush(now)
+	// The sender sends nothing into a closed window, so a lost update would stall
+	// both sides: repeat it until data arrives.
+	e.wndDue = now.Add(2 * e.renakAfter())
+	return true
+}
+
+// window is how many more packets we take: the buffer less what is held out of
+// order and what is delivered but unread.
+func (e *Endpoint) window() uint64 {
+	return uint64(max(e.cfg.Window-len(e.ooo)-e.unread/e.cfg.MTU, 0))
+}
+
 // Idle reports whether nothing is queued, in flight or owed to the peer.
 func (e *Endpoint) Idle() bool {
-	return len(e.queue) == 0 && len(e.unacked) == 0 && e.ackCount == 0 && !e.ackNow
+	return len(e.qlens) == 0 && len(e.unacked) == 0 && e.ackCount == 0 && !e.ackNow
 }
 
 // ---------------------------------------------------------------------------------
@@ -255,6 +331,7 @@ func (e *Endpoint) Idle() bool {
 
 func (e *Endpoint) onData(now time.Time, h *header) {
 	seq := h.seq
+	e.wndDue = time.Time{}
 	e.lastArr, e.lastArrAt = seq, now
 	switch {
 	case seq < e.cum || e.ooo[seq] != nil:
@@ -265,11 +342,26 @@ func (e *Endpoint) onData(now time.Time, h *header) {
 	case seq >= e.cum+uint64(e.cfg.Window):
 		return // beyond what we buffer; the sender will resend
 	}
+	if t, ok := e.nakSentAt[seq]; ok {
+		// A repair: the time since our NAK is how long recovery takes, which is
+		// when to report the gap again if it does not arrive.
+		if r := now.Sub(t); e.nakRTT == 0 {
+			e.nakRTT = r
+		} else {
+			e.nakRTT = (7*e.nakRTT + r) / 8
+		}
+		delete(e.nakSentAt, seq)
+	}
 	e.ackCount++
 	if e.ackDue.IsZero() {
 		e.ackDue = now.Add(e.cfg.AckDelay)
 	}
 	if seq != e.cum {
+		// While there are gaps, acknowledge often enough that a lost repair is
+		// noticed within a round trip or so, not after the ack delay.
+		if e.oooCount++; e.oooCount >= oooAckEvery {
+			e.ackNow = true
+		}
 		e.ooo[seq] = append([]byte(nil), h.payload...)
 		if seq > e.highest {
 			if seq > max(e.highest, e.cum-1)+1 {
@@ -278,6 +370,11 @@ func (e *Endpoint) onData(now time.Time, h *header) {
 			e.highest = seq
 		}
 		return
+	}
+	if len(e.ooo) > 0 {
+		// This fills a hole: the sender waits on it, its window likely full; tell
+		// it at once how far we now have everything.
+		e.ackNow = true
 	}
 	e.deliverFrames(h.payload)
 	e.cum++
@@ -309,28 +406,49 @@ func (e *Endpoint) deliverFrames(p []byte) {
 			e.partial = e.partial[:0]
 			e.inMsg = true
 		}
-		if !e.inMsg {
+		switch {
+		case !e.inMsg:
 			continue // the sender never splits this way; ignore rather than corrupt
+		case fl&frameLast == 0:
+			e.partial = append(e.partial, data...)
+			continue
+		case fl&frameFirst != 0:
+			e.delBuf = append(e.delBuf, data...) // whole in one frame
+		default:
+			e.delBuf = append(append(e.delBuf, e.partial...), data...)
 		}
-		e.partial = append(e.partial, data...)
-		if fl&frameLast != 0 {
-			e.delivered = append(e.delivered, append([]byte(nil), e.partial...))
-			e.stats.Delivered++
-			e.inMsg = false
-		}
+		e.delEnds = append(e.delEnds, len(e.delBuf))
+		e.stats.Delivered++
+		e.inMsg = false
 	}
+}
+
+// oooAckEvery out-of-order arrivals make an acknowledgement.
+const oooAckEvery = 8
+
+// renakAfter is how long a reported gap waits before it is reported again: a
+// little over the time repairs take, measured, or over the round trip until then.
+func (e *Endpoint) renakAfter() time.Duration {
+	base := e.nakRTT
+	if base == 0 {
+		base = e.srtt
+	}
+	if base == 0 {
+		return 10 * time.Millisecond
+	}
+	return min(max(base*5/4, time.Millisecond), 250*time.Millisecond)
 }
 
 // naks lists the missing ranges below the highest sequence received, skipping those
 // reported less than an RTT ago.
-func (e *Endpoint) naks(now time.Time) []nakRange {
+func (e *Endpoint) naks(now time.Time, limit int) []nakRange {
 	var out []nakRange
 	if e.highest < e.cum {
 		return nil
 	}
-	again := min(max(e.srtt/2, 10*time.Millisecond), 250*time.Millisecond)
+	again := e.renakAfter()
 	var missing []uint64
-	for s := e.cum; s < e.highest && len(missing) < maxRanges*8; s++ {
+	for s := e.cum; s < e.highest && len(missing) < limit*8; s++ {
 		if _, ok := e.ooo[s]; ok {
 			continue
 		}
@@ -340,15 +458,15 @@ func (e *Endpoint) naks(now time.Time) []nakRange {
 		missing = append(missing, s)
 	}
 	for _, s := range missing {
-		e.nakSentAt[s] = now
 		if n := len(out); n > 0 && out[n-1].start+out[n-1].n == s {
 			out[n-1].n++
-			continue
-		}
-		if len(out) == maxRanges {
+		} else if n == limit {
+			e.ackNow = true // the rest go in the next acknowledgement
 			break
+		} else {
+			out = append(out, nakRange{s, 1})
 		}
-		out = append(out, nakRange{s, 1})
+		e.nakSentAt[s] = now
 	}
 	return out
 }
@@ -363,13 +481,14 @@ func (e *Endpoint) onAck(now time.Time, h *header) {
 		if i < len(e.unacked) && e.unacked[i].seq == h.echo && e.unacked[i].retrans == 0 {
 			// Karn: never from a retransmitted packet; the peer's hold time is taken out.
 			if r := now.Sub(e.unacked[i].sentAt) - time.Duration(h.echoUs)*time.Microsecond; r > 0 {
-				e.sampleRTT(r)
+				e.sampleRTT(now, r)
 			}
 		}
 	}
 	if h.cum > e.peerCum && h.cum <= e.nextSeq {
 		acked := 0
 		for len(e.unacked) > 0 && e.unacked[0].seq < h.cum {
+			e.spare = append(e.spare, e.unacked[0])
 			e.unacked[0] = nil
 			e.unacked = e.unacked[1:]
 			acked++
@@ -391,25 +510,43 @@ func (e *Endpoint) onAck(now time.Time, h *header) {
 				continue
 			}
 			p := e.unacked[i]
-			if !p.nakAt.IsZero() && now.Sub(p.nakAt) < min(max(e.srtt, 10*time.Millisecond), 500*time.Millisecond) {
-				continue // already resent for this loss
+			if !p.nakAt.IsZero() && now.Sub(p.nakAt) < min(max(e.srtt/2, 500*time.Microsecond), 500*time.Millisecond) {
+				continue // already resent for this report
 			}
 			p.nakAt = now
 			e.retransmit = append(e.retransmit, p)
+			e.roundLost++
 			lost = true
 		}
 	}
 	if lost && e.peerCum >= e.recovery {
-		// One window reduction per round trip of losses. The cut is gentle: random
-		// loss on a lossy link is not all congestion, and halving per loss would
-		// starve a 5%-loss path the way TCP is starved there.
-		e.ssthresh = max(e.cwnd*0.8, 8)
-		e.cwnd = e.ssthresh
-		e.recovery = e.nextSeq
+		e.onLossRound()
 	}
 }
 
-func (e *Endpoint) sampleRTT(r time.Duration) {
+// onLossRound reacts to losses, at most once per round trip. Loss alone is not
+// taken for congestion: on a lossy radio or a path with random loss, backing off
+// for every loss starves the flow the way TCP starves there. The window is cut
+// when the losses come with a queue building up (the round trip well above its
+// minimum) or when they are heavy (over a quarter of what the round sent); a
+// full drop-tail queue shows both, so Tern still yields to other flows there.
+func (e *Endpoint) onLossRound() {
+	sent := e.nextSeq - e.roundStart
+	heavy := uint64(e.roundLost)*4 > sent
+	queueing := e.minRTT > 0 && e.lastRTT > e.minRTT+max(e.minRTT/4, time.Millisecond)
+	if heavy || queueing {
+		e.ssthresh = max(e.cwnd*0.7, 8)
+		e.cwnd = e.ssthresh
+	}
+	e.recovery = e.nextSeq
+	e.roundStart, e.roundLost = e.nextSeq, 0
+}
+
+func (e *Endpoint) sampleRTT(now time.Time, r time.Duration) {
+	e.lastRTT = r
+	if e.minRTT == 0 || r <= e.minRTT || now.Sub(e.minRTTAt) > minRTTWindow {
+		e.minRTT, e.minRTTAt = r, now
+	}
 	if e.srtt == 0 {
 		e.srtt, e.rttvar = r, r/2
 	} else {
@@ -423,6 +560,10 @@ func (e *Endpoint) sampleRTT(r time.Duration) {
 	e.rto = e.baseRTO()
 }
 
+// minRTTWindow is how long a minimum round trip stands: a path that changed (a new
+// route, a NAT rebinding) gets a new minimum.
+const minRTTWindow = 10 * time.Second
+
 // baseRTO is the retransmission timeout of RFC 6298 without backoff.
 func (e *Endpoint) baseRTO() time.Duration {
 	if e.srtt == 0 {
@@ -432,6 +573,11 @@ func (e *Endpoint) baseRTO() time.Duration {
 }
 
 func (e *Endpoint) growWindow(acked int) {
+	if e.cwnd < e.ssthresh && e.minRTT > 0 && e.lastRTT > e.minRTT+max(e.minRTT/4, time.Millisecond) {
+		// A queue is building: slow start has found the path's capacity (as
+		// HyStart does); grow linearly from here.
+		e.ssthresh = e.cwnd
+	}
 	for range acked {
 		if e.cwnd < e.ssthresh {
 			e.cwnd++
@@ -477,11 +623,18 @@ func (e *Endpoint) flush(now time.Time) {
 	}
 	clear(e.retransmit)
 	e.retransmit = e.retransmit[:0]
-	for len(e.queue) > 0 && e.canSend() {
+	e.paceWait = false
+	for len(e.qlens) > 0 && e.canSend() {
 		if !e.full() && e.cfg.BundleDelay >= 0 && now.Before(e.queuedAt.Add(e.cfg.BundleDelay)) {
 			break // wait a little for more to bundle
 		}
-		p := &sentPacket{seq: e.nextSeq, frames: e.packetize()}
+		if now.Before(e.paceAt) {
+			e.paceWait = true
+			break
+		}
+		e.pace(now)
+		p := e.newPacket()
+		p.frames = e.packetize(p.frames[:0])
 		e.nextSeq++
 		e.unacked = append(e.unacked, p)
 		e.sendPacket(now, p, false)
@@ -490,9 +643,8 @@ func (e *Endpoint) flush(now time.Time) {
 		e.queuedAt = now
 	}
 	if !sentData && (e.ackNow || e.ackCount > 0 && !e.ackDue.IsZero() && !now.Before(e.ackDue)) {
-		b := []byte{version | flagAck}
-		b = e.appendAckSection(now, b)
-		e.out = append(e.out, b)
+		e.outBuf = e.appendAckSection(now, append(e.outBuf, version|flagAck), maxRanges)
+		e.outEnds = append(e.outEnds, len(e.outBuf))
 		e.stats.CoordPackets++
 	}
 	if sentData {
@@ -500,21 +652,57 @@ func (e *Endpoint) flush(now time.Time) {
 	}
 }
 
+// paceBurst packets may leave back to back after a pause.
+const paceBurst = 10
+
+// pace spaces new packets evenly over the round trip, at a little more than the
+// window's rate (twice it in slow start, as Linux paces TCP), so that a window
+// does not leave as one burst that overflows a queue on the way.
+func (e *Endpoint) pace(now time.Time) {
+	if e.srtt == 0 {
+		return
+	}
+	gain := 1.25
+	if e.cwnd < e.ssthresh {
+		gain = 2
+	}
+	interval := time.Duration(float64(e.srtt) / (e.cwnd * gain))
+	e.paceAt = maxTime(e.paceAt, now.Add(-paceBurst*interval)).Add(interval)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // canSend reports whether the congestion and receive windows allow a new packet.
 func (e *Endpoint) canSend() bool {
-	return float64(len(e.unacked)) < e.cwnd && uint64(len(e.unacked)) < max(e.peerWnd, 1)
+	return float64(len(e.unacked)) < e.cwnd && uint64(len(e.unacked)) < e.peerWnd
 }
 
 // full reports whether the queue holds at least a datagram's worth.
 func (e *Endpoint) full() bool { return e.queued >= e.cfg.MTU-32 }
 
-// packetize takes up to one datagram of frames from the queue.
-func (e *Endpoint) packetize() []byte {
-	room := e.cfg.MTU - 24 - 3*maxRanges // header and a worst-case ack section
-	var b []byte
-	for len(e.queue) > 0 && room > 4 {
-		msg := e.queue[0]
-		rest := msg[e.queueOff:]
+// newPacket takes an acknowledged packet for reuse, or makes one.
+func (e *Endpoint) newPacket() *sentPacket {
+	n := len(e.spare)
+	if n == 0 {
+		return &sentPacket{seq: e.nextSeq, frames: make([]byte, 0, e.cfg.MTU)}
+	}
+	p := e.spare[n-1]
+	e.spare[n-1] = nil
+	e.spare = e.spare[:n-1]
+	*p = sentPacket{seq: e.nextSeq, frames: p.frames[:0]}
+	return p
+}
+
+// packetize appends up to one datagram of frames from the queue to b.
+func (e *Endpoint) packetize(b []byte) []byte {
+	room := e.cfg.MTU - dataOverhead(piggyRanges)
+	for len(e.qlens) > 0 && room > 4 {
+		rest := e.qbuf[e.qhead : e.qhead+e.qlens[0]]
 		n := min(len(rest), room-1-binary.MaxVarintLen32)
 		if n <= 0 && len(rest) > 0 {
 			break
@@ -531,13 +719,17 @@ func (e *Endpoint) packetize() []byte {
 		b = append(b, rest[:n]...)
 		room -= 1 + binary.MaxVarintLen32 + n
 		e.queued -= n
+		e.qhead += n
 		if n == len(rest) {
-			e.queue[0] = nil
-			e.queue = e.queue[1:]
+			e.qlens = e.qlens[1:]
 			e.queueOff = 0
 		} else {
+			e.qlens[0] -= n
 			e.queueOff += n
 		}
+	}
+	if len(e.qlens) == 0 {
+		e.qbuf, e.qhead, e.qlens = e.qbuf[:0], 0, e.qlens[:0]
 	}
 	return b
 }
@@ -551,20 +743,20 @@ func (e *Endpoint) sendPacket(now time.Time, p *sentPacket, retrans bool) {
 	switch {
 	case retrans && (e.probed && p == e.unacked[len(e.unacked)-1] || p == e.unacked[0] && e.rtoAt.IsZero()):
 		flags |= flagProbe // tail-loss probe or timeout: the peer acknowledges at once
-	case !retrans && !e.canSend():
+	case !e.canSend():
 		// This packet fills our window: nothing more goes out until an ack frees
 		// room, so ask for it now rather than after the peer's ack delay. A steady
 		// stream that never fills the window keeps its acks few.
 		flags |= flagProbe
 	}
-	b := make([]byte, 0, 16+len(p.frames)+3*maxRanges)
-	b = append(b, flags)
+	b := append(e.outBuf, flags)
 	b = binary.AppendUvarint(b, p.seq)
 	if withAck {
-		b = e.appendAckSection(now, b)
+		// As many NAK ranges as the datagram has room for; the rest follow.
+		b = e.appendAckSection(now, b, min(maxRanges, (e.cfg.MTU-len(p.frames)-dataOverhead(0))/maxRangeLen))
 	}
-	b = append(b, p.frames...)
-	e.out = append(e.out, b)
+	e.outBuf = append(b, p.frames...)
+	e.outEnds = append(e.outEnds, len(e.outBuf))
 	if retrans {
 		p.retrans++
 		e.stats.Retransmits++
@@ -576,22 +768,24 @@ func (e *Endpoint) sendPacket(now time.Time, p *sentPacket, retrans bool) {
 }
 
 // appendAckSection writes our acknowledgement state and resets what it owed.
-func (e *Endpoint) appendAckSection(now time.Time, b []byte) []byte {
-	naks := e.naks(now)
+func (e *Endpoint) appendAckSection(now time.Time, b []byte, limit int) []byte {
+	e.ackNow = false // naks sets it again when it could not say everything
+	naks := e.naks(now, limit)
 	if len(naks) > 0 {
 		e.stats.NaksSent++
 	}
 	if len(e.ooo) > 0 {
-		e.nakDue = now.Add(2 * min(max(e.srtt/2, 10*time.Millisecond), 250*time.Millisecond))
+		e.nakDue = now.Add(2 * e.renakAfter())
 	} else {
 		e.nakDue = time.Time{}
 	}
-	window := uint64(e.cfg.Window - len(e.ooo))
+	window := e.window()
+	e.advertised = window
 	var echoUs uint64
 	if !e.lastArrAt.IsZero() {
 		echoUs = uint64(now.Sub(e.lastArrAt) / time.Microsecond)
 	}
 	b = appendAck(b, e.cum, window, e.lastArr, echoUs, naks)
-	e.ackCount, e.ackNow, e.ackDue = 0, false, time.Time{}
+	e.ackCount, e.oooCount, e.ackDue = 0, 0, time.Time{}
 	return b
 }

@@ -9,8 +9,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 )
 
 // Session datagrams wrap the ARQ datagrams. Before a session exists a server answers
@@ -47,6 +51,90 @@ const (
 	idleTimeout = 30 * time.Second
 )
 
+// socketBuffer is the send and receive buffer a session socket asks for: a burst
+// that outruns the reader for a moment waits in the kernel instead of being lost.
+// The kernel caps it at net.core.rmem_max / wmem_max.
+const socketBuffer = 4 << 20
+
+func setBuffers(pc *net.UDPConn) {
+	_ = pc.SetReadBuffer(socketBuffer)
+	_ = pc.SetWriteBuffer(socketBuffer)
+}
+
+// batchConn reads and writes many datagrams per system call (recvmmsg, sendmmsg
+// on Linux; one per call where the platform has no such call).
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+func newBatchConn(pc *net.UDPConn) batchConn {
+	if a, ok := pc.LocalAddr().(*net.UDPAddr); ok && a.IP.To4() != nil {
+		return ipv4.NewPacketConn(pc)
+	}
+	return ipv6.NewPacketConn(pc)
+}
+
+// readBatch is the receive side's reusable batch: batch datagrams of up to size
+// bytes each.
+type readBatch struct {
+	ms   []ipv4.Message
+	size int
+}
+
+func newReadBatch(n, mtu int) *readBatch {
+	// Room for a peer whose MTU is up to twice ours; a datagram that fills the
+	// buffer may have been cut and is dropped.
+	size := max(4096, 2*mtu)
+	rb := &readBatch{ms: make([]ipv4.Message, n), size: size}
+	for i := range rb.ms {
+		rb.ms[i].Buffers = [][]byte{make([]byte, size)}
+	}
+	return rb
+}
+
+// datagram returns the i-th datagram read, nil if it may have been truncated.
+func (rb *readBatch) datagram(i int) []byte {
+	m := &rb.ms[i]
+	if m.N >= rb.size {
+		return nil
+	}
+	return m.Buffers[0][:m.N]
+}
+
+// writeBatch sends datagrams, each behind the same session header, to addr.
+type writeBatch struct {
+	ms   []ipv4.Message
+	bufs [][]byte
+}
+
+func (wb *writeBatch) send(bc batchConn, hdr []byte, datagrams [][]byte, addr net.Addr) {
+	n := len(datagrams)
+	if cap(wb.ms) < n {
+		wb.ms = make([]ipv4.Message, n)
+		wb.bufs = make([][]byte, 2*n)
+	}
+	ms := wb.ms[:n]
+	for i, d := range datagrams {
+		b := wb.bufs[2*i : 2*i+2 : 2*i+2]
+		b[0], b[1] = hdr, d
+		ms[i] = ipv4.Message{Buffers: b, Addr: addr}
+	}
+	for len(ms) > 0 {
+		k, err := bc.WriteBatch(ms, 0)
+		if err != nil {
+			// A full socket buffer or an unreachable peer: what was not sent
+			// counts as lost, and the ARQ resends it.
+			break
+		}
+		ms = ms[k:]
+	}
+	clear(wb.bufs[:2*n])
+	for i := range n {
+		wb.ms[i].Addr = nil
+	}
+}
+
 // ErrClosed is returned by operations on a closed session or listener.
 var ErrClosed = errors.New("udp: session closed")
 
@@ -55,7 +143,9 @@ var ErrClosed = errors.New("udp: session closed")
 // over it unchanged.
 type Conn struct {
 	pc     net.PacketConn
+	bc     batchConn
 	id     uint64
+	hdr    [sessionHdr]byte // of data datagrams
 	local  net.Addr
 	onDone func()
 
@@ -63,31 +153,36 @@ type Conn struct {
 	cond     *sync.Cond
 	ep       *Endpoint
 	peer     net.Addr
-	rq       [][]byte // delivered, not yet read
+	rbuf     []byte // delivered, not yet read: rbuf[roff:]
+	roff     int
+	received bool // a datagram came in since the last drain
 	closed   bool
 	err      error
 	timer    *time.Timer
 	lastRecv time.Time
 	lastSend time.Time
 	rdl, wdl time.Time
-	wbuf     []byte
+	wb       writeBatch
 }
 
-func newConn(pc net.PacketConn, id uint64, peer net.Addr, cfg Config, onDone func()) *Conn {
+func newConn(pc *net.UDPConn, bc batchConn, id uint64, peer net.Addr, cfg Config, onDone func()) *Conn {
 	if cfg.MTU <= 0 {
 		cfg.MTU = defaultMTU
 	}
 	cfg.MTU -= sessionHdr
-	c := &Conn{pc: pc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone,
+	c := &Conn{pc: pc, bc: bc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone,
 		lastRecv: time.Now(), lastSend: time.Now()}
+	c.hdr[0] = kindData
+	binary.BigEndian.PutUint64(c.hdr[1:], id)
 	c.cond = sync.NewCond(&c.mu)
 	c.timer = time.AfterFunc(keepAlive, c.tick)
 	return c
 }
 
-// input handles a data datagram's ARQ part from addr.
-func (c *Conn) input(b []byte, from net.Addr) {
-	now := time.Now()
+// input takes a data datagram's ARQ part from addr. What it causes is sent by the
+// next inputDone, once per batch of datagrams read: one acknowledgement and one
+// write call for many datagrams.
+func (c *Conn) input(b []byte, from net.Addr, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -97,7 +192,17 @@ func (c *Conn) input(b []byte, from net.Addr) {
 		return // malformed: ignored, the session goes on
 	}
 	c.peer, c.lastRecv = from, now // the latest address wins (NAT rebinding)
-	c.drainLocked(now)
+	c.received = true
+}
+
+// inputDone sends and delivers what the datagrams since the last call produced.
+func (c *Conn) inputDone(now time.Time) {
+	c.mu.Lock()
+	if c.received && !c.closed {
+		c.received = false
+		c.drainLocked(now)
+	}
+	c.mu.Unlock()
 }
 
 func (c *Conn) touch(from net.Addr) {
@@ -110,15 +215,18 @@ func (c *Conn) touch(from net.Addr) {
 // the timer.
 func (c *Conn) drainLocked(now time.Time) {
 	out, del := c.ep.Output()
-	for _, d := range out {
-		c.wbuf = append(append(c.wbuf[:0], kindData), 0, 0, 0, 0, 0, 0, 0, 0)
-		binary.BigEndian.PutUint64(c.wbuf[1:], c.id)
-		c.wbuf = append(c.wbuf, d...)
-		_, _ = c.pc.WriteTo(c.wbuf, c.peer)
+	if len(out) > 0 {
+		c.wb.send(c.bc, c.hdr[:], out, c.peer)
 		c.lastSend = now
 	}
-	if len(del) > 0 {
-		c.rq = append(c.rq, del...)
+	for _, m := range del {
+		c.rbuf = append(c.rbuf, m...)
+	}
+	if len(del) > 0 && c.ep.SetUnread(now, len(c.rbuf)-c.roff) {
+		// The window reopened (rare here: it mostly shrinks); the update is out.
+		if out, _ := c.ep.Output(); len(out) > 0 {
+			c.wb.send(c.bc, c.hdr[:], out, c.peer)
+		}
 	}
 	if len(del) > 0 || len(out) > 0 {
 		c.cond.Broadcast()
@@ -162,7 +270,7 @@ func (c *Conn) tick() {
 func (c *Conn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.rq) == 0 {
+	for c.roff == len(c.rbuf) {
 		if c.closed {
 			if c.err != nil {
 				return 0, c.err
@@ -174,15 +282,22 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		c.cond.Wait()
 	}
-	n := copy(p, c.rq[0])
-	if n == len(c.rq[0]) {
-		c.rq[0] = nil
-		c.rq = c.rq[1:]
-	} else {
-		c.rq[0] = c.rq[0][n:]
+	n := copy(p, c.rbuf[c.roff:])
+	c.roff += n
+	if c.roff == len(c.rbuf) {
+		c.rbuf, c.roff = c.rbuf[:0], 0
+		if cap(c.rbuf) > maxIdleReadBuf {
+			c.rbuf = nil // a burst's buffer is not kept for good
+		}
+	}
+	if now := time.Now(); c.ep.SetUnread(now, len(c.rbuf)-c.roff) {
+		c.drainLocked(now) // the window reopened: tell the peer
 	}
 	return n, nil
 }
+
+// maxIdleReadBuf is the largest read buffer a drained session keeps.
+const maxIdleReadBuf = 1 << 20
 
 // maxChunk is the most of a Write that becomes one message.
 const maxChunk = 32 << 10
@@ -291,6 +406,7 @@ func (c *Conn) Stats() Stats {
 // Listener accepts sessions on one UDP socket; it implements net.Listener.
 type Listener struct {
 	pc     *net.UDPConn
+	bc     batchConn
 	cfg    Config
 	secret []byte
 
@@ -313,9 +429,10 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	setBuffers(pc)
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-	l := &Listener{pc: pc, cfg: cfg, secret: secret, sessions: make(map[uint64]*Conn),
+	l := &Listener{pc: pc, bc: newBatchConn(pc), cfg: cfg, secret: secret, sessions: make(map[uint64]*Conn),
 		byNonce: make(map[uint64]uint64), accept: make(chan *Conn, 128), done: make(chan struct{})}
 	go l.readLoop()
 	return l, nil
@@ -332,9 +449,10 @@ func (l *Listener) mac(addr net.Addr, nonce, ts uint64) []byte {
 }
 
 func (l *Listener) readLoop() {
-	buf := make([]byte, readMax)
+	rb := newReadBatch(listenerBatch, l.cfg.MTU)
+	var touched []*Conn
 	for {
-		n, from, err := l.pc.ReadFrom(buf)
+		n, err := l.bc.ReadBatch(rb.ms, 0)
 		if err != nil {
 			l.mu.Lock()
 			closed := l.closed
@@ -344,21 +462,35 @@ func (l *Listener) readLoop() {
 			}
 			continue
 		}
-		l.handle(buf[:n], from)
+		now := time.Now()
+		for i := range n {
+			if b := rb.datagram(i); b != nil {
+				touched = l.handle(b, rb.ms[i].Addr, now, touched)
+			}
+		}
+		for i, c := range touched {
+			c.inputDone(now)
+			touched[i] = nil
+		}
+		touched = touched[:0]
 	}
 }
 
-// handle dispatches one datagram. Anything malformed or unknown is dropped without
-// an answer.
-func (l *Listener) handle(b []byte, from net.Addr) {
+// listenerBatch is how many datagrams the listener takes per read call.
+const listenerBatch = 32
+
+// handle dispatches one datagram and returns touched with the session it went to,
+// if it is a data datagram for a session not yet in it. Anything malformed or
+// unknown is dropped without an answer.
+func (l *Listener) handle(b []byte, from net.Addr, now time.Time, touched []*Conn) []*Conn {
 	if len(b) < sessionHdr {
-		return
+		return touched
 	}
 	id := binary.BigEndian.Uint64(b[1:9])
 	switch b[0] {
 	case kindInit:
 		if len(b) < minInit {
-			return
+			return touched
 		}
 		ts := uint64(time.Now().Unix())
 		out := make([]byte, 0, 33)
@@ -369,12 +501,12 @@ func (l *Listener) handle(b []byte, from net.Addr) {
 		_, _ = l.pc.WriteTo(out, from)
 	case kindInit2:
 		if len(b) < minInit {
-			return
+			return touched
 		}
 		nonce, ts := id, binary.BigEndian.Uint64(b[9:17])
 		if age := time.Since(time.Unix(int64(ts), 0)); age < -time.Second || age > cookieTTL ||
 			!hmac.Equal(b[17:33], l.mac(from, nonce, ts)) {
-			return
+			return touched
 		}
 		l.mu.Lock()
 		sid, seen := l.byNonce[nonce]
@@ -382,7 +514,7 @@ func (l *Listener) handle(b []byte, from net.Addr) {
 			var rb [8]byte
 			_, _ = rand.Read(rb[:])
 			sid = binary.BigEndian.Uint64(rb[:]) | 1
-			c := newConn(l.pc, sid, from, l.cfg, func() { l.remove(sid, nonce) })
+			c := newConn(l.pc, l.bc, sid, from, l.cfg, func() { l.remove(sid, nonce) })
 			select {
 			case l.accept <- c:
 				l.sessions[sid], l.byNonce[nonce] = c, sid
@@ -390,7 +522,7 @@ func (l *Listener) handle(b []byte, from net.Addr) {
 				c.onDone = nil // l.mu is held
 				c.closeWith(errors.New("udp: accept backlog full"), false)
 				l.mu.Unlock()
-				return
+				return touched
 			}
 		}
 		l.mu.Unlock()
@@ -404,17 +536,21 @@ func (l *Listener) handle(b []byte, from net.Addr) {
 		c := l.sessions[id]
 		l.mu.Unlock()
 		if c == nil {
-			return
+			return touched
 		}
 		switch b[0] {
 		case kindData:
-			c.input(b[sessionHdr:], from)
+			c.input(b[sessionHdr:], from, now)
+			if !slices.Contains(touched, c) {
+				touched = append(touched, c)
+			}
 		case kindPing:
 			c.touch(from)
 		case kindClose:
 			c.closeWith(nil, false)
 		}
 	}
+	return touched
 }
 
 func (l *Listener) remove(sid, nonce uint64) {
@@ -499,6 +635,7 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	setBuffers(pc)
 	var nb [8]byte
 	_, _ = rand.Read(nb[:])
 	nonce := binary.BigEndian.Uint64(nb[:])
@@ -538,21 +675,31 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 		}
 	}
 	_ = pc.SetReadDeadline(time.Time{})
-	c := newConn(pc, sid, ua, cfg, func() { pc.Close() })
-	go func() {
-		buf := make([]byte, readMax)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				c.closeWith(err, false)
-				return
-			}
-			if n < sessionHdr || binary.BigEndian.Uint64(buf[1:9]) != sid {
+	c := newConn(pc, newBatchConn(pc), sid, ua, cfg, func() { pc.Close() })
+	go c.clientReadLoop(newReadBatch(clientBatch, cfg.MTU))
+	return c, nil
+}
+
+// clientBatch is how many datagrams a client session takes per read call.
+const clientBatch = 16
+
+func (c *Conn) clientReadLoop(rb *readBatch) {
+	for {
+		n, err := c.bc.ReadBatch(rb.ms, 0)
+		if err != nil {
+			c.closeWith(err, false)
+			return
+		}
+		now := time.Now()
+		for i := range n {
+			b := rb.datagram(i)
+			if len(b) < sessionHdr || binary.BigEndian.Uint64(b[1:9]) != c.id {
 				continue
 			}
-			switch buf[0] {
+			from := rb.ms[i].Addr
+			switch b[0] {
 			case kindData:
-				c.input(buf[sessionHdr:n], from)
+				c.input(b[sessionHdr:], from, now)
 			case kindPing:
 				c.touch(from)
 			case kindClose:
@@ -560,6 +707,6 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 				return
 			}
 		}
-	}()
-	return c, nil
+		c.inputDone(now)
+	}
 }

@@ -143,7 +143,7 @@ func TestSessionSurvivesAddressChange(t *testing.T) {
 	}
 	old := c.pc
 	c.mu.Lock()
-	c.pc = npc
+	c.pc, c.bc = npc, newBatchConn(npc)
 	c.mu.Unlock()
 	go func() {
 		b := make([]byte, readMax)
@@ -153,7 +153,8 @@ func TestSessionSurvivesAddressChange(t *testing.T) {
 				return
 			}
 			if b[0] == kindData {
-				c.input(b[sessionHdr:n], from)
+				c.input(b[sessionHdr:n], from, time.Now())
+				c.inputDone(time.Now())
 			}
 		}
 	}()

@@ -20,6 +20,11 @@ type netConf struct {
 	spike         time.Duration // its size
 	blackoutFrom  time.Duration // all datagrams dropped in [from, to)
 	blackoutTo    time.Duration
+	// bandwidth, bytes per second each way (0: unlimited); a datagram waits for
+	// the link behind those sent before it, and one that would wait longer than
+	// queueLimit is dropped, as a full router or socket queue drops it.
+	bandwidth  float64
+	queueLimit time.Duration
 }
 
 type event struct {
@@ -48,16 +53,18 @@ func (q *eventQ) Pop() any {
 }
 
 type sim struct {
-	t     testing.TB
-	rng   *rand.Rand
-	nc    netConf
-	start time.Time
-	now   time.Time
-	eps   [2]*Endpoint
-	q     eventQ
-	seq   int
-	got   [2][][]byte
-	sent  [2]int // datagrams offered to the network
+	t         testing.TB
+	rng       *rand.Rand
+	nc        netConf
+	start     time.Time
+	now       time.Time
+	eps       [2]*Endpoint
+	q         eventQ
+	seq       int
+	got       [2][][]byte
+	sent      [2]int       // datagrams offered to the network
+	busy      [2]time.Time // when each direction's link is next free
+	tailDrops int
 }
 
 func newSim(t testing.TB, seed uint64, nc netConf, cfg Config) *sim {
@@ -71,7 +78,9 @@ func newSim(t testing.TB, seed uint64, nc netConf, cfg Config) *sim {
 // collect moves an endpoint's output into the network and its deliveries into got.
 func (s *sim) collect(i int) {
 	out, del := s.eps[i].Output()
-	s.got[i] = append(s.got[i], del...)
+	for _, m := range del { // valid only until the endpoint's next call
+		s.got[i] = append(s.got[i], append([]byte(nil), m...))
+	}
 	for _, d := range out {
 		s.sent[i]++
 		el := s.now.Sub(s.start)
@@ -81,12 +90,22 @@ func (s *sim) collect(i int) {
 		if s.rng.Float64() < s.nc.loss {
 			continue
 		}
+		var queued time.Duration
+		if s.nc.bandwidth > 0 {
+			free := maxTime(s.busy[i], s.now)
+			if s.nc.queueLimit > 0 && free.Sub(s.now) > s.nc.queueLimit {
+				s.tailDrops++
+				continue // tail drop
+			}
+			s.busy[i] = free.Add(time.Duration(float64(len(d)) / s.nc.bandwidth * float64(time.Second)))
+			queued = s.busy[i].Sub(s.now)
+		}
 		copies := 1
 		if s.rng.Float64() < s.nc.dup {
 			copies = 2
 		}
 		for range copies {
-			delay := s.nc.delay
+			delay := s.nc.delay + queued
 			if s.nc.jitter > 0 {
 				delay += time.Duration(s.rng.Int64N(int64(s.nc.jitter)))
 			}
@@ -94,7 +113,7 @@ func (s *sim) collect(i int) {
 				delay += s.nc.spike
 			}
 			s.seq++
-			heap.Push(&s.q, &event{at: s.now.Add(delay), to: 1 - i, data: d, n: s.seq})
+			heap.Push(&s.q, &event{at: s.now.Add(delay), to: 1 - i, data: append([]byte(nil), d...), n: s.seq})
 		}
 	}
 }
@@ -130,13 +149,6 @@ func (s *sim) run(maxVirtual time.Duration, cond func() bool) {
 			s.collect(i)
 		}
 	}
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // message i of sender from: its size varies so that bundling and fragmentation are
@@ -250,4 +262,106 @@ func TestSimOneWaySteadyStreamCoordination(t *testing.T) {
 		t.Fatalf("%.2f coordination packets per 1000 messages, want ≤ 10 (A %+v, B %+v)", per, s.eps[0].Stats(), s.eps[1].Stats())
 	}
 	t.Logf("coordination packets per 1000 messages: %.2f; data packets %d", 1000*float64(coord)/n, s.eps[0].Stats().DataPackets)
+}
+
+// bulk sends n messages of size bytes one way as fast as the windows allow and
+// returns the virtual time until all were delivered.
+func bulk(t *testing.T, seed uint64, nc netConf, cfg Config, n, size int) (*sim, time.Duration) {
+	s := newSim(t, seed, nc, cfg)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	sent := 0
+	s.run(10*time.Minute, func() bool {
+		for sent < n && s.eps[0].Stats().Queued < 256<<10 {
+			m := make([]byte, size)
+			copy(m, fmt.Sprintf("%d:%d:", sent, rng.IntN(10)))
+			if err := s.eps[0].Send(s.now, m); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		s.collect(0)
+		return sent == n && len(s.got[1]) == n && s.eps[0].Idle()
+	})
+	return s, s.now.Sub(s.start)
+}
+
+// TestSimBulkLossyLink: a bulk one-way transfer over a 1 Gbit/s link with a short
+// queue keeps most of the link's capacity at 0, 1 and 5 % random loss (the
+// controller does not take random loss for congestion), resends about what was
+// lost, and overflows the queue rarely (pacing, slow start ending on delay).
+func TestSimBulkLossyLink(t *testing.T) {
+	const n, size, bandwidth = 30000, 1024, 125e6
+	for _, loss := range []float64{0, 0.01, 0.05} {
+		nc := netConf{loss: loss, delay: 50 * time.Microsecond, bandwidth: bandwidth, queueLimit: 2 * time.Millisecond}
+		s, took := bulk(t, 1, nc, Config{}, n, size)
+		st := s.eps[0].Stats()
+		capacity := bandwidth / float64(size+16) // messages per second the link carries at best
+		rate := n / took.Seconds()
+		t.Logf("loss %.0f%%: %.0f msgs/s (%.0f%% of the link), retransmits %d of %d packets, tail drops %d, cwnd %.0f",
+			loss*100, rate, 100*rate/capacity, st.Retransmits, st.DataPackets, s.tailDrops, st.Cwnd)
+		if want := 0.75 - 3*loss; rate < want*capacity {
+			t.Errorf("loss %.0f%%: %.0f msgs/s, under %.0f%% of the link's %.0f", loss*100, rate, 100*want, capacity)
+		}
+		if lost := float64(st.DataPackets) * loss; float64(st.Retransmits) > 2*lost+float64(s.tailDrops)+50 {
+			t.Errorf("loss %.0f%%: %d retransmissions for about %.0f lost and %d dropped", loss*100, st.Retransmits, lost, s.tailDrops)
+		}
+		if s.tailDrops > int(st.DataPackets)/50 {
+			t.Errorf("loss %.0f%%: %d of %d packets dropped at the queue", loss*100, s.tailDrops, st.DataPackets)
+		}
+	}
+}
+
+// TestSimCongestionBacksOff: on a path whose queue is the bottleneck, the window
+// settles near the path's capacity instead of growing until the queue drops a
+// large share: Tern yields on a shared link.
+func TestSimCongestionBacksOff(t *testing.T) {
+	const bandwidth = 12.5e6 // 100 Mbit/s, 10 ms each way: about 230 packets in flight fill it
+	nc := netConf{delay: 10 * time.Millisecond, bandwidth: bandwidth, queueLimit: 20 * time.Millisecond}
+	s, _ := bulk(t, 2, nc, Config{}, 20000, 1024)
+	st := s.eps[0].Stats()
+	if s.tailDrops > int(st.DataPackets)/20 {
+		t.Fatalf("%d of %d packets dropped at the bottleneck queue", s.tailDrops, st.DataPackets)
+	}
+	if st.Cwnd > 1000 {
+		t.Fatalf("window %.0f packets on a path that holds about 460 with its queue", st.Cwnd)
+	}
+}
+
+// TestSimFlowControl: a receiver whose application reads nothing closes its window;
+// the sender stops with at most a window's worth unread at the receiver, and goes
+// on once the application reads.
+func TestSimFlowControl(t *testing.T) {
+	cfg := Config{Window: 64}
+	s := newSim(t, 5, netConf{delay: time.Millisecond}, cfg)
+	msg := make([]byte, 1000)
+	for range 500 {
+		if err := s.eps[0].Send(s.now, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.collect(0)
+	unread := func() int {
+		n := 0
+		for _, m := range s.got[1] {
+			n += len(m)
+		}
+		return n
+	}
+	// The application reads nothing: every delivered byte stays unread, until
+	// nothing moves any more.
+	s.run(time.Minute, func() bool {
+		s.eps[1].SetUnread(s.now, unread())
+		s.collect(1)
+		return len(s.q) == 0 && s.eps[0].Deadline().IsZero() && s.eps[1].Deadline().IsZero()
+	})
+	mtu := s.eps[1].cfg.MTU
+	if got := unread(); got > (cfg.Window+2)*mtu || got == 500*len(msg) {
+		t.Fatalf("%d bytes delivered unread with a window of %d packets", got, cfg.Window)
+	}
+	// It reads everything; the rest follows.
+	s.run(time.Minute, func() bool {
+		s.eps[1].SetUnread(s.now, 0)
+		s.collect(1)
+		return unread() == 500*len(msg)
+	})
 }

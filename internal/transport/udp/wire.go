@@ -39,6 +39,14 @@ const (
 	frameLast  = 0x02
 
 	maxRanges = 64 // NAK ranges per datagram
+	// maxRangeLen bounds an encoded NAK range: gap and length are below the
+	// receive window, at most maxWindow, three varint bytes each.
+	maxRangeLen = 6
+	maxWindow   = 1 << 21
+	// piggyRanges NAK ranges always fit beside a full datagram's frames.
+	piggyRanges = 8
+	// minMTU leaves room for frames beside the largest header.
+	minMTU = 256
 )
 
 // ErrMalformed reports a datagram that does not parse.
@@ -149,4 +157,11 @@ func decodeHeader(b []byte, naks []nakRange) (header, error) {
 		}
 	}
 	return h, nil
+}
+
+// dataOverhead bounds the bytes a data datagram spends on its header and an ack
+// section with the given number of NAK ranges: flags, seq, four ack varints and the
+// range count.
+func dataOverhead(ranges int) int {
+	return 1 + binary.MaxVarintLen64 + 4*binary.MaxVarintLen64 + 1 + ranges*maxRangeLen
 }
