@@ -44,6 +44,11 @@ type Config struct {
 	// UDPPort is the native protocol's reliable-UDP port; 0 means the same number as
 	// the native TCP port, -1 disables it.
 	UDPPort int
+	// UDPIdleTimeout ends a UDP session that has heard nothing from its peer this
+	// long: the longest outage a session rides out without losing anything.
+	UDPIdleTimeout time.Duration
+	// UDPMTU is the largest datagram the UDP transport sends.
+	UDPMTU int
 	// MQTTPort is the MQTT TCP port; 0 picks a free port, -1 disables MQTT.
 	MQTTPort int
 	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
@@ -76,6 +81,8 @@ func DefaultConfig() Config {
 		MaxPending:         64 << 20,
 		SlowConsumerPolicy: native.PolicyDrop,
 		PingInterval:       2 * time.Minute,
+		UDPIdleTimeout:     30 * time.Second,
+		UDPMTU:             1200,
 		MaxPingsOut:        2,
 		WriteTimeout:       10 * time.Second,
 		ConnectTimeout:     2 * time.Second,
@@ -192,6 +199,10 @@ var options = func() []option {
 	add("max_consumers", "most consumers per stream (0 = unlimited)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.UDPPort })
 	add("udp_port", "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off", g, s)
+	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.UDPIdleTimeout })
+	add("udp_idle_timeout", "a UDP session that hears nothing from its client this long ends: the longest outage it rides out", gd, sd)
+	g, s = intOpt(func(c *Config) *int { return &c.UDPMTU })
+	add("udp_mtu", "largest datagram the UDP transport sends, bytes (at least 265)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTPort })
 	add("mqtt_port", "MQTT TCP port (0 = any free port, -1 = no MQTT)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTWSPort })

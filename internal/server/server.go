@@ -147,7 +147,8 @@ func (s *Server) Start() error {
 		if port == 0 {
 			port = l.Addr().(*net.TCPAddr).Port
 		}
-		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), udp.Config{MaxMessage: s.cfg.MaxPayload + 64<<10})
+		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), udp.Config{
+			MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout})
 		if err != nil {
 			_ = l.Close()
 			return fmt.Errorf("udp listener: %w", err)

@@ -21,6 +21,10 @@ type Config struct {
 	MinRTO      time.Duration // 200ms
 	MaxRTO      time.Duration // 10s
 	InitialRTO  time.Duration // 1s (RFC 6298)
+
+	// Sessions (Conn, Listener); the Endpoint ignores these.
+	KeepAlive   time.Duration // ping after this long with nothing sent (5s)
+	IdleTimeout time.Duration // end a session that heard nothing this long (30s): the longest outage it rides out
 }
 
 func (c *Config) defaults() {
@@ -46,6 +50,8 @@ func (c *Config) defaults() {
 	setD(&c.MinRTO, 200*time.Millisecond)
 	setD(&c.MaxRTO, 10*time.Second)
 	setD(&c.InitialRTO, time.Second)
+	setD(&c.KeepAlive, 5*time.Second)
+	setD(&c.IdleTimeout, 30*time.Second)
 }
 
 // Errors callers branch on.

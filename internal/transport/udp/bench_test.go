@@ -2,6 +2,7 @@ package udp
 
 import (
 	"io"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -16,21 +17,11 @@ func BenchmarkSessionLoopback(b *testing.B) {
 
 func byteSize(n int) string {
 	if n >= 1024 {
-		return itoa(n/1024) + "KiB"
+		return strconv.Itoa(n/1024) + "KiB"
 	}
-	return itoa(n) + "B"
+	return strconv.Itoa(n) + "B"
 }
 
-func itoa(n int) string {
-	s := ""
-	for {
-		s = string(rune('0'+n%10)) + s
-		n /= 10
-		if n == 0 {
-			return s
-		}
-	}
-}
 
 func benchLoopback(b *testing.B, size int) {
 	l, err := Listen("127.0.0.1:0", Config{})

@@ -42,13 +42,11 @@ const (
 	kindPing   = 0x06
 	kindClose  = 0x07
 
-	minInit     = 256
-	sessionHdr  = 9
-	cookieTTL   = 30 * time.Second
-	readMax     = 64 << 10
-	defaultMTU  = 1200
-	keepAlive   = 5 * time.Second
-	idleTimeout = 30 * time.Second
+	minInit    = 256
+	sessionHdr = 9
+	cookieTTL  = 30 * time.Second
+	readMax    = 64 << 10
+	defaultMTU = 1200
 )
 
 // socketBuffer is the send and receive buffer a session socket asks for: a burst
@@ -149,6 +147,8 @@ type Conn struct {
 	local  net.Addr
 	onDone func()
 
+	keepAlive, idleTimeout time.Duration
+
 	mu       sync.Mutex
 	cond     *sync.Cond
 	ep       *Endpoint
@@ -170,12 +170,13 @@ func newConn(pc *net.UDPConn, bc batchConn, id uint64, peer net.Addr, cfg Config
 		cfg.MTU = defaultMTU
 	}
 	cfg.MTU -= sessionHdr
+	cfg.defaults()
 	c := &Conn{pc: pc, bc: bc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone,
-		lastRecv: time.Now(), lastSend: time.Now()}
+		keepAlive: cfg.KeepAlive, idleTimeout: cfg.IdleTimeout, lastRecv: time.Now(), lastSend: time.Now()}
 	c.hdr[0] = kindData
 	binary.BigEndian.PutUint64(c.hdr[1:], id)
 	c.cond = sync.NewCond(&c.mu)
-	c.timer = time.AfterFunc(keepAlive, c.tick)
+	c.timer = time.AfterFunc(c.keepAlive, c.tick)
 	return c
 }
 
@@ -231,7 +232,7 @@ func (c *Conn) drainLocked(now time.Time) {
 	if len(del) > 0 || len(out) > 0 {
 		c.cond.Broadcast()
 	}
-	next := now.Add(keepAlive)
+	next := now.Add(c.keepAlive)
 	if d := c.ep.Deadline(); !d.IsZero() && d.Before(next) {
 		next = d
 	}
@@ -246,12 +247,12 @@ func (c *Conn) tick() {
 		c.mu.Unlock()
 		return
 	}
-	if now.Sub(c.lastRecv) > idleTimeout {
+	if now.Sub(c.lastRecv) > c.idleTimeout {
 		c.mu.Unlock()
 		c.closeWith(errors.New("udp: session idle timeout"), false)
 		return
 	}
-	if now.Sub(c.lastSend) >= keepAlive && c.ep.Idle() {
+	if now.Sub(c.lastSend) >= c.keepAlive && c.ep.Idle() {
 		b := make([]byte, sessionHdr)
 		b[0] = kindPing
 		binary.BigEndian.PutUint64(b[1:], c.id)
