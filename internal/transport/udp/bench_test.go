@@ -22,7 +22,6 @@ func byteSize(n int) string {
 	return strconv.Itoa(n) + "B"
 }
 
-
 func benchLoopback(b *testing.B, size int) {
 	l, err := Listen("127.0.0.1:0", Config{})
 	if err != nil {
