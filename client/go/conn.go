@@ -91,6 +91,7 @@ type Conn struct {
 	wcond    *sync.Cond // publishers waiting for buffer room
 	status   Status
 	nc       net.Conn
+	udpLink  *udp.Conn // the latest reliable-UDP link, for TransportStats
 	url      string
 	info     ServerInfo
 	epoch    uint64 // increments per physical connection
@@ -252,7 +253,7 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
 	var nc net.Conn
 	var err error
 	if host, ok := strings.CutPrefix(addr, udpPrefix); ok {
-		nc, err = udp.Dial(host, udp.Config{}, c.opts.Timeout)
+		nc, err = c.dialUDP(host)
 	} else {
 		nc, err = net.DialTimeout("tcp", addr, c.opts.Timeout)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	tern "github.com/tern-mq/tern/client/go"
@@ -143,8 +144,10 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, dialer 
 			Window: o.window, Batch: o.batch, Partitions: o.partitions})
 		res, sent = r, r.Sent
 	} else {
+		d, transport := withTransportStats(dialer(server))
 		var r loadgen.Result
-		r, runErr = loadgen.Run(ctx, dialer(server), cfg)
+		r, runErr = loadgen.Run(ctx, d, cfg)
+		r.Transport = transport()
 		res, sent = r, r.Sent
 	}
 	if runErr != nil && sent == 0 && !errors.Is(runErr, loadgen.ErrIncomplete) {
@@ -170,4 +173,44 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer, dialer 
 		return fmt.Errorf("after %s: %w", time.Since(start).Round(time.Millisecond), runErr)
 	}
 	return nil
+}
+
+// withTransportStats wraps d to remember the connections it makes; the function it
+// returns sums their reliable-UDP counters, nil when none ran over UDP.
+func withTransportStats(d loadgen.Dialer) (loadgen.Dialer, func() *loadgen.TransportStats) {
+	var (
+		mu    sync.Mutex
+		conns []*tern.Conn
+	)
+	wrapped := func(name string) (loadgen.Bus, error) {
+		b, err := d(name)
+		if c, ok := b.(interface{ Conn() *tern.Conn }); ok && err == nil {
+			mu.Lock()
+			conns = append(conns, c.Conn())
+			mu.Unlock()
+		}
+		return b, err
+	}
+	sum := func() *loadgen.TransportStats {
+		mu.Lock()
+		defer mu.Unlock()
+		var total *loadgen.TransportStats
+		for _, c := range conns {
+			st, ok := c.TransportStats()
+			if !ok {
+				continue
+			}
+			if total == nil {
+				total = &loadgen.TransportStats{}
+			}
+			total.DataPackets += st.DataPackets
+			total.CoordPackets += st.CoordPackets
+			total.Retransmits += st.Retransmits
+			total.NAKs += st.NAKs
+			total.Duplicates += st.Duplicates
+			total.MaxRTT = max(total.MaxRTT, st.RTT)
+		}
+		return total
+	}
+	return wrapped, sum
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
+	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
@@ -106,5 +107,42 @@ func TestBenchAgainstServer(t *testing.T) {
 				t.Fatalf("sent %d received %d errors %d, want 2000 %d 0:\n%s", res.Sent, res.Received, res.Errors, want, b)
 			}
 		})
+	}
+}
+
+// TestBenchOverUDP: a run over udp:// reports the transport's counters, in the
+// summary and in the JSON.
+func TestBenchOverUDP(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UDPPort = 0 })
+	url := "udp://" + s.UDPAddr().String()
+	path := filepath.Join(t.TempDir(), "udp.json")
+	var stdout, stderr bytes.Buffer
+	args := []string{"--server", url, "--mode", "pubsub", "--msgs", "20000", "--size", "16", "--json", path}
+	if err := bench(context.Background(), args, &stdout, &stderr, ternbus.Dialer); err != nil {
+		t.Fatalf("bench: %v\n%s%s", err, stderr.String(), stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "udp (client side):") {
+		t.Fatalf("no transport counters:\n%s", stdout.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res loadgen.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	tr := res.Transport
+	if res.Received != 20000 || tr == nil || tr.DataPackets == 0 || tr.DataPackets > 20000 || tr.MaxRTT <= 0 {
+		t.Fatalf("received %d, transport %+v", res.Received, tr)
+	}
+	// TCP reports none.
+	stdout.Reset()
+	tcpArgs := []string{"--server", "tern://" + s.Addr().String(), "--msgs", "100"}
+	if err := bench(context.Background(), tcpArgs, &stdout, &stderr, ternbus.Dialer); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stdout.String(), "udp") {
+		t.Fatalf("transport counters over TCP:\n%s", stdout.String())
 	}
 }

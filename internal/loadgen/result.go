@@ -36,6 +36,20 @@ type Result struct {
 	Errors     int // failed publishes, flushes and requests
 
 	SubCounts []uint64 // deliveries per subscriber (pubsub, queue)
+
+	// Transport is what the clients' side of a reliable-UDP transport sent over
+	// the run, summed over connections; nil over TCP.
+	Transport *TransportStats
+}
+
+// TransportStats are a reliable-UDP transport's counters (docs/udp.md).
+type TransportStats struct {
+	DataPackets  uint64        `json:"data_packets"`
+	CoordPackets uint64        `json:"coordination_packets"`
+	Retransmits  uint64        `json:"retransmissions"`
+	NAKs         uint64        `json:"naks"`
+	Duplicates   uint64        `json:"duplicates"`
+	MaxRTT       time.Duration `json:"max_srtt_ns"` // largest smoothed RTT of a connection
 }
 
 // Percentiles summarizes a latency histogram. Samples is 0 when the run measured no
@@ -128,6 +142,11 @@ func (r Result) String() string {
 		}
 		fmt.Fprintf(&b, "  per member: %s\n", strings.Join(parts, " / "))
 	}
+	if t := r.Transport; t != nil {
+		fmt.Fprintf(&b, "  udp (client side): %s data packets, %s coordination packets (%.1f per 1000 msgs), %s retransmissions, %s NAKs, %s duplicates, srtt up to %s\n",
+			Commas(float64(t.DataPackets)), Commas(float64(t.CoordPackets)), 1000*float64(t.CoordPackets)/max(float64(r.Sent), 1),
+			Commas(float64(t.Retransmits)), Commas(float64(t.NAKs)), Commas(float64(t.Duplicates)), FormatDuration(t.MaxRTT))
+	}
 	if r.Errors > 0 || r.Received != r.Expected {
 		fmt.Fprintf(&b, "  errors %d, %s of %s expected deliveries missing\n", r.Errors,
 			Commas(float64(r.Expected)-float64(r.Received)), Commas(float64(r.Expected)))
@@ -190,6 +209,7 @@ type resultJSON struct {
 	Latency    percentilesJSON `json:"latency"`
 	Errors     int             `json:"errors"`
 	SubCounts  []uint64        `json:"sub_counts,omitempty"`
+	Transport  *TransportStats `json:"udp,omitempty"`
 }
 
 type percentilesJSON struct {
@@ -234,6 +254,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Sent: r.Sent, Received: r.Received, Expected: r.Expected,
 		ElapsedMs:  float64(r.Elapsed) / float64(time.Millisecond),
 		MsgsPerSec: r.MsgsPerSec, MBPerSec: r.MBPerSec, Latency: r.Latency.toJSON(), Errors: r.Errors, SubCounts: r.SubCounts,
+		Transport: r.Transport,
 	})
 }
 
@@ -248,7 +269,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		Sent: j.Sent, Received: j.Received, Expected: j.Expected,
 		Elapsed:    time.Duration(j.ElapsedMs * float64(time.Millisecond)),
 		MsgsPerSec: j.MsgsPerSec, MBPerSec: j.MBPerSec, Latency: j.Latency.percentiles(),
-		Errors: j.Errors, SubCounts: j.SubCounts,
+		Errors: j.Errors, SubCounts: j.SubCounts, Transport: j.Transport,
 	}
 	return nil
 }
