@@ -16,10 +16,12 @@ var (
 	udpRetransDesc  = prometheus.NewDesc("tern_udp_retransmissions_total", "Data datagrams sent again.", nil, nil)
 	udpNakDesc      = prometheus.NewDesc("tern_udp_naks_total", "Acknowledgements sent that reported missing packets.", nil, nil)
 	udpDupDesc      = prometheus.NewDesc("tern_udp_duplicates_total", "Data datagrams received more than once (dropped).", nil, nil)
+	udpRTTDesc      = prometheus.NewDesc("tern_udp_rtt_seconds", "Smoothed round-trip time over the open sessions: the mean and the largest.", []string{"stat"}, nil)
+	udpCwndDesc     = prometheus.NewDesc("tern_udp_cwnd_packets", "Congestion window over the open sessions: the mean and the smallest.", []string{"stat"}, nil)
 )
 
 func (c udpCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{udpSessionsDesc, udpDataDesc, udpCoordDesc, udpRetransDesc, udpNakDesc, udpDupDesc} {
+	for _, d := range []*prometheus.Desc{udpSessionsDesc, udpDataDesc, udpCoordDesc, udpRetransDesc, udpNakDesc, udpDupDesc, udpRTTDesc, udpCwndDesc} {
 		ch <- d
 	}
 }
@@ -30,5 +32,11 @@ func (c udpCollector) Collect(ch chan<- prometheus.Metric) {
 	for d, v := range map[*prometheus.Desc]uint64{udpDataDesc: st.DataPackets, udpCoordDesc: st.CoordPackets,
 		udpRetransDesc: st.Retransmits, udpNakDesc: st.NaksSent, udpDupDesc: st.Duplicates} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	if st.Sessions > 0 {
+		ch <- prometheus.MustNewConstMetric(udpRTTDesc, prometheus.GaugeValue, st.MeanRTT.Seconds(), "mean")
+		ch <- prometheus.MustNewConstMetric(udpRTTDesc, prometheus.GaugeValue, st.MaxRTT.Seconds(), "max")
+		ch <- prometheus.MustNewConstMetric(udpCwndDesc, prometheus.GaugeValue, st.MeanCwnd, "mean")
+		ch <- prometheus.MustNewConstMetric(udpCwndDesc, prometheus.GaugeValue, st.MinCwnd, "min")
 	}
 }

@@ -86,7 +86,8 @@ func TestNativeProtocolOverUDP(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"tern_udp_sessions 1", "tern_udp_data_packets_total ", "tern_udp_coordination_packets_total "} {
+	for _, want := range []string{"tern_udp_sessions 1", "tern_udp_data_packets_total ", "tern_udp_coordination_packets_total ",
+		`tern_udp_rtt_seconds{stat="max"} `, `tern_udp_cwnd_packets{stat="min"} `} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}

@@ -571,7 +571,10 @@ func (l *Listener) remove(sid, nonce uint64) {
 // ListenerStats are a listener's totals over its sessions, live and ended.
 type ListenerStats struct {
 	Sessions int // live now
-	Stats
+	Stats        // counters summed over all sessions; the gauges are unset
+	// Gauges over the live sessions.
+	MeanRTT, MaxRTT   time.Duration
+	MeanCwnd, MinCwnd float64
 }
 
 // Stats sums the counters of every session the listener has had.
@@ -583,9 +586,15 @@ func (l *Listener) Stats() ListenerStats {
 	}
 	out := ListenerStats{Sessions: len(conns), Stats: l.ended}
 	l.mu.Unlock()
-	for _, c := range conns {
+	for i, c := range conns {
 		st := c.Stats()
 		out.add(&st)
+		out.MeanRTT += st.RTT / time.Duration(len(conns))
+		out.MaxRTT = max(out.MaxRTT, st.RTT)
+		out.MeanCwnd += st.Cwnd / float64(len(conns))
+		if i == 0 || st.Cwnd < out.MinCwnd {
+			out.MinCwnd = st.Cwnd
+		}
 	}
 	return out
 }
