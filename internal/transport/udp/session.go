@@ -29,7 +29,14 @@ import (
 //	data    0x05 | session u64 | ARQ datagram                         both ways
 //	ping    0x06 | session u64                                        both ways, when idle
 //	close   0x07 | session u64                                        both ways
+//	reset   0x08 | session u64                                        server → client
 //
+// A server answers a data or ping datagram for a session it does not have (it
+// restarted, or the session timed out) with a reset, no larger than what it got,
+// so that the client learns at once that it must start a new session instead of
+// retransmitting into the void until its idle timeout. A client takes a reset only
+// from the address it dialled and only for its own session id, which an off-path
+// sender does not know.
 // mac is HMAC-SHA256(server secret, source address | nonce | ts), cut to 16 bytes;
 // a cookie is good for cookieTTL. A session is found by its id, not by the source
 // address, so it survives the client's address or port changing (NAT rebinding).
@@ -41,6 +48,7 @@ const (
 	kindData   = 0x05
 	kindPing   = 0x06
 	kindClose  = 0x07
+	kindReset  = 0x08
 
 	minInit    = 256
 	sessionHdr = 9
@@ -133,8 +141,17 @@ func (wb *writeBatch) send(bc batchConn, hdr []byte, datagrams [][]byte, addr ne
 	}
 }
 
-// ErrClosed is returned by operations on a closed session or listener.
-var ErrClosed = errors.New("udp: session closed")
+// Errors callers branch on.
+var (
+	// ErrClosed is returned by operations on a closed session or listener.
+	ErrClosed = errors.New("udp: session closed")
+	// ErrReset ends a session the server no longer has (it restarted, or the
+	// session timed out there): the client starts a new one.
+	ErrReset = errors.New("udp: session reset by the server")
+	// ErrIdleTimeout ends a session that heard nothing from its peer for the
+	// idle timeout.
+	ErrIdleTimeout = errors.New("udp: session idle timeout")
+)
 
 // Conn is a reliable session over UDP presented as a net.Conn: a byte stream, in
 // order, exactly once. Any protocol written for a stream (Tern's native frames) runs
@@ -249,7 +266,7 @@ func (c *Conn) tick() {
 	}
 	if now.Sub(c.lastRecv) > c.idleTimeout {
 		c.mu.Unlock()
-		c.closeWith(errors.New("udp: session idle timeout"), false)
+		c.closeWith(ErrIdleTimeout, false)
 		return
 	}
 	if now.Sub(c.lastSend) >= c.keepAlive && c.ep.Idle() {
@@ -537,6 +554,12 @@ func (l *Listener) handle(b []byte, from net.Addr, now time.Time, touched []*Con
 		c := l.sessions[id]
 		l.mu.Unlock()
 		if c == nil {
+			if b[0] != kindClose {
+				var reset [sessionHdr]byte
+				reset[0] = kindReset
+				binary.BigEndian.PutUint64(reset[1:], id)
+				_, _ = l.pc.WriteTo(reset[:], from)
+			}
 			return touched
 		}
 		switch b[0] {
@@ -686,14 +709,14 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 	}
 	_ = pc.SetReadDeadline(time.Time{})
 	c := newConn(pc, newBatchConn(pc), sid, ua, cfg, func() { pc.Close() })
-	go c.clientReadLoop(newReadBatch(clientBatch, cfg.MTU))
+	go c.clientReadLoop(newReadBatch(clientBatch, cfg.MTU), ua)
 	return c, nil
 }
 
 // clientBatch is how many datagrams a client session takes per read call.
 const clientBatch = 16
 
-func (c *Conn) clientReadLoop(rb *readBatch) {
+func (c *Conn) clientReadLoop(rb *readBatch, server *net.UDPAddr) {
 	for {
 		n, err := c.bc.ReadBatch(rb.ms, 0)
 		if err != nil {
@@ -715,6 +738,11 @@ func (c *Conn) clientReadLoop(rb *readBatch) {
 			case kindClose:
 				c.closeWith(nil, false)
 				return
+			case kindReset:
+				if ua, ok := from.(*net.UDPAddr); ok && ua.IP.Equal(server.IP) && ua.Port == server.Port {
+					c.closeWith(ErrReset, false)
+					return
+				}
 			}
 		}
 		c.inputDone(now)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -172,5 +173,84 @@ func TestSessionSurvivesAddressChange(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "reply" {
 		t.Fatalf("reply to the new address: %q %v", buf[:n], err)
+	}
+}
+
+// TestSessionResetAfterServerRestart: a server that lost its sessions (it crashed
+// and came back on the same port) answers a client's datagrams with a reset, and
+// the client's session ends at once with ErrReset instead of retransmitting until
+// its idle timeout. A reset from another address is ignored.
+func TestSessionResetAfterServerRestart(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c) }()
+		}
+	}()
+	c, err := Dial(addr, Config{}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 16)
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, buf[:5]); err != nil {
+		t.Fatal(err)
+	}
+
+	// A reset for our session from a stranger changes nothing.
+	stranger, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	reset := make([]byte, sessionHdr)
+	reset[0] = kindReset
+	binary.BigEndian.PutUint64(reset[1:], c.id)
+	clientAddr := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: c.pc.LocalAddr().(*net.UDPAddr).Port}
+	if _, err := stranger.WriteTo(reset, clientAddr); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := c.Write([]byte("still")); err != nil {
+		t.Fatalf("after a stranger's reset: %v", err)
+	}
+	if _, err := io.ReadFull(c, buf[:5]); err != nil || string(buf[:5]) != "still" {
+		t.Fatalf("after a stranger's reset: %q %v", buf[:5], err)
+	}
+
+	// The server crashes: its socket goes away without a word to the client.
+	close(l.done)
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	_ = l.pc.Close()
+	l2, err := Listen(addr, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	start := time.Now()
+	if _, err := c.Write([]byte("anyone?")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = c.Read(buf)
+	if !errors.Is(err, ErrReset) {
+		t.Fatalf("read after the server restarted: %v, want ErrReset", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("reset noticed after %v", took)
 	}
 }
