@@ -112,6 +112,7 @@ type Endpoint struct {
 	unacked    []*sentPacket // by seq
 	peerCum    uint64        // all below are acknowledged
 	peerWnd    uint64
+	peerHeld   uint64 // packets the peer holds above peerCum
 	srtt       time.Duration
 	rttvar     time.Duration
 	rto        time.Duration
@@ -125,8 +126,9 @@ type Endpoint struct {
 	minRTT     time.Duration
 	minRTTAt   time.Time
 	lastRTT    time.Duration
-	roundStart uint64    // first seq of the current loss round
-	roundLost  int       // packets reported lost since roundStart
+	roundStart uint64 // the current measuring round: packets [roundStart, roundEnd)
+	roundEnd   uint64
+	roundLost  int       // packets of the round reported lost
 	paceAt     time.Time // no new packet before this
 	paceWait   bool      // the last flush stopped at paceAt
 	retransmit []*sentPacket
@@ -481,7 +483,7 @@ func (e *Endpoint) naks(now time.Time, limit int) []nakRange {
 // Acknowledgements from the peer
 
 func (e *Endpoint) onAck(now time.Time, h *header) {
-	e.peerWnd = h.window
+	e.peerWnd, e.peerHeld = h.window, h.held
 	if h.echo >= e.peerCum && h.echo < e.nextSeq {
 		i := sort.Search(len(e.unacked), func(i int) bool { return e.unacked[i].seq >= h.echo })
 		if i < len(e.unacked) && e.unacked[i].seq == h.echo && e.unacked[i].retrans == 0 {
@@ -500,6 +502,9 @@ func (e *Endpoint) onAck(now time.Time, h *header) {
 			acked++
 		}
 		e.peerCum = h.cum
+		if e.peerCum >= e.roundEnd {
+			e.endRound()
+		}
 		e.growWindow(acked)
 		e.probed = false
 		e.rto = e.baseRTO() // progress ends the timer's backoff
@@ -521,31 +526,46 @@ func (e *Endpoint) onAck(now time.Time, h *header) {
 			}
 			p.nakAt = now
 			e.retransmit = append(e.retransmit, p)
-			e.roundLost++
+			if p.retrans == 0 && p.seq >= e.roundStart {
+				e.roundLost++
+			}
 			lost = true
 		}
 	}
-	if lost && e.peerCum >= e.recovery {
-		e.onLossRound()
+	if lost && e.peerCum >= e.recovery && e.queueing() {
+		e.cut()
 	}
 }
 
-// onLossRound reacts to losses, at most once per round trip. Loss alone is not
-// taken for congestion: on a lossy radio or a path with random loss, backing off
-// for every loss starves the flow the way TCP starves there. The window is cut
-// when the losses come with a queue building up (the round trip well above its
-// minimum) or when they are heavy (over a quarter of what the round sent); a
-// full drop-tail queue shows both, so Tern still yields to other flows there.
-func (e *Endpoint) onLossRound() {
-	sent := e.nextSeq - e.roundStart
-	heavy := uint64(e.roundLost)*4 > sent
-	queueing := e.minRTT > 0 && e.lastRTT > e.minRTT+max(e.minRTT/4, time.Millisecond)
-	if heavy || queueing {
-		e.ssthresh = max(e.cwnd*0.7, 8)
-		e.cwnd = e.ssthresh
-	}
+// Loss alone is not taken for congestion: on a lossy radio or a path with random
+// loss, backing off for every loss starves the flow the way TCP starves there. The
+// window is cut, at most once per round trip, when losses come with a queue
+// building up (the round trip well above its minimum), and at the end of a round
+// that lost over a quarter of its packets. A full drop-tail queue shows both, so
+// Tern still yields to other flows there.
+
+// queueing reports whether the latest round trip is well above the minimum.
+func (e *Endpoint) queueing() bool {
+	return e.minRTT > 0 && e.lastRTT > e.minRTT+max(e.minRTT/4, time.Millisecond)
+}
+
+func (e *Endpoint) cut() {
+	e.ssthresh = max(e.cwnd*0.7, 8)
+	e.cwnd = e.ssthresh
 	e.recovery = e.nextSeq
-	e.roundStart, e.roundLost = e.nextSeq, 0
+}
+
+const minRoundSample = 32
+
+// endRound closes a measuring round once all its packets are acknowledged, cuts
+// the window if the round lost heavily, and starts the next with what is in flight.
+func (e *Endpoint) endRound() {
+	// Below minRoundSample packets a share says too little: a round of 3 that
+	// lost 1 is no sign of congestion on a path with random loss.
+	if sent := e.roundEnd - e.roundStart; sent >= minRoundSample && uint64(e.roundLost)*4 > sent && e.peerCum >= e.recovery {
+		e.cut()
+	}
+	e.roundStart, e.roundEnd, e.roundLost = e.roundEnd, e.nextSeq, 0
 }
 
 func (e *Endpoint) sampleRTT(now time.Time, r time.Duration) {
@@ -579,7 +599,7 @@ func (e *Endpoint) baseRTO() time.Duration {
 }
 
 func (e *Endpoint) growWindow(acked int) {
-	if e.cwnd < e.ssthresh && e.minRTT > 0 && e.lastRTT > e.minRTT+max(e.minRTT/4, time.Millisecond) {
+	if e.cwnd < e.ssthresh && e.queueing() {
 		// A queue is building: slow start has found the path's capacity (as
 		// HyStart does); grow linearly from here.
 		e.ssthresh = e.cwnd
@@ -685,7 +705,13 @@ func maxTime(a, b time.Time) time.Time {
 
 // canSend reports whether the congestion and receive windows allow a new packet.
 func (e *Endpoint) canSend() bool {
-	return float64(len(e.unacked)) < e.cwnd && uint64(len(e.unacked)) < e.peerWnd
+	// Packets the peer holds above its cumulative ack have left the network: the
+	// congestion window counts only what is still on the way (as TCP's SACK
+	// "pipe"), so a hole being repaired does not stall the window for a round trip.
+	// The receive window bounds the whole span.
+	inflight := uint64(len(e.unacked))
+	onTheWay := inflight - min(e.peerHeld, inflight)
+	return float64(onTheWay) < e.cwnd && inflight < e.peerWnd+e.peerHeld
 }
 
 // full reports whether the queue holds at least a datagram's worth.
@@ -791,7 +817,7 @@ func (e *Endpoint) appendAckSection(now time.Time, b []byte, limit int) []byte {
 	if !e.lastArrAt.IsZero() {
 		echoUs = uint64(now.Sub(e.lastArrAt) / time.Microsecond)
 	}
-	b = appendAck(b, e.cum, window, e.lastArr, echoUs, naks)
+	b = appendAck(b, e.cum, window, uint64(len(e.ooo)), e.lastArr, echoUs, naks)
 	e.ackCount, e.oooCount, e.ackDue = 0, 0, time.Time{}
 	return b
 }

@@ -3,16 +3,12 @@ package udp
 import (
 	"bytes"
 	"crypto/rand"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/tern-mq/tern/internal/netns"
 )
 
 // The tests here run a session between two network namespaces the test creates,
@@ -20,97 +16,50 @@ import (
 // kernel has no netem) and a blackout made by dropping everything. They need root;
 // TERN_NO_NETNS=1 skips them on machines that cannot create namespaces.
 
-type netns struct {
-	t            *testing.T
-	a, b         string // namespace names
-	addrA, addrB string
+type lossyPath struct {
+	t *testing.T
+	*netns.Pair
 }
 
-func run(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-func newNetns(t *testing.T) *netns {
+func newLossyPath(t *testing.T) *lossyPath {
 	if os.Getenv("TERN_NO_NETNS") == "1" {
 		t.Skip("TERN_NO_NETNS=1")
 	}
-	for _, tool := range []string{"ip", "iptables"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s missing: run scripts/deps.sh (or TERN_NO_NETNS=1 to skip)", tool)
-		}
+	p, err := netns.NewPair("tern-udp", 197)
+	if err != nil {
+		t.Fatalf("%v (TERN_NO_NETNS=1 skips these tests)", err)
 	}
-	id := fmt.Sprintf("%d", os.Getpid()%100000)
-	n := &netns{t: t, a: "tern-a-" + id, b: "tern-b-" + id, addrA: "10.197.0.1", addrB: "10.197.0.2"}
-	run(t, "ip", "netns", "add", n.a)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.a).Run() })
-	run(t, "ip", "netns", "add", n.b)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.b).Run() })
-	va, vb := "tva"+id, "tvb"+id
-	run(t, "ip", "link", "add", va, "type", "veth", "peer", "name", vb)
-	run(t, "ip", "link", "set", va, "netns", n.a)
-	run(t, "ip", "link", "set", vb, "netns", n.b)
-	for _, s := range []struct{ ns, dev, addr string }{{n.a, va, n.addrA}, {n.b, vb, n.addrB}} {
-		run(t, "ip", "netns", "exec", s.ns, "ip", "addr", "add", s.addr+"/24", "dev", s.dev)
-		run(t, "ip", "netns", "exec", s.ns, "ip", "link", "set", s.dev, "up")
-		run(t, "ip", "netns", "exec", s.ns, "ip", "link", "set", "lo", "up")
-	}
-	return n
+	t.Cleanup(p.Close)
+	return &lossyPath{t: t, Pair: p}
 }
 
 // in runs fn on an OS thread inside namespace ns; sockets fn creates stay in it.
 func in(t *testing.T, ns string, fn func()) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		f, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		fn()
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("enter namespace %s: %v", ns, err)
+	if err := netns.In(ns, func() error { fn(); return nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // loss drops a random share of the UDP datagrams entering each namespace.
-func (n *netns) loss(p float64) {
-	for _, ns := range []string{n.a, n.b} {
-		run(n.t, "ip", "netns", "exec", ns, "iptables", "-F", "INPUT")
-		if p > 0 {
-			run(n.t, "ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-p", "udp", "-m", "statistic",
-				"--mode", "random", "--probability", fmt.Sprint(p), "-j", "DROP")
-		}
+func (n *lossyPath) loss(p float64) {
+	if err := n.SetLoss("udp", p); err != nil {
+		n.t.Fatal(err)
 	}
 }
 
-func (n *netns) blackout(on bool) {
-	for _, ns := range []string{n.a, n.b} {
-		if on {
-			run(n.t, "ip", "netns", "exec", ns, "iptables", "-I", "INPUT", "-p", "udp", "-j", "DROP")
-		} else {
-			run(n.t, "ip", "netns", "exec", ns, "iptables", "-D", "INPUT", "-p", "udp", "-j", "DROP")
-		}
+func (n *lossyPath) blackout(on bool) {
+	if err := n.Blackout("udp", on); err != nil {
+		n.t.Fatal(err)
 	}
 }
 
 // session opens a listener in B and a client in A and returns both ends.
-func (n *netns) session(t *testing.T) (client *Conn, server io.ReadWriteCloser) {
+func (n *lossyPath) session(t *testing.T) (client *Conn, server io.ReadWriteCloser) {
 	var l *Listener
-	in(t, n.b, func() {
+	in(t, n.B, func() {
 		var err error
-		if l, err = Listen(n.addrB+":17499", Config{}); err != nil {
+		if l, err = Listen(n.AddrB+":17499", Config{}); err != nil {
 			t.Errorf("listen: %v", err)
 		}
 	})
@@ -125,9 +74,9 @@ func (n *netns) session(t *testing.T) (client *Conn, server io.ReadWriteCloser) 
 			accepted <- c.(*Conn)
 		}
 	}()
-	in(t, n.a, func() {
+	in(t, n.A, func() {
 		var err error
-		if client, err = Dial(n.addrB+":17499", Config{}, 20*time.Second); err != nil {
+		if client, err = Dial(n.AddrB+":17499", Config{}, 20*time.Second); err != nil {
 			t.Errorf("dial: %v", err)
 		}
 	})
@@ -177,7 +126,7 @@ func transfer(t *testing.T, w io.Writer, r io.Reader, size int, limit time.Durat
 }
 
 func TestNetnsRandomLoss(t *testing.T) {
-	n := newNetns(t)
+	n := newLossyPath(t)
 	client, server := n.session(t)
 	for _, p := range []float64{0.01, 0.10, 0.30} {
 		n.loss(p)
@@ -189,7 +138,7 @@ func TestNetnsRandomLoss(t *testing.T) {
 }
 
 func TestNetnsBlackout(t *testing.T) {
-	n := newNetns(t)
+	n := newLossyPath(t)
 	client, server := n.session(t)
 	transfer(t, client, server, 64<<10, 20*time.Second)
 	n.blackout(true)

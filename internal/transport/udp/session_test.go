@@ -79,7 +79,8 @@ func TestHandshakeNoAmplification(t *testing.T) {
 	if n, _ := send(init[:100]); n != 0 {
 		t.Fatal("an init shorter than the minimum got an answer")
 	}
-	// A forged cookie and unknown session ids get nothing, and no session is made.
+	// A forged cookie gets nothing, an unknown session id a reset no larger than
+	// what was sent, and no session is made.
 	bad := make([]byte, minInit)
 	bad[0] = kindInit2
 	binary.BigEndian.PutUint64(bad[1:], 42)
@@ -89,8 +90,11 @@ func TestHandshakeNoAmplification(t *testing.T) {
 		t.Fatal("a forged cookie was answered")
 	}
 	data := []byte{kindData, 1, 2, 3, 4, 5, 6, 7, 8, version | flagData, 1, 3, 1, 'x'}
-	if n, _ := send(data); n != 0 {
-		t.Fatal("data for an unknown session was answered")
+	if n, b := send(data); n != sessionHdr || b[0] != kindReset || !bytes.Equal(b[1:9], data[1:9]) {
+		t.Fatalf("data for an unknown session: answer %x, want a reset", b)
+	}
+	if n, _ := send(data[:5]); n != 0 {
+		t.Fatal("a datagram shorter than the session header was answered")
 	}
 	l.mu.Lock()
 	sessions := len(l.sessions)

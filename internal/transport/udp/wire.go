@@ -21,8 +21,9 @@ import (
 // Datagram layout (integers are unsigned LEB128 varints):
 //
 //	flags u8 | [seq]            (flagData)
-//	         | [cum, window, echo, echoDelay, n, n × (gap, len)]   (flagAck: all below
-//	           cum received; echo: the data packet that arrived last and echoDelay the
+//	         | [cum, window, held, echo, echoDelay, n, n × (gap, len)]
+//	           (flagAck: all below cum received; held: how many above cum are
+//	           received; echo: the data packet that arrived last and echoDelay the
 //	           microseconds since, for RTT samples free of recovery and ack delay;
 //	           NAK ranges: missing [start, start+len), start = previous end + gap,
 //	           the first relative to cum)
@@ -61,15 +62,17 @@ type header struct {
 	seq     uint64
 	cum     uint64
 	window  uint64
+	held    uint64
 	echo    uint64
 	echoUs  uint64
 	naks    []nakRange
 	payload []byte // the frames, aliasing the datagram
 }
 
-func appendAck(b []byte, cum, window, echo, echoUs uint64, naks []nakRange) []byte {
+func appendAck(b []byte, cum, window, held, echo, echoUs uint64, naks []nakRange) []byte {
 	b = binary.AppendUvarint(b, cum)
 	b = binary.AppendUvarint(b, window)
+	b = binary.AppendUvarint(b, held)
 	b = binary.AppendUvarint(b, echo)
 	b = binary.AppendUvarint(b, echoUs)
 	b = binary.AppendUvarint(b, uint64(len(naks)))
@@ -110,6 +113,9 @@ func decodeHeader(b []byte, naks []nakRange) (header, error) {
 			return h, err
 		}
 		if h.window, err = uvarint(b, &off); err != nil {
+			return h, err
+		}
+		if h.held, err = uvarint(b, &off); err != nil {
 			return h, err
 		}
 		if h.echo, err = uvarint(b, &off); err != nil {
@@ -160,8 +166,8 @@ func decodeHeader(b []byte, naks []nakRange) (header, error) {
 }
 
 // dataOverhead bounds the bytes a data datagram spends on its header and an ack
-// section with the given number of NAK ranges: flags, seq, four ack varints and the
+// section with the given number of NAK ranges: flags, seq, five ack varints and the
 // range count.
 func dataOverhead(ranges int) int {
-	return 1 + binary.MaxVarintLen64 + 4*binary.MaxVarintLen64 + 1 + ranges*maxRangeLen
+	return 1 + binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + 1 + ranges*maxRangeLen
 }
