@@ -9,107 +9,49 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/netns"
 	"github.com/tern-mq/tern/internal/server"
 )
 
-const (
-	nsA, nsB     = "ternbench-a", "ternbench-b"
-	addrA, addrB = "10.198.0.1", "10.198.0.2"
-	port         = 17470
-)
+const port = 17470
 
-func sh(args ...string) error {
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-func setup() error {
-	_ = exec.Command("ip", "netns", "del", nsA).Run()
-	_ = exec.Command("ip", "netns", "del", nsB).Run()
-	steps := [][]string{
-		{"ip", "netns", "add", nsA}, {"ip", "netns", "add", nsB},
-		{"ip", "link", "add", "tbva", "type", "veth", "peer", "name", "tbvb"},
-		{"ip", "link", "set", "tbva", "netns", nsA}, {"ip", "link", "set", "tbvb", "netns", nsB},
-		{"ip", "netns", "exec", nsA, "ip", "addr", "add", addrA + "/24", "dev", "tbva"},
-		{"ip", "netns", "exec", nsB, "ip", "addr", "add", addrB + "/24", "dev", "tbvb"},
-		{"ip", "netns", "exec", nsA, "ip", "link", "set", "tbva", "up"},
-		{"ip", "netns", "exec", nsB, "ip", "link", "set", "tbvb", "up"},
-		{"ip", "netns", "exec", nsA, "ip", "link", "set", "lo", "up"},
-		{"ip", "netns", "exec", nsB, "ip", "link", "set", "lo", "up"},
-	}
-	for _, s := range steps {
-		if err := sh(s...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func teardown() {
-	_ = exec.Command("ip", "netns", "del", nsA).Run()
-	_ = exec.Command("ip", "netns", "del", nsB).Run()
-}
-
-// in runs fn on a thread inside namespace ns; sockets made there stay there.
-func in(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+// path is the pair of namespaces: the server in B, the clients in A.
+var path *netns.Pair
 
 // setLoss drops a random share of everything entering either namespace and resets
 // the counting rules for header-only TCP segments.
 func setLoss(p float64) error {
-	for _, ns := range []string{nsA, nsB} {
-		for _, chain := range []string{"INPUT", "OUTPUT"} {
-			if err := sh("ip", "netns", "exec", ns, "iptables", "-F", chain); err != nil {
-				return err
-			}
+	if err := path.SetLoss("", p); err != nil {
+		return err
+	}
+	for _, ns := range []string{path.A, path.B} {
+		if err := path.Exec(ns, "iptables", "-F", "OUTPUT"); err != nil {
+			return err
 		}
 		// Coordination packets, counted as they leave: TCP segments of at most 60
 		// bytes (IP and TCP headers with options, no payload) and UDP datagrams of at
 		// most 52 (IP, UDP, session header and an acknowledgement without NAKs, or a
 		// ping; a datagram with a 16-byte message is 68 or more).
-		if err := sh("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-p", "tcp", "-m", "length", "--length", "0:60", "-j", "ACCEPT"); err != nil {
+		if err := path.Exec(ns, "iptables", "-A", "OUTPUT", "-p", "tcp", "-m", "length", "--length", "0:60", "-j", "ACCEPT"); err != nil {
 			return err
 		}
-		if err := sh("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-p", "udp", "-m", "length", "--length", "0:52", "-j", "ACCEPT"); err != nil {
+		if err := path.Exec(ns, "iptables", "-A", "OUTPUT", "-p", "udp", "-m", "length", "--length", "0:52", "-j", "ACCEPT"); err != nil {
 			return err
-		}
-		if p > 0 {
-			if err := sh("ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-m", "statistic", "--mode", "random",
-				"--probability", fmt.Sprint(p), "-j", "DROP"); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -118,7 +60,7 @@ func setLoss(p float64) error {
 // coordPackets reads the counting rules: TCP and UDP packets without payload sent
 // by both namespaces since setLoss.
 func coordPackets() (tcp, udp uint64, err error) {
-	for _, ns := range []string{nsA, nsB} {
+	for _, ns := range []string{path.A, path.B} {
 		out, err := exec.Command("ip", "netns", "exec", ns, "iptables", "-L", "OUTPUT", "-v", "-x", "-n").CombinedOutput()
 		if err != nil {
 			return 0, 0, fmt.Errorf("iptables -L: %v: %s", err, out)
@@ -141,7 +83,7 @@ func coordPackets() (tcp, udp uint64, err error) {
 
 // pair connects a publisher and a subscriber in namespace A to the server in B.
 func pair(url string) (pub, sub *tern.Conn, err error) {
-	err = in(nsA, func() error {
+	err = netns.In(path.A, func() error {
 		var err error
 		if pub, err = tern.Connect(url, tern.Name("pub")); err != nil {
 			return err
@@ -154,24 +96,35 @@ func pair(url string) (pub, sub *tern.Conn, err error) {
 
 // stream publishes n messages of size bytes, at rate per second (0: as fast as
 // possible), and returns how many arrived and how long it took.
+// Payloads of 8 bytes or more carry their send time; lat gets each message's
+// latency, in microseconds.
 func stream(url string, n, size int, rate float64, limit time.Duration) (int, time.Duration, error) {
+	got, took, _, err := streamLat(url, n, size, rate, limit)
+	return got, took, err
+}
+
+func streamLat(url string, n, size int, rate float64, limit time.Duration) (int, time.Duration, *hdrhistogram.Histogram, error) {
+	lat := hdrhistogram.New(1, 60_000_000, 3)
 	pub, sub, err := pair(url)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, lat, err
 	}
 	defer pub.Close()
 	defer sub.Close()
 	var got atomic.Int64
 	done := make(chan struct{})
-	if _, err := sub.Subscribe("bench.udp", func(*tern.Msg) {
+	if _, err := sub.Subscribe("bench.udp", func(m *tern.Msg) {
+		if len(m.Data) >= 8 {
+			_ = lat.RecordValue(max(1, (time.Now().UnixNano()-int64(binary.BigEndian.Uint64(m.Data)))/1000))
+		}
 		if got.Add(1) == int64(n) {
 			close(done)
 		}
 	}); err != nil {
-		return 0, 0, err
+		return 0, 0, lat, err
 	}
 	if err := sub.Flush(); err != nil {
-		return 0, 0, err
+		return 0, 0, lat, err
 	}
 	payload := make([]byte, size)
 	start := time.Now()
@@ -181,8 +134,11 @@ func stream(url string, n, size int, rate float64, limit time.Duration) (int, ti
 				time.Sleep(wait)
 			}
 		}
+		if size >= 8 {
+			binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+		}
 		if err := pub.Publish("bench.udp", payload); err != nil {
-			return int(got.Load()), time.Since(start), err
+			return int(got.Load()), time.Since(start), lat, err
 		}
 	}
 	_ = pub.Flush()
@@ -190,7 +146,12 @@ func stream(url string, n, size int, rate float64, limit time.Duration) (int, ti
 	case <-done:
 	case <-time.After(limit):
 	}
-	return int(got.Load()), time.Since(start), nil
+	if os.Getenv("UDPVS_DEBUG") != "" {
+		ps, _ := pub.TransportStats()
+		ss, _ := sub.TransportStats()
+		fmt.Fprintf(os.Stderr, "pub %+v\nsub %+v\n", ps, ss)
+	}
+	return int(got.Load()), time.Since(start), lat, nil
 }
 
 func main() {
@@ -204,16 +165,32 @@ func run(out io.Writer) error {
 	coordMsgs := flag.Int("coord-msgs", 20000, "messages of the steady 16 B stream")
 	coordRate := flag.Float64("coord-rate", 5000, "messages per second of the steady stream")
 	tputMsgs := flag.Int("msgs", 100000, "messages per throughput run")
+	latRate := flag.Float64("latency-rate", 2000, "messages per second of the latency runs (0 skips them)")
+	latFor := flag.Duration("latency-for", 5*time.Second, "length of each latency run")
+	only := flag.String("only", "", "run only this throughput row, e.g. 0.05/1024/udp (loss/size/transport), and skip the rest")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run (server and clients) to this file")
 	flag.Parse()
-	if err := setup(); err != nil {
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var err error
+	if path, err = netns.NewPair("ternbench", 198); err != nil {
 		return err
 	}
-	defer teardown()
+	defer path.Close()
 
 	var srv *server.Server
-	if err := in(nsB, func() error {
+	if err := netns.In(path.B, func() error {
 		cfg := server.DefaultConfig()
-		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.StoreDir = addrB, port, "", -1, ""
+		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.StoreDir = path.AddrB, port, "", -1, ""
 		var err error
 		if srv, err = server.New(cfg, nil); err != nil {
 			return err
@@ -227,9 +204,27 @@ func run(out io.Writer) error {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}()
-	tcpURL := fmt.Sprintf("tern://%s:%d", addrB, port)
-	udpURL := fmt.Sprintf("udp://%s:%d", addrB, port)
+	tcpURL := fmt.Sprintf("tern://%s:%d", path.AddrB, port)
+	udpURL := fmt.Sprintf("udp://%s:%d", path.AddrB, port)
 
+	if *only != "" {
+		var loss float64
+		var size int
+		var tr string
+		if _, err := fmt.Sscanf(strings.ReplaceAll(*only, "/", " "), "%g %d %s", &loss, &size, &tr); err != nil {
+			return fmt.Errorf("--only %q: want loss/size/transport, e.g. 0.05/1024/udp", *only)
+		}
+		if err := setLoss(loss); err != nil {
+			return err
+		}
+		url := map[string]string{"tcp": tcpURL, "udp": udpURL}[tr]
+		got, took, err := stream(url, *tputMsgs, size, 0, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "loss %.0f%% %d B %s: %d of %d in %v, %.0f msgs/s\n", loss*100, size, tr, got, *tputMsgs, took.Round(time.Millisecond), float64(got)/took.Seconds())
+		return nil
+	}
 	fmt.Fprintf(out, "## Native protocol over reliable UDP vs TCP, %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(out, "Two network namespaces joined by a veth pair; server in one, publisher and subscriber in the other.\n\n")
 
@@ -282,6 +277,27 @@ func run(out io.Writer) error {
 				fmt.Fprintf(os.Stderr, "loss %.0f%% %d B %s: %d of %d in %v\n", loss*100, size, tr.name, got, *tputMsgs, took.Round(time.Millisecond))
 			}
 			fmt.Fprintf(out, "| %.0f%% | %d B | %.0f | %.0f | %.2f× |\n", loss*100, size, rates["tcp"], rates["udp"], rates["udp"]/rates["tcp"])
+		}
+	}
+	if *latRate <= 0 {
+		return nil
+	}
+	n := int(*latRate * latFor.Seconds())
+	fmt.Fprintf(out, "\nLatency, publish to delivery, 16 B at %.0f msgs/s for %v (%d messages):\n\n", *latRate, *latFor, n)
+	fmt.Fprintln(out, "| loss | transport | p50 | p90 | p99 | p99.9 | max | delivered |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
+	for _, loss := range []float64{0, 0.01, 0.05} {
+		if err := setLoss(loss); err != nil {
+			return err
+		}
+		for _, tr := range []struct{ name, url string }{{"TCP", tcpURL}, {"UDP", udpURL}} {
+			got, _, h, err := streamLat(tr.url, n, 16, *latRate, 30*time.Second)
+			if err != nil {
+				return err
+			}
+			us := func(q float64) string { return (time.Duration(h.ValueAtQuantile(q)) * time.Microsecond).String() }
+			fmt.Fprintf(out, "| %.0f%% | %s | %s | %s | %s | %s | %s | %d |\n", loss*100, tr.name, us(50), us(90), us(99), us(99.9),
+				(time.Duration(h.Max()) * time.Microsecond).String(), got)
 		}
 	}
 	return nil

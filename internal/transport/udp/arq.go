@@ -89,6 +89,7 @@ func (s *Stats) add(o *Stats) {
 type sentPacket struct {
 	seq     uint64
 	frames  []byte // the frames; the header is rebuilt on each send
+	full    bool   // the frames filled the datagram: padded to exactly the MTU
 	sentAt  time.Time
 	retrans int
 	nakAt   time.Time // last retransmission caused by a NAK
@@ -129,6 +130,7 @@ type Endpoint struct {
 	roundStart uint64 // the current measuring round: packets [roundStart, roundEnd)
 	roundEnd   uint64
 	roundLost  int       // packets of the round reported lost
+	lossAt     time.Time // the latest loss reported or timed out
 	paceAt     time.Time // no new packet before this
 	paceWait   bool      // the last flush stopped at paceAt
 	retransmit []*sentPacket
@@ -239,6 +241,7 @@ func (e *Endpoint) Tick(now time.Time) {
 		// treat it as a severe congestion signal.
 		p := e.unacked[0]
 		e.retransmit = append(e.retransmit, p)
+		e.lossAt = now
 		e.rto = min(2*e.rto, e.cfg.MaxRTO)
 		e.ssthresh = max(e.cwnd/2, 4)
 		e.cwnd = 4
@@ -329,6 +332,11 @@ func (e *Endpoint) window() uint64 {
 	return uint64(max(e.cfg.Window-len(e.ooo)-e.unread/e.cfg.MTU, 0))
 }
 
+// RecentLoss reports whether packets were lost in the last second.
+func (e *Endpoint) RecentLoss(now time.Time) bool {
+	return !e.lossAt.IsZero() && now.Sub(e.lossAt) < time.Second
+}
+
 // Idle reports whether nothing is queued, in flight or owed to the peer.
 func (e *Endpoint) Idle() bool {
 	return len(e.qlens) == 0 && len(e.unacked) == 0 && e.ackCount == 0 && !e.ackNow
@@ -410,6 +418,9 @@ func (e *Endpoint) deliverFrames(p []byte) {
 		n, k := binary.Uvarint(p[1:])
 		data := p[1+k : 1+k+int(n)]
 		p = p[1+k+int(n):]
+		if fl == framePad {
+			continue
+		}
 		if fl&frameFirst != 0 {
 			e.partial = e.partial[:0]
 			e.inMsg = true
@@ -524,7 +535,7 @@ func (e *Endpoint) onAck(now time.Time, h *header) {
 			if !p.nakAt.IsZero() && now.Sub(p.nakAt) < min(max(e.srtt/2, 500*time.Microsecond), 500*time.Millisecond) {
 				continue // already resent for this report
 			}
-			p.nakAt = now
+			p.nakAt, e.lossAt = now, now
 			e.retransmit = append(e.retransmit, p)
 			if p.retrans == 0 && p.seq >= e.roundStart {
 				e.roundLost++
@@ -660,7 +671,8 @@ func (e *Endpoint) flush(now time.Time) {
 		}
 		e.pace(now)
 		p := e.newPacket()
-		p.frames = e.packetize(p.frames[:0])
+		p.frames = e.packetize(p.frames[:0], e.cfg.MTU-e.headerLen(now))
+		p.full = len(e.qlens) > 0
 		e.nextSeq++
 		e.unacked = append(e.unacked, p)
 		e.sendPacket(now, p, false)
@@ -730,13 +742,38 @@ func (e *Endpoint) newPacket() *sentPacket {
 	return p
 }
 
-// packetize appends up to one datagram of frames from the queue to b.
-func (e *Endpoint) packetize(b []byte) []byte {
-	room := e.cfg.MTU - dataOverhead(piggyRanges)
-	for len(e.qlens) > 0 && room > 4 {
+// headerLen estimates the bytes of a data datagram's header sent now, with room
+// for piggyRanges NAK ranges and a small margin: the header of a later
+// retransmission may be a little larger, or carry fewer ranges.
+func (e *Endpoint) headerLen(now time.Time) int {
+	return 1 + uvarintLen(e.nextSeq) + e.ackFixedLen(now) + piggyRanges*maxRangeLen + headerMargin
+}
+
+// ackFixedLen is the size of an ack section without NAK ranges, sent now.
+func (e *Endpoint) ackFixedLen(now time.Time) int {
+	return uvarintLen(e.cum) + uvarintLen(uint64(e.cfg.Window)) + uvarintLen(uint64(len(e.ooo))) +
+		uvarintLen(e.lastArr) + uvarintLen(e.echoDelay(now)) + 1
+}
+
+// echoDelay is how long, in microseconds, the data packet that arrived last has
+// waited for our acknowledgement.
+func (e *Endpoint) echoDelay(now time.Time) uint64 {
+	if e.lastArrAt.IsZero() {
+		return 0
+	}
+	return uint64(now.Sub(e.lastArrAt) / time.Microsecond)
+}
+
+// headerMargin absorbs a retransmission's header growing a little (larger
+// sequence numbers, a longer echo delay).
+const headerMargin = 4
+
+// packetize appends to b frames from the queue that fit in room bytes.
+func (e *Endpoint) packetize(b []byte, room int) []byte {
+	for len(e.qlens) > 0 {
 		rest := e.qbuf[e.qhead : e.qhead+e.qlens[0]]
-		n := min(len(rest), room-1-binary.MaxVarintLen32)
-		if n <= 0 && len(rest) > 0 {
+		n := min(len(rest), room-1-uvarintLen(uint64(room)))
+		if n <= 0 {
 			break
 		}
 		var fl byte
@@ -749,7 +786,7 @@ func (e *Endpoint) packetize(b []byte) []byte {
 		b = append(b, fl)
 		b = binary.AppendUvarint(b, uint64(n))
 		b = append(b, rest[:n]...)
-		room -= 1 + binary.MaxVarintLen32 + n
+		room -= 1 + uvarintLen(uint64(n)) + n
 		e.queued -= n
 		e.qhead += n
 		if n == len(rest) {
@@ -783,11 +820,17 @@ func (e *Endpoint) sendPacket(now time.Time, p *sentPacket, retrans bool) {
 	}
 	b := append(e.outBuf, flags)
 	b = binary.AppendUvarint(b, p.seq)
+	start := len(e.outBuf)
 	if withAck {
 		// As many NAK ranges as the datagram has room for; the rest follow.
-		b = e.appendAckSection(now, b, min(maxRanges, (e.cfg.MTU-len(p.frames)-dataOverhead(0))/maxRangeLen))
+		fixed := len(b) - start + e.ackFixedLen(now)
+		b = e.appendAckSection(now, b, max(0, min(maxRanges, (e.cfg.MTU-len(p.frames)-fixed)/maxRangeLen)))
 	}
-	e.outBuf = append(b, p.frames...)
+	b = append(b, p.frames...)
+	if pad := e.cfg.MTU - (len(b) - start); p.full && pad >= 2 {
+		b = appendPad(b, pad)
+	}
+	e.outBuf = b
 	e.outEnds = append(e.outEnds, len(e.outBuf))
 	if retrans {
 		p.retrans++
@@ -813,11 +856,7 @@ func (e *Endpoint) appendAckSection(now time.Time, b []byte, limit int) []byte {
 	}
 	window := e.window()
 	e.advertised = window
-	var echoUs uint64
-	if !e.lastArrAt.IsZero() {
-		echoUs = uint64(now.Sub(e.lastArrAt) / time.Microsecond)
-	}
-	b = appendAck(b, e.cum, window, uint64(len(e.ooo)), e.lastArr, echoUs, naks)
+	b = appendAck(b, e.cum, window, uint64(len(e.ooo)), e.lastArr, e.echoDelay(now), naks)
 	e.ackCount, e.oooCount, e.ackDue = 0, 0, time.Time{}
 	return b
 }

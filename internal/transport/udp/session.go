@@ -108,37 +108,89 @@ func (rb *readBatch) datagram(i int) []byte {
 	return m.Buffers[0][:m.N]
 }
 
-// writeBatch sends datagrams, each behind the same session header, to addr.
+// writeBatch sends datagrams, each behind the same session header, to addr: many
+// per system call, and a run of equal-sized ones (full datagrams, which the ARQ
+// pads to exactly the MTU) as one segmentation-offload send where the kernel
+// has it.
 type writeBatch struct {
-	ms   []ipv4.Message
-	bufs [][]byte
+	ms     []ipv4.Message
+	starts []int // the first datagram of each message
+	bufs   [][]byte
+	noGSO  bool           // the kernel refused segmentation offload on this socket
+	gso    map[int][]byte // control messages by segment size
 }
 
-func (wb *writeBatch) send(bc batchConn, hdr []byte, datagrams [][]byte, addr net.Addr) {
+// gsoMaxBytes bounds one offloaded send: a UDP payload is at most 65507 bytes.
+const gsoMaxBytes = 65000
+
+// send writes datagrams; offload says whether runs of equal datagrams may leave as
+// one segmentation-offload send. Callers turn it off while the path loses
+// packets: a path that drops a whole offloaded run at once (a queue that drops
+// per skb, as iptables and some virtual links do) turns one loss into dozens.
+func (wb *writeBatch) send(bc batchConn, hdr []byte, datagrams [][]byte, addr net.Addr, offload bool) {
 	n := len(datagrams)
 	if cap(wb.ms) < n {
 		wb.ms = make([]ipv4.Message, n)
+		wb.starts = make([]int, n)
 		wb.bufs = make([][]byte, 2*n)
 	}
-	ms := wb.ms[:n]
-	for i, d := range datagrams {
-		b := wb.bufs[2*i : 2*i+2 : 2*i+2]
-		b[0], b[1] = hdr, d
-		ms[i] = ipv4.Message{Buffers: b, Addr: addr}
+	ms := wb.ms[:0]
+	starts := wb.starts[:0]
+	for i := 0; i < n; {
+		size := len(hdr) + len(datagrams[i])
+		j := i + 1
+		// A run of datagrams of one size, the last possibly shorter, goes as one.
+		for offload && !wb.noGSO && j < n && j-i < gsoMaxSegments && (j-i+1)*size <= gsoMaxBytes && len(hdr)+len(datagrams[j]) <= size {
+			j++
+			if len(hdr)+len(datagrams[j-1]) < size {
+				break
+			}
+		}
+		b := wb.bufs[2*i : 2*j : 2*j]
+		for k := i; k < j; k++ {
+			b[2*(k-i)], b[2*(k-i)+1] = hdr, datagrams[k]
+		}
+		m := ipv4.Message{Buffers: b, Addr: addr}
+		if j-i > 1 {
+			m.OOB = wb.control(size)
+		}
+		ms = append(ms, m)
+		starts = append(starts, i)
+		i = j
 	}
-	for len(ms) > 0 {
-		k, err := bc.WriteBatch(ms, 0)
+	for sent := 0; sent < len(ms); {
+		k, err := bc.WriteBatch(ms[sent:], 0)
 		if err != nil {
+			if ms[sent].OOB != nil && !wb.noGSO {
+				// No offload here after all: send the rest one by one.
+				wb.noGSO = true
+				wb.send(bc, hdr, datagrams[starts[sent]:], addr, false)
+				break
+			}
 			// A full socket buffer or an unreachable peer: what was not sent
 			// counts as lost, and the ARQ resends it.
 			break
 		}
-		ms = ms[k:]
+		sent += k
 	}
 	clear(wb.bufs[:2*n])
-	for i := range n {
-		wb.ms[i].Addr = nil
+	for i := range ms {
+		wb.ms[i] = ipv4.Message{}
 	}
+}
+
+func (wb *writeBatch) control(size int) []byte {
+	c, ok := wb.gso[size]
+	if !ok {
+		if c = gsoControl(size); c == nil {
+			wb.noGSO = true
+		}
+		if wb.gso == nil {
+			wb.gso = make(map[int][]byte)
+		}
+		wb.gso[size] = c
+	}
+	return c
 }
 
 // Errors callers branch on.
@@ -234,7 +286,7 @@ func (c *Conn) touch(from net.Addr) {
 func (c *Conn) drainLocked(now time.Time) {
 	out, del := c.ep.Output()
 	if len(out) > 0 {
-		c.wb.send(c.bc, c.hdr[:], out, c.peer)
+		c.wb.send(c.bc, c.hdr[:], out, c.peer, !c.ep.RecentLoss(now))
 		c.lastSend = now
 	}
 	for _, m := range del {
@@ -243,7 +295,7 @@ func (c *Conn) drainLocked(now time.Time) {
 	if len(del) > 0 && c.ep.SetUnread(now, len(c.rbuf)-c.roff) {
 		// The window reopened (rare here: it mostly shrinks); the update is out.
 		if out, _ := c.ep.Output(); len(out) > 0 {
-			c.wb.send(c.bc, c.hdr[:], out, c.peer)
+			c.wb.send(c.bc, c.hdr[:], out, c.peer, !c.ep.RecentLoss(now))
 		}
 	}
 	if len(del) > 0 || len(out) > 0 {

@@ -27,7 +27,8 @@ import (
 //	           microseconds since, for RTT samples free of recovery and ack delay;
 //	           NAK ranges: missing [start, start+len), start = previous end + gap,
 //	           the first relative to cum)
-//	         | frames...        (flagData: fflags u8 (first, last) | len | bytes)
+//	         | frames...        (flagData: fflags u8 (first, last, or pad alone) |
+//	                             len | bytes)
 //
 // flagProbe asks the peer to acknowledge at once.
 const (
@@ -38,6 +39,10 @@ const (
 
 	frameFirst = 0x01
 	frameLast  = 0x02
+	// framePad marks padding that brings a full datagram to exactly the MTU, so
+	// that a run of them can leave as one segmentation-offload send; its bytes
+	// are ignored.
+	framePad = 0x04
 
 	maxRanges = 64 // NAK ranges per datagram
 	// maxRangeLen bounds an encoded NAK range: gap and length are below the
@@ -152,7 +157,7 @@ func decodeHeader(b []byte, naks []nakRange) (header, error) {
 	if h.flags&flagData != 0 {
 		// Validate the frames now so that what reaches the reassembly is sound.
 		for p := h.payload; len(p) > 0; {
-			if p[0]&^(frameFirst|frameLast) != 0 {
+			if p[0]&^(frameFirst|frameLast) != 0 && p[0] != framePad {
 				return h, fmt.Errorf("%w: frame flags", ErrMalformed)
 			}
 			n, k := binary.Uvarint(p[1:])
@@ -165,9 +170,22 @@ func decodeHeader(b []byte, naks []nakRange) (header, error) {
 	return h, nil
 }
 
-// dataOverhead bounds the bytes a data datagram spends on its header and an ack
-// section with the given number of NAK ranges: flags, seq, five ack varints and the
-// range count.
-func dataOverhead(ranges int) int {
-	return 1 + binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + 1 + ranges*maxRangeLen
+// uvarintLen is the encoded size of v.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// appendPad appends a pad frame of exactly n bytes (n >= 2).
+func appendPad(b []byte, n int) []byte {
+	data := n - 2
+	if data >= 0x80 {
+		data = n - 3
+	}
+	b = append(b, framePad)
+	b = binary.AppendUvarint(b, uint64(data))
+	return append(b, make([]byte, data)...)
 }

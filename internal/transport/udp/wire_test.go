@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -13,11 +14,12 @@ func TestDecodeRejects(t *testing.T) {
 		"reserved flag":    {version | 0x08},
 		"data without seq": {version | flagData},
 		"seq zero":         {version | flagData, 0},
-		"frames, no data":  {version | flagAck, 1, 1, 0, 0, 0, 0x03},
+		"frames, no data":  {version | flagAck, 1, 1, 0, 0, 0, 0, 0x03},
 		"ack cut":          {version | flagAck, 1},
-		"too many ranges":  {version | flagAck, 1, 1, 0, 0, 200},
-		"empty range":      {version | flagAck, 1, 1, 0, 0, 1, 0, 0},
-		"frame flags":      {version | flagData, 1, 0x04, 0},
+		"too many ranges":  {version | flagAck, 1, 1, 0, 0, 0, 200},
+		"empty range":      {version | flagAck, 1, 1, 0, 0, 0, 1, 0, 0},
+		"frame flags":      {version | flagData, 1, 0x08, 0},
+		"pad with flags":   {version | flagData, 1, framePad | frameFirst, 0},
 		"frame overruns":   {version | flagData, 1, 0x03, 5, 'a'},
 		"varint overlong":  {version | flagData, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
 	} {
@@ -56,7 +58,8 @@ func FuzzReceive(f *testing.F) {
 	for _, d := range acks {
 		f.Add(d)
 	}
-	f.Add([]byte{version | flagAck, 5, 10, 3, 0, 2, 1, 1, 4, 2})
+	f.Add([]byte{version | flagAck, 5, 10, 0, 3, 0, 2, 1, 1, 4, 2})
+	f.Add([]byte{version | flagData, 1, frameFirst | frameLast, 1, 'x', framePad, 2, 0, 0})
 	f.Fuzz(func(t *testing.T, d []byte) {
 		e := New(Config{})
 		_ = e.Send(now, []byte("x"))
@@ -68,4 +71,41 @@ func FuzzReceive(f *testing.F) {
 		}
 		_, _ = e.Output()
 	})
+}
+
+// TestFullDatagramsExactlyMTU: a backlog leaves in datagrams of exactly the MTU
+// (padded), which segmentation offload needs, and the padding never reaches the
+// application.
+func TestFullDatagramsExactlyMTU(t *testing.T) {
+	a, b := New(Config{}), New(Config{})
+	now := time.Unix(0, 0)
+	var want []byte
+	for i := range 14 { // within the initial congestion window
+		m := bytes.Repeat([]byte{byte('a' + i)}, 1000)
+		want = append(want, m...)
+		if err := a.Send(now, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Tick(now.Add(10 * time.Millisecond)) // the bundling delay of the rest
+	out, _ := a.Output()
+	if len(out) < 10 {
+		t.Fatalf("%d datagrams for 14 KB", len(out))
+	}
+	var got []byte
+	for i, d := range out {
+		if i < len(out)-1 && len(d) != a.cfg.MTU {
+			t.Fatalf("datagram %d of %d: %d bytes, want the MTU %d", i, len(out), len(d), a.cfg.MTU)
+		}
+		if err := b.Receive(now, d); err != nil {
+			t.Fatal(err)
+		}
+		_, del := b.Output()
+		for _, m := range del {
+			got = append(got, m...)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("delivered %d bytes, want %d", len(got), len(want))
+	}
 }
