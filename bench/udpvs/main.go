@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,6 +30,20 @@ import (
 )
 
 const port = 17470
+
+var verbose *bool
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// spread prints the median with the range.
+func spread(v []float64) string {
+	lo, hi := slices.Min(v), slices.Max(v)
+	return fmt.Sprintf("%.0fk (%.0fk–%.0fk)", median(v)/1000, lo/1000, hi/1000)
+}
 
 // path is the pair of namespaces: the server in B, the clients in A.
 var path *netns.Pair
@@ -146,7 +161,7 @@ func streamLat(url string, n, size int, rate float64, limit time.Duration) (int,
 	case <-done:
 	case <-time.After(limit):
 	}
-	if os.Getenv("UDPVS_DEBUG") != "" {
+	if *verbose {
 		ps, _ := pub.TransportStats()
 		ss, _ := sub.TransportStats()
 		fmt.Fprintf(os.Stderr, "pub %+v\nsub %+v\n", ps, ss)
@@ -167,6 +182,8 @@ func run(out io.Writer) error {
 	tputMsgs := flag.Int("msgs", 100000, "messages per throughput run")
 	latRate := flag.Float64("latency-rate", 2000, "messages per second of the latency runs (0 skips them)")
 	latFor := flag.Duration("latency-for", 5*time.Second, "length of each latency run")
+	verbose = flag.Bool("v", false, "print each run's transport counters (publisher and subscriber) to stderr")
+	runs := flag.Int("runs", 3, "runs per throughput row; the table shows the median")
 	only := flag.String("only", "", "run only this throughput row, e.g. 0.05/1024/udp (loss/size/transport), and skip the rest")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run (server and clients) to this file")
 	flag.Parse()
@@ -259,7 +276,7 @@ func run(out io.Writer) error {
 	}
 	fmt.Fprintf(out, "| UDP | %d | %d (acknowledgements, probes, pings, both ways) | %.1f |\n\n", got, udpCoord, 1000*float64(udpCoord)/float64(*coordMsgs))
 
-	fmt.Fprintf(out, "Throughput, %d messages as fast as the publisher goes:\n\n", *tputMsgs)
+	fmt.Fprintf(out, "Throughput, %d messages as fast as the publisher goes, median of %d runs (min–max):\n\n", *tputMsgs, *runs)
 	fmt.Fprintln(out, "| loss | size | TCP msgs/s | UDP msgs/s | UDP/TCP |")
 	fmt.Fprintln(out, "|---|---|---|---|---|")
 	for _, loss := range []float64{0, 0.01, 0.05} {
@@ -267,16 +284,19 @@ func run(out io.Writer) error {
 			return err
 		}
 		for _, size := range []int{16, 1024} {
-			rates := map[string]float64{}
-			for _, tr := range []struct{ name, url string }{{"tcp", tcpURL}, {"udp", udpURL}} {
-				got, took, err := stream(tr.url, *tputMsgs, size, 0, 60*time.Second)
-				if err != nil {
-					return err
+			rates := map[string][]float64{}
+			for range *runs {
+				for _, tr := range []struct{ name, url string }{{"tcp", tcpURL}, {"udp", udpURL}} {
+					got, took, err := stream(tr.url, *tputMsgs, size, 0, 60*time.Second)
+					if err != nil {
+						return err
+					}
+					rates[tr.name] = append(rates[tr.name], float64(got)/took.Seconds())
+					fmt.Fprintf(os.Stderr, "loss %.0f%% %d B %s: %d of %d in %v\n", loss*100, size, tr.name, got, *tputMsgs, took.Round(time.Millisecond))
 				}
-				rates[tr.name] = float64(got) / took.Seconds()
-				fmt.Fprintf(os.Stderr, "loss %.0f%% %d B %s: %d of %d in %v\n", loss*100, size, tr.name, got, *tputMsgs, took.Round(time.Millisecond))
 			}
-			fmt.Fprintf(out, "| %.0f%% | %d B | %.0f | %.0f | %.2f× |\n", loss*100, size, rates["tcp"], rates["udp"], rates["udp"]/rates["tcp"])
+			tcp, udp := median(rates["tcp"]), median(rates["udp"])
+			fmt.Fprintf(out, "| %.0f%% | %d B | %s | %s | %.2f× |\n", loss*100, size, spread(rates["tcp"]), spread(rates["udp"]), udp/tcp)
 		}
 	}
 	if *latRate <= 0 {
