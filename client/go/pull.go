@@ -311,6 +311,14 @@ func (p *Pull) Consume(batch int, handler MsgHandler) (*Consumer, error) {
 			cc.onStatus(m, status)
 			return
 		}
+		if err := pullError(m); err != nil {
+			// The server refused the pull (no such stream or consumer): an end
+			// of the loop, not a message for the handler.
+			cc.mu.Lock()
+			cc.err, cc.stopped = fmt.Errorf("consume from %s/%s: %w", p.stream, p.consumer, err), true
+			cc.mu.Unlock()
+			return
+		}
 		cc.onMsg()
 		handler(m)
 	})

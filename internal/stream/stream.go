@@ -710,7 +710,7 @@ func (s *Stream) state() streamapi.StreamState {
 			st.LastTime = ps.LastTime
 		}
 		if len(s.parts) > 1 {
-			ps.Partition = i
+			ps.Partition = &i
 			st.Parts = append(st.Parts, ps)
 		}
 	}

@@ -250,6 +250,26 @@ func TestFetchUnknownConsumer(t *testing.T) {
 	}
 }
 
+// TestConsumeUnknownConsumer: a Consume loop whose pulls the server refuses stops with
+// the error and never hands the refusal to the handler as a message.
+func TestConsumeUnknownConsumer(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "cu", Subjects: []string{"cu.>"}})
+	var handled atomic.Int32
+	cc, err := e.js.Pull("cu", "nobody").Consume(10, func(*tern.Msg) { handled.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for cc.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !errors.Is(cc.Err(), tern.ErrConsumerNotFound) || handled.Load() != 0 {
+		t.Fatalf("Err %v, handler called %d times; want ErrConsumerNotFound and no call", cc.Err(), handled.Load())
+	}
+}
+
 func TestFetchWaitsForMessages(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "lp"})
@@ -724,6 +744,18 @@ func TestPartitionsKeepKeyOrder(t *testing.T) {
 		}
 		last[key] = n
 		_ = m.Ack()
+	}
+	info, err := e.js.StreamInfo(e.ctx, "parts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Partition != nil || len(info.State.Parts) != 4 {
+		t.Fatalf("state: partition %v, %d parts", info.State.Partition, len(info.State.Parts))
+	}
+	for i, ps := range info.State.Parts {
+		if ps.Partition == nil || *ps.Partition != i {
+			t.Fatalf("parts[%d] is numbered %v", i, ps.Partition)
+		}
 	}
 }
 

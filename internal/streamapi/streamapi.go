@@ -166,8 +166,8 @@ type StreamState struct {
 	LastTime  time.Time `json:"last_ts"`
 	Deleted   uint64    `json:"num_deleted,omitempty"`
 	Consumers int       `json:"consumer_count"`
-	// Partition numbers an entry of Parts.
-	Partition int           `json:"partition,omitempty"`
+	// Partition numbers an entry of Parts (nil in the stream's own state).
+	Partition *int          `json:"partition,omitempty"`
 	Parts     []StreamState `json:"partitions,omitempty"`
 }
 
