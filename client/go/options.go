@@ -28,6 +28,8 @@ type Options struct {
 	PendingMsgsLimit    int // per subscription; <= 0: unlimited
 	PendingBytesLimit   int // per subscription; <= 0: unlimited
 	DrainTimeout        time.Duration
+	UDPBundleDelay      time.Duration // udp:// only
+	UDPIdleTimeout      time.Duration // udp:// only
 
 	ConnectHandler    func(*Conn)
 	DisconnectHandler func(*Conn, error)
@@ -160,3 +162,12 @@ func ErrorHandler(f func(*Conn, *Subscription, error)) Option {
 
 // Logger receives the client's debug and warning logs.
 func Logger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+
+// UDPBundleDelay sets how long a udp:// connection waits to fill a datagram with
+// more small frames (default 1ms; negative sends every write at once): the price in
+// latency of few packets and acknowledgements (docs/udp.md).
+func UDPBundleDelay(d time.Duration) Option { return func(o *Options) { o.UDPBundleDelay = d } }
+
+// UDPIdleTimeout sets how long a udp:// connection rides out hearing nothing from
+// the server before it gives the link up and reconnects (default 30s).
+func UDPIdleTimeout(d time.Duration) Option { return func(o *Options) { o.UDPIdleTimeout = d } }

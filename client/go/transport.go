@@ -35,7 +35,8 @@ func (c *Conn) TransportStats() (st TransportStats, ok bool) {
 
 // dialUDP opens a reliable-UDP link and remembers it for TransportStats.
 func (c *Conn) dialUDP(host string) (*udp.Conn, error) {
-	uc, err := udp.Dial(host, udp.Config{}, c.opts.Timeout)
+	cfg := udp.Config{BundleDelay: c.opts.UDPBundleDelay, IdleTimeout: c.opts.UDPIdleTimeout}
+	uc, err := udp.Dial(host, cfg, c.opts.Timeout)
 	if err != nil {
 		return nil, err
 	}

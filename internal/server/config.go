@@ -49,6 +49,9 @@ type Config struct {
 	UDPIdleTimeout time.Duration
 	// UDPMTU is the largest datagram the UDP transport sends.
 	UDPMTU int
+	// UDPBundleDelay is how long the UDP transport waits to fill a datagram;
+	// negative sends at once.
+	UDPBundleDelay time.Duration
 	// MQTTPort is the MQTT TCP port; 0 picks a free port, -1 disables MQTT.
 	MQTTPort int
 	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
@@ -83,6 +86,7 @@ func DefaultConfig() Config {
 		PingInterval:       2 * time.Minute,
 		UDPIdleTimeout:     30 * time.Second,
 		UDPMTU:             1200,
+		UDPBundleDelay:     time.Millisecond,
 		MaxPingsOut:        2,
 		WriteTimeout:       10 * time.Second,
 		ConnectTimeout:     2 * time.Second,
@@ -203,6 +207,8 @@ var options = func() []option {
 	add("udp_idle_timeout", "a UDP session that hears nothing from its client this long ends: the longest outage it rides out", gd, sd)
 	g, s = intOpt(func(c *Config) *int { return &c.UDPMTU })
 	add("udp_mtu", "largest datagram the UDP transport sends, bytes (at least 265)", g, s)
+	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.UDPBundleDelay })
+	add("udp_bundle_delay", "how long the UDP transport waits to fill a datagram with more small frames (negative: send at once)", gd, sd)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTPort })
 	add("mqtt_port", "MQTT TCP port (0 = any free port, -1 = no MQTT)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTWSPort })

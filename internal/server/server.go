@@ -148,7 +148,8 @@ func (s *Server) Start() error {
 			port = l.Addr().(*net.TCPAddr).Port
 		}
 		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), udp.Config{
-			MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout})
+			MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout,
+			BundleDelay: s.cfg.UDPBundleDelay})
 		if err != nil {
 			_ = l.Close()
 			return fmt.Errorf("udp listener: %w", err)
