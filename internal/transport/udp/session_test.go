@@ -153,7 +153,7 @@ func TestSessionSurvivesAddressChange(t *testing.T) {
 				return
 			}
 			if b[0] == kindData {
-				c.input(b[sessionHdr:n], from, time.Now())
+				c.datagram(b[:n], from, time.Now())
 				c.inputDone(time.Now())
 			}
 		}
