@@ -208,6 +208,9 @@ func (o Options) Connect(url string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := o.udpConfig(); err != nil {
+		return nil, err
+	}
 	c := &Conn{
 		opts:    o,
 		servers: servers,
@@ -252,7 +255,10 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
 	var nc net.Conn
 	var err error
 	if host, ok := strings.CutPrefix(addr, udpPrefix); ok {
-		nc, err = udp.Dial(host, udp.Config{}, c.opts.Timeout)
+		var ucfg udp.Config
+		if ucfg, err = c.opts.udpConfig(); err == nil {
+			nc, err = udp.Dial(host, ucfg, c.opts.Timeout)
+		}
 	} else {
 		nc, err = net.DialTimeout("tcp", addr, c.opts.Timeout)
 	}

@@ -16,10 +16,12 @@ var (
 	udpRetransDesc  = prometheus.NewDesc("tern_udp_retransmissions_total", "Data datagrams sent again.", nil, nil)
 	udpNakDesc      = prometheus.NewDesc("tern_udp_naks_total", "Acknowledgements sent that reported missing packets.", nil, nil)
 	udpDupDesc      = prometheus.NewDesc("tern_udp_duplicates_total", "Data datagrams received more than once (dropped).", nil, nil)
+	udpForgedDesc   = prometheus.NewDesc("tern_udp_forged_total", "Datagrams of encrypted sessions that failed authentication (dropped).", nil, nil)
+	udpReplayDesc   = prometheus.NewDesc("tern_udp_replayed_total", "Datagrams of encrypted sessions refused by the replay window (dropped).", nil, nil)
 )
 
 func (c udpCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{udpSessionsDesc, udpDataDesc, udpCoordDesc, udpRetransDesc, udpNakDesc, udpDupDesc} {
+	for _, d := range []*prometheus.Desc{udpSessionsDesc, udpDataDesc, udpCoordDesc, udpRetransDesc, udpNakDesc, udpDupDesc, udpForgedDesc, udpReplayDesc} {
 		ch <- d
 	}
 }
@@ -28,7 +30,8 @@ func (c udpCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.l.Stats()
 	ch <- prometheus.MustNewConstMetric(udpSessionsDesc, prometheus.GaugeValue, float64(st.Sessions))
 	for d, v := range map[*prometheus.Desc]uint64{udpDataDesc: st.DataPackets, udpCoordDesc: st.CoordPackets,
-		udpRetransDesc: st.Retransmits, udpNakDesc: st.NaksSent, udpDupDesc: st.Duplicates} {
+		udpRetransDesc: st.Retransmits, udpNakDesc: st.NaksSent, udpDupDesc: st.Duplicates,
+		udpForgedDesc: st.Forged, udpReplayDesc: st.Replayed} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 }
