@@ -209,6 +209,9 @@ func (o Options) Connect(url string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := o.udpConfig(); err != nil {
+		return nil, err
+	}
 	c := &Conn{
 		opts:    o,
 		servers: servers,

@@ -53,6 +53,8 @@ var (
 	ErrInvalidMsg = errors.New("tern: invalid message")
 	// ErrBadURL: a server address Connect cannot use.
 	ErrBadURL = errors.New("tern: invalid server URL")
+	// ErrBadOption: an option Connect cannot use (a UDP key that is not 32 bytes).
+	ErrBadOption = errors.New("tern: invalid option")
 )
 
 // ServerError is an ERR frame from the server. Branch on Code (the wire.Code*

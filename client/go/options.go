@@ -1,8 +1,11 @@
 package tern
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/tern-mq/tern/internal/transport/udp"
 )
 
 // Options configure a connection. Connect starts from DefaultOptions and applies the
@@ -30,6 +33,8 @@ type Options struct {
 	DrainTimeout        time.Duration
 	UDPBundleDelay      time.Duration // udp:// only
 	UDPIdleTimeout      time.Duration // udp:// only
+	UDPServerKey        []byte
+	UDPPreSharedKey     []byte
 
 	ConnectHandler    func(*Conn)
 	DisconnectHandler func(*Conn, error)
@@ -59,6 +64,45 @@ func DefaultOptions() Options {
 
 // Option changes one setting.
 type Option func(*Options)
+
+// UDPServerKey is the server's 32-byte public key (`tern udp-keygen` prints it; read
+// text with ParseUDPKey). With it, udp:// connections are encrypted and succeed only
+// with a server that proves it holds the private key; without it they are plaintext
+// and a server that requires encryption refuses them (docs/udp.md, "Security"). TCP
+// connections ignore it.
+func UDPServerKey(pub []byte) Option { return func(o *Options) { o.UDPServerKey = pub } }
+
+// UDPPreSharedKey is the 32-byte secret of a server configured with udp_psk_file; it
+// needs UDPServerKey.
+func UDPPreSharedKey(psk []byte) Option { return func(o *Options) { o.UDPPreSharedKey = psk } }
+
+// ParseUDPKey reads a key as `tern udp-keygen` writes it (base64; hex is taken too).
+func ParseUDPKey(s string) ([]byte, error) {
+	k, err := udp.ParseKey(s)
+	if err != nil {
+		return nil, fmt.Errorf("tern: %w", err)
+	}
+	return k[:], nil
+}
+
+// udpConfig is the UDP session configuration the options ask for.
+func (o *Options) udpConfig() (udp.Config, error) {
+	cfg := udp.Config{BundleDelay: o.UDPBundleDelay, IdleTimeout: o.UDPIdleTimeout}
+	for _, k := range []struct {
+		name string
+		src  []byte
+		dst  *udp.Key
+	}{{"UDPServerKey", o.UDPServerKey, &cfg.ServerKey}, {"UDPPreSharedKey", o.UDPPreSharedKey, &cfg.PSK}} {
+		switch len(k.src) {
+		case 0:
+		case len(k.dst):
+			copy(k.dst[:], k.src)
+		default:
+			return udp.Config{}, fmt.Errorf("%w: %s of %d bytes, want %d", ErrBadOption, k.name, len(k.src), len(k.dst))
+		}
+	}
+	return cfg, nil
+}
 
 // Name identifies the connection to the server (monitoring shows it).
 func Name(name string) Option { return func(o *Options) { o.Name = name } }

@@ -35,7 +35,10 @@ func (c *Conn) TransportStats() (st TransportStats, ok bool) {
 
 // dialUDP opens a reliable-UDP link and remembers it for TransportStats.
 func (c *Conn) dialUDP(host string) (*udp.Conn, error) {
-	cfg := udp.Config{BundleDelay: c.opts.UDPBundleDelay, IdleTimeout: c.opts.UDPIdleTimeout}
+	cfg, err := c.opts.udpConfig()
+	if err != nil {
+		return nil, err
+	}
 	uc, err := udp.Dial(host, cfg, c.opts.Timeout)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,8 @@ type clientFlags struct {
 	name    string
 	creds   string
 	timeout time.Duration
+	udpKey  string
+	udpPSK  string
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet, defaultName string) {
@@ -28,12 +30,32 @@ func (c *clientFlags) register(fs *flag.FlagSet, defaultName string) {
 	fs.StringVar(&c.name, "name", defaultName, "connection name shown in monitoring")
 	fs.StringVar(&c.creds, "creds", "", "`credentials` sent in CONNECT")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "connect and request timeout")
+	fs.StringVar(&c.udpKey, "udp-key", os.Getenv("TERN_UDP_KEY"), "the server's public `key` (tern udp-keygen): udp:// sessions are encrypted (env TERN_UDP_KEY)")
+	fs.StringVar(&c.udpPSK, "udp-psk-file", "", "`file` with the pre-shared key of a server that has udp_psk_file")
 }
 
 func (c *clientFlags) connect(extra ...tern.Option) (*tern.Conn, error) {
 	opts := []tern.Option{tern.Name(c.name), tern.Timeout(c.timeout)}
 	if c.creds != "" {
 		opts = append(opts, tern.Credentials([]byte(c.creds)))
+	}
+	if c.udpKey != "" {
+		k, err := tern.ParseUDPKey(c.udpKey)
+		if err != nil {
+			return nil, fmt.Errorf("--udp-key: %w", err)
+		}
+		opts = append(opts, tern.UDPServerKey(k))
+	}
+	if c.udpPSK != "" {
+		b, err := os.ReadFile(c.udpPSK)
+		if err != nil {
+			return nil, fmt.Errorf("--udp-psk-file: %w", err)
+		}
+		k, err := tern.ParseUDPKey(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("--udp-psk-file %s: %w", c.udpPSK, err)
+		}
+		opts = append(opts, tern.UDPPreSharedKey(k))
 	}
 	nc, err := tern.Connect(c.server, append(opts, extra...)...)
 	if err != nil {

@@ -52,6 +52,12 @@ type Config struct {
 	// UDPBundleDelay is how long the UDP transport waits to fill a datagram;
 	// negative sends at once.
 	UDPBundleDelay time.Duration
+	// UDPKeyFile names a file holding the server's private key (`tern udp-keygen`);
+	// set, every UDP session is encrypted (docs/udp.md, "Security").
+	UDPKeyFile string
+	// UDPPSKFile names a file holding a pre-shared key that UDP clients must also
+	// have; it needs UDPKeyFile.
+	UDPPSKFile string
 	// MQTTPort is the MQTT TCP port; 0 picks a free port, -1 disables MQTT.
 	MQTTPort int
 	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
@@ -209,6 +215,10 @@ var options = func() []option {
 	add("udp_mtu", "largest datagram the UDP transport sends, bytes (at least 265)", g, s)
 	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.UDPBundleDelay })
 	add("udp_bundle_delay", "how long the UDP transport waits to fill a datagram with more small frames (negative: send at once)", gd, sd)
+	g, s = strOpt(func(c *Config) *string { return &c.UDPKeyFile })
+	add("udp_key_file", "file with the server's private key (tern udp-keygen): UDP sessions are encrypted and only encrypted clients accepted; empty = plaintext", g, s)
+	g, s = strOpt(func(c *Config) *string { return &c.UDPPSKFile })
+	add("udp_psk_file", "file with a pre-shared key UDP clients must also have (needs udp_key_file); empty = none", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTPort })
 	add("mqtt_port", "MQTT TCP port (0 = any free port, -1 = no MQTT)", g, s)
 	g, s = intOpt(func(c *Config) *int { return &c.MQTTWSPort })

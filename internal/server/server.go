@@ -147,9 +147,13 @@ func (s *Server) Start() error {
 		if port == 0 {
 			port = l.Addr().(*net.TCPAddr).Port
 		}
-		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), udp.Config{
-			MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout,
-			BundleDelay: s.cfg.UDPBundleDelay})
+		ucfg := udp.Config{MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout,
+			BundleDelay: s.cfg.UDPBundleDelay}
+		if err := loadUDPKeys(&ucfg, s.cfg); err != nil {
+			_ = l.Close()
+			return err
+		}
+		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), ucfg)
 		if err != nil {
 			_ = l.Close()
 			return fmt.Errorf("udp listener: %w", err)
@@ -157,6 +161,9 @@ func (s *Server) Start() error {
 		s.mu.Lock()
 		s.udpLn = ul
 		s.mu.Unlock()
+		if !ucfg.PrivateKey.IsZero() {
+			s.log.Info("udp sessions encrypted", "udp_public_key", ucfg.PrivateKey.Public().String(), "psk", !ucfg.PSK.IsZero())
+		}
 		go func() { _ = s.native.Serve(ul) }()
 	}
 	if s.mqtt != nil {

@@ -18,10 +18,12 @@ var (
 	udpDupDesc      = prometheus.NewDesc("tern_udp_duplicates_total", "Data datagrams received more than once (dropped).", nil, nil)
 	udpRTTDesc      = prometheus.NewDesc("tern_udp_rtt_seconds", "Smoothed round-trip time over the open sessions: the mean and the largest.", []string{"stat"}, nil)
 	udpCwndDesc     = prometheus.NewDesc("tern_udp_cwnd_packets", "Congestion window over the open sessions: the mean and the smallest.", []string{"stat"}, nil)
+	udpForgedDesc   = prometheus.NewDesc("tern_udp_forged_total", "Datagrams of encrypted sessions that failed authentication (dropped).", nil, nil)
+	udpReplayDesc   = prometheus.NewDesc("tern_udp_replayed_total", "Datagrams of encrypted sessions refused by the replay window (dropped).", nil, nil)
 )
 
 func (c udpCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{udpSessionsDesc, udpDataDesc, udpCoordDesc, udpRetransDesc, udpNakDesc, udpDupDesc, udpRTTDesc, udpCwndDesc} {
+	for _, d := range []*prometheus.Desc{udpSessionsDesc, udpDataDesc, udpCoordDesc, udpRetransDesc, udpNakDesc, udpDupDesc, udpRTTDesc, udpCwndDesc, udpForgedDesc, udpReplayDesc} {
 		ch <- d
 	}
 }
@@ -30,7 +32,8 @@ func (c udpCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.l.Stats()
 	ch <- prometheus.MustNewConstMetric(udpSessionsDesc, prometheus.GaugeValue, float64(st.Sessions))
 	for d, v := range map[*prometheus.Desc]uint64{udpDataDesc: st.DataPackets, udpCoordDesc: st.CoordPackets,
-		udpRetransDesc: st.Retransmits, udpNakDesc: st.NaksSent, udpDupDesc: st.Duplicates} {
+		udpRetransDesc: st.Retransmits, udpNakDesc: st.NaksSent, udpDupDesc: st.Duplicates,
+		udpForgedDesc: st.Forged, udpReplayDesc: st.Replayed} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 	if st.Sessions > 0 {

@@ -25,6 +25,11 @@ type Config struct {
 	// Sessions (Conn, Listener); the Endpoint ignores these.
 	KeepAlive   time.Duration // ping after this long with nothing sent (5s)
 	IdleTimeout time.Duration // end a session that heard nothing this long (30s): the longest outage it rides out
+
+	// Encryption (noise.go), off while the keys are zero.
+	PrivateKey Key // listener: its static key; with one it accepts only encrypted sessions
+	ServerKey  Key // dialer: the listener's public key; with one the session is encrypted and the server proven
+	PSK        Key // both sides, optional: a shared secret that also authenticates the client
 }
 
 func (c *Config) defaults() {
@@ -74,6 +79,10 @@ type Stats struct {
 	Cwnd         float64
 	Inflight     int
 	Queued       int // bytes waiting to be packetized
+
+	// Encrypted sessions (Conn) only: datagrams dropped before the ARQ saw them.
+	Forged   uint64 // failed authentication
+	Replayed uint64 // a counter already seen or older than the replay window
 }
 
 // add sums the counters of o into s (not the gauges).
@@ -84,6 +93,8 @@ func (s *Stats) add(o *Stats) {
 	s.NaksSent += o.NaksSent
 	s.Delivered += o.Delivered
 	s.Duplicates += o.Duplicates
+	s.Forged += o.Forged
+	s.Replayed += o.Replayed
 }
 
 type sentPacket struct {

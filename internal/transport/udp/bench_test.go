@@ -11,7 +11,17 @@ import (
 // server over loopback and waits until the server has read them all.
 func BenchmarkSessionLoopback(b *testing.B) {
 	for _, size := range []int{16, 1024} {
-		b.Run(byteSize(size), func(b *testing.B) { benchLoopback(b, size) })
+		b.Run(byteSize(size), func(b *testing.B) { benchLoopback(b, size, Config{}, Config{}) })
+	}
+}
+
+// BenchmarkSessionLoopbackEncrypted is BenchmarkSessionLoopback over a Noise session.
+func BenchmarkSessionLoopbackEncrypted(b *testing.B) {
+	priv, pub := testKeys(b)
+	for _, size := range []int{16, 1024} {
+		b.Run(byteSize(size), func(b *testing.B) {
+			benchLoopback(b, size, Config{PrivateKey: priv}, Config{ServerKey: pub})
+		})
 	}
 }
 
@@ -22,8 +32,8 @@ func byteSize(n int) string {
 	return strconv.Itoa(n) + "B"
 }
 
-func benchLoopback(b *testing.B, size int) {
-	l, err := Listen("127.0.0.1:0", Config{})
+func benchLoopback(b *testing.B, size int, lcfg, dcfg Config) {
+	l, err := Listen("127.0.0.1:0", lcfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +50,7 @@ func benchLoopback(b *testing.B, size int) {
 		n, _ := io.CopyN(io.Discard, c, total)
 		done <- n
 	}()
-	c, err := Dial(l.Addr().String(), Config{}, 5*time.Second)
+	c, err := Dial(l.Addr().String(), dcfg, 5*time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,11 +1,13 @@
 package udp
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -29,7 +31,11 @@ import (
 //	data    0x05 | session u64 | ARQ datagram                         both ways
 //	ping    0x06 | session u64                                        both ways, when idle
 //	close   0x07 | session u64                                        both ways
-//	reset   0x08 | session u64                                        server → client
+//	refuse  0x08 | nonce u64 | reason u8                              server → client
+//	reset   0x09 | session u64                                        server → client
+//
+// With encryption (noise.go) init2 and accept also carry the Noise handshake, and
+// everything after the session header of data, ping and close is sealed (seal.go).
 //
 // A server answers a data or ping datagram for a session it does not have (it
 // restarted, or the session timed out) with a reset, no larger than what it got,
@@ -48,7 +54,8 @@ const (
 	kindData   = 0x05
 	kindPing   = 0x06
 	kindClose  = 0x07
-	kindReset  = 0x08
+	kindRefuse = 0x08
+	kindReset  = 0x09
 
 	minInit    = 256
 	sessionHdr = 9
@@ -215,6 +222,7 @@ type Conn struct {
 	hdr    [sessionHdr]byte // of data datagrams
 	local  net.Addr
 	onDone func()
+	sec    *sessionCipher // nil: a plaintext session
 
 	keepAlive, idleTimeout time.Duration
 
@@ -232,15 +240,20 @@ type Conn struct {
 	lastSend time.Time
 	rdl, wdl time.Time
 	wb       writeBatch
+	ctlHdr   [sessionHdr]byte                // of the ping or close being sent
+	ctl      [sessionHdr + sealOverhead]byte // the ping or close being sent
 }
 
-func newConn(pc *net.UDPConn, bc batchConn, id uint64, peer net.Addr, cfg Config, onDone func()) *Conn {
+func newConn(pc *net.UDPConn, bc batchConn, id uint64, peer net.Addr, cfg Config, sec *sessionCipher, onDone func()) *Conn {
 	if cfg.MTU <= 0 {
 		cfg.MTU = defaultMTU
 	}
 	cfg.MTU -= sessionHdr
+	if sec != nil {
+		cfg.MTU -= sealOverhead
+	}
 	cfg.defaults()
-	c := &Conn{pc: pc, bc: bc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone,
+	c := &Conn{pc: pc, bc: bc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone, sec: sec,
 		keepAlive: cfg.KeepAlive, idleTimeout: cfg.IdleTimeout, lastRecv: time.Now(), lastSend: time.Now()}
 	c.hdr[0] = kindData
 	binary.BigEndian.PutUint64(c.hdr[1:], id)
@@ -249,20 +262,40 @@ func newConn(pc *net.UDPConn, bc batchConn, id uint64, peer net.Addr, cfg Config
 	return c
 }
 
-// input takes a data datagram's ARQ part from addr. What it causes is sent by the
-// next inputDone, once per batch of datagrams read: one acknowledgement and one
-// write call for many datagrams.
-func (c *Conn) input(b []byte, from net.Addr, now time.Time) {
+// datagram takes a data, ping or close datagram b of this session from addr, and
+// reports whether it was data. What data causes is sent by the next inputDone, once
+// per batch of datagrams read: one acknowledgement and one write call for many
+// datagrams. A datagram that does not authenticate, is replayed or is malformed is
+// dropped and changes nothing, the peer's address included.
+func (c *Conn) datagram(b []byte, from net.Addr, now time.Time) (data bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
-		return
+		c.mu.Unlock()
+		return false
 	}
-	if err := c.ep.Receive(now, b); err != nil {
-		return // malformed: ignored, the session goes on
+	body := b[sessionHdr:]
+	if c.sec != nil {
+		var ok bool
+		if body, ok = c.sec.open(b[:sessionHdr], body); !ok {
+			c.mu.Unlock()
+			return false
+		}
+	}
+	switch b[0] {
+	case kindData:
+		if err := c.ep.Receive(now, body); err != nil {
+			c.mu.Unlock()
+			return false
+		}
+		c.received = true
+	case kindClose:
+		c.mu.Unlock()
+		c.closeWith(nil, false)
+		return false
 	}
 	c.peer, c.lastRecv = from, now // the latest address wins (NAT rebinding)
-	c.received = true
+	c.mu.Unlock()
+	return b[0] == kindData
 }
 
 // inputDone sends and delivers what the datagrams since the last call produced.
@@ -275,18 +308,12 @@ func (c *Conn) inputDone(now time.Time) {
 	c.mu.Unlock()
 }
 
-func (c *Conn) touch(from net.Addr) {
-	c.mu.Lock()
-	c.peer, c.lastRecv = from, time.Now()
-	c.mu.Unlock()
-}
-
 // drainLocked sends what the endpoint produced, queues what it delivered and sets
 // the timer.
 func (c *Conn) drainLocked(now time.Time) {
 	out, del := c.ep.Output()
 	if len(out) > 0 {
-		c.wb.send(c.bc, c.hdr[:], out, c.peer, !c.ep.RecentLoss(now))
+		c.sendLocked(out, now)
 		c.lastSend = now
 	}
 	for _, m := range del {
@@ -295,7 +322,7 @@ func (c *Conn) drainLocked(now time.Time) {
 	if len(del) > 0 && c.ep.SetUnread(now, len(c.rbuf)-c.roff) {
 		// The window reopened (rare here: it mostly shrinks); the update is out.
 		if out, _ := c.ep.Output(); len(out) > 0 {
-			c.wb.send(c.bc, c.hdr[:], out, c.peer, !c.ep.RecentLoss(now))
+			c.sendLocked(out, now)
 		}
 	}
 	if len(del) > 0 || len(out) > 0 {
@@ -306,6 +333,39 @@ func (c *Conn) drainLocked(now time.Time) {
 		next = d
 	}
 	c.timer.Reset(max(time.Until(next), 0))
+}
+
+// sendLocked writes the ARQ datagrams out, sealed in an encrypted session.
+func (c *Conn) sendLocked(out [][]byte, now time.Time) {
+	if c.sec != nil {
+		var err error
+		if out, err = c.sec.sealBatch(c.hdr[:], out); err != nil {
+			c.failLocked(err)
+			return
+		}
+	}
+	c.wb.send(c.bc, c.hdr[:], out, c.peer, !c.ep.RecentLoss(now))
+}
+
+// failLocked ends the session from under its lock with err.
+func (c *Conn) failLocked(err error) {
+	go c.closeWith(err, false)
+}
+
+// controlLocked sends a ping or close datagram, sealed in an encrypted session so
+// that nobody who saw the session id can close the session or keep it alive.
+func (c *Conn) controlLocked(kind byte) {
+	c.ctlHdr[0] = kind
+	binary.BigEndian.PutUint64(c.ctlHdr[1:], c.id)
+	b := append(c.ctl[:0], c.ctlHdr[:]...)
+	if c.sec != nil {
+		var err error
+		if b, err = c.sec.seal(b, c.ctlHdr[:], nil); err != nil {
+			c.failLocked(err)
+			return
+		}
+	}
+	_, _ = c.pc.WriteTo(b, c.peer)
 }
 
 // tick runs the endpoint's timers, keepalive and idle timeout.
@@ -322,10 +382,7 @@ func (c *Conn) tick() {
 		return
 	}
 	if now.Sub(c.lastSend) >= c.keepAlive && c.ep.Idle() {
-		b := make([]byte, sessionHdr)
-		b[0] = kindPing
-		binary.BigEndian.PutUint64(b[1:], c.id)
-		_, _ = c.pc.WriteTo(b, c.peer)
+		c.controlLocked(kindPing)
 		c.lastSend = now
 	}
 	c.ep.Tick(now)
@@ -420,10 +477,7 @@ func (c *Conn) closeWith(err error, tell bool) {
 	}
 	c.closed, c.err = true, err
 	if tell {
-		b := make([]byte, sessionHdr)
-		b[0] = kindClose
-		binary.BigEndian.PutUint64(b[1:], c.id)
-		_, _ = c.pc.WriteTo(b, c.peer)
+		c.controlLocked(kindClose)
 	}
 	c.timer.Stop()
 	c.cond.Broadcast()
@@ -467,7 +521,11 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 func (c *Conn) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ep.Stats()
+	st := c.ep.Stats()
+	if c.sec != nil {
+		st.Forged, st.Replayed = c.sec.forged, c.sec.replayed
+	}
+	return st
 }
 
 // ---------------------------------------------------------------------------------
@@ -478,19 +536,31 @@ type Listener struct {
 	pc     *net.UDPConn
 	bc     batchConn
 	cfg    Config
+	keys   *serverKeys // nil: plaintext sessions only
 	secret []byte
 
 	mu       sync.Mutex
 	sessions map[uint64]*Conn
-	byNonce  map[uint64]uint64 // recent handshakes: a repeated init2 gets the same session
+	byNonce  map[uint64]*handshake // recent handshakes: a repeated init2 gets the same answer
 	accept   chan *Conn
 	done     chan struct{}
 	closed   bool
 	ended    Stats // counters of sessions that have ended
 }
 
+// handshake is what a listener remembers of a session's handshake, to answer a
+// retransmitted init2 with the same accept without doing the work again.
+type handshake struct {
+	noise  []byte // the client's Noise message; empty for a plaintext session
+	accept []byte
+}
+
 // Listen opens a UDP listener.
 func Listen(addr string, cfg Config) (*Listener, error) {
+	keys, err := newServerKeys(cfg)
+	if err != nil {
+		return nil, err
+	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, err
@@ -502,8 +572,8 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 	setBuffers(pc)
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-	l := &Listener{pc: pc, bc: newBatchConn(pc), cfg: cfg, secret: secret, sessions: make(map[uint64]*Conn),
-		byNonce: make(map[uint64]uint64), accept: make(chan *Conn, 128), done: make(chan struct{})}
+	l := &Listener{pc: pc, bc: newBatchConn(pc), cfg: cfg, keys: keys, secret: secret, sessions: make(map[uint64]*Conn),
+		byNonce: make(map[uint64]*handshake), accept: make(chan *Conn, 128), done: make(chan struct{})}
 	go l.readLoop()
 	return l, nil
 }
@@ -570,37 +640,7 @@ func (l *Listener) handle(b []byte, from net.Addr, now time.Time, touched []*Con
 		out = append(out, l.mac(from, id, ts)...)
 		_, _ = l.pc.WriteTo(out, from)
 	case kindInit2:
-		if len(b) < minInit {
-			return touched
-		}
-		nonce, ts := id, binary.BigEndian.Uint64(b[9:17])
-		if age := time.Since(time.Unix(int64(ts), 0)); age < -time.Second || age > cookieTTL ||
-			!hmac.Equal(b[17:33], l.mac(from, nonce, ts)) {
-			return touched
-		}
-		l.mu.Lock()
-		sid, seen := l.byNonce[nonce]
-		if !seen && !l.closed {
-			var rb [8]byte
-			_, _ = rand.Read(rb[:])
-			sid = binary.BigEndian.Uint64(rb[:]) | 1
-			c := newConn(l.pc, l.bc, sid, from, l.cfg, func() { l.remove(sid, nonce) })
-			select {
-			case l.accept <- c:
-				l.sessions[sid], l.byNonce[nonce] = c, sid
-			default: // backlog full: the client retries
-				c.onDone = nil // l.mu is held
-				c.closeWith(errors.New("udp: accept backlog full"), false)
-				l.mu.Unlock()
-				return touched
-			}
-		}
-		l.mu.Unlock()
-		out := make([]byte, 0, 17)
-		out = append(out, kindAccept)
-		out = binary.BigEndian.AppendUint64(out, nonce)
-		out = binary.BigEndian.AppendUint64(out, sid)
-		_, _ = l.pc.WriteTo(out, from)
+		l.init2(b, from)
 	case kindData, kindPing, kindClose:
 		l.mu.Lock()
 		c := l.sessions[id]
@@ -614,19 +654,88 @@ func (l *Listener) handle(b []byte, from net.Addr, now time.Time, touched []*Con
 			}
 			return touched
 		}
-		switch b[0] {
-		case kindData:
-			c.input(b[sessionHdr:], from, now)
-			if !slices.Contains(touched, c) {
-				touched = append(touched, c)
-			}
-		case kindPing:
-			c.touch(from)
-		case kindClose:
-			c.closeWith(nil, false)
+		if c.datagram(b, from, now) && !slices.Contains(touched, c) {
+			touched = append(touched, c)
 		}
 	}
 	return touched
+}
+
+// init2 answers a client that echoes its cookie: with a new session, with the
+// answer it already got if it sent the same init2 again, or with a refusal.
+// Everything here happens only for a source that proved its address.
+func (l *Listener) init2(b []byte, from net.Addr) {
+	m, ok := parseInit2(b)
+	if !ok {
+		return
+	}
+	if age := time.Since(time.Unix(int64(m.ts), 0)); age < -time.Second || age > cookieTTL ||
+		!hmac.Equal(m.mac, l.mac(from, m.nonce, m.ts)) {
+		return
+	}
+	l.mu.Lock()
+	hs, seen := l.byNonce[m.nonce]
+	closed := l.closed
+	l.mu.Unlock()
+	switch {
+	case seen:
+		// A retransmission gets the same answer; another Noise message under the
+		// same nonce is someone else's and gets none.
+		if bytes.Equal(hs.noise, m.noise) {
+			_, _ = l.pc.WriteTo(hs.accept, from)
+		}
+		return
+	case closed:
+		return
+	}
+	if reason := l.keys.refusal(m.mode); reason != 0 {
+		l.refuse(m.nonce, reason, from)
+		return
+	}
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	sid := binary.BigEndian.Uint64(rb[:]) | 1
+	accept := make([]byte, 0, acceptSealed)
+	accept = append(accept, kindAccept)
+	accept = binary.BigEndian.AppendUint64(accept, m.nonce)
+	accept = binary.BigEndian.AppendUint64(accept, sid)
+	var sec *sessionCipher
+	if m.mode != modePlain {
+		msg2, sc, err := respond(l.keys, m.mode, m.nonce, sid, m.noise)
+		if err != nil {
+			l.refuse(m.nonce, refuseAuth, from)
+			return
+		}
+		accept, sec = append(accept, msg2...), sc
+	}
+	nonce := m.nonce
+	c := newConn(l.pc, l.bc, sid, from, l.cfg, sec, func() { l.remove(sid, nonce) })
+	l.mu.Lock()
+	queued := false
+	if !l.closed {
+		select {
+		case l.accept <- c:
+			queued = true
+			l.sessions[sid] = c
+			l.byNonce[nonce] = &handshake{noise: bytes.Clone(m.noise), accept: accept}
+		default: // backlog full: the client retries
+		}
+	}
+	if !queued {
+		c.onDone = nil // l.mu is held
+		c.closeWith(errors.New("udp: accept backlog full"), false)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	_, _ = l.pc.WriteTo(accept, from)
+}
+
+func (l *Listener) refuse(nonce uint64, reason byte, to net.Addr) {
+	b := make([]byte, 0, refuseLen)
+	b = append(b, kindRefuse)
+	b = binary.BigEndian.AppendUint64(b, nonce)
+	_, _ = l.pc.WriteTo(append(b, reason), to)
 }
 
 func (l *Listener) remove(sid, nonce uint64) {
@@ -710,20 +819,31 @@ func (l *Listener) Addr() net.Addr { return l.pc.LocalAddr() }
 // ---------------------------------------------------------------------------------
 // Client side
 
-// Dial opens a session to a Listener at addr.
+// Dial opens a session to a Listener at addr. With cfg.ServerKey set the session is
+// encrypted and the listener must prove it holds that key; the errors a caller can
+// branch on are ErrAuthentication, ErrEncryptionRequired and ErrNotEncrypted.
 func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
+	if cfg.ServerKey.IsZero() && !cfg.PSK.IsZero() {
+		return nil, errors.New("udp: a pre-shared key needs the server's key too")
+	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, err
+	}
+	var nb [8]byte
+	_, _ = rand.Read(nb[:])
+	nonce := binary.BigEndian.Uint64(nb[:])
+	var ch *clientHandshake
+	if !cfg.ServerKey.IsZero() {
+		if ch, err = newClientHandshake(cfg, nonce); err != nil {
+			return nil, err
+		}
 	}
 	pc, err := net.ListenUDP("udp", nil)
 	if err != nil {
 		return nil, err
 	}
 	setBuffers(pc)
-	var nb [8]byte
-	_, _ = rand.Read(nb[:])
-	nonce := binary.BigEndian.Uint64(nb[:])
 	deadline := time.Now().Add(timeout)
 	send := func(kind byte, extra []byte) {
 		b := make([]byte, minInit)
@@ -746,21 +866,52 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 			cookie = append([]byte(nil), buf[9:33]...)
 		}
 	}
+	mode, msg1 := byte(modePlain), []byte(nil)
+	if ch != nil {
+		mode, msg1 = ch.mode, ch.msg1
+	}
+	init2 := append(append(cookie, mode), msg1...)
 	var sid uint64
+	var sec *sessionCipher
+	forged := false // an accept came that did not prove the server's key
 	for sid == 0 {
 		if time.Now().After(deadline) {
 			pc.Close()
+			if forged {
+				return nil, fmt.Errorf("udp: handshake with %s: %w", addr, ErrAuthentication)
+			}
 			return nil, errors.New("udp: handshake not accepted")
 		}
-		send(kindInit2, cookie)
+		send(kindInit2, init2)
 		_ = pc.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
 		n, _, err := pc.ReadFrom(buf)
-		if err == nil && n == 17 && buf[0] == kindAccept && binary.BigEndian.Uint64(buf[1:]) == nonce {
-			sid = binary.BigEndian.Uint64(buf[9:])
+		if err != nil {
+			continue
+		}
+		if rn, reason, ok := parseRefuse(buf[:n]); ok && rn == nonce {
+			pc.Close()
+			return nil, fmt.Errorf("udp: handshake with %s: %w", addr, refusalError(reason))
+		}
+		an, id, msg2, ok := parseAccept(buf[:n])
+		switch {
+		case !ok || an != nonce:
+		case ch == nil && len(msg2) == 0:
+			sid = id
+		case ch == nil:
+			// A plaintext client never asked for Noise: not an answer to it.
+		case len(msg2) == 0:
+			pc.Close()
+			return nil, fmt.Errorf("udp: handshake with %s: %w", addr, ErrNotEncrypted)
+		default:
+			if sec, err = ch.finish(id, msg2); err != nil {
+				forged = true // perhaps forged: the genuine accept may still come
+				continue
+			}
+			sid = id
 		}
 	}
 	_ = pc.SetReadDeadline(time.Time{})
-	c := newConn(pc, newBatchConn(pc), sid, ua, cfg, func() { pc.Close() })
+	c := newConn(pc, newBatchConn(pc), sid, ua, cfg, sec, func() { pc.Close() })
 	go c.clientReadLoop(newReadBatch(clientBatch, cfg.MTU), ua)
 	return c, nil
 }
@@ -781,17 +932,11 @@ func (c *Conn) clientReadLoop(rb *readBatch, server *net.UDPAddr) {
 			if len(b) < sessionHdr || binary.BigEndian.Uint64(b[1:9]) != c.id {
 				continue
 			}
-			from := rb.ms[i].Addr
 			switch b[0] {
-			case kindData:
-				c.input(b[sessionHdr:], from, now)
-			case kindPing:
-				c.touch(from)
-			case kindClose:
-				c.closeWith(nil, false)
-				return
+			case kindData, kindPing, kindClose:
+				c.datagram(b, rb.ms[i].Addr, now)
 			case kindReset:
-				if ua, ok := from.(*net.UDPAddr); ok && ua.IP.Equal(server.IP) && ua.Port == server.Port {
+				if ua, ok := rb.ms[i].Addr.(*net.UDPAddr); ok && ua.IP.Equal(server.IP) && ua.Port == server.Port {
 					c.closeWith(ErrReset, false)
 					return
 				}

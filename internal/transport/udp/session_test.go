@@ -47,9 +47,16 @@ func TestSessionEchoLoopback(t *testing.T) {
 }
 
 // TestHandshakeNoAmplification: before a client proves its address the server never
-// answers with more bytes than it got, and keeps no session for unproven sources.
+// answers with more bytes than it got, and keeps no session for unproven sources;
+// with encryption on too.
 func TestHandshakeNoAmplification(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", Config{})
+	priv, pub := testKeys(t)
+	t.Run("plain", func(t *testing.T) { testNoAmplification(t, Config{}, Config{}) })
+	t.Run("encrypted", func(t *testing.T) { testNoAmplification(t, Config{PrivateKey: priv}, Config{ServerKey: pub}) })
+}
+
+func testNoAmplification(t *testing.T, lcfg, dcfg Config) {
+	l, err := Listen("127.0.0.1:0", lcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +88,16 @@ func TestHandshakeNoAmplification(t *testing.T) {
 	}
 	// A forged cookie gets nothing, an unknown session id a reset no larger than
 	// what was sent, and no session is made.
-	bad := make([]byte, minInit)
-	bad[0] = kindInit2
-	binary.BigEndian.PutUint64(bad[1:], 42)
-	copy(bad[9:], cookie[9:33])
+	var mode byte
+	var msg1 []byte
+	if !dcfg.ServerKey.IsZero() {
+		h, err := newClientHandshake(dcfg, 42)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mode, msg1 = h.mode, h.msg1
+	}
+	bad := handshakeInit2(42, cookie[9:33], mode, msg1)
 	bad[20] ^= 0xff
 	if n, _ := send(bad); n != 0 {
 		t.Fatal("a forged cookie was answered")
@@ -103,11 +116,8 @@ func TestHandshakeNoAmplification(t *testing.T) {
 		t.Fatalf("%d sessions made from unproven sources", sessions)
 	}
 	// The genuine cookie opens a session.
-	good := make([]byte, minInit)
-	good[0] = kindInit2
-	binary.BigEndian.PutUint64(good[1:], 42)
-	copy(good[9:], cookie[9:33])
-	if n, acc := send(good); n != 17 || acc[0] != kindAccept {
+	good := handshakeInit2(42, cookie[9:33], mode, msg1)
+	if n, acc := send(good); n > len(good) || n < acceptPlain || acc[0] != kindAccept {
 		t.Fatalf("genuine cookie: answer %d bytes", n)
 	}
 }
@@ -158,7 +168,7 @@ func TestSessionSurvivesAddressChange(t *testing.T) {
 				return
 			}
 			if b[0] == kindData {
-				c.input(b[sessionHdr:n], from, time.Now())
+				c.datagram(b[:n], from, time.Now())
 				c.inputDone(time.Now())
 			}
 		}
