@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The native protocol over reliable UDP beside the same protocol over TCP, between two
 # network namespaces (veth pair, iptables random loss): coordination packets per 1000
-# messages of a steady 16 B stream, and throughput at 0, 1 and 5 % loss, 16 B and
-# 1 KiB. Needs root (ip netns, iptables); installs iptables if missing. The namespaces
+# messages of a steady 16 B stream, throughput at 0, 1 and 5 % loss, 16 B and 1 KiB,
+# and latency at a fixed rate; then the same throughput and latency on loopback
+# (127.0.0.1, no namespaces). Needs root (ip netns, iptables); installs iptables if missing. The namespaces
 # it makes (ternbench-a, ternbench-b) are removed when it ends.
 #
 # Usage: bench/udp.sh [udpvs options]     e.g. bench/udp.sh --msgs 200000
@@ -18,3 +19,5 @@ if ! command -v iptables >/dev/null 2>&1; then
 fi
 go build -o "$OUT/udp/udpvs" ./bench/udpvs
 "$OUT/udp/udpvs" "$@" | tee "$OUT/udp/results.md"
+echo | tee -a "$OUT/udp/results.md"
+"$OUT/udp/udpvs" --loopback "$@" | tee -a "$OUT/udp/results.md"

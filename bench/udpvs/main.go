@@ -48,9 +48,28 @@ func spread(v []float64) string {
 // path is the pair of namespaces: the server in B, the clients in A.
 var path *netns.Pair
 
+// inServerNS and inClientNS run fn in the server's or the clients' namespace, or
+// here with --loopback.
+func inServerNS(fn func() error) error {
+	if path == nil {
+		return fn()
+	}
+	return netns.In(path.B, fn)
+}
+
+func inClientNS(fn func() error) error {
+	if path == nil {
+		return fn()
+	}
+	return netns.In(path.A, fn)
+}
+
 // setLoss drops a random share of everything entering either namespace and resets
 // the counting rules for header-only TCP segments.
 func setLoss(p float64) error {
+	if path == nil {
+		return nil
+	}
 	if err := path.SetLoss("", p); err != nil {
 		return err
 	}
@@ -98,7 +117,7 @@ func coordPackets() (tcp, udp uint64, err error) {
 
 // pair connects a publisher and a subscriber in namespace A to the server in B.
 func pair(url string) (pub, sub *tern.Conn, err error) {
-	err = netns.In(path.A, func() error {
+	err = inClientNS(func() error {
 		var err error
 		if pub, err = tern.Connect(url, tern.Name("pub")); err != nil {
 			return err
@@ -185,6 +204,7 @@ func run(out io.Writer) error {
 	verbose = flag.Bool("v", false, "print each run's transport counters (publisher and subscriber) to stderr")
 	runs := flag.Int("runs", 3, "runs per throughput row; the table shows the median")
 	only := flag.String("only", "", "run only this throughput row, e.g. 0.05/1024/udp (loss/size/transport), and skip the rest")
+	loopback := flag.Bool("loopback", false, "server and clients on 127.0.0.1 in this namespace, no loss: throughput and latency rows only (no root needed)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run (server and clients) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -198,16 +218,20 @@ func run(out io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var err error
-	if path, err = netns.NewPair("ternbench", 198); err != nil {
-		return err
+	host, losses := "127.0.0.1", []float64{0}
+	if !*loopback {
+		var err error
+		if path, err = netns.NewPair("ternbench", 198); err != nil {
+			return err
+		}
+		defer path.Close()
+		host, losses = path.AddrB, []float64{0, 0.01, 0.05}
 	}
-	defer path.Close()
 
 	var srv *server.Server
-	if err := netns.In(path.B, func() error {
+	if err := inServerNS(func() error {
 		cfg := server.DefaultConfig()
-		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.StoreDir = path.AddrB, port, "", -1, ""
+		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.StoreDir = host, port, "", -1, ""
 		var err error
 		if srv, err = server.New(cfg, nil); err != nil {
 			return err
@@ -221,8 +245,8 @@ func run(out io.Writer) error {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}()
-	tcpURL := fmt.Sprintf("tern://%s:%d", path.AddrB, port)
-	udpURL := fmt.Sprintf("udp://%s:%d", path.AddrB, port)
+	tcpURL := fmt.Sprintf("tern://%s:%d", host, port)
+	udpURL := fmt.Sprintf("udp://%s:%d", host, port)
 
 	if *only != "" {
 		var loss float64
@@ -243,43 +267,18 @@ func run(out io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(out, "## Native protocol over reliable UDP vs TCP, %s\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(out, "Two network namespaces joined by a veth pair; server in one, publisher and subscriber in the other.\n\n")
-
-	// Coordination packets for a steady stream.
-	fmt.Fprintf(out, "Coordination packets, steady stream of %d × 16 B at %.0f msgs/s (publisher and subscriber both in the client namespace):\n\n", *coordMsgs, *coordRate)
-	fmt.Fprintln(out, "| transport | delivered | coordination packets | per 1000 messages |")
-	fmt.Fprintln(out, "|---|---|---|---|")
-	if err := setLoss(0); err != nil {
-		return err
+	if *loopback {
+		fmt.Fprintf(out, "Loopback (127.0.0.1), server and clients in one process; no loss.\n\n")
+	} else {
+		fmt.Fprintf(out, "Two network namespaces joined by a veth pair (no segmentation offload: every packet at most the 1500-byte MTU, as on a real link); server in one, publisher and subscriber in the other; loss from the iptables statistic match on both namespaces' input.\n\n")
+		if err := coordination(out, tcpURL, udpURL, *coordMsgs, *coordRate); err != nil {
+			return err
+		}
 	}
-	got, _, err := stream(tcpURL, *coordMsgs, 16, *coordRate, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	time.Sleep(300 * time.Millisecond)
-	tcpCoord, _, err := coordPackets()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "| TCP | %d | %d (segments without payload, both ways) | %.1f |\n", got, tcpCoord, 1000*float64(tcpCoord)/float64(*coordMsgs))
-	if err := setLoss(0); err != nil { // reset the counters
-		return err
-	}
-	got, _, err = stream(udpURL, *coordMsgs, 16, *coordRate, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	time.Sleep(300 * time.Millisecond)
-	_, udpCoord, err := coordPackets()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "| UDP | %d | %d (acknowledgements, probes, pings, both ways) | %.1f |\n\n", got, udpCoord, 1000*float64(udpCoord)/float64(*coordMsgs))
-
 	fmt.Fprintf(out, "Throughput, %d messages as fast as the publisher goes, median of %d runs (min–max):\n\n", *tputMsgs, *runs)
 	fmt.Fprintln(out, "| loss | size | TCP msgs/s | UDP msgs/s | UDP/TCP |")
 	fmt.Fprintln(out, "|---|---|---|---|---|")
-	for _, loss := range []float64{0, 0.01, 0.05} {
+	for _, loss := range losses {
 		if err := setLoss(loss); err != nil {
 			return err
 		}
@@ -306,7 +305,7 @@ func run(out io.Writer) error {
 	fmt.Fprintf(out, "\nLatency, publish to delivery, 16 B at %.0f msgs/s for %v (%d messages):\n\n", *latRate, *latFor, n)
 	fmt.Fprintln(out, "| loss | transport | p50 | p90 | p99 | p99.9 | max | delivered |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
-	for _, loss := range []float64{0, 0.01, 0.05} {
+	for _, loss := range losses {
 		if err := setLoss(loss); err != nil {
 			return err
 		}
@@ -320,5 +319,42 @@ func run(out io.Writer) error {
 				(time.Duration(h.Max()) * time.Microsecond).String(), got)
 		}
 	}
+	return nil
+}
+
+// coordination counts the packets without payload of a steady 16 B stream over
+// each transport.
+func coordination(out io.Writer, tcpURL, udpURL string, n int, rate float64) error {
+	// Coordination packets for a steady stream.
+	fmt.Fprintf(out, "Coordination packets, steady stream of %d × 16 B at %.0f msgs/s (publisher and subscriber both in the client namespace):\n\n", n, rate)
+	fmt.Fprintln(out, "| transport | delivered | coordination packets | per 1000 messages |")
+	fmt.Fprintln(out, "|---|---|---|---|")
+	if err := setLoss(0); err != nil {
+		return err
+	}
+	got, _, err := stream(tcpURL, n, 16, rate, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond)
+	tcpCoord, _, err := coordPackets()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "| TCP | %d | %d (segments without payload, both ways) | %.1f |\n", got, tcpCoord, 1000*float64(tcpCoord)/float64(n))
+	if err := setLoss(0); err != nil { // reset the counters
+		return err
+	}
+	got, _, err = stream(udpURL, n, 16, rate, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, udpCoord, err := coordPackets()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "| UDP | %d | %d (acknowledgements, probes, pings, both ways) | %.1f |\n\n", got, udpCoord, 1000*float64(udpCoord)/float64(n))
+
 	return nil
 }

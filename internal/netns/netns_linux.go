@@ -57,6 +57,10 @@ func NewPair(name string, subnet byte) (*Pair, error) {
 	for _, s := range []struct{ ns, dev, addr string }{{p.A, va, p.AddrA}, {p.B, vb, p.AddrB}} {
 		steps = append(steps,
 			[]string{"ip", "netns", "exec", s.ns, "ip", "addr", "add", s.addr + "/24", "dev", s.dev},
+			// No segmentation offload across the pair: every packet is at most the
+			// MTU, as on a real link, so loss hits each wire packet rather than a
+			// 64 KB aggregate (TCP's and offloaded UDP's alike).
+			[]string{"ip", "netns", "exec", s.ns, "ip", "link", "set", s.dev, "gso_max_segs", "1"},
 			[]string{"ip", "netns", "exec", s.ns, "ip", "link", "set", s.dev, "up"},
 			[]string{"ip", "netns", "exec", s.ns, "ip", "link", "set", "lo", "up"})
 	}
