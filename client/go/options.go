@@ -59,6 +59,7 @@ func DefaultOptions() Options {
 		PendingMsgsLimit:    512 << 10,
 		PendingBytesLimit:   64 << 20,
 		DrainTimeout:        30 * time.Second,
+		UDPBundleDelay:      time.Millisecond,
 	}
 }
 
@@ -87,7 +88,7 @@ func ParseUDPKey(s string) ([]byte, error) {
 
 // udpConfig is the UDP session configuration the options ask for.
 func (o *Options) udpConfig() (udp.Config, error) {
-	cfg := udp.Config{BundleDelay: o.UDPBundleDelay, IdleTimeout: o.UDPIdleTimeout}
+	cfg := udp.Config{BundleDelay: bundleDelay(o.UDPBundleDelay), IdleTimeout: o.UDPIdleTimeout}
 	for _, k := range []struct {
 		name string
 		src  []byte
@@ -208,10 +209,19 @@ func ErrorHandler(f func(*Conn, *Subscription, error)) Option {
 func Logger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
 
 // UDPBundleDelay sets how long a udp:// connection waits to fill a datagram with
-// more small frames (default 1ms; negative sends every write at once): the price in
-// latency of few packets and acknowledgements (docs/udp.md).
+// more small frames (default 1ms; 0 sends every write at once): the price in latency
+// of few packets and acknowledgements (docs/udp.md).
 func UDPBundleDelay(d time.Duration) Option { return func(o *Options) { o.UDPBundleDelay = d } }
 
 // UDPIdleTimeout sets how long a udp:// connection rides out hearing nothing from
 // the server before it gives the link up and reconnects (default 30s).
 func UDPIdleTimeout(d time.Duration) Option { return func(o *Options) { o.UDPIdleTimeout = d } }
+
+// bundleDelay maps the option, where 0 disables bundling, to udp.Config, where 0
+// takes the default and a negative value disables it.
+func bundleDelay(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}

@@ -49,8 +49,8 @@ type Config struct {
 	UDPIdleTimeout time.Duration
 	// UDPMTU is the largest datagram the UDP transport sends.
 	UDPMTU int
-	// UDPBundleDelay is how long the UDP transport waits to fill a datagram;
-	// negative sends at once.
+	// UDPBundleDelay is how long the UDP transport waits to fill a datagram; 0
+	// sends at once.
 	UDPBundleDelay time.Duration
 	// UDPKeyFile names a file holding the server's private key (`tern udp-keygen`);
 	// set, every UDP session is encrypted (docs/udp.md, "Security").
@@ -214,7 +214,7 @@ var options = func() []option {
 	g, s = intOpt(func(c *Config) *int { return &c.UDPMTU })
 	add("udp_mtu", "largest datagram the UDP transport sends, bytes (at least 265)", g, s)
 	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.UDPBundleDelay })
-	add("udp_bundle_delay", "how long the UDP transport waits to fill a datagram with more small frames (negative: send at once)", gd, sd)
+	add("udp_bundle_delay", "how long the UDP transport waits to fill a datagram with more small frames (0: send every write at once)", gd, sd)
 	g, s = strOpt(func(c *Config) *string { return &c.UDPKeyFile })
 	add("udp_key_file", "file with the server's private key (tern udp-keygen): UDP sessions are encrypted and only encrypted clients accepted; empty = plaintext", g, s)
 	g, s = strOpt(func(c *Config) *string { return &c.UDPPSKFile })

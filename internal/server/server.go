@@ -149,6 +149,9 @@ func (s *Server) Start() error {
 		}
 		ucfg := udp.Config{MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout,
 			BundleDelay: s.cfg.UDPBundleDelay}
+		if ucfg.BundleDelay <= 0 {
+			ucfg.BundleDelay = -1 // off; in udp.Config 0 would mean the default
+		}
 		if err := loadUDPKeys(&ucfg, s.cfg); err != nil {
 			_ = l.Close()
 			return err

@@ -546,6 +546,8 @@ type Listener struct {
 	done     chan struct{}
 	closed   bool
 	ended    Stats // counters of sessions that have ended
+
+	resets tokenBucket // owned by the read loop
 }
 
 // handshake is what a listener remembers of a session's handshake, to answer a
@@ -616,6 +618,34 @@ func (l *Listener) readLoop() {
 	}
 }
 
+// tokenBucket bounds how many resets a listener sends a second: a flood of datagrams
+// with made-up session ids from forged sources gets a trickle back, not one reset
+// each (a reset is never larger than what it answers, but neither should it be a
+// reflector).
+type tokenBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+const (
+	resetRate  = 1000 // per second
+	resetBurst = 100
+)
+
+func (b *tokenBucket) allow(now time.Time) bool {
+	if b.at.IsZero() {
+		b.tokens = resetBurst
+	} else {
+		b.tokens = min(resetBurst, b.tokens+now.Sub(b.at).Seconds()*resetRate)
+	}
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // listenerBatch is how many datagrams the listener takes per read call.
 const listenerBatch = 32
 
@@ -646,7 +676,7 @@ func (l *Listener) handle(b []byte, from net.Addr, now time.Time, touched []*Con
 		c := l.sessions[id]
 		l.mu.Unlock()
 		if c == nil {
-			if b[0] != kindClose {
+			if b[0] != kindClose && l.resets.allow(now) {
 				var reset [sessionHdr]byte
 				reset[0] = kindReset
 				binary.BigEndian.PutUint64(reset[1:], id)

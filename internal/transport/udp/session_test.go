@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -266,5 +267,107 @@ func TestSessionResetAfterServerRestart(t *testing.T) {
 	}
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("reset noticed after %v", took)
+	}
+}
+
+// TestFloodLeavesSessionsAlone: a bounded flood of junk — random bytes, inits,
+// forged cookies, data and pings for made-up sessions — while a real session
+// carries 1 MiB: the transfer completes intact, the flood makes no session, and
+// the flooder gets back far fewer bytes than it sent (resets are rate-limited).
+func TestFloodLeavesSessionsAlone(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c) }()
+		}
+	}()
+	c, err := Dial(l.Addr().String(), Config{}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	flooder, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flooder.Close()
+	var back, resets atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := flooder.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			back.Add(int64(n))
+			if buf[0] == kindReset {
+				resets.Add(1)
+			}
+		}
+	}()
+	floodStart := time.Now()
+	sent := int64(0)
+	floodDone := make(chan struct{})
+	go func() {
+		defer close(floodDone)
+		junk := make([]byte, 300)
+		for i := range 50000 {
+			_, _ = rand.Read(junk)
+			n := 9 + i%len(junk[9:])
+			switch i % 5 {
+			case 0: // random bytes
+			case 1:
+				junk[0] = kindInit
+				n = minInit
+			case 2:
+				junk[0] = kindInit2
+				n = minInit
+			case 3:
+				junk[0] = kindData
+			case 4:
+				junk[0] = kindPing
+				n = sessionHdr
+			}
+			if _, err := flooder.WriteTo(junk[:n], l.Addr()); err == nil {
+				sent += int64(n)
+			}
+		}
+	}()
+
+	data := make([]byte, 1<<20)
+	_, _ = rand.Read(data)
+	go func() { _, _ = c.Write(data) }()
+	got := make([]byte, len(data))
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatalf("transfer under a flood: %v (stats %+v)", err, c.Stats())
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("bytes differ")
+	}
+	<-floodDone
+	floodTime := time.Since(floodStart)
+	time.Sleep(100 * time.Millisecond)
+	l.mu.Lock()
+	sessions := len(l.sessions)
+	l.mu.Unlock()
+	if sessions != 1 {
+		t.Fatalf("%d sessions after the flood, want the one real session", sessions)
+	}
+	// Cookies answer inits one to one but are smaller; resets are rate-limited.
+	if b := back.Load(); b*2 > sent {
+		t.Fatalf("the flooder sent %d bytes and got %d back", sent, b)
+	}
+	if n, most := resets.Load(), resetBurst+int64(floodTime.Seconds()*resetRate)+10; n > most {
+		t.Fatalf("%d resets for 20,000 datagrams to made-up sessions in %v, want at most %d", n, floodTime, most)
 	}
 }
