@@ -59,10 +59,17 @@ type conn struct {
 	subj, hdr  []byte
 	reply      []byte
 	normalExit bool     // DISCONNECT without will
-	noDeadline bool     // the connect timeout's read deadline was cleared (keepalive 0)
 	ownFlush   bool     // acknowledgements queued since the last flushBatch
 	head       [16]byte // the first bytes read, to answer a CONNECT that does not decode
 	headN      int
+	readAt     atomic.Int64 // unix nanoseconds of the latest bytes from the client
+
+	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
+	// flags are guarded by the poller's lock.
+	parked              atomic.Bool
+	fd                  int32
+	pollAdded, pollGone bool
+	ended               chan struct{} // closed when the connection is over
 
 	// Outbound, guarded by mu.
 	mu       sync.Mutex
@@ -91,7 +98,7 @@ type conn struct {
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{
 		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(),
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}), fd: -1,
 	}
 	c.pub.Origin = nil
 	return c
@@ -108,15 +115,70 @@ func (c *conn) logger() *slog.Logger {
 }
 
 func (c *conn) run() {
-	err := c.readLoop()
+	if err := c.readLoop(); !errors.Is(err, errParked) {
+		c.finish(err)
+	}
+}
+
+// resume reads again after the connection was parked.
+func (c *conn) resume() {
+	if err := c.serve(); !errors.Is(err, errParked) {
+		c.finish(err)
+	}
+}
+
+func (c *conn) finish(err error) {
+	c.srv.poll.forget(c) // before the writer closes the socket
 	c.close(err)
 	c.Flush() // a writer sends what is queued and closes the socket
 	c.writers.Wait()
 	c.cleanup()
+	close(c.ended)
+	c.srv.wg.Done()
+}
+
+// errParked ends a reader that handed its connection to the poller.
+var errParked = errors.New("parked")
+
+// park hands an idle connection to the poller; the reader ends if it reports true.
+func (c *conn) park() bool {
+	if c.srv.poll == nil {
+		return false
+	}
+	c.r.Release()
+	return c.srv.poll.park(c)
+}
+
+// unpark starts a reader for a parked connection; only the first caller does.
+func (c *conn) unpark() {
+	if c.parked.CompareAndSwap(true, false) {
+		go c.resume()
+	}
+}
+
+// keepAliveDeadline is when the client's silence exceeds 1.5 times its keepalive.
+func (c *conn) keepAliveDeadline() time.Time {
+	return time.Unix(0, c.readAt.Load()).Add(c.keepAlive * 3 / 2)
+}
+
+// idleTimeout reports whether a read error is the reader's own idle deadline, not a
+// keepalive expiry nor a close.
+func (c *conn) idleTimeout(err error) bool {
+	var ne net.Error
+	if c.srv.poll == nil || !errors.As(err, &ne) || !ne.Timeout() || !c.attached.Load() {
+		return false
+	}
+	if c.keepAlive > 0 && !time.Now().Before(c.keepAliveDeadline()) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed
 }
 
 // deadlineReader refreshes the read deadline before every read: the connect timeout
-// until CONNECT, then 1.5 times the keepalive.
+// until CONNECT, then 1.5 times the keepalive after the latest bytes, and, at a
+// packet boundary, the idle time after which the connection is parked.
 type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
@@ -124,14 +186,22 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	switch {
 	case !c.attached.Load():
 		_ = c.nc.SetReadDeadline(c.start.Add(c.srv.cfg.ConnectTimeout))
+	case c.srv.poll != nil && c.r.Buffered() == 0:
+		dl := time.Now().Add(c.srv.cfg.IdleAfter)
+		if c.keepAlive > 0 {
+			dl = minTime(dl, c.keepAliveDeadline())
+		}
+		_ = c.nc.SetReadDeadline(dl)
 	case c.keepAlive > 0:
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.keepAlive * 3 / 2))
-	case !c.noDeadline:
-		// Keepalive 0: no deadline at all once connected.
+		_ = c.nc.SetReadDeadline(c.keepAliveDeadline())
+	default:
+		// Keepalive 0: no deadline once connected.
 		_ = c.nc.SetReadDeadline(time.Time{})
-		c.noDeadline = true
 	}
 	n, err := c.nc.Read(p)
+	if n > 0 {
+		c.readAt.Store(time.Now().UnixNano())
+	}
 	if !c.attached.Load() && c.headN < len(c.head) {
 		c.headN += copy(c.head[c.headN:], p[:n])
 	}
@@ -177,10 +247,21 @@ func (c *conn) readLoop() error {
 		return err
 	}
 	c.flushBatch()
+	return c.serve()
+}
+
+// serve reads and handles packets until the connection ends or is parked.
+func (c *conn) serve() error {
 	for {
 		p, err := c.r.ReadPacket()
 		if err != nil {
 			c.flushBatch()
+			if c.idleTimeout(err) {
+				if c.r.Buffered() == 0 && c.park() {
+					return errParked
+				}
+				continue // mid-packet, or cannot park: read on
+			}
 			return c.readError(err)
 		}
 		if err := c.handle(p); err != nil {
@@ -314,6 +395,7 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		}
 		// Counted as connected before the client can see its CONNACK, so that a
 		// connection it opens next meets the connection limit with this one in it.
+		c.readAt.Store(time.Now().UnixNano())
 		c.attached.Store(true)
 		c.connack(present, packet.Success, &props)
 	})
@@ -843,6 +925,7 @@ func (c *conn) close(reason error) {
 	c.mu.Unlock()
 	close(c.done)
 	_ = c.nc.SetReadDeadline(time.Now())
+	c.unpark() // a parked connection needs a reader to end
 }
 
 // cleanup runs after both loops end: the will, and the session's fate.
@@ -897,4 +980,11 @@ func (c *conn) snapshot() ConnInfo {
 	ci.Pending = len(c.out) + c.writing
 	c.mu.Unlock()
 	return ci
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

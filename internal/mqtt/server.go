@@ -65,6 +65,10 @@ type Config struct {
 	SysInterval time.Duration
 	// Version is the server version shown in $SYS/broker/version.
 	Version string
+	// IdleAfter is how long a connection goes without a byte from its client before
+	// it gives up its reader goroutine and waits in the server's epoll set (Linux),
+	// so that idle connections cost little memory; 0 means 2 s, negative never.
+	IdleAfter time.Duration
 }
 
 // DefaultConfig is the configuration `tern server` uses unless told otherwise.
@@ -86,6 +90,9 @@ func DefaultConfig() Config {
 
 func (c *Config) fillDefaults() error {
 	d := DefaultConfig()
+	if c.IdleAfter == 0 {
+		c.IdleAfter = 2 * time.Second
+	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = d.MaxConnections
 	}
@@ -150,6 +157,7 @@ type Server struct {
 	nextID   uint64
 
 	wg      sync.WaitGroup
+	poll    *poller       // idle connections; nil where there is no epoll or parking is off
 	quit    chan struct{} // closed by Shutdown
 	sysDone chan struct{}
 
@@ -186,6 +194,16 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		s.kv = kv
 		s.retained.kv = kv
 		s.restore(data)
+	}
+	if cfg.IdleAfter > 0 {
+		p, err := newPoller()
+		if err != nil {
+			if s.kv != nil {
+				_ = s.kv.close()
+			}
+			return nil, err
+		}
+		s.poll = p
 	}
 	if cfg.SysInterval >= 0 {
 		go func() {
@@ -345,13 +363,8 @@ func (s *Server) serveConn(nc net.Conn) <-chan struct{} {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.totalConns.Add(1)
-	ended := make(chan struct{})
-	go func() {
-		defer s.wg.Done()
-		defer close(ended)
-		c.run()
-	}()
-	return ended
+	go c.run() // its finish marks s.wg done, whichever goroutine reads by then
+	return c.ended
 }
 
 func (s *Server) removeConn(c *conn) {
@@ -405,6 +418,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 		return fmt.Errorf("mqtt: %d connections still open after %v", len(conns), timeout)
 	}
 	<-s.sysDone
+	s.poll.close()
 	s.mu.Lock()
 	for _, sess := range s.sessions {
 		sess.stopTimers()
@@ -421,6 +435,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 // Stats are the MQTT front end's counters.
 type Stats struct {
 	Connections      int    // connections open now (CONNECT accepted)
+	Idle             int    // of them, idle ones waiting in the poller without a reader
 	TotalConnections uint64 // connections accepted since start
 	Sessions         int    // sessions kept, connected or not
 	InMsgs, OutMsgs  uint64 // PUBLISH packets received and sent
@@ -438,7 +453,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Connections: s.connected(), TotalConnections: s.totalConns.Load(), Sessions: nsess,
 		InMsgs: s.inMsgs.Load(), OutMsgs: s.outMsgs.Load(), InBytes: s.inBytes.Load(), OutBytes: s.outBytes.Load(),
-		Dropped:  s.droppedMsgs.Load(),
+		Dropped: s.droppedMsgs.Load(), Idle: s.poll.parkedCount(),
 		Retained: s.retained.count(),
 	}
 }

@@ -11,6 +11,7 @@ type mqttCollector struct{ s *mqtt.Server }
 
 var (
 	mqttConnsDesc    = prometheus.NewDesc("tern_mqtt_connections", "MQTT connections open now.", nil, nil)
+	mqttIdleDesc     = prometheus.NewDesc("tern_mqtt_idle_connections", "MQTT connections idle now, waiting in the poller without a reader goroutine.", nil, nil)
 	mqttSessionsDesc = prometheus.NewDesc("tern_mqtt_sessions", "MQTT sessions kept, connected or not.", nil, nil)
 	mqttRetainedDesc = prometheus.NewDesc("tern_mqtt_retained_messages", "Retained messages held.", nil, nil)
 	mqttInDesc       = prometheus.NewDesc("tern_mqtt_in_messages_total", "PUBLISH packets received from MQTT clients.", nil, nil)
@@ -19,7 +20,7 @@ var (
 )
 
 func (c mqttCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mqttConnsDesc, mqttSessionsDesc, mqttRetainedDesc, mqttInDesc, mqttOutDesc, mqttDroppedDesc} {
+	for _, d := range []*prometheus.Desc{mqttConnsDesc, mqttIdleDesc, mqttSessionsDesc, mqttRetainedDesc, mqttInDesc, mqttOutDesc, mqttDroppedDesc} {
 		ch <- d
 	}
 }
@@ -27,6 +28,7 @@ func (c mqttCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c mqttCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.Stats()
 	ch <- prometheus.MustNewConstMetric(mqttConnsDesc, prometheus.GaugeValue, float64(st.Connections))
+	ch <- prometheus.MustNewConstMetric(mqttIdleDesc, prometheus.GaugeValue, float64(st.Idle))
 	ch <- prometheus.MustNewConstMetric(mqttSessionsDesc, prometheus.GaugeValue, float64(st.Sessions))
 	ch <- prometheus.MustNewConstMetric(mqttRetainedDesc, prometheus.GaugeValue, float64(st.Retained))
 	ch <- prometheus.MustNewConstMetric(mqttInDesc, prometheus.CounterValue, float64(st.InMsgs))

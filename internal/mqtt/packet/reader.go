@@ -47,6 +47,15 @@ func (r *Reader) SetVersion(v byte) { r.version = v }
 // SetMaxSize changes the packet size limit from the next packet on.
 func (r *Reader) SetMaxSize(n int) { r.maxSize = n }
 
+// Release lets the buffer go while nothing is buffered, so that an idle connection
+// holds none; the next read allocates a small one. Packets returned before are no
+// longer valid.
+func (r *Reader) Release() {
+	if r.start == r.end {
+		r.buf, r.start, r.end = nil, 0, 0
+	}
+}
+
 // Buffered reports how many bytes are read but not yet decoded.
 func (r *Reader) Buffered() int { return r.end - r.start }
 
@@ -118,6 +127,9 @@ func (r *Reader) more(need int) error {
 }
 
 func (r *Reader) fill(need int) error {
+	if len(r.buf) == 0 {
+		r.buf = make([]byte, initialBuf) // after Release
+	}
 	if r.start > 0 && len(r.buf)-r.start < need {
 		r.end = copy(r.buf, r.buf[r.start:r.end])
 		r.start = 0

@@ -1,0 +1,198 @@
+package mqtt
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// An idle connection does not keep a goroutine blocked in Read: after
+// Config.IdleAfter without a byte from its client, its reader hands it to the
+// server's poller and ends. The poller waits on all parked sockets in one epoll set
+// and starts a reader again when one has something to read, is closed, or its
+// keepalive runs out. A goroutine's stack is most of what an idle connection
+// costs; Mosquitto keeps an idle client as a small struct in an epoll set, and so
+// does this.
+type poller struct {
+	epfd int
+
+	mu      sync.Mutex
+	conns   map[int32]*conn // parked or once parked, by socket descriptor
+	done    chan struct{}
+	stopped sync.WaitGroup
+	closing sync.Once
+}
+
+func newPoller() (*poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
+	}
+	p := &poller{epfd: epfd, conns: make(map[int32]*conn), done: make(chan struct{})}
+	p.stopped.Add(2)
+	go p.wait()
+	go p.sweep()
+	return p, nil
+}
+
+// fdOf returns the descriptor of a socket the poller can watch.
+func fdOf(c *conn) (int32, bool) {
+	sc, ok := c.nc.(syscall.Conn)
+	if !ok {
+		return 0, false // WebSocket: its framing layer buffers; its reader stays
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	fd := int32(-1)
+	if rc.Control(func(d uintptr) { fd = int32(d) }) != nil || fd < 0 {
+		return 0, false
+	}
+	return fd, true
+}
+
+// park registers c, whose reader is at a packet boundary with nothing buffered, and
+// reports whether it did: the caller's goroutine must then end without touching c.
+func (p *poller) park(c *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.pollGone {
+		return false
+	}
+	if c.fd < 0 {
+		fd, ok := fdOf(c)
+		if !ok {
+			return false
+		}
+		c.fd = fd
+	}
+	// Parked before the socket is armed: an event, a close or the sweeper may
+	// start the new reader at once, and exactly one of them does (unpark).
+	c.parked.Store(true)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: c.fd, Pad: int32(c.id)}
+	op := unix.EPOLL_CTL_MOD
+	if !c.pollAdded {
+		op = unix.EPOLL_CTL_ADD
+	}
+	if err := unix.EpollCtl(p.epfd, op, int(c.fd), &ev); err != nil {
+		if c.parked.CompareAndSwap(true, false) {
+			return false // the caller goes on reading
+		}
+		return true // someone already started the next reader
+	}
+	c.pollAdded = true
+	p.conns[c.fd] = c
+	return true
+}
+
+// parkedCount is how many connections wait without a reader now.
+func (p *poller) parkedCount() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.conns {
+		if c.parked.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// tracked is how many connections the poller holds, parked or not.
+func (p *poller) tracked() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// forget drops c for good; called before its socket can be closed, so that its
+// descriptor, once reused, is never taken for c.
+func (p *poller) forget(c *conn) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c.pollGone = true
+	if c.fd >= 0 && p.conns[c.fd] == c {
+		delete(p.conns, c.fd)
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(c.fd), nil)
+	}
+}
+
+func (p *poller) wait() {
+	defer p.stopped.Done()
+	events := make([]unix.EpollEvent, 256)
+	for {
+		// Closing an epoll descriptor does not end a wait on it: look at done
+		// now and then.
+		n, err := unix.EpollWait(p.epfd, events, 500)
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		for _, ev := range events[:n] {
+			p.mu.Lock()
+			c := p.conns[ev.Fd]
+			p.mu.Unlock()
+			if c != nil && int32(c.id) == ev.Pad {
+				c.unpark()
+			}
+		}
+	}
+}
+
+// sweep wakes parked connections whose keepalive has run out; their reader then
+// finds the deadline passed and closes them as any reader would.
+func (p *poller) sweep() {
+	defer p.stopped.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var due []*conn
+	for {
+		select {
+		case <-p.done:
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			for _, c := range p.conns {
+				if c.keepAlive > 0 && c.parked.Load() && now.After(c.keepAliveDeadline()) {
+					due = append(due, c)
+				}
+			}
+			p.mu.Unlock()
+			for i, c := range due {
+				c.unpark()
+				due[i] = nil
+			}
+			due = due[:0]
+		}
+	}
+}
+
+// close ends the poller once its wait has returned.
+func (p *poller) close() {
+	if p == nil {
+		return
+	}
+	p.closing.Do(func() {
+		close(p.done)
+		p.stopped.Wait()
+		_ = unix.Close(p.epfd)
+	})
+}

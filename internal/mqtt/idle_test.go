@@ -1,0 +1,188 @@
+package mqtt_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/tern-mq/tern/internal/mqtt"
+	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/server"
+)
+
+// The tests here use a short idle time so that connections park (give up their
+// reader goroutine and wait in the server's epoll set) within the test.
+
+const testIdleAfter = 50 * time.Millisecond
+
+func idleServer(t *testing.T) (*server.Server, string) {
+	return startTern(t, func(c *server.Config) { c.MQTT.IdleAfter = testIdleAfter })
+}
+
+// waitIdle waits until n connections are parked.
+func waitIdle(t *testing.T, s *server.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.MQTT().Stats().Idle != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections, want %d", s.MQTT().Stats().Idle, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleConnectionWorksBothWays: a parked connection answers a PINGREQ, takes a
+// PUBLISH and a SUBSCRIBE from its client, and gets what its subscription matches
+// while parked, QoS 0 and 1.
+func TestIdleConnectionWorksBothWays(t *testing.T) {
+	s, port := idleServer(t)
+	sub := dialRaw(t, port, packet.V311)
+	sub.connect("idle-sub", true, 0, nil)
+	sub.subscribe(1, "idle/#", 1)
+	pub := dialRaw(t, port, packet.V5)
+	pub.connect("idle-pub", true, 60, nil)
+	waitIdle(t, s, 2)
+
+	pub.send(&packet.Pingreq{})
+	if _, ok := pub.must(2 * time.Second).(*packet.Pingresp); !ok {
+		t.Fatal("no PINGRESP from a parked connection")
+	}
+	waitIdle(t, s, 2)
+	// The subscriber is parked; messages reach it through its writer.
+	pub.send(&packet.Publish{Topic: "idle/a", QoS: 0, Payload: []byte("zero")})
+	pub.send(&packet.Publish{Topic: "idle/b", QoS: 1, PacketID: 7, Payload: []byte("one")})
+	if pa, ok := pub.must(2 * time.Second).(*packet.Ack); !ok || pa.PacketID != 7 {
+		t.Fatalf("PUBACK: %+v", pa)
+	}
+	got := map[string]string{}
+	for len(got) < 2 {
+		p, ok := sub.must(2 * time.Second).(*packet.Publish)
+		if !ok {
+			continue
+		}
+		got[p.Topic] = string(p.Payload)
+		if p.QoS == 1 {
+			sub.send(&packet.Ack{Type: packet.TypePuback, PacketID: p.PacketID})
+		}
+	}
+	if got["idle/a"] != "zero" || got["idle/b"] != "one" {
+		t.Fatalf("delivered %v", got)
+	}
+	// A new subscription from a parked connection.
+	waitIdle(t, s, 2)
+	if rc := sub.subscribe(2, "other/+", 0); rc[0] != packet.GrantedQoS0 {
+		t.Fatalf("SUBACK %v", rc)
+	}
+	pub.send(&packet.Publish{Topic: "other/x", Payload: []byte("x")})
+	if p, ok := sub.must(2 * time.Second).(*packet.Publish); !ok || p.Topic != "other/x" {
+		t.Fatalf("got %+v", p)
+	}
+}
+
+// TestIdleKeepaliveExpiry: a parked connection whose client stays silent past 1.5×
+// its keepalive is closed as any other (0x8D to a v5 client) and its will goes out.
+func TestIdleKeepaliveExpiry(t *testing.T) {
+	s, port := idleServer(t)
+	watcher := dialRaw(t, port, packet.V311)
+	watcher.connect("watcher", true, 0, nil)
+	watcher.subscribe(1, "wills/#", 0)
+	c := dialRaw(t, port, packet.V5)
+	c.send(&packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.V5, CleanStart: true, KeepAlive: 2,
+		ClientID: "silent", WillFlag: true, WillTopic: "wills/silent", WillPayload: []byte("gone")})
+	if _, ok := c.must(5 * time.Second).(*packet.Connack); !ok {
+		t.Fatal("no CONNACK")
+	}
+	start := time.Now()
+	waitIdle(t, s, 2)
+	d := c.closedWith(10 * time.Second)
+	if took := time.Since(start); took < 2900*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("closed after %v, want about 3 s (1.5 × keepalive 2 s)", took)
+	}
+	if d == nil || d.Reason != packet.KeepAliveTimeout {
+		t.Fatalf("DISCONNECT %+v, want 0x8D", d)
+	}
+	if p, ok := watcher.must(5 * time.Second).(*packet.Publish); !ok || string(p.Payload) != "gone" {
+		t.Fatalf("will: %+v", p)
+	}
+}
+
+// TestIdleTakeoverAndShutdown: a parked session is taken over by a new connection
+// with its client id, and a server shutting down closes parked connections with
+// 0x8B and ends every goroutine they had.
+func TestIdleTakeoverAndShutdown(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s, port := idleServer(t)
+	old := dialRaw(t, port, packet.V5)
+	old.connect("dup", false, 0, &packet.Properties{SessionExpiry: 60, HasSessionExpiry: true})
+	old.subscribe(1, "keep/#", 1)
+	waitIdle(t, s, 1)
+	nc := dialRaw(t, port, packet.V5)
+	if ca := nc.connect("dup", false, 0, &packet.Properties{SessionExpiry: 60, HasSessionExpiry: true}); !ca.SessionPresent {
+		t.Fatal("the session was not kept for the new connection")
+	}
+	if d := old.closedWith(5 * time.Second); d == nil || d.Reason != packet.SessionTakenOver {
+		t.Fatalf("old connection: DISCONNECT %+v, want 0x8E", d)
+	}
+	others := make([]*rawClient, 20)
+	for i := range others {
+		others[i] = dialRaw(t, port, packet.V5)
+		others[i].connect("", true, 0, nil)
+	}
+	waitIdle(t, s, len(others)+1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range append(others, nc) {
+		if d := c.closedWith(5 * time.Second); d == nil || d.Reason != packet.ServerShuttingDown {
+			t.Fatalf("DISCONNECT %+v, want 0x8B", d)
+		}
+	}
+	waitGoroutines(t, before)
+}
+
+// TestIdleManyCloseNoLeak: many parked connections closed by their clients leave no
+// goroutine and nothing in the poller.
+func TestIdleManyCloseNoLeak(t *testing.T) {
+	s, port := idleServer(t)
+	before := runtime.NumGoroutine()
+	cs := make([]*rawClient, 200)
+	for i := range cs {
+		cs[i] = dialRaw(t, port, packet.V311)
+		cs[i].connect("", true, 30, nil)
+	}
+	waitIdle(t, s, len(cs))
+	if n := mqtt.PollerTracked(s.MQTT()); n != len(cs) {
+		t.Fatalf("poller holds %d, want %d", n, len(cs))
+	}
+	// Parked, they cost no goroutine each once their writers, which linger 2 s
+	// after the last write (the CONNACK), have ended.
+	waitGoroutines(t, before)
+	for i, c := range cs {
+		if i%2 == 0 {
+			c.send(&packet.Disconnect{})
+		}
+		_ = c.nc.Close()
+	}
+	waitOffline(t, s)
+	if n := mqtt.PollerTracked(s.MQTT()); n != 0 {
+		t.Fatalf("poller still holds %d connections", n)
+	}
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines waits for the goroutine count to come back to about n.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > n+5 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, want about %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
