@@ -288,7 +288,9 @@ func idleMemory(b broker, n int) (perConn float64, before, after int64, err erro
 	if firstErr != nil {
 		return 0, before, 0, firstErr
 	}
-	time.Sleep(2 * time.Second)
+	// Settle: Tern parks a connection after 2 s without input and its writer
+	// ends 2 s after its last write (the CONNACK).
+	time.Sleep(6 * time.Second)
 	after, err = rss(b.pid)
 	if err != nil {
 		return 0, before, 0, err

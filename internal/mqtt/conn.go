@@ -54,10 +54,7 @@ type conn struct {
 	r          *packet.Reader
 	will       *will
 	aliases    map[uint16]string
-	batch      broker.Batch
-	pub        broker.Message
-	subj, hdr  []byte
-	reply      []byte
+	in         *inbound // nil until the first PUBLISH, and while parked
 	normalExit bool     // DISCONNECT without will
 	ownFlush   bool     // acknowledgements queued since the last flushBatch
 	head       [16]byte // the first bytes read, to answer a CONNECT that does not decode
@@ -98,9 +95,8 @@ type conn struct {
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{
 		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(),
-		wake: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}), fd: -1,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), fd: -1,
 	}
-	c.pub.Origin = nil
 	return c
 }
 
@@ -133,8 +129,19 @@ func (c *conn) finish(err error) {
 	c.Flush() // a writer sends what is queued and closes the socket
 	c.writers.Wait()
 	c.cleanup()
-	close(c.ended)
+	if c.ended != nil {
+		close(c.ended)
+	}
 	c.srv.wg.Done()
+}
+
+// inbound is what a connection needs to hand its client's messages to the broker:
+// made on the first PUBLISH and let go while the connection is parked, so that
+// subscribers and idle connections do without.
+type inbound struct {
+	batch            broker.Batch
+	pub              broker.Message
+	subj, hdr, reply []byte
 }
 
 // errParked ends a reader that handed its connection to the poller.
@@ -146,6 +153,7 @@ func (c *conn) park() bool {
 		return false
 	}
 	c.r.Release()
+	c.in = nil // flushed; made again by the next PUBLISH
 	return c.srv.poll.park(c)
 }
 
@@ -272,14 +280,18 @@ func (c *conn) serve() error {
 		// read, not per packet.
 		if !c.r.Ready() {
 			c.flushBatch()
-			c.batch.WaitStalled(maxStall)
+			if c.in != nil {
+				c.in.batch.WaitStalled(maxStall)
+			}
 		}
 	}
 }
 
 // flushBatch wakes the writers of everything the packets read so far queued.
 func (c *conn) flushBatch() {
-	c.batch.Flush()
+	if c.in != nil {
+		c.in.batch.Flush()
+	}
 	if c.ownFlush {
 		c.ownFlush = false
 		c.Flush()
@@ -405,7 +417,6 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 	}
 	c.sess = sess
 	c.sessReady.Store(sess)
-	c.pub.Origin = sess
 	if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive)
 	}
@@ -525,33 +536,38 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 
 // publish hands a client's message to the broker (and the retained store).
 func (c *conn) publish(topic string, p *packet.Publish) error {
+	if c.in == nil {
+		c.in = &inbound{}
+		c.in.pub.Origin = c.sess
+	}
+	in := c.in
 	var err error
-	if c.subj, err = AppendSubject(c.subj[:0], topic); err != nil {
+	if in.subj, err = AppendSubject(in.subj[:0], topic); err != nil {
 		return err
 	}
-	m := &c.pub
-	m.Subject = c.subj
+	m := &in.pub
+	m.Subject = in.subj
 	m.Payload = p.Payload
 	m.QoS = p.QoS
 	m.Retain = p.Retain
 	m.Header = nil
 	m.Reply = nil
 	if c.version == packet.V5 {
-		c.hdr = appendPropsHeader(c.hdr[:0], &p.Props, time.Now())
-		if len(c.hdr) > 0 {
-			m.Header = c.hdr
+		in.hdr = appendPropsHeader(in.hdr[:0], &p.Props, time.Now())
+		if len(in.hdr) > 0 {
+			m.Header = in.hdr
 		}
 		if p.Props.ResponseTopic != "" {
-			if c.reply, err = AppendSubject(c.reply[:0], p.Props.ResponseTopic); err != nil {
+			if in.reply, err = AppendSubject(in.reply[:0], p.Props.ResponseTopic); err != nil {
 				return fmt.Errorf("response topic: %w", err)
 			}
-			m.Reply = c.reply
+			m.Reply = in.reply
 		}
 	}
 	if p.Retain {
 		c.srv.retained.set(m)
 	}
-	c.srv.broker.Publish(&c.batch, m)
+	c.srv.broker.Publish(&in.batch, m)
 	return nil
 }
 

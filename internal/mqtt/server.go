@@ -347,10 +347,11 @@ func (s *Server) Serve(l net.Listener) error {
 }
 
 // ServeConn serves one connection (any net.Conn: TCP, WebSocket) in new goroutines.
-func (s *Server) ServeConn(nc net.Conn) { s.serveConn(nc) }
+func (s *Server) ServeConn(nc net.Conn) { s.serveConn(nc, false) }
 
-// serveConn returns a channel closed when the connection has ended, nil if refused.
-func (s *Server) serveConn(nc net.Conn) <-chan struct{} {
+// serveConn returns, if wait is set, a channel closed when the connection has ended;
+// nil if refused.
+func (s *Server) serveConn(nc net.Conn, wait bool) <-chan struct{} {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -359,6 +360,9 @@ func (s *Server) serveConn(nc net.Conn) <-chan struct{} {
 	}
 	s.nextID++
 	c := newConn(s, s.nextID, nc)
+	if wait {
+		c.ended = make(chan struct{})
+	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()

@@ -25,7 +25,7 @@ func (s *Server) WebSocketHandler() http.Handler {
 			_ = ws.Close(websocket.StatusPolicyViolation, `subprotocol "mqtt" required`)
 			return
 		}
-		done := s.serveConn(websocket.NetConn(context.Background(), ws, websocket.MessageBinary))
+		done := s.serveConn(websocket.NetConn(context.Background(), ws, websocket.MessageBinary), true)
 		if done != nil {
 			<-done
 		}
