@@ -43,28 +43,7 @@ func TestNativeProtocolOverUDP(t *testing.T) {
 	}
 	defer tc.Close()
 
-	sub, err := uc.SubscribeSync("over.udp.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := uc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	const n = 5000
-	for i := range n {
-		if err := tc.Publish("over.udp.x", []byte(fmt.Sprintf("m%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range n {
-		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("message %d: %v", i, err)
-		}
-		if string(m.Data) != fmt.Sprintf("m%d", i) {
-			t.Fatalf("message %d: %q (out of order or lost)", i, m.Data)
-		}
-	}
+	relay(t, tc, uc, "over.udp", 5000)
 	// Request from TCP, reply from UDP, and the other way round.
 	if _, err := uc.Subscribe("svc.udp", func(m *tern.Msg) { _ = m.Respond(append([]byte("udp:"), m.Data...)) }); err != nil {
 		t.Fatal(err)
@@ -134,25 +113,7 @@ func TestNativeProtocolOverEncryptedUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	sub, err := uc.SubscribeSync("sealed.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := uc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	const n = 2000
-	for i := range n {
-		if err := tc.Publish("sealed.x", []byte(fmt.Sprintf("m%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range n {
-		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil || string(m.Data) != fmt.Sprintf("m%d", i) {
-			t.Fatalf("message %d: %v %v", i, m, err)
-		}
-	}
+	relay(t, tc, uc, "sealed", 2000)
 	if _, err := tc.Subscribe("svc.tcp", func(m *tern.Msg) { _ = m.Respond(append([]byte("tcp:"), m.Data...)) }); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +132,34 @@ func TestNativeProtocolOverEncryptedUDP(t *testing.T) {
 	for _, want := range []string{"tern_udp_sessions 1", "tern_udp_forged_total 0", "tern_udp_replayed_total 0"} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// relay publishes n messages on prefix.x from one connection and checks that the
+// other, subscribed to prefix.>, gets them all in order.
+func relay(t *testing.T, from, to *tern.Conn, prefix string, n int) {
+	t.Helper()
+	sub, err := to.SubscribeSync(prefix + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := to.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := from.Publish(prefix+".x", []byte(fmt.Sprintf("m%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if string(m.Data) != fmt.Sprintf("m%d", i) {
+			t.Fatalf("message %d: %q (out of order or lost)", i, m.Data)
 		}
 	}
 }

@@ -15,25 +15,7 @@ import (
 // TestSessionEchoLoopback: a session over real sockets on loopback carries a byte
 // stream both ways intact.
 func TestSessionEchoLoopback(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(c, c) }()
-		}
-	}()
-	c, err := Dial(l.Addr().String(), Config{}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := echoSession(t)
 	data := make([]byte, 2<<20)
 	_, _ = rand.Read(data)
 	go func() { _, _ = c.Write(data) }()
@@ -196,25 +178,8 @@ func TestSessionSurvivesAddressChange(t *testing.T) {
 // the client's session ends at once with ErrReset instead of retransmitting until
 // its idle timeout. A reset from another address is ignored.
 func TestSessionResetAfterServerRestart(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, c := echoSession(t)
 	addr := l.Addr().String()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(c, c) }()
-		}
-	}()
-	c, err := Dial(addr, Config{}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	buf := make([]byte, 16)
 	if _, err := c.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
@@ -275,25 +240,7 @@ func TestSessionResetAfterServerRestart(t *testing.T) {
 // carries 1 MiB: the transfer completes intact, the flood makes no session, and
 // the flooder gets back far fewer bytes than it sent (resets are rate-limited).
 func TestFloodLeavesSessionsAlone(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(c, c) }()
-		}
-	}()
-	c, err := Dial(l.Addr().String(), Config{}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	l, c := echoSession(t)
 
 	flooder, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -370,4 +317,30 @@ func TestFloodLeavesSessionsAlone(t *testing.T) {
 	if n, most := resets.Load(), resetBurst+int64(floodTime.Seconds()*resetRate)+10; n > most {
 		t.Fatalf("%d resets for 20,000 datagrams to made-up sessions in %v, want at most %d", n, floodTime, most)
 	}
+}
+
+// echoSession starts a listener on loopback whose sessions echo what they get and
+// returns it with a client session to it; both close when the test ends.
+func echoSession(t *testing.T) (*Listener, *Conn) {
+	t.Helper()
+	l, err := Listen("127.0.0.1:0", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c) }()
+		}
+	}()
+	c, err := Dial(l.Addr().String(), Config{}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return l, c
 }
