@@ -82,7 +82,6 @@ type conn struct {
 	topicBuf []byte
 	replyBuf []byte
 	wake     chan struct{}
-	done     chan struct{}
 
 	// The writer goroutine runs only while there is something to send and for
 	// writerIdle after, so idle connections cost no goroutine for it. 1: running.
@@ -95,7 +94,7 @@ type conn struct {
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{
 		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(),
-		wake: make(chan struct{}, 1), done: make(chan struct{}), fd: -1,
+		wake: make(chan struct{}, 1), fd: -1,
 	}
 	return c
 }
@@ -255,6 +254,11 @@ func (c *conn) readLoop() error {
 		return err
 	}
 	c.flushBatch()
+	// Most devices connect and then wait; one that speaks at once is woken by the
+	// poller straight away.
+	if c.r.Buffered() == 0 && c.park() {
+		return errParked
+	}
 	return c.serve()
 }
 
@@ -860,8 +864,10 @@ func (c *conn) Flush() {
 	}
 }
 
-// writerIdle is how long a writer with nothing to send waits before it ends.
-const writerIdle = 2 * time.Second
+// writerIdle is how long a writer with nothing to send waits before it ends: long
+// enough to carry a steady stream without a goroutine per write, short enough that
+// thousands of devices connecting at once do not each keep one for their CONNACK.
+const writerIdle = 200 * time.Millisecond
 
 func (c *conn) writeLoop() {
 	defer c.writers.Done()
@@ -872,7 +878,6 @@ func (c *conn) writeLoop() {
 	for {
 		select {
 		case <-c.wake:
-		case <-c.done:
 		case <-idle.C:
 			// End, unless a Flush came in meanwhile; a Flush after the Store starts
 			// a new writer itself.
@@ -939,7 +944,10 @@ func (c *conn) close(reason error) {
 	c.closed = true
 	c.closeErr = reason
 	c.mu.Unlock()
-	close(c.done)
+	select {
+	case c.wake <- struct{}{}: // a running writer sees closed and finishes
+	default:
+	}
 	_ = c.nc.SetReadDeadline(time.Now())
 	c.unpark() // a parked connection needs a reader to end
 }

@@ -38,8 +38,18 @@ type flight struct {
 	drop func(*outMsg)
 }
 
-func newFlight(window, maxQueue int, dropOld bool) *flight {
-	return &flight{window: window, maxQueue: maxQueue, dropOld: dropOld, inflight: make(map[uint16]*outMsg)}
+// newFlight makes a flight; its table is made on first use, so that a session that
+// never sends QoS 1 or 2 does without.
+func newFlight(window, maxQueue int, dropOld bool) flight {
+	return flight{window: window, maxQueue: maxQueue, dropOld: dropOld}
+}
+
+func (f *flight) put(m *outMsg) {
+	if f.inflight == nil {
+		f.inflight = make(map[uint16]*outMsg)
+	}
+	f.inflight[m.pid] = m
+	f.order = append(f.order, m.pid)
 }
 
 // canSend reports whether a new message may go in flight now.
@@ -58,8 +68,7 @@ func (f *flight) start(m *outMsg) uint16 {
 	}
 	m.pid = f.nextPID
 	m.pubrec = false
-	f.inflight[m.pid] = m
-	f.order = append(f.order, m.pid)
+	f.put(m)
 	return m.pid
 }
 
@@ -146,8 +155,7 @@ func (f *flight) restore(m *outMsg) {
 		f.queue = append(f.queue, m)
 		return
 	}
-	f.inflight[m.pid] = m
-	f.order = append(f.order, m.pid)
+	f.put(m)
 	f.nextPID = max(f.nextPID, m.pid)
 }
 

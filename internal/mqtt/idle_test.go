@@ -158,8 +158,8 @@ func TestIdleManyCloseNoLeak(t *testing.T) {
 	if n := mqtt.PollerTracked(s.MQTT()); n != len(cs) {
 		t.Fatalf("poller holds %d, want %d", n, len(cs))
 	}
-	// Parked, they cost no goroutine each once their writers, which linger 2 s
-	// after the last write (the CONNACK), have ended.
+	// Parked, they cost no goroutine each once their writers, which linger a
+	// moment after the last write (the CONNACK), have ended.
 	waitGoroutines(t, before)
 	for i, c := range cs {
 		if i%2 == 0 {

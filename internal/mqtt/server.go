@@ -295,7 +295,7 @@ func (s *Server) restore(data map[string][]byte) {
 				s.kv.del(qos2Key(client, pid))
 				continue
 			}
-			sess.inQoS2[pid] = struct{}{}
+			sess.markQoS2(pid)
 		}
 	}
 	for _, sess := range s.sessions {

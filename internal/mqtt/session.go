@@ -45,7 +45,7 @@ type session struct {
 	subs     map[string]*subEntry
 	bySub    map[*broker.Subscription]*subEntry
 	nextSID  uint64
-	fl       *flight
+	fl       flight
 	inQoS2   map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
 	ended    bool
 	expTimer *time.Timer
@@ -59,12 +59,9 @@ type session struct {
 
 func newSession(s *Server, id string) *session {
 	sess := &session{
-		srv:    s,
-		id:     id,
-		subs:   make(map[string]*subEntry),
-		bySub:  make(map[*broker.Subscription]*subEntry),
-		fl:     newFlight(s.cfg.MaxInflight, s.cfg.MaxQueued, s.cfg.QueuePolicy == PolicyDropOld),
-		inQoS2: make(map[uint16]struct{}),
+		srv: s,
+		id:  id,
+		fl:  newFlight(s.cfg.MaxInflight, s.cfg.MaxQueued, s.cfg.QueuePolicy == PolicyDropOld),
 	}
 	sess.fl.drop = sess.forgetMsgLocked
 	return sess
@@ -290,7 +287,13 @@ func (s *session) subscribe(e *subEntry, subjects []string, queue string) (exist
 		s.nextSID++
 		sub := &broker.Subscription{Sink: s, SID: s.nextSID, Subject: subj, Queue: queue, NoEcho: e.noLocal}
 		e.subs = append(e.subs, sub)
+		if s.bySub == nil {
+			s.bySub = make(map[*broker.Subscription]*subEntry)
+		}
 		s.bySub[sub] = e
+	}
+	if s.subs == nil {
+		s.subs = make(map[string]*subEntry)
 	}
 	s.subs[e.filter] = e
 	s.mu.Unlock()
@@ -544,7 +547,7 @@ func (s *session) receivedQoS2(pid uint16, limit int) (isNew, full bool) {
 	if len(s.inQoS2) >= limit {
 		return false, true
 	}
-	s.inQoS2[pid] = struct{}{}
+	s.markQoS2(pid)
 	if s.storedLocked() {
 		s.srv.kv.put(qos2Key(s.id, pid), nil)
 	}
@@ -603,4 +606,13 @@ func (s *session) restoreSub(sr subRecord) error {
 	}
 	_, err = s.subscribe(e, subjects, queue)
 	return err
+}
+
+// markQoS2 records a QoS 2 publish received and not yet released. The sessions'
+// maps are made on first use: most devices never subscribe or use QoS 2.
+func (s *session) markQoS2(pid uint16) {
+	if s.inQoS2 == nil {
+		s.inQoS2 = make(map[uint16]struct{})
+	}
+	s.inQoS2[pid] = struct{}{}
 }
