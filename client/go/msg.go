@@ -1,6 +1,8 @@
 package tern
 
 import (
+	"time"
+
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -62,6 +64,10 @@ type Msg struct {
 	Data    []byte
 	Sub     *Subscription // the subscription that received it; nil for messages to publish
 	next    *Msg          // pending queue link
+
+	// apiTimeout bounds AckSync when its context has none: the APITimeout of the
+	// Streams that fetched the message.
+	apiTimeout time.Duration
 }
 
 // Respond publishes data to the message's reply subject.

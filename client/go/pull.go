@@ -2,6 +2,7 @@ package tern
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,13 +49,20 @@ func (m *Msg) sendAck(body string) error {
 // Ack acknowledges a message delivered by a consumer.
 func (m *Msg) Ack() error { return m.sendAck("") }
 
-// AckSync acknowledges and waits until the server has applied the ack.
+// AckSync acknowledges and waits until the server has applied the ack. Without a
+// deadline in ctx it waits at most the APITimeout of the Streams that fetched the
+// message (5 s for a push consumer's).
 func (m *Msg) AckSync(ctx context.Context) error {
 	if m.Sub == nil {
 		return ErrMsgNotBound
 	}
 	if !strings.HasPrefix(m.Reply, streamapi.AckPrefix) {
 		return ErrNotStreamMsg
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(m.apiTimeout, defaultAPITimeout))
+		defer cancel()
 	}
 	_, err := m.Sub.conn.Request(ctx, m.Reply, []byte(streamapi.AckBody))
 	return err
@@ -210,6 +218,7 @@ func (p *Pull) FetchEach(ctx context.Context, batch int, fn func(*Msg), opts ...
 		if err := pullError(m); err != nil {
 			return n, fmt.Errorf("fetch from %s/%s: %w", p.stream, p.consumer, err)
 		}
+		m.apiTimeout = p.s.timeout
 		fn(m)
 		n++
 	}
@@ -320,6 +329,7 @@ func (p *Pull) Consume(batch int, handler MsgHandler) (*Consumer, error) {
 			return
 		}
 		cc.onMsg()
+		m.apiTimeout = p.s.timeout
 		handler(m)
 	})
 	if err != nil {

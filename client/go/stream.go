@@ -88,7 +88,11 @@ type Streams struct {
 // StreamsOpt changes one setting of Conn.Streams.
 type StreamsOpt func(*Streams)
 
-// APITimeout bounds each management request and synchronous publish (default 5 s).
+// defaultAPITimeout bounds a stream API request whose context has no deadline.
+const defaultAPITimeout = 5 * time.Second
+
+// APITimeout bounds each management request, synchronous publish and AckSync
+// (default 5 s) whose context has no deadline of its own.
 func APITimeout(d time.Duration) StreamsOpt { return func(s *Streams) { s.timeout = d } }
 
 // PublishAsyncMaxPending bounds unacknowledged async publishes (default 4000).
@@ -101,7 +105,7 @@ func PublishAsyncStallWait(d time.Duration) StreamsOpt {
 
 // Streams returns the stream API over this connection.
 func (c *Conn) Streams(opts ...StreamsOpt) *Streams {
-	s := &Streams{c: c, timeout: 5 * time.Second, window: 4000, stallWait: 5 * time.Second,
+	s := &Streams{c: c, timeout: defaultAPITimeout, window: 4000, stallWait: 5 * time.Second,
 		futures: make(map[string]*PubAckFuture), room: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)

@@ -826,3 +826,28 @@ func TestConsumerGroupRebalances(t *testing.T) {
 		t.Fatalf("a's assignment %v, want all 4 partitions; info %+v", got, e.consumerInfo("grp", "g"))
 	}
 }
+
+// TestAckSyncBoundedByAPITimeout: AckSync with a context that has no deadline waits at
+// most the APITimeout of the Streams that fetched the message when no confirmation
+// comes (its consumer was deleted meanwhile).
+func TestAckSyncBoundedByAPITimeout(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "as", Subjects: []string{"as.>"}})
+	e.addConsumer("as", tern.ConsumerConfig{Durable: "gone", AckPolicy: "explicit"})
+	e.publish("as.x", "one")
+	js := e.nc.Streams(tern.APITimeout(300 * time.Millisecond))
+	p := js.Pull("as", "gone")
+	defer p.Close()
+	msgs, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(2*time.Second))
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("fetch: %d messages, %v", len(msgs), err)
+	}
+	if err := e.js.DeleteConsumer(e.ctx, "as", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = msgs[0].AckSync(context.Background())
+	if took := time.Since(start); !errors.Is(err, tern.ErrTimeout) || took > 3*time.Second {
+		t.Fatalf("AckSync after its consumer went: %v after %v, want ErrTimeout after about 300ms", err, took)
+	}
+}
