@@ -115,9 +115,18 @@ func TestFullDisk(t *testing.T) {
 	if got := e.streamInfo("full").State.Msgs; got != uint64(acked) {
 		t.Fatalf("stream holds %d messages, %d were acknowledged", got, acked)
 	}
+	// A new stream cannot be made on the full disk: 503, and nothing half-made is
+	// left to list or to trip over at the next start.
+	var sae *tern.APIError
+	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "more", Subjects: []string{"more.>"}}); !errors.As(err, &sae) || sae.Code != 503 {
+		t.Fatalf("create a stream on a full disk: %v, want a 503", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "streams", "more")); !os.IsNotExist(err) {
+		t.Fatalf("a half-made stream directory is left: %v", err)
+	}
 	// The server is still healthy for everything else.
-	if _, err := e.js.ListStreams(e.ctx); err != nil {
-		t.Fatal(err)
+	if list, err := e.js.ListStreams(e.ctx); err != nil || len(list) != 1 {
+		t.Fatalf("streams after the failed create: %d, %v", len(list), err)
 	}
 	// Free space and publish again.
 	if _, err := e.js.PurgeStream(e.ctx, "full", &tern.PurgeRequest{Keep: 100}); err != nil {

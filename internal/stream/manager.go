@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
@@ -248,9 +249,10 @@ func (m *Manager) AddStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	dir := filepath.Join(m.streamsDir(), cfg.Name)
 	def := streamDef{Config: cfg, Created: time.Now().UTC()}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
+		return nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
 	}
 	if err := writeJSON(filepath.Join(dir, "stream.json"), def, true); err != nil {
+		_ = os.RemoveAll(dir) // no half-made stream to trip over at the next start
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
 	}
 	s, err := openStream(m, def, dir)
@@ -448,7 +450,24 @@ func writeJSON(path string, v any, sync bool) error {
 	return writeFileAtomic(path, append(b, '\n'), sync)
 }
 
+// diskErr marks running out of space or quota as store.ErrNoSpace, which the stream
+// API answers with 503 (storage unavailable) rather than 500.
+func diskErr(err error) error {
+	if (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) && !errors.Is(err, store.ErrNoSpace) {
+		return fmt.Errorf("%w: %w", store.ErrNoSpace, err)
+	}
+	return err
+}
+
 func writeFileAtomic(path string, b []byte, sync bool) error {
+	if err := writeFile(path, b, sync); err != nil {
+		_ = os.Remove(path + ".tmp")
+		return diskErr(err)
+	}
+	return nil
+}
+
+func writeFile(path string, b []byte, sync bool) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
