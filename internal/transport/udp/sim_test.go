@@ -20,6 +20,10 @@ type netConf struct {
 	spike         time.Duration // its size
 	blackoutFrom  time.Duration // all datagrams dropped in [from, to)
 	blackoutTo    time.Duration
+	// From switchAt on, datagrams take a path with delay switchDelay: what a
+	// client's address change (a new network, NAT rebinding) does to the ARQ, with
+	// the old path's datagrams still arriving after the new one's.
+	switchAt, switchDelay time.Duration
 	// bandwidth, bytes per second each way (0: unlimited); a datagram waits for
 	// the link behind those sent before it, and one that would wait longer than
 	// queueLimit is dropped, as a full router or socket queue drops it.
@@ -106,6 +110,9 @@ func (s *sim) collect(i int) {
 		}
 		for range copies {
 			delay := s.nc.delay + queued
+			if s.nc.switchAt > 0 && el >= s.nc.switchAt {
+				delay = s.nc.switchDelay + queued
+			}
 			if s.nc.jitter > 0 {
 				delay += time.Duration(s.rng.Int64N(int64(s.nc.jitter)))
 			}
@@ -224,6 +231,17 @@ func TestSimLossDupReorder(t *testing.T) {
 				exchange(t, seed, netConf{loss: loss, dup: 0.05, delay: 10 * time.Millisecond, jitter: 15 * time.Millisecond,
 					spikeP: 0.01, spike: 300 * time.Millisecond}, 800)
 			})
+		}
+	}
+}
+
+// TestSimPathChange: mid-stream the path changes (an address change) to one with a
+// much shorter or longer delay, with loss; everything still arrives once and in order.
+func TestSimPathChange(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		for _, d2 := range []time.Duration{time.Millisecond, 120 * time.Millisecond} {
+			exchange(t, seed, netConf{loss: 0.05, delay: 30 * time.Millisecond, jitter: 5 * time.Millisecond,
+				switchAt: 100 * time.Millisecond, switchDelay: d2}, 800)
 		}
 	}
 }
