@@ -37,7 +37,7 @@ type conn struct {
 	id     uint64
 	nc     net.Conn
 	remote string
-	start  time.Time
+	start  int64 // unix nanoseconds
 
 	// Set during CONNECT, read-only afterwards.
 	version     byte
@@ -58,7 +58,7 @@ type conn struct {
 	normalExit bool     // DISCONNECT without will
 	ownFlush   bool     // acknowledgements queued since the last flushBatch
 	head       [16]byte // the first bytes read, to answer a CONNECT that does not decode
-	headN      int
+	headN      uint8
 	readAt     atomic.Int64 // unix nanoseconds of the latest bytes from the client
 
 	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
@@ -74,13 +74,10 @@ type conn struct {
 	writing  int
 	closed   bool
 	closeErr error
-	outPub   *packet.Publish // allocated on the first delivery: idle connections stay small
-	stallCh  chan struct{}   // closed at the writer's next progress; nil when not stalling
+	enc      *encoder      // made on the first delivery: idle connections stay small
+	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
 	stuck    bool
-	lastProg time.Time
-	subIDs   []uint32
-	topicBuf []byte
-	replyBuf []byte
+	lastProg int64 // unix nanoseconds of the writer's latest progress
 	wake     chan struct{}
 
 	// The writer goroutine runs only while there is something to send and for
@@ -93,7 +90,7 @@ type conn struct {
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{
-		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(),
+		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now().UnixNano(),
 		wake: make(chan struct{}, 1), fd: -1,
 	}
 	return c
@@ -192,7 +189,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	c := d.c
 	switch {
 	case !c.attached.Load():
-		_ = c.nc.SetReadDeadline(c.start.Add(c.srv.cfg.ConnectTimeout))
+		_ = c.nc.SetReadDeadline(time.Unix(0, c.start).Add(c.srv.cfg.ConnectTimeout))
 	case c.srv.poll != nil && c.r.Buffered() == 0:
 		dl := time.Now().Add(c.srv.cfg.IdleAfter)
 		if c.keepAlive > 0 {
@@ -209,8 +206,8 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.readAt.Store(time.Now().UnixNano())
 	}
-	if !c.attached.Load() && c.headN < len(c.head) {
-		c.headN += copy(c.head[c.headN:], p[:n])
+	if !c.attached.Load() && int(c.headN) < len(c.head) {
+		c.headN += uint8(copy(c.head[c.headN:], p[:n]))
 	}
 	return n, err
 }
@@ -749,15 +746,31 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireA
 		c.srv.droppedMsgs.Add(1)
 		return false
 	}
-	c.topicBuf = AppendTopic(c.topicBuf[:0], m.Subject)
+	e := c.encoder()
+	e.topic = AppendTopic(e.topic[:0], m.Subject)
 	reply := ""
 	if len(m.Reply) > 0 {
-		c.replyBuf = AppendTopic(c.replyBuf[:0], m.Reply)
-		reply = bytesString(c.replyBuf)
+		e.reply = AppendTopic(e.reply[:0], m.Reply)
+		reply = bytesString(e.reply)
 	}
-	ok := c.appendPublishLocked(bytesString(c.topicBuf), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
+	ok := c.appendPublishLocked(bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
 	c.mu.Unlock()
 	return ok
+}
+
+// encoder is the scratch a connection encodes deliveries with.
+type encoder struct {
+	pub          packet.Publish
+	subIDs       []uint32
+	topic, reply []byte
+}
+
+// encoder returns the connection's, made on first use. c.mu is held.
+func (c *conn) encoder() *encoder {
+	if c.enc == nil {
+		c.enc = new(encoder)
+	}
+	return c.enc
 }
 
 // writeOut writes a QoS 1/2 message (or a retained QoS 0 one).
@@ -777,10 +790,8 @@ func (c *conn) writeOut(om *outMsg, dup bool) {
 // appendPublishLocked encodes a PUBLISH onto out. c.mu is held. It reports false for a
 // message that expired or exceeds the client's maximum packet size.
 func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
-	if c.outPub == nil {
-		c.outPub = new(packet.Publish)
-	}
-	p := c.outPub
+	e := c.encoder()
+	p := &e.pub
 	ups := p.Props.UserProperties
 	*p = packet.Publish{Dup: dup, QoS: qos, Retain: retain, Topic: topic, PacketID: pid, Payload: payload}
 	if c.version == packet.V5 {
@@ -788,8 +799,8 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 		fillProps(&p.Props, hdr)
 		p.Props.ResponseTopic = reply
 		if subID != 0 {
-			c.subIDs = append(c.subIDs[:0], subID)
-			p.Props.SubscriptionIDs = c.subIDs
+			e.subIDs = append(e.subIDs[:0], subID)
+			p.Props.SubscriptionIDs = e.subIDs
 		}
 		if expireAt != 0 {
 			left := expireAt - time.Now().UnixNano()
@@ -821,7 +832,7 @@ func (c *conn) stallAt() int64 { return min(c.srv.cfg.MaxPending/2, stallBacklog
 
 // progress releases publishers waiting for this connection. c.mu is held.
 func (c *conn) progress() {
-	c.lastProg = time.Now()
+	c.lastProg = time.Now().UnixNano()
 	if c.stallCh != nil {
 		close(c.stallCh)
 		c.stallCh = nil
@@ -846,7 +857,7 @@ func (c *conn) stall() <-chan struct{} {
 // back once its writer has made no progress for stuckAfter.
 func (c *conn) stuckCheck() {
 	c.mu.Lock()
-	if c.writing > 0 && time.Since(c.lastProg) > stuckAfter {
+	if c.writing > 0 && time.Since(time.Unix(0, c.lastProg)) > stuckAfter {
 		c.stuck = true
 	}
 	c.mu.Unlock()
@@ -894,7 +905,7 @@ func (c *conn) writeLoop() {
 		closed := c.closed
 		c.out = spare[:0]
 		c.writing = len(data)
-		c.lastProg = time.Now()
+		c.lastProg = time.Now().UnixNano()
 		c.mu.Unlock()
 		for rest := data; len(rest) > 0; {
 			chunk := rest[:min(len(rest), writeChunk)]
@@ -992,7 +1003,7 @@ type ConnInfo struct {
 }
 
 func (c *conn) snapshot() ConnInfo {
-	ci := ConnInfo{ID: c.id, Remote: c.remote, Start: c.start,
+	ci := ConnInfo{ID: c.id, Remote: c.remote, Start: time.Unix(0, c.start),
 		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
 	if s := c.sessReady.Load(); s != nil {
 		ci.ClientID, ci.Version = c.clientID, c.version
