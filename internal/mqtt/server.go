@@ -67,7 +67,8 @@ type Config struct {
 	Version string
 	// IdleAfter is how long a connection goes without a byte from its client before
 	// it gives up its reader goroutine and waits in the server's epoll set (Linux),
-	// so that idle connections cost little memory; 0 means 2 s, negative never.
+	// as it also does right after its CONNECT, so that idle connections cost little
+	// memory; 0 means 2 s, negative never parks.
 	IdleAfter time.Duration
 }
 
