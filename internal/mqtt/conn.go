@@ -35,7 +35,7 @@ const (
 type conn struct {
 	srv    *Server
 	id     uint64
-	nc     net.Conn
+	nc     net.Conn // set under mu; nil while dormant (see fd)
 	remote string
 	start  int64 // unix nanoseconds
 
@@ -62,11 +62,12 @@ type conn struct {
 	readAt     atomic.Int64 // unix nanoseconds of the latest bytes from the client
 
 	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
-	// flags are guarded by the poller's lock.
-	parked              atomic.Bool
-	fd                  int32
-	pollAdded, pollGone bool
-	ended               chan struct{} // closed when the connection is over
+	// flags are guarded by the poller's lock. A dormant connection is parked with
+	// nc nil and fd a descriptor of its own.
+	parked                       atomic.Bool
+	fd                           int32
+	pollAdded, pollGone, dormant bool
+	ended                        chan struct{} // closed when the connection is over
 
 	// Outbound, guarded by mu.
 	mu       sync.Mutex
@@ -114,9 +115,33 @@ func (c *conn) run() {
 
 // resume reads again after the connection was parked.
 func (c *conn) resume() {
-	if err := c.serve(); !errors.Is(err, errParked) {
+	c.mu.Lock()
+	err := c.socketLocked()
+	if err == nil && c.closed {
+		err = net.ErrClosed // closed while dormant: no read deadline was set to end a read
+	}
+	c.mu.Unlock()
+	if err == nil {
+		err = c.serve()
+	}
+	if !errors.Is(err, errParked) {
 		c.finish(err)
 	}
+}
+
+// socketLocked gives a dormant connection its net.Conn again. Called with mu held.
+func (c *conn) socketLocked() error {
+	if c.nc != nil {
+		return nil
+	}
+	if err := c.srv.poll.rehydrate(c); err != nil {
+		c.closed = true
+		if c.closeErr == nil {
+			c.closeErr = err
+		}
+		return err
+	}
+	return nil
 }
 
 func (c *conn) finish(err error) {
@@ -150,7 +175,13 @@ func (c *conn) park() bool {
 	}
 	c.r.Release()
 	c.in = nil // flushed; made again by the next PUBLISH
-	return c.srv.poll.park(c)
+	if !c.srv.poll.park(c) {
+		return false
+	}
+	if c.writerOn.Load() == 0 {
+		c.srv.poll.dehydrate(c) // else its writer does when it ends
+	}
+	return true
 }
 
 // unpark starts a reader for a parked connection; only the first caller does.
@@ -894,6 +925,9 @@ func (c *conn) writeLoop() {
 			// a new writer itself.
 			c.writerOn.Store(0)
 			if len(c.wake) == 0 || !c.writerOn.CompareAndSwap(0, 1) {
+				if c.parked.Load() {
+					c.srv.poll.dehydrate(c)
+				}
 				return
 			}
 			idle.Reset(writerIdle)
@@ -901,6 +935,20 @@ func (c *conn) writeLoop() {
 		}
 		idle.Reset(writerIdle)
 		c.mu.Lock()
+		nc := c.nc
+		if nc == nil && (len(c.out) > 0 || c.closed) && c.socketLocked() == nil {
+			nc = c.nc
+		}
+		if nc == nil {
+			// Dormant with nothing to send, or its socket is gone.
+			c.out = nil
+			closed := c.closed
+			c.mu.Unlock()
+			if closed {
+				return
+			}
+			continue
+		}
 		data := c.out
 		closed := c.closed
 		c.out = spare[:0]
@@ -910,8 +958,8 @@ func (c *conn) writeLoop() {
 		for rest := data; len(rest) > 0; {
 			chunk := rest[:min(len(rest), writeChunk)]
 			rest = rest[len(chunk):]
-			_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
-			if _, err := c.nc.Write(chunk); err != nil {
+			_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+			if _, err := nc.Write(chunk); err != nil {
 				c.close(fmt.Errorf("write: %w", err))
 				closed = true
 				break
@@ -935,10 +983,10 @@ func (c *conn) writeLoop() {
 			c.out = nil
 			c.mu.Unlock()
 			if len(rest) > 0 {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-				_, _ = c.nc.Write(rest)
+				_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+				_, _ = nc.Write(rest)
 			}
-			_ = c.nc.Close()
+			_ = nc.Close()
 			return
 		}
 	}
@@ -954,12 +1002,15 @@ func (c *conn) close(reason error) {
 	}
 	c.closed = true
 	c.closeErr = reason
+	nc := c.nc
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}: // a running writer sees closed and finishes
 	default:
 	}
-	_ = c.nc.SetReadDeadline(time.Now())
+	if nc != nil {
+		_ = nc.SetReadDeadline(time.Now())
+	}
 	c.unpark() // a parked connection needs a reader to end
 }
 

@@ -3,6 +3,8 @@ package mqtt
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +19,12 @@ import (
 // keepalive runs out. A goroutine's stack is most of what an idle connection
 // costs; Mosquitto keeps an idle client as a small struct in an epoll set, and so
 // does this.
+//
+// Once its writer has stopped too, a parked connection also gives up its Go socket
+// (dehydrate): the poller keeps a duplicate of the descriptor and closes the
+// net.Conn, whose descriptor record, addresses and runtime poll record would
+// otherwise stay with every idle client. Its next reader or writer builds a
+// net.Conn again from the descriptor (rehydrate).
 type poller struct {
 	epfd int
 
@@ -183,6 +191,110 @@ func (p *poller) sweep() {
 			due = due[:0]
 		}
 	}
+}
+
+// dehydrate closes the Go socket of a parked connection whose writer has stopped
+// and watches a duplicate of its descriptor instead. Anyone may call it: it acts
+// only if it can take the connection from the poller, and hands it back.
+func (p *poller) dehydrate(c *conn) {
+	if p == nil || !c.parked.CompareAndSwap(true, false) {
+		return
+	}
+	c.mu.Lock()
+	if c.nc != nil && !c.closed && c.writerOn.Load() == 0 && c.writing == 0 && len(c.out) == 0 {
+		p.mu.Lock()
+		p.detachLocked(c)
+		p.mu.Unlock()
+	}
+	c.mu.Unlock()
+	if !p.park(c) {
+		go c.resume()
+		return
+	}
+	// A close while this held the connection found no one to start its reader.
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		c.unpark()
+	}
+}
+
+// detachLocked swaps c's net.Conn for a duplicate of its descriptor; on failure c
+// keeps its socket. Called with c.mu and p.mu held, c parked and its writer off.
+func (p *poller) detachLocked(c *conn) {
+	if c.pollGone || c.fd < 0 {
+		return
+	}
+	dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return // out of descriptors: stay as is
+	}
+	p.unwatchLocked(c)
+	_ = c.nc.Close() // the socket stays open through dup
+	c.nc = nil
+	c.fd = int32(dup)
+	c.dormant = true
+}
+
+// unwatchLocked takes c's descriptor out of the epoll set, before it is closed.
+func (p *poller) unwatchLocked(c *conn) {
+	if c.pollAdded {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(c.fd), nil)
+		c.pollAdded = false
+	}
+	if p.conns[c.fd] == c {
+		delete(p.conns, c.fd)
+	}
+}
+
+// rehydrate builds a net.Conn again for a dehydrated connection. Called with c.mu
+// held and c.nc nil; on error the descriptor is closed and c has no socket.
+func (p *poller) rehydrate(c *conn) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.fd < 0 {
+		return net.ErrClosed
+	}
+	f := os.NewFile(uintptr(c.fd), "mqtt")
+	nc, err := net.FileConn(f) // on a descriptor of its own
+	p.unwatchLocked(c)
+	_ = f.Close()
+	c.fd, c.dormant = -1, false
+	if err != nil {
+		return fmt.Errorf("mqtt: socket of an idle connection: %w", err)
+	}
+	c.nc = nc
+	if !c.parked.Load() || c.pollGone {
+		return nil
+	}
+	// Still waiting for its client (a writer woke it): watch the new descriptor.
+	if fd, ok := fdOf(c); ok {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd, Pad: int32(c.id)}
+		if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev) == nil {
+			c.fd, c.pollAdded = fd, true
+			p.conns[fd] = c
+			return nil
+		}
+	}
+	c.unpark() // cannot watch it: read instead
+	return nil
+}
+
+// dormantCount is how many parked connections hold no Go socket now.
+func (p *poller) dormantCount() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.conns {
+		if c.parked.Load() && c.dormant {
+			n++
+		}
+	}
+	return n
 }
 
 // close ends the poller once its wait has returned.

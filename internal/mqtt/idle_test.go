@@ -2,6 +2,7 @@ package mqtt_test
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -32,6 +33,29 @@ func waitIdle(t *testing.T, s *server.Server, n int) {
 	}
 }
 
+// waitDormant waits until n connections are parked without a Go socket, as they
+// are once their writers have stopped too.
+func waitDormant(t *testing.T, s *server.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for mqtt.PollerDormant(s.MQTT()) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dormant connections, want %d", mqtt.PollerDormant(s.MQTT()), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// openFiles counts this process's descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fds)
+}
+
 // TestIdleConnectionWorksBothWays: a parked connection answers a PINGREQ, takes a
 // PUBLISH and a SUBSCRIBE from its client, and gets what its subscription matches
 // while parked, QoS 0 and 1.
@@ -43,13 +67,16 @@ func TestIdleConnectionWorksBothWays(t *testing.T) {
 	pub := dialRaw(t, port, packet.V5)
 	pub.connect("idle-pub", true, 60, nil)
 	waitIdle(t, s, 2)
+	waitDormant(t, s, 2)
 
 	pub.send(&packet.Pingreq{})
 	if _, ok := pub.must(2 * time.Second).(*packet.Pingresp); !ok {
 		t.Fatal("no PINGRESP from a parked connection")
 	}
 	waitIdle(t, s, 2)
-	// The subscriber is parked; messages reach it through its writer.
+	waitDormant(t, s, 2)
+	// The subscriber is parked and dormant; messages reach it through its writer,
+	// which gives it a socket again, and its PUBACK through the poller.
 	pub.send(&packet.Publish{Topic: "idle/a", QoS: 0, Payload: []byte("zero")})
 	pub.send(&packet.Publish{Topic: "idle/b", QoS: 1, PacketID: 7, Payload: []byte("one")})
 	if pa, ok := pub.must(2 * time.Second).(*packet.Ack); !ok || pa.PacketID != 7 {
@@ -71,6 +98,7 @@ func TestIdleConnectionWorksBothWays(t *testing.T) {
 	}
 	// A new subscription from a parked connection.
 	waitIdle(t, s, 2)
+	waitDormant(t, s, 2)
 	if rc := sub.subscribe(2, "other/+", 0); rc[0] != packet.GrantedQoS0 {
 		t.Fatalf("SUBACK %v", rc)
 	}
@@ -95,6 +123,7 @@ func TestIdleKeepaliveExpiry(t *testing.T) {
 	}
 	start := time.Now()
 	waitIdle(t, s, 2)
+	waitDormant(t, s, 2)
 	d := c.closedWith(10 * time.Second)
 	if took := time.Since(start); took < 2900*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("closed after %v, want about 3 s (1.5 × keepalive 2 s)", took)
@@ -117,6 +146,7 @@ func TestIdleTakeoverAndShutdown(t *testing.T) {
 	old.connect("dup", false, 0, &packet.Properties{SessionExpiry: 60, HasSessionExpiry: true})
 	old.subscribe(1, "keep/#", 1)
 	waitIdle(t, s, 1)
+	waitDormant(t, s, 1)
 	nc := dialRaw(t, port, packet.V5)
 	if ca := nc.connect("dup", false, 0, &packet.Properties{SessionExpiry: 60, HasSessionExpiry: true}); !ca.SessionPresent {
 		t.Fatal("the session was not kept for the new connection")
@@ -130,6 +160,7 @@ func TestIdleTakeoverAndShutdown(t *testing.T) {
 		others[i].connect("", true, 0, nil)
 	}
 	waitIdle(t, s, len(others)+1)
+	waitDormant(t, s, len(others)+1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -149,6 +180,7 @@ func TestIdleTakeoverAndShutdown(t *testing.T) {
 func TestIdleManyCloseNoLeak(t *testing.T) {
 	s, port := idleServer(t)
 	before := runtime.NumGoroutine()
+	fdsBefore := openFiles(t)
 	cs := make([]*rawClient, 200)
 	for i := range cs {
 		cs[i] = dialRaw(t, port, packet.V311)
@@ -159,8 +191,13 @@ func TestIdleManyCloseNoLeak(t *testing.T) {
 		t.Fatalf("poller holds %d, want %d", n, len(cs))
 	}
 	// Parked, they cost no goroutine each once their writers, which linger a
-	// moment after the last write (the CONNACK), have ended.
+	// moment after the last write (the CONNACK), have ended; then they keep one
+	// descriptor each and no Go socket.
 	waitGoroutines(t, before)
+	waitDormant(t, s, len(cs))
+	if n := openFiles(t) - fdsBefore; n != 2*len(cs) {
+		t.Fatalf("%d more descriptors, want %d (client and server side of each)", n, 2*len(cs))
+	}
 	for i, c := range cs {
 		if i%2 == 0 {
 			c.send(&packet.Disconnect{})
@@ -172,6 +209,9 @@ func TestIdleManyCloseNoLeak(t *testing.T) {
 		t.Fatalf("poller still holds %d connections", n)
 	}
 	waitGoroutines(t, before)
+	if n := openFiles(t); n != fdsBefore {
+		t.Fatalf("%d descriptors open, %d before the connections: leaked", n, fdsBefore)
+	}
 }
 
 // waitGoroutines waits for the goroutine count to come back to about n.
