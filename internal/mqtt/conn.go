@@ -51,14 +51,12 @@ type conn struct {
 	sessReady   atomic.Pointer[session] // sess, for other goroutines once set
 
 	// Owned by the reader.
-	r          *packet.Reader
+	rd         *reader // while a reader runs
 	will       *will
 	aliases    map[uint16]string
-	in         *inbound // nil until the first PUBLISH, and while parked
-	normalExit bool     // DISCONNECT without will
-	ownFlush   bool     // acknowledgements queued since the last flushBatch
-	head       [16]byte // the first bytes read, to answer a CONNECT that does not decode
-	headN      uint8
+	in         *inbound     // nil until the first PUBLISH, and while parked
+	normalExit bool         // DISCONNECT without will
+	ownFlush   bool         // acknowledgements queued since the last flushBatch
 	readAt     atomic.Int64 // unix nanoseconds of the latest bytes from the client
 
 	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
@@ -122,6 +120,7 @@ func (c *conn) resume() {
 	}
 	c.mu.Unlock()
 	if err == nil {
+		c.newReader()
 		err = c.serve()
 	}
 	if !errors.Is(err, errParked) {
@@ -173,9 +172,11 @@ func (c *conn) park() bool {
 	if c.srv.poll == nil {
 		return false
 	}
-	c.r.Release()
+	rd := c.rd
+	c.rd = nil // nothing buffered; made again by the next reader
 	c.in = nil // flushed; made again by the next PUBLISH
 	if !c.srv.poll.park(c) {
+		c.rd = rd
 		return false
 	}
 	if c.writerOn.Load() == 0 {
@@ -211,17 +212,30 @@ func (c *conn) idleTimeout(err error) bool {
 	return !c.closed
 }
 
-// deadlineReader refreshes the read deadline before every read: the connect timeout
-// until CONNECT, then 1.5 times the keepalive after the latest bytes, and, at a
-// packet boundary, the idle time after which the connection is parked.
-type deadlineReader struct{ c *conn }
+// reader is what a connection's reader goroutine holds while it runs; a parked
+// connection lets it go. Its Read refreshes the read deadline before every read:
+// the connect timeout until CONNECT, then 1.5 times the keepalive after the latest
+// bytes, and, at a packet boundary, the idle time after which the connection is
+// parked.
+type reader struct {
+	c     *conn
+	pr    *packet.Reader
+	head  [16]byte // the first bytes read, to answer a CONNECT that does not decode
+	headN uint8
+}
 
-func (d deadlineReader) Read(p []byte) (int, error) {
+func (c *conn) newReader() {
+	c.rd = &reader{c: c}
+	c.rd.pr = packet.NewReader(c.rd, c.srv.cfg.MaxPacketSize)
+	c.rd.pr.SetVersion(c.version)
+}
+
+func (d *reader) Read(p []byte) (int, error) {
 	c := d.c
 	switch {
 	case !c.attached.Load():
 		_ = c.nc.SetReadDeadline(time.Unix(0, c.start).Add(c.srv.cfg.ConnectTimeout))
-	case c.srv.poll != nil && c.r.Buffered() == 0:
+	case c.srv.poll != nil && d.pr.Buffered() == 0:
 		dl := time.Now().Add(c.srv.cfg.IdleAfter)
 		if c.keepAlive > 0 {
 			dl = minTime(dl, c.keepAliveDeadline())
@@ -237,8 +251,8 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.readAt.Store(time.Now().UnixNano())
 	}
-	if !c.attached.Load() && int(c.headN) < len(c.head) {
-		c.headN += uint8(copy(c.head[c.headN:], p[:n]))
+	if !c.attached.Load() && int(d.headN) < len(d.head) {
+		d.headN += uint8(copy(d.head[d.headN:], p[:n]))
 	}
 	return n, err
 }
@@ -269,8 +283,8 @@ func connectLevel(b []byte) byte {
 var errClosedByServer = errors.New("closed by server")
 
 func (c *conn) readLoop() error {
-	c.r = packet.NewReader(deadlineReader{c}, c.srv.cfg.MaxPacketSize)
-	p, err := c.r.ReadPacket()
+	c.newReader()
+	p, err := c.rd.pr.ReadPacket()
 	if err != nil {
 		return c.readError(err)
 	}
@@ -281,10 +295,13 @@ func (c *conn) readLoop() error {
 	if err := c.handleConnect(cp); err != nil {
 		return err
 	}
-	c.flushBatch()
+	c.ownFlush = false
+	if !c.writeInline() {
+		c.Flush()
+	}
 	// Most devices connect and then wait; one that speaks at once is woken by the
 	// poller straight away.
-	if c.r.Buffered() == 0 && c.park() {
+	if c.rd.pr.Buffered() == 0 && c.park() {
 		return errParked
 	}
 	return c.serve()
@@ -293,11 +310,11 @@ func (c *conn) readLoop() error {
 // serve reads and handles packets until the connection ends or is parked.
 func (c *conn) serve() error {
 	for {
-		p, err := c.r.ReadPacket()
+		p, err := c.rd.pr.ReadPacket()
 		if err != nil {
 			c.flushBatch()
 			if c.idleTimeout(err) {
-				if c.r.Buffered() == 0 && c.park() {
+				if c.rd.pr.Buffered() == 0 && c.park() {
 					return errParked
 				}
 				continue // mid-packet, or cannot park: read on
@@ -310,7 +327,7 @@ func (c *conn) serve() error {
 		}
 		// One wake-up per subscriber and one for our own acknowledgements per
 		// read, not per packet.
-		if !c.r.Ready() {
+		if !c.rd.pr.Ready() {
 			c.flushBatch()
 			if c.in != nil {
 				c.in.batch.WaitStalled(maxStall)
@@ -335,7 +352,7 @@ func (c *conn) readError(err error) error {
 	var perr *packet.Error
 	if errors.As(err, &perr) {
 		if !c.attached.Load() {
-			if c.version == 0 && connectLevel(c.head[:c.headN]) == packet.V5 {
+			if c.version == 0 && connectLevel(c.rd.head[:c.rd.headN]) == packet.V5 {
 				c.version = packet.V5 // a v5 client gets the reason code in CONNACK
 			}
 			if c.version == packet.V5 || perr.Reason == packet.UnsupportedProtocolVersion {
@@ -359,7 +376,7 @@ func (c *conn) readError(err error) error {
 
 func (c *conn) handleConnect(p *packet.Connect) error {
 	c.version = p.ProtocolLevel
-	c.r.SetVersion(c.version)
+	c.rd.pr.SetVersion(c.version)
 	v5 := c.version == packet.V5
 	c.receiveMax = 65535
 	c.problemInfo = true
@@ -737,7 +754,13 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 	if version == 0 {
 		version = packet.V311
 	}
-	c.send(func(b []byte) []byte { b, _ = packet.Append(b, ca, version); return b })
+	// Sent when the reader is done with the CONNECT (readLoop), or by the writer
+	// that closes the connection.
+	c.mu.Lock()
+	if !c.closed {
+		c.out, _ = packet.Append(c.out, ca, version)
+	}
+	c.mu.Unlock()
 }
 
 // writeAck queues PUBACK, PUBREC, PUBREL or PUBCOMP. Only the reader calls it; the
@@ -892,6 +915,50 @@ func (c *conn) stuckCheck() {
 		c.stuck = true
 	}
 	c.mu.Unlock()
+}
+
+// inlineWriteMax bounds what writeInline sends from a reader.
+const inlineWriteMax = 4 << 10
+
+// writeInline sends what is queued from the calling goroutine when no writer runs
+// and it is small, and reports whether it did; if not, the caller wakes the writer.
+// Most devices connect and then stay quiet: their CONNACK goes out without a writer
+// goroutine started for it, so a storm of connections does not hold one per client.
+func (c *conn) writeInline() bool {
+	if !c.writerOn.CompareAndSwap(0, 1) {
+		return false
+	}
+	c.mu.Lock()
+	data, nc := c.out, c.nc
+	if c.closed || nc == nil || len(data) == 0 || len(data) > inlineWriteMax {
+		c.mu.Unlock()
+		c.writerOn.Store(0)
+		return false
+	}
+	c.out = nil
+	c.writing = len(data)
+	c.lastProg = time.Now().UnixNano()
+	c.mu.Unlock()
+	_ = nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	_, err := nc.Write(data)
+	c.mu.Lock()
+	c.writing = 0
+	c.progress()
+	c.mu.Unlock()
+	if err != nil {
+		c.writerOn.Store(0)
+		c.close(fmt.Errorf("write: %w", err))
+		return true
+	}
+	// Anything queued while this wrote found the writer "running": start it now.
+	c.writerOn.Store(0)
+	c.mu.Lock()
+	more := len(c.out) > 0 || c.closed
+	c.mu.Unlock()
+	if more {
+		c.Flush()
+	}
+	return true
 }
 
 // Flush wakes the writer, starting it if it is not running.
