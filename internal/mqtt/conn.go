@@ -1126,7 +1126,7 @@ func (c *conn) snapshot() ConnInfo {
 	if s := c.sessReady.Load(); s != nil {
 		ci.ClientID, ci.Version = c.clientID, c.version
 		s.mu.Lock()
-		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), len(s.fl.inflight), len(s.fl.queue)
+		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), s.fl.inflightLen(), s.fl.queueLen()
 		s.mu.Unlock()
 	}
 	c.mu.Lock()

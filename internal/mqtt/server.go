@@ -303,7 +303,7 @@ func (s *Server) restore(data map[string][]byte) {
 		sess.loading = false
 		if sess.expiry > 0 {
 			gen := sess.gen
-			sess.expTimer = time.AfterFunc(sess.expiry, func() { s.expire(sess, gen) })
+			sess.timersLocked().expiry = time.AfterFunc(sess.expiry, func() { s.expire(sess, gen) })
 		}
 	}
 	if len(s.sessions) > 0 || len(s.retained.m) > 0 {
@@ -540,7 +540,7 @@ func (s *Server) detached(sess *session, c *conn, w *will) {
 }
 
 // expire ends sess if it is still the same offline session its timer was set for.
-func (s *Server) expire(sess *session, gen uint64) {
+func (s *Server) expire(sess *session, gen uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sessions[sess.id] != sess || sess.generation() != gen || sess.online() {

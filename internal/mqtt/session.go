@@ -38,33 +38,59 @@ type session struct {
 	srv *Server
 	id  string
 
-	mu       sync.Mutex
-	conn     *conn // nil while the client is away
-	gen      uint64
-	expiry   time.Duration // how long the session outlives its connection; <0 never ends
-	subs     map[string]*subEntry
-	bySub    map[*broker.Subscription]*subEntry
-	nextSID  uint64
-	fl       flight
-	inQoS2   map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
-	ended    bool
-	expTimer *time.Timer
-	will     *will // a delayed will waiting to be published
-	willT    *time.Timer
-	nextMID  uint64 // ids of stored messages
-	loading  bool   // being restored from storage: nothing to write back
+	mu      sync.Mutex
+	conn    atomic.Pointer[conn] // nil while the client is away; set under mu
+	gen     uint32
+	ended   bool
+	loading bool          // being restored from storage: nothing to write back
+	expiry  time.Duration // how long the session outlives its connection; <0 never ends
+	subs    map[string]*subEntry
+	bySub   map[*broker.Subscription]*subEntry
+	nextSID uint64
+	fl      flight
+	inQoS2  map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
+	timers  *sessionTimers      // while the session is offline
+	nextMID uint64              // ids of stored messages
+}
 
-	connPtr atomic.Pointer[conn] // for Flush without the lock
+// sessionTimers end an offline session and publish its delayed will.
+type sessionTimers struct {
+	expiry *time.Timer
+	will   *will // a delayed will waiting to be published
+	willT  *time.Timer
 }
 
 func newSession(s *Server, id string) *session {
-	sess := &session{
-		srv: s,
-		id:  id,
-		fl:  newFlight(s.cfg.MaxInflight, s.cfg.MaxQueued, s.cfg.QueuePolicy == PolicyDropOld),
+	return &session{srv: s, id: id, fl: flight{window: int32(s.cfg.MaxInflight)}}
+}
+
+// queuePolicy is the server's for offline and overflowing messages.
+func (s *session) queuePolicy() queuePolicy {
+	return queuePolicy{maxQueue: s.srv.cfg.MaxQueued, dropOld: s.srv.cfg.QueuePolicy == PolicyDropOld, drop: s.forgetMsgLocked}
+}
+
+// timersLocked returns the session's timers, made on first use. s.mu is held.
+func (s *session) timersLocked() *sessionTimers {
+	if s.timers == nil {
+		s.timers = &sessionTimers{}
 	}
-	sess.fl.drop = sess.forgetMsgLocked
-	return sess
+	return s.timers
+}
+
+// stopTimersLocked stops both timers and returns a will that was waiting. s.mu is held.
+func (s *session) stopTimersLocked() *will {
+	t := s.timers
+	if t == nil {
+		return nil
+	}
+	s.timers = nil
+	if t.expiry != nil {
+		t.expiry.Stop()
+	}
+	if t.willT != nil {
+		t.willT.Stop()
+	}
+	return t.will
 }
 
 // ---------------------------------------------------------------------------------
@@ -139,9 +165,8 @@ func (s *session) storeAllLocked() {
 func (s *session) takeConn() *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.conn
-	s.conn = nil
-	s.connPtr.Store(nil)
+	c := s.conn.Load()
+	s.conn.Store(nil)
 	return c
 }
 
@@ -151,18 +176,10 @@ func (s *session) bind(c *conn, expiry time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
-	s.conn = c
-	s.connPtr.Store(c)
+	s.conn.Store(c)
 	s.expiry = expiry
-	if s.expTimer != nil {
-		s.expTimer.Stop()
-		s.expTimer = nil
-	}
-	if s.willT != nil {
-		s.willT.Stop()
-		s.willT, s.will = nil, nil
-	}
-	s.fl.window = min(s.srv.cfg.MaxInflight, c.receiveMax)
+	s.stopTimersLocked()
+	s.fl.window = int32(min(s.srv.cfg.MaxInflight, int(c.receiveMax)))
 	s.expiryChangedLocked()
 }
 
@@ -183,34 +200,32 @@ func (s *session) expiryChangedLocked() {
 func (s *session) unbind(c *conn) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conn != c {
+	if s.conn.Load() != c {
 		return 0, false
 	}
-	s.conn = nil
-	s.connPtr.Store(nil)
+	s.conn.Store(nil)
 	s.gen++
 	return s.expiry, true
 }
 
-func (s *session) generation() uint64 {
+func (s *session) generation() uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.gen
 }
 
 func (s *session) online() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conn != nil
+	return s.conn.Load() != nil
 }
 
 func (s *session) setExpiryTimer(t *time.Timer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.expTimer != nil {
-		s.expTimer.Stop()
+	ts := s.timersLocked()
+	if ts.expiry != nil {
+		ts.expiry.Stop()
 	}
-	s.expTimer = t
+	ts.expiry = t
 }
 
 // delayWill publishes w after its delay unless the client returns first; a session
@@ -218,15 +233,16 @@ func (s *session) setExpiryTimer(t *time.Timer) {
 func (s *session) delayWill(w *will) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.willT != nil {
-		s.willT.Stop()
+	ts := s.timersLocked()
+	if ts.willT != nil {
+		ts.willT.Stop()
 	}
-	s.will = w
-	s.willT = time.AfterFunc(w.delay, func() {
+	ts.will = w
+	ts.willT = time.AfterFunc(w.delay, func() {
 		s.mu.Lock()
-		pending := s.will == w
+		pending := s.timers != nil && s.timers.will == w
 		if pending {
-			s.will, s.willT = nil, nil
+			s.timers.will, s.timers.willT = nil, nil
 		}
 		s.mu.Unlock()
 		if pending {
@@ -238,11 +254,13 @@ func (s *session) delayWill(w *will) {
 func (s *session) stopTimers() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.expTimer != nil {
-		s.expTimer.Stop()
-	}
-	if s.willT != nil {
-		s.willT.Stop()
+	if t := s.timers; t != nil {
+		if t.expiry != nil {
+			t.expiry.Stop()
+		}
+		if t.willT != nil {
+			t.willT.Stop()
+		}
 	}
 }
 
@@ -255,16 +273,9 @@ func (s *session) end() {
 	for sub := range s.bySub {
 		subs = append(subs, sub)
 	}
-	s.subs = map[string]*subEntry{}
-	s.bySub = map[*broker.Subscription]*subEntry{}
-	if s.expTimer != nil {
-		s.expTimer.Stop()
-	}
-	w := s.will
-	if s.willT != nil {
-		s.willT.Stop()
-	}
-	s.will, s.willT = nil, nil
+	s.subs = nil
+	s.bySub = nil
+	w := s.stopTimersLocked()
 	s.mu.Unlock()
 	for _, sub := range subs {
 		_ = s.srv.broker.Unsubscribe(sub)
@@ -372,7 +383,7 @@ func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	}
 	qos := min(m.QoS, e.qos)
 	retain := m.Retain && e.rap
-	c := s.conn
+	c := s.conn.Load()
 	if qos == 0 {
 		if c == nil {
 			return false
@@ -403,13 +414,13 @@ func (s *session) sendOrQueueLocked(om *outMsg) bool {
 		s.nextMID++
 		om.mid = s.nextMID
 	}
-	if s.conn != nil && s.fl.canSend() {
+	if c := s.conn.Load(); c != nil && s.fl.canSend() {
 		s.fl.start(om)
 		s.saveMsgLocked(om)
-		s.conn.writeOut(om, false)
+		c.writeOut(om, false)
 		return true
 	}
-	if !s.fl.enqueue(om) {
+	if !s.fl.enqueue(om, s.queuePolicy()) {
 		om.mid = 0
 		s.srv.droppedMsgs.Add(1)
 		return false
@@ -422,7 +433,7 @@ func (s *session) sendOrQueueLocked(om *outMsg) bool {
 func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.conn
+	c := s.conn.Load()
 	if c == nil || s.ended {
 		return
 	}
@@ -443,7 +454,7 @@ func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
 
 // Stall implements broker.Staller for the session's connection.
 func (s *session) Stall() <-chan struct{} {
-	if c := s.connPtr.Load(); c != nil {
+	if c := s.conn.Load(); c != nil {
 		return c.stall()
 	}
 	return nil
@@ -451,14 +462,14 @@ func (s *session) Stall() <-chan struct{} {
 
 // Stuck implements broker.Staller.
 func (s *session) Stuck() {
-	if c := s.connPtr.Load(); c != nil {
+	if c := s.conn.Load(); c != nil {
 		c.stuckCheck()
 	}
 }
 
 // Flush implements broker.Sink.
 func (s *session) Flush() {
-	if c := s.connPtr.Load(); c != nil {
+	if c := s.conn.Load(); c != nil {
 		c.Flush()
 	}
 }
@@ -468,7 +479,7 @@ func (s *session) Flush() {
 func (s *session) resume(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := s.conn
+	c := s.conn.Load()
 	if c == nil {
 		return
 	}
@@ -486,14 +497,15 @@ func (s *session) resume(now time.Time) {
 // pumpLocked moves queued messages into the window and wakes the writer: outside a
 // broker publish no batch flush will.
 func (s *session) pumpLocked(now time.Time) {
-	if s.conn == nil {
+	c := s.conn.Load()
+	if c == nil {
 		return
 	}
 	for sent := false; ; sent = true {
-		om := s.fl.next(now)
+		om := s.fl.next(now, s.forgetMsgLocked)
 		if om == nil {
 			if sent {
-				s.conn.Flush()
+				c.Flush()
 			}
 			return
 		}
@@ -501,7 +513,7 @@ func (s *session) pumpLocked(now time.Time) {
 		if om.qos == 2 {
 			s.saveMsgLocked(om) // its packet id must survive a restart for exactly once
 		}
-		s.conn.writeOut(om, false)
+		c.writeOut(om, false)
 	}
 }
 
