@@ -40,23 +40,20 @@ type conn struct {
 	start  int64 // unix nanoseconds
 
 	// Set during CONNECT, read-only afterwards.
+	keepAliveMS uint32 // see keepAlive
+	maxPacket   uint32 // the client's maximum packet size, 0 = protocol limit
+	receiveMax  uint16 // the client's receive maximum
 	version     byte
-	clientID    string
-	keepAlive   time.Duration
-	receiveMax  int  // the client's receive maximum
-	maxPacket   int  // the client's maximum packet size, 0 = protocol limit
-	problemInfo bool // the client accepts reason strings
-	sess        *session
-	attached    atomic.Bool
-	sessReady   atomic.Pointer[session] // sess, for other goroutines once set
+	problemInfo bool                    // the client accepts reason strings
+	attached    atomic.Bool             // CONNECT accepted
+	sessp       atomic.Pointer[session] // see sess
 
 	// Owned by the reader.
+	normalExit bool    // DISCONNECT without will
+	ownFlush   bool    // acknowledgements queued since the last flushBatch
 	rd         *reader // while a reader runs
 	will       *will
 	aliases    map[uint16]string
-	in         *inbound     // nil until the first PUBLISH, and while parked
-	normalExit bool         // DISCONNECT without will
-	ownFlush   bool         // acknowledgements queued since the last flushBatch
 	readAt     atomic.Int64 // unix nanoseconds of the latest bytes from the client
 
 	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
@@ -65,19 +62,11 @@ type conn struct {
 	parked                       atomic.Bool
 	fd                           int32
 	pollAdded, pollGone, dormant bool
-	ended                        chan struct{} // closed when the connection is over
 
-	// Outbound, guarded by mu.
 	mu       sync.Mutex
-	out      []byte
-	writing  int
 	closed   bool
 	closeErr error
-	enc      *encoder      // made on the first delivery: idle connections stay small
-	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
-	stuck    bool
-	lastProg int64 // unix nanoseconds of the writer's latest progress
-	wake     chan struct{}
+	box      atomic.Pointer[outbox] // set under mu; nil while there is nothing to send
 
 	// The writer goroutine runs only while there is something to send and for
 	// writerIdle after, so idle connections cost no goroutine for it. 1: running.
@@ -88,19 +77,18 @@ type conn struct {
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
-	c := &conn{
-		srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now().UnixNano(),
-		wake: make(chan struct{}, 1), fd: -1,
-	}
-	return c
+	return &conn{srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now().UnixNano(), fd: -1}
 }
+
+// sess is the connection's session once its CONNECT is accepted, else nil.
+func (c *conn) sess() *session { return c.sessp.Load() }
 
 // logger is built when something is logged, so that idle connections do not each
 // hold a logger of their own.
 func (c *conn) logger() *slog.Logger {
 	l := c.srv.log.With("cid", c.id, "remote", c.remote)
 	if c.attached.Load() {
-		l = l.With("client_id", c.clientID)
+		l = l.With("client_id", c.sess().id)
 	}
 	return l
 }
@@ -149,9 +137,6 @@ func (c *conn) finish(err error) {
 	c.Flush() // a writer sends what is queued and closes the socket
 	c.writers.Wait()
 	c.cleanup()
-	if c.ended != nil {
-		close(c.ended)
-	}
 	c.srv.wg.Done()
 }
 
@@ -173,8 +158,7 @@ func (c *conn) park() bool {
 		return false
 	}
 	rd := c.rd
-	c.rd = nil // nothing buffered; made again by the next reader
-	c.in = nil // flushed; made again by the next PUBLISH
+	c.rd = nil // nothing buffered, publishes flushed; made again by the next reader
 	if !c.srv.poll.park(c) {
 		c.rd = rd
 		return false
@@ -192,9 +176,12 @@ func (c *conn) unpark() {
 	}
 }
 
+// keepAlive is the keepalive the client and the server agreed on, 0 for none.
+func (c *conn) keepAlive() time.Duration { return time.Duration(c.keepAliveMS) * time.Millisecond }
+
 // keepAliveDeadline is when the client's silence exceeds 1.5 times its keepalive.
 func (c *conn) keepAliveDeadline() time.Time {
-	return time.Unix(0, c.readAt.Load()).Add(c.keepAlive * 3 / 2)
+	return time.Unix(0, c.readAt.Load()).Add(c.keepAlive() * 3 / 2)
 }
 
 // idleTimeout reports whether a read error is the reader's own idle deadline, not a
@@ -204,7 +191,7 @@ func (c *conn) idleTimeout(err error) bool {
 	if c.srv.poll == nil || !errors.As(err, &ne) || !ne.Timeout() || !c.attached.Load() {
 		return false
 	}
-	if c.keepAlive > 0 && !time.Now().Before(c.keepAliveDeadline()) {
+	if c.keepAlive() > 0 && !time.Now().Before(c.keepAliveDeadline()) {
 		return false
 	}
 	c.mu.Lock()
@@ -220,6 +207,7 @@ func (c *conn) idleTimeout(err error) bool {
 type reader struct {
 	c     *conn
 	pr    *packet.Reader
+	in    *inbound // nil until the first PUBLISH
 	head  [16]byte // the first bytes read, to answer a CONNECT that does not decode
 	headN uint8
 }
@@ -237,11 +225,11 @@ func (d *reader) Read(p []byte) (int, error) {
 		_ = c.nc.SetReadDeadline(time.Unix(0, c.start).Add(c.srv.cfg.ConnectTimeout))
 	case c.srv.poll != nil && d.pr.Buffered() == 0:
 		dl := time.Now().Add(c.srv.cfg.IdleAfter)
-		if c.keepAlive > 0 {
+		if c.keepAlive() > 0 {
 			dl = minTime(dl, c.keepAliveDeadline())
 		}
 		_ = c.nc.SetReadDeadline(dl)
-	case c.keepAlive > 0:
+	case c.keepAlive() > 0:
 		_ = c.nc.SetReadDeadline(c.keepAliveDeadline())
 	default:
 		// Keepalive 0: no deadline once connected.
@@ -329,8 +317,8 @@ func (c *conn) serve() error {
 		// read, not per packet.
 		if !c.rd.pr.Ready() {
 			c.flushBatch()
-			if c.in != nil {
-				c.in.batch.WaitStalled(maxStall)
+			if c.rd.in != nil {
+				c.rd.in.batch.WaitStalled(maxStall)
 			}
 		}
 	}
@@ -338,8 +326,8 @@ func (c *conn) serve() error {
 
 // flushBatch wakes the writers of everything the packets read so far queued.
 func (c *conn) flushBatch() {
-	if c.in != nil {
-		c.in.batch.Flush()
+	if c.rd.in != nil {
+		c.rd.in.batch.Flush()
 	}
 	if c.ownFlush {
 		c.ownFlush = false
@@ -367,7 +355,7 @@ func (c *conn) readError(err error) error {
 	if errors.As(err, &ne) && ne.Timeout() {
 		if c.attached.Load() {
 			c.disconnect(packet.KeepAliveTimeout, "keep alive timeout")
-			return fmt.Errorf("%w: keepalive %v passed without a packet", errClosedByServer, c.keepAlive)
+			return fmt.Errorf("%w: keepalive %v passed without a packet", errClosedByServer, c.keepAlive())
 		}
 		return fmt.Errorf("%w: no CONNECT within %v", errClosedByServer, c.srv.cfg.ConnectTimeout)
 	}
@@ -382,10 +370,10 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 	c.problemInfo = true
 	if v5 {
 		if p.Props.HasReceiveMaximum {
-			c.receiveMax = int(p.Props.ReceiveMaximum)
+			c.receiveMax = p.Props.ReceiveMaximum
 		}
 		if p.Props.HasMaximumPacketSize {
-			c.maxPacket = int(p.Props.MaximumPacketSize)
+			c.maxPacket = p.Props.MaximumPacketSize
 		}
 		if p.Props.HasRequestProblemInfo {
 			c.problemInfo = p.Props.RequestProblemInfo == 1
@@ -399,17 +387,17 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		c.connack(false, packet.ServerBusy, nil)
 		return fmt.Errorf("%w: %d connections, the maximum", errClosedByServer, c.srv.cfg.MaxConnections)
 	}
-	c.clientID = strings.Clone(p.ClientID)
+	clientID := strings.Clone(p.ClientID)
 	assigned := ""
-	if c.clientID == "" {
+	if clientID == "" {
 		if c.version == packet.V31 || (c.version == packet.V311 && !p.CleanStart) {
 			c.connack(false, packet.ClientIdentifierNotValid, nil)
 			return fmt.Errorf("%w: empty client id", errClosedByServer)
 		}
 		b := make([]byte, 12)
 		_, _ = rand.Read(b)
-		c.clientID = "tern-" + hex.EncodeToString(b)
-		assigned = c.clientID
+		clientID = "tern-" + hex.EncodeToString(b)
+		assigned = clientID
 	}
 	// Session expiry: v5 says; v3 clean sessions end at once and others never.
 	var expiry time.Duration
@@ -425,11 +413,12 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 	if max := c.srv.cfg.MaxSessionExpiry; max > 0 && (expiry < 0 || expiry > max) {
 		expiry, capped = max, true
 	}
-	c.keepAlive = time.Duration(p.KeepAlive) * time.Second
+	keepAlive := time.Duration(p.KeepAlive) * time.Second
 	serverKeepAlive := false
-	if max := c.srv.cfg.MaxKeepAlive; v5 && max > 0 && (c.keepAlive == 0 || c.keepAlive > max) {
-		c.keepAlive, serverKeepAlive = max, true
+	if max := c.srv.cfg.MaxKeepAlive; v5 && max > 0 && (keepAlive == 0 || keepAlive > max) {
+		keepAlive, serverKeepAlive = max, true
 	}
+	c.keepAliveMS = uint32(keepAlive / time.Millisecond)
 	if p.WillFlag {
 		w, err := c.makeWill(p)
 		if err != nil {
@@ -438,7 +427,7 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		}
 		c.will = w
 	}
-	sess, err := c.srv.attach(c, c.clientID, p.CleanStart, expiry, func(present bool) {
+	sess, err := c.srv.attach(c, clientID, p.CleanStart, expiry, func(present bool) {
 		var props packet.Properties
 		if v5 {
 			props.ReceiveMaximum, props.HasReceiveMaximum = uint16(c.srv.cfg.ReceiveMaximum), true
@@ -448,7 +437,7 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 			}
 			props.AssignedClientID = assigned
 			if serverKeepAlive {
-				props.ServerKeepAlive, props.HasServerKeepAlive = uint16(c.keepAlive/time.Second), true
+				props.ServerKeepAlive, props.HasServerKeepAlive = uint16(c.keepAlive()/time.Second), true
 			}
 			if capped {
 				props.SessionExpiry, props.HasSessionExpiry = uint32(expiry/time.Second), true
@@ -464,10 +453,9 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		c.connack(false, packet.ServerUnavailable, nil)
 		return fmt.Errorf("%w: %v", errClosedByServer, err)
 	}
-	c.sess = sess
-	c.sessReady.Store(sess)
+	c.sessp.Store(sess)
 	if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive)
+		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive())
 	}
 	sess.resume(time.Now())
 	return nil
@@ -515,7 +503,7 @@ func (c *conn) handle(p packet.Packet) error {
 	case *packet.Unsubscribe:
 		return c.handleUnsubscribe(p)
 	case *packet.Pingreq:
-		c.send(func(b []byte) []byte { b, _ = packet.Append(b, &packet.Pingresp{}, c.version); return b })
+		c.send(&packet.Pingresp{})
 		return nil
 	case *packet.Disconnect:
 		return c.handleDisconnect(p)
@@ -549,7 +537,7 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 		}
 	}
 	if p.QoS == 2 {
-		isNew, full := c.sess.receivedQoS2(p.PacketID, c.srv.cfg.ReceiveMaximum)
+		isNew, full := c.sess().receivedQoS2(p.PacketID, c.srv.cfg.ReceiveMaximum)
 		if full {
 			return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d QoS 2 publishes unreleased", c.srv.cfg.ReceiveMaximum)
 		}
@@ -576,7 +564,7 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 		c.writeAck(packet.TypePuback, p.PacketID, reason)
 	case 2:
 		if reason >= 0x80 {
-			c.sess.released(p.PacketID) // a failed QoS 2 exchange ends at PUBREC
+			c.sess().released(p.PacketID) // a failed QoS 2 exchange ends at PUBREC
 		}
 		c.writeAck(packet.TypePubrec, p.PacketID, reason)
 	}
@@ -585,11 +573,11 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 
 // publish hands a client's message to the broker (and the retained store).
 func (c *conn) publish(topic string, p *packet.Publish) error {
-	if c.in == nil {
-		c.in = &inbound{}
-		c.in.pub.Origin = c.sess
+	if c.rd.in == nil {
+		c.rd.in = &inbound{}
+		c.rd.in.pub.Origin = c.sess()
 	}
-	in := c.in
+	in := c.rd.in
 	var err error
 	if in.subj, err = AppendSubject(in.subj[:0], topic); err != nil {
 		return err
@@ -624,9 +612,9 @@ func (c *conn) handleAck(p *packet.Ack) error {
 	now := time.Now()
 	switch p.Type {
 	case packet.TypePuback, packet.TypePubcomp:
-		c.sess.acked(p.PacketID, now)
+		c.sess().acked(p.PacketID, now)
 	case packet.TypePubrec:
-		if !c.sess.pubrec(p.PacketID, p.Reason >= 0x80, now) && p.Reason < 0x80 {
+		if !c.sess().pubrec(p.PacketID, p.Reason >= 0x80, now) && p.Reason < 0x80 {
 			c.writeAck(packet.TypePubrel, p.PacketID, packet.PacketIdentifierNotFound)
 			return nil
 		}
@@ -635,7 +623,7 @@ func (c *conn) handleAck(p *packet.Ack) error {
 		}
 	case packet.TypePubrel:
 		reason := packet.Success
-		if !c.sess.released(p.PacketID) {
+		if !c.sess().released(p.PacketID) {
 			reason = packet.PacketIdentifierNotFound
 		}
 		c.writeAck(packet.TypePubcomp, p.PacketID, reason)
@@ -668,7 +656,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 			}
 			continue
 		}
-		existed, err := c.sess.subscribe(e, subjects, queue)
+		existed, err := c.sess().subscribe(e, subjects, queue)
 		if err != nil {
 			reasons[i] = packet.UnspecifiedError
 			if !v5 {
@@ -681,14 +669,11 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 			wanted = append(wanted, retainWanted{e, subjects})
 		}
 	}
-	c.send(func(b []byte) []byte {
-		b, _ = packet.Append(b, &packet.Suback{PacketID: p.PacketID, Reasons: reasons}, c.version)
-		return b
-	})
+	c.send(&packet.Suback{PacketID: p.PacketID, Reasons: reasons})
 	now := time.Now()
 	for _, w := range wanted {
 		c.srv.retained.match(w.subjects, w.e.dollarGuard, now, func(rm *retainedMsg) {
-			c.sess.deliverRetained(w.e, rm)
+			c.sess().deliverRetained(w.e, rm)
 		})
 	}
 	c.Flush()
@@ -698,22 +683,19 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) error {
 	reasons := make([]packet.ReasonCode, len(p.Filters))
 	for i, f := range p.Filters {
-		if !c.sess.unsubscribe(f) {
+		if !c.sess().unsubscribe(f) {
 			reasons[i] = packet.NoSubscriptionExisted
 		}
 	}
-	c.send(func(b []byte) []byte {
-		b, _ = packet.Append(b, &packet.Unsuback{PacketID: p.PacketID, Reasons: reasons}, c.version)
-		return b
-	})
+	c.send(&packet.Unsuback{PacketID: p.PacketID, Reasons: reasons})
 	return nil
 }
 
 func (c *conn) handleDisconnect(p *packet.Disconnect) error {
 	if c.version == packet.V5 && p.Props.HasSessionExpiry {
-		c.sess.mu.Lock()
-		was := c.sess.expiry
-		c.sess.mu.Unlock()
+		c.sess().mu.Lock()
+		was := c.sess().expiry
+		c.sess().mu.Unlock()
 		if was == 0 && p.Props.SessionExpiry != 0 {
 			return c.protocolError(packet.ProtocolError, "session expiry set at DISCONNECT after 0 at CONNECT")
 		}
@@ -724,7 +706,7 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) error {
 		if max := c.srv.cfg.MaxSessionExpiry; max > 0 && (d < 0 || d > max) {
 			d = max
 		}
-		c.sess.setExpiry(d)
+		c.sess().setExpiry(d)
 	}
 	c.normalExit = p.Reason != packet.DisconnectWithWill
 	return io.EOF
@@ -733,12 +715,49 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) error {
 // ---------------------------------------------------------------------------------
 // Writing
 
-// send queues a control packet and wakes the writer.
-func (c *conn) send(appendPacket func([]byte) []byte) {
-	c.mu.Lock()
-	if !c.closed {
-		c.out = appendPacket(c.out)
+// outbox is a connection's outbound state, guarded by conn.mu. It is made when
+// something is to be sent and let go when the connection goes dormant, so that
+// idle connections hold none.
+type outbox struct {
+	out      []byte
+	writing  int           // bytes the writer has taken from out and not yet sent
+	enc      *encoder      // made on the first delivery
+	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
+	stuck    bool
+	lastProg int64         // unix nanoseconds of the writer's latest progress
+	wake     chan struct{} // Flush's signal to a running writer
+}
+
+// boxLocked returns the connection's outbox, making it if needed. c.mu is held.
+func (c *conn) boxLocked() *outbox {
+	b := c.box.Load()
+	if b == nil {
+		b = &outbox{wake: make(chan struct{}, 1)}
+		c.box.Store(b)
 	}
+	return b
+}
+
+// pendingLocked is how many bytes wait for the socket. c.mu is held.
+func (c *conn) pendingLocked() int {
+	if b := c.box.Load(); b != nil {
+		return len(b.out) + b.writing
+	}
+	return 0
+}
+
+// appendLocked queues a control packet unless the connection is closed. c.mu is held.
+func (c *conn) appendLocked(p packet.Packet, version byte) {
+	if !c.closed {
+		b := c.boxLocked()
+		b.out, _ = packet.Append(b.out, p, version)
+	}
+}
+
+// send queues a control packet and wakes the writer.
+func (c *conn) send(p packet.Packet) {
+	c.mu.Lock()
+	c.appendLocked(p, c.version)
 	c.mu.Unlock()
 	c.Flush()
 }
@@ -757,9 +776,7 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 	// Sent when the reader is done with the CONNECT (readLoop), or by the writer
 	// that closes the connection.
 	c.mu.Lock()
-	if !c.closed {
-		c.out, _ = packet.Append(c.out, ca, version)
-	}
+	c.appendLocked(ca, version)
 	c.mu.Unlock()
 }
 
@@ -767,9 +784,7 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 // writer is woken once the reader has handled what it read (flushBatch).
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
 	c.mu.Lock()
-	if !c.closed {
-		c.out, _ = packet.Append(c.out, &packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
-	}
+	c.appendLocked(&packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
 	c.mu.Unlock()
 	c.ownFlush = true
 }
@@ -781,7 +796,7 @@ func (c *conn) disconnect(reason packet.ReasonCode, text string) {
 		if c.problemInfo && text != "" {
 			d.Props.ReasonString = text
 		}
-		c.send(func(b []byte) []byte { b, _ = packet.Append(b, d, c.version); return b })
+		c.send(d)
 	}
 	c.close(fmt.Errorf("%w: %s", errClosedByServer, reason))
 }
@@ -795,12 +810,12 @@ func (c *conn) takenOver() {
 // when the client is too slow (pending bytes over the limit) and the message dropped.
 func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64) bool {
 	c.mu.Lock()
-	if c.closed || int64(len(c.out)+c.writing) > c.srv.cfg.MaxPending {
+	if c.closed || int64(c.pendingLocked()) > c.srv.cfg.MaxPending {
 		c.mu.Unlock()
 		c.srv.droppedMsgs.Add(1)
 		return false
 	}
-	e := c.encoder()
+	e := c.encoderLocked()
 	e.topic = AppendTopic(e.topic[:0], m.Subject)
 	reply := ""
 	if len(m.Reply) > 0 {
@@ -819,12 +834,13 @@ type encoder struct {
 	topic, reply []byte
 }
 
-// encoder returns the connection's, made on first use. c.mu is held.
-func (c *conn) encoder() *encoder {
-	if c.enc == nil {
-		c.enc = new(encoder)
+// encoderLocked returns the connection's, made on first use. c.mu is held.
+func (c *conn) encoderLocked() *encoder {
+	b := c.boxLocked()
+	if b.enc == nil {
+		b.enc = new(encoder)
 	}
-	return c.enc
+	return b.enc
 }
 
 // writeOut writes a QoS 1/2 message (or a retained QoS 0 one).
@@ -834,7 +850,7 @@ func (c *conn) writeOut(om *outMsg, dup bool) {
 		if !c.appendPublishLocked(om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subID, om.expireAt) && om.qos > 0 {
 			// Expired or too large for the client: it counts as delivered.
 			c.mu.Unlock()
-			go c.sess.acked(om.pid, time.Now())
+			go c.sess().acked(om.pid, time.Now())
 			return
 		}
 	}
@@ -844,7 +860,7 @@ func (c *conn) writeOut(om *outMsg, dup bool) {
 // appendPublishLocked encodes a PUBLISH onto out. c.mu is held. It reports false for a
 // message that expired or exceeds the client's maximum packet size.
 func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
-	e := c.encoder()
+	e := c.encoderLocked()
 	p := &e.pub
 	ups := p.Props.UserProperties
 	*p = packet.Publish{Dup: dup, QoS: qos, Retain: retain, Topic: topic, PacketID: pid, Payload: payload}
@@ -867,13 +883,14 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 	} else {
 		p.Props.UserProperties = ups[:0]
 	}
-	if c.maxPacket > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > c.maxPacket && packet.Size(p, c.version) > c.maxPacket {
+	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > max && packet.Size(p, c.version) > max {
 		c.srv.droppedMsgs.Add(1)
 		return false
 	}
-	c.out = packet.AppendPublish(c.out, p, c.version)
-	if pending := int64(len(c.out) + c.writing); pending > c.stallAt() && !c.stuck && c.stallCh == nil {
-		c.stallCh = make(chan struct{})
+	b := c.box.Load() // made by encoderLocked
+	b.out = packet.AppendPublish(b.out, p, c.version)
+	if pending := int64(len(b.out) + b.writing); pending > c.stallAt() && !b.stuck && b.stallCh == nil {
+		b.stallCh = make(chan struct{})
 	}
 	c.srv.outMsgs.Add(1)
 	c.outMsgs.Add(1)
@@ -884,15 +901,15 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 
 func (c *conn) stallAt() int64 { return min(c.srv.cfg.MaxPending/2, stallBacklog) }
 
-// progress releases publishers waiting for this connection. c.mu is held.
-func (c *conn) progress() {
-	c.lastProg = time.Now().UnixNano()
-	if c.stallCh != nil {
-		close(c.stallCh)
-		c.stallCh = nil
+// progressLocked releases publishers waiting for this connection. c.mu is held.
+func (c *conn) progressLocked(b *outbox) {
+	b.lastProg = time.Now().UnixNano()
+	if b.stallCh != nil {
+		close(b.stallCh)
+		b.stallCh = nil
 	}
-	if int64(len(c.out)+c.writing) <= c.stallAt()/2 {
-		c.stuck = false
+	if int64(len(b.out)+b.writing) <= c.stallAt()/2 {
+		b.stuck = false
 	}
 }
 
@@ -901,18 +918,18 @@ func (c *conn) progress() {
 func (c *conn) stall() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stallCh == nil {
-		return nil
+	if b := c.box.Load(); b != nil && b.stallCh != nil {
+		return b.stallCh
 	}
-	return c.stallCh
+	return nil
 }
 
 // stuckCheck: a publisher waited in vain; the connection stops holding publishers
 // back once its writer has made no progress for stuckAfter.
 func (c *conn) stuckCheck() {
 	c.mu.Lock()
-	if c.writing > 0 && time.Since(time.Unix(0, c.lastProg)) > stuckAfter {
-		c.stuck = true
+	if b := c.box.Load(); b != nil && b.writing > 0 && time.Since(time.Unix(0, b.lastProg)) > stuckAfter {
+		b.stuck = true
 	}
 	c.mu.Unlock()
 }
@@ -929,31 +946,31 @@ func (c *conn) writeInline() bool {
 		return false
 	}
 	c.mu.Lock()
-	data, nc := c.out, c.nc
-	if c.closed || nc == nil || len(data) == 0 || len(data) > inlineWriteMax {
+	b, nc := c.box.Load(), c.nc
+	if c.closed || nc == nil || b == nil || len(b.out) == 0 || len(b.out) > inlineWriteMax {
 		c.mu.Unlock()
 		c.writerOn.Store(0)
 		return false
 	}
-	c.out = nil
-	c.writing = len(data)
-	c.lastProg = time.Now().UnixNano()
+	data := b.out
+	b.out = nil
+	b.writing = len(data)
+	b.lastProg = time.Now().UnixNano()
 	c.mu.Unlock()
 	_ = nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 	_, err := nc.Write(data)
 	c.mu.Lock()
-	c.writing = 0
-	c.progress()
+	b.writing = 0
+	c.progressLocked(b)
 	c.mu.Unlock()
+	c.writerOn.Store(0)
 	if err != nil {
-		c.writerOn.Store(0)
 		c.close(fmt.Errorf("write: %w", err))
 		return true
 	}
 	// Anything queued while this wrote found the writer "running": start it now.
-	c.writerOn.Store(0)
 	c.mu.Lock()
-	more := len(c.out) > 0 || c.closed
+	more := c.pendingLocked() > 0 || c.closed
 	c.mu.Unlock()
 	if more {
 		c.Flush()
@@ -963,9 +980,11 @@ func (c *conn) writeInline() bool {
 
 // Flush wakes the writer, starting it if it is not running.
 func (c *conn) Flush() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if b := c.box.Load(); b != nil {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
 	}
 	if c.writerOn.CompareAndSwap(0, 1) {
 		c.writers.Add(1)
@@ -978,6 +997,9 @@ func (c *conn) Flush() {
 // thousands of devices connecting at once do not each keep one for their CONNACK.
 const writerIdle = 200 * time.Millisecond
 
+// writeLoop sends what is queued until the connection closes or nothing has been
+// queued for writerIdle. It looks before it waits: whoever started it may have
+// queued before there was an outbox to signal.
 func (c *conn) writeLoop() {
 	defer c.writers.Done()
 	var spare []byte
@@ -985,13 +1007,20 @@ func (c *conn) writeLoop() {
 	idle := time.NewTimer(writerIdle)
 	defer idle.Stop()
 	for {
-		select {
-		case <-c.wake:
-		case <-idle.C:
+		c.mu.Lock()
+		b := c.boxLocked()
+		closed := c.closed
+		if len(b.out) == 0 && !closed {
+			c.mu.Unlock()
+			select {
+			case <-b.wake:
+				continue
+			case <-idle.C:
+			}
 			// End, unless a Flush came in meanwhile; a Flush after the Store starts
 			// a new writer itself.
 			c.writerOn.Store(0)
-			if len(c.wake) == 0 || !c.writerOn.CompareAndSwap(0, 1) {
+			if len(b.wake) == 0 || !c.writerOn.CompareAndSwap(0, 1) {
 				if c.parked.Load() {
 					c.srv.poll.dehydrate(c)
 				}
@@ -1000,27 +1029,19 @@ func (c *conn) writeLoop() {
 			idle.Reset(writerIdle)
 			continue
 		}
-		idle.Reset(writerIdle)
-		c.mu.Lock()
 		nc := c.nc
-		if nc == nil && (len(c.out) > 0 || c.closed) && c.socketLocked() == nil {
+		if nc == nil && c.socketLocked() == nil {
 			nc = c.nc
 		}
-		if nc == nil {
-			// Dormant with nothing to send, or its socket is gone.
-			c.out = nil
-			closed := c.closed
+		if nc == nil { // its socket is gone: nothing more can be sent
+			b.out = nil
 			c.mu.Unlock()
-			if closed {
-				return
-			}
-			continue
+			return
 		}
-		data := c.out
-		closed := c.closed
-		c.out = spare[:0]
-		c.writing = len(data)
-		c.lastProg = time.Now().UnixNano()
+		data := b.out
+		b.out = spare[:0]
+		b.writing = len(data)
+		b.lastProg = time.Now().UnixNano()
 		c.mu.Unlock()
 		for rest := data; len(rest) > 0; {
 			chunk := rest[:min(len(rest), writeChunk)]
@@ -1032,22 +1053,22 @@ func (c *conn) writeLoop() {
 				break
 			}
 			c.mu.Lock()
-			c.writing = len(rest)
-			c.progress()
+			b.writing = len(rest)
+			c.progressLocked(b)
 			c.mu.Unlock()
 		}
 		c.mu.Lock()
-		c.writing = 0
-		c.progress()
-		if cap(data) > maxIdleBuffer && len(c.out) < cap(data)/4 {
+		b.writing = 0
+		c.progressLocked(b)
+		if cap(data) > maxIdleBuffer && len(b.out) < cap(data)/4 {
 			data = nil
 		}
 		c.mu.Unlock()
 		spare = data
 		if closed {
 			c.mu.Lock()
-			rest := c.out
-			c.out = nil
+			rest := b.out
+			b.out = nil
 			c.mu.Unlock()
 			if len(rest) > 0 {
 				_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
@@ -1056,6 +1077,7 @@ func (c *conn) writeLoop() {
 			_ = nc.Close()
 			return
 		}
+		idle.Reset(writerIdle)
 	}
 }
 
@@ -1071,9 +1093,11 @@ func (c *conn) close(reason error) {
 	c.closeErr = reason
 	nc := c.nc
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}: // a running writer sees closed and finishes
-	default:
+	if b := c.box.Load(); b != nil {
+		select {
+		case b.wake <- struct{}{}: // a running writer sees closed and finishes
+		default:
+		}
 	}
 	if nc != nil {
 		_ = nc.SetReadDeadline(time.Now())
@@ -1083,7 +1107,7 @@ func (c *conn) close(reason error) {
 
 // cleanup runs after both loops end: the will, and the session's fate.
 func (c *conn) cleanup() {
-	if sess := c.sess; sess != nil {
+	if sess := c.sess(); sess != nil {
 		var w *will
 		if !c.normalExit {
 			w = c.will
@@ -1123,14 +1147,14 @@ type ConnInfo struct {
 func (c *conn) snapshot() ConnInfo {
 	ci := ConnInfo{ID: c.id, Remote: c.remote, Start: time.Unix(0, c.start),
 		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
-	if s := c.sessReady.Load(); s != nil {
-		ci.ClientID, ci.Version = c.clientID, c.version
+	if s := c.sess(); s != nil {
+		ci.ClientID, ci.Version = s.id, c.version
 		s.mu.Lock()
 		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), s.fl.inflightLen(), s.fl.queueLen()
 		s.mu.Unlock()
 	}
 	c.mu.Lock()
-	ci.Pending = len(c.out) + c.writing
+	ci.Pending = c.pendingLocked()
 	c.mu.Unlock()
 	return ci
 }

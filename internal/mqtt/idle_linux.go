@@ -179,7 +179,7 @@ func (p *poller) sweep() {
 		case now := <-t.C:
 			p.mu.Lock()
 			for _, c := range p.conns {
-				if c.keepAlive > 0 && c.parked.Load() && now.After(c.keepAliveDeadline()) {
+				if c.keepAliveMS > 0 && c.parked.Load() && now.After(c.keepAliveDeadline()) {
 					due = append(due, c)
 				}
 			}
@@ -201,10 +201,15 @@ func (p *poller) dehydrate(c *conn) {
 		return
 	}
 	c.mu.Lock()
-	if c.nc != nil && !c.closed && c.writerOn.Load() == 0 && c.writing == 0 && len(c.out) == 0 {
-		p.mu.Lock()
-		p.detachLocked(c)
-		p.mu.Unlock()
+	if !c.closed && c.writerOn.Load() == 0 && c.pendingLocked() == 0 {
+		if b := c.box.Load(); b != nil && b.stallCh == nil {
+			c.box.Store(nil)
+		}
+		if c.nc != nil {
+			p.mu.Lock()
+			p.detachLocked(c)
+			p.mu.Unlock()
+		}
 	}
 	c.mu.Unlock()
 	if !p.park(c) {

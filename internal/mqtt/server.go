@@ -348,28 +348,20 @@ func (s *Server) Serve(l net.Listener) error {
 }
 
 // ServeConn serves one connection (any net.Conn: TCP, WebSocket) in new goroutines.
-func (s *Server) ServeConn(nc net.Conn) { s.serveConn(nc, false) }
-
-// serveConn returns, if wait is set, a channel closed when the connection has ended;
-// nil if refused.
-func (s *Server) serveConn(nc net.Conn, wait bool) <-chan struct{} {
+func (s *Server) ServeConn(nc net.Conn) {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		_ = nc.Close()
-		return nil
+		return
 	}
 	s.nextID++
 	c := newConn(s, s.nextID, nc)
-	if wait {
-		c.ended = make(chan struct{})
-	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.totalConns.Add(1)
 	go c.run() // its finish marks s.wg done, whichever goroutine reads by then
-	return c.ended
 }
 
 func (s *Server) removeConn(c *conn) {

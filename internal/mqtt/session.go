@@ -483,7 +483,8 @@ func (s *session) resume(now time.Time) {
 	if c == nil {
 		return
 	}
-	for _, om := range s.fl.resend() {
+	resend := s.fl.resend()
+	for _, om := range resend {
 		if om.pubrec {
 			c.writeAck(packet.TypePubrel, om.pid, packet.Success)
 			continue
@@ -491,7 +492,9 @@ func (s *session) resume(now time.Time) {
 		c.writeOut(om, true)
 	}
 	s.pumpLocked(now)
-	c.Flush()
+	if len(resend) > 0 {
+		c.Flush()
+	}
 }
 
 // pumpLocked moves queued messages into the window and wakes the writer: outside a

@@ -2,7 +2,9 @@ package mqtt
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"sync"
 
 	"github.com/coder/websocket"
 )
@@ -25,9 +27,22 @@ func (s *Server) WebSocketHandler() http.Handler {
 			_ = ws.Close(websocket.StatusPolicyViolation, `subprotocol "mqtt" required`)
 			return
 		}
-		done := s.serveConn(websocket.NetConn(context.Background(), ws, websocket.MessageBinary), true)
-		if done != nil {
-			<-done
-		}
+		// The handler must not return before the connection is over: the
+		// WebSocket goes with it.
+		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{})}
+		s.ServeConn(nc)
+		<-nc.closed
 	})
+}
+
+// wsConn tells when the connection has closed its WebSocket.
+type wsConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (w *wsConn) Close() error {
+	w.once.Do(func() { close(w.closed) })
+	return w.Conn.Close()
 }
