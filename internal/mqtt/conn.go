@@ -51,6 +51,7 @@ type conn struct {
 	// Owned by the reader.
 	normalExit bool    // DISCONNECT without will
 	ownFlush   bool    // acknowledgements queued since the last flushBatch
+	slot       int32   // in Server.conns, guarded by the server's lock
 	rd         *reader // while a reader runs
 	will       *will
 	aliases    map[uint16]string

@@ -28,11 +28,12 @@ import (
 type poller struct {
 	epfd int
 
-	mu      sync.Mutex
-	conns   map[int32]*conn // parked or once parked, by socket descriptor
-	done    chan struct{}
-	stopped sync.WaitGroup
-	closing sync.Once
+	mu       sync.Mutex
+	byFD     []*conn // parked or once parked, by socket descriptor (the kernel hands out the lowest free)
+	nTracked int
+	done     chan struct{}
+	stopped  sync.WaitGroup
+	closing  sync.Once
 }
 
 func newPoller() (*poller, error) {
@@ -40,7 +41,7 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
 	}
-	p := &poller{epfd: epfd, conns: make(map[int32]*conn), done: make(chan struct{})}
+	p := &poller{epfd: epfd, done: make(chan struct{})}
 	p.stopped.Add(2)
 	go p.wait()
 	go p.sweep()
@@ -94,8 +95,33 @@ func (p *poller) park(c *conn) bool {
 		return true // someone already started the next reader
 	}
 	c.pollAdded = true
-	p.conns[c.fd] = c
+	p.setLocked(c.fd, c)
 	return true
+}
+
+func (p *poller) atLocked(fd int32) *conn {
+	if int(fd) < len(p.byFD) {
+		return p.byFD[fd]
+	}
+	return nil
+}
+
+func (p *poller) setLocked(fd int32, c *conn) {
+	if int(fd) >= len(p.byFD) {
+		if c == nil {
+			return
+		}
+		for len(p.byFD) <= int(fd) {
+			p.byFD = append(p.byFD, nil)
+		}
+	}
+	switch old := p.byFD[fd]; {
+	case old == nil && c != nil:
+		p.nTracked++
+	case old != nil && c == nil:
+		p.nTracked--
+	}
+	p.byFD[fd] = c
 }
 
 // parkedCount is how many connections wait without a reader now.
@@ -106,7 +132,10 @@ func (p *poller) parkedCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, c := range p.conns {
+	for _, c := range p.byFD {
+		if c == nil {
+			continue
+		}
 		if c.parked.Load() {
 			n++
 		}
@@ -118,7 +147,7 @@ func (p *poller) parkedCount() int {
 func (p *poller) tracked() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.conns)
+	return p.nTracked
 }
 
 // forget drops c for good; called before its socket can be closed, so that its
@@ -130,8 +159,8 @@ func (p *poller) forget(c *conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c.pollGone = true
-	if c.fd >= 0 && p.conns[c.fd] == c {
-		delete(p.conns, c.fd)
+	if c.fd >= 0 && p.atLocked(c.fd) == c {
+		p.setLocked(c.fd, nil)
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(c.fd), nil)
 	}
 }
@@ -156,7 +185,7 @@ func (p *poller) wait() {
 		}
 		for _, ev := range events[:n] {
 			p.mu.Lock()
-			c := p.conns[ev.Fd]
+			c := p.atLocked(ev.Fd)
 			p.mu.Unlock()
 			if c != nil && int32(c.id) == ev.Pad {
 				c.unpark()
@@ -178,7 +207,10 @@ func (p *poller) sweep() {
 			return
 		case now := <-t.C:
 			p.mu.Lock()
-			for _, c := range p.conns {
+			for _, c := range p.byFD {
+				if c == nil {
+					continue
+				}
 				if c.keepAliveMS > 0 && c.parked.Load() && now.After(c.keepAliveDeadline()) {
 					due = append(due, c)
 				}
@@ -248,8 +280,8 @@ func (p *poller) unwatchLocked(c *conn) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(c.fd), nil)
 		c.pollAdded = false
 	}
-	if p.conns[c.fd] == c {
-		delete(p.conns, c.fd)
+	if p.atLocked(c.fd) == c {
+		p.setLocked(c.fd, nil)
 	}
 }
 
@@ -278,7 +310,7 @@ func (p *poller) rehydrate(c *conn) error {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd, Pad: int32(c.id)}
 		if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev) == nil {
 			c.fd, c.pollAdded = fd, true
-			p.conns[fd] = c
+			p.setLocked(fd, c)
 			return nil
 		}
 	}
@@ -294,7 +326,10 @@ func (p *poller) dormantCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, c := range p.conns {
+	for _, c := range p.byFD {
+		if c == nil {
+			continue
+		}
 		if c.parked.Load() && c.dormant {
 			n++
 		}

@@ -150,12 +150,13 @@ type Server struct {
 	retained *retainStore
 	kv       *kvStore // nil without a store directory
 
-	mu       sync.Mutex
-	sessions map[string]*session
-	conns    map[*conn]struct{}
-	lns      []net.Listener
-	closing  bool
-	nextID   uint64
+	mu        sync.Mutex
+	sessions  map[string]*session
+	conns     []*conn // by conn.slot
+	attachedN int     // of conns, those that finished CONNECT
+	lns       []net.Listener
+	closing   bool
+	nextID    uint64
 
 	wg      sync.WaitGroup
 	poll    *poller       // idle connections; nil where there is no epoll or parking is off
@@ -183,7 +184,6 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		cfg: cfg, broker: b, log: log, start: time.Now(),
 		retained: newRetainStore(),
 		sessions: make(map[string]*session),
-		conns:    make(map[*conn]struct{}),
 		quit:     make(chan struct{}),
 		sysDone:  make(chan struct{}),
 	}
@@ -357,7 +357,8 @@ func (s *Server) ServeConn(nc net.Conn) {
 	}
 	s.nextID++
 	c := newConn(s, s.nextID, nc)
-	s.conns[c] = struct{}{}
+	c.slot = int32(len(s.conns))
+	s.conns = append(s.conns, c)
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.totalConns.Add(1)
@@ -366,21 +367,25 @@ func (s *Server) ServeConn(nc net.Conn) {
 
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if c.attached.Load() {
+		s.attachedN--
+	}
+	last := len(s.conns) - 1
+	moved := s.conns[last]
+	s.conns[c.slot], moved.slot = moved, c.slot
+	s.conns[last] = nil
+	s.conns = s.conns[:last]
+	if cap(s.conns) > 1024 && len(s.conns) < cap(s.conns)/4 {
+		s.conns = append([]*conn(nil), s.conns...) // let a crowd that left go
+	}
 }
 
 // connected counts connections that finished CONNECT.
 func (s *Server) connected() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for c := range s.conns {
-		if c.attached.Load() {
-			n++
-		}
-	}
-	return n
+	return s.attachedN
 }
 
 // Shutdown stops accepting, tells v5 clients the server is shutting down, closes every
@@ -393,10 +398,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	s.closing = true
 	lns := s.lns
 	s.lns = nil
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := append([]*conn(nil), s.conns...)
 	s.mu.Unlock()
 	for _, l := range lns {
 		_ = l.Close()
@@ -458,8 +460,8 @@ func (s *Server) Stats() Stats {
 // Connections returns a snapshot of every connection that finished CONNECT.
 func (s *Server) Connections() []ConnInfo {
 	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
+	conns := make([]*conn, 0, s.attachedN)
+	for _, c := range s.conns {
 		if c.attached.Load() {
 			conns = append(conns, c)
 		}
@@ -498,7 +500,8 @@ func (s *Server) attach(c *conn, clientID string, clean bool, expiry time.Durati
 		sess = newSession(s, clientID)
 		s.sessions[clientID] = sess
 	}
-	connack(present)
+	connack(present) // marks c attached
+	s.attachedN++
 	sess.bind(c, expiry)
 	return sess, nil
 }
