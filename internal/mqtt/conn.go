@@ -33,11 +33,10 @@ const (
 // conn is one MQTT network connection. Its reader goroutine decodes packets and acts
 // on them; its writer goroutine sends what the reader and the session queue on out.
 type conn struct {
-	srv    *Server
-	id     uint64
-	nc     net.Conn // set under mu; nil while dormant (see fd)
-	remote string
-	start  int64 // unix nanoseconds
+	srv   *Server
+	id    uint64
+	nc    net.Conn // set under mu; nil while dormant (see fd)
+	start int64    // unix nanoseconds
 
 	// Set during CONNECT, read-only afterwards.
 	keepAliveMS uint32 // see keepAlive
@@ -78,16 +77,27 @@ type conn struct {
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
-	return &conn{srv: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now().UnixNano(), fd: -1}
+	return &conn{srv: s, id: id, nc: nc, start: time.Now().UnixNano(), fd: -1}
 }
 
 // sess is the connection's session once its CONNECT is accepted, else nil.
 func (c *conn) sess() *session { return c.sessp.Load() }
 
+// remote is the client's address, asked of the socket rather than kept: idle
+// connections are many.
+func (c *conn) remote() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc != nil {
+		return c.nc.RemoteAddr().String()
+	}
+	return c.srv.poll.peerName(c)
+}
+
 // logger is built when something is logged, so that idle connections do not each
 // hold a logger of their own.
 func (c *conn) logger() *slog.Logger {
-	l := c.srv.log.With("cid", c.id, "remote", c.remote)
+	l := c.srv.log.With("cid", c.id, "remote", c.remote())
 	if c.attached.Load() {
 		l = l.With("client_id", c.sess().id)
 	}
@@ -1146,7 +1156,7 @@ type ConnInfo struct {
 }
 
 func (c *conn) snapshot() ConnInfo {
-	ci := ConnInfo{ID: c.id, Remote: c.remote, Start: time.Unix(0, c.start),
+	ci := ConnInfo{ID: c.id, Remote: c.remote(), Start: time.Unix(0, c.start),
 		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
 	if s := c.sess(); s != nil {
 		ci.ClientID, ci.Version = s.id, c.version

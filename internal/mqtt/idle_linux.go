@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -316,6 +317,27 @@ func (p *poller) rehydrate(c *conn) error {
 	}
 	c.unpark() // cannot watch it: read instead
 	return nil
+}
+
+// peerName is the remote address of a dormant connection's socket, "" if it has
+// none. Called with c.mu held.
+func (p *poller) peerName(c *conn) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.fd < 0 {
+		return ""
+	}
+	sa, err := unix.Getpeername(int(c.fd))
+	if err != nil {
+		return ""
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)).String()
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)).String()
+	}
+	return ""
 }
 
 // dormantCount is how many parked connections hold no Go socket now.

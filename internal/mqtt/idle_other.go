@@ -14,3 +14,4 @@ func (p *poller) tracked() int            { return 0 }
 func (p *poller) dehydrate(c *conn)       {}
 func (p *poller) rehydrate(c *conn) error { return nil }
 func (p *poller) dormantCount() int       { return 0 }
+func (p *poller) peerName(c *conn) string { return "" }

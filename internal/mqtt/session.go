@@ -41,12 +41,12 @@ type session struct {
 	mu      sync.Mutex
 	conn    atomic.Pointer[conn] // nil while the client is away; set under mu
 	gen     uint32
+	nextSID uint32
 	ended   bool
 	loading bool          // being restored from storage: nothing to write back
 	expiry  time.Duration // how long the session outlives its connection; <0 never ends
 	subs    map[string]*subEntry
 	bySub   map[*broker.Subscription]*subEntry
-	nextSID uint64
 	fl      flight
 	inQoS2  map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
 	timers  *sessionTimers      // while the session is offline
@@ -296,7 +296,7 @@ func (s *session) subscribe(e *subEntry, subjects []string, queue string) (exist
 	old := s.subs[e.filter]
 	for _, subj := range subjects {
 		s.nextSID++
-		sub := &broker.Subscription{Sink: s, SID: s.nextSID, Subject: subj, Queue: queue, NoEcho: e.noLocal}
+		sub := &broker.Subscription{Sink: s, SID: uint64(s.nextSID), Subject: subj, Queue: queue, NoEcho: e.noLocal}
 		e.subs = append(e.subs, sub)
 		if s.bySub == nil {
 			s.bySub = make(map[*broker.Subscription]*subEntry)
