@@ -32,29 +32,34 @@ const (
 
 // conn is one MQTT network connection. Its reader goroutine decodes packets and acts
 // on them; its writer goroutine sends what the reader and the session queue on out.
+// Idle devices are many, so the fields are ordered to pack and what only some
+// connections need lives behind pointers made on first use.
 type conn struct {
-	srv   *Server
-	id    uint64
-	nc    net.Conn // set under mu; nil while dormant (see fd)
-	start int64    // unix nanoseconds
+	srv    *Server
+	id     uint64
+	nc     net.Conn                // set under mu; nil while dormant (see fd)
+	sessp  atomic.Pointer[session] // see sess
+	rd     *reader                 // owned by the reader, while one runs
+	rare   *connRare               // owned by the reader; nil for most clients
+	readAt atomic.Int64            // unix nanoseconds of the latest bytes from the client
+
+	// Outbound, guarded by mu.
+	box      atomic.Pointer[outbox] // set under mu; nil while there is nothing to send
+	closeErr error
+	// The writer goroutine runs only while there is something to send and for
+	// writerIdle after, so idle connections cost no goroutine for it. 1: running.
+	writers  sync.WaitGroup
+	writerOn atomic.Int32
+	mu       sync.Mutex
+
+	inMsgs, inBytes, outMsgs, outBytes atomic.Uint64
 
 	// Set during CONNECT, read-only afterwards.
 	keepAliveMS uint32 // see keepAlive
 	maxPacket   uint32 // the client's maximum packet size, 0 = protocol limit
-	receiveMax  uint16 // the client's receive maximum
-	version     byte
-	problemInfo bool                    // the client accepts reason strings
-	attached    atomic.Bool             // CONNECT accepted
-	sessp       atomic.Pointer[session] // see sess
-
-	// Owned by the reader.
-	normalExit bool    // DISCONNECT without will
-	ownFlush   bool    // acknowledgements queued since the last flushBatch
-	slot       int32   // in Server.conns, guarded by the server's lock
-	rd         *reader // while a reader runs
-	will       *will
-	aliases    map[uint16]string
-	readAt     atomic.Int64 // unix nanoseconds of the latest bytes from the client
+	attached    atomic.Bool
+	startS      uint32 // seconds since the server started
+	slot        int32  // in Server.conns, guarded by the server's lock
 
 	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
 	// flags are guarded by the poller's lock. A dormant connection is parked with
@@ -63,21 +68,30 @@ type conn struct {
 	fd                           int32
 	pollAdded, pollGone, dormant bool
 
-	mu       sync.Mutex
-	closed   bool
-	closeErr error
-	box      atomic.Pointer[outbox] // set under mu; nil while there is nothing to send
+	receiveMax  uint16 // the client's receive maximum
+	version     byte
+	problemInfo bool // the client accepts reason strings
+	normalExit  bool // DISCONNECT without will (reader)
+	ownFlush    bool // acknowledgements queued since the last flushBatch (reader)
+	closed      bool // guarded by mu
+}
 
-	// The writer goroutine runs only while there is something to send and for
-	// writerIdle after, so idle connections cost no goroutine for it. 1: running.
-	writerOn atomic.Int32
-	writers  sync.WaitGroup
-
-	inMsgs, inBytes, outMsgs, outBytes atomic.Uint64
+// connRare is what few connections need: a will, topic aliases.
+type connRare struct {
+	will    *will
+	aliases map[uint16]string
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
-	return &conn{srv: s, id: id, nc: nc, start: time.Now().UnixNano(), fd: -1}
+	return &conn{srv: s, id: id, nc: nc, startS: uint32(time.Since(s.start) / time.Second), fd: -1}
+}
+
+// rareFields returns the connection's connRare, made on first use. Reader only.
+func (c *conn) rareFields() *connRare {
+	if c.rare == nil {
+		c.rare = &connRare{}
+	}
+	return c.rare
 }
 
 // sess is the connection's session once its CONNECT is accepted, else nil.
@@ -169,6 +183,7 @@ func (c *conn) park() bool {
 		return false
 	}
 	rd := c.rd
+	rd.pr.Release()
 	c.rd = nil // nothing buffered, publishes flushed; made again by the next reader
 	if !c.srv.poll.park(c) {
 		c.rd = rd
@@ -216,11 +231,14 @@ func (c *conn) idleTimeout(err error) bool {
 // bytes, and, at a packet boundary, the idle time after which the connection is
 // parked.
 type reader struct {
-	c     *conn
-	pr    *packet.Reader
-	in    *inbound // nil until the first PUBLISH
-	head  [16]byte // the first bytes read, to answer a CONNECT that does not decode
-	headN uint8
+	c  *conn
+	pr *packet.Reader
+	in *inbound // nil until the first PUBLISH
+
+	// Until CONNECT.
+	connectBy time.Time
+	head      [16]byte // the first bytes read, to answer a CONNECT that does not decode
+	headN     uint8
 }
 
 func (c *conn) newReader() {
@@ -233,7 +251,7 @@ func (d *reader) Read(p []byte) (int, error) {
 	c := d.c
 	switch {
 	case !c.attached.Load():
-		_ = c.nc.SetReadDeadline(time.Unix(0, c.start).Add(c.srv.cfg.ConnectTimeout))
+		_ = c.nc.SetReadDeadline(d.connectBy)
 	case c.srv.poll != nil && d.pr.Buffered() == 0:
 		dl := time.Now().Add(c.srv.cfg.IdleAfter)
 		if c.keepAlive() > 0 {
@@ -283,6 +301,7 @@ var errClosedByServer = errors.New("closed by server")
 
 func (c *conn) readLoop() error {
 	c.newReader()
+	c.rd.connectBy = time.Now().Add(c.srv.cfg.ConnectTimeout)
 	p, err := c.rd.pr.ReadPacket()
 	if err != nil {
 		return c.readError(err)
@@ -291,7 +310,9 @@ func (c *conn) readLoop() error {
 	if !ok {
 		return fmt.Errorf("%w: first packet is %T, want CONNECT", errClosedByServer, p)
 	}
-	if err := c.handleConnect(cp); err != nil {
+	err = c.handleConnect(cp)
+	packet.ReleaseConnect(cp)
+	if err != nil {
 		return err
 	}
 	c.ownFlush = false
@@ -398,7 +419,7 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		c.connack(false, packet.ServerBusy, nil)
 		return fmt.Errorf("%w: %d connections, the maximum", errClosedByServer, c.srv.cfg.MaxConnections)
 	}
-	clientID := strings.Clone(p.ClientID)
+	clientID := p.ClientID // a copy (the decoder's)
 	assigned := ""
 	if clientID == "" {
 		if c.version == packet.V31 || (c.version == packet.V311 && !p.CleanStart) {
@@ -436,7 +457,7 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 			c.connack(false, packet.TopicNameInvalid, nil)
 			return fmt.Errorf("%w: will: %v", errClosedByServer, err)
 		}
-		c.will = w
+		c.rareFields().will = w
 	}
 	sess, err := c.srv.attach(c, clientID, p.CleanStart, expiry, func(present bool) {
 		var props packet.Properties
@@ -539,11 +560,15 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 			return c.protocolError(packet.TopicAliasInvalid, "topic alias %d out of 1..%d", a, c.srv.cfg.TopicAliasMaximum)
 		}
 		if topic != "" {
-			if c.aliases == nil {
-				c.aliases = make(map[uint16]string)
+			r := c.rareFields()
+			if r.aliases == nil {
+				r.aliases = make(map[uint16]string)
 			}
-			c.aliases[a] = strings.Clone(topic)
-		} else if topic = c.aliases[a]; topic == "" {
+			r.aliases[a] = strings.Clone(topic)
+		} else if c.rare != nil {
+			topic = c.rare.aliases[a]
+		}
+		if topic == "" {
 			return c.protocolError(packet.ProtocolError, "topic alias %d not set", a)
 		}
 	}
@@ -743,10 +768,36 @@ type outbox struct {
 func (c *conn) boxLocked() *outbox {
 	b := c.box.Load()
 	if b == nil {
-		b = &outbox{wake: make(chan struct{}, 1)}
+		b = outboxes.Get().(*outbox)
 		c.box.Store(b)
 	}
 	return b
+}
+
+// outboxes recycles the outboxes of connections gone dormant: devices that connect,
+// get their CONNACK and go quiet would otherwise each leave one behind.
+var outboxes = sync.Pool{New: func() any { return &outbox{wake: make(chan struct{}, 1)} }}
+
+// dropBoxLocked lets an empty outbox go. c.mu is held and no writer runs: a Flush
+// that still holds the box may yet signal its wake, which only costs whoever has
+// it next a look at an empty queue.
+func (c *conn) dropBoxLocked() {
+	b := c.box.Load()
+	if b == nil || len(b.out) > 0 || b.writing > 0 || b.stallCh != nil {
+		return
+	}
+	c.box.Store(nil)
+	out := b.out[:0]
+	if cap(out) > 1024 {
+		out = nil
+	}
+	// Field by field: wake stays, and a late Flush may be reading it.
+	b.out, b.writing, b.enc, b.stallCh, b.stuck, b.lastProg = out, 0, nil, nil, false, 0
+	select {
+	case <-b.wake:
+	default:
+	}
+	outboxes.Put(b)
 }
 
 // pendingLocked is how many bytes wait for the socket. c.mu is held.
@@ -774,7 +825,7 @@ func (c *conn) send(p packet.Packet) {
 }
 
 func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Properties) {
-	ca := &packet.Connack{SessionPresent: present, Reason: reason}
+	ca := &packet.Connack{SessionPresent: present, Reason: reason} // AppendConnack keeps it on the stack
 	if c.version != packet.V5 {
 		ca.Reason = packet.ReasonCode(packet.V3ConnackCode(reason))
 	} else if props != nil {
@@ -787,7 +838,10 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 	// Sent when the reader is done with the CONNECT (readLoop), or by the writer
 	// that closes the connection.
 	c.mu.Lock()
-	c.appendLocked(ca, version)
+	if !c.closed {
+		b := c.boxLocked()
+		b.out = packet.AppendConnack(b.out, ca, version)
+	}
 	c.mu.Unlock()
 }
 
@@ -1120,8 +1174,8 @@ func (c *conn) close(reason error) {
 func (c *conn) cleanup() {
 	if sess := c.sess(); sess != nil {
 		var w *will
-		if !c.normalExit {
-			w = c.will
+		if !c.normalExit && c.rare != nil {
+			w = c.rare.will
 		}
 		c.srv.detached(sess, c, w)
 	}
@@ -1156,7 +1210,7 @@ type ConnInfo struct {
 }
 
 func (c *conn) snapshot() ConnInfo {
-	ci := ConnInfo{ID: c.id, Remote: c.remote(), Start: time.Unix(0, c.start),
+	ci := ConnInfo{ID: c.id, Remote: c.remote(), Start: c.srv.start.Add(time.Duration(c.startS) * time.Second),
 		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
 	if s := c.sess(); s != nil {
 		ci.ClientID, ci.Version = s.id, c.version

@@ -235,9 +235,7 @@ func (p *poller) dehydrate(c *conn) {
 	}
 	c.mu.Lock()
 	if !c.closed && c.writerOn.Load() == 0 && c.pendingLocked() == 0 {
-		if b := c.box.Load(); b != nil && b.stallCh == nil {
-			c.box.Store(nil)
-		}
+		c.dropBoxLocked()
 		if c.nc != nil {
 			p.mu.Lock()
 			p.detachLocked(c)

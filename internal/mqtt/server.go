@@ -247,6 +247,7 @@ func (s *Server) restore(data map[string][]byte) {
 			sess := newSession(s, rest)
 			sess.expiry = time.Duration(rec.Expiry)
 			sess.loading = true
+			sess.persisted = true
 			for _, sr := range rec.Subs {
 				if err := sess.restoreSub(sr); err != nil {
 					s.log.Error("mqtt state: subscription not restored", "client_id", rest, "filter", sr.Filter, "err", err)

@@ -43,14 +43,17 @@ type session struct {
 	gen     uint32
 	nextSID uint32
 	ended   bool
-	loading bool          // being restored from storage: nothing to write back
-	expiry  time.Duration // how long the session outlives its connection; <0 never ends
-	subs    map[string]*subEntry
-	bySub   map[*broker.Subscription]*subEntry
-	fl      flight
-	inQoS2  map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
-	timers  *sessionTimers      // while the session is offline
-	nextMID uint64              // ids of stored messages
+	loading bool // being restored from storage: nothing to write back
+	// persisted: something of the session may be in the store. Most sessions
+	// (clean ones) never are, and have nothing to delete when they end.
+	persisted bool
+	expiry    time.Duration // how long the session outlives its connection; <0 never ends
+	subs      map[string]*subEntry
+	bySub     map[*broker.Subscription]*subEntry
+	fl        flight
+	inQoS2    map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
+	timers    *sessionTimers      // while the session is offline
+	nextMID   uint64              // ids of stored messages
 }
 
 // sessionTimers end an offline session and publish its delayed will.
@@ -111,13 +114,19 @@ func (s *session) saveLocked() {
 		rec.Subs = append(rec.Subs, subRecord{Filter: e.filter, QoS: e.qos, NoLocal: e.noLocal, RAP: e.rap, SubID: e.subID})
 	}
 	b, _ := json.Marshal(rec)
-	s.srv.kv.put(kvSession+s.id, b)
+	s.putLocked(kvSession+s.id, b)
+}
+
+// putLocked writes a record of the session to the store.
+func (s *session) putLocked(key string, val []byte) {
+	s.persisted = true
+	s.srv.kv.put(key, val)
 }
 
 // saveMsgLocked writes (or rewrites) a stored message.
 func (s *session) saveMsgLocked(om *outMsg) {
 	if om.mid != 0 && s.srv.kv != nil && !s.loading {
-		s.srv.kv.put(msgKey(s.id, om.mid), encodeOutMsg(om))
+		s.putLocked(msgKey(s.id, om.mid), encodeOutMsg(om))
 	}
 }
 
@@ -131,9 +140,10 @@ func (s *session) forgetMsgLocked(om *outMsg) {
 // forgetLocked removes everything the session stored.
 func (s *session) forgetLocked() {
 	kv := s.srv.kv
-	if kv == nil {
+	if kv == nil || !s.persisted {
 		return
 	}
+	s.persisted = false
 	kv.del(kvSession + s.id)
 	for _, om := range s.fl.all() {
 		s.forgetMsgLocked(om)
@@ -157,7 +167,7 @@ func (s *session) storeAllLocked() {
 		}
 	}
 	for pid := range s.inQoS2 {
-		s.srv.kv.put(qos2Key(s.id, pid), nil)
+		s.putLocked(qos2Key(s.id, pid), nil)
 	}
 }
 
@@ -564,7 +574,7 @@ func (s *session) receivedQoS2(pid uint16, limit int) (isNew, full bool) {
 	}
 	s.markQoS2(pid)
 	if s.storedLocked() {
-		s.srv.kv.put(qos2Key(s.id, pid), nil)
+		s.putLocked(qos2Key(s.id, pid), nil)
 	}
 	return true, false
 }

@@ -3,6 +3,7 @@ package packet
 import (
 	"fmt"
 	"io"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -142,8 +143,19 @@ func decodeBody(t Type, flags byte, body []byte, version byte, pub *Publish) (Pa
 	return p, nil
 }
 
+// connects recycles CONNECT packets (ReleaseConnect): they are large, and a server
+// can take thousands a second.
+var connects = sync.Pool{New: func() any { return new(Connect) }}
+
+// ReleaseConnect hands back a CONNECT from ReadPacket that the caller is done with;
+// it must keep nothing of it but its strings, which are copies.
+func ReleaseConnect(c *Connect) {
+	*c = Connect{}
+	connects.Put(c)
+}
+
 func decodeConnect(d *decoder) (*Connect, error) {
-	c := &Connect{}
+	c := connects.Get().(*Connect)
 	var err error
 	if c.ProtocolName, err = d.str("protocol name"); err != nil {
 		return nil, err

@@ -391,6 +391,26 @@ func appendTail(dst []byte, r ReasonCode, p *Properties, n, props int) []byte {
 	return dst
 }
 
+// AppendConnack encodes a CONNACK without going through the Packet interface, so
+// that answering a storm of connections allocates nothing for it. The caller keeps
+// its string properties under 64 KiB.
+func AppendConnack(dst []byte, p *Connack, version byte) []byte {
+	n, props := 2, 0
+	if version == V5 {
+		props = propsLen(&p.Props)
+		n += propBlock(props)
+	}
+	var flags byte
+	if p.SessionPresent && version != V31 {
+		flags = 1
+	}
+	dst = append(appendHeader(dst, byte(TypeConnack)<<4, n), flags, byte(p.Reason))
+	if version == V5 {
+		dst = appendProps(dst, &p.Props, props)
+	}
+	return dst
+}
+
 // AppendPublish encodes a PUBLISH without going through the Packet interface and
 // allocates nothing when dst has room. It is the delivery fast path and so checks
 // nothing: the caller keeps QoS at 0 to 2, the topic and string properties under

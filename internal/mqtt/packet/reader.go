@@ -3,6 +3,7 @@ package packet
 import (
 	"fmt"
 	"io"
+	"sync"
 )
 
 // A Reader starts with a small buffer, so that idle connections stay small, and
@@ -36,7 +37,7 @@ type Reader struct {
 // included) is refused with reason PacketTooLarge before its body is read; maxSize
 // <= 0 means no limit but the protocol's own.
 func NewReader(r io.Reader, maxSize int) *Reader {
-	return &Reader{r: r, buf: make([]byte, initialBuf), maxSize: maxSize}
+	return &Reader{r: r, maxSize: maxSize} // the buffer comes with the first read
 }
 
 // SetVersion sets the protocol level once CONNECT has been read. At 0, the initial
@@ -52,9 +53,16 @@ func (r *Reader) SetMaxSize(n int) { r.maxSize = n }
 // longer valid.
 func (r *Reader) Release() {
 	if r.start == r.end {
+		if cap(r.buf) == initialBuf {
+			smallBufs.Put((*[initialBuf]byte)(r.buf[:initialBuf]))
+		}
 		r.buf, r.start, r.end = nil, 0, 0
 	}
 }
+
+// smallBufs recycles the initial buffers of released readers: a server whose
+// clients connect and go quiet would otherwise make one for every connection.
+var smallBufs = sync.Pool{New: func() any { return new([initialBuf]byte) }}
 
 // Buffered reports how many bytes are read but not yet decoded.
 func (r *Reader) Buffered() int { return r.end - r.start }
@@ -128,7 +136,7 @@ func (r *Reader) more(need int) error {
 
 func (r *Reader) fill(need int) error {
 	if len(r.buf) == 0 {
-		r.buf = make([]byte, initialBuf) // after Release
+		r.buf = smallBufs.Get().(*[initialBuf]byte)[:] // first read, or after Release
 	}
 	if r.start > 0 && len(r.buf)-r.start < need {
 		r.end = copy(r.buf, r.buf[r.start:r.end])
