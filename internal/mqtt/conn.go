@@ -74,6 +74,8 @@ type conn struct {
 	normalExit  bool // DISCONNECT without will (reader)
 	ownFlush    bool // acknowledgements queued since the last flushBatch (reader)
 	closed      bool // guarded by mu
+	// Set under mu once the reader waits for writers to end: none starts after.
+	writersSealed bool
 }
 
 // connRare is what few connections need: a will, topic aliases.
@@ -159,10 +161,33 @@ func (c *conn) socketLocked() error {
 func (c *conn) finish(err error) {
 	c.srv.poll.forget(c) // before the writer closes the socket
 	c.close(err)
-	c.Flush() // a writer sends what is queued and closes the socket
+	c.mu.Lock()
+	c.writersSealed = true // every writer started is counted before the Wait
+	c.mu.Unlock()
 	c.writers.Wait()
+	c.closeSocket()
 	c.cleanup()
 	c.srv.wg.Done()
+}
+
+// closeSocket sends what is still queued, briefly, and closes the socket, once no
+// writer can run. A writer that ran since the close has done so already.
+func (c *conn) closeSocket() {
+	c.mu.Lock()
+	nc := c.nc
+	var rest []byte
+	if b := c.box.Load(); b != nil {
+		rest, b.out = b.out, nil
+	}
+	c.mu.Unlock()
+	if nc == nil {
+		return
+	}
+	if len(rest) > 0 {
+		_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = nc.Write(rest)
+	}
+	_ = nc.Close()
 }
 
 // inbound is what a connection needs to hand its client's messages to the broker:
@@ -191,6 +216,13 @@ func (c *conn) park() bool {
 	}
 	if c.writerOn.Load() == 0 {
 		c.srv.poll.dehydrate(c) // else its writer does when it ends
+	}
+	// A close between this reader's last look and park found no reader to wake.
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		c.unpark()
 	}
 	return true
 }
@@ -1052,7 +1084,13 @@ func (c *conn) Flush() {
 		}
 	}
 	if c.writerOn.CompareAndSwap(0, 1) {
+		c.mu.Lock()
+		if c.writersSealed { // its reader is ending and closes the socket itself
+			c.mu.Unlock()
+			return
+		}
 		c.writers.Add(1)
+		c.mu.Unlock()
 		go c.writeLoop()
 	}
 }
