@@ -506,8 +506,8 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 				fmt.Fprintf(out, "| %s | failed | | |\n", b.name)
 				continue
 			}
-			fmt.Fprintf(out, "| %s | %.1f MiB | %.1f MiB | %.1f KiB |\n", b.name, float64(before)/(1<<20), float64(after)/(1<<20), per/1024)
-			fmt.Fprintf(progress, "idle %s: %.1f KiB per connection\n", b.name, per/1024)
+			fmt.Fprintf(out, "| %s | %.1f MiB | %.1f MiB | %.2f KiB |\n", b.name, float64(before)/(1<<20), float64(after)/(1<<20), per/1024)
+			fmt.Fprintf(progress, "idle %s: %.2f KiB per connection\n", b.name, per/1024)
 			time.Sleep(2 * time.Second) // let the server close them before the next broker
 		}
 	}
