@@ -49,9 +49,11 @@ func (m *Msg) sendAck(body string) error {
 // Ack acknowledges a message delivered by a consumer.
 func (m *Msg) Ack() error { return m.sendAck("") }
 
-// AckSync acknowledges and waits until the server has applied the ack. Without a
-// deadline in ctx it waits at most the APITimeout of the Streams that fetched the
-// message (5 s for a push consumer's).
+// AckSync acknowledges and waits until the server has applied the ack and written
+// it to the consumer's journal. Without a deadline in ctx it waits at most the
+// APITimeout of the Streams that fetched the message (5 s for a push consumer's).
+// If the server could not write it (disk full), it returns an *APIError with code
+// 503: the ack holds until a restart, and calling AckSync again retries the write.
 func (m *Msg) AckSync(ctx context.Context) error {
 	if m.Sub == nil {
 		return ErrMsgNotBound
@@ -64,8 +66,23 @@ func (m *Msg) AckSync(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, cmp.Or(m.apiTimeout, defaultAPITimeout))
 		defer cancel()
 	}
-	_, err := m.Sub.conn.Request(ctx, m.Reply, []byte(streamapi.AckBody))
-	return err
+	r, err := m.Sub.conn.Request(ctx, m.Reply, []byte(streamapi.AckBody))
+	if err != nil {
+		return err
+	}
+	if len(r.Data) == 0 {
+		return nil
+	}
+	// The server applied the ack but could not store it: a restart would deliver
+	// the message again. Acking again retries the write.
+	var resp streamapi.Response[struct{}]
+	if err := json.Unmarshal(r.Data, &resp); err != nil {
+		return fmt.Errorf("ack %s: bad confirmation: %w", m.Reply, err)
+	}
+	if resp.Error != nil {
+		return apiErr(resp.Error)
+	}
+	return nil
 }
 
 // Nak asks for the message to be delivered again at once.

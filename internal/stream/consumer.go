@@ -2,6 +2,7 @@ package stream
 
 import (
 	"container/heap"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,9 +62,11 @@ type Consumer struct {
 	jr          *journal
 	dead        []deadLetter
 	confirms    [][]byte
-	rr          int
-	closed      bool
-	running     bool
+	// journalFailing is set while journal writes fail, to log the failure once.
+	journalFailing bool
+	rr             int
+	closed         bool
+	running        bool
 
 	kick    chan struct{}
 	done    chan struct{}
@@ -910,15 +913,23 @@ func (c *Consumer) pass() (more bool, wait time.Duration, remove bool) {
 		}
 		until(c.lastActive.Add(c.inactive).UnixNano() + 1)
 	}
+	var journalErr error
 	if c.jr != nil {
-		c.flushJournal()
-		if c.jr.dirty {
+		journalErr = c.flushJournal()
+		if c.jr.dirty || journalErr != nil {
 			until(nowNs + int64(c.s.m.cfg.SyncInterval))
 		}
 	}
-	// Confirm synchronous acks only now that the journal holds them.
+	// Confirm synchronous acks only now that the journal holds them; when it could
+	// not, say so (an empty confirmation is success): the ack is applied here, but
+	// a restart would deliver the message again.
+	var failure []byte
+	if journalErr != nil && len(c.confirms) > 0 {
+		failure, _ = json.Marshal(streamapi.Response[struct{}]{Error: &streamapi.APIError{
+			Code: streamapi.CodeUnavailable, Description: "ack not stored: " + journalErr.Error()}})
+	}
 	for _, r := range c.confirms {
-		c.s.m.broker.Publish(&c.batch, &broker.Message{Subject: r})
+		c.s.m.broker.Publish(&c.batch, &broker.Message{Subject: r, Payload: failure})
 	}
 	c.confirms = c.confirms[:0]
 	return more, wait, false
@@ -1233,14 +1244,26 @@ func (c *Consumer) takeJournal() []byte {
 	return recs
 }
 
-func (c *Consumer) flushJournal() {
+// flushJournal writes what happened since the last flush. Records that could not be
+// written stay queued for the next flush, which retries them.
+func (c *Consumer) flushJournal() error {
 	recs := c.takeJournal()
 	if err := c.jr.flush(recs); err != nil {
-		c.s.m.log.Error("consumer journal", "stream", c.s.name, "consumer", c.name, "err", err)
+		c.jr.buf = append(c.jr.buf[:0], recs...)
+		if !c.journalFailing {
+			c.s.m.log.Error("consumer journal", "stream", c.s.name, "consumer", c.name, "err", err)
+		}
+		c.journalFailing = true
+		return err
+	}
+	if c.journalFailing {
+		c.journalFailing = false
+		c.s.m.log.Info("consumer journal written again", "stream", c.s.name, "consumer", c.name)
 	}
 	if c.jr.size > compactAt {
 		c.snapshot()
 	}
+	return nil
 }
 
 // snapshot writes the whole position and empties the journal.

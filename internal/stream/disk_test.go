@@ -84,15 +84,7 @@ func TestCorruptSegmentIsReported(t *testing.T) {
 // TestFullDisk fills a small tmpfs: publishers get a clear error, nothing
 // acknowledged is lost, and publishing works again once space is freed.
 func TestFullDisk(t *testing.T) {
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
-		if os.Getenv("TERN_NO_MOUNT") == "1" {
-			t.Skipf("cannot mount a tmpfs (%v: %s) and TERN_NO_MOUNT=1", err, out)
-		}
-		t.Fatalf("mount tmpfs for the full-disk test: %v: %s (run as root, or set TERN_NO_MOUNT=1 to skip)", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-
+	dir := smallDisk(t)
 	srv := startAt(t, dir, func(c *server.Config) { c.SegmentSize = 1 << 20 })
 	e := connectEnv(t, srv)
 	e.addStream(tern.StreamConfig{Name: "full"})
@@ -148,5 +140,91 @@ func TestFullDisk(t *testing.T) {
 	e = connectEnv(t, srv)
 	if st := e.streamInfo("full").State; st.Msgs != 101 || st.LastSeq != uint64(acked+1) {
 		t.Fatalf("after restart: %+v", st)
+	}
+}
+
+// smallDisk mounts a 4 MiB tmpfs for the test to fill.
+func smallDisk(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		if os.Getenv("TERN_NO_MOUNT") == "1" {
+			t.Skipf("cannot mount a tmpfs (%v: %s) and TERN_NO_MOUNT=1", err, out)
+		}
+		t.Fatalf("mount tmpfs for the full-disk test: %v: %s (run as root, or set TERN_NO_MOUNT=1 to skip)", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fillDisk writes path until the file system has not a byte left.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, size := range []int{64 << 10, 4 << 10, 1} {
+		chunk := make([]byte, size)
+		for i := 0; i < 1<<16; i++ {
+			if _, err := f.Write(chunk); err != nil {
+				break
+			}
+		}
+	}
+}
+
+// TestAckSyncOnFullDisk: an AckSync the consumer's journal could not store fails
+// with a 503 instead of confirming; once there is room again, acking again succeeds,
+// and after a restart no message whose AckSync succeeded comes back.
+func TestAckSyncOnFullDisk(t *testing.T) {
+	dir := smallDisk(t)
+	srv := startAt(t, dir, nil)
+	e := connectEnv(t, srv)
+	e.addStream(tern.StreamConfig{Name: "acks", Subjects: []string{"acks.>"}})
+	const n = 600
+	for i := 0; i < n; i++ {
+		e.publish("acks.x", strconv.Itoa(i))
+	}
+	e.addConsumer("acks", tern.ConsumerConfig{Durable: "c", AckWait: tern.Duration(time.Hour)})
+	p := e.js.Pull("acks", "c")
+	msgs := e.fetch(p, n)
+	p.Close()
+
+	filler := filepath.Join(dir, "filler")
+	fillDisk(t, filler)
+	var failed []*tern.Msg
+	for _, m := range msgs {
+		err := m.AckSync(e.ctx)
+		if err == nil {
+			continue
+		}
+		var ae *tern.APIError
+		if !errors.As(err, &ae) || ae.Code != 503 || !strings.Contains(ae.Description, "no space") {
+			t.Fatalf("AckSync on a full disk: %v, want a 503 'no space' error", err)
+		}
+		failed = append(failed, m)
+	}
+	if len(failed) == 0 {
+		t.Fatalf("all %d AckSyncs succeeded on a full disk", n)
+	}
+	t.Logf("%d of %d AckSyncs failed on the full disk", len(failed), n)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range failed {
+		if err := m.AckSync(e.ctx); err != nil {
+			t.Fatalf("AckSync again after freeing space: %v", err)
+		}
+	}
+	e.nc.Close()
+	stop(t, srv)
+
+	srv = startAt(t, dir, nil)
+	defer stop(t, srv)
+	e = connectEnv(t, srv)
+	if info := e.consumerInfo("acks", "c"); info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("after restart: %d awaiting ack, %d to deliver; want none", info.NumAckPending, info.NumPending)
 	}
 }

@@ -74,6 +74,11 @@ func (j *journal) flush(records []byte) error {
 		binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(records, crcTable))
 		chunk := append(hdr[:], records...)
 		if _, err := j.f.Write(chunk); err != nil {
+			// A torn chunk would hide every later one from recovery: cut it off,
+			// so that the retry appends where the journal ended.
+			if terr := j.f.Truncate(j.size); terr == nil {
+				_, _ = j.f.Seek(j.size, io.SeekStart)
+			}
 			return fmt.Errorf("consumer journal %s: %w", j.path, err)
 		}
 		j.size += int64(len(chunk))
@@ -91,11 +96,11 @@ func (j *journal) flush(records []byte) error {
 	default:
 		return nil
 	}
-	j.dirty = false
 	j.lastSync = time.Now()
 	if err := j.f.Sync(); err != nil {
 		return fmt.Errorf("consumer journal %s: %w", j.path, err)
 	}
+	j.dirty = false
 	return nil
 }
 
