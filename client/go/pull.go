@@ -112,6 +112,8 @@ type Pull struct {
 
 	mu       sync.Mutex // one Fetch at a time
 	sub      *Subscription
+	inbox    string // the subscription is inbox + ".*"; each fetch replies to inbox.<n>
+	fetches  uint64
 	assigned []int
 }
 
@@ -162,11 +164,12 @@ func (p *Pull) ensureSub() error {
 	if p.sub != nil {
 		return nil
 	}
-	sub, err := p.s.c.SubscribeSync(NewInbox())
+	inbox := NewInbox()
+	sub, err := p.s.c.SubscribeSync(inbox + ".*")
 	if err != nil {
 		return err
 	}
-	p.sub = sub
+	p.sub, p.inbox = sub, inbox
 	return nil
 }
 
@@ -208,22 +211,31 @@ func (p *Pull) FetchEach(ctx context.Context, batch int, fn func(*Msg), opts ...
 	// message, not a timeout, normally ends the fetch.
 	req.Expires = streamapi.Duration(max(wait-wait/10, time.Millisecond))
 	body, _ := json.Marshal(req)
-	if err := p.s.c.PublishRequest(streamapi.ConsumerNextSubject(p.stream, p.consumer), p.sub.Subject(), body); err != nil {
+	// A reply subject of its own, so that the status ending an earlier request the
+	// client stopped waiting for (its context ended) does not end this one. Messages
+	// an earlier request still brings are taken: they await an ack all the same.
+	p.fetches++
+	reply := p.inbox + "." + strconv.FormatUint(p.fetches, 10)
+	if err := p.s.c.PublishRequest(streamapi.ConsumerNextSubject(p.stream, p.consumer), reply, body); err != nil {
 		return n, err
 	}
-	deadline := time.Now().Add(wait)
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	for n < batch {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		m, err := p.sub.NextMsg(max(time.Until(deadline), 0))
+		m, err := p.sub.NextMsgContext(waitCtx)
 		if err != nil {
-			if errors.Is(err, ErrTimeout) {
+			if cerr := ctx.Err(); cerr != nil {
+				return n, cerr // the caller's context, not the fetch wait, ended
+			}
+			if waitCtx.Err() != nil {
 				break
 			}
 			return n, err
 		}
 		if status := statusOf(m); status != "" {
+			if m.Subject != reply {
+				continue // the end of an earlier request
+			}
 			if err := p.status(m, status); err != nil {
 				return n, err
 			}
@@ -233,6 +245,9 @@ func (p *Pull) FetchEach(ctx context.Context, batch int, fn func(*Msg), opts ...
 			break
 		}
 		if err := pullError(m); err != nil {
+			if m.Subject != reply {
+				continue
+			}
 			return n, fmt.Errorf("fetch from %s/%s: %w", p.stream, p.consumer, err)
 		}
 		m.apiTimeout = p.s.timeout
@@ -318,7 +333,9 @@ type Consumer struct {
 	expiry time.Duration
 
 	mu       sync.Mutex
-	requests []int // messages still due per outstanding request, oldest first
+	inbox    string         // the subscription is inbox + ".*"; request n replies to inbox.<n>
+	requests map[string]int // messages still due per outstanding request, by reply subject
+	sent     uint64         // requests sent, to number the next
 	due      int
 	err      error
 	stopped  bool
@@ -331,8 +348,8 @@ func (p *Pull) Consume(batch int, handler MsgHandler) (*Consumer, error) {
 	if batch <= 0 {
 		batch = 256
 	}
-	cc := &Consumer{p: p, batch: batch, expiry: 30 * time.Second}
-	sub, err := p.s.c.Subscribe(NewInbox(), func(m *Msg) {
+	cc := &Consumer{p: p, batch: batch, expiry: 30 * time.Second, inbox: NewInbox(), requests: map[string]int{}}
+	sub, err := p.s.c.Subscribe(cc.inbox+".*", func(m *Msg) {
 		if status := statusOf(m); status != "" {
 			cc.onStatus(m, status)
 			return
@@ -345,7 +362,7 @@ func (p *Pull) Consume(batch int, handler MsgHandler) (*Consumer, error) {
 			cc.mu.Unlock()
 			return
 		}
-		cc.onMsg()
+		cc.onMsg(m.Subject)
 		m.apiTimeout = p.s.timeout
 		handler(m)
 	})
@@ -367,29 +384,35 @@ func (cc *Consumer) topUp() error {
 	for !cc.stopped && cc.due < cc.batch/2+1 {
 		req := streamapi.PullRequest{Batch: cc.batch, Expires: streamapi.Duration(cc.expiry), Member: cc.p.member}
 		body, _ := json.Marshal(req)
-		if err := cc.p.s.c.PublishRequest(streamapi.ConsumerNextSubject(cc.p.stream, cc.p.consumer), cc.sub.Subject(), body); err != nil {
+		cc.sent++
+		reply := cc.inbox + "." + strconv.FormatUint(cc.sent, 10)
+		if err := cc.p.s.c.PublishRequest(streamapi.ConsumerNextSubject(cc.p.stream, cc.p.consumer), reply, body); err != nil {
 			cc.err = err
 			return err
 		}
-		cc.requests = append(cc.requests, cc.batch)
+		cc.requests[reply] = cc.batch
 		cc.due += cc.batch
 	}
 	return nil
 }
 
-func (cc *Consumer) onMsg() {
+// onMsg counts a message against the request it answers.
+func (cc *Consumer) onMsg(reply string) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if len(cc.requests) > 0 {
-		cc.requests[0]--
+	if left, ok := cc.requests[reply]; ok {
 		cc.due--
-		if cc.requests[0] == 0 {
-			cc.requests = cc.requests[1:]
+		if left <= 1 {
+			delete(cc.requests, reply)
+		} else {
+			cc.requests[reply] = left - 1
 		}
 	}
 	_ = cc.topUp()
 }
 
+// onStatus ends the request a status message answers: what it still owed is no
+// longer due.
 func (cc *Consumer) onStatus(m *Msg, status string) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -398,9 +421,9 @@ func (cc *Consumer) onStatus(m *Msg, status string) {
 		cc.stopped = true
 		return
 	}
-	if len(cc.requests) > 0 {
-		cc.due -= cc.requests[0]
-		cc.requests = cc.requests[1:]
+	if left, ok := cc.requests[m.Subject]; ok {
+		cc.due -= left
+		delete(cc.requests, m.Subject)
 	}
 	_ = cc.topUp()
 }

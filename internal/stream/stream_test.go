@@ -299,6 +299,31 @@ func TestFetchWaitsForMessages(t *testing.T) {
 	}
 }
 
+// TestFetchIgnoresEarlierRequestsEnd: a fetch whose context ended leaves its request
+// on the server; the status that later ends that request does not end the next fetch,
+// which still gets the message published after it.
+func TestFetchIgnoresEarlierRequestsEnd(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "late"})
+	e.addConsumer("late", tern.ConsumerConfig{Durable: "c"})
+	p := e.js.Pull("late", "c")
+	defer p.Close()
+	// The server holds this request for 0.9 × 1 s and then answers it with a 408.
+	gone, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.Fetch(gone, 1, tern.FetchMaxWait(time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("fetch with an ended context: %v", err)
+	}
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // after the 408 of the first request
+		_, _ = e.js.Publish(context.Background(), "late", []byte("after"))
+	}()
+	msgs, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(5*time.Second))
+	if err != nil || len(msgs) != 1 || string(msgs[0].Data) != "after" {
+		t.Fatalf("second fetch: %v, %v; want the message published after the first request ended", msgs, err)
+	}
+}
+
 func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "rd", Subjects: []string{"rd.>"}})
