@@ -428,3 +428,74 @@ func TestParseKey(t *testing.T) {
 		t.Fatal("public key")
 	}
 }
+
+// TestHandshakeBurst: a burst of encrypted handshakes, more than the listener keeps
+// waiting for its key work, leaves a running session's data flowing; the ones it
+// dropped get in when their clients send init2 again, each exactly once.
+func TestHandshakeBurst(t *testing.T) {
+	priv, pub := testKeys(t)
+	c, s, l := session(t, Config{PrivateKey: priv}, Config{ServerKey: pub}, nil)
+	go func() { // take every session the burst opens, as a server would
+		for {
+			if _, err := l.Accept(); err != nil {
+				return
+			}
+		}
+	}()
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	const burst = 4 * keyBacklog
+	init2s := make(map[uint64][]byte, burst)
+	for nonce := uint64(1000); nonce < 1000+burst; nonce++ {
+		// The cookie binds the address: ask for it from the socket that sends init2.
+		_, _ = pc.WriteTo(handshakeInit(nonce), l.Addr())
+		buf := make([]byte, 64)
+		_ = pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil || n < 33 {
+			t.Fatalf("cookie for %d: %d bytes, %v", nonce, n, err)
+		}
+		h, err := newClientHandshake(Config{ServerKey: pub}, nonce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		init2s[nonce] = handshakeInit2(nonce, buf[9:33], modeNK, h.msg1)
+	}
+	accepted := map[uint64]bool{}
+	rounds := 0
+	for ; len(accepted) < burst && rounds < 50; rounds++ {
+		for nonce, b := range init2s {
+			if !accepted[nonce] {
+				_, _ = pc.WriteTo(b, l.Addr())
+			}
+		}
+		if rounds == 0 {
+			roundTrip(t, c, s, 64<<10) // while the burst is being worked through
+		}
+		buf := make([]byte, 2048)
+		for {
+			_ = pc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				break
+			}
+			if nonce, sid, _, ok := parseAccept(buf[:n]); ok && sid != 0 {
+				accepted[nonce] = true
+			}
+		}
+		if rounds == 0 && len(accepted) == burst {
+			t.Logf("all %d handshakes of the burst answered at once", burst)
+		}
+	}
+	if len(accepted) != burst {
+		t.Fatalf("%d of %d handshakes accepted after %d rounds", len(accepted), burst, rounds)
+	}
+	if n := l.Stats().Sessions; n != burst+1 {
+		t.Fatalf("%d sessions, want %d (the burst and the running one)", n, burst+1)
+	}
+	t.Logf("%d handshakes accepted in %d rounds", burst, rounds)
+	roundTrip(t, c, s, 64<<10)
+}

@@ -548,14 +548,28 @@ type Listener struct {
 	ended    Stats // counters of sessions that have ended
 
 	resets tokenBucket // owned by the read loop
+	// Encrypted handshakes wait here for keyWorker: their public-key work (two
+	// X25519 operations) is kept off the read loop, so that a burst of them does
+	// not hold up the datagrams of running sessions.
+	keyWork chan keyJob
 }
 
 // handshake is what a listener remembers of a session's handshake, to answer a
 // retransmitted init2 with the same accept without doing the work again.
 type handshake struct {
 	noise  []byte // the client's Noise message; empty for a plaintext session
-	accept []byte
+	accept []byte // nil while the handshake waits for keyWorker
 }
+
+// keyJob is an encrypted init2 whose address proof checked out.
+type keyJob struct {
+	m    init2Msg // its noise is the listener's own copy
+	from net.Addr
+}
+
+// keyBacklog bounds the encrypted handshakes waiting for keyWorker; more are
+// dropped, and their clients send init2 again.
+const keyBacklog = 64
 
 // Listen opens a UDP listener.
 func Listen(addr string, cfg Config) (*Listener, error) {
@@ -576,6 +590,10 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 	_, _ = rand.Read(secret)
 	l := &Listener{pc: pc, bc: newBatchConn(pc), cfg: cfg, keys: keys, secret: secret, sessions: make(map[uint64]*Conn),
 		byNonce: make(map[uint64]*handshake), accept: make(chan *Conn, 128), done: make(chan struct{})}
+	if keys != nil {
+		l.keyWork = make(chan keyJob, keyBacklog)
+		go l.keyWorker()
+	}
 	go l.readLoop()
 	return l, nil
 }
@@ -709,9 +727,10 @@ func (l *Listener) init2(b []byte, from net.Addr) {
 	l.mu.Unlock()
 	switch {
 	case seen:
-		// A retransmission gets the same answer; another Noise message under the
-		// same nonce is someone else's and gets none.
-		if bytes.Equal(hs.noise, m.noise) {
+		// A retransmission gets the same answer (none while its key work waits);
+		// another Noise message under the same nonce is someone else's and gets
+		// none.
+		if hs.accept != nil && bytes.Equal(hs.noise, m.noise) {
 			_, _ = l.pc.WriteTo(hs.accept, from)
 		}
 		return
@@ -722,22 +741,60 @@ func (l *Listener) init2(b []byte, from net.Addr) {
 		l.refuse(m.nonce, reason, from)
 		return
 	}
+	if m.mode == modePlain {
+		l.open(m, from, nil, newSessionID(), nil)
+		return
+	}
+	m.noise = bytes.Clone(m.noise) // b is the read loop's buffer
+	l.mu.Lock()
+	if _, seen := l.byNonce[m.nonce]; seen || l.closed {
+		l.mu.Unlock()
+		return
+	}
+	select {
+	case l.keyWork <- keyJob{m: m, from: from}:
+		l.byNonce[m.nonce] = &handshake{noise: m.noise}
+	default: // backlog full: the client sends init2 again
+	}
+	l.mu.Unlock()
+}
+
+// keyWorker does the Noise responder's work for encrypted handshakes, one at a
+// time, until the listener closes.
+func (l *Listener) keyWorker() {
+	for {
+		select {
+		case <-l.done:
+			return
+		case j := <-l.keyWork:
+			sid := newSessionID()
+			msg2, sc, err := respond(l.keys, j.m.mode, j.m.nonce, sid, j.m.noise)
+			if err != nil {
+				l.mu.Lock()
+				delete(l.byNonce, j.m.nonce)
+				l.mu.Unlock()
+				l.refuse(j.m.nonce, refuseAuth, j.from)
+				continue
+			}
+			l.open(j.m, j.from, sc, sid, msg2)
+		}
+	}
+}
+
+func newSessionID() uint64 {
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
-	sid := binary.BigEndian.Uint64(rb[:]) | 1
+	return binary.BigEndian.Uint64(rb[:]) | 1
+}
+
+// open starts the session a checked init2 asked for and answers it with accept
+// (carrying msg2, the Noise answer, when encrypted).
+func (l *Listener) open(m init2Msg, from net.Addr, sec *sessionCipher, sid uint64, msg2 []byte) {
 	accept := make([]byte, 0, acceptSealed)
 	accept = append(accept, kindAccept)
 	accept = binary.BigEndian.AppendUint64(accept, m.nonce)
 	accept = binary.BigEndian.AppendUint64(accept, sid)
-	var sec *sessionCipher
-	if m.mode != modePlain {
-		msg2, sc, err := respond(l.keys, m.mode, m.nonce, sid, m.noise)
-		if err != nil {
-			l.refuse(m.nonce, refuseAuth, from)
-			return
-		}
-		accept, sec = append(accept, msg2...), sc
-	}
+	accept = append(accept, msg2...)
 	nonce := m.nonce
 	c := newConn(l.pc, l.bc, sid, from, l.cfg, sec, func() { l.remove(sid, nonce) })
 	l.mu.Lock()
@@ -752,6 +809,7 @@ func (l *Listener) init2(b []byte, from net.Addr) {
 		}
 	}
 	if !queued {
+		delete(l.byNonce, nonce)
 		c.onDone = nil // l.mu is held
 		c.closeWith(errors.New("udp: accept backlog full"), false)
 		l.mu.Unlock()
