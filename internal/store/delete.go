@@ -130,6 +130,13 @@ func (l *Log) deleteOne(seq uint64, sync bool) (*segment, error) {
 // killLocked marks seq (in s) dead and updates the counters. The caller holds
 // mu for writing and has persisted the tombstone.
 func (l *Log) killLocked(s *segment, seq, n uint64, subj []byte, hasSubj bool) {
+	if len(l.watches) > 0 {
+		if hasSubj {
+			l.noteRemovedLocked(seq, subj)
+		} else {
+			l.noteRemovedLocked(seq)
+		}
+	}
 	s.dead++
 	s.liveBytes -= int64(n)
 	l.msgs--

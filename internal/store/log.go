@@ -78,6 +78,7 @@ type Log struct {
 	subjects  map[string]*subjInfo
 	corrupt   []*corruptRange
 	closed    bool
+	watches   []*RemovalWatch
 
 	// Writer only.
 	shut      atomic.Bool // Close started; checked without taking mu

@@ -96,6 +96,17 @@ func (l *Log) dropFrontSegment(s *segment) (uint64, error) {
 		bytes += uint64(size)
 	}
 	l.mu.Lock()
+	if len(l.watches) > 0 {
+		if lost > 0 {
+			l.noteRemovedLocked(s.last)
+		} else {
+			subjs := make([][]byte, 0, len(l.dec))
+			for si := range l.dec {
+				subjs = append(subjs, []byte(si.subj))
+			}
+			l.noteRemovedLocked(s.last, subjs...)
+		}
+	}
 	for si, k := range l.dec {
 		si.msgs -= k
 		if si.msgs == 0 {

@@ -89,6 +89,18 @@ type cpart struct {
 	backlog    []uint64 // last-per-subject start: delivered before next
 	owner      string   // consumer-group member, "" when there are no members
 	nextDirty  bool
+
+	// What a filtered consumer has yet to go through: counted live messages
+	// matching the filter in [countFrom, countTo], countFrom following next as
+	// the consumer reads. Counted again from scratch when next moves otherwise,
+	// or when the log removed a matching message at or above checkedFrom (the
+	// lowest countFrom since the last look at removals): the consumer may have
+	// skipped a counted message that was removed before it got there.
+	counted            bool
+	countFrom, countTo uint64
+	checkedFrom        uint64
+	matching           uint64
+	removals           *store.RemovalWatch
 }
 
 type pendingMsg struct {
@@ -565,6 +577,10 @@ func (c *Consumer) stop(remove bool) {
 		if c.parts[i].reader != nil {
 			c.parts[i].reader.Close()
 			c.parts[i].reader = nil
+		}
+		if w := c.parts[i].removals; w != nil {
+			w.Stop()
+			c.parts[i].removals = nil
 		}
 	}
 	if c.jr != nil {
@@ -1148,10 +1164,21 @@ func (c *Consumer) readNew(i int) (store.Record, bool) {
 			cp.readerNext = 0
 			return store.Record{}, false
 		}
+		prev := cp.next
 		cp.next = rec.Seq + 1
 		cp.readerNext = cp.next
 		cp.nextDirty = true
-		if c.filter != "" && !subject.Matches(c.filter, string(rec.Subject)) {
+		matched := c.filter == "" || subject.Matches(c.filter, string(rec.Subject))
+		if cp.counted && cp.countFrom == prev {
+			switch {
+			case rec.Seq > cp.countTo: // nothing counted was left before it
+				cp.matching, cp.countTo = 0, rec.Seq
+			case matched:
+				cp.matching--
+			}
+			cp.countFrom = cp.next
+		}
+		if !matched {
 			continue
 		}
 		return rec, true
@@ -1167,20 +1194,86 @@ func (c *Consumer) unread(part int, seq uint64, redelivery bool) {
 		return
 	}
 	if seq < cp.next {
+		if cp.counted && cp.countFrom == cp.next && cp.next == seq+1 {
+			cp.countFrom, cp.matching = seq, cp.matching+1 // it passed the filter
+			cp.checkedFrom = min(cp.checkedFrom, seq)
+		}
 		cp.next = seq
 		cp.readerNext = 0
 	}
 }
 
+// numPendingLocked is how many messages the consumer has yet to go through for a
+// first delivery: the live messages from its position on that pass its filter.
 func (c *Consumer) numPendingLocked() uint64 {
 	var n uint64
 	for i := range c.parts {
-		if last := c.lastSeq[i]; last >= c.parts[i].next {
-			n += last - c.parts[i].next + 1
+		cp := &c.parts[i]
+		if c.filter == "" {
+			n += c.s.parts[i].CountFrom(cp.next)
+		} else {
+			n += c.matchingLocked(i)
 		}
-		n += uint64(len(c.parts[i].backlog))
+		n += uint64(len(cp.backlog))
 	}
 	return n
+}
+
+// matchingLocked counts the live messages of partition i from the consumer's
+// position on that match its filter: what it counted before, kept up to date as
+// it read, plus what has been appended since; all again when that no longer holds.
+func (c *Consumer) matchingLocked(i int) uint64 {
+	cp := &c.parts[i]
+	l := c.s.parts[i]
+	if cp.removals == nil && !c.closed {
+		filter := c.filter
+		cp.removals = l.WatchRemovals(func(subj []byte) bool { return subject.Matches(filter, string(subj)) })
+		cp.counted = false
+	}
+	if cp.removals != nil {
+		if high := cp.removals.Take(); high != 0 && high >= cp.checkedFrom {
+			cp.counted = false
+		}
+	}
+	if cp.countFrom != cp.next || cp.removals == nil {
+		cp.counted = false
+	}
+	from := cp.countTo + 1
+	if !cp.counted {
+		cp.countFrom, cp.countTo, cp.matching = cp.next, cp.next-1, 0
+		from = cp.next
+	}
+	cp.checkedFrom = cp.countFrom
+	end := l.State().LastSeq
+	if end < from {
+		cp.counted = true
+		return cp.matching
+	}
+	r := l.NewReader(from)
+	defer r.Close()
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		var corr *store.Corruption
+		if errors.As(err, &corr) {
+			continue // unreadable: never delivered either
+		}
+		if err != nil {
+			c.s.m.log.Error("consumer pending count", "stream", c.s.name, "consumer", c.name, "partition", i, "err", err)
+			cp.counted = false
+			return cp.matching
+		}
+		if rec.Seq > end {
+			break
+		}
+		if subject.Matches(c.filter, string(rec.Subject)) {
+			cp.matching++
+		}
+	}
+	cp.countTo, cp.counted = end, true
+	return cp.matching
 }
 
 // sendStatus ends a pull request with a status message on its reply subject.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -874,5 +875,128 @@ func TestAckSyncBoundedByAPITimeout(t *testing.T) {
 	err = msgs[0].AckSync(context.Background())
 	if took := time.Since(start); !errors.Is(err, tern.ErrTimeout) || took > 3*time.Second {
 		t.Fatalf("AckSync after its consumer went: %v after %v, want ErrTimeout after about 300ms", err, took)
+	}
+}
+
+// TestNumPendingExact: a consumer's pending count is the live messages from its
+// position on that pass its filter, not the stream sequences after it: through
+// reads, removals by another work-queue consumer, new messages and purges.
+func TestNumPendingExact(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "np", Subjects: []string{"np.>"}, Retention: tern.RetainWorkQueue})
+	for i := 0; i < 30; i++ {
+		e.publish("np."+string(rune('a'+i%3)), strconv.Itoa(i)) // np.a, np.b, np.c: 10 each
+	}
+	e.addConsumer("np", tern.ConsumerConfig{Durable: "a", FilterSubject: "np.a"})
+	e.addConsumer("np", tern.ConsumerConfig{Durable: "b", FilterSubject: "np.b"})
+	check := func(stage string, wantA, wantB uint64) {
+		t.Helper()
+		a, b := e.consumerInfo("np", "a").NumPending, e.consumerInfo("np", "b").NumPending
+		if a != wantA || b != wantB {
+			t.Fatalf("%s: pending a %d, b %d; want %d, %d", stage, a, b, wantA, wantB)
+		}
+	}
+	check("start", 10, 10)
+	take := func(name string, n int) {
+		p := e.js.Pull("np", name)
+		defer p.Close()
+		for _, m := range e.fetch(p, n) {
+			if err := m.AckSync(e.ctx); err != nil { // the work queue removes it
+				t.Fatal(err)
+			}
+		}
+	}
+	take("a", 4)
+	check("a took 4", 6, 10)
+	take("b", 3)
+	check("b took 3", 6, 7)
+	for i := 0; i < 5; i++ {
+		e.publish("np.b", "more")
+	}
+	check("5 more for b", 6, 12)
+	if _, err := e.js.PurgeStream(e.ctx, "np", &tern.PurgeRequest{Subject: "np.a"}); err != nil {
+		t.Fatal(err)
+	}
+	check("np.a purged", 0, 12)
+	take("b", 12)
+	check("b took all", 0, 0)
+
+	// Without a filter: interior removals count too.
+	e.addStream(tern.StreamConfig{Name: "all", Subjects: []string{"all.>"}})
+	for i := 0; i < 20; i++ {
+		e.publish("all."+strconv.Itoa(i%4), "x")
+	}
+	e.addConsumer("all", tern.ConsumerConfig{Durable: "c"})
+	p := e.js.Pull("all", "c")
+	defer p.Close()
+	e.fetch(p, 3)
+	if n := e.consumerInfo("all", "c").NumPending; n != 17 {
+		t.Fatalf("unfiltered after 3: %d pending, want 17", n)
+	}
+	if _, err := e.js.PurgeStream(e.ctx, "all", &tern.PurgeRequest{Subject: "all.1"}); err != nil {
+		t.Fatal(err)
+	}
+	// all.1 were sequences 2, 6, 10, 14, 18: four of them after the position.
+	if n := e.consumerInfo("all", "c").NumPending; n != 13 {
+		t.Fatalf("unfiltered after purging all.1: %d pending, want 13", n)
+	}
+}
+
+// TestNumPendingModel: random publishes, fetches and subject purges on a work
+// queue with two filtered consumers; at random moments each consumer's pending
+// count equals the model's (messages of its subject published, neither delivered
+// nor purged).
+func TestNumPendingModel(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "m", Subjects: []string{"m.>"}, Retention: tern.RetainWorkQueue})
+	e.addConsumer("m", tern.ConsumerConfig{Durable: "a", FilterSubject: "m.a"})
+	e.addConsumer("m", tern.ConsumerConfig{Durable: "b", FilterSubject: "m.b.*"})
+	pulls := map[string]*tern.Pull{"a": e.js.Pull("m", "a"), "b": e.js.Pull("m", "b")}
+	for _, p := range pulls {
+		defer p.Close()
+	}
+	model := map[string]int{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	for op := 0; op < 300; op++ {
+		switch r := rng.IntN(10); {
+		case r < 5:
+			switch rng.IntN(3) {
+			case 0:
+				e.publish("m.a", "x")
+				model["a"]++
+			case 1:
+				e.publish("m.b."+strconv.Itoa(rng.IntN(3)), "x")
+				model["b"]++
+			default:
+				e.publish("m.c", "x") // neither
+			}
+		case r < 8:
+			name := []string{"a", "b"}[rng.IntN(2)]
+			if k := min(model[name], 1+rng.IntN(4)); k > 0 {
+				for _, m := range e.fetch(pulls[name], k) {
+					if err := m.AckSync(e.ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				model[name] -= k
+			}
+		case r < 9:
+			if rng.IntN(2) == 0 {
+				if _, err := e.js.PurgeStream(e.ctx, "m", &tern.PurgeRequest{Subject: "m.a"}); err != nil {
+					t.Fatal(err)
+				}
+				model["a"] = 0
+			} else {
+				if _, err := e.js.PurgeStream(e.ctx, "m", &tern.PurgeRequest{Subject: "m.c"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			for _, name := range []string{"a", "b"} {
+				if got := e.consumerInfo("m", name).NumPending; got != uint64(model[name]) {
+					t.Fatalf("op %d: %s has %d pending, model %d", op, name, got, model[name])
+				}
+			}
+		}
 	}
 }
