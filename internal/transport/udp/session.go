@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -88,31 +89,50 @@ func newBatchConn(pc *net.UDPConn) batchConn {
 	return ipv6.NewPacketConn(pc)
 }
 
-// readBatch is the receive side's reusable batch: batch datagrams of up to size
-// bytes each.
+// readBatch is the receive side's reusable batch: batch messages of up to size
+// bytes each. With receive offload (gro) one message may hold a run of datagrams
+// from one sender, all of one size but the last.
 type readBatch struct {
 	ms   []ipv4.Message
 	size int
+	gro  bool
 }
 
-func newReadBatch(n, mtu int) *readBatch {
+// newReadBatch makes the read batch for pc, asking the kernel to coalesce
+// datagrams of one flow where it can (UDP GRO): a bulk stream sent with
+// segmentation offload then crosses the receive path as one message per send.
+func newReadBatch(pc *net.UDPConn, n, mtu int) *readBatch {
 	// Room for a peer whose MTU is up to twice ours; a datagram that fills the
 	// buffer may have been cut and is dropped.
 	size := max(4096, 2*mtu)
-	rb := &readBatch{ms: make([]ipv4.Message, n), size: size}
+	gro := enableGRO(pc)
+	if gro {
+		size = readMax
+	}
+	rb := &readBatch{ms: make([]ipv4.Message, n), size: size, gro: gro}
 	for i := range rb.ms {
 		rb.ms[i].Buffers = [][]byte{make([]byte, size)}
+		if gro {
+			rb.ms[i].OOB = make([]byte, groControlSpace)
+		}
 	}
 	return rb
 }
 
-// datagram returns the i-th datagram read, nil if it may have been truncated.
-func (rb *readBatch) datagram(i int) []byte {
+// message returns the i-th message read and the size of the datagrams in it
+// (the last may be shorter); nil if it may have been truncated.
+func (rb *readBatch) message(i int) (b []byte, seg int) {
 	m := &rb.ms[i]
-	if m.N >= rb.size {
-		return nil
+	if m.N >= rb.size || m.N == 0 {
+		return nil, 0
 	}
-	return m.Buffers[0][:m.N]
+	b, seg = m.Buffers[0][:m.N], m.N
+	if rb.gro {
+		if g := groSegment(m.OOB[:m.NN]); g > 0 && g < m.N {
+			seg = g
+		}
+	}
+	return b, seg
 }
 
 // writeBatch sends datagrams, each behind the same session header, to addr: many
@@ -547,7 +567,8 @@ type Listener struct {
 	closed   bool
 	ended    Stats // counters of sessions that have ended
 
-	resets tokenBucket // owned by the read loop
+	resets    tokenBucket // owned by the read loop
+	coalesced atomic.Uint64
 	// Encrypted handshakes wait here for keyWorker: their public-key work (two
 	// X25519 operations) is kept off the read loop, so that a burst of them does
 	// not hold up the datagrams of running sessions.
@@ -609,7 +630,7 @@ func (l *Listener) mac(addr net.Addr, nonce, ts uint64) []byte {
 }
 
 func (l *Listener) readLoop() {
-	rb := newReadBatch(listenerBatch, l.cfg.MTU)
+	rb := newReadBatch(l.pc, listenerBatch, l.cfg.MTU)
 	var touched []*Conn
 	for {
 		n, err := l.bc.ReadBatch(rb.ms, 0)
@@ -624,7 +645,13 @@ func (l *Listener) readLoop() {
 		}
 		now := time.Now()
 		for i := range n {
-			if b := rb.datagram(i); b != nil {
+			msg, seg := rb.message(i)
+			if seg < len(msg) {
+				l.coalesced.Add(1)
+			}
+			for len(msg) > 0 {
+				b := msg[:min(seg, len(msg))]
+				msg = msg[len(b):]
 				touched = l.handle(b, rb.ms[i].Addr, now, touched)
 			}
 		}
@@ -843,7 +870,10 @@ func (l *Listener) remove(sid, nonce uint64) {
 // ListenerStats are a listener's totals over its sessions, live and ended.
 type ListenerStats struct {
 	Sessions int // live now
-	Stats        // counters summed over all sessions; the gauges are unset
+	// Coalesced counts reads that brought several datagrams of one sender at
+	// once (UDP receive offload).
+	Coalesced uint64
+	Stats     // counters summed over all sessions; the gauges are unset
 	// Gauges over the live sessions.
 	MeanRTT, MaxRTT   time.Duration
 	MeanCwnd, MinCwnd float64
@@ -856,7 +886,7 @@ func (l *Listener) Stats() ListenerStats {
 	for _, c := range l.sessions {
 		conns = append(conns, c)
 	}
-	out := ListenerStats{Sessions: len(conns), Stats: l.ended}
+	out := ListenerStats{Sessions: len(conns), Stats: l.ended, Coalesced: l.coalesced.Load()}
 	l.mu.Unlock()
 	for i, c := range conns {
 		st := c.Stats()
@@ -1000,7 +1030,7 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 	}
 	_ = pc.SetReadDeadline(time.Time{})
 	c := newConn(pc, newBatchConn(pc), sid, ua, cfg, sec, func() { pc.Close() })
-	go c.clientReadLoop(newReadBatch(clientBatch, cfg.MTU), ua)
+	go c.clientReadLoop(newReadBatch(pc, clientBatch, cfg.MTU), ua)
 	return c, nil
 }
 
@@ -1016,17 +1046,21 @@ func (c *Conn) clientReadLoop(rb *readBatch, server *net.UDPAddr) {
 		}
 		now := time.Now()
 		for i := range n {
-			b := rb.datagram(i)
-			if len(b) < sessionHdr || binary.BigEndian.Uint64(b[1:9]) != c.id {
-				continue
-			}
-			switch b[0] {
-			case kindData, kindPing, kindClose:
-				c.datagram(b, rb.ms[i].Addr, now)
-			case kindReset:
-				if ua, ok := rb.ms[i].Addr.(*net.UDPAddr); ok && ua.IP.Equal(server.IP) && ua.Port == server.Port {
-					c.closeWith(ErrReset, false)
-					return
+			msg, seg := rb.message(i)
+			for len(msg) > 0 {
+				b := msg[:min(seg, len(msg))]
+				msg = msg[len(b):]
+				if len(b) < sessionHdr || binary.BigEndian.Uint64(b[1:9]) != c.id {
+					continue
+				}
+				switch b[0] {
+				case kindData, kindPing, kindClose:
+					c.datagram(b, rb.ms[i].Addr, now)
+				case kindReset:
+					if ua, ok := rb.ms[i].Addr.(*net.UDPAddr); ok && ua.IP.Equal(server.IP) && ua.Port == server.Port {
+						c.closeWith(ErrReset, false)
+						return
+					}
 				}
 			}
 		}
