@@ -2,6 +2,8 @@ package udp
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,11 +25,12 @@ import (
 // and never answers with more bytes than it received:
 //
 //	init2   0x03 | nonce u64 | ts u64 | mac [16] | mode u8 | Noise e, es [48] | padding to minInit
-//	accept  0x04 | nonce u64 | session u64 | Noise e, ee [32] | sealed session u64 [24]
+//	accept  0x04 | nonce u64 | session u64 | Noise e, ee [32] | sealed (session u64, reset token [16]) [40]
 //	refuse  0x08 | nonce u64 | reason u8
 //
 // mode is modePlain (what a client without a key pads with), modeNK or modeNKpsk0.
-// The accept's Noise payload is the session id, which authenticates it. The
+// The accept's Noise payload is the session id, which authenticates it, and the
+// token that the server's resets for the session carry (resetToken). The
 // prologue binds the handshake to the nonce and the mode, so neither can be changed
 // in flight nor a Noise message moved into another handshake.
 const (
@@ -35,8 +38,10 @@ const (
 	modeNK     = 1
 	modeNKpsk0 = 2
 
-	noiseMsg1Len = 32 + 16     // ephemeral key, tag of the empty payload
-	noiseMsg2Len = 32 + 8 + 16 // ephemeral key, sealed session id
+	noiseMsg1Len = 32 + 16                     // ephemeral key, tag of the empty payload
+	noiseMsg2Len = 32 + 8 + resetTokenLen + 16 // ephemeral key, sealed session id and reset token
+	// resetTokenLen is the length of the token an encrypted session's resets carry.
+	resetTokenLen = 16
 
 	init2Fixed   = 1 + 8 + 8 + 16 // kind, nonce, ts, mac
 	acceptPlain  = 17
@@ -143,10 +148,26 @@ func (h *clientHandshake) finish(sid uint64, msg2 []byte) (*sessionCipher, error
 		return nil, err
 	}
 	payload, toServer, toClient, err := hs.ReadMessage(nil, msg2)
-	if err != nil || toServer == nil || len(payload) != 8 || binary.BigEndian.Uint64(payload) != sid {
+	if err != nil || toServer == nil || len(payload) != 8+resetTokenLen || binary.BigEndian.Uint64(payload) != sid {
 		return nil, ErrAuthentication
 	}
-	return newSessionCipher(toServer.UnsafeKey(), toClient.UnsafeKey())
+	sc, err := newSessionCipher(toServer.UnsafeKey(), toClient.UnsafeKey())
+	if err != nil {
+		return nil, err
+	}
+	copy(sc.resetToken[:], payload[8:])
+	return sc, nil
+}
+
+// resetToken is what the server's resets for session sid carry when it has the
+// static key private.
+func resetToken(private Key, sid uint64) [resetTokenLen]byte {
+	h := hmac.New(sha256.New, private[:])
+	h.Write([]byte("tern-udp-reset"))
+	h.Write(binary.BigEndian.AppendUint64(nil, sid))
+	var tok [resetTokenLen]byte
+	copy(tok[:], h.Sum(nil))
+	return tok
 }
 
 // serverKeys are a listener's keys; nil for a listener without encryption.
@@ -194,12 +215,17 @@ func respond(k *serverKeys, mode byte, nonce, sid uint64, msg1 []byte) ([]byte, 
 	if _, _, _, err := hs.ReadMessage(nil, msg1); err != nil {
 		return nil, nil, ErrAuthentication
 	}
-	msg2, toServer, toClient, err := hs.WriteMessage(nil, binary.BigEndian.AppendUint64(nil, sid))
+	tok := resetToken(k.private, sid)
+	msg2, toServer, toClient, err := hs.WriteMessage(nil, append(binary.BigEndian.AppendUint64(nil, sid), tok[:]...))
 	if err != nil || toServer == nil {
 		return nil, nil, fmt.Errorf("udp: handshake: %w", err)
 	}
 	sc, err := newSessionCipher(toClient.UnsafeKey(), toServer.UnsafeKey())
-	return msg2, sc, err
+	if err != nil {
+		return nil, nil, err
+	}
+	sc.resetToken = tok
+	return msg2, sc, nil
 }
 
 // init2Msg is a parsed init2 datagram; noise aliases the datagram.

@@ -38,6 +38,10 @@ type sessionCipher struct {
 	sealed     [][]byte // the current batch's sealed datagrams; buffers reused
 
 	forged, replayed uint64
+	// resetToken is what a reset for this session must carry: the server derives
+	// it from its static key and the session id, so that it can still make it
+	// after a restart that lost the session, and no one without the key can.
+	resetToken [resetTokenLen]byte
 }
 
 func newSessionCipher(sendKey, recvKey [32]byte) (*sessionCipher, error) {

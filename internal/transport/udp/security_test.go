@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -498,4 +499,57 @@ func TestHandshakeBurst(t *testing.T) {
 	}
 	t.Logf("%d handshakes accepted in %d rounds", burst, rounds)
 	roundTrip(t, c, s, 64<<10)
+}
+
+// crash ends a listener the way a crash would: its socket goes, and no session
+// hears of it.
+func crash(l *Listener) {
+	close(l.done)
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	_ = l.pc.Close()
+}
+
+// TestEncryptedSessionReset: an encrypted session ends at a reset only if it
+// carries the session's token, which a server restarted with the same key can
+// make and one with another key cannot.
+func TestEncryptedSessionReset(t *testing.T) {
+	priv, pub := testKeys(t)
+	other, _ := testKeys(t)
+	c, _, l := session(t, Config{PrivateKey: priv}, Config{ServerKey: pub}, nil)
+	addr := l.Addr().String()
+	crash(l)
+	wrong, err := Listen(addr, Config{PrivateKey: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("anyone?")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	_ = c.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+	if _, err := c.Read(buf); errors.Is(err, ErrReset) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read while a server with another key answers: %v, want a read timeout", err)
+	}
+	if st := wrong.Stats(); st.Sessions != 0 {
+		t.Fatalf("the other server has %d sessions", st.Sessions)
+	}
+	crash(wrong)
+	right, err := Listen(addr, Config{PrivateKey: priv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer right.Close()
+	start := time.Now()
+	if _, err := c.Write([]byte("anyone?")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(buf); !errors.Is(err, ErrReset) {
+		t.Fatalf("read after the server restarted with its key: %v, want ErrReset", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("reset noticed after %v", took)
+	}
 }

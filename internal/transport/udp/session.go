@@ -721,11 +721,18 @@ func (l *Listener) handle(b []byte, from net.Addr, now time.Time, touched []*Con
 		c := l.sessions[id]
 		l.mu.Unlock()
 		if c == nil {
-			if b[0] != kindClose && l.resets.allow(now) {
-				var reset [sessionHdr]byte
+			// A listener with a key proves the reset is its own with the
+			// session's token, and never answers with more bytes than it got.
+			var reset [sessionHdr + resetTokenLen]byte
+			n := sessionHdr
+			if l.keys != nil {
+				tok := resetToken(l.keys.private, id)
+				n += copy(reset[sessionHdr:], tok[:])
+			}
+			if b[0] != kindClose && len(b) >= n && l.resets.allow(now) {
 				reset[0] = kindReset
 				binary.BigEndian.PutUint64(reset[1:], id)
-				_, _ = l.pc.WriteTo(reset[:], from)
+				_, _ = l.pc.WriteTo(reset[:n], from)
 			}
 			return touched
 		}
@@ -1057,6 +1064,10 @@ func (c *Conn) clientReadLoop(rb *readBatch, server *net.UDPAddr) {
 				case kindData, kindPing, kindClose:
 					c.datagram(b, rb.ms[i].Addr, now)
 				case kindReset:
+					if c.sec != nil && (len(b) < sessionHdr+resetTokenLen ||
+						!hmac.Equal(b[sessionHdr:sessionHdr+resetTokenLen], c.sec.resetToken[:])) {
+						continue // not the server's: an encrypted session's resets carry its token
+					}
 					if ua, ok := rb.ms[i].Addr.(*net.UDPAddr); ok && ua.IP.Equal(server.IP) && ua.Port == server.Port {
 						c.closeWith(ErrReset, false)
 						return

@@ -92,8 +92,22 @@ func testNoAmplification(t *testing.T, lcfg, dcfg Config) {
 		t.Fatal("a forged cookie was answered")
 	}
 	data := []byte{kindData, 1, 2, 3, 4, 5, 6, 7, 8, version | flagData, 1, 3, 1, 'x'}
-	if n, b := send(data); n != sessionHdr || b[0] != kindReset || !bytes.Equal(b[1:9], data[1:9]) {
+	wantReset := sessionHdr
+	if !lcfg.PrivateKey.IsZero() {
+		// A reset from a listener with a key carries the session's token: it
+		// answers only datagrams at least as long, as sealed ones always are.
+		if n, _ := send(data); n != 0 {
+			t.Fatalf("a %d-byte datagram got a %d-byte reset", len(data), n)
+		}
+		data = append(data, make([]byte, sealOverhead)...)
+		wantReset += resetTokenLen
+	}
+	n, b := send(data)
+	if n != wantReset || b[0] != kindReset || !bytes.Equal(b[1:9], data[1:9]) {
 		t.Fatalf("data for an unknown session: answer %x, want a reset", b)
+	}
+	if tok := resetToken(lcfg.PrivateKey, binary.BigEndian.Uint64(data[1:9])); n > sessionHdr && !bytes.Equal(b[sessionHdr:], tok[:]) {
+		t.Fatalf("reset token %x, want %x", b[sessionHdr:], tok)
 	}
 	if n, _ := send(data[:5]); n != 0 {
 		t.Fatal("a datagram shorter than the session header was answered")
@@ -217,11 +231,7 @@ func TestSessionResetAfterServerRestart(t *testing.T) {
 	}
 
 	// The server crashes: its socket goes away without a word to the client.
-	close(l.done)
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	_ = l.pc.Close()
+	crash(l)
 	l2, err := Listen(addr, Config{})
 	if err != nil {
 		t.Fatal(err)
