@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -332,13 +333,21 @@ type Consumer struct {
 	batch  int
 	expiry time.Duration
 
-	mu       sync.Mutex
-	inbox    string         // the subscription is inbox + ".*"; request n replies to inbox.<n>
-	requests map[string]int // messages still due per outstanding request, by reply subject
-	sent     uint64         // requests sent, to number the next
+	mu    sync.Mutex
+	inbox string // the subscription is inbox + ".*"; request n replies to inbox.<n>
+	// Outstanding requests, oldest first. A message arrives under its own
+	// subject and is counted against the oldest; a status names its request.
+	requests []pendingPull
+	sent     uint64 // requests sent, to number the next
 	due      int
 	err      error
 	stopped  bool
+}
+
+// pendingPull is an outstanding request of a Consume loop.
+type pendingPull struct {
+	reply string
+	left  int
 }
 
 // Consume keeps pull requests outstanding so that messages flow continuously to
@@ -348,7 +357,7 @@ func (p *Pull) Consume(batch int, handler MsgHandler) (*Consumer, error) {
 	if batch <= 0 {
 		batch = 256
 	}
-	cc := &Consumer{p: p, batch: batch, expiry: 30 * time.Second, inbox: NewInbox(), requests: map[string]int{}}
+	cc := &Consumer{p: p, batch: batch, expiry: 30 * time.Second, inbox: NewInbox()}
 	sub, err := p.s.c.Subscribe(cc.inbox+".*", func(m *Msg) {
 		if status := statusOf(m); status != "" {
 			cc.onStatus(m, status)
@@ -362,7 +371,7 @@ func (p *Pull) Consume(batch int, handler MsgHandler) (*Consumer, error) {
 			cc.mu.Unlock()
 			return
 		}
-		cc.onMsg(m.Subject)
+		cc.onMsg()
 		m.apiTimeout = p.s.timeout
 		handler(m)
 	})
@@ -390,22 +399,20 @@ func (cc *Consumer) topUp() error {
 			cc.err = err
 			return err
 		}
-		cc.requests[reply] = cc.batch
+		cc.requests = append(cc.requests, pendingPull{reply, cc.batch})
 		cc.due += cc.batch
 	}
 	return nil
 }
 
-// onMsg counts a message against the request it answers.
-func (cc *Consumer) onMsg(reply string) {
+// onMsg counts a message against the oldest outstanding request.
+func (cc *Consumer) onMsg() {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if left, ok := cc.requests[reply]; ok {
+	if len(cc.requests) > 0 {
 		cc.due--
-		if left <= 1 {
-			delete(cc.requests, reply)
-		} else {
-			cc.requests[reply] = left - 1
+		if cc.requests[0].left--; cc.requests[0].left == 0 {
+			cc.requests = cc.requests[1:]
 		}
 	}
 	_ = cc.topUp()
@@ -421,9 +428,9 @@ func (cc *Consumer) onStatus(m *Msg, status string) {
 		cc.stopped = true
 		return
 	}
-	if left, ok := cc.requests[m.Subject]; ok {
-		cc.due -= left
-		delete(cc.requests, m.Subject)
+	if i := slices.IndexFunc(cc.requests, func(r pendingPull) bool { return r.reply == m.Subject }); i >= 0 {
+		cc.due -= cc.requests[i].left
+		cc.requests = slices.Delete(cc.requests, i, i+1)
 	}
 	_ = cc.topUp()
 }

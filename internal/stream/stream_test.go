@@ -1000,3 +1000,38 @@ func TestNumPendingModel(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumeManyBatches: a Consume loop keeps requests outstanding until every
+// message has come, many batches' worth, each once and in order, and then waits
+// with requests still out for messages published later.
+func TestConsumeManyBatches(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "many", Subjects: []string{"many.>"}})
+	const n = 500
+	for i := 0; i < n; i++ {
+		e.publish("many.x", strconv.Itoa(i))
+	}
+	e.addConsumer("many", tern.ConsumerConfig{Durable: "c", AckPolicy: tern.AckNone})
+	got := make(chan string, 2*n)
+	cc, err := e.js.Pull("many", "c").Consume(16, func(m *tern.Msg) { got <- string(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case d := <-got:
+			if d != want {
+				t.Fatalf("got %q, want %q", d, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiting for %q: nothing came (loop error %v)", want, cc.Err())
+		}
+	}
+	for i := 0; i < n; i++ {
+		next(strconv.Itoa(i))
+	}
+	e.publish("many.x", "later")
+	next("later")
+}
