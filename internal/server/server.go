@@ -49,8 +49,9 @@ type Server struct {
 	serveErr chan error
 }
 
-// New validates cfg and prepares a server; Start opens its listeners.
-func New(cfg Config, log *slog.Logger) (*Server, error) {
+// New validates cfg and prepares a server; Start opens its listeners. A server
+// that cannot be made leaves nothing running and its store_dir free.
+func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -77,6 +78,26 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.native = ns
+	defer func() {
+		if err != nil {
+			_ = ns.Shutdown(time.Second) // nothing connected yet: ends its ping loop
+		}
+	}()
+	// The stream engine first: it locks store_dir, which the MQTT state lives in too.
+	if cfg.StoreDir != "" {
+		policy, err := store.ParseSyncPolicy(cfg.Sync)
+		if err != nil {
+			return nil, fmt.Errorf("sync: %w", err)
+		}
+		mgr, err := stream.New(stream.Config{
+			Dir: cfg.StoreDir, Sync: policy, SyncInterval: cfg.SyncInterval, MaxPayload: cfg.MaxPayload,
+			MaxStreams: cfg.MaxStreams, MaxConsumers: cfg.MaxConsumers, SegmentBytes: cfg.SegmentSize,
+		}, s.broker, log.With("component", "streams"))
+		if err != nil {
+			return nil, err
+		}
+		s.streams = mgr
+	}
 	if cfg.MQTTPort >= 0 {
 		mcfg := cfg.MQTT
 		if mcfg.MaxPacketSize <= 0 {
@@ -99,23 +120,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		ms, err := mqtt.NewServer(mcfg, s.broker, log.With("proto", "mqtt"))
 		if err != nil {
+			if s.streams != nil {
+				s.streams.Close()
+			}
 			return nil, err
 		}
 		s.mqtt = ms
-	}
-	if cfg.StoreDir != "" {
-		policy, err := store.ParseSyncPolicy(cfg.Sync)
-		if err != nil {
-			return nil, fmt.Errorf("sync: %w", err)
-		}
-		mgr, err := stream.New(stream.Config{
-			Dir: cfg.StoreDir, Sync: policy, SyncInterval: cfg.SyncInterval, MaxPayload: cfg.MaxPayload,
-			MaxStreams: cfg.MaxStreams, MaxConsumers: cfg.MaxConsumers, SegmentBytes: cfg.SegmentSize,
-		}, s.broker, log.With("component", "streams"))
-		if err != nil {
-			return nil, err
-		}
-		s.streams = mgr
 	}
 	return s, nil
 }

@@ -2,10 +2,13 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/native"
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -427,5 +431,42 @@ func TestFlowControlSlowsPublisherInsteadOfDropping(t *testing.T) {
 	}
 	if st := s.Status(); st.DroppedMsgs != 0 || st.SlowConsumers != 0 {
 		t.Fatalf("flow control failed: %+v", st)
+	}
+}
+
+// TestStoreDirTakenOnce: a second server on a store directory another one holds is
+// refused before it opens anything there (streams or MQTT state); once the first
+// shuts down the directory can be taken again.
+func TestStoreDirTakenOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func() Config {
+		c := DefaultConfig()
+		c.Host, c.Port, c.MQTTPort, c.StoreDir = "127.0.0.1", 0, 0, dir
+		return c
+	}
+	first, err := New(cfg(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
+	if _, err := New(cfg(), nil); !errors.Is(err, stream.ErrDirInUse) {
+		t.Fatalf("a second server on the same store_dir: %v, want ErrDirInUse", err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > goroutines; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the refused server left %d goroutines running", runtime.NumGoroutine()-goroutines)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(cfg(), nil)
+	if err != nil {
+		t.Fatalf("after the first shut down: %v", err)
+	}
+	if err := again.Shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
