@@ -63,6 +63,18 @@ type Staller interface {
 	Stuck()
 }
 
+// Flow control shared by the Staller sinks of every protocol (docs/operations.md):
+// past StallBacklog queued bytes (at most half a connection's pending limit) a sink
+// makes the publishers that fed it wait, up to MaxStall per read batch, for its
+// writer's next progress; a writer that makes none for StuckAfter stops holding them
+// back. StallBacklog is small enough that a saturated subscriber's queueing delay
+// stays in milliseconds.
+const (
+	StallBacklog = 512 << 10
+	MaxStall     = 10 * time.Millisecond
+	StuckAfter   = 250 * time.Millisecond
+)
+
 // Remover is implemented by sinks that keep their own table of subscriptions; the
 // broker tells them when a subscription ends by reaching its message limit.
 type Remover interface {

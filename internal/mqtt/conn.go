@@ -21,13 +21,6 @@ import (
 const (
 	writeChunk    = 256 << 10
 	maxIdleBuffer = 1 << 20
-	// Flow control as for native connections (docs/operations.md): past stallBacklog
-	// queued bytes a subscriber makes the publishers that fed it wait, up to
-	// maxStall per read, for its writer's next progress; one that makes none for
-	// stuckAfter stops holding them back.
-	stallBacklog = 512 << 10
-	maxStall     = 10 * time.Millisecond
-	stuckAfter   = 250 * time.Millisecond
 )
 
 // conn is one MQTT network connection. Its reader goroutine decodes packets and acts
@@ -382,7 +375,7 @@ func (c *conn) serve() error {
 		if !c.rd.pr.Ready() {
 			c.flushBatch()
 			if c.rd.in != nil {
-				c.rd.in.batch.WaitStalled(maxStall)
+				c.rd.in.batch.WaitStalled(broker.MaxStall)
 			}
 		}
 	}
@@ -996,7 +989,7 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 	return true
 }
 
-func (c *conn) stallAt() int64 { return min(c.srv.cfg.MaxPending/2, stallBacklog) }
+func (c *conn) stallAt() int64 { return min(c.srv.cfg.MaxPending/2, broker.StallBacklog) }
 
 // progressLocked releases publishers waiting for this connection. c.mu is held.
 func (c *conn) progressLocked(b *outbox) {
@@ -1022,10 +1015,10 @@ func (c *conn) stall() <-chan struct{} {
 }
 
 // stuckCheck: a publisher waited in vain; the connection stops holding publishers
-// back once its writer has made no progress for stuckAfter.
+// back once its writer has made no progress for broker.StuckAfter.
 func (c *conn) stuckCheck() {
 	c.mu.Lock()
-	if b := c.box.Load(); b != nil && b.writing > 0 && time.Since(time.Unix(0, b.lastProg)) > stuckAfter {
+	if b := c.box.Load(); b != nil && b.writing > 0 && time.Since(time.Unix(0, b.lastProg)) > broker.StuckAfter {
 		b.stuck = true
 	}
 	c.mu.Unlock()

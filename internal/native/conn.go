@@ -20,16 +20,6 @@ const (
 	readBufSize   = 32 << 10
 	maxIdleBuffer = 8 << 20 // buffers grown above this are released once drained
 	writeChunk    = 256 << 10
-	// stallBacklog is the outbound backlog above which publishers wait for the
-	// connection's writer (capped at half of max pending). Small enough that a
-	// saturated subscriber's queueing delay stays in milliseconds.
-	stallBacklog = 512 << 10
-	// stuckAfter is how long a writer may make no progress before publishers stop
-	// waiting for it and the slow-consumer policy takes over.
-	stuckAfter = 250 * time.Millisecond
-	// maxStall bounds how long a publisher's reader waits, per read batch, for stalled
-	// subscribers to make progress.
-	maxStall = 10 * time.Millisecond
 )
 
 // Conn is one client connection speaking the native protocol.
@@ -60,7 +50,7 @@ type Conn struct {
 	closed   bool
 	closeErr error
 	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
-	stuck    bool          // no progress for stuckAfter; no stalls until drained
+	stuck    bool          // no progress for broker.StuckAfter; no stalls until drained
 	lastProg time.Time     // when the writer last completed a chunk
 	wake     chan struct{} // 1-slot: writer has work
 	done     chan struct{} // closed when the connection is closed
@@ -147,7 +137,7 @@ func (c *Conn) readLoop() error {
 			}
 		}
 		c.batch.Flush()
-		c.batch.WaitStalled(maxStall)
+		c.batch.WaitStalled(broker.MaxStall)
 		// Keep the unread tail at the front; grow for a frame bigger than the buffer.
 		if off > 0 {
 			filled = copy(buf, buf[off:filled])
@@ -429,11 +419,11 @@ func (c *Conn) Stall() <-chan struct{} {
 }
 
 // Stuck implements broker.Staller: a publisher waited in vain. The connection stops
-// holding publishers back only once its writer has made no progress for stuckAfter;
+// holding publishers back only once its writer has made no progress for broker.StuckAfter;
 // one that is merely slower than its publishers keeps throttling them.
 func (c *Conn) Stuck() {
 	c.mu.Lock()
-	if c.writing > 0 && time.Since(c.lastProg) > stuckAfter {
+	if c.writing > 0 && time.Since(c.lastProg) > broker.StuckAfter {
 		c.stuck = true
 	}
 	c.mu.Unlock()

@@ -95,7 +95,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		cfg: cfg, broker: b, log: log, info: info,
 		conns:    make(map[uint64]*Conn),
 		stopPing: make(chan struct{}),
-		stallAt:  min(cfg.MaxPending/2, stallBacklog),
+		stallAt:  min(cfg.MaxPending/2, broker.StallBacklog),
 	}
 	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
 	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
