@@ -38,12 +38,12 @@ IDLE_CONNS=${IDLE_CONNS:-50000}
 OUT=${OUT:-bench/out}
 MOUT=$OUT/mqtt
 mkdir -p "$MOUT"
+BENCH=mqtt.sh BENCH_LOGS=$MOUT
+. bench/lib.sh
 
 if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
 	echo "== installing mosquitto (Debian package)"
-	sudo_cmd=""
-	[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-	$sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq mosquitto >/dev/null
+	apt_install mosquitto
 fi
 MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
 
@@ -59,22 +59,7 @@ if [ "$IDLE_CONNS" -gt 0 ]; then
 	fi
 fi
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() { # port pid name
-	for _ in $(seq 1 200); do
-		port_busy "$1" && return 0
-		kill -0 "$2" 2>/dev/null || { echo "mqtt.sh: $3 exited during start-up; see its log in $MOUT" >&2; return 1; }
-		sleep 0.05
-	done
-	echo "mqtt.sh: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
-	return 1
-}
-for p in "$MOSQ_PORT" "$TERN_PORT" "$TERN_NATIVE_PORT"; do
-	if port_busy "$p"; then
-		echo "mqtt.sh: 127.0.0.1:$p is already in use; set MOSQ_PORT / TERN_PORT / TERN_NATIVE_PORT" >&2
-		exit 1
-	fi
-done
+require_free_ports "MOSQ_PORT / TERN_PORT / TERN_NATIVE_PORT" "$MOSQ_PORT" "$TERN_PORT" "$TERN_NATIVE_PORT"
 
 echo "== building bench/mqttvs and tern"
 go build -o "$MOUT/mqttvs" ./bench/mqttvs
@@ -93,17 +78,6 @@ log_type warning
 EOF
 PIDS=()
 JOB=
-stop_pid() {
-	local pid=$1
-	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 1 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null || true
-}
 stop_servers() {
 	local pid
 	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done

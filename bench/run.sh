@@ -25,36 +25,16 @@ NATS_PORT=${NATS_PORT:-14222}
 TERN_PORT=${TERN_PORT:-17400}
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
+BENCH=run.sh BENCH_LOGS=$OUT
+. bench/lib.sh
 
 # --- nats-server (Debian package) -----------------------------------------------------
 if ! command -v nats-server >/dev/null 2>&1; then
 	echo "== installing nats-server (Debian package)"
-	if [ "$(id -u)" -eq 0 ]; then
-		apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo apt-get update -qq && sudo apt-get install -y -qq nats-server >/dev/null
-	else
-		echo "run.sh: nats-server is missing; install it (apt-get install nats-server) or run as root" >&2
-		exit 1
-	fi
+	apt_install nats-server
 fi
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() { # port pid name
-	for _ in $(seq 1 200); do
-		port_busy "$1" && return 0
-		kill -0 "$2" 2>/dev/null || { echo "run.sh: $3 exited during start-up; see its log in $OUT" >&2; return 1; }
-		sleep 0.05
-	done
-	echo "run.sh: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
-	return 1
-}
-for p in "$NATS_PORT" "$TERN_PORT"; do
-	if port_busy "$p"; then
-		echo "run.sh: 127.0.0.1:$p is already in use; set NATS_PORT / TERN_PORT" >&2
-		exit 1
-	fi
-done
+require_free_ports "NATS_PORT / TERN_PORT" "$NATS_PORT" "$TERN_PORT"
 
 # --- build ------------------------------------------------------------------------------
 echo "== building tern"

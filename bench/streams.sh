@@ -47,6 +47,8 @@ MEM_LIMIT=${MEM_LIMIT:-}
 TERN_ARGS=${TERN_ARGS:-}
 SOUT=$OUT/streams
 mkdir -p "$SOUT"
+BENCH=streams.sh BENCH_LOGS=$SOUT
+. bench/lib.sh
 
 # TERN=0 leaves Tern out (JetStream and RabbitMQ only).
 TERN=${TERN:-1}
@@ -55,34 +57,12 @@ TERN=${TERN:-1}
 # --- nats-server (Debian package) -----------------------------------------------------
 if ! command -v nats-server >/dev/null 2>&1; then
 	echo "== installing nats-server (Debian package)"
-	if [ "$(id -u)" -eq 0 ]; then
-		apt-get update -qq && apt-get install -y -qq nats-server >/dev/null
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo apt-get update -qq && sudo apt-get install -y -qq nats-server >/dev/null
-	else
-		echo "streams.sh: nats-server is missing; install it (apt-get install nats-server) or run as root" >&2
-		exit 1
-	fi
+	apt_install nats-server
 fi
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() { # port pid name
-	for _ in $(seq 1 200); do
-		port_busy "$1" && return 0
-		kill -0 "$2" 2>/dev/null || { echo "streams.sh: $3 exited during start-up; see its log in $SOUT" >&2; return 1; }
-		sleep 0.05
-	done
-	echo "streams.sh: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
-	return 1
-}
 ports=("$JS_PORT")
 [ -n "$TERN" ] && ports+=("$TERN_PORT")
-for p in "${ports[@]}"; do
-	if port_busy "$p"; then
-		echo "streams.sh: 127.0.0.1:$p is already in use; set JS_PORT / TERN_PORT" >&2
-		exit 1
-	fi
-done
+require_free_ports "JS_PORT / TERN_PORT" "${ports[@]}"
 
 # --- build ------------------------------------------------------------------------------
 echo "== building bench/streamvs${TERN:+ and tern}"
@@ -93,17 +73,6 @@ go build -o "$SOUT/streamvs" ./bench/streamvs
 RUN_DIR=$(mktemp -d /tmp/sbench-streams.XXXXXX)
 PIDS=() # servers
 JOB=    # the streamvs or rabbit/run.sh child being waited for
-stop_pid() { # pid: TERM, wait up to 30 s, then KILL
-	local pid=$1
-	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 1 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null || true
-}
 stop_servers() {
 	local pid
 	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done

@@ -12,11 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT/udp"
-if ! command -v iptables >/dev/null 2>&1; then
-	sudo_cmd=""
-	[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-	$sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq iptables >/dev/null
-fi
+BENCH=udp.sh BENCH_LOGS=$OUT/udp
+. bench/lib.sh
+command -v iptables >/dev/null 2>&1 || apt_install iptables
 go build -o "$OUT/udp/udpvs" ./bench/udpvs
 "$OUT/udp/udpvs" "$@" | tee "$OUT/udp/results.md"
 echo | tee -a "$OUT/udp/results.md"

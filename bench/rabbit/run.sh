@@ -68,19 +68,8 @@ OUT_ABS=$(cd "$OUT" && pwd)
 PT_DIR_ABS=$OUT_ABS/perftest/$PERFTEST_VERSION
 
 # --- installation (only what is missing; apt-get update at most once) ---------------------
-apt_updated=
-apt_install() { # packages...
-	local sudo_cmd=""
-	if [ "$(id -u)" -ne 0 ]; then
-		command -v sudo >/dev/null 2>&1 || { echo "rabbit/run.sh: need root or sudo to install $*" >&2; exit 1; }
-		sudo_cmd="sudo"
-	fi
-	if [ -z "$apt_updated" ]; then
-		$sudo_cmd apt-get update -qq
-		apt_updated=1
-	fi
-	DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
-}
+BENCH=rabbit/run.sh BENCH_LOGS=$RES
+. bench/lib.sh
 RABBIT_BIN=/usr/lib/rabbitmq/bin
 if [ ! -x "$RABBIT_BIN/rabbitmq-server" ]; then
 	echo "== installing rabbitmq-server (Debian package; a few minutes)"
@@ -119,31 +108,11 @@ fi
 [ -n "$INSTALL_ONLY" ] && exit 0
 
 # --- processes this script starts, stopped by pid on exit ----------------------------------
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$AMQP_PORT" "$DIST_PORT" "$EPMD_PORT" "$CTL_PORT"; do
-	if port_busy "$p"; then
-		echo "rabbit/run.sh: 127.0.0.1:$p is already in use; set RABBIT_AMQP_PORT / RABBIT_DIST_PORT / RABBIT_EPMD_PORT / RABBIT_CTL_PORT" >&2
-		exit 1
-	fi
-done
+require_free_ports "RABBIT_AMQP_PORT / RABBIT_DIST_PORT / RABBIT_EPMD_PORT / RABBIT_CTL_PORT" \
+	"$AMQP_PORT" "$DIST_PORT" "$EPMD_PORT" "$CTL_PORT"
 
 RUN_DIR=$(mktemp -d /tmp/sbench-rabbit.XXXXXX)
 EPMD_PID= SERVER_PID= BEAM_PID= PT_PID=
-stop_pid() { # pid name seconds: TERM, wait, then KILL
-	local pid=$1 name=$2 secs=$3
-	[ -n "$pid" ] || return 0
-	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 1 $((secs * 10))); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		echo "rabbit/run.sh: $name (pid $pid) did not stop in ${secs}s; killing it" >&2
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || true
-}
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM

@@ -1,0 +1,57 @@
+# Shell helpers the bench scripts share: installing what is missing, waiting for a
+# server's port, and stopping exactly the processes a script started.
+# A script sets BENCH (its name, for messages) and BENCH_LOGS (where its server logs
+# go), then sources this file from the repository root: `. bench/lib.sh`.
+
+apt_updated=
+apt_install() { # packages...: apt-get update at most once per script
+	local sudo_cmd=""
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null 2>&1 || { echo "$BENCH: need root or sudo to install $*" >&2; exit 1; }
+		sudo_cmd="sudo"
+	fi
+	if [ -z "$apt_updated" ]; then
+		$sudo_cmd apt-get update -qq
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+require_free_ports() { # "variables to set" ports...: exit if one is taken
+	local hint=$1 p
+	shift
+	for p in "$@"; do
+		if port_busy "$p"; then
+			echo "$BENCH: 127.0.0.1:$p is already in use; set $hint" >&2
+			exit 1
+		fi
+	done
+}
+
+wait_port() { # port pid name: until it listens, at most 10 s, while pid lives
+	for _ in $(seq 1 200); do
+		port_busy "$1" && return 0
+		kill -0 "$2" 2>/dev/null || { echo "$BENCH: $3 exited during start-up; see its log in $BENCH_LOGS" >&2; return 1; }
+		sleep 0.05
+	done
+	echo "$BENCH: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
+	return 1
+}
+
+stop_pid() { # pid [name [seconds]]: TERM, wait up to seconds (30), then KILL
+	local pid=$1 name=${2:-process} secs=${3:-30}
+	[ -n "$pid" ] || return 0
+	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 1 $((secs * 10))); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "$BENCH: $name (pid $pid) did not stop in ${secs}s; killing it" >&2
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
