@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/bench/internal/streambench"
+	"github.com/tern-mq/tern/internal/loadgen"
 )
 
 func sizeLabel(n int) string {
@@ -93,9 +94,9 @@ func latCell(o *outcome, sp spread, withSpread bool) string {
 	if o == nil || len(o.Results) == 0 || sp.Median == 0 {
 		return "—"
 	}
-	s := streambench.FormatDuration(usDur(sp.Median))
+	s := loadgen.FormatDuration(usDur(sp.Median))
 	if withSpread && len(o.Results) > 1 {
-		s += " (" + streambench.FormatDuration(usDur(sp.Min)) + "–" + streambench.FormatDuration(usDur(sp.Max)) + ")"
+		s += " (" + loadgen.FormatDuration(usDur(sp.Min)) + "–" + loadgen.FormatDuration(usDur(sp.Max)) + ")"
 	}
 	return s
 }
@@ -132,7 +133,7 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, sep)
 	for _, r := range rep.Rows {
-		line := fmt.Sprintf("| %s | %s | %s | %s |", r.Key, r.Workload, sizeLabel(r.Size), streambench.Commas(float64(r.Msgs)))
+		line := fmt.Sprintf("| %s | %s | %s | %s |", r.Key, r.Workload, sizeLabel(r.Size), loadgen.Commas(float64(r.Msgs)))
 		for _, s := range systems {
 			o := r.Systems[s.Key]
 			mb, secs := "—", "—"

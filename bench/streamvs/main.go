@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/bench/internal/streambench"
+	"github.com/tern-mq/tern/internal/loadgen"
 )
 
 const kib = 1024
@@ -349,7 +350,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rows := selectRows(matrix(p), *only)
 	if *list {
 		for _, r := range rows {
-			fmt.Fprintf(stdout, "%-11s %s, %s, %s msgs\n", r.Key, r.Workload, sizeLabel(r.Cfg.Size), streambench.Commas(float64(r.Cfg.Msgs)))
+			fmt.Fprintf(stdout, "%-11s %s, %s, %s msgs\n", r.Key, r.Workload, sizeLabel(r.Cfg.Size), loadgen.Commas(float64(r.Cfg.Msgs)))
 		}
 		return nil
 	}
@@ -468,7 +469,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				extra := ""
 				if res.Latency.Samples > 0 {
-					extra = ", p99 " + streambench.FormatDuration(res.Latency.P99)
+					extra = ", p99 " + loadgen.FormatDuration(res.Latency.P99)
 				}
 				if s.Pid != 0 && mem.RSSDoneKB > 0 {
 					extra += fmt.Sprintf(", server RSS %s", kbLabel(mem.RSSDoneKB))

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/tern-mq/tern/bench/internal/streambench"
+	"github.com/tern-mq/tern/internal/loadgen"
 )
 
 // rabbitSummary is the part of bench/rabbit/run.sh's results.json the report uses.
@@ -89,7 +89,7 @@ func spreadCell(s spread, f func(float64) string, runs int) string {
 	return c
 }
 
-func usCell(v float64) string { return streambench.FormatDuration(usDur(v)) }
+func usCell(v float64) string { return loadgen.FormatDuration(usDur(v)) }
 
 func rabbitAcks(rs *rabbitSummary) string {
 	if rs.Workload.MultiAckEvery > 1 {

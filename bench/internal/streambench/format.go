@@ -2,9 +2,6 @@ package streambench
 
 import (
 	"encoding/json"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -42,41 +39,4 @@ func (p *Percentiles) UnmarshalJSON(b []byte) error {
 	}
 	*p = Percentiles{j.Samples, fromUs(j.P50), fromUs(j.P90), fromUs(j.P99), fromUs(j.P999), fromUs(j.Max), fromUs(j.Mean)}
 	return nil
-}
-
-// FormatDuration prints a latency with three significant digits in a unit that suits
-// it: 41.2µs, 1.21ms, 2.412s.
-func FormatDuration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0"
-	case d < time.Microsecond:
-		return fmt.Sprintf("%dns", d.Nanoseconds())
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
-	case d < time.Second:
-		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
-	default:
-		return fmt.Sprintf("%.3fs", d.Seconds())
-	}
-}
-
-// Commas prints a count or rate rounded to an integer with thousands separators.
-func Commas(v float64) string {
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	s := strconv.FormatFloat(v, 'f', 0, 64)
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

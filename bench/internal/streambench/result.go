@@ -7,6 +7,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/tern-mq/tern/internal/loadgen"
 )
 
 // Result is what one run measured.
@@ -102,38 +103,38 @@ func (r Result) check() error {
 //	  per consumer: 50,176 / 49,920 / 50,048 / 49,856
 func (r Result) String() string {
 	var b strings.Builder
-	c := func(v uint64) string { return Commas(float64(v)) }
+	c := func(v uint64) string { return loadgen.Commas(float64(v)) }
 	switch r.Workload {
 	case WorkPubAsync:
 		fmt.Fprintf(&b, "%s: 1 publisher, window %d, %d B payloads\n", r.Workload, r.Window, r.Size)
-		fmt.Fprintf(&b, "  %s published, %s acknowledged, %s failed in %s\n", c(r.Published), c(r.Acked), c(r.PubFailed), FormatDuration(r.Elapsed))
+		fmt.Fprintf(&b, "  %s published, %s acknowledged, %s failed in %s\n", c(r.Published), c(r.Acked), c(r.PubFailed), loadgen.FormatDuration(r.Elapsed))
 	case WorkPubSync:
 		fmt.Fprintf(&b, "%s: 1 publisher, one publish at a time, %d B payloads\n", r.Workload, r.Size)
-		fmt.Fprintf(&b, "  %s published, %s acknowledged, %s failed in %s\n", c(r.Published), c(r.Acked), c(r.PubFailed), FormatDuration(r.Elapsed))
+		fmt.Fprintf(&b, "  %s published, %s acknowledged, %s failed in %s\n", c(r.Published), c(r.Acked), c(r.PubFailed), loadgen.FormatDuration(r.Elapsed))
 	case WorkFetch:
 		ack := "ack each"
 		if r.AckAll {
 			ack = "ack-all per batch"
 		}
-		fmt.Fprintf(&b, "%s: 1 pull consumer, batch %d, %s, %d B payloads, pre-filled in %s\n", r.Workload, r.Batch, ack, r.Size, FormatDuration(r.Prefill))
-		fmt.Fprintf(&b, "  %s consumed (%s distinct) in %s\n", c(r.Received), c(r.Unique), FormatDuration(r.Elapsed))
+		fmt.Fprintf(&b, "%s: 1 pull consumer, batch %d, %s, %d B payloads, pre-filled in %s\n", r.Workload, r.Batch, ack, r.Size, loadgen.FormatDuration(r.Prefill))
+		fmt.Fprintf(&b, "  %s consumed (%s distinct) in %s\n", c(r.Received), c(r.Unique), loadgen.FormatDuration(r.Elapsed))
 	case WorkReplay:
 		fmt.Fprintf(&b, "%s: 1 ordered reader, %d B payloads, %s pre-filled in %s\n", r.Workload, r.Size,
-			sizeOf(int64(r.Msgs)*int64(r.Size)), FormatDuration(r.Prefill))
-		fmt.Fprintf(&b, "  %s read (%s distinct) in %s\n", c(r.Received), c(r.Unique), FormatDuration(r.Elapsed))
+			sizeOf(int64(r.Msgs)*int64(r.Size)), loadgen.FormatDuration(r.Prefill))
+		fmt.Fprintf(&b, "  %s read (%s distinct) in %s\n", c(r.Received), c(r.Unique), loadgen.FormatDuration(r.Elapsed))
 	case WorkWorkQueue:
 		fmt.Fprintf(&b, "%s: 1 publisher (window %d) -> %d pull consumers (batch %d), %d B payloads\n", r.Workload, r.Window, r.Consumers, r.Batch, r.Size)
 		fmt.Fprintf(&b, "  %s published, %s acknowledged; %s consumed (%s distinct) in %s\n", c(r.Published), c(r.Acked),
-			c(r.Received), c(r.Unique), FormatDuration(r.Elapsed))
+			c(r.Received), c(r.Unique), loadgen.FormatDuration(r.Elapsed))
 	}
-	fmt.Fprintf(&b, "  %s msgs/s, %.2f MB/s\n", Commas(r.MsgsPerSec), r.MBPerSec)
+	fmt.Fprintf(&b, "  %s msgs/s, %.2f MB/s\n", loadgen.Commas(r.MsgsPerSec), r.MBPerSec)
 	if l := r.Latency; l.Samples > 0 {
 		what := "latency"
 		if r.Workload == WorkPubSync {
 			what = "publish round trip"
 		}
-		fmt.Fprintf(&b, "  %s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", what, FormatDuration(l.P50),
-			FormatDuration(l.P90), FormatDuration(l.P99), FormatDuration(l.P999), FormatDuration(l.Max))
+		fmt.Fprintf(&b, "  %s p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", what, loadgen.FormatDuration(l.P50),
+			loadgen.FormatDuration(l.P90), loadgen.FormatDuration(l.P99), loadgen.FormatDuration(l.P999), loadgen.FormatDuration(l.Max))
 	}
 	if len(r.PerConsumer) > 1 {
 		parts := make([]string, len(r.PerConsumer))

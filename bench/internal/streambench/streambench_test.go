@@ -260,16 +260,3 @@ func TestJetStream(t *testing.T) {
 		})
 	}
 }
-
-func TestFormatting(t *testing.T) {
-	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567", -42000: "-42,000"} {
-		if got := streambench.Commas(in); got != want {
-			t.Errorf("Commas(%v) = %q, want %q", in, got, want)
-		}
-	}
-	for in, want := range map[time.Duration]string{0: "0", 500: "500ns", 41200: "41.2µs", 1210 * time.Microsecond: "1.21ms", 2412 * time.Millisecond: "2.412s"} {
-		if got := streambench.FormatDuration(in); got != want {
-			t.Errorf("FormatDuration(%v) = %q, want %q", in, got, want)
-		}
-	}
-}
