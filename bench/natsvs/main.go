@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/natsbus"
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
@@ -126,19 +127,10 @@ type rowReport struct {
 	RatioP99  float64 `json:"ratio_p99,omitempty"`
 }
 
-type machine struct {
-	CPUs       int    `json:"cpus"`
-	CPUModel   string `json:"cpu_model"`
-	Memory     string `json:"memory"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	Go         string `json:"go"`
-	OS         string `json:"os"`
-}
-
 type report struct {
 	Date    string             `json:"date"`
 	Command string             `json:"command"`
-	Machine machine            `json:"machine"`
+	Machine host.Machine       `json:"machine"`
 	Servers map[string]*system `json:"servers"`
 	Runs    int                `json:"runs"`
 	Scale   float64            `json:"scale"`
@@ -146,56 +138,6 @@ type report struct {
 	// BusyStarts counts runs that started while other processes kept the machine
 	// busy (see --quiet-wait).
 	BusyStarts int `json:"busy_starts"`
-}
-
-// cpuTimes reads the busy and total jiffies of all CPUs from /proc/stat.
-func cpuTimes() (busy, total uint64, ok bool) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, false
-	}
-	for i, v := range f[1:] {
-		var n uint64
-		if _, err := fmt.Sscan(v, &n); err != nil {
-			return 0, 0, false
-		}
-		total += n
-		if i != 3 && i != 4 { // idle and iowait
-			busy += n
-		}
-	}
-	return busy, total, true
-}
-
-// waitQuiet waits until the machine's CPUs are less than threshold busy over a
-// quarter second (nothing of the benchmark runs meanwhile, so this is other
-// processes), or until max has passed; it reports whether the machine was quiet.
-// Without /proc/stat it does not wait.
-func waitQuiet(ctx context.Context, max time.Duration, threshold float64) bool {
-	deadline := time.Now().Add(max)
-	for {
-		b0, t0, ok := cpuTimes()
-		if !ok {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return true
-		case <-time.After(250 * time.Millisecond):
-		}
-		b1, t1, ok := cpuTimes()
-		if !ok || t1 == t0 || float64(b1-b0)/float64(t1-t0) < threshold {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
 }
 
 func main() {
@@ -278,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Command: "go run ./bench/natsvs " + strings.Join(args, " "),
-		Machine: machineInfo(),
+		Machine: host.Info(),
 		Servers: map[string]*system{},
 		Runs:    *runs,
 		Scale:   *scale,
@@ -311,7 +253,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				runtime.GC()
 				time.Sleep(*pause)
-				if *quietWait > 0 && !waitQuiet(ctx, *quietWait, *quietBusy) {
+				if *quietWait > 0 && !host.WaitQuiet(ctx, *quietWait, *quietBusy) {
 					rep.BusyStarts++
 					fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
 				}
@@ -370,30 +312,6 @@ func selectRows(rows []row, only string) []row {
 		}
 	}
 	return out
-}
-
-func machineInfo() machine {
-	m := machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb int64
-				if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb); err == nil {
-					m.Memory = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
-				}
-				break
-			}
-		}
-	}
-	return m
 }
 
 func sizeLabel(n int) string {

@@ -1,0 +1,34 @@
+package host
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestInfo(t *testing.T) {
+	m := Info()
+	if m.CPUs != runtime.NumCPU() || m.GOMAXPROCS < 1 || m.Go != runtime.Version() {
+		t.Fatalf("%+v", m)
+	}
+	if runtime.GOOS == "linux" && (m.CPUModel == "" || !strings.HasSuffix(m.Memory, " GiB")) {
+		t.Fatalf("on Linux the model and memory come from /proc: %+v", m)
+	}
+}
+
+func TestWaitQuiet(t *testing.T) {
+	// Any load is below 101 % of the CPUs: quiet after one quarter-second look.
+	start := time.Now()
+	if !WaitQuiet(context.Background(), time.Second, 1.01) {
+		t.Fatal("not quiet under a threshold above 100 %")
+	}
+	if took := time.Since(start); runtime.GOOS == "linux" && took < 200*time.Millisecond {
+		t.Fatalf("returned after %v without looking at the CPUs", took)
+	}
+	// Nothing is below 0 % busy: it gives up at max and says so.
+	if runtime.GOOS == "linux" && WaitQuiet(context.Background(), 300*time.Millisecond, -1) {
+		t.Fatal("quiet under a negative threshold")
+	}
+}
