@@ -15,12 +15,8 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
-)
-
-const (
-	writeChunk    = 256 << 10
-	maxIdleBuffer = 1 << 20
 )
 
 // conn is one MQTT network connection. Its reader goroutine decodes packets and acts
@@ -36,16 +32,13 @@ type conn struct {
 	rare   *connRare               // owned by the reader; nil for most clients
 	readAt atomic.Int64            // unix nanoseconds of the latest bytes from the client
 
-	// Outbound, guarded by mu.
-	box      atomic.Pointer[outbox] // set under mu; nil while there is nothing to send
-	closeErr error
-	// The writer goroutine runs only while there is something to send and for
-	// writerIdle after, so idle connections cost no goroutine for it. 1: running.
-	writers  sync.WaitGroup
-	writerOn atomic.Int32
-	mu       sync.Mutex
+	// q is the outbound queue; its writer runs only while there is something to
+	// send, and an idle connection lets its buffers go (Release).
+	q   outbound.Queue
+	enc *encoder   // delivery scratch, guarded by q's lock; made on first delivery
+	mu  sync.Mutex // guards nc and the poller's view of the socket
 
-	inMsgs, inBytes, outMsgs, outBytes atomic.Uint64
+	inMsgs, inBytes atomic.Uint64
 
 	// Set during CONNECT, read-only afterwards.
 	keepAliveMS uint32 // see keepAlive
@@ -66,9 +59,6 @@ type conn struct {
 	problemInfo bool // the client accepts reason strings
 	normalExit  bool // DISCONNECT without will (reader)
 	ownFlush    bool // acknowledgements queued since the last flushBatch (reader)
-	closed      bool // guarded by mu
-	// Set under mu once the reader waits for writers to end: none starts after.
-	writersSealed bool
 }
 
 // connRare is what few connections need: a will, topic aliases.
@@ -78,7 +68,9 @@ type connRare struct {
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
-	return &conn{srv: s, id: id, nc: nc, startS: uint32(time.Since(s.start) / time.Second), fd: -1}
+	c := &conn{srv: s, id: id, nc: nc, startS: uint32(time.Since(s.start) / time.Second), fd: -1}
+	c.q.Init(s.group, c)
+	return c
 }
 
 // rareFields returns the connection's connRare, made on first use. Reader only.
@@ -123,10 +115,10 @@ func (c *conn) run() {
 func (c *conn) resume() {
 	c.mu.Lock()
 	err := c.socketLocked()
-	if err == nil && c.closed {
+	c.mu.Unlock()
+	if err == nil && c.q.Closed() {
 		err = net.ErrClosed // closed while dormant: no read deadline was set to end a read
 	}
-	c.mu.Unlock()
 	if err == nil {
 		c.newReader()
 		err = c.serve()
@@ -141,46 +133,15 @@ func (c *conn) socketLocked() error {
 	if c.nc != nil {
 		return nil
 	}
-	if err := c.srv.poll.rehydrate(c); err != nil {
-		c.closed = true
-		if c.closeErr == nil {
-			c.closeErr = err
-		}
-		return err
-	}
-	return nil
+	return c.srv.poll.rehydrate(c)
 }
 
 func (c *conn) finish(err error) {
-	c.srv.poll.forget(c) // before the writer closes the socket
+	c.srv.poll.forget(c) // before the socket is closed
 	c.close(err)
-	c.mu.Lock()
-	c.writersSealed = true // every writer started is counted before the Wait
-	c.mu.Unlock()
-	c.writers.Wait()
-	c.closeSocket()
+	c.q.Finish()
 	c.cleanup()
 	c.srv.wg.Done()
-}
-
-// closeSocket sends what is still queued, briefly, and closes the socket, once no
-// writer can run. A writer that ran since the close has done so already.
-func (c *conn) closeSocket() {
-	c.mu.Lock()
-	nc := c.nc
-	var rest []byte
-	if b := c.box.Load(); b != nil {
-		rest, b.out = b.out, nil
-	}
-	c.mu.Unlock()
-	if nc == nil {
-		return
-	}
-	if len(rest) > 0 {
-		_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		_, _ = nc.Write(rest)
-	}
-	_ = nc.Close()
 }
 
 // inbound is what a connection needs to hand its client's messages to the broker:
@@ -207,14 +168,11 @@ func (c *conn) park() bool {
 		c.rd = rd
 		return false
 	}
-	if c.writerOn.Load() == 0 {
+	if !c.q.WriterRunning() {
 		c.srv.poll.dehydrate(c) // else its writer does when it ends
 	}
 	// A close between this reader's last look and park found no reader to wake.
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.q.Closed() {
 		c.unpark()
 	}
 	return true
@@ -245,9 +203,7 @@ func (c *conn) idleTimeout(err error) bool {
 	if c.keepAlive() > 0 && !time.Now().Before(c.keepAliveDeadline()) {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.closed
+	return !c.q.Closed()
 }
 
 // reader is what a connection's reader goroutine holds while it runs; a parked
@@ -341,7 +297,7 @@ func (c *conn) readLoop() error {
 		return err
 	}
 	c.ownFlush = false
-	if !c.writeInline() {
+	if !c.q.WriteInline(inlineWriteMax) {
 		c.Flush()
 	}
 	// Most devices connect and then wait; one that speaks at once is woken by the
@@ -375,7 +331,7 @@ func (c *conn) serve() error {
 		if !c.rd.pr.Ready() {
 			c.flushBatch()
 			if c.rd.in != nil {
-				c.rd.in.batch.WaitStalled(broker.MaxStall)
+				c.rd.in.batch.WaitStalled(outbound.MaxStall)
 			}
 		}
 	}
@@ -574,10 +530,8 @@ func (c *conn) handle(p packet.Packet) error {
 }
 
 func (c *conn) handlePublish(p *packet.Publish) error {
-	c.srv.inMsgs.Add(1)
 	c.inMsgs.Add(1)
 	c.inBytes.Add(uint64(len(p.Payload)))
-	c.srv.inBytes.Add(uint64(len(p.Payload)))
 	topic := p.Topic
 	if c.version == packet.V5 && p.Props.HasTopicAlias {
 		a := p.Props.TopicAlias
@@ -774,78 +728,59 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) error {
 }
 
 // ---------------------------------------------------------------------------------
-// Writing
+// Writing: the connection's outbound.Queue buffers, writes, applies flow control and
+// the slow-consumer policy; this part encodes MQTT packets into it.
 
-// outbox is a connection's outbound state, guarded by conn.mu. It is made when
-// something is to be sent and let go when the connection goes dormant, so that
-// idle connections hold none.
-type outbox struct {
-	out      []byte
-	writing  int           // bytes the writer has taken from out and not yet sent
-	enc      *encoder      // made on the first delivery
-	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
-	stuck    bool
-	lastProg int64         // unix nanoseconds of the writer's latest progress
-	wake     chan struct{} // Flush's signal to a running writer
+// Socket implements outbound.Endpoint: a dormant connection gets its net.Conn back.
+func (c *conn) Socket() (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.socketLocked(); err != nil {
+		return nil, err
+	}
+	return c.nc, nil
 }
 
-// boxLocked returns the connection's outbox, making it if needed. c.mu is held.
-func (c *conn) boxLocked() *outbox {
-	b := c.box.Load()
-	if b == nil {
-		b = outboxes.Get().(*outbox)
-		c.box.Store(b)
+// StopReading implements outbound.Endpoint: a read deadline in the past ends a
+// reading reader, and a parked connection needs a reader to end.
+func (c *conn) StopReading() {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc != nil {
+		_ = nc.SetReadDeadline(time.Now())
 	}
+	c.unpark()
+}
+
+// AppendSlowGoodbye implements outbound.Endpoint: a v5 client learns why it is cut
+// off (quota exceeded); a v3 client has no way to be told.
+func (c *conn) AppendSlowGoodbye(b []byte, pending, limit int64) []byte {
+	if c.version != packet.V5 || !c.attached.Load() {
+		return b
+	}
+	d := &packet.Disconnect{Reason: packet.QuotaExceeded}
+	if c.problemInfo {
+		d.Props.ReasonString = fmt.Sprintf("slow consumer: %d pending bytes over the %d byte limit", pending, limit)
+	}
+	b, _ = packet.Append(b, d, c.version)
 	return b
 }
 
-// outboxes recycles the outboxes of connections gone dormant: devices that connect,
-// get their CONNACK and go quiet would otherwise each leave one behind.
-var outboxes = sync.Pool{New: func() any { return &outbox{wake: make(chan struct{}, 1)} }}
-
-// dropBoxLocked lets an empty outbox go. c.mu is held and no writer runs: a Flush
-// that still holds the box may yet signal its wake, which only costs whoever has
-// it next a look at an empty queue.
-func (c *conn) dropBoxLocked() {
-	b := c.box.Load()
-	if b == nil || len(b.out) > 0 || b.writing > 0 || b.stallCh != nil {
-		return
-	}
-	c.box.Store(nil)
-	out := b.out[:0]
-	if cap(out) > 1024 {
-		out = nil
-	}
-	// Field by field: wake stays, and a late Flush may be reading it.
-	b.out, b.writing, b.enc, b.stallCh, b.stuck, b.lastProg = out, 0, nil, nil, false, 0
-	select {
-	case <-b.wake:
-	default:
-	}
-	outboxes.Put(b)
-}
-
-// pendingLocked is how many bytes wait for the socket. c.mu is held.
-func (c *conn) pendingLocked() int {
-	if b := c.box.Load(); b != nil {
-		return len(b.out) + b.writing
-	}
-	return 0
-}
-
-// appendLocked queues a control packet unless the connection is closed. c.mu is held.
-func (c *conn) appendLocked(p packet.Packet, version byte) {
-	if !c.closed {
-		b := c.boxLocked()
-		b.out, _ = packet.Append(b.out, p, version)
+// WriterStopped implements outbound.WriterStopper: a parked connection whose writer
+// has stopped gives up its Go socket.
+func (c *conn) WriterStopped() {
+	if c.parked.Load() {
+		c.srv.poll.dehydrate(c)
 	}
 }
 
 // send queues a control packet and wakes the writer.
 func (c *conn) send(p packet.Packet) {
-	c.mu.Lock()
-	c.appendLocked(p, c.version)
-	c.mu.Unlock()
+	if b, ok := c.q.Begin(); ok {
+		b, _ = packet.Append(b, p, c.version)
+		c.q.End(b)
+	}
 	c.Flush()
 }
 
@@ -860,22 +795,20 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 	if version == 0 {
 		version = packet.V311
 	}
-	// Sent when the reader is done with the CONNECT (readLoop), or by the writer
-	// that closes the connection.
-	c.mu.Lock()
-	if !c.closed {
-		b := c.boxLocked()
-		b.out = packet.AppendConnack(b.out, ca, version)
+	// Sent when the reader is done with the CONNECT (readLoop), or by Finish when
+	// the connection closes.
+	if b, ok := c.q.Begin(); ok {
+		c.q.End(packet.AppendConnack(b, ca, version))
 	}
-	c.mu.Unlock()
 }
 
 // writeAck queues PUBACK, PUBREC, PUBREL or PUBCOMP. Only the reader calls it; the
 // writer is woken once the reader has handled what it read (flushBatch).
 func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
-	c.mu.Lock()
-	c.appendLocked(&packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
-	c.mu.Unlock()
+	if b, ok := c.q.Begin(); ok {
+		b, _ = packet.Append(b, &packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
+		c.q.End(b)
+	}
 	c.ownFlush = true
 }
 
@@ -896,13 +829,12 @@ func (c *conn) takenOver() {
 	c.disconnect(packet.SessionTakenOver, "another connection took over the session")
 }
 
-// deliverQoS0 writes a QoS 0 message straight to the outbound buffer; it reports false
-// when the client is too slow (pending bytes over the limit) and the message dropped.
+// deliverQoS0 writes a QoS 0 message straight to the outbound queue; it reports false
+// when the message was not queued: the connection is closing, the client is too slow
+// (the slow-consumer policy applied), or the message expired or is too large for it.
 func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64) bool {
-	c.mu.Lock()
-	if c.closed || int64(c.pendingLocked()) > c.srv.cfg.MaxPending {
-		c.mu.Unlock()
-		c.srv.droppedMsgs.Add(1)
+	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16)
+	if !ok {
 		return false
 	}
 	e := c.encoderLocked()
@@ -912,9 +844,7 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireA
 		e.reply = AppendTopic(e.reply[:0], m.Reply)
 		reply = bytesString(e.reply)
 	}
-	ok := c.appendPublishLocked(bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
-	c.mu.Unlock()
-	return ok
+	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
 }
 
 // encoder is the scratch a connection encodes deliveries with.
@@ -924,32 +854,31 @@ type encoder struct {
 	topic, reply []byte
 }
 
-// encoderLocked returns the connection's, made on first use. c.mu is held.
+// encoderLocked returns the connection's, made on first use. The queue is locked.
 func (c *conn) encoderLocked() *encoder {
-	b := c.boxLocked()
-	if b.enc == nil {
-		b.enc = new(encoder)
+	if c.enc == nil {
+		c.enc = new(encoder)
 	}
-	return b.enc
+	return c.enc
 }
 
-// writeOut writes a QoS 1/2 message (or a retained QoS 0 one).
+// writeOut writes a QoS 1/2 message (or a retained QoS 0 one). The session counts it
+// in flight, so the slow-consumer policy does not refuse it.
 func (c *conn) writeOut(om *outMsg, dup bool) {
-	c.mu.Lock()
-	if !c.closed {
-		if !c.appendPublishLocked(om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subID, om.expireAt) && om.qos > 0 {
-			// Expired or too large for the client: it counts as delivered.
-			c.mu.Unlock()
-			go c.sess().acked(om.pid, time.Now())
-			return
-		}
+	b, ok := c.q.Begin()
+	if !ok {
+		return
 	}
-	c.mu.Unlock()
+	if !c.appendPublishLocked(b, om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subID, om.expireAt) && om.qos > 0 {
+		// Expired or too large for the client: it counts as delivered.
+		go c.sess().acked(om.pid, time.Now())
+	}
 }
 
-// appendPublishLocked encodes a PUBLISH onto out. c.mu is held. It reports false for a
-// message that expired or exceeds the client's maximum packet size.
-func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
+// appendPublishLocked encodes a PUBLISH onto b, the queue's buffer from Begin or
+// Reserve, and hands it back, which unlocks the queue. It reports false for a message
+// that expired or exceeds the client's maximum packet size.
+func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
 	e := c.encoderLocked()
 	p := &e.pub
 	ups := p.Props.UserProperties
@@ -965,6 +894,7 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 		if expireAt != 0 {
 			left := expireAt - time.Now().UnixNano()
 			if left <= 0 {
+				c.q.Cancel()
 				return false
 			}
 			p.Props.MessageExpiry = uint32((left + int64(time.Second) - 1) / int64(time.Second))
@@ -974,231 +904,42 @@ func (c *conn) appendPublishLocked(topic string, payload, hdr []byte, reply stri
 		p.Props.UserProperties = ups[:0]
 	}
 	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > max && packet.Size(p, c.version) > max {
-		c.srv.droppedMsgs.Add(1)
+		c.q.CountDropped()
 		return false
 	}
-	b := c.box.Load() // made by encoderLocked
-	b.out = packet.AppendPublish(b.out, p, c.version)
-	if pending := int64(len(b.out) + b.writing); pending > c.stallAt() && !b.stuck && b.stallCh == nil {
-		b.stallCh = make(chan struct{})
-	}
-	c.srv.outMsgs.Add(1)
-	c.outMsgs.Add(1)
-	c.outBytes.Add(uint64(len(payload)))
-	c.srv.outBytes.Add(uint64(len(payload)))
+	c.q.Commit(packet.AppendPublish(b, p, c.version), len(payload))
 	return true
 }
 
-func (c *conn) stallAt() int64 { return min(c.srv.cfg.MaxPending/2, broker.StallBacklog) }
+// dropScratch lets the delivery scratch go with the queue's buffers
+// (outbound.Queue.Release); the queue's lock is held.
+func (c *conn) dropScratch() { c.enc = nil }
 
-// progressLocked releases publishers waiting for this connection. c.mu is held.
-func (c *conn) progressLocked(b *outbox) {
-	b.lastProg = time.Now().UnixNano()
-	if b.stallCh != nil {
-		close(b.stallCh)
-		b.stallCh = nil
-	}
-	if int64(len(b.out)+b.writing) <= c.stallAt()/2 {
-		b.stuck = false
-	}
-}
-
-// stall returns a channel closed at the writer's next progress, nil if publishers
-// need not wait.
-func (c *conn) stall() <-chan struct{} {
+// transport is what carries the connection: "tcp", or "ws" for MQTT over WebSocket.
+func (c *conn) transport() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if b := c.box.Load(); b != nil && b.stallCh != nil {
-		return b.stallCh
+	if _, ok := c.nc.(*wsConn); ok {
+		return "ws"
 	}
-	return nil
+	return "tcp"
 }
 
-// stuckCheck: a publisher waited in vain; the connection stops holding publishers
-// back once its writer has made no progress for broker.StuckAfter.
-func (c *conn) stuckCheck() {
-	c.mu.Lock()
-	if b := c.box.Load(); b != nil && b.writing > 0 && time.Since(time.Unix(0, b.lastProg)) > broker.StuckAfter {
-		b.stuck = true
-	}
-	c.mu.Unlock()
-}
-
-// inlineWriteMax bounds what writeInline sends from a reader.
+// inlineWriteMax bounds what a reader sends itself (outbound.Queue.WriteInline).
 const inlineWriteMax = 4 << 10
 
-// writeInline sends what is queued from the calling goroutine when no writer runs
-// and it is small, and reports whether it did; if not, the caller wakes the writer.
-// Most devices connect and then stay quiet: their CONNACK goes out without a writer
-// goroutine started for it, so a storm of connections does not hold one per client.
-func (c *conn) writeInline() bool {
-	if !c.writerOn.CompareAndSwap(0, 1) {
-		return false
-	}
-	c.mu.Lock()
-	b, nc := c.box.Load(), c.nc
-	if c.closed || nc == nil || b == nil || len(b.out) == 0 || len(b.out) > inlineWriteMax {
-		c.mu.Unlock()
-		c.writerOn.Store(0)
-		return false
-	}
-	data := b.out
-	b.out = nil
-	b.writing = len(data)
-	b.lastProg = time.Now().UnixNano()
-	c.mu.Unlock()
-	_ = nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	_, err := nc.Write(data)
-	c.mu.Lock()
-	b.writing = 0
-	c.progressLocked(b)
-	c.mu.Unlock()
-	c.writerOn.Store(0)
-	if err != nil {
-		c.close(fmt.Errorf("write: %w", err))
-		return true
-	}
-	// Anything queued while this wrote found the writer "running": start it now.
-	c.mu.Lock()
-	more := c.pendingLocked() > 0 || c.closed
-	c.mu.Unlock()
-	if more {
-		c.Flush()
-	}
-	return true
-}
-
 // Flush wakes the writer, starting it if it is not running.
-func (c *conn) Flush() {
-	if b := c.box.Load(); b != nil {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
-	}
-	if c.writerOn.CompareAndSwap(0, 1) {
-		c.mu.Lock()
-		if c.writersSealed { // its reader is ending and closes the socket itself
-			c.mu.Unlock()
-			return
-		}
-		c.writers.Add(1)
-		c.mu.Unlock()
-		go c.writeLoop()
-	}
-}
+func (c *conn) Flush() { c.q.Flush() }
 
-// writerIdle is how long a writer with nothing to send waits before it ends: long
-// enough to carry a steady stream without a goroutine per write, short enough that
-// thousands of devices connecting at once do not each keep one for their CONNACK.
-const writerIdle = 200 * time.Millisecond
-
-// writeLoop sends what is queued until the connection closes or nothing has been
-// queued for writerIdle. It looks before it waits: whoever started it may have
-// queued before there was an outbox to signal.
-func (c *conn) writeLoop() {
-	defer c.writers.Done()
-	var spare []byte
-	timeout := c.srv.cfg.WriteTimeout
-	idle := time.NewTimer(writerIdle)
-	defer idle.Stop()
-	for {
-		c.mu.Lock()
-		b := c.boxLocked()
-		closed := c.closed
-		if len(b.out) == 0 && !closed {
-			c.mu.Unlock()
-			select {
-			case <-b.wake:
-				continue
-			case <-idle.C:
-			}
-			// End, unless a Flush came in meanwhile; a Flush after the Store starts
-			// a new writer itself.
-			c.writerOn.Store(0)
-			if len(b.wake) == 0 || !c.writerOn.CompareAndSwap(0, 1) {
-				if c.parked.Load() {
-					c.srv.poll.dehydrate(c)
-				}
-				return
-			}
-			idle.Reset(writerIdle)
-			continue
-		}
-		nc := c.nc
-		if nc == nil && c.socketLocked() == nil {
-			nc = c.nc
-		}
-		if nc == nil { // its socket is gone: nothing more can be sent
-			b.out = nil
-			c.mu.Unlock()
-			return
-		}
-		data := b.out
-		b.out = spare[:0]
-		b.writing = len(data)
-		b.lastProg = time.Now().UnixNano()
-		c.mu.Unlock()
-		for rest := data; len(rest) > 0; {
-			chunk := rest[:min(len(rest), writeChunk)]
-			rest = rest[len(chunk):]
-			_ = nc.SetWriteDeadline(time.Now().Add(timeout))
-			if _, err := nc.Write(chunk); err != nil {
-				c.close(fmt.Errorf("write: %w", err))
-				closed = true
-				break
-			}
-			c.mu.Lock()
-			b.writing = len(rest)
-			c.progressLocked(b)
-			c.mu.Unlock()
-		}
-		c.mu.Lock()
-		b.writing = 0
-		c.progressLocked(b)
-		if cap(data) > maxIdleBuffer && len(b.out) < cap(data)/4 {
-			data = nil
-		}
-		c.mu.Unlock()
-		spare = data
-		if closed {
-			c.mu.Lock()
-			rest := b.out
-			b.out = nil
-			c.mu.Unlock()
-			if len(rest) > 0 {
-				_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-				_, _ = nc.Write(rest)
-			}
-			_ = nc.Close()
-			return
-		}
-		idle.Reset(writerIdle)
-	}
-}
-
-// close marks the connection closed; the writer sends what is queued and closes the
-// socket. Safe to call many times from any goroutine.
+// close closes the connection's queue; its reader then ends and finish sends what is
+// queued and closes the socket. A close the server decided lingers, so the client
+// reads the reason it was given. Safe to call many times from any goroutine.
 func (c *conn) close(reason error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
+	if errors.Is(reason, errClosedByServer) {
+		c.q.CloseAfterGoodbye(reason)
+	} else {
+		c.q.Close(reason)
 	}
-	c.closed = true
-	c.closeErr = reason
-	nc := c.nc
-	c.mu.Unlock()
-	if b := c.box.Load(); b != nil {
-		select {
-		case b.wake <- struct{}{}: // a running writer sees closed and finishes
-		default:
-		}
-	}
-	if nc != nil {
-		_ = nc.SetReadDeadline(time.Now())
-	}
-	c.unpark() // a parked connection needs a reader to end
 }
 
 // cleanup runs after both loops end: the will, and the session's fate.
@@ -1213,7 +954,7 @@ func (c *conn) cleanup() {
 	// Counted as connected until its session is detached, so that a connection
 	// count of zero means every session is offline.
 	c.srv.removeConn(c)
-	reason := c.closeErr
+	reason := c.q.Reason()
 	switch {
 	case reason == nil, errors.Is(reason, io.EOF), errors.Is(reason, net.ErrClosed):
 		if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -1236,22 +977,25 @@ type ConnInfo struct {
 	Start                              time.Time
 	Subscriptions                      int
 	InMsgs, InBytes, OutMsgs, OutBytes uint64
-	Pending                            int // bytes queued for the socket
+	Pending                            int    // bytes queued for the socket
+	Dropped                            uint64 // QoS 0 deliveries refused as a slow consumer or too large
+	SlowConsumer                       bool
 	Inflight, Queued                   int // QoS 1/2 messages of its session
+	Transport                          string
 }
 
 func (c *conn) snapshot() ConnInfo {
+	out := c.q.Counters()
 	ci := ConnInfo{ID: c.id, Remote: c.remote(), Start: c.srv.start.Add(time.Duration(c.startS) * time.Second),
-		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load()}
+		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: out.OutMsgs, OutBytes: out.OutBytes,
+		Dropped: out.Dropped, SlowConsumer: out.Slow, Transport: c.transport()}
 	if s := c.sess(); s != nil {
 		ci.ClientID, ci.Version = s.id, c.version
 		s.mu.Lock()
 		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), s.fl.inflightLen(), s.fl.queueLen()
 		s.mu.Unlock()
 	}
-	c.mu.Lock()
-	ci.Pending = c.pendingLocked()
-	c.mu.Unlock()
+	ci.Pending = c.q.Pending()
 	return ci
 }
 

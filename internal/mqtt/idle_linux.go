@@ -234,8 +234,7 @@ func (p *poller) dehydrate(c *conn) {
 		return
 	}
 	c.mu.Lock()
-	if !c.closed && c.writerOn.Load() == 0 && c.pendingLocked() == 0 {
-		c.dropBoxLocked()
+	if !c.q.Closed() && c.q.Release(c.dropScratch) {
 		if c.nc != nil {
 			p.mu.Lock()
 			p.detachLocked(c)
@@ -248,10 +247,7 @@ func (p *poller) dehydrate(c *conn) {
 		return
 	}
 	// A close while this held the connection found no one to start its reader.
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.q.Closed() {
 		c.unpark()
 	}
 }

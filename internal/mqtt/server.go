@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	"github.com/tern-mq/tern/internal/store"
 )
@@ -47,9 +48,13 @@ type Config struct {
 	MaxSessionExpiry time.Duration
 	// TopicAliasMaximum is how many topic aliases a v5 client may set (0 disables).
 	TopicAliasMaximum int
-	// MaxPending bounds bytes queued for a client's socket; QoS 0 messages over it are
-	// dropped (QoS 1 and 2 are bounded by the in-flight window instead).
-	MaxPending     int64
+	// MaxPending bounds bytes queued for a client's socket; QoS 0 messages over it
+	// meet the slow-consumer policy (QoS 1 and 2 are bounded by the in-flight
+	// window instead).
+	MaxPending int64
+	// SlowConsumerPolicy is "drop" (count and drop the QoS 0 message, the default)
+	// or "disconnect" (close the connection; a v5 client gets reason 0x97).
+	SlowConsumerPolicy string
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
 	// MaxKeepAlive caps the keepalive a client asks for (and replaces 0, "none"); the
@@ -137,6 +142,12 @@ func (c *Config) fillDefaults() error {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = d.WriteTimeout
 	}
+	if c.SlowConsumerPolicy == "" {
+		c.SlowConsumerPolicy = outbound.PolicyDrop.String()
+	}
+	if _, err := outbound.ParsePolicy(c.SlowConsumerPolicy); err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
 	return nil
 }
 
@@ -163,13 +174,14 @@ type Server struct {
 	quit    chan struct{} // closed by Shutdown
 	sysDone chan struct{}
 
-	// Counters for monitoring.
-	totalConns  atomic.Uint64
-	inMsgs      atomic.Uint64
-	outMsgs     atomic.Uint64
-	inBytes     atomic.Uint64
-	outBytes    atomic.Uint64
-	droppedMsgs atomic.Uint64
+	// group is the outbound configuration and counters every connection shares.
+	group *outbound.Group
+	// Counters for monitoring; per-message counters live in each connection and
+	// are added here when it goes.
+	totalConns          atomic.Uint64
+	goneIn, goneInBytes atomic.Uint64
+	// queueDrops counts QoS 1/2 messages refused by a full session queue.
+	queueDrops atomic.Uint64
 }
 
 // NewServer makes an MQTT server publishing into and subscribing on b.
@@ -180,8 +192,14 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by fillDefaults
+	group, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout}, log)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt: %w", err)
+	}
 	s := &Server{
-		cfg: cfg, broker: b, log: log, start: time.Now(),
+		group: group,
+		cfg:   cfg, broker: b, log: log, start: time.Now(),
 		retained: newRetainStore(),
 		sessions: make(map[string]*session),
 		quit:     make(chan struct{}),
@@ -372,6 +390,9 @@ func (s *Server) removeConn(c *conn) {
 	if c.attached.Load() {
 		s.attachedN--
 	}
+	s.goneIn.Add(c.inMsgs.Load())
+	s.goneInBytes.Add(c.inBytes.Load())
+	s.group.Retire(&c.q)
 	last := len(s.conns) - 1
 	moved := s.conns[last]
 	s.conns[c.slot], moved.slot = moved, c.slot
@@ -441,21 +462,32 @@ type Stats struct {
 	InMsgs, OutMsgs  uint64 // PUBLISH packets received and sent
 	InBytes          uint64 // payload bytes received
 	OutBytes         uint64 // payload bytes sent
-	Dropped          uint64 // messages dropped for full queues or slow clients
+	Dropped          uint64 // messages dropped for full session queues or slow clients
+	SlowConsumers    uint64 // connections that hit their pending limit
 	Retained         int    // retained messages held
 }
 
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	nsess := len(s.sessions)
-	s.mu.Unlock()
-	return Stats{
-		Connections: s.connected(), TotalConnections: s.totalConns.Load(), Sessions: nsess,
-		InMsgs: s.inMsgs.Load(), OutMsgs: s.outMsgs.Load(), InBytes: s.inBytes.Load(), OutBytes: s.outBytes.Load(),
-		Dropped: s.droppedMsgs.Load(), Idle: s.poll.parkedCount(),
-		Retained: s.retained.count(),
+	gone := s.group.Gone()
+	st := Stats{
+		TotalConnections: s.totalConns.Load(), SlowConsumers: s.group.SlowConsumers(),
+		OutMsgs: gone.OutMsgs, OutBytes: gone.OutBytes, Dropped: gone.Dropped + s.queueDrops.Load(),
 	}
+	s.mu.Lock()
+	st.Sessions, st.Connections = len(s.sessions), s.attachedN
+	st.InMsgs, st.InBytes = s.goneIn.Load(), s.goneInBytes.Load()
+	for _, c := range s.conns {
+		st.InMsgs += c.inMsgs.Load()
+		st.InBytes += c.inBytes.Load()
+		out := c.q.Counters()
+		st.OutMsgs += out.OutMsgs
+		st.OutBytes += out.OutBytes
+		st.Dropped += out.Dropped
+	}
+	s.mu.Unlock()
+	st.Idle, st.Retained = s.poll.parkedCount(), s.retained.count()
+	return st
 }
 
 // Connections returns a snapshot of every connection that finished CONNECT.

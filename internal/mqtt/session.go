@@ -432,7 +432,7 @@ func (s *session) sendOrQueueLocked(om *outMsg) bool {
 	}
 	if !s.fl.enqueue(om, s.queuePolicy()) {
 		om.mid = 0
-		s.srv.droppedMsgs.Add(1)
+		s.srv.queueDrops.Add(1)
 		return false
 	}
 	s.saveMsgLocked(om)
@@ -465,7 +465,7 @@ func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
 // Stall implements broker.Staller for the session's connection.
 func (s *session) Stall() <-chan struct{} {
 	if c := s.conn.Load(); c != nil {
-		return c.stall()
+		return c.q.Stall()
 	}
 	return nil
 }
@@ -473,7 +473,7 @@ func (s *session) Stall() <-chan struct{} {
 // Stuck implements broker.Staller.
 func (s *session) Stuck() {
 	if c := s.conn.Load(); c != nil {
-		c.stuckCheck()
+		c.q.Stuck()
 	}
 }
 

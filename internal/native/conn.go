@@ -12,24 +12,29 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/filter"
+	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/subject"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
 const (
 	readBufSize   = 32 << 10
-	maxIdleBuffer = 8 << 20 // buffers grown above this are released once drained
-	writeChunk    = 256 << 10
+	maxIdleBuffer = outbound.MaxIdleBuffer // a read buffer grown above this is released once drained
 )
 
-// Conn is one client connection speaking the native protocol.
+// Conn is one client connection speaking the native protocol, over TCP or a UDP
+// session. Its outbound side is an outbound.Queue; Flush, Stall and Stuck make it a
+// broker.Sink and broker.Staller.
 type Conn struct {
-	srv    *Server
-	id     uint64
-	nc     net.Conn
-	remote string
-	start  time.Time
-	log    *slog.Logger
+	outbound.Queue
+
+	srv       *Server
+	id        uint64
+	nc        net.Conn
+	remote    string
+	transport string // "tcp" or "udp"
+	start     time.Time
+	log       *slog.Logger
 
 	// Set by the reader during the handshake (name under subsMu, for monitoring).
 	name   string
@@ -43,52 +48,44 @@ type Conn struct {
 	subsMu sync.Mutex
 	subs   map[uint64]*broker.Subscription
 
-	// Outbound state, guarded by mu.
-	mu       sync.Mutex
-	out      []byte // queued, not yet taken by the writer
-	writing  int    // bytes the writer is sending now
-	closed   bool
-	closeErr error
-	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
-	stuck    bool          // no progress for broker.StuckAfter; no stalls until drained
-	lastProg time.Time     // when the writer last completed a chunk
-	wake     chan struct{} // 1-slot: writer has work
-	done     chan struct{} // closed when the connection is closed
-
 	pingsOut atomic.Int32
 
-	inMsgs, inBytes   atomic.Uint64
-	outMsgs, outBytes atomic.Uint64
-	dropped           atomic.Uint64
-	slowReported      atomic.Bool
+	inMsgs, inBytes atomic.Uint64
 }
 
-func newConn(s *Server, id uint64, nc net.Conn) *Conn {
+func newConn(s *Server, id uint64, nc net.Conn, transport string) *Conn {
 	c := &Conn{
-		srv:    s,
-		id:     id,
-		nc:     nc,
-		remote: nc.RemoteAddr().String(),
-		start:  time.Now(),
-		subs:   make(map[uint64]*broker.Subscription),
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		srv:       s,
+		id:        id,
+		nc:        nc,
+		remote:    nc.RemoteAddr().String(),
+		transport: transport,
+		start:     time.Now(),
+		subs:      make(map[uint64]*broker.Subscription),
 	}
 	c.log = s.log.With("cid", id, "remote", c.remote)
 	c.pub.Origin = c
+	c.Init(s.group, c)
 	return c
+}
+
+// Socket implements outbound.Endpoint.
+func (c *Conn) Socket() (net.Conn, error) { return c.nc, nil }
+
+// StopReading implements outbound.Endpoint: a read deadline in the past ends the
+// reader's Read.
+func (c *Conn) StopReading() { _ = c.nc.SetReadDeadline(time.Now()) }
+
+// AppendSlowGoodbye implements outbound.Endpoint.
+func (c *Conn) AppendSlowGoodbye(b []byte, pending, limit int64) []byte {
+	return wire.AppendErr(b, wire.CodeSlowConsumer, 0, fmt.Sprintf("pending bytes %d over the %d byte limit", pending, limit))
 }
 
 // run serves the connection until it closes. It returns after both goroutines end.
 func (c *Conn) run() {
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
 	err := c.readLoop()
-	c.close(err)
-	<-writerDone
+	c.Close(err)
+	c.Finish()
 	c.cleanup()
 }
 
@@ -137,7 +134,7 @@ func (c *Conn) readLoop() error {
 			}
 		}
 		c.batch.Flush()
-		c.batch.WaitStalled(broker.MaxStall)
+		c.batch.WaitStalled(outbound.MaxStall)
 		// Keep the unread tail at the front; grow for a frame bigger than the buffer.
 		if off > 0 {
 			filled = copy(buf, buf[off:filled])
@@ -170,22 +167,21 @@ func isTimeout(err error) bool {
 // errClosedByProtocol marks a close the server itself decided (an ERR was sent).
 var errClosedByProtocol = errors.New("closed after fatal error")
 
-// fatal queues an ERR and tells the read loop to stop; the writer sends the ERR before
-// the socket closes.
+// fatal queues an ERR and closes the connection; the ERR is sent before the socket
+// closes, and the client gets time to read it (outbound.Queue.Finish).
 func (c *Conn) fatal(code wire.Code, text string) error {
 	c.log.Debug("closing connection", "code", code, "reason", text)
-	c.enqueue(func(b []byte) []byte { return wire.AppendErr(b, code, 0, text) })
-	return fmt.Errorf("%w: %s: %s", errClosedByProtocol, code, text)
+	c.Append(func(b []byte) []byte { return wire.AppendErr(b, code, 0, text) })
+	err := fmt.Errorf("%w: %s: %s", errClosedByProtocol, code, text)
+	c.CloseAfterGoodbye(err)
+	return err
 }
 
-// reply queues a control frame (OK, ERR, PONG, INFO) for this connection.
+// enqueue queues a control frame (OK, ERR, PONG, INFO) and wakes the writer.
 func (c *Conn) enqueue(appendFrame func([]byte) []byte) {
-	c.mu.Lock()
-	if !c.closed {
-		c.out = appendFrame(c.out)
+	if c.Append(appendFrame) {
+		c.Flush()
 	}
-	c.mu.Unlock()
-	c.Flush()
 }
 
 func (c *Conn) sendErr(code wire.Code, id uint64, text string) {
@@ -196,12 +192,10 @@ func (c *Conn) ok(id uint64) {
 	if id == 0 {
 		return
 	}
-	c.mu.Lock()
-	if !c.closed {
-		c.out = wire.AppendOK(c.out, id)
+	if b, ok := c.Begin(); ok {
+		c.End(wire.AppendOK(b, id))
+		c.batch.Add(c)
 	}
-	c.mu.Unlock()
-	c.batch.Add(c)
 }
 
 func (c *Conn) handleConnect(f *wire.Frame) error {
@@ -238,12 +232,10 @@ func (c *Conn) handle(f *wire.Frame) error {
 	case wire.TypeUnsub:
 		c.handleUnsub(f)
 	case wire.TypePing:
-		c.mu.Lock()
-		if !c.closed {
-			c.out = wire.AppendPong(c.out)
+		if b, ok := c.Begin(); ok {
+			c.End(wire.AppendPong(b))
+			c.batch.Add(c)
 		}
-		c.mu.Unlock()
-		c.batch.Add(c)
 	case wire.TypePong:
 		c.pingsOut.Store(0)
 	case wire.TypeConnect:
@@ -357,46 +349,15 @@ func (c *Conn) handleUnsub(f *wire.Frame) {
 // ---------------------------------------------------------------------------------
 // Delivering and writing
 
-// Deliver implements broker.Sink: it appends a MSG frame to the outbound buffer, or
+// Deliver implements broker.Sink: it appends a MSG frame to the outbound queue, which
 // applies the slow-consumer policy when the pending bytes would exceed the limit.
 func (c *Conn) Deliver(sub *broker.Subscription, m *broker.Message) bool {
-	size := wire.MsgLen(sub.SID, m.Subject, m.Reply, m.Header, m.Payload)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	b, ok := c.Reserve(wire.MsgLen(sub.SID, m.Subject, m.Reply, m.Header, m.Payload))
+	if !ok {
 		return false
 	}
-	if pending := int64(len(c.out) + c.writing + size); pending > c.srv.cfg.MaxPending {
-		c.mu.Unlock()
-		c.slowConsumer(pending)
-		return false
-	}
-	c.out = wire.AppendMsg(c.out, sub.SID, m.Subject, m.Reply, m.Header, m.Payload)
-	if pending := int64(len(c.out) + c.writing); pending > c.srv.stallAt && !c.stuck && c.stallCh == nil {
-		c.stallCh = make(chan struct{})
-	}
-	c.mu.Unlock()
-	c.outMsgs.Add(1)
-	c.outBytes.Add(uint64(len(m.Payload)))
+	c.Commit(wire.AppendMsg(b, sub.SID, m.Subject, m.Reply, m.Header, m.Payload), len(m.Payload))
 	return true
-}
-
-func (c *Conn) slowConsumer(pending int64) {
-	c.dropped.Add(1)
-	c.srv.droppedMsgs.Add(1)
-	if !c.slowReported.Swap(true) {
-		c.srv.slowConsumers.Add(1)
-		c.log.Warn("slow consumer", "pending_bytes", pending, "limit", c.srv.cfg.MaxPending, "policy", c.srv.cfg.SlowConsumerPolicy)
-	}
-	if c.srv.cfg.SlowConsumerPolicy == PolicyDisconnect {
-		// The ERR goes out after what is already queued; new deliveries stop now.
-		c.mu.Lock()
-		if !c.closed {
-			c.out = wire.AppendErr(c.out, wire.CodeSlowConsumer, 0, fmt.Sprintf("pending bytes %d over the %d byte limit", pending, c.srv.cfg.MaxPending))
-		}
-		c.mu.Unlock()
-		c.close(fmt.Errorf("slow consumer: %d pending bytes", pending))
-	}
 }
 
 // Removed implements broker.Remover: a subscription reached its UNSUB max.
@@ -406,118 +367,6 @@ func (c *Conn) Removed(sub *broker.Subscription) {
 		delete(c.subs, sub.SID)
 	}
 	c.subsMu.Unlock()
-}
-
-// Stall implements broker.Staller.
-func (c *Conn) Stall() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stallCh == nil {
-		return nil
-	}
-	return c.stallCh
-}
-
-// Stuck implements broker.Staller: a publisher waited in vain. The connection stops
-// holding publishers back only once its writer has made no progress for broker.StuckAfter;
-// one that is merely slower than its publishers keeps throttling them.
-func (c *Conn) Stuck() {
-	c.mu.Lock()
-	if c.writing > 0 && time.Since(c.lastProg) > broker.StuckAfter {
-		c.stuck = true
-	}
-	c.mu.Unlock()
-}
-
-// progress releases publishers waiting for this connection. Called with mu held.
-func (c *Conn) progress() {
-	c.lastProg = time.Now()
-	if c.stallCh != nil {
-		close(c.stallCh)
-		c.stallCh = nil
-	}
-	if int64(len(c.out)+c.writing) <= c.srv.stallAt/2 {
-		c.stuck = false
-	}
-}
-
-// Flush implements broker.Sink: it wakes the writer.
-func (c *Conn) Flush() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (c *Conn) writeLoop() {
-	var spare []byte
-	timeout := c.srv.cfg.WriteTimeout
-	for {
-		select {
-		case <-c.wake:
-		case <-c.done:
-		}
-		c.mu.Lock()
-		data := c.out
-		closed := c.closed
-		c.out = spare[:0]
-		c.writing = len(data)
-		c.lastProg = time.Now()
-		c.mu.Unlock()
-		// Write in bounded chunks so that waiting publishers see progress often.
-		failed := false
-		for rest := data; len(rest) > 0 && !failed; {
-			chunk := rest[:min(len(rest), writeChunk)]
-			rest = rest[len(chunk):]
-			_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
-			if _, err := c.nc.Write(chunk); err != nil {
-				c.close(fmt.Errorf("write: %w", err))
-				failed, closed = true, true
-			}
-			c.mu.Lock()
-			c.writing = len(rest)
-			c.progress()
-			c.mu.Unlock()
-		}
-		c.mu.Lock()
-		c.writing = 0
-		c.progress()
-		if cap(data) > maxIdleBuffer && len(c.out) < cap(data)/4 {
-			data = nil // let a burst's buffer go
-		}
-		c.mu.Unlock()
-		spare = data
-		if closed {
-			// Anything queued after the final take (an ERR racing the close) is
-			// sent best-effort before the socket closes.
-			c.mu.Lock()
-			rest := c.out
-			c.out = nil
-			c.mu.Unlock()
-			if len(rest) > 0 {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-				_, _ = c.nc.Write(rest)
-			}
-			_ = c.nc.Close()
-			return
-		}
-	}
-}
-
-// close marks the connection closed and wakes the writer, which sends what is queued
-// and closes the socket. Safe to call many times from any goroutine.
-func (c *Conn) close(reason error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	c.closeErr = reason
-	c.mu.Unlock()
-	close(c.done)
-	// Unblock a reader waiting in Read.
-	_ = c.nc.SetReadDeadline(time.Now())
 }
 
 // cleanup removes the connection's subscriptions after both loops have ended.
@@ -530,7 +379,7 @@ func (c *Conn) cleanup() {
 		_ = c.srv.broker.Unsubscribe(sub)
 	}
 	c.srv.remove(c)
-	reason := c.closeErr
+	reason := c.Reason()
 	switch {
 	case reason == nil, errors.Is(reason, io.EOF), errors.Is(reason, net.ErrClosed):
 		c.log.Debug("client disconnected", "name", c.name)
@@ -545,7 +394,7 @@ func (c *Conn) cleanup() {
 func (c *Conn) ping() {
 	if n := c.pingsOut.Add(1); int(n) > c.srv.cfg.MaxPingsOut {
 		c.sendErr(wire.CodeStale, 0, fmt.Sprintf("no answer to %d pings", n-1))
-		c.close(errors.New("stale connection"))
+		c.CloseAfterGoodbye(errors.New("stale connection"))
 		return
 	}
 	c.enqueue(wire.AppendPing)
@@ -554,12 +403,13 @@ func (c *Conn) ping() {
 // Info is a snapshot of the connection for monitoring.
 type Info struct {
 	ID                                 uint64
-	Name, Remote                       string
+	Name, Remote, Transport            string
 	Start                              time.Time
 	Subscriptions                      int
 	InMsgs, InBytes, OutMsgs, OutBytes uint64
 	Pending                            int
 	Dropped                            uint64
+	SlowConsumer                       bool
 }
 
 // Snapshot returns the connection's counters.
@@ -567,12 +417,10 @@ func (c *Conn) Snapshot() Info {
 	c.subsMu.Lock()
 	nsubs, name := len(c.subs), c.name
 	c.subsMu.Unlock()
-	c.mu.Lock()
-	pending := len(c.out) + c.writing
-	c.mu.Unlock()
+	out := c.Counters()
 	return Info{
-		ID: c.id, Name: name, Remote: c.remote, Start: c.start, Subscriptions: nsubs,
-		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outBytes.Load(),
-		Pending: pending, Dropped: c.dropped.Load(),
+		ID: c.id, Name: name, Remote: c.remote, Transport: c.transport, Start: c.start, Subscriptions: nsubs,
+		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: out.OutMsgs, OutBytes: out.OutBytes,
+		Pending: c.Pending(), Dropped: out.Dropped, SlowConsumer: out.Slow,
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -42,12 +43,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("max payload must be positive, got %d", c.MaxPayload)
 	case c.MaxPending < int64(c.MaxPayload):
 		return fmt.Errorf("max pending (%d) must be at least max payload (%d)", c.MaxPending, c.MaxPayload)
-	case c.SlowConsumerPolicy != PolicyDrop && c.SlowConsumerPolicy != PolicyDisconnect:
-		return fmt.Errorf("slow consumer policy %q: want %q or %q", c.SlowConsumerPolicy, PolicyDrop, PolicyDisconnect)
 	case c.PingInterval <= 0 || c.MaxPingsOut <= 0 || c.WriteTimeout <= 0 || c.ConnectTimeout <= 0:
 		return errors.New("ping interval, max pings out, write timeout and connect timeout must be positive")
 	}
-	return nil
+	_, err := outbound.ParsePolicy(c.SlowConsumerPolicy)
+	return err
 }
 
 // Server accepts native-protocol connections and serves them against a broker.
@@ -66,16 +66,13 @@ type Server struct {
 	wg        sync.WaitGroup
 	stopPing  chan struct{}
 
-	totalConns    atomic.Uint64
-	slowConsumers atomic.Uint64
-	droppedMsgs   atomic.Uint64
-	// Counters of connections that have gone, so totals survive disconnects.
-	goneIn, goneInBytes, goneOut, goneOutBytes atomic.Uint64
+	// group is the outbound configuration and counters every connection shares.
+	group      *outbound.Group
+	totalConns atomic.Uint64
+	// Inbound counters of connections that have gone, so totals survive disconnects.
+	goneIn, goneInBytes atomic.Uint64
 
 	noRespHeader wire.Header
-	// stallAt is the pending bytes above which publishers wait for a connection that
-	// is still making progress (flow control before the slow-consumer policy).
-	stallAt int64
 }
 
 // NewServer returns a server routing through b. info is sent to every client after its
@@ -91,11 +88,16 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 	if cfg.Authenticate != nil {
 		info.Flags |= wire.InfoAuthRequired
 	}
+	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by Validate
+	group, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout}, log)
+	if err != nil {
+		return nil, fmt.Errorf("native config: %w", err)
+	}
 	s := &Server{
 		cfg: cfg, broker: b, log: log, info: info,
 		conns:    make(map[uint64]*Conn),
 		stopPing: make(chan struct{}),
-		stallAt:  min(cfg.MaxPending/2, broker.StallBacklog),
+		group:    group,
 	}
 	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
 	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
@@ -112,6 +114,10 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
+	transport := "tcp"
+	if l.Addr().Network() == "udp" {
+		transport = "udp"
+	}
 	var backoff time.Duration
 	for {
 		nc, err := l.Accept()
@@ -133,17 +139,21 @@ func (s *Server) Serve(l net.Listener) error {
 			return fmt.Errorf("accept on %s: %w", l.Addr(), err)
 		}
 		backoff = 0
-		s.ServeConn(nc)
+		s.serveConn(nc, transport)
 	}
 }
 
-// ServeConn serves one already-established connection in its own goroutines.
+// ServeConn serves one already-established connection in its own goroutine.
 func (s *Server) ServeConn(nc net.Conn) {
+	s.serveConn(nc, nc.LocalAddr().Network())
+}
+
+func (s *Server) serveConn(nc net.Conn, transport string) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
 	id := s.nextID.Add(1)
-	c := newConn(s, id, nc)
+	c := newConn(s, id, nc, transport)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -173,8 +183,7 @@ func (s *Server) remove(c *Conn) {
 	s.mu.Lock()
 	s.goneIn.Add(c.inMsgs.Load())
 	s.goneInBytes.Add(c.inBytes.Load())
-	s.goneOut.Add(c.outMsgs.Load())
-	s.goneOutBytes.Add(c.outBytes.Load())
+	s.group.Retire(&c.Queue)
 	delete(s.conns, c.id)
 	s.mu.Unlock()
 }
@@ -227,7 +236,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	}
 	for _, c := range s.snapshotConns() {
 		c.sendErr(wire.CodeShutdown, 0, "server shutting down")
-		c.close(errors.New("server shutdown"))
+		c.CloseAfterGoodbye(errors.New("server shutdown"))
 	}
 	done := make(chan struct{})
 	go func() {
@@ -254,19 +263,21 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	st := Stats{
 		TotalConnections: s.totalConns.Load(),
-		SlowConsumers:    s.slowConsumers.Load(),
-		DroppedMsgs:      s.droppedMsgs.Load(),
+		SlowConsumers:    s.group.SlowConsumers(),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	gone := s.group.Gone()
 	st.InMsgs, st.InBytes = s.goneIn.Load(), s.goneInBytes.Load()
-	st.OutMsgs, st.OutBytes = s.goneOut.Load(), s.goneOutBytes.Load()
+	st.OutMsgs, st.OutBytes, st.DroppedMsgs = gone.OutMsgs, gone.OutBytes, gone.Dropped
 	st.Connections = len(s.conns)
 	for _, c := range s.conns {
 		st.InMsgs += c.inMsgs.Load()
 		st.InBytes += c.inBytes.Load()
-		st.OutMsgs += c.outMsgs.Load()
-		st.OutBytes += c.outBytes.Load()
+		out := c.Counters()
+		st.OutMsgs += out.OutMsgs
+		st.OutBytes += out.OutBytes
+		st.DroppedMsgs += out.Dropped
 	}
 	return st
 }

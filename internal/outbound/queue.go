@@ -1,0 +1,652 @@
+package outbound
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The flow-control and buffering constants every connection shares
+// (docs/operations.md, "Flow control and slow consumers").
+const (
+	// StallBacklog is the queued bytes past which publishers wait for a connection
+	// that is still making progress (at most half its MaxPending): small enough
+	// that a saturated subscriber's queueing delay stays in milliseconds.
+	StallBacklog = 512 << 10
+	// MaxStall bounds how long a publisher waits per read batch for the
+	// connections it fed (broker.Batch.WaitStalled).
+	MaxStall = 10 * time.Millisecond
+	// StuckAfter is how long a writer may make no progress before its connection
+	// stops holding publishers back.
+	StuckAfter = 250 * time.Millisecond
+	// WriteChunk bounds one socket write, so that waiting publishers see progress
+	// often.
+	WriteChunk = 256 << 10
+	// MaxIdleBuffer is the capacity above which a buffer grown by a burst is let
+	// go once drained.
+	MaxIdleBuffer = 1 << 20
+	// WriterIdle is how long a writer with nothing to send waits before it ends:
+	// long enough to carry a steady stream without a goroutine start per write,
+	// short enough that a storm of connecting devices does not keep one each.
+	WriterIdle = 200 * time.Millisecond
+	// DefaultLinger is how long a connection the server closed after telling the
+	// client why keeps reading and discarding input before it closes.
+	DefaultLinger = time.Second
+	// lingerMaxBytes bounds what a lingering connection reads and discards.
+	lingerMaxBytes = 1 << 20
+	// finalWriteTimeout bounds the write of what is still queued when a connection
+	// closes.
+	finalWriteTimeout = time.Second
+)
+
+// Policy is what happens to a delivery that would take a connection's pending bytes
+// over its limit.
+type Policy uint8
+
+// Slow-consumer policies.
+const (
+	PolicyDrop       Policy = iota // drop the message and count it
+	PolicyDisconnect               // tell the client and close the connection
+)
+
+func (p Policy) String() string {
+	if p == PolicyDisconnect {
+		return "disconnect"
+	}
+	return "drop"
+}
+
+// ParsePolicy reads a policy by its name, "drop" or "disconnect".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "drop":
+		return PolicyDrop, nil
+	case "disconnect":
+		return PolicyDisconnect, nil
+	}
+	return 0, fmt.Errorf("slow consumer policy %q: want drop or disconnect", s)
+}
+
+// ErrSlowConsumer is the close reason of a connection cut off by PolicyDisconnect.
+var ErrSlowConsumer = errors.New("slow consumer")
+
+// Config is what every connection of a front end shares.
+type Config struct {
+	// MaxPending is the bytes queued for one connection before the slow-consumer
+	// policy applies to a delivery.
+	MaxPending int64
+	Policy     Policy
+	// WriteTimeout closes a connection whose socket write blocks this long.
+	WriteTimeout time.Duration
+	// Linger is how long a connection closed after a goodbye keeps reading and
+	// discarding input; 0 means DefaultLinger, negative none.
+	Linger time.Duration
+}
+
+// Endpoint is the protocol's side of a Queue.
+type Endpoint interface {
+	// Socket returns the socket to write to, or an error if the connection has
+	// none any more. The queue calls it without holding its lock.
+	Socket() (net.Conn, error)
+	// StopReading tells the protocol the queue was closed, so that its reader
+	// stops (a read deadline in the past, a parked reader woken). Called once,
+	// without the queue's lock.
+	StopReading()
+	// AppendSlowGoodbye appends what tells the client it is cut off as a slow
+	// consumer (it may append nothing). Called with the queue's lock held.
+	AppendSlowGoodbye(b []byte, pending, limit int64) []byte
+}
+
+// WriterStopper is implemented by endpoints that want to know when the writer ends
+// for idleness (an idle MQTT connection then gives up its socket).
+type WriterStopper interface {
+	WriterStopped()
+}
+
+// Counters are what a connection has queued and dropped.
+type Counters struct {
+	OutMsgs, OutBytes uint64 // messages (Commit) and their payload bytes
+	Dropped           uint64 // deliveries refused as a slow consumer
+	Slow              bool   // the connection hit its pending limit at least once
+}
+
+// Group is what the connections of one front end share: the configuration, the
+// slow-consumer count, and the counters of connections that have gone.
+type Group struct {
+	cfg     Config
+	stallAt int64
+	log     *slog.Logger
+
+	slowConsumers                       atomic.Uint64
+	goneMsgs, goneBytes, goneDropped    atomic.Uint64
+	goneConns, openedConns, refusedConn atomic.Uint64
+}
+
+// NewGroup validates cfg and returns a group whose queues log through log.
+func NewGroup(cfg Config, log *slog.Logger) (*Group, error) {
+	switch {
+	case cfg.MaxPending <= 0:
+		return nil, fmt.Errorf("max pending must be positive, got %d", cfg.MaxPending)
+	case cfg.WriteTimeout <= 0:
+		return nil, fmt.Errorf("write timeout must be positive, got %v", cfg.WriteTimeout)
+	case cfg.Policy != PolicyDrop && cfg.Policy != PolicyDisconnect:
+		return nil, fmt.Errorf("slow consumer policy %d unknown", cfg.Policy)
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Group{cfg: cfg, stallAt: min(cfg.MaxPending/2, StallBacklog), log: log}, nil
+}
+
+// Config is the group's configuration.
+func (g *Group) Config() Config { return g.cfg }
+
+// SlowConsumers is how many connections hit their pending limit, live or gone.
+func (g *Group) SlowConsumers() uint64 { return g.slowConsumers.Load() }
+
+// Retire adds the counters of a connection that has gone to the group's totals.
+// The front end calls it as it forgets the connection, under the same lock its
+// Stats takes, so that totals never count a connection twice or not at all.
+func (g *Group) Retire(q *Queue) {
+	c := q.Counters()
+	g.goneMsgs.Add(c.OutMsgs)
+	g.goneBytes.Add(c.OutBytes)
+	g.goneDropped.Add(c.Dropped)
+}
+
+// Gone is the sum of the counters of retired connections.
+func (g *Group) Gone() Counters {
+	return Counters{OutMsgs: g.goneMsgs.Load(), OutBytes: g.goneBytes.Load(), Dropped: g.goneDropped.Load()}
+}
+
+// state is a queue's buffer and flow-control state. It exists while there is
+// something to send or a writer runs; an idle queue lets it go (Release).
+type state struct {
+	out      []byte
+	spare    []byte        // the buffer the writer handed back, for the next take
+	writing  int           // bytes the writer has taken and not yet sent
+	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
+	stuck    bool          // no progress for StuckAfter: no stalls until drained
+	lastProg int64         // unix nanoseconds of the writer's latest progress
+	wake     chan struct{} // Flush's signal to a running writer
+}
+
+var states = sync.Pool{New: func() any { return &state{wake: make(chan struct{}, 1)} }}
+
+// Queue is one connection's outbound buffer and writer. The zero value is unusable:
+// call Init first. A Queue must not be copied after Init.
+type Queue struct {
+	mu     sync.Mutex
+	st     atomic.Pointer[state] // set under mu
+	g      *Group
+	ep     Endpoint
+	reason error
+
+	outMsgs, outBytes, dropped uint64 // under mu
+
+	writers  sync.WaitGroup
+	writerOn atomic.Int32 // 1 while a writer goroutine runs (or WriteInline writes)
+
+	closed      bool // under mu
+	told        bool // closed after a goodbye: Finish lingers
+	sealed      bool // Finish began: no writer starts
+	writeFailed bool
+	slow        bool
+}
+
+// Init prepares q for the connection ep of group g.
+func (q *Queue) Init(g *Group, ep Endpoint) {
+	q.g, q.ep = g, ep
+}
+
+// stateLocked returns q's state, making it if needed. q.mu is held.
+func (q *Queue) stateLocked() *state {
+	st := q.st.Load()
+	if st == nil {
+		st = states.Get().(*state)
+		q.st.Store(st)
+	}
+	return st
+}
+
+// Begin locks the queue for appending a control frame or a message that must not be
+// refused (one a protocol session already counts as in flight) and returns the
+// buffer to append to. If the queue is closed it returns false and holds no lock;
+// otherwise the caller hands the buffer back with End, Commit or Cancel.
+func (q *Queue) Begin() ([]byte, bool) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, false
+	}
+	return q.stateLocked().out, true
+}
+
+// Reserve is Begin for a delivery of about size bytes that the slow-consumer policy
+// may refuse: over the pending limit it applies the policy and returns false,
+// holding no lock.
+func (q *Queue) Reserve(size int) ([]byte, bool) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, false
+	}
+	st := q.stateLocked()
+	if pending := int64(len(st.out) + st.writing + size); pending > q.g.cfg.MaxPending {
+		q.overflowLocked(st, pending)
+		return nil, false
+	}
+	return st.out, true
+}
+
+// End stores b, the buffer Begin or Reserve returned with frames appended, and
+// unlocks. It does not wake the writer: call Flush once per batch.
+func (q *Queue) End(b []byte) {
+	q.storeLocked(b)
+	q.mu.Unlock()
+}
+
+// Commit is End for a message delivery: it counts one message of payload bytes.
+func (q *Queue) Commit(b []byte, payload int) {
+	q.outMsgs++
+	q.outBytes += uint64(payload)
+	q.storeLocked(b)
+	q.mu.Unlock()
+}
+
+// Cancel unlocks after Begin or Reserve without changing the queue.
+func (q *Queue) Cancel() { q.mu.Unlock() }
+
+// CountDropped counts a delivery the protocol itself refused (too large for the
+// client, expired) after Begin or Reserve, and unlocks.
+func (q *Queue) CountDropped() {
+	q.dropped++
+	q.mu.Unlock()
+}
+
+func (q *Queue) storeLocked(b []byte) {
+	st := q.st.Load() // made by Begin or Reserve
+	st.out = b
+	if pending := int64(len(b) + st.writing); pending > q.g.stallAt && !st.stuck && st.stallCh == nil {
+		st.stallCh = make(chan struct{})
+	}
+}
+
+// Append queues the frames appendFrames appends, unless the queue is closed, and
+// reports whether it did. It does not wake the writer.
+func (q *Queue) Append(appendFrames func([]byte) []byte) bool {
+	b, ok := q.Begin()
+	if !ok {
+		return false
+	}
+	q.End(appendFrames(b))
+	return true
+}
+
+// overflowLocked applies the slow-consumer policy to a delivery that would take the
+// pending bytes to pending. q.mu is held; it is released.
+func (q *Queue) overflowLocked(st *state, pending int64) {
+	q.dropped++
+	first := !q.slow
+	q.slow = true
+	limit := q.g.cfg.MaxPending
+	disconnect := q.g.cfg.Policy == PolicyDisconnect
+	if disconnect {
+		// Goes out after what is already queued; nothing is queued after it.
+		st.out = q.ep.AppendSlowGoodbye(st.out, pending, limit)
+	}
+	q.mu.Unlock()
+	if first {
+		q.g.slowConsumers.Add(1)
+		q.g.log.Warn("slow consumer", "pending_bytes", pending, "limit", limit, "policy", q.g.cfg.Policy.String())
+	}
+	if disconnect {
+		q.CloseAfterGoodbye(fmt.Errorf("%w: %d pending bytes over the %d byte limit", ErrSlowConsumer, pending, limit))
+	}
+}
+
+// Flush wakes the writer, starting it if none runs. It never blocks.
+func (q *Queue) Flush() {
+	if st := q.st.Load(); st != nil {
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
+	}
+	if q.writerOn.CompareAndSwap(0, 1) {
+		q.mu.Lock()
+		if q.sealed { // Finish sends the rest itself
+			q.mu.Unlock()
+			return
+		}
+		q.writers.Add(1)
+		q.mu.Unlock()
+		go q.writeLoop()
+	}
+}
+
+// Stall implements broker.Staller: a channel closed at the writer's next progress,
+// nil when publishers need not wait.
+func (q *Queue) Stall() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st := q.st.Load(); st != nil && st.stallCh != nil {
+		return st.stallCh
+	}
+	return nil
+}
+
+// Stuck implements broker.Staller: a publisher waited in vain. The queue stops
+// holding publishers back only once its writer has made no progress for StuckAfter;
+// one merely slower than its publishers keeps throttling them.
+func (q *Queue) Stuck() {
+	q.mu.Lock()
+	if st := q.st.Load(); st != nil && st.writing > 0 && time.Since(time.Unix(0, st.lastProg)) > StuckAfter {
+		st.stuck = true
+	}
+	q.mu.Unlock()
+}
+
+// progressLocked releases publishers waiting for this queue. q.mu is held.
+func (q *Queue) progressLocked(st *state) {
+	st.lastProg = time.Now().UnixNano()
+	if st.stallCh != nil {
+		close(st.stallCh)
+		st.stallCh = nil
+	}
+	if int64(len(st.out)+st.writing) <= q.g.stallAt/2 {
+		st.stuck = false
+	}
+}
+
+// writeLoop sends what is queued until the queue closes or nothing has been queued
+// for WriterIdle. It looks before it waits: whoever started it may have queued
+// before there was a state to signal.
+func (q *Queue) writeLoop() {
+	defer q.writers.Done()
+	idle := time.NewTimer(WriterIdle)
+	defer idle.Stop()
+	for {
+		q.mu.Lock()
+		if q.closed { // Finish sends the rest
+			q.mu.Unlock()
+			return
+		}
+		st := q.stateLocked()
+		if len(st.out) == 0 {
+			q.mu.Unlock()
+			select {
+			case <-st.wake:
+				continue
+			case <-idle.C:
+			}
+			// End, unless a Flush came in meanwhile; a Flush after the Store
+			// starts a new writer itself.
+			q.writerOn.Store(0)
+			if len(st.wake) == 0 || !q.writerOn.CompareAndSwap(0, 1) {
+				if ws, ok := q.ep.(WriterStopper); ok {
+					ws.WriterStopped()
+				}
+				return
+			}
+			idle.Reset(WriterIdle)
+			continue
+		}
+		data := st.out
+		st.out = st.spare[:0]
+		st.spare = nil
+		st.writing = len(data)
+		st.lastProg = time.Now().UnixNano()
+		q.mu.Unlock()
+		if err := q.write(st, data); err != nil {
+			q.fail(err)
+			return
+		}
+		q.mu.Lock()
+		st.writing = 0
+		q.progressLocked(st)
+		if cap(data) > MaxIdleBuffer && len(st.out) < cap(data)/4 {
+			data = nil // let a burst's buffer go
+		}
+		st.spare = data[:0]
+		q.mu.Unlock()
+		idle.Reset(WriterIdle)
+	}
+}
+
+// write sends data in chunks of at most WriteChunk, noting progress after each.
+func (q *Queue) write(st *state, data []byte) error {
+	nc, err := q.ep.Socket()
+	if err != nil {
+		return err
+	}
+	timeout := q.g.cfg.WriteTimeout
+	for rest := data; len(rest) > 0; {
+		chunk := rest[:min(len(rest), WriteChunk)]
+		rest = rest[len(chunk):]
+		_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+		if _, err := nc.Write(chunk); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if len(rest) > 0 {
+			q.mu.Lock()
+			st.writing = len(rest)
+			q.progressLocked(st)
+			q.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// fail closes the queue after its socket failed: nothing more is sent.
+func (q *Queue) fail(err error) {
+	q.mu.Lock()
+	q.writeFailed = true
+	if st := q.st.Load(); st != nil {
+		st.writing = 0
+		st.out = nil
+	}
+	q.mu.Unlock()
+	q.Close(err)
+}
+
+// WriteInline sends what is queued from the calling goroutine when no writer runs
+// and at most max bytes are queued, and reports whether it did; if not, the caller
+// calls Flush. A connecting device's CONNACK goes out this way without a writer
+// goroutine started for it.
+func (q *Queue) WriteInline(max int) bool {
+	if !q.writerOn.CompareAndSwap(0, 1) {
+		return false
+	}
+	q.mu.Lock()
+	st := q.st.Load()
+	if q.closed || st == nil || len(st.out) == 0 || len(st.out) > max {
+		q.mu.Unlock()
+		q.writerOn.Store(0)
+		return false
+	}
+	data := st.out
+	st.out = st.spare[:0]
+	st.spare = nil
+	st.writing = len(data)
+	st.lastProg = time.Now().UnixNano()
+	q.mu.Unlock()
+	err := q.write(st, data)
+	q.mu.Lock()
+	st.writing = 0
+	q.progressLocked(st)
+	st.spare = data[:0]
+	more := len(st.out) > 0
+	q.mu.Unlock()
+	q.writerOn.Store(0)
+	if err != nil {
+		q.fail(err)
+		return true
+	}
+	// Anything queued while this wrote found the writer "running": start it now.
+	if more {
+		q.Flush()
+	}
+	return true
+}
+
+// Release lets an idle queue's state go, so that an idle connection holds no
+// buffers, and reports whether the queue is now empty of state: false while a
+// writer runs or anything is queued. When it lets go it calls dropScratch, if not
+// nil, under the queue's lock, so the endpoint can let go of encoding scratch the
+// lock guards.
+func (q *Queue) Release(dropScratch func()) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := q.st.Load()
+	if st == nil {
+		return true
+	}
+	if q.writerOn.Load() != 0 || len(st.out) > 0 || st.writing > 0 || st.stallCh != nil {
+		return false
+	}
+	q.st.Store(nil)
+	if dropScratch != nil {
+		dropScratch()
+	}
+	// Field by field: wake stays, and a late Flush may be reading it.
+	st.out, st.spare, st.writing, st.stallCh, st.stuck, st.lastProg = releasable(st.out), nil, 0, nil, false, 0
+	select {
+	case <-st.wake:
+	default:
+	}
+	states.Put(st)
+	return true
+}
+
+func releasable(b []byte) []byte {
+	if cap(b) > 1024 {
+		return nil
+	}
+	return b[:0]
+}
+
+// WriterRunning reports whether a writer goroutine runs now.
+func (q *Queue) WriterRunning() bool { return q.writerOn.Load() != 0 }
+
+// Close marks the queue closed with reason and tells the endpoint, once; it reports
+// whether this call closed it. What is queued is sent by Finish. Safe from any
+// goroutine, any number of times.
+func (q *Queue) Close(reason error) bool { return q.close(reason, false) }
+
+// CloseAfterGoodbye is Close for a connection the server ends after queueing a frame
+// that tells the client why: Finish sends it, then lingers so the client reads it.
+func (q *Queue) CloseAfterGoodbye(reason error) bool { return q.close(reason, true) }
+
+func (q *Queue) close(reason error, told bool) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	q.closed, q.told, q.reason = true, told, reason
+	st := q.st.Load()
+	if st != nil && st.stallCh != nil {
+		close(st.stallCh) // nobody waits for a closed connection
+		st.stallCh = nil
+	}
+	q.mu.Unlock()
+	if st != nil {
+		select {
+		case st.wake <- struct{}{}: // a writer waiting sees closed and ends
+		default:
+		}
+	}
+	q.ep.StopReading()
+	return true
+}
+
+// Closed reports whether the queue has been closed.
+func (q *Queue) Closed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// Reason is why the queue was closed, nil while it is open.
+func (q *Queue) Reason() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.reason
+}
+
+// Pending is how many bytes wait for the socket.
+func (q *Queue) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st := q.st.Load(); st != nil {
+		return len(st.out) + st.writing
+	}
+	return 0
+}
+
+// Counters returns what the queue has queued and dropped.
+func (q *Queue) Counters() Counters {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return Counters{OutMsgs: q.outMsgs, OutBytes: q.outBytes, Dropped: q.dropped, Slow: q.slow}
+}
+
+// Finish ends the connection's output once its reader has stopped and the queue is
+// closed (it closes it if not): it waits for the writer, sends what is still queued,
+// lingers after a goodbye, and closes the socket. Call it once.
+func (q *Queue) Finish() {
+	q.Close(net.ErrClosed)
+	q.mu.Lock()
+	q.sealed = true // every writer started is counted before the Wait
+	q.mu.Unlock()
+	q.writers.Wait()
+	q.mu.Lock()
+	var rest []byte
+	if st := q.st.Load(); st != nil {
+		rest, st.out = st.out, nil
+	}
+	failed, told := q.writeFailed, q.told
+	q.mu.Unlock()
+	nc, err := q.ep.Socket()
+	if err != nil || nc == nil {
+		return
+	}
+	if !failed {
+		if len(rest) > 0 {
+			_ = nc.SetWriteDeadline(time.Now().Add(min(finalWriteTimeout, q.g.cfg.WriteTimeout)))
+			_, err = nc.Write(rest)
+		}
+		if err == nil && told && q.g.cfg.Linger > 0 {
+			linger(nc, q.g.cfg.Linger)
+		}
+	}
+	_ = nc.Close()
+}
+
+// linger shuts down the write side of nc and reads and discards what the client
+// still sends, until it closes, d passes, or lingerMaxBytes were read: closing a
+// socket with unread input makes the kernel reset the connection, and a client
+// still sending would lose the reason it was given.
+func linger(nc net.Conn, d time.Duration) {
+	cw, ok := nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(d))
+	var buf [4 << 10]byte
+	for n := 0; n < lingerMaxBytes; {
+		k, err := nc.Read(buf[:])
+		n += k
+		if err != nil {
+			return
+		}
+	}
+}
