@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
-	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/outbound"
 )
 
 // conn is one MQTT network connection. Its reader goroutine decodes packets and acts

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
-	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/store"
 )
 
@@ -55,8 +55,8 @@ type Config struct {
 	// SlowConsumerPolicy is "drop" (count and drop the QoS 0 message, the default)
 	// or "disconnect" (close the connection; a v5 client gets reason 0x97).
 	SlowConsumerPolicy string
-	ConnectTimeout time.Duration
-	WriteTimeout   time.Duration
+	ConnectTimeout     time.Duration
+	WriteTimeout       time.Duration
 	// MaxKeepAlive caps the keepalive a client asks for (and replaces 0, "none"); the
 	// v5 server keep alive property tells the client. 0 accepts what clients ask.
 	MaxKeepAlive time.Duration
