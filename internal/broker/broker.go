@@ -51,7 +51,8 @@ type Sink interface {
 	Flush()
 }
 
-// Staller is implemented by sinks that apply flow control: when a sink's queue is
+// Staller is implemented by sinks that apply flow control (internal/outbound holds
+// the one implementation and its thresholds): when a sink's queue is
 // filling faster than it drains but it is still sending, publishers that delivered to
 // it wait briefly for progress (Batch.WaitStalled) instead of overrunning it.
 type Staller interface {
@@ -62,18 +63,6 @@ type Staller interface {
 	// wait until it has drained.
 	Stuck()
 }
-
-// Flow control shared by the Staller sinks of every protocol (docs/operations.md):
-// past StallBacklog queued bytes (at most half a connection's pending limit) a sink
-// makes the publishers that fed it wait, up to MaxStall per read batch, for its
-// writer's next progress; a writer that makes none for StuckAfter stops holding them
-// back. StallBacklog is small enough that a saturated subscriber's queueing delay
-// stays in milliseconds.
-const (
-	StallBacklog = 512 << 10
-	MaxStall     = 10 * time.Millisecond
-	StuckAfter   = 250 * time.Millisecond
-)
 
 // Remover is implemented by sinks that keep their own table of subscriptions; the
 // broker tells them when a subscription ends by reaching its message limit.

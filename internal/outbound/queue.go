@@ -350,6 +350,10 @@ func (q *Queue) Stuck() {
 	q.mu.Lock()
 	if st := q.st.Load(); st != nil && st.writing > 0 && time.Since(time.Unix(0, st.lastProg)) > StuckAfter {
 		st.stuck = true
+		if st.stallCh != nil { // nobody waits for it again until it has drained
+			close(st.stallCh)
+			st.stallCh = nil
+		}
 	}
 	q.mu.Unlock()
 }

@@ -1,0 +1,336 @@
+package outbound
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// endpoint is a test connection: the server side of a loopback TCP pair.
+type endpoint struct {
+	nc      net.Conn
+	stopped atomic.Int32 // StopReading calls
+	idle    atomic.Int32 // WriterStopped calls
+}
+
+func (e *endpoint) Socket() (net.Conn, error) { return e.nc, nil }
+func (e *endpoint) StopReading()              { e.stopped.Add(1) }
+func (e *endpoint) WriterStopped()            { e.idle.Add(1) }
+func (e *endpoint) AppendSlowGoodbye(b []byte, pending, limit int64) []byte {
+	return append(b, "BYE"...)
+}
+
+// pair returns a queue writing to the server side of a loopback TCP connection, and
+// the client side.
+func pair(t *testing.T, cfg Config) (*Queue, *endpoint, *Group, *net.TCPConn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	g, err := NewGroup(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := &endpoint{nc: server}
+	q := new(Queue)
+	q.Init(g, ep)
+	return q, ep, g, client.(*net.TCPConn)
+}
+
+func appendMsg(t *testing.T, q *Queue, payload string) bool {
+	t.Helper()
+	b, ok := q.Reserve(len(payload))
+	if !ok {
+		return false
+	}
+	q.Commit(append(b, payload...), len(payload))
+	return true
+}
+
+func readN(t *testing.T, c net.Conn, n int) []byte {
+	t.Helper()
+	buf := make([]byte, n)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("read %d bytes: %v", n, err)
+	}
+	return buf
+}
+
+func TestWritesInOrderAndWriterComesAndGoes(t *testing.T) {
+	q, ep, _, client := pair(t, Config{MaxPending: 1 << 20})
+	for i := 0; i < 3; i++ {
+		appendMsg(t, q, "abc")
+		appendMsg(t, q, "def")
+		q.Flush()
+		if got := readN(t, client, 6); string(got) != "abcdef" {
+			t.Fatalf("round %d: read %q", i, got)
+		}
+		// The writer ends once idle, and a Flush starts another.
+		deadline := time.Now().Add(5 * time.Second)
+		for q.WriterRunning() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if q.WriterRunning() {
+			t.Fatalf("writer still running %v after its last write", 5*time.Second)
+		}
+		if got := ep.idle.Load(); got != int32(i+1) {
+			t.Fatalf("WriterStopped called %d times, want %d", got, i+1)
+		}
+	}
+	c := q.Counters()
+	if c.OutMsgs != 6 || c.OutBytes != 18 || c.Dropped != 0 || c.Slow {
+		t.Fatalf("counters %+v", c)
+	}
+	if !q.Release(nil) || q.Pending() != 0 {
+		t.Fatal("an idle queue did not release its state")
+	}
+}
+
+func TestSlowConsumerDropCountsOnce(t *testing.T) {
+	q, _, g, _ := pair(t, Config{MaxPending: 1000, Policy: PolicyDrop})
+	payload := string(bytes.Repeat([]byte("x"), 100))
+	for i := 0; i < 10; i++ {
+		if !appendMsg(t, q, payload) {
+			t.Fatalf("message %d refused under the limit", i)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		if appendMsg(t, q, payload) {
+			t.Fatal("message over the pending limit was queued")
+		}
+	}
+	c := q.Counters()
+	if c.Dropped != 5 || !c.Slow || c.OutMsgs != 10 {
+		t.Fatalf("counters %+v, want 5 dropped, slow, 10 out", c)
+	}
+	if g.SlowConsumers() != 1 {
+		t.Fatalf("slow consumers %d, want 1 for one connection", g.SlowConsumers())
+	}
+	if q.Closed() {
+		t.Fatal("drop policy closed the connection")
+	}
+	g.Retire(q)
+	if gone := g.Gone(); gone.Dropped != 5 || gone.OutMsgs != 10 || gone.OutBytes != 1000 {
+		t.Fatalf("group totals %+v", gone)
+	}
+}
+
+func TestSlowConsumerDisconnectSendsGoodbyeAfterBacklog(t *testing.T) {
+	q, ep, _, client := pair(t, Config{MaxPending: 1000, Policy: PolicyDisconnect})
+	for i := 0; i < 10; i++ {
+		appendMsg(t, q, "0123456789"+string(bytes.Repeat([]byte("y"), 90)))
+	}
+	if appendMsg(t, q, "over") {
+		t.Fatal("message over the limit was queued")
+	}
+	if !q.Closed() || !errors.Is(q.Reason(), ErrSlowConsumer) || ep.stopped.Load() != 1 {
+		t.Fatalf("closed %v reason %v stop-reading calls %d", q.Closed(), q.Reason(), ep.stopped.Load())
+	}
+	if _, ok := q.Begin(); ok {
+		t.Fatal("Begin on a closed queue succeeded")
+	}
+	done := make(chan struct{})
+	go func() { q.Finish(); close(done) }()
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	all, err := io.ReadAll(client)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if len(all) != 1003 || string(all[1000:]) != "BYE" {
+		t.Fatalf("read %d bytes ending %q, want the 1000-byte backlog then BYE", len(all), all[max(0, len(all)-3):])
+	}
+	<-done
+}
+
+func TestFlowControlStallsThenReleases(t *testing.T) {
+	q, _, g, client := pair(t, Config{MaxPending: 64 << 20})
+	if q.Stall() != nil {
+		t.Fatal("empty queue stalls")
+	}
+	big := bytes.Repeat([]byte("z"), int(g.stallAt)+1)
+	b, _ := q.Reserve(len(big))
+	q.Commit(append(b, big...), len(big))
+	ch := q.Stall()
+	if ch == nil {
+		t.Fatal("queue over the stall backlog does not ask publishers to wait")
+	}
+	q.Flush()
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stall not released by the writer's progress")
+	}
+}
+
+func TestStuckWriterStopsStalling(t *testing.T) {
+	q, _, g, client := pair(t, Config{MaxPending: 256 << 20})
+	_ = client.SetReadBuffer(4 << 10)
+	// Far more than the socket buffers hold: the writer blocks, making no progress.
+	chunk := bytes.Repeat([]byte("s"), 1<<20)
+	for i := 0; i < 32; i++ {
+		b, _ := q.Reserve(len(chunk))
+		q.Commit(append(b, chunk...), len(chunk))
+	}
+	q.Flush()
+	time.Sleep(StuckAfter + 200*time.Millisecond)
+	b, _ := q.Reserve(len(chunk))
+	q.Commit(append(b, chunk...), len(chunk))
+	if q.Stall() == nil {
+		t.Fatal("expected a stall while the backlog is over the threshold")
+	}
+	q.Stuck()
+	b, _ = q.Reserve(len(chunk))
+	q.Commit(append(b, chunk...), len(chunk))
+	if ch := q.Stall(); ch != nil {
+		select {
+		case <-ch:
+		default:
+			t.Fatalf("a stuck queue still asks publishers to wait (pending %d, threshold %d)", q.Pending(), g.stallAt)
+		}
+	}
+	q.Close(errors.New("test over"))
+	client.Close()
+	q.Finish()
+}
+
+// TestGracefulCloseClientReadsGoodbye: a client that keeps sending while the server
+// ends the connection after a goodbye reads the goodbye and a clean end of stream,
+// not a reset.
+func TestGracefulCloseClientReadsGoodbye(t *testing.T) {
+	q, _, _, client := pair(t, Config{MaxPending: 1 << 20, Linger: 2 * time.Second})
+	stop := make(chan struct{})
+	sent := make(chan int)
+	go func() {
+		junk := bytes.Repeat([]byte("j"), 16<<10)
+		n := 0
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 0; i < 4096 && time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				sent <- n
+				return
+			default:
+			}
+			_ = client.SetWriteDeadline(time.Now().Add(time.Second))
+			k, err := client.Write(junk)
+			n += k
+			if err != nil {
+				break
+			}
+		}
+		<-stop
+		sent <- n
+	}()
+	time.Sleep(50 * time.Millisecond) // unread input piles up on the server side
+	q.Append(func(b []byte) []byte { return append(b, "GOODBYE"...) })
+	q.CloseAfterGoodbye(errors.New("told"))
+	finished := make(chan struct{})
+	go func() { q.Finish(); close(finished) }()
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(client)
+	close(stop)
+	<-sent
+	if err != nil {
+		t.Fatalf("client read %q then %v, want the goodbye and a clean end", got, err)
+	}
+	if string(got) != "GOODBYE" {
+		t.Fatalf("client read %q, want GOODBYE", got)
+	}
+	client.Close()
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Finish did not return after the client closed")
+	}
+}
+
+func TestWriteFailureClosesAndStopsReader(t *testing.T) {
+	q, ep, _, client := pair(t, Config{MaxPending: 64 << 20, WriteTimeout: 200 * time.Millisecond})
+	_ = client.SetReadBuffer(4 << 10)
+	chunk := bytes.Repeat([]byte("w"), 1<<20)
+	for i := 0; i < 16; i++ {
+		b, _ := q.Reserve(len(chunk))
+		q.Commit(append(b, chunk...), len(chunk))
+	}
+	q.Flush()
+	deadline := time.Now().Add(10 * time.Second)
+	for !q.Closed() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !q.Closed() || ep.stopped.Load() != 1 {
+		t.Fatalf("a write past its timeout left the queue open (closed %v, stop-reading %d)", q.Closed(), ep.stopped.Load())
+	}
+	var ne net.Error
+	if !errors.As(q.Reason(), &ne) || !ne.Timeout() {
+		t.Fatalf("reason %v, want a write timeout", q.Reason())
+	}
+	q.Finish()
+}
+
+func TestQueueDeliveryDoesNotAllocate(t *testing.T) {
+	q, _, _, client := pair(t, Config{MaxPending: 64 << 20})
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	payload := []byte("0123456789abcdef")
+	for i := 0; i < 1000; i++ { // warm the buffers up
+		b, _ := q.Reserve(len(payload))
+		q.Commit(append(b, payload...), len(payload))
+	}
+	q.Flush()
+	allocs := testing.AllocsPerRun(1000, func() {
+		b, ok := q.Reserve(len(payload))
+		if ok {
+			q.Commit(append(b, payload...), len(payload))
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per delivery, want 0", allocs)
+	}
+	q.Close(nil)
+	q.Finish()
+}
+
+func BenchmarkReserveCommit(b *testing.B) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	client, _ := net.Dial("tcp", l.Addr().String())
+	server, _ := l.Accept()
+	defer client.Close()
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	g, _ := NewGroup(Config{MaxPending: 64 << 20, WriteTimeout: 5 * time.Second}, nil)
+	q := new(Queue)
+	q.Init(g, &endpoint{nc: server})
+	payload := []byte("0123456789abcdef")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	for i := 0; b.Loop(); i++ {
+		buf, ok := q.Reserve(len(payload))
+		if ok {
+			q.Commit(append(buf, payload...), len(payload))
+		}
+		if i%64 == 0 {
+			q.Flush()
+		}
+	}
+	q.Close(nil)
+	q.Finish()
+}
