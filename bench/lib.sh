@@ -1,11 +1,13 @@
-# Shell helpers the bench scripts share: installing what is missing, waiting for a
-# server's port, and stopping exactly the processes a script started.
+# Shell helpers the bench scripts share: installing what is missing, building the bench
+# module's commands, waiting for a server's port, and stopping exactly the processes a
+# script started.
 # A script sets BENCH (its name, for messages) and BENCH_LOGS (where its server logs
 # go), then sources this file from the repository root: `. bench/lib.sh`.
 
 apt_updated=
 apt_install() { # packages...: apt-get update at most once per script
 	local sudo_cmd=""
+	command -v apt-get >/dev/null 2>&1 || { echo "$BENCH: no apt-get; install the Debian package(s) $* by hand" >&2; exit 1; }
 	if [ "$(id -u)" -ne 0 ]; then
 		command -v sudo >/dev/null 2>&1 || { echo "$BENCH: need root or sudo to install $*" >&2; exit 1; }
 		sudo_cmd="sudo"
@@ -15,6 +17,13 @@ apt_install() { # packages...: apt-get update at most once per script
 		apt_updated=1
 	fi
 	DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
+}
+
+bench_build() { # output package: go build a command of the bench module (e.g. ./natsvs);
+	# output is relative to the repository root, where the scripts run
+	local out=$1
+	case "$out" in /*) ;; *) out=$PWD/$out ;; esac
+	go -C bench build -o "$out" "$2"
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

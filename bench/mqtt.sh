@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 for a in "$@"; do
 	case "$a" in
-	--list | -list | -h | -help | --help) exec go run ./bench/mqttvs "$@" ;;
+	--list | -list | -h | -help | --help) exec go -C bench run ./mqttvs "$@" ;;
 	esac
 done
 
@@ -62,7 +62,7 @@ fi
 require_free_ports "MOSQ_PORT / TERN_PORT / TERN_NATIVE_PORT" "$MOSQ_PORT" "$TERN_PORT" "$TERN_NATIVE_PORT"
 
 echo "== building bench/mqttvs and tern"
-go build -o "$MOUT/mqttvs" ./bench/mqttvs
+bench_build "$MOUT/mqttvs" ./mqttvs
 go build -o "$MOUT/tern" ./cmd/tern
 
 RUN_DIR=$(mktemp -d /tmp/tern-mqtt-bench.XXXXXX)

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 # Listing the rows or asking for help needs no servers.
 for a in "$@"; do
 	case "$a" in
-	--list | -list | -h | -help | --help) exec go run ./bench/natsvs "$@" ;;
+	--list | -list | -h | -help | --help) exec go -C bench run ./natsvs "$@" ;;
 	esac
 done
 
@@ -39,9 +39,9 @@ require_free_ports "NATS_PORT / TERN_PORT" "$NATS_PORT" "$TERN_PORT"
 # --- build ------------------------------------------------------------------------------
 echo "== building tern"
 go build -o "$OUT/tern" ./cmd/tern
-go build -o "$OUT/natsvs" ./bench/natsvs
+bench_build "$OUT/natsvs" ./natsvs
 if [ -n "${TERN_CPUPROFILE:-}" ]; then
-	go build -o "$OUT/ternserve" ./bench/ternserve
+	bench_build "$OUT/ternserve" ./ternserve
 fi
 
 # --- start both servers; stop exactly these pids on exit -------------------------------

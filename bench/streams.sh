@@ -34,7 +34,7 @@ cd "$(dirname "$0")/.."
 # Listing the rows or asking for help needs no servers.
 for a in "$@"; do
 	case "$a" in
-	--list | -list | -h | -help | --help) exec go run ./bench/streamvs "$@" ;;
+	--list | -list | -h | -help | --help) exec go -C bench run ./streamvs "$@" ;;
 	esac
 done
 
@@ -66,7 +66,7 @@ require_free_ports "JS_PORT / TERN_PORT" "${ports[@]}"
 
 # --- build ------------------------------------------------------------------------------
 echo "== building bench/streamvs${TERN:+ and tern}"
-go build -o "$SOUT/streamvs" ./bench/streamvs
+bench_build "$SOUT/streamvs" ./streamvs
 [ -n "$TERN" ] && go build -o "$SOUT/tern" ./cmd/tern
 
 # --- processes started here; stopped by pid -----------------------------------------------

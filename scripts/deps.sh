@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 command -v go >/dev/null || { echo "deps: Go toolchain not found (need go $(sed -n 's/^go //p' go.mod))" >&2; exit 1; }
 # Go modules are fetched by the go command itself; download once so test timing is honest.
+# Both modules: the product's and the benchmarks' (bench/, with the reference clients).
 go mod download
+(cd bench && go mod download)
 
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
