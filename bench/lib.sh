@@ -1,11 +1,13 @@
-# Shell helpers the bench scripts share: installing what is missing, waiting for a
-# server's port, and stopping exactly the processes a script started.
+# Shell helpers the bench scripts (and scripts/deps.sh) share: installing what is
+# missing, building the bench module's commands, waiting for a server's port, and
+# stopping exactly the processes a script started.
 # A script sets BENCH (its name, for messages) and BENCH_LOGS (where its server logs
 # go), then sources this file from the repository root: `. bench/lib.sh`.
 
 apt_updated=
 apt_install() { # packages...: apt-get update at most once per script
 	local sudo_cmd=""
+	command -v apt-get >/dev/null 2>&1 || { echo "$BENCH: no apt-get; install the Debian package(s) $* by hand" >&2; exit 1; }
 	if [ "$(id -u)" -ne 0 ]; then
 		command -v sudo >/dev/null 2>&1 || { echo "$BENCH: need root or sudo to install $*" >&2; exit 1; }
 		sudo_cmd="sudo"
@@ -15,6 +17,47 @@ apt_install() { # packages...: apt-get update at most once per script
 		apt_updated=1
 	fi
 	DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
+}
+
+# Reference servers built from source, pinned: `go install` puts the release into
+# bench/.tools/bin (ignored by git) unless exactly that version is there already, so a
+# second call costs a few milliseconds. Scripts and the bench module's tests run them by
+# this path, never whatever of the same name is on PATH.
+NATS_SERVER_VERSION=2.15.2 # github.com/nats-io/nats-server/v2
+MOCHI_VERSION=2.7.9        # github.com/mochi-mqtt/server/v2, its cmd (a plain TCP+WS broker)
+BENCH_TOOLS=$PWD/bench/.tools/bin
+
+go_tool() { # name (nats-server, mochi-mqtt): print its path, installing it first if missing
+	local name=$1 mod pkg version bin tmp
+	case "$name" in
+	nats-server) mod=github.com/nats-io/nats-server/v2 pkg=$mod version=v$NATS_SERVER_VERSION ;;
+	mochi-mqtt) mod=github.com/mochi-mqtt/server/v2 pkg=$mod/cmd version=v$MOCHI_VERSION ;;
+	*) echo "$BENCH: go_tool: unknown tool $name" >&2; return 1 ;;
+	esac
+	bin=$BENCH_TOOLS/$name
+	# The module version the binary was built from, as recorded in it by the go command.
+	if [ "$(go version -m "$bin" 2>/dev/null | awk -v m="$mod" '$1 == "mod" && $2 == m {print $3}')" != "$version" ]; then
+		echo "== installing $name $version (go install $pkg@$version into bench/.tools/bin)" >&2
+		mkdir -p "$BENCH_TOOLS"
+		tmp=$(mktemp -d "$BENCH_TOOLS/.install.XXXXXX")
+		# go install names the binary after the package ("cmd" for Mochi): the one file
+		# in $tmp is renamed to the tool's name.
+		if ! GOBIN=$tmp go install "$pkg@$version" >&2; then
+			rm -rf "$tmp"
+			echo "$BENCH: go install $pkg@$version failed" >&2
+			return 1
+		fi
+		mv -f "$tmp"/* "$bin"
+		rm -rf "$tmp"
+	fi
+	echo "$bin"
+}
+
+bench_build() { # output package: go build a command of the bench module (e.g. ./natsvs);
+	# output is relative to the repository root, where the scripts run
+	local out=$1
+	case "$out" in /*) ;; *) out=$PWD/$out ;; esac
+	go -C bench build -o "$out" "$2"
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
-# MQTT on this machine: Mosquitto and Tern driven by one load client (bench/mqttvs):
-# QoS 0 and 1 throughput for 1→1, 10→10, 100→1 and 1→100 at 32 B and 1 KiB, end-to-end
-# latency at a fixed rate, and the memory of idle connections.
+# MQTT on this machine: Mosquitto, Mochi and Tern driven by one load client
+# (bench/mqttvs): QoS 0 and 1 throughput for 1→1, 10→10, 100→1 and 1→100 at 32 B and
+# 1 KiB, end-to-end latency at a fixed rate, and the memory of idle connections. The
+# throughput table has Tern's ratio over each of the two others.
 #
-# Installs mosquitto (Debian) if missing, builds tern and the harness into $OUT/mqtt,
-# starts
+# Installs mosquitto (Debian) if missing and the mochi-mqtt release pinned in
+# bench/lib.sh (MOCHI_VERSION; go install, into bench/.tools/bin) if missing, builds
+# tern and the harness into $OUT/mqtt, starts
 #   mosquitto -c <conf>   listener 127.0.0.1:$MOSQ_PORT, no persistence,
 #                         max_inflight_messages 1024, max_queued_messages 1000000
+#   mochi-mqtt -tcp 127.0.0.1:$MOCHI_PORT -ws 127.0.0.1:$MOCHI_WS_PORT
+#              -info 127.0.0.1:$MOCHI_INFO_PORT
+#                         (its command has no options beyond the listeners, which it
+#                         always opens: WebSocket and HTTP stats go to unused ports;
+#                         its defaults otherwise, e.g. 8192 pending writes per client)
 #   tern server --host 127.0.0.1 --port $TERN_NATIVE_PORT --mqtt-port $TERN_PORT
 #               --mqtt-ws-port -1 --http "" --store-dir <tmp> --mqtt-max-queued 1000000
-# (the same in-flight window and per-client queue on both), runs the matrix and the
-# latency rows, restarts both fresh for the idle-connection row, and stops exactly the
-# processes it started, by pid, on EXIT, INT and TERM.
+# (the same in-flight window and per-client queue on Mosquitto and Tern), runs the
+# matrix and the latency rows, restarts all three fresh for the idle-connection row,
+# and stops exactly the processes it started, by pid, on EXIT, INT and TERM.
 #
 # Usage: bench/mqtt.sh [mqttvs options]      e.g. bench/mqtt.sh --runs 5
 #                                                 bench/mqtt.sh --only q1 --scale 0.3
 #        bench/mqtt.sh --list
 # Environment:
-#   MOSQ_PORT (21883), TERN_PORT (21884), TERN_NATIVE_PORT (27402)
+#   MOSQ_PORT (21883), TERN_PORT (21884), TERN_NATIVE_PORT (27402),
+#   MOCHI_PORT (21885), MOCHI_WS_PORT (21886), MOCHI_INFO_PORT (21887)
 #   IDLE_CONNS (50000)   idle connections for the memory row; 0 skips it. Each process
 #                        needs that many file descriptors: the script raises its limit
 #                        if it may, else uses what the limit allows.
@@ -27,13 +35,16 @@ cd "$(dirname "$0")/.."
 
 for a in "$@"; do
 	case "$a" in
-	--list | -list | -h | -help | --help) exec go run ./bench/mqttvs "$@" ;;
+	--list | -list | -h | -help | --help) exec go -C bench run ./mqttvs "$@" ;;
 	esac
 done
 
 MOSQ_PORT=${MOSQ_PORT:-21883}
 TERN_PORT=${TERN_PORT:-21884}
 TERN_NATIVE_PORT=${TERN_NATIVE_PORT:-27402}
+MOCHI_PORT=${MOCHI_PORT:-21885}
+MOCHI_WS_PORT=${MOCHI_WS_PORT:-21886}
+MOCHI_INFO_PORT=${MOCHI_INFO_PORT:-21887}
 IDLE_CONNS=${IDLE_CONNS:-50000}
 OUT=${OUT:-bench/out}
 MOUT=$OUT/mqtt
@@ -46,6 +57,7 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
 	apt_install mosquitto
 fi
 MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
+MOCHI=$(go_tool mochi-mqtt)
 
 # Each process (the load client, each server) holds one descriptor per idle connection.
 if [ "$IDLE_CONNS" -gt 0 ]; then
@@ -59,10 +71,11 @@ if [ "$IDLE_CONNS" -gt 0 ]; then
 	fi
 fi
 
-require_free_ports "MOSQ_PORT / TERN_PORT / TERN_NATIVE_PORT" "$MOSQ_PORT" "$TERN_PORT" "$TERN_NATIVE_PORT"
+require_free_ports "MOSQ_PORT / MOCHI_PORT / MOCHI_WS_PORT / MOCHI_INFO_PORT / TERN_PORT / TERN_NATIVE_PORT" \
+	"$MOSQ_PORT" "$MOCHI_PORT" "$MOCHI_WS_PORT" "$MOCHI_INFO_PORT" "$TERN_PORT" "$TERN_NATIVE_PORT"
 
 echo "== building bench/mqttvs and tern"
-go build -o "$MOUT/mqttvs" ./bench/mqttvs
+bench_build "$MOUT/mqttvs" ./mqttvs
 go build -o "$MOUT/tern" ./cmd/tern
 
 RUN_DIR=$(mktemp -d /tmp/tern-mqtt-bench.XXXXXX)
@@ -106,12 +119,16 @@ start_servers() {
 	"$MOSQUITTO" -c "$RUN_DIR/mosquitto.conf" >>"$MOUT/mosquitto.log" 2>&1 &
 	MOSQ_PID=$!
 	PIDS+=("$MOSQ_PID")
+	"$MOCHI" -tcp "127.0.0.1:$MOCHI_PORT" -ws "127.0.0.1:$MOCHI_WS_PORT" -info "127.0.0.1:$MOCHI_INFO_PORT" >>"$MOUT/mochi.log" 2>&1 &
+	MOCHI_PID=$!
+	PIDS+=("$MOCHI_PID")
 	rm -rf "$RUN_DIR/tern"
 	"$MOUT/tern" server --host 127.0.0.1 --port "$TERN_NATIVE_PORT" --mqtt-port "$TERN_PORT" --mqtt-ws-port -1 --udp-port -1 \
 		--http "" --store-dir "$RUN_DIR/tern" --mqtt-max-queued 1000000 >>"$MOUT/tern-server.log" 2>&1 &
 	TERN_PID=$!
 	PIDS+=("$TERN_PID")
 	wait_port "$MOSQ_PORT" "$MOSQ_PID" mosquitto
+	wait_port "$MOCHI_PORT" "$MOCHI_PID" mochi-mqtt
 	wait_port "$TERN_PORT" "$TERN_PID" "tern server"
 }
 
@@ -124,12 +141,14 @@ mosq_version=$({ "$MOSQUITTO" -h 2>&1 || true; } | sed -n 's/^mosquitto version 
 	echo "kernel:       $(uname -sr)"
 	echo "go:           $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
 	echo "mosquitto:    ${mosq_version:-unknown} (127.0.0.1:$MOSQ_PORT)"
+	echo "mochi-mqtt:   $MOCHI_VERSION (127.0.0.1:$MOCHI_PORT)"
 	echo "tern:         $("$MOUT/tern" version 2>/dev/null || echo 0.1.0-dev) (127.0.0.1:$TERN_PORT)"
 	echo "open files:   $(ulimit -n)"
 } | tee "$MOUT/machine.txt"
 
 start_servers
-brokers="mosquitto=127.0.0.1:$MOSQ_PORT,tern=127.0.0.1:$TERN_PORT"
+# Tern last: the table has its ratio over each of the others.
+brokers="mosquitto=127.0.0.1:$MOSQ_PORT,mochi=127.0.0.1:$MOCHI_PORT,tern=127.0.0.1:$TERN_PORT"
 echo "== throughput and latency (progress on stderr)"
 run_job "$MOUT/mqttvs" --brokers "$brokers" "$@" >"$MOUT/throughput.md"
 stop_servers
@@ -138,7 +157,7 @@ stop_servers
 if [ "$IDLE_CONNS" -gt 0 ]; then
 	echo "== $IDLE_CONNS idle connections, fresh servers"
 	start_servers
-	run_job "$MOUT/mqttvs" --brokers "$brokers" --pids "mosquitto=$MOSQ_PID,tern=$TERN_PID" --only none \
+	run_job "$MOUT/mqttvs" --brokers "$brokers" --pids "mosquitto=$MOSQ_PID,mochi=$MOCHI_PID,tern=$TERN_PID" --only none \
 		--latency-rate 0 --idle-conns "$IDLE_CONNS" >"$MOUT/idle.md"
 	stop_servers
 fi

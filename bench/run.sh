@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Tern vs NATS on this machine: installs nats-server if missing, builds tern, starts
-# both servers on loopback on non-default ports, runs the same workload matrix against
-# each (bench/natsvs), prints a Markdown table, and stops exactly the servers it started.
+# Tern vs NATS on this machine: installs the nats-server release pinned in bench/lib.sh
+# (NATS_SERVER_VERSION) into bench/.tools/bin with go install if it is missing, builds
+# tern, starts both servers on loopback on non-default ports, runs the same workload
+# matrix against each (bench/natsvs), prints a Markdown table, and stops exactly the
+# servers it started.
 #
 # Usage: bench/run.sh [natsvs options]      e.g. bench/run.sh --runs 5
 #                                                 bench/run.sh --only reqrep --scale 0.2
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 # Listing the rows or asking for help needs no servers.
 for a in "$@"; do
 	case "$a" in
-	--list | -list | -h | -help | --help) exec go run ./bench/natsvs "$@" ;;
+	--list | -list | -h | -help | --help) exec go -C bench run ./natsvs "$@" ;;
 	esac
 done
 
@@ -28,20 +30,17 @@ mkdir -p "$OUT"
 BENCH=run.sh BENCH_LOGS=$OUT
 . bench/lib.sh
 
-# --- nats-server (Debian package) -----------------------------------------------------
-if ! command -v nats-server >/dev/null 2>&1; then
-	echo "== installing nats-server (Debian package)"
-	apt_install nats-server
-fi
+# --- nats-server (the pinned release, built by go install; run by its path) -----------
+NATS_SERVER=$(go_tool nats-server)
 
 require_free_ports "NATS_PORT / TERN_PORT" "$NATS_PORT" "$TERN_PORT"
 
 # --- build ------------------------------------------------------------------------------
 echo "== building tern"
 go build -o "$OUT/tern" ./cmd/tern
-go build -o "$OUT/natsvs" ./bench/natsvs
+bench_build "$OUT/natsvs" ./natsvs
 if [ -n "${TERN_CPUPROFILE:-}" ]; then
-	go build -o "$OUT/ternserve" ./bench/ternserve
+	bench_build "$OUT/ternserve" ./ternserve
 fi
 
 # --- start both servers; stop exactly these pids on exit -------------------------------
@@ -57,7 +56,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-nats-server -a 127.0.0.1 -p "$NATS_PORT" >"$OUT/nats-server.log" 2>&1 &
+"$NATS_SERVER" -a 127.0.0.1 -p "$NATS_PORT" >"$OUT/nats-server.log" 2>&1 &
 PIDS+=($!)
 wait_port "$NATS_PORT" "${PIDS[-1]}" nats-server
 
@@ -70,7 +69,7 @@ PIDS+=($!)
 wait_port "$TERN_PORT" "${PIDS[-1]}" "tern server"
 
 # --- machine -----------------------------------------------------------------------------
-nats_version=$(nats-server --version 2>&1 | sed -n 's/^nats-server: *//p')
+nats_version=$("$NATS_SERVER" --version 2>&1 | sed -n 's/^nats-server: *//p')
 tern_version=$("$OUT/tern" version | sed -n 's/^tern *//p')
 echo "== machine"
 echo "nproc:        $(nproc)"

@@ -3,7 +3,8 @@
 # RabbitMQ's durable work queue through bench/rabbit/run.sh, and one combined Markdown
 # report.
 #
-# Installs nats-server if missing, builds the harness, starts
+# Installs the nats-server release pinned in bench/lib.sh (NATS_SERVER_VERSION) into
+# bench/.tools/bin with go install if it is missing, builds the harness, starts
 #   nats-server -js -sd <tmp> -a 127.0.0.1 -p $JS_PORT
 #   tern server --host 127.0.0.1 --port $TERN_PORT --mqtt-port -1 --udp-port -1 --http "" --store-dir <tmp>
 # runs the stream matrix against them, stops them, runs the RabbitMQ script (which
@@ -34,7 +35,7 @@ cd "$(dirname "$0")/.."
 # Listing the rows or asking for help needs no servers.
 for a in "$@"; do
 	case "$a" in
-	--list | -list | -h | -help | --help) exec go run ./bench/streamvs "$@" ;;
+	--list | -list | -h | -help | --help) exec go -C bench run ./streamvs "$@" ;;
 	esac
 done
 
@@ -54,11 +55,8 @@ BENCH=streams.sh BENCH_LOGS=$SOUT
 TERN=${TERN:-1}
 [ "$TERN" = 0 ] && TERN=
 
-# --- nats-server (Debian package) -----------------------------------------------------
-if ! command -v nats-server >/dev/null 2>&1; then
-	echo "== installing nats-server (Debian package)"
-	apt_install nats-server
-fi
+# --- nats-server (the pinned release, built by go install; run by its path) -----------
+NATS_SERVER=$(go_tool nats-server)
 
 ports=("$JS_PORT")
 [ -n "$TERN" ] && ports+=("$TERN_PORT")
@@ -66,7 +64,7 @@ require_free_ports "JS_PORT / TERN_PORT" "${ports[@]}"
 
 # --- build ------------------------------------------------------------------------------
 echo "== building bench/streamvs${TERN:+ and tern}"
-go build -o "$SOUT/streamvs" ./bench/streamvs
+bench_build "$SOUT/streamvs" ./streamvs
 [ -n "$TERN" ] && go build -o "$SOUT/tern" ./cmd/tern
 
 # --- processes started here; stopped by pid -----------------------------------------------
@@ -136,11 +134,11 @@ run_job() { # command...: run in the background and wait, so a signal is handled
 	return "$rc"
 }
 
-start_server js nats-server -js -sd "$RUN_DIR/jetstream" -a 127.0.0.1 -p "$JS_PORT" >"$SOUT/nats-server.log" 2>&1
+start_server js "$NATS_SERVER" -js -sd "$RUN_DIR/jetstream" -a 127.0.0.1 -p "$JS_PORT" >"$SOUT/nats-server.log" 2>&1
 JS_PID=$!
 PIDS+=("$JS_PID")
 wait_port "$JS_PORT" "$JS_PID" nats-server
-nats_version=$(nats-server --version 2>&1 | sed -n 's/^nats-server: *v\{0,1\}//p')
+nats_version=$("$NATS_SERVER" --version 2>&1 | sed -n 's/^nats-server: *v\{0,1\}//p')
 args=(--js-url "nats://127.0.0.1:$JS_PORT" --js-pid "$JS_PID" --js-version "$nats_version")
 drivers=js
 

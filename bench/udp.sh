@@ -15,7 +15,7 @@ mkdir -p "$OUT/udp"
 BENCH=udp.sh BENCH_LOGS=$OUT/udp
 . bench/lib.sh
 command -v iptables >/dev/null 2>&1 || apt_install iptables
-go build -o "$OUT/udp/udpvs" ./bench/udpvs
+bench_build "$OUT/udp/udpvs" ./udpvs
 "$OUT/udp/udpvs" "$@" | tee "$OUT/udp/results.md"
 echo | tee -a "$OUT/udp/results.md"
 "$OUT/udp/udpvs" --loopback "$@" | tee -a "$OUT/udp/results.md"

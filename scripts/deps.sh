@@ -6,34 +6,30 @@ cd "$(dirname "$0")/.."
 
 command -v go >/dev/null || { echo "deps: Go toolchain not found (need go $(sed -n 's/^go //p' go.mod))" >&2; exit 1; }
 # Go modules are fetched by the go command itself; download once so test timing is honest.
+# Both modules: the product's and the benchmarks' (bench/, with the reference clients).
 go mod download
+(cd bench && go mod download)
 
-sudo_cmd=""
-[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-apt_updated=0
+# The installing helpers the bench scripts use (apt_install, go_tool).
+BENCH=deps
+. bench/lib.sh
 # apt_pkg PKG: installs Debian package PKG (apt-get update once per run).
 apt_pkg() {
-	if ! command -v apt-get >/dev/null; then
-		echo "deps: no apt-get; install Debian package $1 by hand" >&2
-		exit 1
-	fi
 	echo "deps: installing $1 (Debian)"
-	if [ "$apt_updated" -eq 0 ]; then
-		$sudo_cmd apt-get update -qq >/dev/null
-		apt_updated=1
-	fi
-	DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$1" >/dev/null
+	apt_install "$1"
 }
-# apt_install CMD PKG: installs PKG unless command CMD already exists.
-apt_install() { command -v "$1" >/dev/null || apt_pkg "$2"; }
+# need CMD PKG: installs Debian package PKG unless command CMD already exists.
+need() { command -v "$1" >/dev/null || apt_pkg "$2"; }
 
-# nats-server: the reference broker the benchmark harness's own tests run against.
-apt_install nats-server nats-server
+# nats-server: the reference broker the benchmark module's own tests run against, the
+# release the benchmarks use (NATS_SERVER_VERSION in bench/lib.sh), built into
+# bench/.tools/bin, where the tests look for it (bench/internal/refserver).
+go_tool nats-server >/dev/null
 # iptables (statistic match) for the reliable-UDP tests between network namespaces.
-apt_install iptables iptables
+need iptables iptables
 # MQTT clients Tern did not write, for the MQTT interoperability tests.
-apt_install mosquitto_pub mosquitto-clients
-apt_install python3 python3
+need mosquitto_pub mosquitto-clients
+need python3 python3
 # paho-mqtt from PyPI in the project's own virtual environment (.venv, not committed);
 # the MQTT tests run .venv/bin/python.
 paho_version=2.1.0
@@ -51,8 +47,8 @@ fi
 # test (run by node, with .node/node_modules as its module path; not committed).
 mqttjs_version=5.16.0
 if [ "$(node -p "require('./.node/node_modules/mqtt/package.json').version" 2>/dev/null)" != "$mqttjs_version" ]; then
-	apt_install node nodejs
-	apt_install npm npm
+	need node nodejs
+	need npm npm
 	echo "deps: installing MQTT.js $mqttjs_version into .node"
 	npm install --silent --no-audit --no-fund --prefix .node "mqtt@$mqttjs_version" >/dev/null
 fi

@@ -219,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: "go run ./bench/natsvs " + strings.Join(args, " "),
+		Command: "natsvs " + strings.Join(args, " "),
 		Machine: host.Info(),
 		Servers: map[string]*system{},
 		Runs:    *runs,

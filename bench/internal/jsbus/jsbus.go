@@ -2,8 +2,8 @@
 // NATS Go client (github.com/nats-io/nats.go and its jetstream package) to
 // streambench.Driver, so JetStream runs the same workload code as Tern.
 //
-// It works with nats-server 2.9 and later (the benchmarks use Debian's 2.9.10, started
-// with -js). Client settings are nats.go's defaults, except that the client's own limit
+// It works with nats-server 2.9 and later (the benchmarks use the release pinned in
+// bench/lib.sh, started with -js). Client settings are nats.go's defaults, except that the client's own limit
 // on outstanding async publishes is raised to streambench.MaxWindow (the engine keeps
 // its window itself) and reconnection is off.
 //
@@ -13,8 +13,9 @@
 // arrive); Replay is an ordered consumer (ephemeral, no acks, recreated by the client
 // if it ever sees a gap): the push-based one of nats.go's JetStreamContext by default,
 // the jetstream package's pull-based one with PullReplay. JetStream has no per-stream fsync
-// policy (nats-server 2.9 acknowledges a publish once its file store has the message,
-// writes to the operating system without fsync, and fsyncs every two minutes), so
+// policy (by default nats-server acknowledges a publish once its file store has the
+// message, writes to the operating system without fsync, and fsyncs every two minutes,
+// its sync_interval), so
 // only streambench.SyncDefault is accepted.
 package jsbus
 

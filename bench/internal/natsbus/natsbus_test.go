@@ -8,16 +8,14 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/bench/internal/natsbus"
+	"github.com/tern-mq/tern/bench/internal/refserver"
 	"github.com/tern-mq/tern/internal/loadgen/loadgentest"
 )
 
-// TestModes runs every workload against a nats-server started for the test
-// (scripts/deps.sh, run by make test, installs it).
+// TestModes runs every workload against a nats-server started for the test (the
+// project's build: scripts/deps.sh, run by make test, installs it).
 func TestModes(t *testing.T) {
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		t.Fatal("nats-server not installed: run scripts/deps.sh")
-	}
+	bin := refserver.NATSServer(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tern-mq/tern/bench/internal/refserver"
 )
 
 // Server is a running nats-server.
@@ -21,15 +23,12 @@ type Server struct {
 }
 
 // Start starts nats-server -js on a free port and waits until it accepts connections
-// with JetStream enabled. The test fails if nats-server is not installed
-// (scripts/deps.sh installs it). The server is killed and its store removed when the
-// test ends.
+// with JetStream enabled. The test fails if the project's nats-server is not installed
+// (scripts/deps.sh installs it; see refserver.NATSServer). The server is killed and its
+// store removed when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		t.Fatal("nats-server not installed: run scripts/deps.sh (or apt-get install nats-server)")
-	}
+	bin := refserver.NATSServer(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
