@@ -49,6 +49,21 @@ type Status struct {
 	MaxPayload       int               `json:"max_payload"`
 	MaxPending       int64             `json:"max_pending"`
 	Listeners        map[string]string `json:"listeners"` // e.g. "native": "127.0.0.1:7400"
+	// ByListener has the connection counters of each listener, by the names of
+	// Listeners.
+	ByListener map[string]ListenerStats `json:"by_listener,omitempty"`
+}
+
+// ListenerStats are the counters of the connections of one listener (a front end).
+type ListenerStats struct {
+	Connections      int    `json:"connections"`
+	TotalConnections uint64 `json:"total_connections"`
+	InMsgs           uint64 `json:"in_msgs"`
+	OutMsgs          uint64 `json:"out_msgs"`
+	InBytes          uint64 `json:"in_bytes"`
+	OutBytes         uint64 `json:"out_bytes"`
+	SlowConsumers    uint64 `json:"slow_consumers"`
+	DroppedMsgs      uint64 `json:"dropped_msgs"`
 }
 
 // ConnInfo describes one client connection.
@@ -57,6 +72,7 @@ type ConnInfo struct {
 	Name          string    `json:"name"`
 	Remote        string    `json:"remote"`
 	Protocol      string    `json:"protocol"`
+	Transport     string    `json:"transport"` // tcp, udp (a reliable-UDP session) or ws
 	Start         time.Time `json:"start"`
 	Subscriptions int       `json:"subscriptions"`
 	InMsgs        uint64    `json:"in_msgs"`
@@ -65,6 +81,7 @@ type ConnInfo struct {
 	OutBytes      uint64    `json:"out_bytes"`
 	PendingBytes  int       `json:"pending_bytes"`
 	Dropped       uint64    `json:"dropped"`
+	SlowConsumer  bool      `json:"slow_consumer"` // hit its pending limit at least once
 }
 
 // Source is implemented by the broker. Both methods may be called concurrently, from
@@ -131,18 +148,49 @@ func New(addr string, src Source, log *slog.Logger) *Server {
 // bound, so Addr is valid as soon as it returns without error.
 func (s *Server) Start() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed, started := s.closed, s.ln != nil
+	s.mu.Unlock()
+	if closed {
 		return errors.New("monitor: server closed")
 	}
-	if s.ln != nil {
+	if started {
 		return errors.New("monitor: already started")
 	}
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("monitor: listen %s: %w", s.addr, err)
 	}
-	srv := &http.Server{
+	if err := s.attach(ln); err != nil {
+		return err
+	}
+	go func() {
+		if err := s.serve(); err != nil {
+			s.log.Error("monitoring endpoint stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Serve answers requests on ln until Close; it returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.attach(ln); err != nil {
+		return err
+	}
+	return s.serve()
+}
+
+// attach makes the HTTP server for ln; ln is closed if the server cannot use it.
+func (s *Server) attach(ln net.Listener) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ln != nil {
+		_ = ln.Close()
+		if s.closed {
+			return errors.New("monitor: server closed")
+		}
+		return errors.New("monitor: already started")
+	}
+	s.srv = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -150,15 +198,19 @@ func (s *Server) Start() error {
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	done := make(chan struct{})
-	s.srv, s.ln, s.done = srv, ln, done
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("monitoring endpoint stopped", "err", err)
-		}
-	}()
+	s.ln, s.done = ln, make(chan struct{})
+	return nil
+}
+
+func (s *Server) serve() error {
+	s.mu.Lock()
+	srv, ln, done := s.srv, s.ln, s.done
+	s.mu.Unlock()
+	defer close(done)
 	s.log.Info("monitoring endpoint listening", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
 	return nil
 }
 

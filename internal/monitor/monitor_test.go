@@ -59,7 +59,7 @@ func newFakeSource() *fakeSource {
 		},
 		conns: []ConnInfo{
 			{ID: 30, Name: "c30", Remote: "10.0.0.3:5000", Protocol: "native", Start: testStart, Subscriptions: 1},
-			{ID: 10, Name: "c10", Remote: "10.0.0.1:5000", Protocol: "native", Start: testStart, Subscriptions: 2,
+			{ID: 10, Name: "c10", Remote: "10.0.0.1:5000", Protocol: "native", Transport: "udp", Start: testStart, Subscriptions: 2,
 				InMsgs: 11, OutMsgs: 12, InBytes: 13, OutBytes: 14, PendingBytes: 15, Dropped: 16},
 			{ID: 20, Name: "c20", Remote: "10.0.0.2:5000", Protocol: "native", Start: testStart, Subscriptions: 3},
 		},
@@ -302,6 +302,7 @@ func TestConnections(t *testing.T) {
 		"id": 10.0, "name": "c10", "remote": "10.0.0.1:5000", "protocol": "native",
 		"start": "2025-03-01T10:00:00Z", "subscriptions": 2.0, "in_msgs": 11.0, "out_msgs": 12.0,
 		"in_bytes": 13.0, "out_bytes": 14.0, "pending_bytes": 15.0, "dropped": 16.0,
+		"transport": "udp", "slow_consumer": false,
 	}
 	for k, v := range wantFirst {
 		if conns[0][k] != v {

@@ -59,6 +59,7 @@ type conn struct {
 	problemInfo bool // the client accepts reason strings
 	normalExit  bool // DISCONNECT without will (reader)
 	ownFlush    bool // acknowledgements queued since the last flushBatch (reader)
+	ws          bool // MQTT over WebSocket
 }
 
 // connRare is what few connections need: a will, topic aliases.
@@ -69,7 +70,8 @@ type connRare struct {
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{srv: s, id: id, nc: nc, startS: uint32(time.Since(s.start) / time.Second), fd: -1}
-	c.q.Init(s.group, c)
+	_, c.ws = nc.(*wsConn)
+	c.q.Init(s.groups[c.transport()].Group, c)
 	return c
 }
 
@@ -917,9 +919,7 @@ func (c *conn) dropScratch() { c.enc = nil }
 
 // transport is what carries the connection: "tcp", or "ws" for MQTT over WebSocket.
 func (c *conn) transport() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.nc.(*wsConn); ok {
+	if c.ws {
 		return "ws"
 	}
 	return "tcp"

@@ -174,12 +174,10 @@ type Server struct {
 	quit    chan struct{} // closed by Shutdown
 	sysDone chan struct{}
 
-	// group is the outbound configuration and counters every connection shares.
-	group *outbound.Group
-	// Counters for monitoring; per-message counters live in each connection and
-	// are added here when it goes.
-	totalConns          atomic.Uint64
-	goneIn, goneInBytes atomic.Uint64
+	// groups hold the outbound configuration and the counters of the connections
+	// of each transport ("tcp", "ws"); per-message counters live in each
+	// connection and are added to its group when it goes.
+	groups map[string]*transportGroup
 	// queueDrops counts QoS 1/2 messages refused by a full session queue.
 	queueDrops atomic.Uint64
 }
@@ -193,13 +191,18 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by fillDefaults
-	group, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout}, log)
-	if err != nil {
-		return nil, fmt.Errorf("mqtt: %w", err)
+	groups := make(map[string]*transportGroup)
+	for _, transport := range []string{"tcp", "ws"} {
+		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout},
+			log.With("transport", transport))
+		if err != nil {
+			return nil, fmt.Errorf("mqtt: %w", err)
+		}
+		groups[transport] = &transportGroup{Group: g}
 	}
 	s := &Server{
-		group: group,
-		cfg:   cfg, broker: b, log: log, start: time.Now(),
+		groups: groups,
+		cfg:    cfg, broker: b, log: log, start: time.Now(),
 		retained: newRetainStore(),
 		sessions: make(map[string]*session),
 		quit:     make(chan struct{}),
@@ -380,7 +383,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	s.conns = append(s.conns, c)
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.totalConns.Add(1)
+	s.groups[c.transport()].Opened()
 	go c.run() // its finish marks s.wg done, whichever goroutine reads by then
 }
 
@@ -390,9 +393,10 @@ func (s *Server) removeConn(c *conn) {
 	if c.attached.Load() {
 		s.attachedN--
 	}
-	s.goneIn.Add(c.inMsgs.Load())
-	s.goneInBytes.Add(c.inBytes.Load())
-	s.group.Retire(&c.q)
+	g := s.groups[c.transport()]
+	g.goneIn.Add(c.inMsgs.Load())
+	g.goneInBytes.Add(c.inBytes.Load())
+	g.Retire(&c.q)
 	last := len(s.conns) - 1
 	moved := s.conns[last]
 	s.conns[c.slot], moved.slot = moved, c.slot
@@ -467,17 +471,53 @@ type Stats struct {
 	Retained         int    // retained messages held
 }
 
-// Stats returns the counters.
-func (s *Server) Stats() Stats {
-	gone := s.group.Gone()
-	st := Stats{
-		TotalConnections: s.totalConns.Load(), SlowConsumers: s.group.SlowConsumers(),
-		OutMsgs: gone.OutMsgs, OutBytes: gone.OutBytes, Dropped: gone.Dropped + s.queueDrops.Load(),
+// transportGroup is the outbound group of one transport with the inbound counters of
+// its connections that have gone.
+type transportGroup struct {
+	*outbound.Group
+	goneIn, goneInBytes atomic.Uint64
+}
+
+// QueueDrops is how many QoS 1/2 messages full session queues refused.
+func (s *Server) QueueDrops() uint64 { return s.queueDrops.Load() }
+
+// Stats returns the counters of every connection and of the server.
+func (s *Server) Stats() Stats { return s.TransportStats("") }
+
+// TransportStats returns the counters of the connections of transport ("tcp", "ws"),
+// or of all when it is ""; sessions, retained messages and session-queue drops are
+// the server's and counted only with "".
+func (s *Server) TransportStats(transport string) Stats {
+	var st Stats
+	if transport == "" {
+		st.Dropped = s.queueDrops.Load()
+		st.Idle, st.Retained = s.poll.parkedCount(), s.retained.count()
 	}
 	s.mu.Lock()
-	st.Sessions, st.Connections = len(s.sessions), s.attachedN
-	st.InMsgs, st.InBytes = s.goneIn.Load(), s.goneInBytes.Load()
+	defer s.mu.Unlock()
+	if transport == "" {
+		st.Sessions = len(s.sessions)
+	}
+	for t, g := range s.groups {
+		if transport != "" && t != transport {
+			continue
+		}
+		gone := g.Gone()
+		st.TotalConnections += g.TotalConnections()
+		st.SlowConsumers += g.SlowConsumers()
+		st.InMsgs += g.goneIn.Load()
+		st.InBytes += g.goneInBytes.Load()
+		st.OutMsgs += gone.OutMsgs
+		st.OutBytes += gone.OutBytes
+		st.Dropped += gone.Dropped
+	}
 	for _, c := range s.conns {
+		if transport != "" && c.transport() != transport {
+			continue
+		}
+		if c.attached.Load() {
+			st.Connections++
+		}
 		st.InMsgs += c.inMsgs.Load()
 		st.InBytes += c.inBytes.Load()
 		out := c.q.Counters()
@@ -485,17 +525,19 @@ func (s *Server) Stats() Stats {
 		st.OutBytes += out.OutBytes
 		st.Dropped += out.Dropped
 	}
-	s.mu.Unlock()
-	st.Idle, st.Retained = s.poll.parkedCount(), s.retained.count()
 	return st
 }
 
 // Connections returns a snapshot of every connection that finished CONNECT.
-func (s *Server) Connections() []ConnInfo {
+func (s *Server) Connections() []ConnInfo { return s.TransportConnections("") }
+
+// TransportConnections is Connections for the connections of one transport, or of
+// all when it is "".
+func (s *Server) TransportConnections(transport string) []ConnInfo {
 	s.mu.Lock()
 	conns := make([]*conn, 0, s.attachedN)
 	for _, c := range s.conns {
-		if c.attached.Load() {
+		if c.attached.Load() && (transport == "" || c.transport() == transport) {
 			conns = append(conns, c)
 		}
 	}

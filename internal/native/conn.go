@@ -65,7 +65,7 @@ func newConn(s *Server, id uint64, nc net.Conn, transport string) *Conn {
 	}
 	c.log = s.log.With("cid", id, "remote", c.remote)
 	c.pub.Origin = c
-	c.Init(s.group, c)
+	c.Init(s.groups[transport].Group, c)
 	return c
 }
 

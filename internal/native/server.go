@@ -66,11 +66,9 @@ type Server struct {
 	wg        sync.WaitGroup
 	stopPing  chan struct{}
 
-	// group is the outbound configuration and counters every connection shares.
-	group      *outbound.Group
-	totalConns atomic.Uint64
-	// Inbound counters of connections that have gone, so totals survive disconnects.
-	goneIn, goneInBytes atomic.Uint64
+	// groups hold the outbound configuration and the counters of the connections
+	// of each transport ("tcp", "udp").
+	groups map[string]*transportGroup
 
 	noRespHeader wire.Header
 }
@@ -89,15 +87,19 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		info.Flags |= wire.InfoAuthRequired
 	}
 	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by Validate
-	group, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout}, log)
-	if err != nil {
-		return nil, fmt.Errorf("native config: %w", err)
-	}
 	s := &Server{
 		cfg: cfg, broker: b, log: log, info: info,
 		conns:    make(map[uint64]*Conn),
 		stopPing: make(chan struct{}),
-		group:    group,
+		groups:   make(map[string]*transportGroup),
+	}
+	for _, transport := range []string{"tcp", "udp"} {
+		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout},
+			log.With("transport", transport))
+		if err != nil {
+			return nil, fmt.Errorf("native config: %w", err)
+		}
+		s.groups[transport] = &transportGroup{Group: g}
 	}
 	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
 	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
@@ -152,6 +154,9 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	if s.groups[transport] == nil {
+		transport = "tcp" // a stream socket of another kind: counted with TCP
+	}
 	id := s.nextID.Add(1)
 	c := newConn(s, id, nc, transport)
 	s.mu.Lock()
@@ -171,7 +176,7 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 	s.conns[id] = c
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.totalConns.Add(1)
+	s.groups[transport].Opened()
 	go func() {
 		defer s.wg.Done()
 		c.run()
@@ -181,9 +186,10 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 func (s *Server) remove(c *Conn) {
 	// Under mu so that Stats never counts a connection twice or not at all.
 	s.mu.Lock()
-	s.goneIn.Add(c.inMsgs.Load())
-	s.goneInBytes.Add(c.inBytes.Load())
-	s.group.Retire(&c.Queue)
+	g := s.groups[c.transport]
+	g.goneIn.Add(c.inMsgs.Load())
+	g.goneInBytes.Add(c.inBytes.Load())
+	g.Retire(&c.Queue)
 	delete(s.conns, c.id)
 	s.mu.Unlock()
 }
@@ -251,7 +257,14 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	}
 }
 
-// Stats is the server-wide view of native connections.
+// transportGroup is the outbound group of one transport with the inbound counters of
+// its connections that have gone.
+type transportGroup struct {
+	*outbound.Group
+	goneIn, goneInBytes atomic.Uint64
+}
+
+// Stats is the view of the native connections of one transport, or of all.
 type Stats struct {
 	Connections                        int
 	TotalConnections                   uint64
@@ -259,19 +272,33 @@ type Stats struct {
 	SlowConsumers, DroppedMsgs         uint64
 }
 
-// Stats sums the counters of live and closed connections.
-func (s *Server) Stats() Stats {
-	st := Stats{
-		TotalConnections: s.totalConns.Load(),
-		SlowConsumers:    s.group.SlowConsumers(),
-	}
+// Stats sums the counters of every live and closed connection.
+func (s *Server) Stats() Stats { return s.TransportStats("") }
+
+// TransportStats sums the counters of live and closed connections of transport
+// ("tcp", "udp"), or of every transport when it is "".
+func (s *Server) TransportStats(transport string) Stats {
+	var st Stats
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	gone := s.group.Gone()
-	st.InMsgs, st.InBytes = s.goneIn.Load(), s.goneInBytes.Load()
-	st.OutMsgs, st.OutBytes, st.DroppedMsgs = gone.OutMsgs, gone.OutBytes, gone.Dropped
-	st.Connections = len(s.conns)
+	for t, g := range s.groups {
+		if transport != "" && t != transport {
+			continue
+		}
+		gone := g.Gone()
+		st.TotalConnections += g.TotalConnections()
+		st.SlowConsumers += g.SlowConsumers()
+		st.InMsgs += g.goneIn.Load()
+		st.InBytes += g.goneInBytes.Load()
+		st.OutMsgs += gone.OutMsgs
+		st.OutBytes += gone.OutBytes
+		st.DroppedMsgs += gone.Dropped
+	}
 	for _, c := range s.conns {
+		if transport != "" && c.transport != transport {
+			continue
+		}
+		st.Connections++
 		st.InMsgs += c.inMsgs.Load()
 		st.InBytes += c.inBytes.Load()
 		out := c.Counters()
@@ -283,11 +310,17 @@ func (s *Server) Stats() Stats {
 }
 
 // Connections returns a snapshot of every live connection, sorted by id.
-func (s *Server) Connections() []Info {
+func (s *Server) Connections() []Info { return s.TransportConnections("") }
+
+// TransportConnections is Connections for the connections of one transport, or of
+// all when it is "".
+func (s *Server) TransportConnections(transport string) []Info {
 	conns := s.snapshotConns()
 	out := make([]Info, 0, len(conns))
 	for _, c := range conns {
-		out = append(out, c.Snapshot())
+		if transport == "" || c.transport == transport {
+			out = append(out, c.Snapshot())
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -121,9 +121,9 @@ type Group struct {
 	stallAt int64
 	log     *slog.Logger
 
-	slowConsumers                       atomic.Uint64
-	goneMsgs, goneBytes, goneDropped    atomic.Uint64
-	goneConns, openedConns, refusedConn atomic.Uint64
+	slowConsumers                    atomic.Uint64
+	goneMsgs, goneBytes, goneDropped atomic.Uint64
+	opened                           atomic.Uint64
 }
 
 // NewGroup validates cfg and returns a group whose queues log through log.
@@ -150,6 +150,12 @@ func (g *Group) Config() Config { return g.cfg }
 
 // SlowConsumers is how many connections hit their pending limit, live or gone.
 func (g *Group) SlowConsumers() uint64 { return g.slowConsumers.Load() }
+
+// Opened counts a connection accepted; TotalConnections reports the count.
+func (g *Group) Opened() { g.opened.Add(1) }
+
+// TotalConnections is how many connections the group has had.
+func (g *Group) TotalConnections() uint64 { return g.opened.Load() }
 
 // Retire adds the counters of a connection that has gone to the group's totals.
 // The front end calls it as it forgets the connection, under the same lock its

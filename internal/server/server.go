@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -39,14 +40,12 @@ type Server struct {
 	streams *stream.Manager // nil when streams are disabled
 	mqtt    *mqtt.Server    // nil when MQTT is disabled
 
-	mu       sync.Mutex
-	listener net.Listener
-	mqttLn   net.Listener
-	udpLn    net.Listener
-	mqttWS   *http.Server
-	mqttWSLn net.Listener
-	monitor  *monitor.Server
-	serveErr chan error
+	// The protocol servers shut down once, by whichever front end or stopAll
+	// comes first.
+	nativeStop, mqttStop once
+
+	mu        sync.Mutex
+	frontends []Frontend // in the order Start opened them
 }
 
 // New validates cfg and prepares a server; Start opens its listeners. A server
@@ -109,6 +108,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		if mcfg.MaxPending <= 0 {
 			mcfg.MaxPending = cfg.MaxPending
 		}
+		if mcfg.SlowConsumerPolicy == "" {
+			mcfg.SlowConsumerPolicy = cfg.SlowConsumerPolicy
+		}
 		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
 		mcfg.Version = Version
 		if cfg.StoreDir != "" {
@@ -133,25 +135,62 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 // Streams is the stream engine, nil when streams are disabled.
 func (s *Server) Streams() *stream.Manager { return s.streams }
 
-// Start opens the native listener and the monitoring endpoint and returns once both
-// accept connections.
-func (s *Server) Start() error {
+// Start opens every listener and returns once all accept connections. A Start that
+// fails stops everything it had started and everything New made: the server is
+// then unusable and leaves nothing running.
+func (s *Server) Start() (err error) {
 	s.start = time.Now()
+	defer func() {
+		if err != nil {
+			s.stopAll(context.Background())
+		}
+	}()
 	if s.streams != nil {
 		if err := s.streams.Start(); err != nil {
 			return err
 		}
 	}
-	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("native listener: %w", err)
-	}
+	fes, err := s.openFrontends()
 	s.mu.Lock()
-	s.listener = l
-	s.serveErr = make(chan error, 1)
+	s.frontends = fes
 	s.mu.Unlock()
-	go func() { s.serveErr <- s.native.Serve(l) }()
+	if err != nil {
+		return err
+	}
+	for _, fe := range fes {
+		go func() {
+			if err := fe.Serve(); err != nil {
+				s.log.Error("listener stopped", "listener", fe.Name(), "err", err)
+			}
+		}()
+	}
+	attrs := []any{"version", Version, "server_id", s.id, "name", s.cfg.ServerName}
+	for _, fe := range fes {
+		attrs = append(attrs, fe.Name(), fe.Addr().String())
+	}
+	attrs = append(attrs, "max_payload", s.cfg.MaxPayload, "max_pending", s.cfg.MaxPending,
+		"slow_consumer_policy", s.cfg.SlowConsumerPolicy, "store_dir", s.cfg.StoreDir, "sync", s.cfg.Sync)
+	s.log.Info("tern server ready", attrs...)
+	return nil
+}
+
+// openFrontends binds every configured listener. On error it returns those it
+// opened, for the caller to shut down.
+func (s *Server) openFrontends() ([]Frontend, error) {
+	var fes []Frontend
+	listen := func(what string, port int) (net.Listener, error) {
+		l, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("%s listener: %w", what, err)
+		}
+		return l, nil
+	}
+	nativeStop, mqttStop := &s.nativeStop, &s.mqttStop
+	l, err := listen("native", s.cfg.Port)
+	if err != nil {
+		return fes, err
+	}
+	fes = append(fes, &nativeFrontend{name: "native", transport: "tcp", ln: l, srv: s.native, stop: nativeStop})
 	if s.cfg.UDPPort >= 0 {
 		port := s.cfg.UDPPort
 		if port == 0 {
@@ -163,47 +202,37 @@ func (s *Server) Start() error {
 			ucfg.BundleDelay = -1 // off; in udp.Config 0 would mean the default
 		}
 		if err := loadUDPKeys(&ucfg, s.cfg); err != nil {
-			_ = l.Close()
-			return err
+			return fes, err
 		}
 		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), ucfg)
 		if err != nil {
-			_ = l.Close()
-			return fmt.Errorf("udp listener: %w", err)
+			return fes, fmt.Errorf("udp listener: %w", err)
 		}
-		s.mu.Lock()
-		s.udpLn = ul
-		s.mu.Unlock()
+		fes = append(fes, &nativeFrontend{name: "udp", transport: "udp", ln: ul, srv: s.native, stop: nativeStop})
 		if !ucfg.PrivateKey.IsZero() {
 			s.log.Info("udp sessions encrypted", "udp_public_key", ucfg.PrivateKey.Public().String(), "psk", !ucfg.PSK.IsZero())
 		}
-		go func() { _ = s.native.Serve(ul) }()
 	}
 	if s.mqtt != nil {
-		ml, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.MQTTPort)))
+		ml, err := listen("mqtt", s.cfg.MQTTPort)
 		if err != nil {
-			_ = l.Close()
-			return fmt.Errorf("mqtt listener: %w", err)
+			return fes, err
 		}
-		s.mu.Lock()
-		s.mqttLn = ml
-		s.mu.Unlock()
-		go func() { _ = s.mqtt.Serve(ml) }()
+		fes = append(fes, &mqttFrontend{name: "mqtt", transport: "tcp", ln: ml, srv: s.mqtt, stop: mqttStop})
 		if s.cfg.MQTTWSPort >= 0 {
-			wl, err := net.Listen("tcp", net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.MQTTWSPort)))
+			wl, err := listen("mqtt websocket", s.cfg.MQTTWSPort)
 			if err != nil {
-				_ = l.Close()
-				_ = ml.Close()
-				return fmt.Errorf("mqtt websocket listener: %w", err)
+				return fes, err
 			}
 			hs := &http.Server{Handler: s.mqtt.WebSocketHandler(), ReadHeaderTimeout: s.cfg.ConnectTimeout}
-			s.mu.Lock()
-			s.mqttWS, s.mqttWSLn = hs, wl
-			s.mu.Unlock()
-			go func() { _ = hs.Serve(wl) }()
+			fes = append(fes, &mqttFrontend{name: "mqtt_ws", transport: "ws", ln: wl, srv: s.mqtt, ws: hs, stop: mqttStop})
 		}
 	}
 	if s.cfg.HTTPAddr != "" {
+		hl, err := net.Listen("tcp", s.cfg.HTTPAddr)
+		if err != nil {
+			return fes, fmt.Errorf("monitoring listener: %w", err)
+		}
 		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
 		if s.streams != nil {
 			m.Registry().MustRegister(streamCollector{s.streams})
@@ -211,35 +240,37 @@ func (s *Server) Start() error {
 		if s.mqtt != nil {
 			m.Registry().MustRegister(mqttCollector{s.mqtt})
 		}
-		s.mu.Lock()
-		ul, _ := s.udpLn.(*udp.Listener)
-		s.mu.Unlock()
-		if ul != nil {
-			m.Registry().MustRegister(udpCollector{ul})
+		for _, fe := range fes {
+			if nf, ok := fe.(*nativeFrontend); ok && nf.transport == "udp" {
+				m.Registry().MustRegister(udpCollector{nf.ln.(*udp.Listener)})
+			}
 		}
-		if err := m.Start(); err != nil {
-			_ = l.Close()
-			return fmt.Errorf("monitoring listener: %w", err)
-		}
-		s.mu.Lock()
-		s.monitor = m
-		s.mu.Unlock()
+		fes = append(fes, &monitorFrontend{ln: hl, srv: m})
 	}
-	s.log.Info("tern server ready", "version", Version, "server_id", s.id, "name", s.cfg.ServerName,
-		"native", l.Addr().String(), "mqtt", s.mqttAddr(), "mqtt_ws", addrString(s.MQTTWebSocketAddr()), "http", s.httpAddr(), "max_payload", s.cfg.MaxPayload,
-		"max_pending", s.cfg.MaxPending, "slow_consumer_policy", s.cfg.SlowConsumerPolicy,
-		"store_dir", s.cfg.StoreDir, "sync", s.cfg.Sync)
+	return fes, nil
+}
+
+// frontend returns the front end called name, nil if there is none.
+func (s *Server) frontend(name string) Frontend {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, fe := range s.frontends {
+		if fe.Name() == name {
+			return fe
+		}
+	}
 	return nil
 }
 
-func (s *Server) httpAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.monitor == nil {
-		return ""
+// addrOf is the address of the front end called name, nil if there is none.
+func (s *Server) addrOf(name string) net.Addr {
+	if fe := s.frontend(name); fe != nil {
+		return fe.Addr()
 	}
-	return s.monitor.Addr().String()
+	return nil
 }
+
+func (s *Server) httpAddr() string { return addrString(s.addrOf("http")) }
 
 func addrString(a net.Addr) string {
 	if a == nil {
@@ -248,54 +279,26 @@ func addrString(a net.Addr) string {
 	return a.String()
 }
 
-func (s *Server) mqttAddr() string {
-	if a := s.MQTTAddr(); a != nil {
-		return a.String()
-	}
-	return ""
-}
-
 // MQTTAddr is the MQTT listener's address, or nil if MQTT is disabled.
-func (s *Server) MQTTAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mqttLn == nil {
-		return nil
-	}
-	return s.mqttLn.Addr()
-}
+func (s *Server) MQTTAddr() net.Addr { return s.addrOf("mqtt") }
 
 // MQTTWebSocketAddr is the MQTT-over-WebSocket listener's address, or nil.
-func (s *Server) MQTTWebSocketAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mqttWSLn == nil {
-		return nil
-	}
-	return s.mqttWSLn.Addr()
-}
+func (s *Server) MQTTWebSocketAddr() net.Addr { return s.addrOf("mqtt_ws") }
 
 // UDPAddr is the native-over-UDP listener's address, or nil when it is off.
-func (s *Server) UDPAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.udpLn == nil {
-		return nil
-	}
-	return s.udpLn.Addr()
-}
+func (s *Server) UDPAddr() net.Addr { return s.addrOf("udp") }
 
 // MQTT is the MQTT front end, nil when it is disabled.
 func (s *Server) MQTT() *mqtt.Server { return s.mqtt }
 
 // Addr is the native protocol listener's address.
-func (s *Server) Addr() net.Addr {
+func (s *Server) Addr() net.Addr { return s.addrOf("native") }
+
+// Frontends lists the server's listeners in the order they were opened.
+func (s *Server) Frontends() []Frontend {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.listener == nil {
-		return nil
-	}
-	return s.listener.Addr()
+	return append([]Frontend(nil), s.frontends...)
 }
 
 // URL is the address clients connect to, as tern://host:port.
@@ -312,14 +315,7 @@ func (s *Server) URL() string {
 }
 
 // HTTPAddr is the monitoring listener's address, or nil if it is disabled.
-func (s *Server) HTTPAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.monitor == nil {
-		return nil
-	}
-	return s.monitor.Addr()
-}
+func (s *Server) HTTPAddr() net.Addr { return s.addrOf("http") }
 
 // Broker exposes the routing core, for front ends started beside the native one.
 func (s *Server) Broker() *broker.Broker { return s.broker }
@@ -327,117 +323,80 @@ func (s *Server) Broker() *broker.Broker { return s.broker }
 // Shutdown closes the listeners, tells clients the server is going away and waits for
 // connections to close until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
-	timeout := 5 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	var errs []error
+	err := s.stopAll(ctx)
+	s.log.Info("tern server stopped")
+	return err
+}
+
+// stopAll shuts down every front end (the protocol servers with them, including
+// those no listener was opened for), then the stream engine.
+func (s *Server) stopAll(ctx context.Context) error {
 	s.mu.Lock()
-	hs := s.mqttWS
+	fes := s.frontends
 	s.mu.Unlock()
-	if hs != nil {
-		_ = hs.Close() // upgraded connections are the MQTT server's to close
-	}
-	if s.mqtt != nil {
-		if err := s.mqtt.Shutdown(timeout); err != nil {
+	var errs []error
+	note := func(err error) {
+		if err != nil && !slices.Contains(errs, err) { // a shared server's error once
 			errs = append(errs, err)
 		}
 	}
-	if err := s.native.Shutdown(timeout); err != nil {
-		errs = append(errs, err)
+	// In the order opened: the monitoring endpoint last.
+	for _, fe := range fes {
+		note(fe.Shutdown(ctx))
 	}
+	if s.mqtt != nil {
+		note(s.mqttStop.do(func() error { return s.mqtt.Shutdown(timeoutOf(ctx)) }))
+	}
+	note(s.nativeStop.do(func() error { return s.native.Shutdown(timeoutOf(ctx)) }))
 	if s.streams != nil {
 		s.streams.Close()
 	}
-	s.mu.Lock()
-	m := s.monitor
-	s.mu.Unlock()
-	if m != nil {
-		if err := m.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	s.log.Info("tern server stopped")
 	return errors.Join(errs...)
 }
 
 // Status implements monitor.Source.
 func (s *Server) Status() monitor.Status {
-	st := s.native.Stats()
-	listeners := map[string]string{}
-	if a := s.Addr(); a != nil {
-		listeners["native"] = a.String()
+	st := monitor.Status{
+		ServerID:       s.id,
+		ServerName:     s.cfg.ServerName,
+		Version:        Version,
+		Start:          s.start,
+		Now:            time.Now(),
+		Subscriptions:  s.broker.Count(),
+		MaxConnections: s.cfg.MaxConnections,
+		MaxPayload:     s.cfg.MaxPayload,
+		MaxPending:     s.cfg.MaxPending,
+		Listeners:      map[string]string{},
+		ByListener:     map[string]monitor.ListenerStats{},
 	}
-	if a := s.httpAddr(); a != "" {
-		listeners["http"] = a
-	}
-	if a := s.mqttAddr(); a != "" {
-		listeners["mqtt"] = a
-	}
-	if a := s.UDPAddr(); a != nil {
-		listeners["udp"] = a.String()
-	}
-	if a := s.MQTTWebSocketAddr(); a != nil {
-		listeners["mqtt_ws"] = a.String()
+	for _, fe := range s.Frontends() {
+		st.Listeners[fe.Name()] = fe.Addr().String()
+		if _, ok := fe.(*monitorFrontend); ok {
+			continue
+		}
+		ls := fe.Stats()
+		st.ByListener[fe.Name()] = ls
+		st.Connections += ls.Connections
+		st.TotalConnections += ls.TotalConnections
+		st.InMsgs += ls.InMsgs
+		st.OutMsgs += ls.OutMsgs
+		st.InBytes += ls.InBytes
+		st.OutBytes += ls.OutBytes
+		st.SlowConsumers += ls.SlowConsumers
+		st.DroppedMsgs += ls.DroppedMsgs
 	}
 	if s.mqtt != nil {
-		ms := s.mqtt.Stats()
-		st.Connections += ms.Connections
-		st.TotalConnections += ms.TotalConnections
-		st.InMsgs += ms.InMsgs
-		st.OutMsgs += ms.OutMsgs
-		st.InBytes += ms.InBytes
-		st.OutBytes += ms.OutBytes
-		st.DroppedMsgs += ms.Dropped
+		// Messages a full MQTT session queue refused belong to no listener.
+		st.DroppedMsgs += s.mqtt.QueueDrops()
 	}
-	return monitor.Status{
-		ServerID:         s.id,
-		ServerName:       s.cfg.ServerName,
-		Version:          Version,
-		Start:            s.start,
-		Now:              time.Now(),
-		Connections:      st.Connections,
-		TotalConnections: st.TotalConnections,
-		Subscriptions:    s.broker.Count(),
-		InMsgs:           st.InMsgs,
-		OutMsgs:          st.OutMsgs,
-		InBytes:          st.InBytes,
-		OutBytes:         st.OutBytes,
-		SlowConsumers:    st.SlowConsumers,
-		DroppedMsgs:      st.DroppedMsgs,
-		MaxConnections:   s.cfg.MaxConnections,
-		MaxPayload:       s.cfg.MaxPayload,
-		MaxPending:       s.cfg.MaxPending,
-		Listeners:        listeners,
-	}
+	return st
 }
 
 // Connections implements monitor.Source.
 func (s *Server) Connections() []monitor.ConnInfo {
-	conns := s.native.Connections()
-	out := make([]monitor.ConnInfo, len(conns))
-	for i, c := range conns {
-		out[i] = monitor.ConnInfo{
-			ID: c.ID, Name: c.Name, Remote: c.Remote, Protocol: "native", Start: c.Start,
-			Subscriptions: c.Subscriptions, InMsgs: c.InMsgs, OutMsgs: c.OutMsgs,
-			InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending, Dropped: c.Dropped,
-		}
-	}
-	if s.mqtt != nil {
-		for _, c := range s.mqtt.Connections() {
-			proto := "mqtt3.1.1"
-			switch c.Version {
-			case 3:
-				proto = "mqtt3.1"
-			case 5:
-				proto = "mqtt5"
-			}
-			out = append(out, monitor.ConnInfo{
-				ID: c.ID, Name: c.ClientID, Remote: c.Remote, Protocol: proto, Start: c.Start,
-				Subscriptions: c.Subscriptions, InMsgs: c.InMsgs, OutMsgs: c.OutMsgs,
-				InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending,
-			})
-		}
+	var out []monitor.ConnInfo
+	for _, fe := range s.Frontends() {
+		out = append(out, fe.Connections()...)
 	}
 	return out
 }
