@@ -302,11 +302,9 @@ func (c *conn) readLoop() error {
 	if !c.q.WriteInline(inlineWriteMax) {
 		c.Flush()
 	}
-	// Most devices connect and then wait; one that speaks at once is woken by the
-	// poller straight away.
-	if c.rd.pr.Buffered() == 0 && c.park() {
-		return errParked
-	}
+	// Not parked yet: a client usually subscribes or publishes right after its
+	// CONNECT, and a parked connection's first packet costs an epoll wake-up and a
+	// new reader. It parks once it has been idle for IdleAfter, as any connection.
 	return c.serve()
 }
 

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An idle connection does not keep a goroutine blocked in Read: right after its
-// CONNECT, and after Config.IdleAfter without a byte from its client, its reader
-// hands it to the server's poller and ends. The poller waits on all parked sockets in one epoll set
+// An idle connection does not keep a goroutine blocked in Read: after
+// Config.IdleAfter without a byte from its client (counted from its CONNECT too), its
+// reader hands it to the server's poller and ends. The poller waits on all parked sockets in one epoll set
 // and starts a reader again when one has something to read, is closed, or its
 // keepalive runs out. A goroutine's stack is most of what an idle connection
 // costs; Mosquitto keeps an idle client as a small struct in an epoll set, and so

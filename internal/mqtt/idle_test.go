@@ -226,3 +226,23 @@ func waitGoroutines(t *testing.T, n int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestFreshConnectionNotParkedBeforeIdle: a client that has just connected keeps its
+// reader until it has been idle for IdleAfter, so the SUBSCRIBE it sends next is
+// read at once; after IdleAfter it parks like any idle connection.
+func TestFreshConnectionNotParkedBeforeIdle(t *testing.T) {
+	const idleAfter = 800 * time.Millisecond
+	s, port := startTern(t, func(c *server.Config) { c.MQTT.IdleAfter = idleAfter })
+	c := dialRaw(t, port, packet.V311)
+	start := time.Now()
+	c.connect("fresh", true, 0, nil)
+	time.Sleep(idleAfter / 4)
+	if n := s.MQTT().Stats().Idle; n != 0 && time.Since(start) < idleAfter {
+		t.Fatalf("%d connections parked %v after CONNECT, before the %v idle time", n, time.Since(start), idleAfter)
+	}
+	c.subscribe(1, "fresh/#", 0)
+	waitIdle(t, s, 1)
+	if waited := time.Since(start); waited < idleAfter {
+		t.Fatalf("parked after %v, before the %v idle time", waited, idleAfter)
+	}
+}

@@ -488,3 +488,64 @@ setTimeout(() => { console.error('timed out'); process.exit(2); }, 20000);
 		t.Fatalf("native subscriber: %v %v", m, err)
 	}
 }
+
+// TestPahoServerCloseIsGraceful: a v5 client still publishing when the server ends
+// its connection for a protocol error reads the DISCONNECT reason code, instead of
+// losing it to a connection reset.
+func TestPahoServerCloseIsGraceful(t *testing.T) {
+	_, port := startTern(t, nil)
+	out := runPaho(t, port, `
+got = {}
+done = threading.Event()
+c = client("chatty", v5=True)
+def on_disconnect(cl, ud, flags, rc, props):
+    got.setdefault("rcs", []).append(rc.value if hasattr(rc, "value") else int(rc))
+    done.set()
+c.on_disconnect = on_disconnect
+payload = b"x" * 4096
+for i in range(200):
+    c.publish("chat/x", payload, qos=0)
+bad = Properties(PacketTypes.PUBLISH); bad.TopicAlias = 60000
+c.publish("chat/x", payload, qos=0, properties=bad)
+i = 0
+while not done.is_set() and i < 20000:
+    c.publish("chat/x", payload, qos=0)
+    i += 1
+done.wait(10)
+c.loop_stop()
+emit(rcs=got.get("rcs"))
+`, 60*time.Second)
+	res := decode(t, out)
+	if len(res) != 1 || jsonOf(res[0]["rcs"]) != "[148]" {
+		t.Fatalf("client saw %v, want the server's DISCONNECT reason 0x94 (topic alias invalid)", res)
+	}
+}
+
+// TestPahoSubscribeRightAfterConnect: a client that subscribes right after it
+// connects, while another client publishes at once, gets the message: the fresh
+// connection's SUBSCRIBE is read by a running reader, not after an idle wake-up.
+func TestPahoSubscribeRightAfterConnect(t *testing.T) {
+	_, port := startTern(t, nil)
+	out := runPaho(t, port, `
+p = client("early-pub", v5=True)
+N = 40
+hits = 0
+for i in range(N):
+    s = client("early-sub-%d" % i, v5=True)
+    time.sleep(0.02)
+    s.subscribe("early/%d" % i, qos=0)
+    time.sleep(0.0002)
+    p.publish("early/%d" % i, "m", qos=0)
+    try:
+        s.msgs.get(timeout=1)
+        hits += 1
+    except queue.Empty:
+        pass
+    s.disconnect(); s.loop_stop()
+emit(hits=hits, n=N)
+`, 120*time.Second)
+	res := decode(t, out)
+	if len(res) != 1 || res[0]["hits"].(float64) < 36 {
+		t.Fatalf("%v: a subscription sent just before a publish missed it too often", res)
+	}
+}

@@ -72,8 +72,9 @@ type Config struct {
 	Version string
 	// IdleAfter is how long a connection goes without a byte from its client before
 	// it gives up its reader goroutine and waits in the server's epoll set (Linux),
-	// as it also does right after its CONNECT, so that idle connections cost little
-	// memory; 0 means 2 s, negative never parks.
+	// so that idle connections cost little memory; 0 means 2 s, negative never
+	// parks. A freshly connected client is not parked before it has been idle
+	// this long either: its first SUBSCRIBE is read by a running reader.
 	IdleAfter time.Duration
 }
 

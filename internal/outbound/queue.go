@@ -37,7 +37,7 @@ const (
 	// client why keeps reading and discarding input before it closes.
 	DefaultLinger = time.Second
 	// lingerMaxBytes bounds what a lingering connection reads and discards.
-	lingerMaxBytes = 1 << 20
+	lingerMaxBytes = 64 << 20
 	// finalWriteTimeout bounds the write of what is still queued when a connection
 	// closes.
 	finalWriteTimeout = time.Second

@@ -215,31 +215,32 @@ func TestStuckWriterStopsStalling(t *testing.T) {
 
 // TestGracefulCloseClientReadsGoodbye: a client that keeps sending while the server
 // ends the connection after a goodbye reads the goodbye and a clean end of stream,
-// not a reset.
+// and its own writes are not answered with a reset before it has read them.
 func TestGracefulCloseClientReadsGoodbye(t *testing.T) {
-	q, _, _, client := pair(t, Config{MaxPending: 1 << 20, Linger: 2 * time.Second})
+	testGracefulClose(t, 2*time.Second)
+}
+
+func testGracefulClose(t *testing.T, linger time.Duration) {
+	q, _, _, client := pair(t, Config{MaxPending: 1 << 20, Linger: linger})
 	stop := make(chan struct{})
-	sent := make(chan int)
+	writeErr := make(chan error, 1)
 	go func() {
-		junk := bytes.Repeat([]byte("j"), 16<<10)
-		n := 0
+		junk := bytes.Repeat([]byte("j"), 4<<10)
 		deadline := time.Now().Add(10 * time.Second)
-		for i := 0; i < 4096 && time.Now().Before(deadline); i++ {
+		for i := 0; i < 1<<20 && time.Now().Before(deadline); i++ {
 			select {
 			case <-stop:
-				sent <- n
+				writeErr <- nil
 				return
 			default:
 			}
 			_ = client.SetWriteDeadline(time.Now().Add(time.Second))
-			k, err := client.Write(junk)
-			n += k
-			if err != nil {
-				break
+			if _, err := client.Write(junk); err != nil {
+				writeErr <- err
+				return
 			}
 		}
-		<-stop
-		sent <- n
+		writeErr <- nil
 	}()
 	time.Sleep(50 * time.Millisecond) // unread input piles up on the server side
 	q.Append(func(b []byte) []byte { return append(b, "GOODBYE"...) })
@@ -249,12 +250,11 @@ func TestGracefulCloseClientReadsGoodbye(t *testing.T) {
 	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.ReadAll(client)
 	close(stop)
-	<-sent
-	if err != nil {
-		t.Fatalf("client read %q then %v, want the goodbye and a clean end", got, err)
+	if werr := <-writeErr; werr != nil {
+		t.Fatalf("client's write failed (%v) before it read the end of the stream", werr)
 	}
-	if string(got) != "GOODBYE" {
-		t.Fatalf("client read %q, want GOODBYE", got)
+	if err != nil || string(got) != "GOODBYE" {
+		t.Fatalf("client read %q then %v, want GOODBYE and a clean end", got, err)
 	}
 	client.Close()
 	select {
