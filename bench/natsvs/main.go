@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -167,6 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	natsVersion := fs.String("nats-version", "", "NATS server version to report (default: as the server announces it)")
 	ternVersion := fs.String("tern-version", "", "Tern server version to report (default: as the server announces it)")
 	list := fs.Bool("list", false, "list the rows and exit")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this load generator (both brokers' clients) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: natsvs [options]\n\nRuns the same workloads against a running NATS server and a running Tern server\nand prints a Markdown table comparing them. bench/run.sh starts both servers and\ncalls this program.\n\nOptions:\n")
 		fs.PrintDefaults()
@@ -186,6 +188,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rows) == 0 {
 		return fmt.Errorf("--only %q matches no row (see --list)", *only)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	var systems []*system

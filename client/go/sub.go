@@ -70,6 +70,10 @@ type Subscription struct {
 	discard      atomic.Bool   // Close: queued messages are not delivered
 	done         chan struct{} // closed when delivery has ended
 	stopped      chan struct{} // closed by close
+
+	// Owned by the connection's reader: where newMsg carves messages from.
+	msgSlab []Msg
+	arena   []byte
 }
 
 // subscribe registers the subscription and sends SUB, waiting for the server's answer.
@@ -182,11 +186,16 @@ func (c *Conn) QueueSubscribeSync(subject, queue string, opts ...SubOpt) (*Subsc
 // newMsg copies a MSG frame: one allocation for the subject, reply and payload bytes,
 // one for the Msg, and the header map if there are headers.
 func (s *Subscription) newMsg(f *wire.Frame) *Msg {
-	buf := make([]byte, len(f.Subject)+len(f.Reply)+len(f.Payload))
+	buf := s.alloc(len(f.Subject) + len(f.Reply) + len(f.Payload))
 	n := copy(buf, f.Subject)
 	n += copy(buf[n:], f.Reply)
 	copy(buf[n:], f.Payload)
-	m := &Msg{Sub: s, Data: buf[n:len(buf):len(buf)]}
+	if len(s.msgSlab) == 0 {
+		s.msgSlab = make([]Msg, msgSlabLen)
+	}
+	m := &s.msgSlab[0]
+	s.msgSlab = s.msgSlab[1:]
+	*m = Msg{Sub: s, Data: buf[n:len(buf):len(buf)]}
 	// The subject and reply bytes are never exposed as a slice, so strings over them
 	// stay immutable.
 	if len(f.Subject) > 0 {
@@ -199,6 +208,29 @@ func (s *Subscription) newMsg(f *wire.Frame) *Msg {
 		m.Header = decodeHeader(f.Header)
 	}
 	return m
+}
+
+// Messages are carved out of slabs, so that a stream of small messages costs an
+// allocation per slab rather than two per message: a Msg kept by the application
+// keeps its slab (at most msgSlabLen messages, or msgArenaSize bytes) from the
+// garbage collector.
+const (
+	msgSlabLen   = 32
+	msgArenaSize = 32 << 10
+)
+
+// alloc returns n bytes of the subscription's arena, for one message's subject,
+// reply and payload. Only the connection's reader calls it.
+func (s *Subscription) alloc(n int) []byte {
+	if n > msgArenaSize/4 {
+		return make([]byte, n)
+	}
+	if cap(s.arena)-len(s.arena) < n {
+		s.arena = make([]byte, 0, msgArenaSize)
+	}
+	off := len(s.arena)
+	s.arena = s.arena[:off+n]
+	return s.arena[off : off+n : off+n]
 }
 
 // deliver runs in the connection's reader for every MSG of the subscription.
