@@ -116,17 +116,8 @@ func newRootCmd() *cobra.Command {
 		Version:       version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return nil
-			}
-			msg := fmt.Sprintf("unknown command %q", args[0])
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
-			}
-			return usageError{errors.New(msg)}
-		},
-		RunE: showUsage,
+		Args:          groupArgs,
+		RunE:          showUsage,
 	}
 	root.SetVersionTemplate("tern {{.Version}}\n")
 	root.SetUsageFunc(usage)
@@ -149,7 +140,10 @@ func newRootCmd() *cobra.Command {
 	add("client", newPubCmd(), newSubCmd(), newReqCmd(), newReplyCmd(), newBenchCmd(nil))
 	add("streams", newStreamCmd(), newConsumerCmd())
 	add("setup", newContextCmd(), newUDPKeygenCmd(), newVersionCmd())
-	walk(root, func(c *cobra.Command) { c.DisableFlagsInUseLine = true }) // Use says [options]
+	walk(root, func(c *cobra.Command) {
+		c.DisableFlagsInUseLine = true // Use says [options]
+		c.SuggestionsMinimumDistance = 2
+	})
 	return root
 }
 
@@ -169,12 +163,17 @@ func showUsage(cmd *cobra.Command, _ []string) error {
 	return errUsageShown
 }
 
-// groupArgs refuses arguments that name no subcommand of a command group.
+// groupArgs refuses arguments that name no subcommand of a command group, and
+// suggests the ones they may have meant.
 func groupArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return usageErrorf("unknown command %q", args[0])
+	if len(args) == 0 {
+		return nil
 	}
-	return nil
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
+	}
+	return usageError{errors.New(msg)}
 }
 
 // argsBetween accepts from lo to hi positional arguments; else msg is the error.

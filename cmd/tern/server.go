@@ -41,10 +41,13 @@ func newServerCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return runServer(cmd.Context(), cfg)
+		return serve(cmd.Context(), cfg)
 	}
 	return cmd
 }
+
+// serve runs the server until ctx ends; tests replace it to see the configuration.
+var serve = runServer
 
 func runServer(ctx context.Context, cfg server.Config) error {
 	log, err := server.NewLogger(cfg, os.Stderr)

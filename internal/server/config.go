@@ -319,7 +319,7 @@ GiB (also K, M, G) or KB, MB, GB; durations are Go durations (500ms, 30s, 2m).`
 // -h, --help) are added under "Other".
 func WriteOptionsHelp(w io.Writer, extra ...[2]string) {
 	type line struct{ group, left, right string }
-	lines := []line{{"Configuration file", "--config file", "TOML file with any of the options below (env TERN_CONFIG)"}}
+	lines := []line{{"Configuration file", "--config file", "TOML file with any of the options below (default $TERN_CONFIG, else none)"}}
 	for _, o := range Options() {
 		lines = append(lines, line{o.Group, "--" + o.Flag + " " + o.Type, o.Help + " (default " + o.Default + ")"})
 	}
