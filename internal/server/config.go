@@ -159,7 +159,7 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.Port, 0, anyPort) }},
 	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /metrics); empty disables it",
 		bind: func(c *Config) pflag.Value { return str(&c.HTTPAddr) }},
-	{key: "server_name", group: groupNetwork, help: "name reported to clients and in monitoring",
+	{key: "server_name", group: groupNetwork, help: "name reported to clients (INFO) and in monitoring",
 		bind: func(c *Config) pflag.Value { return str(&c.ServerName) }, defaultText: "the host name"},
 
 	{key: "max_payload", group: groupLimits, help: "largest message payload accepted",
@@ -221,7 +221,7 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.UDPPort, -1, anyPort) }},
 	{key: "udp_idle_timeout", group: groupUDP, help: "a UDP session that hears nothing from its client this long ends: the longest outage it rides out with nothing lost",
 		bind: func(c *Config) pflag.Value { return dur(&c.UDPIdleTimeout) }},
-	{key: "udp_mtu", group: groupUDP, help: "largest datagram the UDP transport sends (at least 265, 289 with encryption)",
+	{key: "udp_mtu", group: groupUDP, help: "largest datagram the UDP transport sends (at least 265, 289 with encryption); a client's may be up to twice this",
 		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.UDPMTU) }},
 	{key: "udp_bundle_delay", group: groupUDP, help: "how long the UDP transport waits to fill a datagram with more small frames (0 = send every write at once)",
 		bind: func(c *Config) pflag.Value { return dur(&c.UDPBundleDelay) }},
@@ -386,23 +386,15 @@ func (cf *ConfigFlags) Load(environ func(string) (string, bool)) (Config, error)
 		path, _ = environ("TERN_CONFIG")
 	}
 	if path != "" {
-		k := koanf.New(".")
-		if err := k.Load(file.Provider(path), tomlParser{}); err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				return Config{}, fmt.Errorf("config file: %w", err)
-			}
-			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		err := layer(merged, file.Provider(path), tomlParser{}, func(string) string { return "config file " + path + ": " })
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			return Config{}, fmt.Errorf("config file: %w", pe) // it names the file
 		}
-		if err := check(k, "config file "+path+": "); err != nil {
-			return Config{}, err
-		}
-		if err := merged.Merge(k); err != nil {
+		if err != nil {
 			return Config{}, err
 		}
 	}
-	k := koanf.New(".")
-	err := k.Load(envprovider.Provider(".", envprovider.Opt{
+	env := envprovider.Provider(".", envprovider.Opt{
 		EnvironFunc: func() []string {
 			var vars []string
 			for _, o := range options {
@@ -415,34 +407,18 @@ func (cf *ConfigFlags) Load(environ func(string) (string, bool)) (Config, error)
 		TransformFunc: func(k, v string) (string, any) {
 			return strings.ToLower(strings.TrimPrefix(k, "TERN_")), v
 		},
-	}), nil)
-	if err == nil {
-		err = check(k, "environment ")
-	}
-	if err == nil {
-		err = merged.Merge(k)
-	}
-	if err != nil {
+	})
+	if err := layer(merged, env, nil, func(key string) string { return "environment " + envName(key) + ": " }); err != nil {
 		return Config{}, err
 	}
-	k = koanf.New(".")
-	err = k.Load(posflag.ProviderWithValue(cf.fs, ".", nil, func(name, value string) (string, any) {
-		if f := cf.fs.Lookup(name); f == nil || !f.Changed {
-			return "", nil
-		}
+	flags := posflag.ProviderWithValue(cf.fs, ".", nil, func(name, value string) (string, any) {
 		key := strings.ReplaceAll(name, "-", "_")
-		if _, ok := optionByKey(key); !ok {
-			return "", nil // --config, --help and any flag the caller added
+		if _, ok := optionByKey(key); !ok || !cf.fs.Lookup(name).Changed {
+			return "", nil // not given, or --config, --help or a flag the caller added
 		}
 		return key, value
-	}), nil)
-	if err == nil {
-		err = check(k, "")
-	}
-	if err == nil {
-		err = merged.Merge(k)
-	}
-	if err != nil {
+	})
+	if err := layer(merged, flags, nil, func(string) string { return "" }); err != nil {
 		return Config{}, err
 	}
 	cfg := DefaultConfig()
@@ -450,15 +426,20 @@ func (cf *ConfigFlags) Load(environ func(string) (string, bool)) (Config, error)
 		o, _ := optionByKey(key)
 		v, _ := scalar(merged.Get(key))
 		if err := o.bind(&cfg).Set(v); err != nil {
-			return Config{}, &OptionError{Key: key, Err: err} // checked above; not reached
+			return Config{}, &OptionError{Key: key, Err: err} // checked by layer; not reached
 		}
 	}
 	return cfg, nil
 }
 
-// check makes sure every key of k is an option and every value one it takes;
-// where says which source k holds ("environment ", "config file x: ").
-func check(k *koanf.Koanf, where string) error {
+// layer loads one source over merged, after checking that every key it has is
+// an option and every value one the option takes; where(key) says where the
+// value came from in errors.
+func layer(merged *koanf.Koanf, p koanf.Provider, parser koanf.Parser, where func(key string) string) error {
+	k := koanf.New(".")
+	if err := k.Load(p, parser); err != nil {
+		return fmt.Errorf("%s%w", where(""), err)
+	}
 	for _, key := range k.Keys() {
 		o, ok := optionByKey(key)
 		if !ok {
@@ -468,11 +449,7 @@ func check(k *koanf.Koanf, where string) error {
 					hint = fmt.Sprintf(" (did you mean %s?)", alt)
 				}
 			}
-			return fmt.Errorf("%sunknown option %q%s", where, key, hint)
-		}
-		src := where
-		if src == "environment " {
-			src = "environment " + envName(key) + ": "
+			return fmt.Errorf("%sunknown option %q%s", where(key), key, hint)
 		}
 		v, err := scalar(k.Get(key))
 		if err == nil {
@@ -480,10 +457,10 @@ func check(k *koanf.Koanf, where string) error {
 			err = o.bind(&scratch).Set(v)
 		}
 		if err != nil {
-			return fmt.Errorf("%s%w", src, &OptionError{Key: key, Err: err})
+			return fmt.Errorf("%s%w", where(key), &OptionError{Key: key, Err: err})
 		}
 	}
-	return nil
+	return merged.Merge(k)
 }
 
 // scalar turns a value from a source into the text an option parses: TOML gives
