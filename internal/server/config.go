@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,8 +15,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	envprovider "github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 
@@ -386,11 +385,11 @@ func (cf *ConfigFlags) Load(environ func(string) (string, bool)) (Config, error)
 		path, _ = environ("TERN_CONFIG")
 	}
 	if path != "" {
-		err := layer(merged, file.Provider(path), tomlParser{}, func(string) string { return "config file " + path + ": " })
-		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
-			return Config{}, fmt.Errorf("config file: %w", pe) // it names the file
-		}
+		b, err := os.ReadFile(path)
 		if err != nil {
+			return Config{}, fmt.Errorf("config file: %w", err) // it names the file
+		}
+		if err := layer(merged, rawbytes.Provider(b), tomlParser{}, func(string) string { return "config file " + path + ": " }); err != nil {
 			return Config{}, err
 		}
 	}
