@@ -4,25 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/cliflags"
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
 )
 
-func init() {
-	register(command{name: "bench", summary: "measure throughput and latency against a server", run: runBench})
-}
-
-const benchUsage = `Usage: tern bench [options]
-
-Runs a workload against a Tern server and prints throughput and latency.
+const benchLong = `Runs a workload against a Tern server and prints throughput and latency.
 Every publisher and subscriber has its own connection. Payloads of 8 bytes or
 more carry their send time, so subscribers measure latency under load; reqrep
 measures the round trip of one outstanding request per requester.
@@ -39,27 +35,18 @@ Modes:
                  consumer fetches them in batches of --batch, acknowledging each
 
 The stream modes create a stream with a unique name (or --stream) capturing the
-subject and delete it afterwards unless --keep.
+subject and delete it afterwards unless --keep.`
 
-Examples:
-  tern bench --mode pubsub --subs 4 --size 16 --msgs 1000000
+const benchExample = `  tern bench --mode pubsub --subs 4 --size 16 --msgs 1000000
   tern bench --mode reqrep --duration 10s --json reqrep.json
   tern bench --mode streampub --msgs 200000 --window 4096
-  tern bench --mode streamconsume --msgs 200000 --batch 256
+  tern bench --mode streamconsume --msgs 200000 --batch 256`
 
-Options:
-`
-
-// benchFlags parses the options of tern bench into a loadgen configuration.
-func benchFlags(args []string, out io.Writer) (server, jsonPath string, cfg loadgen.Config, err error) {
-	o, err := benchOptions(args, out)
-	return o.server, o.jsonPath, o.cfg, err
-}
-
-// benchOpts are the parsed options of tern bench.
+// benchOpts are the options of tern bench.
 type benchOpts struct {
-	server, jsonPath string
-	cfg              loadgen.Config
+	cf       clientFlags // --server and --context
+	jsonPath string
+	cfg      loadgen.Config
 	// Stream modes only.
 	stream        string
 	keep          bool
@@ -67,61 +54,65 @@ type benchOpts struct {
 	partitions    int
 }
 
-// benchOptions parses every option of tern bench, the stream modes' included.
-func benchOptions(args []string, out io.Writer) (o benchOpts, err error) {
-	server, jsonPath, cfg := &o.server, &o.jsonPath, &o.cfg
-	fs := flag.NewFlagSet("tern bench", flag.ContinueOnError)
-	fs.SetOutput(out)
-	defServer := os.Getenv("TERN_URL")
-	if defServer == "" {
-		defServer = tern.DefaultURL
+// newBenchCmd makes tern bench, its options parsed into o (a new one when nil).
+func newBenchCmd(o *benchOpts) *cobra.Command {
+	if o == nil {
+		o = &benchOpts{}
 	}
-	fs.StringVar(server, "server", defServer, "server URL (env TERN_URL)")
-	fs.StringVar(&cfg.Mode, "mode", loadgen.ModePubSub, "workload: pub, pubsub, queue, reqrep, streampub or streamconsume")
-	fs.StringVar(&cfg.Subject, "subject", "", "subject to publish to (default: a fresh random subject per run)")
+	cmd := &cobra.Command{
+		Use:     "bench [options]",
+		Short:   "Measure throughput and latency against a server",
+		Long:    benchLong,
+		Example: benchExample,
+		Args:    argsBetween(0, 0, ""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.finish(cmd); err != nil {
+				return err
+			}
+			return bench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), ternbus.Dialer)
+		},
+	}
+	o.cf.registerServer(cmd)
+	cfg, fs := &o.cfg, cmd.Flags()
+	cfg.Mode = loadgen.ModePubSub
+	fs.Var(cliflags.NewEnum(&cfg.Mode, append(append([]string(nil), loadgen.Modes...), loadgen.StreamModes...)...), "mode", "workload (see Modes above)")
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions(append(append([]string(nil), loadgen.Modes...), loadgen.StreamModes...), cobra.ShellCompDirectiveNoFileComp))
+	fs.StringVar(&cfg.Subject, "subject", "", "subject to publish to")
+	_ = fs.SetAnnotation("subject", defaultAnnotation, []string{"a fresh random subject per run"})
 	fs.IntVar(&cfg.Pubs, "pubs", 1, "publishers (requesters in reqrep), one connection each")
 	fs.IntVar(&cfg.Subs, "subs", 1, "subscribers (queue members in queue, responders in reqrep), one connection each; ignored in pub mode")
 	fs.IntVar(&cfg.Size, "size", 128, "payload size in bytes (8 or more to measure latency)")
 	fs.IntVar(&cfg.Msgs, "msgs", 100_000, "messages (requests) per publisher; 0 with --duration for a timed run")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "publish for this long (e.g. 10s); with --msgs, stop at whichever comes first")
 	fs.IntVar(&cfg.Rate, "rate", 0, "messages per second per publisher (0 = as fast as possible)")
-	fs.StringVar(&cfg.Queue, "queue", "", "queue group name in queue and reqrep modes (default \"loadgen\")")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "hard limit on the whole run (default: duration + 30s, or an allowance per message + 30s)")
-	fs.StringVar(jsonPath, "json", "", "also write the result as JSON to this file (- for standard output)")
-	fs.StringVar(&o.stream, "stream", "", "stream modes: stream name (default: a fresh unique name per run)")
+	fs.StringVar(&cfg.Queue, "queue", "", "queue group name in queue and reqrep modes")
+	_ = fs.SetAnnotation("queue", defaultAnnotation, []string{`"loadgen"`})
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "hard limit on the whole run")
+	_ = fs.SetAnnotation("timeout", defaultAnnotation, []string{"duration + 30s, or an allowance per message + 30s"})
+	fs.StringVar(&o.jsonPath, "json", "", "also write the result as JSON to this `file` (- for standard output)")
+	fs.StringVar(&o.stream, "stream", "", "stream modes: stream `name`")
+	_ = fs.SetAnnotation("stream", defaultAnnotation, []string{"a fresh unique name per run"})
 	fs.BoolVar(&o.keep, "keep", false, "stream modes: keep the stream after the run instead of deleting it")
 	fs.IntVar(&o.window, "window", 4096, "streampub: unacknowledged async publishes per publisher")
 	fs.IntVar(&o.batch, "batch", 256, "streamconsume: messages per fetch")
 	fs.IntVar(&o.partitions, "partitions", 1, "stream modes: partitions of the stream (messages get distinct keys when more than 1)")
-	fs.Usage = func() {
-		fmt.Fprint(out, benchUsage)
-		fs.PrintDefaults()
-	}
-	if err = fs.Parse(args); err != nil {
-		return
-	}
-	if fs.NArg() > 0 {
-		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
-		return
-	}
-	msgsSet := false
-	fs.Visit(func(f *flag.Flag) { msgsSet = msgsSet || f.Name == "msgs" })
-	if cfg.Duration > 0 && !msgsSet {
-		cfg.Msgs = 0 // a timed run unless a count was asked for too
-	}
-	return
+	return cmd
 }
 
-func runBench(ctx context.Context, args []string) error {
-	return bench(ctx, args, os.Stdout, os.Stderr, ternbus.Dialer)
-}
-
-func bench(ctx context.Context, args []string, stdout, stderr io.Writer, dialer func(url string) loadgen.Dialer) error {
-	o, err := benchOptions(args, stderr)
-	if err != nil {
+// finish completes the options once parsed: the server from the environment or
+// a context, and a timed run when only --duration bounds it.
+func (o *benchOpts) finish(cmd *cobra.Command) error {
+	if err := o.cf.resolve(); err != nil {
 		return err
 	}
-	server, jsonPath, cfg := o.server, o.jsonPath, o.cfg
+	if o.cfg.Duration > 0 && !cmd.Flags().Changed("msgs") {
+		o.cfg.Msgs = 0 // a timed run unless a count was asked for too
+	}
+	return nil
+}
+
+func bench(ctx context.Context, o *benchOpts, stdout, stderr io.Writer, dialer func(url string) loadgen.Dialer) error {
+	server, jsonPath, cfg := o.cf.server, o.jsonPath, o.cfg
 	bound := fmt.Sprintf("%d msgs per publisher", cfg.Msgs)
 	switch {
 	case cfg.Msgs == 0:

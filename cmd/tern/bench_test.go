@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,47 +12,64 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/loadgen"
-	"github.com/tern-mq/tern/internal/loadgen/ternbus"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
+// benchFlags parses tern bench's options as the command does before a run.
+func benchFlags(args []string) (server, jsonPath string, cfg loadgen.Config, err error) {
+	var o benchOpts
+	cmd := newBenchCmd(&o)
+	if err = cmd.ParseFlags(args); err != nil {
+		return
+	}
+	if err = cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		return
+	}
+	err = o.finish(cmd)
+	return o.cf.server, o.jsonPath, o.cfg, err
+}
+
 func TestBenchFlags(t *testing.T) {
-	t.Setenv("TERN_URL", "")
-	srv, js, cfg, err := benchFlags(nil, &bytes.Buffer{})
+	srv, js, cfg, err := benchFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if srv != "tern://127.0.0.1:7400" || js != "" || cfg.Mode != "pubsub" || cfg.Pubs != 1 || cfg.Subs != 1 || cfg.Size != 128 || cfg.Msgs != 100000 || cfg.Duration != 0 {
 		t.Fatalf("defaults: %q %q %+v", srv, js, cfg)
 	}
-	_, _, cfg, err = benchFlags([]string{"--mode", "queue", "--duration", "2s", "--subs", "4", "--queue", "q", "--rate", "50", "--subject", "s.x"}, &bytes.Buffer{})
+	_, _, cfg, err = benchFlags([]string{"--mode", "queue", "--duration", "2s", "--subs", "4", "--queue", "q", "--rate", "50", "--subject", "s.x"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Mode != "queue" || cfg.Msgs != 0 || cfg.Duration != 2*time.Second || cfg.Subs != 4 || cfg.Queue != "q" || cfg.Rate != 50 || cfg.Subject != "s.x" {
 		t.Fatalf("a timed run without --msgs should have no count: %+v", cfg)
 	}
-	_, _, cfg, _ = benchFlags([]string{"--duration", "2s", "--msgs", "10"}, &bytes.Buffer{})
+	_, _, cfg, _ = benchFlags([]string{"--duration", "2s", "--msgs", "10"})
 	if cfg.Msgs != 10 || cfg.Duration != 2*time.Second {
 		t.Fatalf("both bounds: %+v", cfg)
 	}
 	t.Setenv("TERN_URL", "tern://127.0.0.2:7400")
-	if srv, _, _, _ := benchFlags(nil, &bytes.Buffer{}); srv != "tern://127.0.0.2:7400" {
+	if srv, _, _, _ := benchFlags(nil); srv != "tern://127.0.0.2:7400" {
 		t.Fatalf("TERN_URL not used: %q", srv)
 	}
-	if _, _, _, err := benchFlags([]string{"extra"}, &bytes.Buffer{}); err == nil {
+	if srv, _, _, _ := benchFlags([]string{"--server", "tern://127.0.0.3:7400"}); srv != "tern://127.0.0.3:7400" {
+		t.Fatalf("--server does not beat TERN_URL: %q", srv)
+	}
+	if _, _, _, err := benchFlags([]string{"extra"}); err == nil {
 		t.Fatal("an extra argument was accepted")
+	}
+	if _, _, _, err := benchFlags([]string{"--mode", "fastest"}); err == nil || !strings.Contains(err.Error(), `"fastest" is not one of pub, pubsub, queue, reqrep, streampub, streamconsume`) {
+		t.Fatalf("bad mode: %v", err)
 	}
 }
 
 func TestBenchHelp(t *testing.T) {
 	var out bytes.Buffer
-	_, _, _, err := benchFlags([]string{"--help"}, &out)
-	if !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("err %v, want flag.ErrHelp", err)
+	if err := runTern(t.Context(), &out, io.Discard, "bench", "--help"); err != nil {
+		t.Fatal(err)
 	}
-	for _, f := range []string{"-server", "-mode", "-subject", "-pubs", "-subs", "-size", "-msgs", "-duration", "-rate", "-json", "-queue", "-timeout", "pubsub", "reqrep"} {
+	for _, f := range []string{"--server", "--context", "--mode", "--subject", "--pubs", "--subs", "--size", "--msgs", "--duration", "--rate", "--json", "--queue", "--timeout", "pubsub", "reqrep", "(default 100000)"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s:\n%s", f, out.String())
 		}
@@ -62,7 +78,7 @@ func TestBenchHelp(t *testing.T) {
 
 func TestBenchNoServer(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	err := bench(context.Background(), []string{"--server", "tern://127.0.0.1:1", "--msgs", "10"}, &stdout, &stderr, ternbus.Dialer)
+	err := runBench(context.Background(), []string{"--server", "tern://127.0.0.1:1", "--msgs", "10"}, &stdout, &stderr)
 	if err == nil {
 		t.Fatal("no error without a server")
 	}
@@ -85,7 +101,7 @@ func TestBenchAgainstServer(t *testing.T) {
 			path := filepath.Join(dir, mode+".json")
 			var stdout, stderr bytes.Buffer
 			args := []string{"--server", url, "--mode", mode, "--subs", "2", "--msgs", "2000", "--size", "64", "--json", path}
-			if err := bench(context.Background(), args, &stdout, &stderr, ternbus.Dialer); err != nil {
+			if err := runBench(context.Background(), args, &stdout, &stderr); err != nil {
 				t.Fatalf("bench: %v\n%s%s", err, stderr.String(), stdout.String())
 			}
 			if !strings.Contains(stdout.String(), "/s") {
@@ -118,7 +134,7 @@ func TestBenchOverUDP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "udp.json")
 	var stdout, stderr bytes.Buffer
 	args := []string{"--server", url, "--mode", "pubsub", "--msgs", "20000", "--size", "16", "--json", path}
-	if err := bench(context.Background(), args, &stdout, &stderr, ternbus.Dialer); err != nil {
+	if err := runBench(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("bench: %v\n%s%s", err, stderr.String(), stdout.String())
 	}
 	if !strings.Contains(stdout.String(), "udp (client side):") {
@@ -139,7 +155,7 @@ func TestBenchOverUDP(t *testing.T) {
 	// TCP reports none.
 	stdout.Reset()
 	tcpArgs := []string{"--server", "tern://" + s.Addr().String(), "--msgs", "100"}
-	if err := bench(context.Background(), tcpArgs, &stdout, &stderr, ternbus.Dialer); err != nil {
+	if err := runBench(context.Background(), tcpArgs, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(stdout.String(), "udp") {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,57 @@ import (
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
+
+// TestMain keeps the tests away from the user's contexts and TERN_ variables.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tern-cli-test")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	for _, v := range []string{"TERN_URL", "TERN_UDP_KEY", "TERN_CONFIG"} {
+		os.Unsetenv(v)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runTern runs a command line in-process as the binary would, standard input from
+// os.Stdin, and returns the command's error.
+func runTern(ctx context.Context, stdout, stderr io.Writer, args ...string) error {
+	_, err := execute(ctx, args, os.Stdin, stdout, stderr)
+	return err
+}
+
+// Shorthands for one command, its options in args.
+func subscribeAndPrint(ctx context.Context, args []string, out io.Writer) error {
+	return runTern(ctx, out, io.Discard, append([]string{"sub"}, args...)...)
+}
+func runPub(ctx context.Context, args []string) error {
+	return runTern(ctx, io.Discard, io.Discard, append([]string{"pub"}, args...)...)
+}
+func publish(ctx context.Context, args []string, out io.Writer) error {
+	return runTern(ctx, out, io.Discard, append([]string{"pub"}, args...)...)
+}
+func request(ctx context.Context, args []string, out io.Writer) error {
+	return runTern(ctx, out, io.Discard, append([]string{"req"}, args...)...)
+}
+func runReply(ctx context.Context, args []string) error {
+	return runTern(ctx, io.Discard, io.Discard, append([]string{"reply"}, args...)...)
+}
+func streamCmd(ctx context.Context, args []string, out io.Writer) error {
+	return runTern(ctx, out, io.Discard, append([]string{"stream"}, args...)...)
+}
+func consumerCmd(ctx context.Context, args []string, out io.Writer) error {
+	return runTern(ctx, out, io.Discard, append([]string{"consumer"}, args...)...)
+}
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runTern(ctx, stdout, stderr, append([]string{"bench"}, args...)...)
+}
+func runUDPKeygen(args []string, out io.Writer) error {
+	return runTern(context.Background(), out, io.Discard, append([]string{"udp-keygen"}, args...)...)
+}
 
 // internalSubs holds, per test server, the subscriptions the server made for itself
 // (the stream API), so waitSubs counts only the clients'.

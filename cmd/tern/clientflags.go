@@ -1,19 +1,22 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	tern "github.com/tern-mq/tern/client/go"
 )
 
-// clientFlags are the connection options every client subcommand takes.
+// clientFlags are the connection options every client command takes.
 type clientFlags struct {
+	fs      *pflag.FlagSet
 	server  string
+	context string
 	name    string
 	creds   string
 	timeout time.Duration
@@ -21,20 +24,62 @@ type clientFlags struct {
 	udpPSK  string
 }
 
-func (c *clientFlags) register(fs *flag.FlagSet, defaultName string) {
-	def := os.Getenv("TERN_URL")
-	if def == "" {
-		def = tern.DefaultURL
-	}
-	fs.StringVar(&c.server, "server", def, "server `URL`s, comma-separated (env TERN_URL)")
+// registerServer adds --server and --context only (tern bench).
+func (c *clientFlags) registerServer(cmd *cobra.Command) {
+	c.fs = cmd.Flags()
+	c.fs.StringVar(&c.server, "server", tern.DefaultURL, "server `URL`s, comma-separated")
+	_ = c.fs.SetAnnotation("server", defaultAnnotation, []string{"$TERN_URL, else the context's, else " + tern.DefaultURL})
+	c.fs.StringVar(&c.context, "context", "", "take the server and options from this saved `context` (tern context)")
+	_ = c.fs.SetAnnotation("context", defaultAnnotation, []string{"the selected one, if any"})
+	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts)
+}
+
+// register adds every connection option.
+func (c *clientFlags) register(cmd *cobra.Command, defaultName string) {
+	c.registerServer(cmd)
+	fs := c.fs
 	fs.StringVar(&c.name, "name", defaultName, "connection name shown in monitoring")
 	fs.StringVar(&c.creds, "creds", "", "`credentials` sent in CONNECT")
+	_ = fs.SetAnnotation("creds", defaultAnnotation, []string{"the context's, else none"})
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "connect and request timeout")
-	fs.StringVar(&c.udpKey, "udp-key", os.Getenv("TERN_UDP_KEY"), "the server's public `key` (tern udp-keygen): udp:// sessions are encrypted (env TERN_UDP_KEY)")
+	fs.StringVar(&c.udpKey, "udp-key", "", "the server's public `key` (tern udp-keygen): udp:// sessions are encrypted")
+	_ = fs.SetAnnotation("udp-key", defaultAnnotation, []string{"$TERN_UDP_KEY, else the context's, else none"})
 	fs.StringVar(&c.udpPSK, "udp-psk-file", "", "`file` with the pre-shared key of a server that has udp_psk_file")
+	_ = fs.SetAnnotation("udp-psk-file", defaultAnnotation, []string{"the context's, else none"})
+}
+
+// resolve fills in what the command line left unset: from the environment
+// (TERN_URL, TERN_UDP_KEY), then from the context (--context, else the selected
+// one). A context that cannot be read is an error even when it would not be used,
+// so that a typo in --context does not go unnoticed.
+func (c *clientFlags) resolve() error {
+	ctx, _, err := contextFor(c.context)
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = &ternContext{}
+	}
+	pick := func(flag string, dst *string, env, fromContext string) {
+		switch {
+		case c.fs.Lookup(flag) == nil || c.fs.Changed(flag):
+		case env != "" && os.Getenv(env) != "":
+			*dst = os.Getenv(env)
+		case fromContext != "":
+			*dst = fromContext
+		}
+	}
+	pick("server", &c.server, "TERN_URL", ctx.Server)
+	pick("creds", &c.creds, "", ctx.Creds)
+	pick("udp-key", &c.udpKey, "TERN_UDP_KEY", ctx.UDPKey)
+	pick("udp-psk-file", &c.udpPSK, "", ctx.UDPPSKFile)
+	return nil
 }
 
 func (c *clientFlags) connect(extra ...tern.Option) (*tern.Conn, error) {
+	if err := c.resolve(); err != nil {
+		return nil, err
+	}
 	opts := []tern.Option{tern.Name(c.name), tern.Timeout(c.timeout)}
 	if c.creds != "" {
 		opts = append(opts, tern.Credentials([]byte(c.creds)))
@@ -68,6 +113,7 @@ func (c *clientFlags) connect(extra ...tern.Option) (*tern.Conn, error) {
 type headerFlag struct{ h tern.Header }
 
 func (f *headerFlag) String() string { return "" }
+func (f *headerFlag) Type() string   { return "key=value" }
 
 func (f *headerFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
@@ -79,34 +125,4 @@ func (f *headerFlag) Set(v string) error {
 	}
 	f.h.Add(k, val)
 	return nil
-}
-
-// flagOutput, when set, receives usage and flag errors instead of stderr (tests).
-var flagOutput io.Writer
-
-// newFlagSet makes a subcommand's flag set whose --help lists every option with its
-// default, zero values included.
-func newFlagSet(name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("tern "+name, flag.ContinueOnError)
-	if flagOutput != nil {
-		fs.SetOutput(flagOutput)
-	}
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: tern %s\n\nOptions:\n", usage)
-		fs.VisitAll(func(f *flag.Flag) {
-			kind, help := flag.UnquoteUsage(f)
-			def := f.DefValue
-			if g, ok := f.Value.(flag.Getter); !ok {
-				def = "none"
-			} else if _, isString := g.Get().(string); isString {
-				def = fmt.Sprintf("%q", def)
-			}
-			if kind != "" {
-				kind = " " + kind
-			}
-			fmt.Fprintf(w, "  --%s%s\n    \t%s (default %s)\n", f.Name, kind, help, def)
-		})
-	}
-	return fs
 }

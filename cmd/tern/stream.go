@@ -1,118 +1,41 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/cliflags"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
-func init() {
-	register(command{name: "stream", summary: "manage durable streams (add, ls, info, rm, purge, get)",
-		run: func(ctx context.Context, args []string) error { return streamCmd(ctx, args, os.Stdout) }})
-}
+const streamLong = `Manages durable streams: a stream captures the messages published on its
+subjects into a log on the server's disk (store_dir). See docs/cli-streams.md.`
 
-const streamUsage = `Usage: tern stream <command> [options] [arguments]
-
-Commands:
-  add <name>       create a stream (or confirm an identical one exists)
-  ls               list the streams
-  info <name>      describe a stream
-  rm <name>        delete a stream and its messages (needs --force)
-  purge <name>     remove messages (all, or by --subject, --keep, --seq)
-  get <name>       read one stored message (--seq N [--partition P], or --last-subject S)
-
-Run 'tern stream <command> --help' for the options of a command.
-Options may come before or after the arguments. See docs/cli-streams.md.
-`
-
-// subcommand is one command of a command group such as tern stream.
-type subcommand struct {
-	name string
-	run  func(ctx context.Context, args []string, out io.Writer) error
-}
-
-// dispatch runs the subcommand named by args[0]; with none, or with --help, it prints
-// the group's usage.
-func dispatch(ctx context.Context, args []string, out io.Writer, usage string, subs []subcommand) error {
-	usageOut := func() io.Writer {
-		if flagOutput != nil {
-			return flagOutput
-		}
-		return os.Stderr
+func newStreamCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stream <command>",
+		Short: "Manage durable streams (add, ls, info, rm, purge, get)",
+		Long:  streamLong,
+		Example: `  tern stream add ORDERS --subjects 'orders.>' --max-age 24h
+  tern stream ls
+  tern stream info ORDERS
+  tern stream get ORDERS --seq 1
+  tern stream rm -f ORDERS`,
+		Args: groupArgs,
+		RunE: showUsage,
 	}
-	if len(args) == 0 {
-		fmt.Fprint(usageOut(), usage)
-		return errors.New("want a command")
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(usageOut(), usage)
-		return flag.ErrHelp
-	}
-	for _, s := range subs {
-		if s.name == args[0] {
-			return s.run(ctx, args[1:], out)
-		}
-	}
-	fmt.Fprint(usageOut(), usage)
-	return fmt.Errorf("unknown command %q", args[0])
-}
-
-func streamCmd(ctx context.Context, args []string, out io.Writer) error {
-	return dispatch(ctx, args, out, streamUsage, []subcommand{
-		{"add", streamAdd},
-		{"ls", streamList},
-		{"list", streamList},
-		{"info", streamInfo},
-		{"rm", streamRemove},
-		{"purge", streamPurge},
-		{"get", streamGet},
-	})
-}
-
-// parseArgs parses flags that may come before, between or after the positional
-// arguments (Go's flag package stops at the first argument), and checks their number.
-func parseArgs(fs *flag.FlagSet, args []string, minArgs, maxArgs int) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			pos = append(pos, rest...) // everything after "--" is an argument
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-	if len(pos) < minArgs || len(pos) > maxArgs {
-		fs.Usage()
-		switch {
-		case minArgs == maxArgs && minArgs == 0:
-			return nil, fmt.Errorf("unexpected argument %q", pos[0])
-		case len(pos) > maxArgs:
-			return nil, fmt.Errorf("too many arguments: %s", strings.Join(pos, " "))
-		default:
-			return nil, errors.New("missing arguments")
-		}
-	}
-	return pos, nil
+	cmd.AddCommand(newStreamAddCmd(), newStreamListCmd(), newStreamInfoCmd(), newStreamRemoveCmd(), newStreamPurgeCmd(), newStreamGetCmd())
+	return cmd
 }
 
 // streamsConn connects and returns the stream API, its requests bounded by --timeout.
@@ -143,39 +66,6 @@ func printJSON(out io.Writer, v any) error {
 	}
 	_, err = out.Write(append(b, '\n'))
 	return err
-}
-
-// sizeFlag is a byte count given as 1024, 64KiB, 1.5GiB, 10MB, ...
-type sizeFlag int64
-
-func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
-func (s *sizeFlag) Get() any       { return int64(*s) }
-
-func (s *sizeFlag) Set(v string) error {
-	n, err := parseSize(v)
-	if err != nil {
-		return err
-	}
-	*s = sizeFlag(n)
-	return nil
-}
-
-// parseSize reads a byte count with an optional unit: B, K/KiB, M/MiB, G/GiB, T/TiB
-// (powers of 1024) or KB, MB, GB, TB (powers of 1000).
-func parseSize(v string) (int64, error) {
-	s := strings.TrimSpace(v)
-	num := strings.TrimRightFunc(s, func(r rune) bool { return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' })
-	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
-	mult := map[string]float64{"": 1, "B": 1, "K": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MIB": 1 << 20,
-		"G": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TIB": 1 << 40, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
-	f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	if err != nil || mult == 0 || f < 0 {
-		return 0, fmt.Errorf("%q is not a size (want e.g. 1048576, 512KiB, 1GiB or 10MB)", v)
-	}
-	if n := f * mult; n < 1<<62 {
-		return int64(n), nil
-	}
-	return 0, fmt.Errorf("size %q is too large", v)
 }
 
 // humanBytes prints a byte count in binary units: 512 B, 1.5 KiB, 3.2 GiB.
@@ -209,154 +99,171 @@ func orDefault(v, def string) string {
 // ---------------------------------------------------------------------------------
 // tern stream add
 
-func streamAdd(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stream add", "stream add [options] <name>")
-	var cf clientFlags
-	cf.register(fs, "tern-stream")
-	subjects := fs.String("subjects", "", "comma-separated subjects to capture, wildcards allowed (default: the stream name)")
-	retention := fs.String("retention", "limits", "what removes messages besides the limits: limits, workqueue or interest")
-	maxAge := fs.Duration("max-age", 0, "remove messages older than this, e.g. 1h (0 = no limit)")
-	var maxBytes, maxMsgSize, segment sizeFlag
-	fs.Var(&maxBytes, "max-bytes", "size limit over all partitions, e.g. 1GiB (0 = no limit)")
-	maxMsgs := fs.Uint64("max-msgs", 0, "message count limit over all partitions (0 = no limit)")
-	fs.Var(&maxMsgSize, "max-msg-size", "largest payload accepted, e.g. 64KiB (0 = the server's max_payload)")
-	discard := fs.String("discard", "old", "at a limit: old removes the oldest messages, new refuses new ones")
-	partitions := fs.Int("partitions", 1, "independent ordered logs; a message's partition comes from its key or subject")
-	dupeWindow := fs.Duration("dupe-window", 0, "how long message ids are remembered for duplicate detection (0 = 2m)")
-	sync := fs.String("sync", "", "fsync policy of this stream: always, interval or never (default: the server's)")
-	fs.Var(&segment, "segment-size", "segment file size, e.g. 64MiB (0 = the server's segment_size)")
-	asJSON := fs.Bool("json", false, "print the stream info as JSON")
-	pos, err := parseArgs(fs, args, 1, 1)
-	if err != nil {
-		return err
+func newStreamAddCmd() *cobra.Command {
+	var (
+		cf                         clientFlags
+		subjects                   string
+		cfg                        tern.StreamConfig
+		retention                  = string(tern.RetainLimits)
+		maxAge, dupeWindow         time.Duration
+		maxBytes, maxMsgSize, segs int64
+		asJSON                     bool
+	)
+	cfg.Discard = "old"
+	cmd := &cobra.Command{
+		Use:   "add <name> [options]",
+		Short: "Create a stream (or confirm an identical one exists)",
+		Example: `  tern stream add ORDERS --subjects 'orders.>' --max-age 24h --max-bytes 1GiB --dupe-window 5m
+  tern stream add JOBS --retention workqueue --partitions 4 --max-msgs 1000000 --discard new
+  tern stream add AUDIT --subjects 'audit.>' --sync always --segment-size 16MiB --json`,
+		Args: argsBetween(1, 1, "want a stream name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Name = args[0]
+			cfg.Retention = tern.Retention(retention)
+			cfg.MaxAge, cfg.DuplicateWindow = tern.Duration(maxAge), tern.Duration(dupeWindow)
+			cfg.MaxBytes, cfg.MaxMsgSize, cfg.SegmentBytes = maxBytes, int(maxMsgSize), segs
+			for _, s := range strings.Split(subjects, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					cfg.Subjects = append(cfg.Subjects, s)
+				}
+			}
+			if len(cfg.Subjects) == 0 {
+				cfg.Subjects = []string{cfg.Name}
+			}
+			if cfg.Partitions < 1 || maxAge < 0 || dupeWindow < 0 {
+				return usageErrorf("--partitions must be at least 1, --max-age and --dupe-window not negative")
+			}
+			nc, js, err := streamsConn(&cf)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			// Creating an identical stream again succeeds; say so rather than "created".
+			_, existed := js.StreamInfo(ctx, cfg.Name)
+			info, err := js.AddStream(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("create stream %q: %w", cfg.Name, streamErr(err, cfg.Name))
+			}
+			if asJSON {
+				return printJSON(out, info)
+			}
+			if existed == nil {
+				fmt.Fprintf(out, "Stream %s already exists with this configuration\n\n", info.Config.Name)
+			} else {
+				fmt.Fprintf(out, "Stream %s created\n\n", info.Config.Name)
+			}
+			printStreamInfo(out, info)
+			return nil
+		},
 	}
-	cfg := tern.StreamConfig{
-		Name:            pos[0],
-		Retention:       tern.Retention(*retention),
-		MaxAge:          tern.Duration(*maxAge),
-		MaxBytes:        int64(maxBytes),
-		MaxMsgs:         *maxMsgs,
-		MaxMsgSize:      int(maxMsgSize),
-		Discard:         *discard,
-		Partitions:      *partitions,
-		DuplicateWindow: tern.Duration(*dupeWindow),
-		Sync:            *sync,
-		SegmentBytes:    int64(segment),
-	}
-	for _, s := range strings.Split(*subjects, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			cfg.Subjects = append(cfg.Subjects, s)
-		}
-	}
-	if len(cfg.Subjects) == 0 {
-		cfg.Subjects = []string{cfg.Name}
-	}
-	switch cfg.Retention {
-	case tern.RetainLimits, tern.RetainWorkQueue, tern.RetainInterest:
-	default:
-		return fmt.Errorf("--retention %q: want limits, workqueue or interest", *retention)
-	}
-	if cfg.Discard != "old" && cfg.Discard != "new" {
-		return fmt.Errorf("--discard %q: want old or new", cfg.Discard)
-	}
-	switch cfg.Sync {
-	case "", "always", "interval", "never":
-	default:
-		return fmt.Errorf("--sync %q: want always, interval or never", cfg.Sync)
-	}
-	if cfg.Partitions < 1 || *maxAge < 0 || *dupeWindow < 0 {
-		return errors.New("--partitions must be at least 1, --max-age and --dupe-window not negative")
-	}
-	nc, js, err := streamsConn(&cf)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	// Creating an identical stream again succeeds; say so rather than "created".
-	_, existed := js.StreamInfo(ctx, cfg.Name)
-	info, err := js.AddStream(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("create stream %q: %w", cfg.Name, streamErr(err, cfg.Name))
-	}
-	if *asJSON {
-		return printJSON(out, info)
-	}
-	if existed == nil {
-		fmt.Fprintf(out, "Stream %s already exists with this configuration\n\n", info.Config.Name)
-	} else {
-		fmt.Fprintf(out, "Stream %s created\n\n", info.Config.Name)
-	}
-	printStreamInfo(out, info)
-	return nil
+	cf.register(cmd, "tern-stream")
+	fs := cmd.Flags()
+	fs.StringVar(&subjects, "subjects", "", "comma-separated `subjects` to capture, wildcards allowed")
+	_ = fs.SetAnnotation("subjects", defaultAnnotation, []string{"the stream name"})
+	enumFlag(cmd, &retention, "retention", "what removes messages besides the limits", string(tern.RetainLimits), string(tern.RetainWorkQueue), string(tern.RetainInterest))
+	fs.DurationVar(&maxAge, "max-age", 0, "remove messages older than this, e.g. 1h (0 = no limit)")
+	fs.Var(cliflags.NewByteSize(&maxBytes), "max-bytes", "size limit over all partitions, e.g. 1GiB (0 = no limit)")
+	fs.Uint64Var(&cfg.MaxMsgs, "max-msgs", 0, "message count limit over all partitions (0 = no limit)")
+	fs.Var(cliflags.NewByteSize(&maxMsgSize), "max-msg-size", "largest payload accepted, e.g. 64KiB (0 = the server's max_payload)")
+	enumFlag(cmd, &cfg.Discard, "discard", "at a limit: old removes the oldest messages, new refuses new ones", "old", "new")
+	fs.IntVar(&cfg.Partitions, "partitions", 1, "independent ordered logs; a message's partition comes from its key or subject")
+	fs.DurationVar(&dupeWindow, "dupe-window", 0, "how long message ids are remembered for duplicate detection (0 = 2m)")
+	enumFlag(cmd, &cfg.Sync, "sync", "fsync policy of this stream", "always", "interval", "never")
+	_ = fs.SetAnnotation("sync", defaultAnnotation, []string{"the server's"})
+	fs.Var(cliflags.NewByteSize(&segs), "segment-size", "segment file size, e.g. 64MiB (0 = the server's segment_size)")
+	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
+	return cmd
+}
+
+// enumFlag adds an option taking one of values, completed by the shell.
+func enumFlag(cmd *cobra.Command, p *string, name, help string, values ...string) {
+	cmd.Flags().Var(cliflags.NewEnum(p, values...), name, help)
+	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // ---------------------------------------------------------------------------------
 // tern stream ls
 
-func streamList(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stream ls", "stream ls [options]")
-	var cf clientFlags
-	cf.register(fs, "tern-stream")
-	asJSON := fs.Bool("json", false, "print the stream infos as a JSON array")
-	if _, err := parseArgs(fs, args, 0, 0); err != nil {
-		return err
+func newStreamListCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:     "ls [options]",
+		Aliases: []string{"list"},
+		Short:   "List the streams",
+		Args:    argsBetween(0, 0, ""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, js, err := streamsConn(&cf)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			out := cmd.OutOrStdout()
+			list, err := js.ListStreams(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("list streams: %w", streamErr(err, ""))
+			}
+			sort.Slice(list, func(i, j int) bool { return list[i].Config.Name < list[j].Config.Name })
+			if asJSON {
+				if list == nil {
+					list = []tern.StreamInfo{}
+				}
+				return printJSON(out, list)
+			}
+			if len(list) == 0 {
+				fmt.Fprintln(out, "No streams")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSUBJECTS\tRETENTION\tMESSAGES\tBYTES\tFIRST SEQ\tLAST SEQ\tCONSUMERS")
+			for _, s := range list {
+				st := s.State
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", s.Config.Name, strings.Join(s.Config.Subjects, ","),
+					orDefault(string(s.Config.Retention), string(tern.RetainLimits)), st.Msgs, humanBytes(st.Bytes), st.FirstSeq, st.LastSeq, st.Consumers)
+			}
+			return tw.Flush()
+		},
 	}
-	nc, js, err := streamsConn(&cf)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	list, err := js.ListStreams(ctx)
-	if err != nil {
-		return fmt.Errorf("list streams: %w", streamErr(err, ""))
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Config.Name < list[j].Config.Name })
-	if *asJSON {
-		if list == nil {
-			list = []tern.StreamInfo{}
-		}
-		return printJSON(out, list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(out, "No streams")
-		return nil
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSUBJECTS\tRETENTION\tMESSAGES\tBYTES\tFIRST SEQ\tLAST SEQ\tCONSUMERS")
-	for _, s := range list {
-		st := s.State
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", s.Config.Name, strings.Join(s.Config.Subjects, ","),
-			orDefault(string(s.Config.Retention), string(tern.RetainLimits)), st.Msgs, humanBytes(st.Bytes), st.FirstSeq, st.LastSeq, st.Consumers)
-	}
-	return tw.Flush()
+	cf.register(cmd, "tern-stream")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stream infos as a JSON array")
+	return cmd
 }
 
 // ---------------------------------------------------------------------------------
 // tern stream info
 
-func streamInfo(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stream info", "stream info [options] <name>")
-	var cf clientFlags
-	cf.register(fs, "tern-stream")
-	asJSON := fs.Bool("json", false, "print the stream info as JSON")
-	pos, err := parseArgs(fs, args, 1, 1)
-	if err != nil {
-		return err
+func newStreamInfoCmd() *cobra.Command {
+	var (
+		cf     clientFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "info <name> [options]",
+		Short: "Describe a stream: its configuration and state",
+		Args:  argsBetween(1, 1, "want a stream name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, js, err := streamsConn(&cf)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			info, err := js.StreamInfo(cmd.Context(), args[0])
+			if err != nil {
+				return streamErr(err, args[0])
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), info)
+			}
+			printStreamInfo(cmd.OutOrStdout(), info)
+			return nil
+		},
 	}
-	nc, js, err := streamsConn(&cf)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	info, err := js.StreamInfo(ctx, pos[0])
-	if err != nil {
-		return streamErr(err, pos[0])
-	}
-	if *asJSON {
-		return printJSON(out, info)
-	}
-	printStreamInfo(out, info)
-	return nil
+	cf.register(cmd, "tern-stream")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stream info as JSON")
+	return cmd
 }
 
 func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
@@ -411,61 +318,74 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 // ---------------------------------------------------------------------------------
 // tern stream rm
 
-func streamRemove(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stream rm", "stream rm [options] <name>")
-	var cf clientFlags
-	cf.register(fs, "tern-stream")
-	var force bool
-	fs.BoolVar(&force, "force", false, "really delete the stream, its messages and its consumers")
-	fs.BoolVar(&force, "f", false, "short for --force")
-	pos, err := parseArgs(fs, args, 1, 1)
-	if err != nil {
-		return err
+func newStreamRemoveCmd() *cobra.Command {
+	var (
+		cf    clientFlags
+		force bool
+	)
+	cmd := &cobra.Command{
+		Use:     "rm <name> [options]",
+		Short:   "Delete a stream, its messages and its consumers (needs --force)",
+		Example: "  tern stream rm -f ORDERS",
+		Args:    argsBetween(1, 1, "want a stream name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !force {
+				return fmt.Errorf("deleting stream %q removes its messages and consumers; add --force (-f) to do it", args[0])
+			}
+			nc, js, err := streamsConn(&cf)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := js.DeleteStream(cmd.Context(), args[0]); err != nil {
+				return fmt.Errorf("delete stream %q: %w", args[0], streamErr(err, args[0]))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Stream %s deleted\n", args[0])
+			return nil
+		},
 	}
-	if !force {
-		return fmt.Errorf("deleting stream %q removes its messages and consumers; add --force (-f) to do it", pos[0])
-	}
-	nc, js, err := streamsConn(&cf)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := js.DeleteStream(ctx, pos[0]); err != nil {
-		return fmt.Errorf("delete stream %q: %w", pos[0], streamErr(err, pos[0]))
-	}
-	fmt.Fprintf(out, "Stream %s deleted\n", pos[0])
-	return nil
+	cf.register(cmd, "tern-stream")
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "really delete the stream, its messages and its consumers")
+	return cmd
 }
 
 // ---------------------------------------------------------------------------------
 // tern stream purge
 
-func streamPurge(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stream purge", "stream purge [options] <name>")
-	var cf clientFlags
-	cf.register(fs, "tern-stream")
-	var req tern.PurgeRequest
+func newStreamPurgeCmd() *cobra.Command {
+	var (
+		cf  clientFlags
+		req tern.PurgeRequest
+	)
+	cmd := &cobra.Command{
+		Use:   "purge <name> [options]",
+		Short: "Remove messages (all, or by --subject, --keep, --seq)",
+		Example: `  tern stream purge ORDERS --subject orders.new --keep 1
+  tern stream purge ORDERS`,
+		Args: argsBetween(1, 1, "want a stream name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Keep > 0 && req.UpTo > 0 {
+				return usageErrorf("--keep and --seq exclude each other")
+			}
+			nc, js, err := streamsConn(&cf)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			n, err := js.PurgeStream(cmd.Context(), args[0], &req)
+			if err != nil {
+				return fmt.Errorf("purge stream %q: %w", args[0], streamErr(err, args[0]))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Purged %d %s from stream %s\n", n, plural(n, "message", "messages"), args[0])
+			return nil
+		},
+	}
+	cf.register(cmd, "tern-stream")
+	fs := cmd.Flags()
 	fs.StringVar(&req.Subject, "subject", "", "only messages on this subject (wildcards allowed)")
 	fs.Uint64Var(&req.Keep, "keep", 0, "keep this many of the newest messages (per partition)")
 	fs.Uint64Var(&req.UpTo, "seq", 0, "only messages below this sequence (per partition)")
-	pos, err := parseArgs(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	if req.Keep > 0 && req.UpTo > 0 {
-		return errors.New("--keep and --seq exclude each other")
-	}
-	nc, js, err := streamsConn(&cf)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	n, err := js.PurgeStream(ctx, pos[0], &req)
-	if err != nil {
-		return fmt.Errorf("purge stream %q: %w", pos[0], streamErr(err, pos[0]))
-	}
-	fmt.Fprintf(out, "Purged %d %s from stream %s\n", n, plural(n, "message", "messages"), pos[0])
-	return nil
+	return cmd
 }
 
 func plural(n uint64, one, many string) string {
@@ -490,53 +410,66 @@ type jsonStoredMsg struct {
 	Size      int         `json:"size"`
 }
 
-func streamGet(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlagSet("stream get", "stream get [options] <name>   (--seq N [--partition P], or --last-subject S)")
-	var cf clientFlags
-	cf.register(fs, "tern-stream")
-	seq := fs.Uint64("seq", 0, "sequence of the message in its partition")
-	partition := fs.Int("partition", 0, "partition to read")
-	last := fs.String("last-subject", "", "read the last message stored on this subject (in --partition)")
-	raw := fs.Bool("raw", false, "print only the payload")
-	asJSON := fs.Bool("json", false, "print the message as JSON")
-	pos, err := parseArgs(fs, args, 1, 1)
-	if err != nil {
-		return err
+func newStreamGetCmd() *cobra.Command {
+	var (
+		cf          clientFlags
+		seq         uint64
+		partition   int
+		last        string
+		raw, asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "get <name> [options]",
+		Short: "Read one stored message (--seq N [--partition P], or --last-subject S)",
+		Example: `  tern stream get ORDERS --seq 1
+  tern stream get ORDERS --last-subject orders.new --json`,
+		Args: argsBetween(1, 1, "want a stream name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (seq == 0) == (last == "") {
+				return usageErrorf("want exactly one of --seq N and --last-subject S")
+			}
+			nc, js, err := streamsConn(&cf)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, out, name := cmd.Context(), cmd.OutOrStdout(), args[0]
+			var m *tern.StoredMsg
+			if last != "" {
+				m, err = js.GetLastMsg(ctx, name, partition, last)
+			} else {
+				m, err = js.GetMsg(ctx, name, partition, seq)
+			}
+			if err != nil {
+				return streamErr(err, name)
+			}
+			hdr := tern.Header{}
+			wire.Header(m.Header).Each(func(k, v []byte) bool {
+				hdr.Add(string(k), string(v))
+				return true
+			})
+			switch {
+			case asJSON:
+				return printJSON(out, jsonStoredMsg{Stream: name, Partition: m.Partition, Seq: m.Seq, Subject: m.Subject,
+					Time: m.Time, Headers: hdr, Data: string(m.Data), Size: len(m.Data)})
+			case raw:
+				fmt.Fprintf(out, "%s\n", m.Data)
+			default:
+				fmt.Fprintf(out, "[%s partition %d seq %d] %s (%d B) stored %s\n", name, m.Partition, m.Seq, m.Subject, len(m.Data), fmtTime(m.Time))
+				printHeaders(out, hdr)
+				fmt.Fprintf(out, "%s\n", m.Data)
+			}
+			return nil
+		},
 	}
-	if (*seq == 0) == (*last == "") {
-		return errors.New("want exactly one of --seq N and --last-subject S")
-	}
-	nc, js, err := streamsConn(&cf)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var m *tern.StoredMsg
-	if *last != "" {
-		m, err = js.GetLastMsg(ctx, pos[0], *partition, *last)
-	} else {
-		m, err = js.GetMsg(ctx, pos[0], *partition, *seq)
-	}
-	if err != nil {
-		return streamErr(err, pos[0])
-	}
-	hdr := tern.Header{}
-	wire.Header(m.Header).Each(func(k, v []byte) bool {
-		hdr.Add(string(k), string(v))
-		return true
-	})
-	switch {
-	case *asJSON:
-		return printJSON(out, jsonStoredMsg{Stream: pos[0], Partition: m.Partition, Seq: m.Seq, Subject: m.Subject,
-			Time: m.Time, Headers: hdr, Data: string(m.Data), Size: len(m.Data)})
-	case *raw:
-		fmt.Fprintf(out, "%s\n", m.Data)
-	default:
-		fmt.Fprintf(out, "[%s partition %d seq %d] %s (%d B) stored %s\n", pos[0], m.Partition, m.Seq, m.Subject, len(m.Data), fmtTime(m.Time))
-		printHeaders(out, hdr)
-		fmt.Fprintf(out, "%s\n", m.Data)
-	}
-	return nil
+	cf.register(cmd, "tern-stream")
+	fs := cmd.Flags()
+	fs.Uint64Var(&seq, "seq", 0, "sequence of the message in its partition")
+	fs.IntVar(&partition, "partition", 0, "partition to read")
+	fs.StringVar(&last, "last-subject", "", "read the last message stored on this subject (in --partition)")
+	fs.BoolVar(&raw, "raw", false, "print only the payload")
+	fs.BoolVar(&asJSON, "json", false, "print the message as JSON")
+	return cmd
 }
 
 // printHeaders prints headers one per line, indented, keys sorted.

@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/loadgen"
-	"github.com/tern-mq/tern/internal/loadgen/ternbus"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
@@ -209,69 +207,36 @@ func TestStreamAddOptions(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"0": 0, "1024": 1024, "1KiB": 1024, "1k": 1024, "1.5MiB": 3 << 19,
-		"1GiB": 1 << 30, "2G": 2 << 30, "10MB": 10e6, "1 GB": 1e9, "512B": 512} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "1XB", "-1", "1e30GiB"} {
-		if _, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) accepted", in)
-		}
-	}
+func TestHumanBytes(t *testing.T) {
 	if humanBytes(512) != "512 B" || humanBytes(1536) != "1.5 KiB" || humanBytes(3<<30) != "3.0 GiB" {
 		t.Errorf("humanBytes: %s %s %s", humanBytes(512), humanBytes(1536), humanBytes(3<<30))
 	}
 }
 
-func TestParseArgsInterspersed(t *testing.T) {
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	fs.SetOutput(&bytes.Buffer{})
-	a := fs.Int("a", 0, "")
-	b := fs.Bool("b", false, "")
-	pos, err := parseArgs(fs, []string{"one", "--a", "3", "two", "-b", "--", "-three"}, 1, 3)
-	if err != nil || *a != 3 || !*b || strings.Join(pos, " ") != "one two -three" {
-		t.Fatalf("pos %q a %d b %v err %v", pos, *a, *b, err)
-	}
-	if _, err := parseArgs(fs, []string{"1", "2"}, 1, 1); err == nil {
-		t.Fatal("too many arguments accepted")
-	}
-	if _, err := parseArgs(fs, nil, 1, 1); err == nil {
-		t.Fatal("missing argument accepted")
-	}
-}
-
 func TestStreamAndConsumerHelp(t *testing.T) {
 	for _, c := range []struct {
-		cmd  string
 		args []string
 		want []string
 	}{
-		{"stream", []string{"--help"}, []string{"add <name>", "ls", "info <name>", "rm <name>", "purge <name>", "get <name>"}},
-		{"consumer", []string{"--help"}, []string{"add <stream> <name>", "ls <stream>", "info", "next", "rm"}},
-		{"stream", []string{"add", "--help"}, []string{"--subjects", "--retention", "--max-age", "--max-bytes", "--max-msgs",
-			"--max-msg-size", "--discard", "--partitions", "--dupe-window", "--sync", "--segment-size", "--json", "--server"}},
-		{"stream", []string{"purge", "--help"}, []string{"--subject", "--keep", "--seq"}},
-		{"stream", []string{"get", "--help"}, []string{"--seq", "--partition", "--last-subject", "--raw", "--json"}},
-		{"stream", []string{"rm", "--help"}, []string{"--force", "--f\n"}},
-		{"consumer", []string{"add", "--help"}, []string{"--filter", "--deliver", "--ack", "--ack-wait", "--backoff", "--max-deliver",
+		{[]string{"stream", "--help"}, []string{"add ", "ls ", "info ", "rm ", "purge ", "get "}},
+		{[]string{"consumer", "--help"}, []string{"add ", "ls ", "info ", "next ", "rm "}},
+		{[]string{"stream", "add", "--help"}, []string{"--subjects", "--retention limits|workqueue|interest", "--max-age", "--max-bytes bytes", "--max-msgs",
+			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--json", "--server"}},
+		{[]string{"stream", "purge", "--help"}, []string{"--subject", "--keep", "--seq"}},
+		{[]string{"stream", "get", "--help"}, []string{"--seq", "--partition", "--last-subject", "--raw", "--json"}},
+		{[]string{"stream", "rm", "--help"}, []string{"-f, --force"}},
+		{[]string{"consumer", "add", "--help"}, []string{"--filter", "--deliver", "--ack none|explicit|all", "--ack-wait", "--backoff durations", "--max-deliver",
 			"--dead-letter", "--max-ack-pending", "--deliver-subject", "--deliver-group", "--ephemeral", "--inactive-threshold", "--member-timeout"}},
-		{"consumer", []string{"next", "--help"}, []string{"--count", "--wait", "--no-wait", "--no-ack", "--nak", "--term", "--member", "--json"}},
-		{"pub", []string{"--help"}, []string{"--ack", "--msg-id", "--key", "--reply"}},
+		{[]string{"consumer", "next", "--help"}, []string{"--count", "--wait", "--no-wait", "--no-ack", "--nak", "--term", "--member", "--json"}},
+		{[]string{"pub", "--help"}, []string{"--ack", "--msg-id", "--key", "--reply"}},
 	} {
 		var out bytes.Buffer
-		prev := flagOutput
-		flagOutput = &out
-		err := commands[c.cmd].run(t.Context(), c.args)
-		flagOutput = prev
-		if !errors.Is(err, flag.ErrHelp) {
-			t.Errorf("tern %s %v: %v", c.cmd, c.args, err)
+		if err := runTern(t.Context(), &out, io.Discard, c.args...); err != nil {
+			t.Errorf("tern %v: %v", c.args, err)
 		}
 		for _, w := range c.want {
 			if !strings.Contains(out.String(), w) {
-				t.Errorf("tern %s %v lacks %q:\n%s", c.cmd, c.args, w, out.String())
+				t.Errorf("tern %v lacks %q:\n%s", c.args, w, out.String())
 			}
 		}
 	}
@@ -306,7 +271,7 @@ func TestBenchStreamModes(t *testing.T) {
 			path := filepath.Join(dir, c.mode+".json")
 			var stdout, stderr bytes.Buffer
 			args := append([]string{"--server", url, "--mode", c.mode, "--size", "64", "--json", path}, c.args...)
-			if err := bench(context.Background(), args, &stdout, &stderr, ternbus.Dialer); err != nil {
+			if err := runBench(context.Background(), args, &stdout, &stderr); err != nil {
 				t.Fatalf("bench: %v\n%s%s", err, stderr.String(), stdout.String())
 			}
 			for _, w := range c.want {
@@ -343,7 +308,7 @@ func TestBenchStreamModes(t *testing.T) {
 	}
 	var stdout bytes.Buffer
 	args := []string{"--server", url, "--mode", "streampub", "--msgs", "100", "--stream", "KEEPME", "--keep", "--json", "-"}
-	if err := bench(context.Background(), args, &stdout, &bytes.Buffer{}, ternbus.Dialer); err != nil {
+	if err := runBench(context.Background(), args, &stdout, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := js.StreamInfo(t.Context(), "KEEPME")

@@ -1,19 +1,27 @@
 package server
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
-	"github.com/tern-mq/tern/internal/mqtt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	envprovider "github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
 
+	"github.com/tern-mq/tern/internal/cliflags"
+	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/native"
 )
 
@@ -108,242 +116,411 @@ func DefaultConfig() Config {
 	}
 }
 
-// option is one setting, known by the same name in the file (key), on the command
-// line (--key with '_' as '-') and in the environment (TERN_KEY).
+// The groups options are listed under in `tern server --help` and the docs.
+const (
+	groupNetwork  = "Network"
+	groupLimits   = "Limits"
+	groupKeepTime = "Keepalive and timeouts"
+	groupStorage  = "Storage"
+	groupMQTT     = "MQTT"
+	groupUDP      = "UDP"
+	groupLogging  = "Logging"
+)
+
+// option is one server setting, declared once. Its key names it in the TOML file;
+// the flag is --key with '_' as '-' and the environment variable TERN_KEY. bind
+// gives the typed value bound to the option's field of a Config, which parses it,
+// prints it and, bound to DefaultConfig(), gives its default.
 type option struct {
-	key  string
-	help string
-	get  func(c *Config) string
-	set  func(c *Config, v string) error
+	key, group, help string
+	bind             func(c *Config) pflag.Value
+	// defaultText, when set, is shown instead of the default value (which then
+	// depends on the machine); docDefault likewise in the generated documentation.
+	defaultText, docDefault string
 }
 
-func intOpt(p func(*Config) *int) (func(*Config) string, func(*Config, string) error) {
-	return func(c *Config) string { return strconv.Itoa(*p(c)) },
-		func(c *Config, v string) error {
-			n, err := parseSize(v)
-			if err != nil {
-				return err
-			}
-			*p(c) = int(n)
-			return nil
-		}
-}
+const (
+	anyPort     = 65535
+	unlimited   = math.MaxInt
+	portHelpOff = " (0 = any free port, -1 = off)"
+)
 
-func strOpt(p func(*Config) *string) (func(*Config) string, func(*Config, string) error) {
-	return func(c *Config) string { return *p(c) },
-		func(c *Config, v string) error { *p(c) = v; return nil }
-}
+func str(p *string) pflag.Value                    { return cliflags.NewString(p) }
+func count(p *int) pflag.Value                     { return cliflags.NewInt(p, 0, unlimited) }
+func dur(p *time.Duration) pflag.Value             { return cliflags.NewDuration(p) }
+func enum(p *string, values ...string) pflag.Value { return cliflags.NewEnum(p, values...) }
 
-func durOpt(p func(*Config) *time.Duration) (func(*Config) string, func(*Config, string) error) {
-	return func(c *Config) string { return p(c).String() },
-		func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return err
-			}
-			*p(c) = d
-			return nil
-		}
-}
+// options lists every server option in the order of `tern server --help`.
+var options = []option{
+	{key: "host", group: groupNetwork, help: "interface the protocol listeners bind to",
+		bind: func(c *Config) pflag.Value { return str(&c.Host) }},
+	{key: "port", group: groupNetwork, help: "native protocol TCP port (0 = any free port)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.Port, 0, anyPort) }},
+	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /metrics); empty disables it",
+		bind: func(c *Config) pflag.Value { return str(&c.HTTPAddr) }},
+	{key: "server_name", group: groupNetwork, help: "name reported to clients (INFO) and in monitoring",
+		bind: func(c *Config) pflag.Value { return str(&c.ServerName) }, defaultText: "the host name"},
 
-func opt(key, help string, get func(*Config) string, set func(*Config, string) error) option {
-	return option{key: key, help: help, get: get, set: set}
-}
+	{key: "max_payload", group: groupLimits, help: "largest message payload accepted",
+		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.MaxPayload) }},
+	{key: "max_connections", group: groupLimits, help: "most client connections at once (0 = unlimited)",
+		bind: func(c *Config) pflag.Value { return count(&c.MaxConnections) }},
+	{key: "max_subscriptions", group: groupLimits, help: "most subscriptions per connection (0 = unlimited)",
+		bind: func(c *Config) pflag.Value { return count(&c.MaxSubscriptions) }},
+	{key: "max_pending", group: groupLimits, help: "outbound bytes queued per connection before the slow-consumer policy applies",
+		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.MaxPending) }},
+	{key: "slow_consumer_policy", group: groupLimits, help: "what happens to a connection over max_pending: drop (its new messages are dropped and counted) or disconnect",
+		bind: func(c *Config) pflag.Value {
+			return enum(&c.SlowConsumerPolicy, native.PolicyDrop, native.PolicyDisconnect)
+		}},
 
-var options = func() []option {
-	var o []option
-	add := func(key, help string, get func(*Config) string, set func(*Config, string) error) {
-		o = append(o, opt(key, help, get, set))
-	}
-	g, s := strOpt(func(c *Config) *string { return &c.Host })
-	add("host", "interface the protocol listeners bind to", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.Port })
-	add("port", "native protocol TCP port (0 = any free port)", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.HTTPAddr })
-	add("http", "monitoring HTTP address host:port (/healthz, /status, /connections, /metrics); empty disables", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.ServerName })
-	add("server_name", "name reported to clients and in monitoring (default: host name)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MaxPayload })
-	add("max_payload", "largest message payload accepted, bytes (suffixes KiB, MiB allowed)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MaxConnections })
-	add("max_connections", "most client connections at once (0 = unlimited)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MaxSubscriptions })
-	add("max_subscriptions", "most subscriptions per connection (0 = unlimited)", g, s)
-	add("max_pending", "outbound bytes queued per connection before the slow-consumer policy applies (suffixes KiB, MiB, GiB)",
-		func(c *Config) string { return strconv.FormatInt(c.MaxPending, 10) },
-		func(c *Config, v string) error {
-			n, err := parseSize(v)
-			c.MaxPending = n
-			return err
-		})
-	g, s = strOpt(func(c *Config) *string { return &c.SlowConsumerPolicy })
-	add("slow_consumer_policy", "what happens to a connection over max_pending: drop (drop and count its new messages) or disconnect", g, s)
-	gd, sd := durOpt(func(c *Config) *time.Duration { return &c.PingInterval })
-	add("ping_interval", "how often the server pings each client", gd, sd)
-	g, s = intOpt(func(c *Config) *int { return &c.MaxPingsOut })
-	add("max_pings_out", "unanswered pings before a client is closed as stale", g, s)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.WriteTimeout })
-	add("write_timeout", "a write to a client blocked longer than this closes it", gd, sd)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.ConnectTimeout })
-	add("connect_timeout", "time a new connection has to send CONNECT", gd, sd)
-	g, s = strOpt(func(c *Config) *string { return &c.LogLevel })
-	add("log_level", "debug, info, warn or error", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.LogFormat })
-	add("log_format", "text or json", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.StoreDir })
-	add("store_dir", "directory of durable streams and consumers; empty disables streams", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.Sync })
-	add("sync", "fsync policy of streams: always (fsync before every publish ack), interval (fsync every sync_interval) or never (leave it to the OS)", g, s)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.SyncInterval })
-	add("sync_interval", "fsync period under the interval policy", gd, sd)
-	add("segment_size", "size at which a stream log starts a new segment file (suffixes KiB, MiB, GiB)",
-		func(c *Config) string { return strconv.FormatInt(c.SegmentSize, 10) },
-		func(c *Config, v string) error {
-			n, err := parseSize(v)
-			c.SegmentSize = n
-			return err
-		})
-	g, s = intOpt(func(c *Config) *int { return &c.MaxStreams })
-	add("max_streams", "most streams (0 = unlimited)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MaxConsumers })
-	add("max_consumers", "most consumers per stream (0 = unlimited)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.UDPPort })
-	add("udp_port", "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off", g, s)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.UDPIdleTimeout })
-	add("udp_idle_timeout", "a UDP session that hears nothing from its client this long ends: the longest outage it rides out", gd, sd)
-	g, s = intOpt(func(c *Config) *int { return &c.UDPMTU })
-	add("udp_mtu", "largest datagram the UDP transport sends, bytes (at least 265)", g, s)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.UDPBundleDelay })
-	add("udp_bundle_delay", "how long the UDP transport waits to fill a datagram with more small frames (0: send every write at once)", gd, sd)
-	g, s = strOpt(func(c *Config) *string { return &c.UDPKeyFile })
-	add("udp_key_file", "file with the server's private key (tern udp-keygen): UDP sessions are encrypted and only encrypted clients accepted; empty = plaintext", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.UDPPSKFile })
-	add("udp_psk_file", "file with a pre-shared key UDP clients must also have (needs udp_key_file); empty = none", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MQTTPort })
-	add("mqtt_port", "MQTT TCP port (0 = any free port, -1 = no MQTT)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MQTTWSPort })
-	add("mqtt_ws_port", "MQTT over WebSocket port, subprotocol mqtt, any path (0 = any free port, -1 = none)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MQTT.MaxInflight })
-	add("mqtt_max_inflight", "QoS 1 and 2 messages sent to an MQTT client and not yet acknowledged (a v5 client's receive maximum may lower it)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MQTT.ReceiveMaximum })
-	add("mqtt_receive_maximum", "QoS 2 publishes an MQTT client may have unreleased at once (advertised to v5 clients)", g, s)
-	g, s = intOpt(func(c *Config) *int { return &c.MQTT.MaxQueued })
-	add("mqtt_max_queued", "messages an MQTT session queues behind its in-flight window or while its client is away", g, s)
-	g, s = strOpt(func(c *Config) *string { return &c.MQTT.QueuePolicy })
-	add("mqtt_queue_policy", "when an MQTT session queue is full: drop-new (refuse the newest) or drop-old (evict the oldest)", g, s)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.MQTT.MaxSessionExpiry })
-	add("mqtt_max_session_expiry", "longest an MQTT session outlives its connection (0 = as long as the client asks; MQTT 3 persistent sessions then never expire)", gd, sd)
-	g, s = intOpt(func(c *Config) *int { return &c.MQTT.TopicAliasMaximum })
-	add("mqtt_topic_alias_maximum", "topic aliases an MQTT 5 client may set (0 disables them)", g, s)
-	gd, sd = durOpt(func(c *Config) *time.Duration { return &c.MQTT.MaxKeepAlive })
-	add("mqtt_max_keepalive", "largest keepalive granted to MQTT 5 clients (0 = what the client asks)", gd, sd)
-	return o
-}()
+	{key: "ping_interval", group: groupKeepTime, help: "how often the server pings each client",
+		bind: func(c *Config) pflag.Value { return dur(&c.PingInterval) }},
+	{key: "max_pings_out", group: groupKeepTime, help: "unanswered pings before a client is closed as stale",
+		bind: func(c *Config) pflag.Value { return count(&c.MaxPingsOut) }},
+	{key: "write_timeout", group: groupKeepTime, help: "a write to a client blocked longer than this closes the connection",
+		bind: func(c *Config) pflag.Value { return dur(&c.WriteTimeout) }},
+	{key: "connect_timeout", group: groupKeepTime, help: "time a new connection has to send CONNECT",
+		bind: func(c *Config) pflag.Value { return dur(&c.ConnectTimeout) }},
+
+	{key: "store_dir", group: groupStorage, help: "directory of streams, consumers and MQTT sessions; empty disables streams",
+		bind:       func(c *Config) pflag.Value { return str(&c.StoreDir) },
+		docDefault: "`$XDG_DATA_HOME/tern`, else `~/.local/share/tern`, else `./tern-data`"},
+	{key: "sync", group: groupStorage, help: "fsync policy of stream logs and consumer journals: always (before every publish ack), interval (every sync_interval) or never (left to the OS)",
+		bind: func(c *Config) pflag.Value { return enum(&c.Sync, "always", "interval", "never") }},
+	{key: "sync_interval", group: groupStorage, help: "fsync period under the interval policy",
+		bind: func(c *Config) pflag.Value { return dur(&c.SyncInterval) }},
+	{key: "segment_size", group: groupStorage, help: "size at which a stream log starts a new segment file",
+		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.SegmentSize) }},
+	{key: "max_streams", group: groupStorage, help: "most streams (0 = unlimited)",
+		bind: func(c *Config) pflag.Value { return count(&c.MaxStreams) }},
+	{key: "max_consumers", group: groupStorage, help: "most consumers per stream, durable and ephemeral (0 = unlimited)",
+		bind: func(c *Config) pflag.Value { return count(&c.MaxConsumers) }},
+
+	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no MQTT)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTPort, -1, anyPort) }},
+	{key: "mqtt_ws_port", group: groupMQTT, help: "MQTT over WebSocket port, subprotocol mqtt, any path" + portHelpOff,
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTWSPort, -1, anyPort) }},
+	{key: "mqtt_max_inflight", group: groupMQTT, help: "QoS 1 and 2 messages sent to an MQTT client and not yet acknowledged (a v5 client's receive maximum may lower it)",
+		bind: func(c *Config) pflag.Value { return count(&c.MQTT.MaxInflight) }},
+	{key: "mqtt_receive_maximum", group: groupMQTT, help: "QoS 2 publishes an MQTT client may have unreleased at once (advertised to v5 clients)",
+		bind: func(c *Config) pflag.Value { return count(&c.MQTT.ReceiveMaximum) }},
+	{key: "mqtt_max_queued", group: groupMQTT, help: "messages an MQTT session queues behind its in-flight window or while its client is away",
+		bind: func(c *Config) pflag.Value { return count(&c.MQTT.MaxQueued) }},
+	{key: "mqtt_queue_policy", group: groupMQTT, help: "when an MQTT session queue is full: drop-new (refuse the newest) or drop-old (evict the oldest)",
+		bind: func(c *Config) pflag.Value { return enum(&c.MQTT.QueuePolicy, mqtt.PolicyDropNew, mqtt.PolicyDropOld) }},
+	{key: "mqtt_max_session_expiry", group: groupMQTT, help: "longest an MQTT session outlives its connection (0 = as long as the client asks; MQTT 3 persistent sessions then never expire)",
+		bind: func(c *Config) pflag.Value { return dur(&c.MQTT.MaxSessionExpiry) }},
+	{key: "mqtt_topic_alias_maximum", group: groupMQTT, help: "topic aliases an MQTT 5 client may set (0 disables them)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTT.TopicAliasMaximum, 0, 65535) }},
+	{key: "mqtt_max_keepalive", group: groupMQTT, help: "largest keepalive granted to MQTT 5 clients (0 = what the client asks)",
+		bind: func(c *Config) pflag.Value { return dur(&c.MQTT.MaxKeepAlive) }},
+
+	{key: "udp_port", group: groupUDP, help: "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.UDPPort, -1, anyPort) }},
+	{key: "udp_idle_timeout", group: groupUDP, help: "a UDP session that hears nothing from its client this long ends: the longest outage it rides out with nothing lost",
+		bind: func(c *Config) pflag.Value { return dur(&c.UDPIdleTimeout) }},
+	{key: "udp_mtu", group: groupUDP, help: "largest datagram the UDP transport sends (at least 265, 289 with encryption); a client's may be up to twice this",
+		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.UDPMTU) }},
+	{key: "udp_bundle_delay", group: groupUDP, help: "how long the UDP transport waits to fill a datagram with more small frames (0 = send every write at once)",
+		bind: func(c *Config) pflag.Value { return dur(&c.UDPBundleDelay) }},
+	{key: "udp_key_file", group: groupUDP, help: "file with the server's private key (tern udp-keygen -o FILE): UDP sessions are encrypted and only clients with the server's public key accepted; empty = plaintext",
+		bind: func(c *Config) pflag.Value { return str(&c.UDPKeyFile) }},
+	{key: "udp_psk_file", group: groupUDP, help: "file with a pre-shared key (tern udp-keygen --psk -o FILE) that UDP clients must also have; needs udp_key_file",
+		bind: func(c *Config) pflag.Value { return str(&c.UDPPSKFile) }},
+
+	{key: "log_level", group: groupLogging, help: "least severe level logged",
+		bind: func(c *Config) pflag.Value { return enum(&c.LogLevel, "debug", "info", "warn", "error") }},
+	{key: "log_format", group: groupLogging, help: "text, or json (one object per line)",
+		bind: func(c *Config) pflag.Value { return enum(&c.LogFormat, "text", "json") }},
+}
 
 func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
 func envName(key string) string  { return "TERN_" + strings.ToUpper(key) }
 
-// parseSize reads an integer with an optional KiB/MiB/GiB (or K/M/G, KB/MB/GB as
-// powers of 1000) suffix.
-func parseSize(v string) (int64, error) {
-	v = strings.TrimSpace(v)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if strings.HasSuffix(v, u.suffix) {
-			v, mult = strings.TrimSuffix(v, u.suffix), u.mult
-			break
+func optionByKey(key string) (option, bool) {
+	for _, o := range options {
+		if o.key == key {
+			return o, true
 		}
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size", v)
-	}
-	return n * mult, nil
+	return option{}, false
 }
 
-// LoadConfig builds the configuration from defaults, the TOML file named by --config
-// (or TERN_CONFIG), TERN_* environment variables and the flags in args, later sources
-// overriding earlier ones. out receives --help text.
-func LoadConfig(args []string, environ func(string) (string, bool), out io.Writer) (Config, error) {
-	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("tern server", flag.ContinueOnError)
-	fs.SetOutput(out)
-	configPath := fs.String("config", "", "TOML configuration file (env TERN_CONFIG)")
-	flagVals := map[string]*string{}
+// OptionError is a value an option does not take, from whichever source.
+type OptionError struct {
+	Key string
+	Err error // says what was given and what is accepted
+}
+
+func (e *OptionError) Error() string { return "option " + e.Key + ": " + e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// OptionInfo describes one option for help, completion and documentation.
+type OptionInfo struct {
+	Key   string // the name in the TOML file
+	Flag  string // the command-line flag, without dashes
+	Env   string // the environment variable
+	Group string
+	// Type is int, string, duration, bytes, or an enumeration's values separated
+	// by '|'.
+	Type string
+	// Values are an enumeration's values, nil for other types.
+	Values []string
+	// Default is the value with nothing configured, as help shows it.
+	Default string
+	// DocDefault is the default as the documentation shows it, Markdown.
+	DocDefault string
+	Help       string
+}
+
+// Options describes every server option, in the order of `tern server --help`.
+func Options() []OptionInfo {
+	def := DefaultConfig()
+	out := make([]OptionInfo, 0, len(options))
 	for _, o := range options {
-		flagVals[o.key] = fs.String(flagName(o.key), o.get(&cfg), fmt.Sprintf("%s (env %s)", o.help, envName(o.key)))
+		v := o.bind(&def)
+		info := OptionInfo{Key: o.key, Flag: flagName(o.key), Env: envName(o.key), Group: o.group,
+			Type: v.Type(), Default: o.defaultText, Help: o.help}
+		if e, ok := v.(*cliflags.Enum); ok {
+			info.Values = e.Allowed()
+		}
+		if info.Default == "" {
+			info.Default = v.String()
+			if v.Type() == "string" {
+				info.Default = strconv.Quote(info.Default)
+			}
+		}
+		info.DocDefault = o.docDefault
+		if info.DocDefault == "" {
+			info.DocDefault = "`" + v.String() + "`"
+			switch {
+			case o.defaultText != "":
+				info.DocDefault = o.defaultText
+			case v.String() == "":
+				info.DocDefault = "empty"
+			}
+		}
+		out = append(out, info)
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: tern server [options]\n\nRuns the broker. Every option can also be set in the TOML file given by\n--config (same name, with '_' for '-') or in the environment (TERN_<NAME>);\nflags override the environment, which overrides the file.\n\nOptions:\n")
-		fs.PrintDefaults()
+	return out
+}
+
+// OptionsIntro says where options come from, for the top of `tern server --help`.
+const OptionsIntro = `Every option can also be set in the TOML file given by --config (or
+TERN_CONFIG) under its name with '_' for '-' (max_pending = "128MiB"), or in
+the environment as TERN_ and the name in capitals (TERN_MAX_PENDING=128MiB).
+Flags override the environment, which overrides the file. Sizes take KiB, MiB,
+GiB (also K, M, G) or KB, MB, GB; durations are Go durations (500ms, 30s, 2m).`
+
+// WriteOptionsHelp writes --config and every option with its type, help and
+// default, grouped, as `tern server --help` lists them; extra lines (such as
+// -h, --help) are added under "Other".
+func WriteOptionsHelp(w io.Writer, extra ...[2]string) {
+	type line struct{ group, left, right string }
+	lines := []line{{"Configuration file", "--config file", "TOML file with any of the options below (default $TERN_CONFIG, else none)"}}
+	for _, o := range Options() {
+		lines = append(lines, line{o.Group, "--" + o.Flag + " " + o.Type, o.Help + " (default " + o.Default + ")"})
 	}
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+	for _, e := range extra {
+		lines = append(lines, line{"Other", e[0], e[1]})
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l.left))
 	}
-	path := *configPath
+	group := ""
+	for _, l := range lines {
+		if l.group != group {
+			if group != "" {
+				fmt.Fprintln(w)
+			}
+			group = l.group
+			fmt.Fprintf(w, "%s:\n", group)
+		}
+		fmt.Fprintf(w, "  %-*s   %s\n", width, l.left, l.right)
+	}
+}
+
+// optionValue is an option's value on the command line: its errors name the option.
+type optionValue struct {
+	key string
+	pflag.Value
+}
+
+func (v *optionValue) Set(s string) error {
+	if err := v.Value.Set(s); err != nil {
+		return &OptionError{Key: v.key, Err: err}
+	}
+	return nil
+}
+
+// ConfigFlags are the server's options on a command line, see AddConfigFlags.
+type ConfigFlags struct {
+	fs   *pflag.FlagSet
+	path string
+	set  Config // what the flags were given; only the flags changed are read
+}
+
+// AddConfigFlags defines --config and a flag for every option on fs. Once fs has
+// parsed the command line, Load builds the configuration.
+func AddConfigFlags(fs *pflag.FlagSet) *ConfigFlags {
+	cf := &ConfigFlags{fs: fs, set: DefaultConfig()}
+	fs.StringVar(&cf.path, "config", "", "TOML configuration `file` (env TERN_CONFIG)")
+	for _, o := range options {
+		fs.Var(&optionValue{o.key, o.bind(&cf.set)}, flagName(o.key), o.help)
+	}
+	return cf
+}
+
+// Load builds the configuration from the defaults, the TOML file named by
+// --config (or TERN_CONFIG), the TERN_* variables that environ finds and the flags
+// given, each source overriding the ones before. A value an option does not take,
+// from any source, is an *OptionError; a key in the file that is no option is an
+// error naming it.
+func (cf *ConfigFlags) Load(environ func(string) (string, bool)) (Config, error) {
+	merged := koanf.New(".")
+	path := cf.path
 	if path == "" {
 		path, _ = environ("TERN_CONFIG")
 	}
 	if path != "" {
-		if err := applyFile(&cfg, path); err != nil {
-			return cfg, err
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config file: %w", err) // it names the file
+		}
+		if err := layer(merged, rawbytes.Provider(b), tomlParser{}, func(string) string { return "config file " + path + ": " }); err != nil {
+			return Config{}, err
 		}
 	}
-	for _, o := range options {
-		if v, ok := environ(envName(o.key)); ok {
-			if err := o.set(&cfg, v); err != nil {
-				return cfg, fmt.Errorf("%s: %w", envName(o.key), err)
+	env := envprovider.Provider(".", envprovider.Opt{
+		EnvironFunc: func() []string {
+			var vars []string
+			for _, o := range options {
+				if v, ok := environ(envName(o.key)); ok {
+					vars = append(vars, envName(o.key)+"="+v)
+				}
 			}
-		}
-	}
-	var ferr error
-	byFlag := map[string]option{}
-	for _, o := range options {
-		byFlag[flagName(o.key)] = o
-	}
-	fs.Visit(func(f *flag.Flag) {
-		o, ok := byFlag[f.Name]
-		if !ok || ferr != nil {
-			return
-		}
-		if err := o.set(&cfg, *flagVals[o.key]); err != nil {
-			ferr = fmt.Errorf("--%s: %w", f.Name, err)
-		}
+			return vars
+		},
+		TransformFunc: func(k, v string) (string, any) {
+			return strings.ToLower(strings.TrimPrefix(k, "TERN_")), v
+		},
 	})
-	return cfg, ferr
+	if err := layer(merged, env, nil, func(key string) string { return "environment " + envName(key) + ": " }); err != nil {
+		return Config{}, err
+	}
+	flags := posflag.ProviderWithValue(cf.fs, ".", nil, func(name, value string) (string, any) {
+		key := strings.ReplaceAll(name, "-", "_")
+		if _, ok := optionByKey(key); !ok || !cf.fs.Lookup(name).Changed {
+			return "", nil // not given, or --config, --help or a flag the caller added
+		}
+		return key, value
+	})
+	if err := layer(merged, flags, nil, func(string) string { return "" }); err != nil {
+		return Config{}, err
+	}
+	cfg := DefaultConfig()
+	for _, key := range merged.Keys() {
+		o, _ := optionByKey(key)
+		v, _ := scalar(merged.Get(key))
+		if err := o.bind(&cfg).Set(v); err != nil {
+			return Config{}, &OptionError{Key: key, Err: err} // checked by layer; not reached
+		}
+	}
+	return cfg, nil
 }
 
-func applyFile(cfg *Config, path string) error {
-	raw := map[string]any{}
-	_, err := toml.DecodeFile(path, &raw)
-	if err != nil {
-		return fmt.Errorf("config file %s: %w", path, err)
+// layer loads one source over merged, after checking that every key it has is
+// an option and every value one the option takes; where(key) says where the
+// value came from in errors.
+func layer(merged *koanf.Koanf, p koanf.Provider, parser koanf.Parser, where func(key string) string) error {
+	k := koanf.New(".")
+	if err := k.Load(p, parser); err != nil {
+		return fmt.Errorf("%s%w", where(""), err)
 	}
-	byKey := map[string]option{}
-	for _, o := range options {
-		byKey[o.key] = o
-	}
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		o, ok := byKey[k]
+	for _, key := range k.Keys() {
+		o, ok := optionByKey(key)
 		if !ok {
-			return fmt.Errorf("config file %s: unknown setting %q", path, k)
+			hint := ""
+			if alt := strings.NewReplacer(".", "_", "-", "_").Replace(key); alt != key {
+				if _, ok := optionByKey(alt); ok {
+					hint = fmt.Sprintf(" (did you mean %s?)", alt)
+				}
+			}
+			return fmt.Errorf("%sunknown option %q%s", where(key), key, hint)
 		}
-		if err := o.set(cfg, fmt.Sprint(raw[k])); err != nil {
-			return fmt.Errorf("config file %s: %s: %w", path, k, err)
+		v, err := scalar(k.Get(key))
+		if err == nil {
+			var scratch Config
+			err = o.bind(&scratch).Set(v)
+		}
+		if err != nil {
+			return fmt.Errorf("%s%w", where(key), &OptionError{Key: key, Err: err})
 		}
 	}
-	return nil
+	return merged.Merge(k)
+}
+
+// scalar turns a value from a source into the text an option parses: TOML gives
+// numbers and booleans typed, everything else gives strings.
+func scalar(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	}
+	return "", &cliflags.ValueError{Value: fmt.Sprint(v), Want: "is not a single value (want a string or a number)"}
+}
+
+// tomlParser lets koanf read TOML with BurntSushi/toml, whose errors give the line.
+type tomlParser struct{}
+
+func (tomlParser) Unmarshal(b []byte) (map[string]any, error) {
+	m := map[string]any{}
+	if err := toml.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (tomlParser) Marshal(m map[string]any) ([]byte, error) {
+	var buf bytes.Buffer
+	err := toml.NewEncoder(&buf).Encode(m)
+	return buf.Bytes(), err
+}
+
+// LoadConfig builds the configuration from defaults, the TOML file named by --config
+// (or TERN_CONFIG), TERN_* environment variables and the flags in args, later sources
+// overriding earlier ones. --help writes the options to out and returns an error
+// that is flag.ErrHelp.
+func LoadConfig(args []string, environ func(string) (string, bool), out io.Writer) (Config, error) {
+	fs := pflag.NewFlagSet("tern server", pflag.ContinueOnError)
+	fs.SetOutput(out)
+	cf := AddConfigFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: tern server [options]\n\nRuns the broker.\n\n%s\n\n", OptionsIntro)
+		WriteOptionsHelp(out, [2]string{"-h, --help", "show this help"})
+	}
+	err := fs.Parse(cliflags.GoStyleArgs(fs, args))
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return Config{}, flag.ErrHelp
+	case err != nil:
+		var oe *OptionError
+		if errors.As(err, &oe) {
+			return Config{}, oe
+		}
+		return Config{}, err
+	case fs.NArg() > 0:
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return cf.Load(environ)
 }
 
 // EnvLookup is os.LookupEnv, for LoadConfig.
