@@ -299,9 +299,7 @@ func (c *conn) readLoop() error {
 		return err
 	}
 	c.ownFlush = false
-	if !c.q.WriteInline(inlineWriteMax) {
-		c.Flush()
-	}
+	c.Flush() // the CONNACK, written by this reader itself (outbound.Queue.Flush)
 	// Not parked yet: a client usually subscribes or publishes right after its
 	// CONNECT, and a parked connection's first packet costs an epoll wake-up and a
 	// new reader. It parks once it has been idle for IdleAfter, as any connection.
@@ -923,8 +921,11 @@ func (c *conn) transport() string {
 	return "tcp"
 }
 
-// inlineWriteMax bounds what a reader sends itself (outbound.Queue.WriteInline).
-const inlineWriteMax = 4 << 10
+// InlineFlush implements outbound.InlineGate: a parked connection's output goes
+// through a writer goroutine, whose end after an idle while is when the connection
+// gives up its socket; written inline, each message would take the socket back and
+// leave it held.
+func (c *conn) InlineFlush() bool { return !c.parked.Load() }
 
 // Flush wakes the writer, starting it if it is not running.
 func (c *conn) Flush() { c.q.Flush() }

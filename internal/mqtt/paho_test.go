@@ -511,6 +511,8 @@ i = 0
 while not done.is_set() and i < 20000:
     c.publish("chat/x", payload, qos=0)
     i += 1
+    if i % 10 == 0:
+        time.sleep(0.001) # a fast publisher, not one that starves paho's reading thread
 done.wait(10)
 c.loop_stop()
 emit(rcs=got.get("rcs"))

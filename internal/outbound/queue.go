@@ -41,6 +41,12 @@ const (
 	// finalWriteTimeout bounds the write of what is still queued when a connection
 	// closes.
 	finalWriteTimeout = time.Second
+	// InlineFlushMax is the most a Flush writes from its caller's goroutine when no
+	// writer runs; more goes to a writer goroutine.
+	InlineFlushMax = 16 << 10
+	// InlineFlushWait bounds how long an inline flush waits for a full socket
+	// before it hands the rest to a writer goroutine.
+	InlineFlushWait = time.Millisecond
 )
 
 // Policy is what happens to a delivery that would take a connection's pending bytes
@@ -105,6 +111,13 @@ type Endpoint interface {
 // for idleness (an idle MQTT connection then gives up its socket).
 type WriterStopper interface {
 	WriterStopped()
+}
+
+// InlineGate is implemented by endpoints that sometimes want their output written
+// by a writer goroutine rather than inline by Flush's caller (an idle MQTT
+// connection, whose writer's idle end is when it gives up its socket).
+type InlineGate interface {
+	InlineFlush() bool
 }
 
 // Counters are what a connection has queued and dropped.
@@ -198,7 +211,7 @@ type Queue struct {
 	outMsgs, outBytes, dropped uint64 // under mu
 
 	writers  sync.WaitGroup
-	writerOn atomic.Int32 // 1 while a writer goroutine runs (or WriteInline writes)
+	writerOn atomic.Int32 // 1 while a writer goroutine runs or Flush writes inline
 
 	closed      bool // under mu
 	told        bool // closed after a goodbye: Finish lingers
@@ -318,7 +331,13 @@ func (q *Queue) overflowLocked(st *state, pending int64) {
 	}
 }
 
-// Flush wakes the writer, starting it if none runs. It never blocks.
+// Flush gets what is queued moving. With a writer running it only wakes it. With
+// none, a little (at most InlineFlushMax bytes) is written from the calling
+// goroutine, as NATS's readers flush their subscribers: one goroutine hand-off less
+// per message on a request/reply round trip or a lightly loaded subscriber. The
+// inline write waits at most InlineFlushWait for the socket; what it could not
+// write, and anything larger, goes to a writer goroutine started for it. Flush
+// never blocks longer than that.
 func (q *Queue) Flush() {
 	if st := q.st.Load(); st != nil {
 		select {
@@ -326,18 +345,86 @@ func (q *Queue) Flush() {
 		default:
 		}
 	}
-	if q.writerOn.CompareAndSwap(0, 1) {
+	for q.writerOn.CompareAndSwap(0, 1) {
 		q.mu.Lock()
 		if q.sealed { // Finish sends the rest itself
 			q.mu.Unlock()
 			return
 		}
 		q.writers.Add(1)
+		st := q.st.Load()
+		if q.closed || st == nil || len(st.out) == 0 || len(st.out) > InlineFlushMax || !q.inlineAllowed() {
+			q.mu.Unlock()
+			go q.writeLoop(nil, nil)
+			return
+		}
+		data := q.takeLocked(st)
 		q.mu.Unlock()
-		go q.writeLoop()
+		if !q.flushInline(st, data) {
+			return // a writer goroutine carries on
+		}
+		// Done: let the writer role go, then look again, because a producer that
+		// queued meanwhile found the role taken and left its data to us.
+		q.writerOn.Store(0)
+		q.writers.Done()
+		if q.Pending() == 0 {
+			return
+		}
 	}
 }
 
+// inlineAllowed asks an InlineGate endpoint whether Flush may write inline now.
+func (q *Queue) inlineAllowed() bool {
+	g, ok := q.ep.(InlineGate)
+	return !ok || g.InlineFlush()
+}
+
+// takeLocked hands the queued bytes to the writer and gives producers the spare
+// buffer. q.mu is held.
+func (q *Queue) takeLocked(st *state) []byte {
+	data := st.out
+	st.out = st.spare[:0]
+	st.spare = nil
+	st.writing = len(data)
+	st.lastProg = time.Now().UnixNano()
+	return data
+}
+
+// flushInline writes data, taken by the caller holding the writer role, from the
+// calling goroutine and reports whether it is done; if not, a writer goroutine
+// it started goes on with the rest and holds the role.
+func (q *Queue) flushInline(st *state, data []byte) bool {
+	nc, err := q.ep.Socket()
+	n := 0
+	if err == nil {
+		_ = nc.SetWriteDeadline(time.Now().Add(InlineFlushWait))
+		n, err = nc.Write(data)
+	}
+	var ne net.Error
+	switch {
+	case err == nil:
+		q.mu.Lock()
+		st.writing = 0
+		q.progressLocked(st)
+		st.spare = data[:0]
+		q.mu.Unlock()
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		q.mu.Lock()
+		st.writing = len(data) - n
+		if n > 0 {
+			q.progressLocked(st)
+		}
+		q.mu.Unlock()
+		go q.writeLoop(data, data[n:])
+		return false
+	default:
+		q.fail(fmt.Errorf("write: %w", err))
+		q.writerOn.Store(0)
+		q.writers.Done()
+		return false
+	}
+}
 // Stall implements broker.Staller: a channel closed at the writer's next progress,
 // nil when publishers need not wait.
 func (q *Queue) Stall() <-chan struct{} {
@@ -378,9 +465,22 @@ func (q *Queue) progressLocked(st *state) {
 
 // writeLoop sends what is queued until the queue closes or nothing has been queued
 // for WriterIdle. It looks before it waits: whoever started it may have queued
-// before there was a state to signal.
-func (q *Queue) writeLoop() {
+// before there was a state to signal. It first sends carry, the rest of buf that an
+// inline flush could not write.
+func (q *Queue) writeLoop(buf, carry []byte) {
 	defer q.writers.Done()
+	if buf != nil {
+		st := q.st.Load() // kept: st.writing counts carry
+		if err := q.write(st, carry); err != nil {
+			q.fail(err)
+			return
+		}
+		q.mu.Lock()
+		st.writing = 0
+		q.progressLocked(st)
+		st.spare = buf[:0]
+		q.mu.Unlock()
+	}
 	idle := time.NewTimer(WriterIdle)
 	defer idle.Stop()
 	for {
@@ -409,11 +509,7 @@ func (q *Queue) writeLoop() {
 			idle.Reset(WriterIdle)
 			continue
 		}
-		data := st.out
-		st.out = st.spare[:0]
-		st.spare = nil
-		st.writing = len(data)
-		st.lastProg = time.Now().UnixNano()
+		data := q.takeLocked(st)
 		q.mu.Unlock()
 		if err := q.write(st, data); err != nil {
 			q.fail(err)
@@ -465,46 +561,6 @@ func (q *Queue) fail(err error) {
 	}
 	q.mu.Unlock()
 	q.Close(err)
-}
-
-// WriteInline sends what is queued from the calling goroutine when no writer runs
-// and at most max bytes are queued, and reports whether it did; if not, the caller
-// calls Flush. A connecting device's CONNACK goes out this way without a writer
-// goroutine started for it.
-func (q *Queue) WriteInline(max int) bool {
-	if !q.writerOn.CompareAndSwap(0, 1) {
-		return false
-	}
-	q.mu.Lock()
-	st := q.st.Load()
-	if q.closed || st == nil || len(st.out) == 0 || len(st.out) > max {
-		q.mu.Unlock()
-		q.writerOn.Store(0)
-		return false
-	}
-	data := st.out
-	st.out = st.spare[:0]
-	st.spare = nil
-	st.writing = len(data)
-	st.lastProg = time.Now().UnixNano()
-	q.mu.Unlock()
-	err := q.write(st, data)
-	q.mu.Lock()
-	st.writing = 0
-	q.progressLocked(st)
-	st.spare = data[:0]
-	more := len(st.out) > 0
-	q.mu.Unlock()
-	q.writerOn.Store(0)
-	if err != nil {
-		q.fail(err)
-		return true
-	}
-	// Anything queued while this wrote found the writer "running": start it now.
-	if more {
-		q.Flush()
-	}
-	return true
 }
 
 // Release lets an idle queue's state go, so that an idle connection holds no

@@ -76,15 +76,29 @@ func readN(t *testing.T, c net.Conn, n int) []byte {
 }
 
 func TestWritesInOrderAndWriterComesAndGoes(t *testing.T) {
-	q, ep, _, client := pair(t, Config{MaxPending: 1 << 20})
+	q, ep, _, client := pair(t, Config{MaxPending: 64 << 20})
+	// A little is written inline by Flush's caller: no writer goroutine.
+	appendMsg(t, q, "abc")
+	appendMsg(t, q, "def")
+	q.Flush()
+	if got := readN(t, client, 6); string(got) != "abcdef" {
+		t.Fatalf("read %q", got)
+	}
+	if q.WriterRunning() || ep.idle.Load() != 0 {
+		t.Fatalf("small flush left a writer (running %v, stopped %d times)", q.WriterRunning(), ep.idle.Load())
+	}
+	// More than InlineFlushMax goes to a writer goroutine, which ends once idle; a
+	// Flush starts another.
+	big := string(bytes.Repeat([]byte("b"), InlineFlushMax+1))
 	for i := 0; i < 3; i++ {
-		appendMsg(t, q, "abc")
-		appendMsg(t, q, "def")
+		appendMsg(t, q, big)
 		q.Flush()
-		if got := readN(t, client, 6); string(got) != "abcdef" {
-			t.Fatalf("round %d: read %q", i, got)
+		if !q.WriterRunning() {
+			t.Fatalf("round %d: no writer for a large flush", i)
 		}
-		// The writer ends once idle, and a Flush starts another.
+		if got := readN(t, client, len(big)); string(got) != big {
+			t.Fatalf("round %d: read %d bytes", i, len(got))
+		}
 		deadline := time.Now().Add(5 * time.Second)
 		for q.WriterRunning() && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
@@ -97,12 +111,41 @@ func TestWritesInOrderAndWriterComesAndGoes(t *testing.T) {
 		}
 	}
 	c := q.Counters()
-	if c.OutMsgs != 6 || c.OutBytes != 18 || c.Dropped != 0 || c.Slow {
+	if c.OutMsgs != 5 || c.OutBytes != uint64(6+3*len(big)) || c.Dropped != 0 || c.Slow {
 		t.Fatalf("counters %+v", c)
 	}
 	if !q.Release(nil) || q.Pending() != 0 {
 		t.Fatal("an idle queue did not release its state")
 	}
+}
+
+// TestInlineFlushHandsOverWhenSocketIsFull: an inline flush that finds the socket
+// full waits at most InlineFlushWait, and a writer goroutine sends the rest in order.
+func TestInlineFlushHandsOverWhenSocketIsFull(t *testing.T) {
+	q, _, _, client := pair(t, Config{MaxPending: 256 << 20})
+	var want []byte
+	small := bytes.Repeat([]byte("0123456789abcdef"), InlineFlushMax/16/2)
+	for i := 0; i < 2000; i++ { // far more than the socket buffers hold
+		msg := append([]byte{byte(i)}, small...)
+		want = append(want, msg...)
+		b, _ := q.Reserve(len(msg))
+		q.Commit(append(b, msg...), len(msg))
+		start := time.Now()
+		q.Flush()
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("Flush blocked %v", d)
+		}
+	}
+	got := make([]byte, len(want))
+	_ = client.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := io.ReadFull(client, got); err != nil {
+		t.Fatalf("read %d of %d bytes: %v (pending %d, writer running %v, reason %v)", n, len(want), err, q.Pending(), q.WriterRunning(), q.Reason())
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes out of order or lost across the inline flush's hand-over")
+	}
+	q.Close(nil)
+	q.Finish()
 }
 
 func TestSlowConsumerDropCountsOnce(t *testing.T) {
