@@ -425,6 +425,7 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 		return false
 	}
 }
+
 // Stall implements broker.Staller: a channel closed at the writer's next progress,
 // nil when publishers need not wait.
 func (q *Queue) Stall() <-chan struct{} {
