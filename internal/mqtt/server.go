@@ -168,7 +168,6 @@ type Server struct {
 	attachedN int     // of conns, those that finished CONNECT
 	lns       []net.Listener
 	closing   bool
-	nextID    uint64
 
 	wg      sync.WaitGroup
 	poll    *poller       // idle connections; nil where there is no epoll or parking is off
@@ -378,8 +377,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
-	s.nextID++
-	c := newConn(s, s.nextID, nc)
+	c := newConn(s, outbound.NextConnID(), nc)
 	c.slot = int32(len(s.conns))
 	s.conns = append(s.conns, c)
 	s.wg.Add(1)

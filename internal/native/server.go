@@ -57,8 +57,6 @@ type Server struct {
 	log    *slog.Logger
 	info   wire.Info
 
-	nextID atomic.Uint64
-
 	mu        sync.Mutex
 	conns     map[uint64]*Conn
 	listeners []net.Listener
@@ -157,7 +155,7 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 	if s.groups[transport] == nil {
 		transport = "tcp" // a stream socket of another kind: counted with TCP
 	}
-	id := s.nextID.Add(1)
+	id := outbound.NextConnID()
 	c := newConn(s, id, nc, transport)
 	s.mu.Lock()
 	if s.closing {

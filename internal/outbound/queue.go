@@ -120,6 +120,13 @@ type InlineGate interface {
 	InlineFlush() bool
 }
 
+// connIDs numbers connections across every front end of the process.
+var connIDs atomic.Uint64
+
+// NextConnID returns a connection id no other connection of this process has had,
+// whatever its protocol: /connections lists them all by id.
+func NextConnID() uint64 { return connIDs.Add(1) }
+
 // Counters are what a connection has queued and dropped.
 type Counters struct {
 	OutMsgs, OutBytes uint64 // messages (Commit) and their payload bytes

@@ -172,7 +172,6 @@ func TestMQTTSlowConsumerReportedLikeNative(t *testing.T) {
 	s := startServer(t, func(c *Config) {
 		c.MaxPayload = 64 << 10
 		c.MaxPending = 256 << 10
-		c.MQTT.MaxPending = 256 << 10
 	})
 	sub := mqttConnect(t, s, "stuck-device")
 	if err := sub.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {

@@ -105,12 +105,8 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		if mcfg.MaxConnections <= 0 {
 			mcfg.MaxConnections = cfg.MaxConnections
 		}
-		if mcfg.MaxPending <= 0 {
-			mcfg.MaxPending = cfg.MaxPending
-		}
-		if mcfg.SlowConsumerPolicy == "" {
-			mcfg.SlowConsumerPolicy = cfg.SlowConsumerPolicy
-		}
+		// One outbound limit and policy for every protocol.
+		mcfg.MaxPending, mcfg.SlowConsumerPolicy = cfg.MaxPending, cfg.SlowConsumerPolicy
 		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
 		mcfg.Version = Version
 		if cfg.StoreDir != "" {
