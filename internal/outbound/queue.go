@@ -202,29 +202,31 @@ type state struct {
 	stuck    bool          // no progress for StuckAfter: no stalls until drained
 	lastProg int64         // unix nanoseconds of the writer's latest progress
 	wake     chan struct{} // Flush's signal to a running writer
+
+	// Once the queue is closed (a closed queue keeps its state).
+	reason      error
+	told        bool          // closed after a goodbye: Finish lingers
+	writeFailed bool          // the socket failed: nothing more is sent
+	exited      chan struct{} // Finish waits on it for the writer role to be let go
 }
 
 var states = sync.Pool{New: func() any { return &state{wake: make(chan struct{}, 1)} }}
 
 // Queue is one connection's outbound buffer and writer. The zero value is unusable:
-// call Init first. A Queue must not be copied after Init.
+// call Init first. A Queue must not be copied after Init. It is kept small (56
+// bytes), since idle MQTT devices are many: what a queue needs only while it has
+// something to send, or once it is closed, lives in its state.
 type Queue struct {
-	mu     sync.Mutex
-	st     atomic.Pointer[state] // set under mu
-	g      *Group
-	ep     Endpoint
-	reason error
-
-	outMsgs, outBytes, dropped uint64 // under mu
-
-	writers  sync.WaitGroup
-	writerOn atomic.Int32 // 1 while a writer goroutine runs or Flush writes inline
-
-	closed      bool // under mu
-	told        bool // closed after a goodbye: Finish lingers
-	sealed      bool // Finish began: no writer starts
-	writeFailed bool
-	slow        bool
+	mu  sync.Mutex
+	st  atomic.Pointer[state] // set under mu
+	g   *Group
+	ep  Endpoint
+	ctr *Counters // under mu; made on the first delivery or drop
+	// writerOn is the writer role: 1 while a writer goroutine runs or Flush writes
+	// inline. Whoever takes it (CAS 0 → 1) is the only one writing to the socket,
+	// and lets it go with releaseRole.
+	writerOn atomic.Int32
+	closed   bool // under mu
 }
 
 // Init prepares q for the connection ep of group g.
@@ -281,10 +283,19 @@ func (q *Queue) End(b []byte) {
 
 // Commit is End for a message delivery: it counts one message of payload bytes.
 func (q *Queue) Commit(b []byte, payload int) {
-	q.outMsgs++
-	q.outBytes += uint64(payload)
+	c := q.countersLocked()
+	c.OutMsgs++
+	c.OutBytes += uint64(payload)
 	q.storeLocked(b)
 	q.mu.Unlock()
+}
+
+// countersLocked returns q's counters, making them if needed. q.mu is held.
+func (q *Queue) countersLocked() *Counters {
+	if q.ctr == nil {
+		q.ctr = new(Counters)
+	}
+	return q.ctr
 }
 
 // Cancel unlocks after Begin or Reserve without changing the queue.
@@ -293,7 +304,7 @@ func (q *Queue) Cancel() { q.mu.Unlock() }
 // CountDropped counts a delivery the protocol itself refused (too large for the
 // client, expired) after Begin or Reserve, and unlocks.
 func (q *Queue) CountDropped() {
-	q.dropped++
+	q.countersLocked().Dropped++
 	q.mu.Unlock()
 }
 
@@ -319,9 +330,10 @@ func (q *Queue) Append(appendFrames func([]byte) []byte) bool {
 // overflowLocked applies the slow-consumer policy to a delivery that would take the
 // pending bytes to pending. q.mu is held; it is released.
 func (q *Queue) overflowLocked(st *state, pending int64) {
-	q.dropped++
-	first := !q.slow
-	q.slow = true
+	c := q.countersLocked()
+	c.Dropped++
+	first := !c.Slow
+	c.Slow = true
 	limit := q.g.cfg.MaxPending
 	disconnect := q.g.cfg.Policy == PolicyDisconnect
 	if disconnect {
@@ -354,13 +366,13 @@ func (q *Queue) Flush() {
 	}
 	for q.writerOn.CompareAndSwap(0, 1) {
 		q.mu.Lock()
-		if q.sealed { // Finish sends the rest itself
+		st := q.st.Load()
+		if q.closed { // Finish sends the rest itself
+			q.releaseRoleLocked()
 			q.mu.Unlock()
 			return
 		}
-		q.writers.Add(1)
-		st := q.st.Load()
-		if q.closed || st == nil || len(st.out) == 0 || len(st.out) > InlineFlushMax || !q.inlineAllowed() {
+		if st == nil || len(st.out) == 0 || len(st.out) > InlineFlushMax || !q.inlineAllowed() {
 			q.mu.Unlock()
 			go q.writeLoop(nil, nil)
 			return
@@ -368,15 +380,29 @@ func (q *Queue) Flush() {
 		data := q.takeLocked(st)
 		q.mu.Unlock()
 		if !q.flushInline(st, data) {
-			return // a writer goroutine carries on
+			return // a writer goroutine carries on, or the queue failed
 		}
-		// Done: let the writer role go, then look again, because a producer that
-		// queued meanwhile found the role taken and left its data to us.
-		q.writerOn.Store(0)
-		q.writers.Done()
+		// Done: let the role go, then look again, because a producer that queued
+		// meanwhile found the role taken and left its data to us.
+		q.releaseRole()
 		if q.Pending() == 0 {
 			return
 		}
+	}
+}
+
+// releaseRole lets the writer role go and wakes a Finish waiting for it.
+func (q *Queue) releaseRole() {
+	q.mu.Lock()
+	q.releaseRoleLocked()
+	q.mu.Unlock()
+}
+
+func (q *Queue) releaseRoleLocked() {
+	q.writerOn.Store(0)
+	if st := q.st.Load(); st != nil && st.exited != nil {
+		close(st.exited)
+		st.exited = nil
 	}
 }
 
@@ -427,8 +453,7 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 		return false
 	default:
 		q.fail(fmt.Errorf("write: %w", err))
-		q.writerOn.Store(0)
-		q.writers.Done()
+		q.releaseRole()
 		return false
 	}
 }
@@ -476,11 +501,11 @@ func (q *Queue) progressLocked(st *state) {
 // before there was a state to signal. It first sends carry, the rest of buf that an
 // inline flush could not write.
 func (q *Queue) writeLoop(buf, carry []byte) {
-	defer q.writers.Done()
 	if buf != nil {
 		st := q.st.Load() // kept: st.writing counts carry
 		if err := q.write(st, carry); err != nil {
 			q.fail(err)
+			q.releaseRole()
 			return
 		}
 		q.mu.Lock()
@@ -494,6 +519,7 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 	for {
 		q.mu.Lock()
 		if q.closed { // Finish sends the rest
+			q.releaseRoleLocked()
 			q.mu.Unlock()
 			return
 		}
@@ -505,9 +531,9 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 				continue
 			case <-idle.C:
 			}
-			// End, unless a Flush came in meanwhile; a Flush after the Store
-			// starts a new writer itself.
-			q.writerOn.Store(0)
+			// End, unless a Flush came in meanwhile; a Flush after the role
+			// is let go starts a new writer itself.
+			q.releaseRole()
 			if len(st.wake) == 0 || !q.writerOn.CompareAndSwap(0, 1) {
 				if ws, ok := q.ep.(WriterStopper); ok {
 					ws.WriterStopped()
@@ -521,6 +547,7 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 		q.mu.Unlock()
 		if err := q.write(st, data); err != nil {
 			q.fail(err)
+			q.releaseRole()
 			return
 		}
 		q.mu.Lock()
@@ -562,11 +589,10 @@ func (q *Queue) write(st *state, data []byte) error {
 // fail closes the queue after its socket failed: nothing more is sent.
 func (q *Queue) fail(err error) {
 	q.mu.Lock()
-	q.writeFailed = true
-	if st := q.st.Load(); st != nil {
-		st.writing = 0
-		st.out = nil
-	}
+	st := q.stateLocked()
+	st.writeFailed = true
+	st.writing = 0
+	st.out = nil
 	q.mu.Unlock()
 	q.Close(err)
 }
@@ -583,7 +609,7 @@ func (q *Queue) Release(dropScratch func()) bool {
 	if st == nil {
 		return true
 	}
-	if q.writerOn.Load() != 0 || len(st.out) > 0 || st.writing > 0 || st.stallCh != nil {
+	if q.closed || q.writerOn.Load() != 0 || len(st.out) > 0 || st.writing > 0 || st.stallCh != nil {
 		return false
 	}
 	q.st.Store(nil)
@@ -625,18 +651,17 @@ func (q *Queue) close(reason error, told bool) bool {
 		q.mu.Unlock()
 		return false
 	}
-	q.closed, q.told, q.reason = true, told, reason
-	st := q.st.Load()
-	if st != nil && st.stallCh != nil {
+	q.closed = true
+	st := q.stateLocked()
+	st.told, st.reason = told, reason
+	if st.stallCh != nil {
 		close(st.stallCh) // nobody waits for a closed connection
 		st.stallCh = nil
 	}
 	q.mu.Unlock()
-	if st != nil {
-		select {
-		case st.wake <- struct{}{}: // a writer waiting sees closed and ends
-		default:
-		}
+	select {
+	case st.wake <- struct{}{}: // a writer waiting sees closed and ends
+	default:
 	}
 	q.ep.StopReading()
 	return true
@@ -653,7 +678,10 @@ func (q *Queue) Closed() bool {
 func (q *Queue) Reason() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.reason
+	if st := q.st.Load(); st != nil {
+		return st.reason
+	}
+	return nil
 }
 
 // Pending is how many bytes wait for the socket.
@@ -670,7 +698,10 @@ func (q *Queue) Pending() int {
 func (q *Queue) Counters() Counters {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return Counters{OutMsgs: q.outMsgs, OutBytes: q.outBytes, Dropped: q.dropped, Slow: q.slow}
+	if q.ctr == nil {
+		return Counters{}
+	}
+	return *q.ctr
 }
 
 // Finish ends the connection's output once its reader has stopped and the queue is
@@ -679,15 +710,21 @@ func (q *Queue) Counters() Counters {
 func (q *Queue) Finish() {
 	q.Close(net.ErrClosed)
 	q.mu.Lock()
-	q.sealed = true // every writer started is counted before the Wait
-	q.mu.Unlock()
-	q.writers.Wait()
-	q.mu.Lock()
-	var rest []byte
-	if st := q.st.Load(); st != nil {
-		rest, st.out = st.out, nil
+	st := q.stateLocked()
+	var exited chan struct{}
+	if q.writerOn.Load() != 0 { // a writer, or an inline flush, is still at it
+		exited = make(chan struct{})
+		st.exited = exited
 	}
-	failed, told := q.writeFailed, q.told
+	q.mu.Unlock()
+	if exited != nil {
+		<-exited
+	}
+	// No writer can start now: the queue is closed.
+	q.mu.Lock()
+	rest := st.out
+	st.out = nil
+	failed, told := st.writeFailed, st.told
 	q.mu.Unlock()
 	nc, err := q.ep.Socket()
 	if err != nil || nc == nil {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // endpoint is a test connection: the server side of a loopback TCP pair.
@@ -376,4 +377,12 @@ func BenchmarkReserveCommit(b *testing.B) {
 	}
 	q.Close(nil)
 	q.Finish()
+}
+
+// TestQueueStaysSmall: every idle MQTT connection embeds a Queue; what it needs only
+// while sending or once closed belongs in its state.
+func TestQueueStaysSmall(t *testing.T) {
+	if size := unsafe.Sizeof(Queue{}); size > 56 {
+		t.Fatalf("Queue is %d bytes, want at most 56", size)
+	}
 }

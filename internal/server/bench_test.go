@@ -1,9 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"net"
 	"testing"
+	"time"
 
+	"github.com/tern-mq/tern/internal/mqtt/packet"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -57,5 +62,108 @@ func BenchmarkPubSubLoopback(b *testing.B) {
 		}
 	}
 	<-done
+	b.SetBytes(16)
+}
+
+// benchMQTTClient connects an MQTT 3.1.1 client over loopback TCP, outside the timer.
+func benchMQTTClient(b *testing.B, s *Server, id string, subscribe string) net.Conn {
+	b.Helper()
+	nc, err := net.Dial("tcp", s.MQTTAddr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nc.Close() })
+	out, _ := packet.Append(nil, &packet.Connect{ProtocolLevel: packet.V311, ClientID: id, CleanStart: true}, packet.V311)
+	want := 4 // CONNACK
+	if subscribe != "" {
+		out, _ = packet.Append(out, &packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: subscribe}}}, packet.V311)
+		want += 5 // SUBACK with one reason
+	}
+	if _, err := nc.Write(out); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(nc, make([]byte, want)); err != nil {
+		b.Fatal(err)
+	}
+	return nc
+}
+
+// BenchmarkMQTTPubSubLoopback measures the MQTT path end to end over loopback TCP:
+// one MQTT client publishes batches of 16-byte QoS 0 messages, another receives. Its
+// allocations are the server's per message (the clients here are raw bytes).
+func BenchmarkMQTTPubSubLoopback(b *testing.B) {
+	s := startServer(b, func(c *Config) { c.HTTPAddr = "" })
+	sub := benchMQTTClient(b, s, "bench-sub", "bench/x")
+	pub := benchMQTTClient(b, s, "bench-pub", "")
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.Broker().HasInterest([]byte("bench.x")) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
+	batch := bytes.Repeat(msg, 512)
+	done := make(chan int)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		want := b.N * len(msg) // every delivery has the same size
+		buf := make([]byte, 256<<10)
+		got := 0
+		for got < want {
+			k, err := sub.Read(buf)
+			if err != nil {
+				break
+			}
+			got += k
+		}
+		done <- got
+	}()
+	for sent := 0; sent < b.N; sent += 512 {
+		k := min(512, b.N-sent)
+		if _, err := pub.Write(batch[:k*len(msg)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got := <-done; got != b.N*len(msg) {
+		b.Fatalf("received %d bytes, want %d", got, b.N*len(msg))
+	}
+	b.SetBytes(16)
+}
+
+// BenchmarkMQTTToNativeLoopback: an MQTT publisher's QoS 0 messages delivered to a
+// native subscriber, the cross-protocol path.
+func BenchmarkMQTTToNativeLoopback(b *testing.B) {
+	s := startServer(b, func(c *Config) { c.HTTPAddr = "" })
+	sub, _ := connectRaw(b, s, 0)
+	sub.send(wire.AppendSub(nil, 0, 1, "bench.x", "", ""))
+	sub.sync()
+	pub := benchMQTTClient(b, s, "bench-pub", "")
+	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
+	batch := bytes.Repeat(msg, 512)
+	frame := len(wire.AppendMsg(nil, 1, []byte("bench.x"), nil, nil, make([]byte, 16)))
+	done := make(chan int)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		want := b.N * frame
+		buf := make([]byte, 256<<10)
+		got := 0
+		for got < want {
+			k, err := sub.nc.Read(buf)
+			if err != nil {
+				break
+			}
+			got += k
+		}
+		done <- got
+	}()
+	for sent := 0; sent < b.N; sent += 512 {
+		k := min(512, b.N-sent)
+		if _, err := pub.Write(batch[:k*len(msg)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got := <-done; got != b.N*frame {
+		b.Fatalf("received %d bytes, want %d", got, b.N*frame)
+	}
 	b.SetBytes(16)
 }
