@@ -167,3 +167,25 @@ func BenchmarkMQTTToNativeLoopback(b *testing.B) {
 	}
 	b.SetBytes(16)
 }
+
+// TestPublishDeliverPathsDoNotAllocate: the publish → deliver path of every
+// protocol, measured end to end over loopback by the benchmarks above, makes no
+// allocation per message (amortised buffer growth rounds to zero).
+func TestPublishDeliverPathsDoNotAllocate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs benchmarks")
+	}
+	for name, bench := range map[string]func(*testing.B){
+		"native":         BenchmarkPubSubLoopback,
+		"mqtt":           BenchmarkMQTTPubSubLoopback,
+		"mqtt-to-native": BenchmarkMQTTToNativeLoopback,
+	} {
+		r := testing.Benchmark(bench)
+		if r.N == 0 {
+			t.Fatalf("%s: benchmark failed", name)
+		}
+		if a := r.AllocsPerOp(); a != 0 {
+			t.Errorf("%s: %d allocations per message (%d B/op over %d messages), want 0", name, a, r.AllocedBytesPerOp(), r.N)
+		}
+	}
+}

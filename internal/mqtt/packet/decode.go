@@ -282,8 +282,10 @@ func decodeConnack(d *decoder, version byte) (*Connack, error) {
 }
 
 func decodePublish(d *decoder, flags, version byte, p *Publish) error {
-	// Reuse the slices a reused *Publish already has.
-	ups, sids := p.Props.UserProperties[:0], p.Props.SubscriptionIDs[:0]
+	// Reuse the slices a reused *Publish already has, and its topic string when the
+	// topic is the same: a publisher usually sends runs to one topic, which then
+	// cost no allocation.
+	ups, sids, prevTopic := p.Props.UserProperties[:0], p.Props.SubscriptionIDs[:0], p.Topic
 	*p = Publish{Dup: flags&8 != 0, QoS: flags >> 1 & 3, Retain: flags&1 != 0}
 	p.Props.UserProperties, p.Props.SubscriptionIDs = ups, sids
 	topic, err := d.binary("topic name")
@@ -311,7 +313,11 @@ func decodePublish(d *decoder, flags, version byte, p *Publish) error {
 	} else if len(topic) == 0 {
 		return &Error{Reason: TopicNameInvalid, Msg: "empty topic name"}
 	}
-	p.Topic = string(topic)
+	if string(topic) == prevTopic {
+		p.Topic = prevTopic
+	} else {
+		p.Topic = string(topic)
+	}
 	p.Payload = d.b[d.off:len(d.b):len(d.b)]
 	d.off = len(d.b)
 	// Checking the payload against its declared format is optional (3.3.2.3.2); it is
