@@ -55,6 +55,9 @@ type Config struct {
 	// SlowConsumerPolicy is "drop" (count and drop the QoS 0 message, the default)
 	// or "disconnect" (close the connection; a v5 client gets reason 0x97).
 	SlowConsumerPolicy string
+	// NotSentLowat bounds the unsent bytes of a client's TCP socket
+	// (outbound.Config.NotSentLowat); 0 leaves the kernel's default.
+	NotSentLowat int
 	ConnectTimeout     time.Duration
 	WriteTimeout       time.Duration
 	// MaxKeepAlive caps the keepalive a client asks for (and replaces 0, "none"); the
@@ -193,7 +196,8 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by fillDefaults
 	groups := make(map[string]*transportGroup)
 	for _, transport := range []string{"tcp", "ws"} {
-		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout},
+		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
+			NotSentLowat: cfg.NotSentLowat},
 			log.With("transport", transport))
 		if err != nil {
 			return nil, fmt.Errorf("mqtt: %w", err)
@@ -382,7 +386,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	s.conns = append(s.conns, c)
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.groups[c.transport()].Opened()
+	s.groups[c.transport()].Opened(nc)
 	go c.run() // its finish marks s.wg done, whichever goroutine reads by then
 }
 

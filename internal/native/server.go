@@ -32,6 +32,9 @@ type Config struct {
 	MaxPingsOut        int           // unanswered PINGs before the connection is closed as stale
 	WriteTimeout       time.Duration // a write blocked longer than this closes the connection
 	ConnectTimeout     time.Duration // time allowed for the CONNECT frame
+	// NotSentLowat bounds the unsent bytes of a client's TCP socket
+	// (outbound.Config.NotSentLowat); 0 leaves the kernel's default.
+	NotSentLowat int
 	// Authenticate, when set, checks CONNECT credentials; an error refuses the client.
 	Authenticate func(name string, credentials []byte) error
 }
@@ -92,7 +95,8 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		groups:   make(map[string]*transportGroup),
 	}
 	for _, transport := range []string{"tcp", "udp"} {
-		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout},
+		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
+			NotSentLowat: cfg.NotSentLowat},
 			log.With("transport", transport))
 		if err != nil {
 			return nil, fmt.Errorf("native config: %w", err)
@@ -174,7 +178,7 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 	s.conns[id] = c
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.groups[transport].Opened()
+	s.groups[transport].Opened(nc)
 	go func() {
 		defer s.wg.Done()
 		c.run()

@@ -91,6 +91,12 @@ type Config struct {
 	// Linger is how long a connection closed after a goodbye keeps reading and
 	// discarding input; 0 means DefaultLinger, negative none.
 	Linger time.Duration
+	// NotSentLowat, when positive, bounds the bytes a TCP socket may hold unsent
+	// (TCP_NOTSENT_LOWAT, Linux): writes past it wait, so a subscriber's backlog
+	// stays in its queue, where flow control sees it, rather than in a kernel send
+	// buffer that autotunes to megabytes. Bytes in flight are not limited, so
+	// throughput on long links is not either.
+	NotSentLowat int
 }
 
 // Endpoint is the protocol's side of a Queue.
@@ -171,8 +177,16 @@ func (g *Group) Config() Config { return g.cfg }
 // SlowConsumers is how many connections hit their pending limit, live or gone.
 func (g *Group) SlowConsumers() uint64 { return g.slowConsumers.Load() }
 
-// Opened counts a connection accepted; TotalConnections reports the count.
-func (g *Group) Opened() { g.opened.Add(1) }
+// Opened counts a connection accepted and tunes its socket for the group's
+// queues; TotalConnections reports the count.
+func (g *Group) Opened(nc net.Conn) {
+	g.opened.Add(1)
+	if g.cfg.NotSentLowat > 0 {
+		if err := setNotSentLowat(nc, g.cfg.NotSentLowat); err != nil {
+			g.log.Debug("socket option TCP_NOTSENT_LOWAT", "err", err)
+		}
+	}
+}
 
 // TotalConnections is how many connections the group has had.
 func (g *Group) TotalConnections() uint64 { return g.opened.Load() }

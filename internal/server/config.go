@@ -40,8 +40,11 @@ type Config struct {
 	MaxPingsOut        int
 	WriteTimeout       time.Duration
 	ConnectTimeout     time.Duration
-	LogLevel           string // debug, info, warn, error
-	LogFormat          string // text or json
+	// TCPNotSentLowat bounds the unsent bytes in each client socket's kernel
+	// buffer (TCP_NOTSENT_LOWAT); 0 leaves the kernel's default.
+	TCPNotSentLowat int
+	LogLevel        string // debug, info, warn, error
+	LogFormat       string // text or json
 	// StoreDir holds durable streams; "" disables them.
 	StoreDir     string
 	Sync         string // fsync policy of stream logs: always, interval or never
@@ -103,6 +106,7 @@ func DefaultConfig() Config {
 		UDPBundleDelay:     time.Millisecond,
 		MaxPingsOut:        2,
 		WriteTimeout:       10 * time.Second,
+		TCPNotSentLowat:    32 << 10,
 		ConnectTimeout:     2 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -169,6 +173,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return count(&c.MaxSubscriptions) }},
 	{key: "max_pending", group: groupLimits, help: "outbound bytes queued per connection before the slow-consumer policy applies",
 		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.MaxPending) }},
+	{key: "tcp_notsent_lowat", group: groupLimits, help: "unsent bytes a client's TCP socket may hold in the kernel (Linux TCP_NOTSENT_LOWAT; 0 = kernel default): keeps a subscriber's backlog where flow control sees it",
+		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.TCPNotSentLowat) }},
 	{key: "slow_consumer_policy", group: groupLimits, help: "what happens to a connection over max_pending: drop (its new messages are dropped and counted) or disconnect",
 		bind: func(c *Config) pflag.Value {
 			return enum(&c.SlowConsumerPolicy, native.PolicyDrop, native.PolicyDisconnect)

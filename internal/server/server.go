@@ -70,6 +70,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		MaxPingsOut:        cfg.MaxPingsOut,
 		WriteTimeout:       cfg.WriteTimeout,
 		ConnectTimeout:     cfg.ConnectTimeout,
+		NotSentLowat:       cfg.TCPNotSentLowat,
 	}
 	info := wire.Info{ServerID: s.id, ServerName: cfg.ServerName, ServerVersion: Version}
 	ns, err := native.NewServer(ncfg, s.broker, info, log.With("proto", "native"))
@@ -107,6 +108,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		}
 		// One outbound limit and policy for every protocol.
 		mcfg.MaxPending, mcfg.SlowConsumerPolicy = cfg.MaxPending, cfg.SlowConsumerPolicy
+		mcfg.NotSentLowat = cfg.TCPNotSentLowat
 		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
 		mcfg.Version = Version
 		if cfg.StoreDir != "" {

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package outbound
+
+import "net"
+
+func setNotSentLowat(net.Conn, int) error { return nil }
