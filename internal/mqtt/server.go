@@ -57,9 +57,9 @@ type Config struct {
 	SlowConsumerPolicy string
 	// NotSentLowat bounds the unsent bytes of a client's TCP socket
 	// (outbound.Config.NotSentLowat); 0 leaves the kernel's default.
-	NotSentLowat int
-	ConnectTimeout     time.Duration
-	WriteTimeout       time.Duration
+	NotSentLowat   int
+	ConnectTimeout time.Duration
+	WriteTimeout   time.Duration
 	// MaxKeepAlive caps the keepalive a client asks for (and replaces 0, "none"); the
 	// v5 server keep alive property tells the client. 0 accepts what clients ask.
 	MaxKeepAlive time.Duration
