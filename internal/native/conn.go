@@ -18,11 +18,11 @@ import (
 )
 
 const (
-	readBufSize   = 32 << 10
+	readBufSize = 32 << 10
 	// busyReadBuf is what the read buffer grows to when reads fill it: a busy
 	// publisher then takes half the read calls (1→1 at 1 KiB: 610k → 780k msgs/s
 	// on loopback), while most connections keep 32 KiB.
-	busyReadBuf = 64 << 10
+	busyReadBuf   = 64 << 10
 	maxIdleBuffer = outbound.MaxIdleBuffer // a read buffer grown above this is released once drained
 )
 
