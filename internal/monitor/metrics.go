@@ -20,6 +20,13 @@ type collector struct {
 	droppedMsgs      *prometheus.Desc
 	info             *prometheus.Desc
 	uptime           *prometheus.Desc
+
+	// By listener (Status.ByListener): the same counters, labelled.
+	lConnections   *prometheus.Desc
+	lOutMsgs       *prometheus.Desc
+	lInMsgs        *prometheus.Desc
+	lSlowConsumers *prometheus.Desc
+	lDroppedMsgs   *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -35,10 +42,15 @@ func newCollector(src Source) *collector {
 		outMsgs:          d("tern_out_messages_total", "Messages delivered to clients."),
 		inBytes:          d("tern_in_bytes_total", "Payload bytes received from clients."),
 		outBytes:         d("tern_out_bytes_total", "Payload bytes delivered to clients."),
-		slowConsumers:    d("tern_slow_consumers_total", "Connections or subscribers that hit their pending limit."),
-		droppedMsgs:      d("tern_dropped_messages_total", "Messages dropped by the slow-consumer drop policy."),
+		slowConsumers:    d("tern_slow_consumers_total", "Connections of every protocol that hit their pending limit."),
+		droppedMsgs:      d("tern_dropped_messages_total", "Messages dropped: slow-consumer drop policy (every protocol), too large for an MQTT client, full MQTT session queues."),
 		info:             d("tern_info", "Server identity; the value is always 1.", "version", "server_id", "server_name"),
 		uptime:           d("tern_uptime_seconds", "Seconds since the server started."),
+		lConnections:     d("tern_listener_connections", "Client connections currently open, by listener.", "listener"),
+		lOutMsgs:         d("tern_listener_out_messages_total", "Messages delivered to clients, by listener.", "listener"),
+		lInMsgs:          d("tern_listener_in_messages_total", "Messages received from clients, by listener.", "listener"),
+		lSlowConsumers:   d("tern_listener_slow_consumers_total", "Connections that hit their pending limit, by listener.", "listener"),
+		lDroppedMsgs:     d("tern_listener_dropped_messages_total", "Messages dropped for connections of a listener (slow-consumer drop policy, too large for the client).", "listener"),
 	}
 }
 
@@ -47,6 +59,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.connections, c.connectionsTotal, c.subscriptions, c.inMsgs, c.outMsgs,
 		c.inBytes, c.outBytes, c.slowConsumers, c.droppedMsgs, c.info, c.uptime,
+		c.lConnections, c.lOutMsgs, c.lInMsgs, c.lSlowConsumers, c.lDroppedMsgs,
 	} {
 		ch <- d
 	}
@@ -72,4 +85,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.droppedMsgs, st.DroppedMsgs)
 	gauge(c.info, 1, st.Version, st.ServerID, st.ServerName)
 	gauge(c.uptime, uptime(st).Seconds())
+	labelled := func(d *prometheus.Desc, t prometheus.ValueType, v uint64, listener string) {
+		ch <- prometheus.MustNewConstMetric(d, t, float64(v), listener)
+	}
+	for name, ls := range st.ByListener {
+		labelled(c.lConnections, prometheus.GaugeValue, uint64(ls.Connections), name)
+		labelled(c.lOutMsgs, prometheus.CounterValue, ls.OutMsgs, name)
+		labelled(c.lInMsgs, prometheus.CounterValue, ls.InMsgs, name)
+		labelled(c.lSlowConsumers, prometheus.CounterValue, ls.SlowConsumers, name)
+		labelled(c.lDroppedMsgs, prometheus.CounterValue, ls.DroppedMsgs, name)
+	}
 }
