@@ -71,7 +71,7 @@ type connRare struct {
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{srv: s, id: id, nc: nc, startS: uint32(time.Since(s.start) / time.Second), fd: -1}
 	_, c.ws = nc.(*wsConn)
-	c.q.Init(s.groups[c.transport()].Group, c)
+	c.q.Init(s.groups[c.transport()], c)
 	return c
 }
 

@@ -180,7 +180,7 @@ type Server struct {
 	// groups hold the outbound configuration and the counters of the connections
 	// of each transport ("tcp", "ws"); per-message counters live in each
 	// connection and are added to its group when it goes.
-	groups map[string]*transportGroup
+	groups map[string]*outbound.Group
 	// queueDrops counts QoS 1/2 messages refused by a full session queue.
 	queueDrops atomic.Uint64
 }
@@ -194,7 +194,7 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by fillDefaults
-	groups := make(map[string]*transportGroup)
+	groups := make(map[string]*outbound.Group)
 	for _, transport := range []string{"tcp", "ws"} {
 		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.NotSentLowat},
@@ -202,7 +202,7 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		if err != nil {
 			return nil, fmt.Errorf("mqtt: %w", err)
 		}
-		groups[transport] = &transportGroup{Group: g}
+		groups[transport] = g
 	}
 	s := &Server{
 		groups: groups,
@@ -396,10 +396,7 @@ func (s *Server) removeConn(c *conn) {
 	if c.attached.Load() {
 		s.attachedN--
 	}
-	g := s.groups[c.transport()]
-	g.goneIn.Add(c.inMsgs.Load())
-	g.goneInBytes.Add(c.inBytes.Load())
-	g.Retire(&c.q)
+	s.groups[c.transport()].Retire(&c.q, c.inMsgs.Load(), c.inBytes.Load())
 	last := len(s.conns) - 1
 	moved := s.conns[last]
 	s.conns[c.slot], moved.slot = moved, c.slot
@@ -462,23 +459,14 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 
 // Stats are the MQTT front end's counters.
 type Stats struct {
-	Connections      int    // connections open now (CONNECT accepted)
-	Idle             int    // of them, idle ones waiting in the poller without a reader
-	TotalConnections uint64 // connections accepted since start
-	Sessions         int    // sessions kept, connected or not
-	InMsgs, OutMsgs  uint64 // PUBLISH packets received and sent
-	InBytes          uint64 // payload bytes received
-	OutBytes         uint64 // payload bytes sent
-	Dropped          uint64 // messages dropped for full session queues or slow clients
-	SlowConsumers    uint64 // connections that hit their pending limit
-	Retained         int    // retained messages held
-}
-
-// transportGroup is the outbound group of one transport with the inbound counters of
-// its connections that have gone.
-type transportGroup struct {
-	*outbound.Group
-	goneIn, goneInBytes atomic.Uint64
+	// Connections (those that finished CONNECT), TotalConnections, PUBLISH packets
+	// and payload bytes received and sent, SlowConsumers, and Dropped: QoS 0
+	// messages dropped for slow clients or their size limits, and messages full
+	// session queues refused.
+	outbound.Totals
+	Idle     int // of the connections, idle ones waiting in the poller without a reader
+	Sessions int // sessions kept, connected or not
+	Retained int // retained messages held
 }
 
 // QueueDrops is how many QoS 1/2 messages full session queues refused.
@@ -502,32 +490,21 @@ func (s *Server) TransportStats(transport string) Stats {
 		st.Sessions = len(s.sessions)
 	}
 	for t, g := range s.groups {
-		if transport != "" && t != transport {
-			continue
+		if transport == "" || t == transport {
+			g.AddGone(&st.Totals)
 		}
-		gone := g.Gone()
-		st.TotalConnections += g.TotalConnections()
-		st.SlowConsumers += g.SlowConsumers()
-		st.InMsgs += g.goneIn.Load()
-		st.InBytes += g.goneInBytes.Load()
-		st.OutMsgs += gone.OutMsgs
-		st.OutBytes += gone.OutBytes
-		st.Dropped += gone.Dropped
 	}
+	attached := 0
 	for _, c := range s.conns {
 		if transport != "" && c.transport() != transport {
 			continue
 		}
 		if c.attached.Load() {
-			st.Connections++
+			attached++
 		}
-		st.InMsgs += c.inMsgs.Load()
-		st.InBytes += c.inBytes.Load()
-		out := c.q.Counters()
-		st.OutMsgs += out.OutMsgs
-		st.OutBytes += out.OutBytes
-		st.Dropped += out.Dropped
+		st.AddLive(&c.q, c.inMsgs.Load(), c.inBytes.Load())
 	}
+	st.Connections = attached // those that finished CONNECT
 	return st
 }
 

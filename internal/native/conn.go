@@ -69,7 +69,7 @@ func newConn(s *Server, id uint64, nc net.Conn, transport string) *Conn {
 	}
 	c.log = s.log.With("cid", id, "remote", c.remote)
 	c.pub.Origin = c
-	c.Init(s.groups[transport].Group, c)
+	c.Init(s.groups[transport], c)
 	return c
 }
 

@@ -7,7 +7,6 @@ import (
 	"net"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
@@ -69,7 +68,7 @@ type Server struct {
 
 	// groups hold the outbound configuration and the counters of the connections
 	// of each transport ("tcp", "udp").
-	groups map[string]*transportGroup
+	groups map[string]*outbound.Group
 
 	noRespHeader wire.Header
 }
@@ -92,7 +91,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		cfg: cfg, broker: b, log: log, info: info,
 		conns:    make(map[uint64]*Conn),
 		stopPing: make(chan struct{}),
-		groups:   make(map[string]*transportGroup),
+		groups:   make(map[string]*outbound.Group),
 	}
 	for _, transport := range []string{"tcp", "udp"} {
 		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
@@ -101,7 +100,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		if err != nil {
 			return nil, fmt.Errorf("native config: %w", err)
 		}
-		s.groups[transport] = &transportGroup{Group: g}
+		s.groups[transport] = g
 	}
 	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
 	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
@@ -188,10 +187,7 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 func (s *Server) remove(c *Conn) {
 	// Under mu so that Stats never counts a connection twice or not at all.
 	s.mu.Lock()
-	g := s.groups[c.transport]
-	g.goneIn.Add(c.inMsgs.Load())
-	g.goneInBytes.Add(c.inBytes.Load())
-	g.Retire(&c.Queue)
+	s.groups[c.transport].Retire(&c.Queue, c.inMsgs.Load(), c.inBytes.Load())
 	delete(s.conns, c.id)
 	s.mu.Unlock()
 }
@@ -259,20 +255,8 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	}
 }
 
-// transportGroup is the outbound group of one transport with the inbound counters of
-// its connections that have gone.
-type transportGroup struct {
-	*outbound.Group
-	goneIn, goneInBytes atomic.Uint64
-}
-
 // Stats is the view of the native connections of one transport, or of all.
-type Stats struct {
-	Connections                        int
-	TotalConnections                   uint64
-	InMsgs, InBytes, OutMsgs, OutBytes uint64
-	SlowConsumers, DroppedMsgs         uint64
-}
+type Stats = outbound.Totals
 
 // Stats sums the counters of every live and closed connection.
 func (s *Server) Stats() Stats { return s.TransportStats("") }
@@ -284,29 +268,14 @@ func (s *Server) TransportStats(transport string) Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, g := range s.groups {
-		if transport != "" && t != transport {
-			continue
+		if transport == "" || t == transport {
+			g.AddGone(&st)
 		}
-		gone := g.Gone()
-		st.TotalConnections += g.TotalConnections()
-		st.SlowConsumers += g.SlowConsumers()
-		st.InMsgs += g.goneIn.Load()
-		st.InBytes += g.goneInBytes.Load()
-		st.OutMsgs += gone.OutMsgs
-		st.OutBytes += gone.OutBytes
-		st.DroppedMsgs += gone.Dropped
 	}
 	for _, c := range s.conns {
-		if transport != "" && c.transport != transport {
-			continue
+		if transport == "" || c.transport == transport {
+			st.AddLive(&c.Queue, c.inMsgs.Load(), c.inBytes.Load())
 		}
-		st.Connections++
-		st.InMsgs += c.inMsgs.Load()
-		st.InBytes += c.inBytes.Load()
-		out := c.Counters()
-		st.OutMsgs += out.OutMsgs
-		st.OutBytes += out.OutBytes
-		st.DroppedMsgs += out.Dropped
 	}
 	return st
 }

@@ -149,6 +149,7 @@ type Group struct {
 
 	slowConsumers                    atomic.Uint64
 	goneMsgs, goneBytes, goneDropped atomic.Uint64
+	goneIn, goneInBytes              atomic.Uint64
 	opened                           atomic.Uint64
 }
 
@@ -188,22 +189,49 @@ func (g *Group) Opened(nc net.Conn) {
 	}
 }
 
-// TotalConnections is how many connections the group has had.
-func (g *Group) TotalConnections() uint64 { return g.opened.Load() }
-
-// Retire adds the counters of a connection that has gone to the group's totals.
-// The front end calls it as it forgets the connection, under the same lock its
-// Stats takes, so that totals never count a connection twice or not at all.
-func (g *Group) Retire(q *Queue) {
+// Retire adds the counters of a connection that has gone — what its queue sent and
+// dropped, and the messages and payload bytes its reader received — to the group's
+// totals. The front end calls it as it forgets the connection, under the same lock
+// its Stats takes, so that totals never count a connection twice or not at all.
+func (g *Group) Retire(q *Queue, inMsgs, inBytes uint64) {
 	c := q.Counters()
 	g.goneMsgs.Add(c.OutMsgs)
 	g.goneBytes.Add(c.OutBytes)
 	g.goneDropped.Add(c.Dropped)
+	g.goneIn.Add(inMsgs)
+	g.goneInBytes.Add(inBytes)
 }
 
-// Gone is the sum of the counters of retired connections.
-func (g *Group) Gone() Counters {
-	return Counters{OutMsgs: g.goneMsgs.Load(), OutBytes: g.goneBytes.Load(), Dropped: g.goneDropped.Load()}
+// Totals are the counters of a group's connections, live and gone.
+type Totals struct {
+	Connections       int
+	TotalConnections  uint64
+	InMsgs, InBytes   uint64
+	OutMsgs, OutBytes uint64
+	SlowConsumers     uint64
+	Dropped           uint64
+}
+
+// AddGone adds the group's gone connections and connection counts to t.
+func (g *Group) AddGone(t *Totals) {
+	t.TotalConnections += g.opened.Load()
+	t.SlowConsumers += g.slowConsumers.Load()
+	t.InMsgs += g.goneIn.Load()
+	t.InBytes += g.goneInBytes.Load()
+	t.OutMsgs += g.goneMsgs.Load()
+	t.OutBytes += g.goneBytes.Load()
+	t.Dropped += g.goneDropped.Load()
+}
+
+// AddLive adds one live connection, its queue q and its reader's counters, to t.
+func (t *Totals) AddLive(q *Queue, inMsgs, inBytes uint64) {
+	c := q.Counters()
+	t.Connections++
+	t.InMsgs += inMsgs
+	t.InBytes += inBytes
+	t.OutMsgs += c.OutMsgs
+	t.OutBytes += c.OutBytes
+	t.Dropped += c.Dropped
 }
 
 // state is a queue's buffer and flow-control state. It exists while there is
@@ -450,11 +478,7 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 	var ne net.Error
 	switch {
 	case err == nil:
-		q.mu.Lock()
-		st.writing = 0
-		q.progressLocked(st)
-		st.spare = data[:0]
-		q.mu.Unlock()
+		q.wrote(st, data)
 		return true
 	case errors.As(err, &ne) && ne.Timeout():
 		q.mu.Lock()
@@ -466,8 +490,7 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 		go q.writeLoop(data, data[n:])
 		return false
 	default:
-		q.fail(fmt.Errorf("write: %w", err))
-		q.releaseRole()
+		q.stop(fmt.Errorf("write: %w", err))
 		return false
 	}
 }
@@ -518,15 +541,10 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 	if buf != nil {
 		st := q.st.Load() // kept: st.writing counts carry
 		if err := q.write(st, carry); err != nil {
-			q.fail(err)
-			q.releaseRole()
+			q.stop(err)
 			return
 		}
-		q.mu.Lock()
-		st.writing = 0
-		q.progressLocked(st)
-		st.spare = buf[:0]
-		q.mu.Unlock()
+		q.wrote(st, buf)
 	}
 	idle := time.NewTimer(WriterIdle)
 	defer idle.Stop()
@@ -560,20 +578,31 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 		data := q.takeLocked(st)
 		q.mu.Unlock()
 		if err := q.write(st, data); err != nil {
-			q.fail(err)
-			q.releaseRole()
+			q.stop(err)
 			return
 		}
-		q.mu.Lock()
-		st.writing = 0
-		q.progressLocked(st)
-		if cap(data) > MaxIdleBuffer && len(st.out) < cap(data)/4 {
-			data = nil // let a burst's buffer go
-		}
-		st.spare = data[:0]
-		q.mu.Unlock()
+		q.wrote(st, data)
 		idle.Reset(WriterIdle)
 	}
+}
+
+// wrote notes that the writer sent all it had taken, and keeps buf as the spare
+// buffer unless a burst grew it past MaxIdleBuffer.
+func (q *Queue) wrote(st *state, buf []byte) {
+	q.mu.Lock()
+	st.writing = 0
+	q.progressLocked(st)
+	if cap(buf) > MaxIdleBuffer && len(st.out) < cap(buf)/4 {
+		buf = nil // let a burst's buffer go
+	}
+	st.spare = buf[:0]
+	q.mu.Unlock()
+}
+
+// stop ends the writer role after the socket failed.
+func (q *Queue) stop(err error) {
+	q.fail(err)
+	q.releaseRole()
 }
 
 // write sends data in chunks of at most WriteChunk, noting progress after each.

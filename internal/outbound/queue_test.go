@@ -172,9 +172,16 @@ func TestSlowConsumerDropCountsOnce(t *testing.T) {
 	if q.Closed() {
 		t.Fatal("drop policy closed the connection")
 	}
-	g.Retire(q)
-	if gone := g.Gone(); gone.Dropped != 5 || gone.OutMsgs != 10 || gone.OutBytes != 1000 {
+	var live Totals
+	live.AddLive(q, 3, 30)
+	g.Retire(q, 3, 30)
+	var gone Totals
+	g.AddGone(&gone)
+	if gone.Dropped != 5 || gone.OutMsgs != 10 || gone.OutBytes != 1000 || gone.InMsgs != 3 || gone.InBytes != 30 || gone.SlowConsumers != 1 {
 		t.Fatalf("group totals %+v", gone)
+	}
+	if live.Connections != 1 || live.Dropped != gone.Dropped || live.OutMsgs != gone.OutMsgs || live.InBytes != gone.InBytes {
+		t.Fatalf("a live connection counts %+v, retired %+v", live, gone)
 	}
 }
 

@@ -100,12 +100,30 @@ func BenchmarkMQTTPubSubLoopback(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
+	streamLoopback(b, pub, sub, msg, len(msg)) // every delivery is the same PUBLISH
+}
+
+// BenchmarkMQTTToNativeLoopback: an MQTT publisher's QoS 0 messages delivered to a
+// native subscriber, the cross-protocol path.
+func BenchmarkMQTTToNativeLoopback(b *testing.B) {
+	s := startServer(b, func(c *Config) { c.HTTPAddr = "" })
+	sub, _ := connectRaw(b, s, 0)
+	sub.send(wire.AppendSub(nil, 0, 1, "bench.x", "", ""))
+	sub.sync()
+	pub := benchMQTTClient(b, s, "bench-pub", "")
+	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
+	streamLoopback(b, pub, sub.nc, msg, len(wire.AppendMsg(nil, 1, []byte("bench.x"), nil, nil, make([]byte, 16))))
+}
+
+// streamLoopback writes b.N copies of msg to pub in batches and reads from sub until
+// b.N deliveries of delivered bytes each have arrived.
+func streamLoopback(b *testing.B, pub, sub net.Conn, msg []byte, delivered int) {
 	batch := bytes.Repeat(msg, 512)
 	done := make(chan int)
 	b.ReportAllocs()
 	b.ResetTimer()
 	go func() {
-		want := b.N * len(msg) // every delivery has the same size
+		want := b.N * delivered
 		buf := make([]byte, 256<<10)
 		got := 0
 		for got < want {
@@ -123,47 +141,8 @@ func BenchmarkMQTTPubSubLoopback(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if got := <-done; got != b.N*len(msg) {
-		b.Fatalf("received %d bytes, want %d", got, b.N*len(msg))
-	}
-	b.SetBytes(16)
-}
-
-// BenchmarkMQTTToNativeLoopback: an MQTT publisher's QoS 0 messages delivered to a
-// native subscriber, the cross-protocol path.
-func BenchmarkMQTTToNativeLoopback(b *testing.B) {
-	s := startServer(b, func(c *Config) { c.HTTPAddr = "" })
-	sub, _ := connectRaw(b, s, 0)
-	sub.send(wire.AppendSub(nil, 0, 1, "bench.x", "", ""))
-	sub.sync()
-	pub := benchMQTTClient(b, s, "bench-pub", "")
-	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
-	batch := bytes.Repeat(msg, 512)
-	frame := len(wire.AppendMsg(nil, 1, []byte("bench.x"), nil, nil, make([]byte, 16)))
-	done := make(chan int)
-	b.ReportAllocs()
-	b.ResetTimer()
-	go func() {
-		want := b.N * frame
-		buf := make([]byte, 256<<10)
-		got := 0
-		for got < want {
-			k, err := sub.nc.Read(buf)
-			if err != nil {
-				break
-			}
-			got += k
-		}
-		done <- got
-	}()
-	for sent := 0; sent < b.N; sent += 512 {
-		k := min(512, b.N-sent)
-		if _, err := pub.Write(batch[:k*len(msg)]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if got := <-done; got != b.N*frame {
-		b.Fatalf("received %d bytes, want %d", got, b.N*frame)
+	if got := <-done; got != b.N*delivered {
+		b.Fatalf("received %d bytes, want %d", got, b.N*delivered)
 	}
 	b.SetBytes(16)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/native"
+	"github.com/tern-mq/tern/internal/outbound"
 )
 
 // Frontend is one listener of the server: native TCP, native UDP, MQTT, MQTT over
@@ -73,11 +74,15 @@ func (f *nativeFrontend) Shutdown(ctx context.Context) error {
 }
 
 func (f *nativeFrontend) Stats() monitor.ListenerStats {
-	st := f.srv.TransportStats(f.transport)
+	return listenerStats(f.srv.TransportStats(f.transport))
+}
+
+// listenerStats is how /status shows a listener's connection counters.
+func listenerStats(t outbound.Totals) monitor.ListenerStats {
 	return monitor.ListenerStats{
-		Connections: st.Connections, TotalConnections: st.TotalConnections,
-		InMsgs: st.InMsgs, OutMsgs: st.OutMsgs, InBytes: st.InBytes, OutBytes: st.OutBytes,
-		SlowConsumers: st.SlowConsumers, DroppedMsgs: st.DroppedMsgs,
+		Connections: t.Connections, TotalConnections: t.TotalConnections,
+		InMsgs: t.InMsgs, OutMsgs: t.OutMsgs, InBytes: t.InBytes, OutBytes: t.OutBytes,
+		SlowConsumers: t.SlowConsumers, DroppedMsgs: t.Dropped,
 	}
 }
 
@@ -130,12 +135,7 @@ func (f *mqttFrontend) Shutdown(ctx context.Context) error {
 }
 
 func (f *mqttFrontend) Stats() monitor.ListenerStats {
-	st := f.srv.TransportStats(f.transport)
-	return monitor.ListenerStats{
-		Connections: st.Connections, TotalConnections: st.TotalConnections,
-		InMsgs: st.InMsgs, OutMsgs: st.OutMsgs, InBytes: st.InBytes, OutBytes: st.OutBytes,
-		SlowConsumers: st.SlowConsumers, DroppedMsgs: st.Dropped,
-	}
+	return listenerStats(f.srv.TransportStats(f.transport).Totals)
 }
 
 func (f *mqttFrontend) Connections() []monitor.ConnInfo {
