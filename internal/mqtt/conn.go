@@ -222,7 +222,16 @@ type reader struct {
 	connectBy time.Time
 	head      [16]byte // the first bytes read, to answer a CONNECT that does not decode
 	headN     uint8
+	// fresh: connected, and nothing read since the CONNECT.
+	fresh bool
 }
+
+// freshIdleAfter is how long a client that has just connected may stay silent before
+// its connection parks: long enough for the SUBSCRIBE or PUBLISH a client sends on
+// receiving its CONNACK, even over a slow link, to find its reader running; short
+// enough that a storm of devices connecting and going quiet does not hold a
+// goroutine each (idle-connection memory is measured after such a storm).
+const freshIdleAfter = 10 * time.Millisecond
 
 func (c *conn) newReader() {
 	c.rd = &reader{c: c}
@@ -236,7 +245,11 @@ func (d *reader) Read(p []byte) (int, error) {
 	case !c.attached.Load():
 		_ = c.nc.SetReadDeadline(d.connectBy)
 	case c.srv.poll != nil && d.pr.Buffered() == 0:
-		dl := time.Now().Add(c.srv.cfg.IdleAfter)
+		idle := c.srv.cfg.IdleAfter
+		if d.fresh {
+			idle = min(idle, freshIdleAfter)
+		}
+		dl := time.Now().Add(idle)
 		if c.keepAlive() > 0 {
 			dl = minTime(dl, c.keepAliveDeadline())
 		}
@@ -250,6 +263,7 @@ func (d *reader) Read(p []byte) (int, error) {
 	n, err := c.nc.Read(p)
 	if n > 0 {
 		c.readAt.Store(time.Now().UnixNano())
+		d.fresh = d.fresh && !c.attached.Load()
 	}
 	if !c.attached.Load() && int(d.headN) < len(d.head) {
 		d.headN += uint8(copy(d.head[d.headN:], p[:n]))
@@ -301,8 +315,10 @@ func (c *conn) readLoop() error {
 	c.ownFlush = false
 	c.Flush() // the CONNACK, written by this reader itself (outbound.Queue.Flush)
 	// Not parked yet: a client usually subscribes or publishes right after its
-	// CONNECT, and a parked connection's first packet costs an epoll wake-up and a
-	// new reader. It parks once it has been idle for IdleAfter, as any connection.
+	// CONNACK, and a parked connection's first packet costs an epoll wake-up and a
+	// new reader. It parks once it has been silent for freshIdleAfter, later for
+	// IdleAfter as any connection.
+	c.rd.fresh = true
 	return c.serve()
 }
 

@@ -228,21 +228,28 @@ func waitGoroutines(t *testing.T, n int) {
 }
 
 // TestFreshConnectionNotParkedBeforeIdle: a client that has just connected keeps its
-// reader until it has been idle for IdleAfter, so the SUBSCRIBE it sends next is
-// read at once; after IdleAfter it parks like any idle connection.
+// reader for a short while (freshIdleAfter), so the SUBSCRIBE it sends on its CONNACK
+// is read at once; silent after that, it parks; once it has spoken, it parks only
+// after the full idle time, like any connection.
 func TestFreshConnectionNotParkedBeforeIdle(t *testing.T) {
 	const idleAfter = 800 * time.Millisecond
 	s, port := startTern(t, func(c *server.Config) { c.MQTT.IdleAfter = idleAfter })
 	c := dialRaw(t, port, packet.V311)
-	start := time.Now()
 	c.connect("fresh", true, 0, nil)
-	time.Sleep(idleAfter / 4)
-	if n := s.MQTT().Stats().Idle; n != 0 && time.Since(start) < idleAfter {
-		t.Fatalf("%d connections parked %v after CONNECT, before the %v idle time", n, time.Since(start), idleAfter)
+	connected := time.Now()
+	if n := s.MQTT().Stats().Idle; n != 0 && time.Since(connected) < mqtt.FreshIdleAfter {
+		t.Fatalf("%d connections parked %v after CONNACK", n, time.Since(connected))
 	}
-	c.subscribe(1, "fresh/#", 0)
 	waitIdle(t, s, 1)
-	if waited := time.Since(start); waited < idleAfter {
-		t.Fatalf("parked after %v, before the %v idle time", waited, idleAfter)
+	if waited := time.Since(connected); waited < mqtt.FreshIdleAfter {
+		t.Fatalf("a fresh connection parked after %v, before %v", waited, mqtt.FreshIdleAfter)
+	}
+	// Spoken to, it reads again, and now waits the whole idle time before parking.
+	c.subscribe(1, "fresh/#", 0)
+	spoke := time.Now()
+	waitIdle(t, s, 0)
+	waitIdle(t, s, 1)
+	if waited := time.Since(spoke); waited < idleAfter {
+		t.Fatalf("parked %v after its SUBSCRIBE, before the %v idle time", waited, idleAfter)
 	}
 }

@@ -534,7 +534,6 @@ N = 40
 hits = 0
 for i in range(N):
     s = client("early-sub-%d" % i, v5=True)
-    time.sleep(0.02)
     s.subscribe("early/%d" % i, qos=0)
     time.sleep(0.0002)
     p.publish("early/%d" % i, "m", qos=0)
