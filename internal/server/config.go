@@ -106,7 +106,7 @@ func DefaultConfig() Config {
 		UDPBundleDelay:     time.Millisecond,
 		MaxPingsOut:        2,
 		WriteTimeout:       10 * time.Second,
-		TCPNotSentLowat:    32 << 10,
+		TCPNotSentLowat:    128 << 10,
 		ConnectTimeout:     2 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
