@@ -47,9 +47,6 @@ const (
 	// InlineFlushWait bounds how long an inline flush waits for a full socket
 	// before it hands the rest to a writer goroutine.
 	InlineFlushWait = time.Millisecond
-	// hotWindow: a queue whose last write ended less than this long ago is busy,
-	// and its Flush wakes a writer goroutine rather than writing inline.
-	hotWindow = 20 * time.Microsecond
 )
 
 // Policy is what happens to a delivery that would take a connection's pending bytes
@@ -417,7 +414,7 @@ func (q *Queue) Flush() {
 			q.mu.Unlock()
 			return
 		}
-		if st == nil || len(st.out) == 0 || len(st.out) > InlineFlushMax || q.hotLocked(st) || !q.inlineAllowed() {
+		if st == nil || len(st.out) == 0 || len(st.out) > InlineFlushMax || !q.inlineAllowed() {
 			q.mu.Unlock()
 			go q.writeLoop(nil, nil)
 			return
@@ -449,14 +446,6 @@ func (q *Queue) releaseRoleLocked() {
 		close(st.exited)
 		st.exited = nil
 	}
-}
-
-// hotLocked reports whether the queue's socket was written to moments ago: many
-// publishers feeding one subscriber (a fan-in) then share one writer goroutine
-// that batches their deliveries, instead of each writing a message or two inline.
-// q.mu is held.
-func (q *Queue) hotLocked(st *state) bool {
-	return st.lastProg != 0 && time.Now().UnixNano()-st.lastProg < int64(hotWindow)
 }
 
 // inlineAllowed asks an InlineGate endpoint whether Flush may write inline now.
