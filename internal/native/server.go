@@ -14,19 +14,13 @@ import (
 	"github.com/tern-mq/tern/internal/wire"
 )
 
-// Slow-consumer policies.
-const (
-	PolicyDrop       = "drop"       // drop new messages for the slow connection and count them
-	PolicyDisconnect = "disconnect" // send CodeSlowConsumer and close the connection
-)
-
 // Config holds the limits and timers of native connections.
 type Config struct {
 	MaxPayload         int           // largest PUB payload accepted
 	MaxConnections     int           // 0 = unlimited
 	MaxSubscriptions   int           // per connection, 0 = unlimited
 	MaxPending         int64         // outbound bytes queued per connection before the slow-consumer policy applies
-	SlowConsumerPolicy string        // PolicyDrop or PolicyDisconnect
+	SlowConsumerPolicy string        // "drop" or "disconnect" (outbound.ParsePolicy)
 	PingInterval       time.Duration // server PING period
 	MaxPingsOut        int           // unanswered PINGs before the connection is closed as stale
 	WriteTimeout       time.Duration // a write blocked longer than this closes the connection

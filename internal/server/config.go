@@ -22,7 +22,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/cliflags"
 	"github.com/tern-mq/tern/internal/mqtt"
-	"github.com/tern-mq/tern/internal/native"
+	"github.com/tern-mq/tern/internal/outbound"
 )
 
 // Config is the whole configuration of a server process.
@@ -99,7 +99,7 @@ func DefaultConfig() Config {
 		MaxConnections:     65536,
 		MaxSubscriptions:   0,
 		MaxPending:         64 << 20,
-		SlowConsumerPolicy: native.PolicyDrop,
+		SlowConsumerPolicy: outbound.PolicyDrop.String(),
 		PingInterval:       2 * time.Minute,
 		UDPIdleTimeout:     30 * time.Second,
 		UDPMTU:             1200,
@@ -177,7 +177,7 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.TCPNotSentLowat) }},
 	{key: "slow_consumer_policy", group: groupLimits, help: "what happens to a connection over max_pending: drop (its new messages are dropped and counted) or disconnect",
 		bind: func(c *Config) pflag.Value {
-			return enum(&c.SlowConsumerPolicy, native.PolicyDrop, native.PolicyDisconnect)
+			return enum(&c.SlowConsumerPolicy, outbound.PolicyDrop.String(), outbound.PolicyDisconnect.String())
 		}},
 
 	{key: "ping_interval", group: groupKeepTime, help: "how often the server pings each client",

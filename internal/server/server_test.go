@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/monitor"
-	"github.com/tern-mq/tern/internal/native"
+	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/wire"
 )
@@ -334,7 +334,7 @@ func TestSlowConsumerDisconnectPolicy(t *testing.T) {
 	s := startServer(t, func(c *Config) {
 		c.MaxPayload = 64 << 10
 		c.MaxPending = 128 << 10
-		c.SlowConsumerPolicy = native.PolicyDisconnect
+		c.SlowConsumerPolicy = outbound.PolicyDisconnect.String()
 	})
 	stuck, _ := connectRaw(t, s, 0)
 	stuck.send(wire.AppendSub(nil, 0, 1, "flood", "", ""))
