@@ -414,7 +414,12 @@ func (q *Queue) Flush() {
 			q.mu.Unlock()
 			return
 		}
-		if st == nil || len(st.out) == 0 || len(st.out) > InlineFlushMax || !q.inlineAllowed() {
+		if st == nil || len(st.out) == 0 { // nothing to send: no writer needed
+			q.releaseRoleLocked()
+			q.mu.Unlock()
+			return
+		}
+		if len(st.out) > InlineFlushMax || !q.inlineAllowed() {
 			q.mu.Unlock()
 			go q.writeLoop(nil, nil)
 			return
