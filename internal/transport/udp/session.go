@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/transport/arq"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 )
@@ -248,7 +249,7 @@ type Conn struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	ep       *Endpoint
+	ep       *arq.Endpoint
 	peer     net.Addr
 	rbuf     []byte // delivered, not yet read: rbuf[roff:]
 	roff     int
@@ -273,7 +274,7 @@ func newConn(pc *net.UDPConn, bc batchConn, id uint64, peer net.Addr, cfg Config
 		cfg.MTU -= sealOverhead
 	}
 	cfg.defaults()
-	c := &Conn{pc: pc, bc: bc, id: id, local: pc.LocalAddr(), peer: peer, ep: New(cfg), onDone: onDone, sec: sec,
+	c := &Conn{pc: pc, bc: bc, id: id, local: pc.LocalAddr(), peer: peer, ep: arq.New(cfg.arq()), onDone: onDone, sec: sec,
 		keepAlive: cfg.KeepAlive, idleTimeout: cfg.IdleTimeout, lastRecv: time.Now(), lastSend: time.Now()}
 	c.hdr[0] = kindData
 	binary.BigEndian.PutUint64(c.hdr[1:], id)
@@ -541,7 +542,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 func (c *Conn) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := c.ep.Stats()
+	st := Stats{Stats: c.ep.Stats()}
 	if c.sec != nil {
 		st.Forged, st.Replayed = c.sec.forged, c.sec.replayed
 	}
