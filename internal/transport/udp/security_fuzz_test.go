@@ -18,7 +18,7 @@ func FuzzHandshakeDecode(f *testing.F) {
 	msg2, srv, _ := respond(keys, modeNK, 42, 9, h.msg1)
 	cli, _ := h.finish(9, msg2)
 	hdr := []byte{kindData, 0, 0, 0, 0, 0, 0, 0, 9}
-	sealed, _ := cli.seal(nil, hdr, []byte{version | flagData, 1, 0x03, 1, 'x'})
+	sealed, _ := cli.seal(nil, hdr, []byte{arqData, 1, 0x03, 1, 'x'})
 	cookie := make([]byte, 24)
 	f.Add(handshakeInit2(42, cookie, modeNK, h.msg1))
 	f.Add(handshakeInit2(42, cookie, modePlain, nil))

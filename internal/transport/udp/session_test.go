@@ -15,6 +15,10 @@ import (
 
 // TestSessionEchoLoopback: a session over real sockets on loopback carries a byte
 // stream both ways intact.
+// arqData begins an ARQ data datagram (package arq's wire format: version 1, data
+// flag); followed by 1, 3, 1, 'x' it is packet 1 carrying the message "x".
+const arqData = 0x11
+
 func TestSessionEchoLoopback(t *testing.T) {
 	l, c := echoSession(t)
 	data := make([]byte, 2<<20)
@@ -91,7 +95,7 @@ func testNoAmplification(t *testing.T, lcfg, dcfg Config) {
 	if n, _ := send(bad); n != 0 {
 		t.Fatal("a forged cookie was answered")
 	}
-	data := []byte{kindData, 1, 2, 3, 4, 5, 6, 7, 8, version | flagData, 1, 3, 1, 'x'}
+	data := []byte{kindData, 1, 2, 3, 4, 5, 6, 7, 8, arqData, 1, 3, 1, 'x'}
 	wantReset := sessionHdr
 	if !lcfg.PrivateKey.IsZero() {
 		// A reset from a listener with a key carries the session's token: it

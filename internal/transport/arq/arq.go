@@ -1,4 +1,4 @@
-package udp
+package arq
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 
 // Config tunes an Endpoint. Zero values take the defaults shown.
 type Config struct {
-	MTU         int           // largest datagram, bytes (1200, at least minMTU)
+	MTU         int           // largest datagram, bytes (1200, at least 256)
 	AckEvery    int           // acknowledge after this many data packets (32)
 	AckDelay    time.Duration // ... or this long after the first unacknowledged one (50ms)
 	BundleDelay time.Duration // wait up to this long to fill a datagram; <0 disables (1ms)
@@ -21,15 +21,6 @@ type Config struct {
 	MinRTO      time.Duration // 200ms
 	MaxRTO      time.Duration // 10s
 	InitialRTO  time.Duration // 1s (RFC 6298)
-
-	// Sessions (Conn, Listener); the Endpoint ignores these.
-	KeepAlive   time.Duration // ping after this long with nothing sent (5s)
-	IdleTimeout time.Duration // end a session that heard nothing this long (30s): the longest outage it rides out
-
-	// Encryption (noise.go), off while the keys are zero.
-	PrivateKey Key // listener: its static key; with one it accepts only encrypted sessions
-	ServerKey  Key // dialer: the listener's public key; with one the session is encrypted and the server proven
-	PSK        Key // both sides, optional: a shared secret that also authenticates the client
 }
 
 func (c *Config) defaults() {
@@ -55,8 +46,6 @@ func (c *Config) defaults() {
 	setD(&c.MinRTO, 200*time.Millisecond)
 	setD(&c.MaxRTO, 10*time.Second)
 	setD(&c.InitialRTO, time.Second)
-	setD(&c.KeepAlive, 5*time.Second)
-	setD(&c.IdleTimeout, 30*time.Second)
 }
 
 // Errors callers branch on.
@@ -79,22 +68,17 @@ type Stats struct {
 	Cwnd         float64
 	Inflight     int
 	Queued       int // bytes waiting to be packetized
-
-	// Encrypted sessions (Conn) only: datagrams dropped before the ARQ saw them.
-	Forged   uint64 // failed authentication
-	Replayed uint64 // a counter already seen or older than the replay window
 }
 
-// add sums the counters of o into s (not the gauges).
-func (s *Stats) add(o *Stats) {
+// Add sums the counters of o into s; the gauges (RTT, RTO, Cwnd, Inflight,
+// Queued) are left as they are.
+func (s *Stats) Add(o *Stats) {
 	s.DataPackets += o.DataPackets
 	s.CoordPackets += o.CoordPackets
 	s.Retransmits += o.Retransmits
 	s.NaksSent += o.NaksSent
 	s.Delivered += o.Delivered
 	s.Duplicates += o.Duplicates
-	s.Forged += o.Forged
-	s.Replayed += o.Replayed
 }
 
 type sentPacket struct {

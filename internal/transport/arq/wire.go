@@ -1,16 +1,4 @@
-// Package udp owns Tern's reliable transport over UDP: a pure ARQ state machine
-// (Endpoint) that turns messages into datagrams and datagrams back into messages,
-// in order and exactly once, over a path that loses, duplicates, reorders and delays
-// them. It has no sockets, goroutines or clocks: the caller passes datagrams, the time
-// and timer ticks in, and takes datagrams to send and delivered messages out, which
-// is what lets tests replay seeded loss, reordering and blackouts exactly.
-//
-// Reliability is selective repeat driven by the receiver: gaps are reported at once
-// as NAK ranges, cumulative acknowledgements go out every AckEvery packets or AckDelay
-// (piggybacked on data when there is any), a tail-loss probe asks for an
-// acknowledgement after a burst, and a retransmission timer per RFC 6298 covers the
-// rest. Small messages are bundled into one datagram; large ones are fragmented.
-package udp
+package arq
 
 import (
 	"encoding/binary"
