@@ -60,12 +60,18 @@ type conn struct {
 	normalExit  bool // DISCONNECT without will (reader)
 	ownFlush    bool // acknowledgements queued since the last flushBatch (reader)
 	ws          bool // MQTT over WebSocket
+	aliasOut    bool // the server sends this client topic aliases (rare.out); set during CONNECT
 }
 
 // connRare is what few connections need: a will, topic aliases.
 type connRare struct {
 	will    *will
-	aliases map[uint16]string
+	aliases map[uint16]string // set by the client (reader only)
+	// out is the table of aliases the server sends, made during CONNECT for a v5
+	// client that allows them (aliasOut) and never replaced; its contents are
+	// guarded by the outbound queue's lock, like enc. It lives as long as the
+	// network connection: a client that reconnects starts with no aliases.
+	out *outAliases
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
@@ -404,6 +410,10 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		}
 		if p.Props.HasRequestProblemInfo {
 			c.problemInfo = p.Props.RequestProblemInfo == 1
+		}
+		if n := min(int(p.Props.TopicAliasMaximum), c.srv.cfg.OutboundTopicAliases); p.Props.HasTopicAliasMaximum && n > 0 {
+			c.rareFields().out = &outAliases{max: uint16(n)}
+			c.aliasOut = true
 		}
 		if p.Props.AuthMethod != "" {
 			c.connack(false, packet.BadAuthenticationMethod, nil)
@@ -917,11 +927,25 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 	} else {
 		p.Props.UserProperties = ups[:0]
 	}
+	// A topic alias is decided here and recorded only once the packet is committed:
+	// the client learns an alias from the PUBLISH that carries it with its topic.
+	var alias uint16
+	known := false
+	if c.aliasOut && topic != "" {
+		alias, known = c.rare.out.lookup(topic)
+		p.Props.TopicAlias, p.Props.HasTopicAlias = alias, true
+		if known {
+			p.Topic = ""
+		}
+	}
 	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > max && packet.Size(p, c.version) > max {
 		c.q.CountDropped()
 		return false
 	}
 	c.q.Commit(packet.AppendPublish(b, p, c.version), len(payload))
+	if alias != 0 {
+		c.rare.out.used(alias, topic, known)
+	}
 	return true
 }
 

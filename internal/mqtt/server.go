@@ -48,6 +48,10 @@ type Config struct {
 	MaxSessionExpiry time.Duration
 	// TopicAliasMaximum is how many topic aliases a v5 client may set (0 disables).
 	TopicAliasMaximum int
+	// OutboundTopicAliases is how many topic aliases the server uses on the PUBLISH
+	// packets it sends one v5 client, if the client's Topic Alias Maximum allows as
+	// many (0 disables). Each alias keeps a copy of its topic while the connection lasts.
+	OutboundTopicAliases int
 	// MaxPending bounds bytes queued for a client's socket; QoS 0 messages over it
 	// meet the slow-consumer policy (QoS 1 and 2 are bounded by the in-flight
 	// window instead).
@@ -84,17 +88,18 @@ type Config struct {
 // DefaultConfig is the configuration `tern server` uses unless told otherwise.
 func DefaultConfig() Config {
 	return Config{
-		MaxConnections:    65536,
-		MaxPacketSize:     1<<20 + 64<<10,
-		ReceiveMaximum:    1024,
-		MaxInflight:       1024,
-		MaxQueued:         10000,
-		QueuePolicy:       PolicyDropNew,
-		MaxSessionExpiry:  0,
-		TopicAliasMaximum: 1024,
-		MaxPending:        64 << 20,
-		ConnectTimeout:    10 * time.Second,
-		WriteTimeout:      10 * time.Second,
+		MaxConnections:       65536,
+		MaxPacketSize:        1<<20 + 64<<10,
+		ReceiveMaximum:       1024,
+		MaxInflight:          1024,
+		MaxQueued:            10000,
+		QueuePolicy:          PolicyDropNew,
+		MaxSessionExpiry:     0,
+		TopicAliasMaximum:    1024,
+		OutboundTopicAliases: 16,
+		MaxPending:           64 << 20,
+		ConnectTimeout:       10 * time.Second,
+		WriteTimeout:         10 * time.Second,
 	}
 }
 
@@ -136,6 +141,9 @@ func (c *Config) fillDefaults() error {
 	}
 	if c.TopicAliasMaximum < 0 || c.TopicAliasMaximum > 65535 {
 		return fmt.Errorf("mqtt: topic alias maximum %d out of 0..65535", c.TopicAliasMaximum)
+	}
+	if c.OutboundTopicAliases < 0 || c.OutboundTopicAliases > 65535 {
+		return fmt.Errorf("mqtt: outbound topic aliases %d out of 0..65535", c.OutboundTopicAliases)
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = d.MaxPending

@@ -219,6 +219,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return dur(&c.MQTT.MaxSessionExpiry) }},
 	{key: "mqtt_topic_alias_maximum", group: groupMQTT, help: "topic aliases an MQTT 5 client may set (0 disables them)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTT.TopicAliasMaximum, 0, 65535) }},
+	{key: "mqtt_outbound_topic_aliases", group: groupMQTT, help: "topic aliases the server uses on messages to an MQTT 5 client that allows them (the client's topic alias maximum may lower it; 0 disables them)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTT.OutboundTopicAliases, 0, 65535) }},
 	{key: "mqtt_max_keepalive", group: groupMQTT, help: "largest keepalive granted to MQTT 5 clients (0 = what the client asks)",
 		bind: func(c *Config) pflag.Value { return dur(&c.MQTT.MaxKeepAlive) }},
 
