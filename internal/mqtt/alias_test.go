@@ -86,6 +86,12 @@ func TestRawOutboundTopicAliasReconnect(t *testing.T) {
 		t.Fatalf("first connection got %s", got)
 	}
 	sub.send(&packet.Ack{Type: packet.TypePuback, PacketID: first.PacketID})
+	// A PINGRESP after the PUBACK: the server has handled the PUBACK, which a
+	// takeover by the next connection could otherwise overtake.
+	sub.send(&packet.Pingreq{})
+	if _, ok := sub.must(5 * time.Second).(*packet.Pingresp); !ok {
+		t.Fatal("no PINGRESP")
+	}
 	_ = sub.nc.Close() // the second unacknowledged
 
 	sub = dialRaw(t, port, packet.V5)
