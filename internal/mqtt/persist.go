@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -218,6 +219,8 @@ func appendBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
+var errTruncated = errors.New("truncated value")
+
 type byteReader struct {
 	b   []byte
 	err error
@@ -229,7 +232,7 @@ func (r *byteReader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.err = errors.New("mqtt state: truncated value")
+		r.err = errTruncated
 		return 0
 	}
 	r.b = r.b[n:]
@@ -242,7 +245,7 @@ func (r *byteReader) bytes() []byte {
 		return nil
 	}
 	if n > uint64(len(r.b)) {
-		r.err = errors.New("mqtt state: truncated value")
+		r.err = errTruncated
 		return nil
 	}
 	v := r.b[:n:n]
@@ -274,8 +277,8 @@ func decodeOutMsg(b []byte) (*outMsg, error) {
 	r := &byteReader{b: b}
 	flags := r.uvarint()
 	m := &outMsg{qos: byte(flags & 3), retain: flags&4 != 0, pubrec: flags&8 != 0}
-	m.pid = uint16(r.uvarint())
-	m.subID = uint32(r.uvarint())
+	pid := r.uvarint()
+	subID := r.uvarint()
 	m.expireAt = int64(r.uvarint())
 	m.topic = string(r.bytes())
 	m.reply = string(r.bytes())
@@ -283,9 +286,21 @@ func decodeOutMsg(b []byte) (*outMsg, error) {
 		m.header = h
 	}
 	m.payload = r.bytes()
-	if r.err != nil || m.qos == 0 || m.qos > 2 {
-		return nil, fmt.Errorf("mqtt state: bad message record")
+	switch {
+	case r.err != nil:
+		return nil, fmt.Errorf("mqtt state: bad message record: %w", r.err)
+	case flags&^15 != 0:
+		return nil, fmt.Errorf("mqtt state: bad message record: unknown flags %#x", flags)
+	case m.qos == 0 || m.qos > 2:
+		return nil, fmt.Errorf("mqtt state: bad message record: QoS %d", m.qos)
+	case pid > math.MaxUint16:
+		return nil, fmt.Errorf("mqtt state: bad message record: packet id %d", pid)
+	case subID > math.MaxUint32:
+		return nil, fmt.Errorf("mqtt state: bad message record: subscription id %d", subID)
+	case len(r.b) > 0:
+		return nil, fmt.Errorf("mqtt state: bad message record: %d trailing bytes", len(r.b))
 	}
+	m.pid, m.subID = uint16(pid), uint32(subID)
 	return m, nil
 }
 
@@ -299,14 +314,21 @@ func encodeRetained(rm *retainedMsg) []byte {
 
 func decodeRetained(subj string, b []byte) (*retainedMsg, error) {
 	r := &byteReader{b: b}
-	rm := &retainedMsg{subject: subj, qos: byte(r.uvarint()), expireAt: int64(r.uvarint())}
+	qos := r.uvarint()
+	rm := &retainedMsg{subject: subj, expireAt: int64(r.uvarint())}
 	rm.reply = string(r.bytes())
 	if h := r.bytes(); len(h) > 0 {
 		rm.header = h
 	}
 	rm.payload = r.bytes()
-	if r.err != nil {
-		return nil, r.err
+	switch {
+	case r.err != nil:
+		return nil, fmt.Errorf("mqtt state: bad retained record: %w", r.err)
+	case qos > 2:
+		return nil, fmt.Errorf("mqtt state: bad retained record: QoS %d", qos)
+	case len(r.b) > 0:
+		return nil, fmt.Errorf("mqtt state: bad retained record: %d trailing bytes", len(r.b))
 	}
+	rm.qos = byte(qos)
 	return rm, nil
 }

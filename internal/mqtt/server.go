@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -260,6 +261,11 @@ func (s *Server) restore(data map[string][]byte) {
 	msgs := make(map[string][]stored)
 	qos2 := make(map[string][]uint16)
 	for key, val := range data {
+		if len(key) < 2 {
+			s.log.Error("mqtt state: bad key, dropped", "key", key)
+			s.kv.del(key)
+			continue
+		}
 		kind, rest := key[:2], key[2:]
 		switch kind {
 		case kvRetained:
@@ -290,7 +296,9 @@ func (s *Server) restore(data map[string][]byte) {
 		case kvMessage, kvQoS2:
 			client, id, ok := strings.Cut(rest, "\x00")
 			n, err := strconv.ParseUint(id, 10, 64)
-			if !ok || err != nil {
+			// The id must be as msgKey and qos2Key write it: those keys are deleted later.
+			if !ok || err != nil || id != strconv.FormatUint(n, 10) || (kind == kvQoS2 && (n == 0 || n > math.MaxUint16)) {
+				s.log.Error("mqtt state: bad key, dropped", "key", key)
 				s.kv.del(key)
 				continue
 			}
@@ -300,6 +308,7 @@ func (s *Server) restore(data map[string][]byte) {
 			}
 			m, err := decodeOutMsg(val)
 			if err != nil {
+				s.log.Error("mqtt state: bad queued message, dropped", "client_id", client, "err", err)
 				s.kv.del(key)
 				continue
 			}
@@ -333,6 +342,10 @@ func (s *Server) restore(data map[string][]byte) {
 			sess.markQoS2(pid)
 		}
 	}
+	// Under s.mu: a timer that fires at once (a short expiry) ends its session, and
+	// must wait for this loop to finish with the map.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, sess := range s.sessions {
 		sess.loading = false
 		if sess.expiry > 0 {
