@@ -205,12 +205,7 @@ func newConsumerListCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List a stream's consumers",
 		Args:    argsBetween(1, 1, "want a stream name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, js, err := streamsConn(&cf)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
 			out := cmd.OutOrStdout()
 			list, err := js.ListConsumers(cmd.Context(), args[0])
 			if err != nil {
@@ -234,7 +229,7 @@ func newConsumerListCmd() *cobra.Command {
 					orDefault(string(c.Config.AckPolicy), string(tern.AckExplicit)), c.NumPending, c.NumAckPending, c.NumRedelivered, c.NumWaiting)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cf.register(cmd, "tern-consumer")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the consumer infos as a JSON array")
@@ -253,12 +248,7 @@ func newConsumerInfoCmd() *cobra.Command {
 		Use:   "info <stream> <name> [options]",
 		Short: "Describe a consumer: its configuration and state",
 		Args:  argsBetween(2, 2, "want a stream and a consumer name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, js, err := streamsConn(&cf)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
 			info, err := js.ConsumerInfo(cmd.Context(), args[0], args[1])
 			if err != nil {
 				return consumerErr(err, args[0], args[1])
@@ -268,7 +258,7 @@ func newConsumerInfoCmd() *cobra.Command {
 			}
 			printConsumerInfo(cmd.OutOrStdout(), info)
 			return nil
-		},
+		}),
 	}
 	cf.register(cmd, "tern-consumer")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the consumer info as JSON")
@@ -358,18 +348,13 @@ func newConsumerRemoveCmd() *cobra.Command {
 		Use:   "rm <stream> <name> [options]",
 		Short: "Delete a consumer and its position",
 		Args:  argsBetween(2, 2, "want a stream and a consumer name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, js, err := streamsConn(&cf)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
 			if err := js.DeleteConsumer(cmd.Context(), args[0], args[1]); err != nil {
 				return fmt.Errorf("delete consumer: %w", consumerErr(err, args[0], args[1]))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Consumer %s/%s deleted\n", args[0], args[1])
 			return nil
-		},
+		}),
 	}
 	cf.register(cmd, "tern-consumer")
 	return cmd

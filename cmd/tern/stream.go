@@ -47,6 +47,19 @@ func streamsConn(cf *clientFlags) (*tern.Conn, *tern.Streams, error) {
 	return nc, nc.Streams(tern.APITimeout(cf.timeout)), nil
 }
 
+// withStreams makes the RunE of a command that works on the stream API: it connects
+// with the command's client flags, runs fn and closes the connection.
+func withStreams(cf *clientFlags, fn func(cmd *cobra.Command, args []string, js *tern.Streams) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		nc, js, err := streamsConn(cf)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		return fn(cmd, args, js)
+	}
+}
+
 // streamErr makes the usual stream API failures read well on a terminal.
 func streamErr(err error, stream string) error {
 	switch {
@@ -195,12 +208,7 @@ func newStreamListCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List the streams",
 		Args:    argsBetween(0, 0, ""),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, js, err := streamsConn(&cf)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: withStreams(&cf, func(cmd *cobra.Command, _ []string, js *tern.Streams) error {
 			out := cmd.OutOrStdout()
 			list, err := js.ListStreams(cmd.Context())
 			if err != nil {
@@ -225,7 +233,7 @@ func newStreamListCmd() *cobra.Command {
 					orDefault(string(s.Config.Retention), string(tern.RetainLimits)), st.Msgs, humanBytes(st.Bytes), st.FirstSeq, st.LastSeq, st.Consumers)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cf.register(cmd, "tern-stream")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stream infos as a JSON array")
@@ -244,12 +252,7 @@ func newStreamInfoCmd() *cobra.Command {
 		Use:   "info <name> [options]",
 		Short: "Describe a stream: its configuration and state",
 		Args:  argsBetween(1, 1, "want a stream name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			nc, js, err := streamsConn(&cf)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
 			info, err := js.StreamInfo(cmd.Context(), args[0])
 			if err != nil {
 				return streamErr(err, args[0])
@@ -259,7 +262,7 @@ func newStreamInfoCmd() *cobra.Command {
 			}
 			printStreamInfo(cmd.OutOrStdout(), info)
 			return nil
-		},
+		}),
 	}
 	cf.register(cmd, "tern-stream")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stream info as JSON")

@@ -172,14 +172,8 @@ func NewGroup(cfg Config, log *slog.Logger) (*Group, error) {
 	return &Group{cfg: cfg, stallAt: min(cfg.MaxPending/2, StallBacklog), log: log}, nil
 }
 
-// Config is the group's configuration.
-func (g *Group) Config() Config { return g.cfg }
-
-// SlowConsumers is how many connections hit their pending limit, live or gone.
-func (g *Group) SlowConsumers() uint64 { return g.slowConsumers.Load() }
-
-// Opened counts a connection accepted and tunes its socket for the group's
-// queues; TotalConnections reports the count.
+// Opened counts a connection accepted (Totals.TotalConnections) and tunes its
+// socket for the group's queues.
 func (g *Group) Opened(nc net.Conn) {
 	g.opened.Add(1)
 	if g.cfg.NotSentLowat > 0 {

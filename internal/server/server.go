@@ -268,15 +268,6 @@ func (s *Server) addrOf(name string) net.Addr {
 	return nil
 }
 
-func (s *Server) httpAddr() string { return addrString(s.addrOf("http")) }
-
-func addrString(a net.Addr) string {
-	if a == nil {
-		return ""
-	}
-	return a.String()
-}
-
 // MQTTAddr is the MQTT listener's address, or nil if MQTT is disabled.
 func (s *Server) MQTTAddr() net.Addr { return s.addrOf("mqtt") }
 
