@@ -16,6 +16,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	sm "github.com/tern-mq/tern/internal/mqtt/session"
 	"github.com/tern-mq/tern/internal/outbound"
 )
 
@@ -29,8 +30,11 @@ type conn struct {
 	nc     net.Conn                // set under mu; nil while dormant (see fd)
 	sessp  atomic.Pointer[session] // see sess
 	rd     *reader                 // owned by the reader, while one runs
-	rare   *connRare               // owned by the reader; nil for most clients
 	readAt atomic.Int64            // unix nanoseconds of the latest bytes from the client
+	// aliases is the session machine's table of topic aliases towards this client
+	// (nil when none are used), set during CONNECT; PUBLISH packets are encoded
+	// under the session's lock, which guards it.
+	aliases *sm.OutAliases
 
 	// q is the outbound queue; its writer runs only while there is something to
 	// send, and an idle connection lets its buffers go (Release).
@@ -54,24 +58,10 @@ type conn struct {
 	fd                           int32
 	pollAdded, pollGone, dormant bool
 
-	receiveMax  uint16 // the client's receive maximum
 	version     byte
 	problemInfo bool // the client accepts reason strings
-	normalExit  bool // DISCONNECT without will (reader)
-	ownFlush    bool // acknowledgements queued since the last flushBatch (reader)
+	ownFlush    bool // packets queued since the last flushBatch (reader)
 	ws          bool // MQTT over WebSocket
-	aliasOut    bool // the server sends this client topic aliases (rare.out); set during CONNECT
-}
-
-// connRare is what few connections need: a will, topic aliases.
-type connRare struct {
-	will    *will
-	aliases map[uint16]string // set by the client (reader only)
-	// out is the table of aliases the server sends, made during CONNECT for a v5
-	// client that allows them (aliasOut) and never replaced; its contents are
-	// guarded by the outbound queue's lock, like enc. It lives as long as the
-	// network connection: a client that reconnects starts with no aliases.
-	out *outAliases
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
@@ -79,14 +69,6 @@ func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	_, c.ws = nc.(*wsConn)
 	c.q.Init(s.groups[c.transport()], c)
 	return c
-}
-
-// rareFields returns the connection's connRare, made on first use. Reader only.
-func (c *conn) rareFields() *connRare {
-	if c.rare == nil {
-		c.rare = &connRare{}
-	}
-	return c.rare
 }
 
 // sess is the connection's session once its CONNECT is accepted, else nil.
@@ -198,7 +180,7 @@ func (c *conn) keepAlive() time.Duration { return time.Duration(c.keepAliveMS) *
 
 // keepAliveDeadline is when the client's silence exceeds 1.5 times its keepalive.
 func (c *conn) keepAliveDeadline() time.Time {
-	return time.Unix(0, c.readAt.Load()).Add(c.keepAlive() * 3 / 2)
+	return sm.KeepAliveDeadline(time.Unix(0, c.readAt.Load()), c.keepAlive())
 }
 
 // idleTimeout reports whether a read error is the reader's own idle deadline, not a
@@ -387,8 +369,7 @@ func (c *conn) readError(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		if c.attached.Load() {
-			c.disconnect(packet.KeepAliveTimeout, "keep alive timeout")
-			return fmt.Errorf("%w: keepalive %v passed without a packet", errClosedByServer, c.keepAlive())
+			return c.keepAliveExpired()
 		}
 		return fmt.Errorf("%w: no CONNECT within %v", errClosedByServer, c.srv.cfg.ConnectTimeout)
 	}
@@ -399,33 +380,16 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 	c.version = p.ProtocolLevel
 	c.rd.pr.SetVersion(c.version)
 	v5 := c.version == packet.V5
-	c.receiveMax = 65535
-	c.problemInfo = true
-	if v5 {
-		if p.Props.HasReceiveMaximum {
-			c.receiveMax = p.Props.ReceiveMaximum
-		}
-		if p.Props.HasMaximumPacketSize {
-			c.maxPacket = p.Props.MaximumPacketSize
-		}
-		if p.Props.HasRequestProblemInfo {
-			c.problemInfo = p.Props.RequestProblemInfo == 1
-		}
-		if n := min(int(p.Props.TopicAliasMaximum), c.srv.cfg.OutboundTopicAliases); p.Props.HasTopicAliasMaximum && n > 0 {
-			c.rareFields().out = &outAliases{max: uint16(n)}
-			c.aliasOut = true
-		}
-		if p.Props.AuthMethod != "" {
-			c.connack(false, packet.BadAuthenticationMethod, nil)
-			return fmt.Errorf("%w: enhanced authentication %q not supported", errClosedByServer, p.Props.AuthMethod)
-		}
+	if v5 && p.Props.AuthMethod != "" {
+		c.connack(false, packet.BadAuthenticationMethod, nil)
+		return fmt.Errorf("%w: enhanced authentication %q not supported", errClosedByServer, p.Props.AuthMethod)
 	}
 	if c.srv.connected() >= c.srv.cfg.MaxConnections {
 		c.connack(false, packet.ServerBusy, nil)
 		return fmt.Errorf("%w: %d connections, the maximum", errClosedByServer, c.srv.cfg.MaxConnections)
 	}
 	clientID := p.ClientID // a copy (the decoder's)
-	assigned := ""
+	var opts sm.ConnectOpts
 	if clientID == "" {
 		if c.version == packet.V31 || (c.version == packet.V311 && !p.CleanStart) {
 			c.connack(false, packet.ClientIdentifierNotValid, nil)
@@ -434,92 +398,84 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		b := make([]byte, 12)
 		_, _ = rand.Read(b)
 		clientID = "tern-" + hex.EncodeToString(b)
-		assigned = clientID
+		opts.AssignedID = clientID
 	}
-	// Session expiry: v5 says; v3 clean sessions end at once and others never.
-	var expiry time.Duration
-	switch {
-	case v5 && p.Props.HasSessionExpiry && p.Props.SessionExpiry == 0xFFFFFFFF:
-		expiry = -1
-	case v5 && p.Props.HasSessionExpiry:
-		expiry = time.Duration(p.Props.SessionExpiry) * time.Second
-	case !v5 && !p.CleanStart:
-		expiry = -1
-	}
-	capped := false
-	if max := c.srv.cfg.MaxSessionExpiry; max > 0 && (expiry < 0 || expiry > max) {
-		expiry, capped = max, true
-	}
-	keepAlive := time.Duration(p.KeepAlive) * time.Second
-	serverKeepAlive := false
-	if max := c.srv.cfg.MaxKeepAlive; v5 && max > 0 && (keepAlive == 0 || keepAlive > max) {
-		keepAlive, serverKeepAlive = max, true
-	}
-	c.keepAliveMS = uint32(keepAlive / time.Millisecond)
 	if p.WillFlag {
 		w, err := c.makeWill(p)
 		if err != nil {
 			c.connack(false, packet.TopicNameInvalid, nil)
-			return fmt.Errorf("%w: will: %v", errClosedByServer, err)
+			return fmt.Errorf("%w: will: %w", errClosedByServer, err)
 		}
-		c.rareFields().will = w
+		opts.Will = w
 	}
-	sess, err := c.srv.attach(c, clientID, p.CleanStart, expiry, func(present bool) {
-		var props packet.Properties
-		if v5 {
-			props.ReceiveMaximum, props.HasReceiveMaximum = uint16(c.srv.cfg.ReceiveMaximum), true
-			props.MaximumPacketSize, props.HasMaximumPacketSize = uint32(c.srv.cfg.MaxPacketSize), true
-			if c.srv.cfg.TopicAliasMaximum > 0 {
-				props.TopicAliasMaximum, props.HasTopicAliasMaximum = uint16(c.srv.cfg.TopicAliasMaximum), true
-			}
-			props.AssignedClientID = assigned
-			if serverKeepAlive {
-				props.ServerKeepAlive, props.HasServerKeepAlive = uint16(c.keepAlive()/time.Second), true
-			}
-			if capped {
-				props.SessionExpiry, props.HasSessionExpiry = uint32(expiry/time.Second), true
-			}
-		}
-		// Counted as connected before the client can see its CONNACK, so that a
-		// connection it opens next meets the connection limit with this one in it.
-		c.readAt.Store(time.Now().UnixNano())
-		c.attached.Store(true)
-		c.connack(present, packet.Success, &props)
-	})
+	sess, err := c.srv.attach(c, clientID, p, opts)
 	if err != nil {
 		c.connack(false, packet.ServerUnavailable, nil)
-		return fmt.Errorf("%w: %v", errClosedByServer, err)
+		return fmt.Errorf("%w: %w", errClosedByServer, err)
 	}
 	c.sessp.Store(sess)
 	if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive())
 	}
-	sess.resume(time.Now())
 	return nil
 }
 
-func (c *conn) makeWill(p *packet.Connect) (*will, error) {
+// bindLink takes what CONNECT negotiated; called under the session's lock before
+// the CONNACK is written.
+func (c *conn) bindLink(l *sm.Link) {
+	c.keepAliveMS = uint32(l.KeepAlive / time.Millisecond)
+	c.maxPacket = l.MaxPacket
+	c.problemInfo = l.ProblemInfo
+	c.aliases = l.Aliases
+}
+
+func (c *conn) makeWill(p *packet.Connect) (*sm.Will, error) {
 	subj, err := AppendSubject(nil, p.WillTopic)
 	if err != nil {
 		return nil, err
 	}
-	w := &will{}
-	w.msg.Subject = subj
-	w.msg.Payload = append([]byte(nil), p.WillPayload...)
-	w.msg.QoS = p.WillQoS
-	w.msg.Retain = p.WillRetain
+	w := &sm.Will{}
+	w.Msg.Subject = subj
+	w.Msg.Payload = append([]byte(nil), p.WillPayload...)
+	w.Msg.QoS = p.WillQoS
+	w.Msg.Retain = p.WillRetain
 	if c.version == packet.V5 {
-		w.msg.Header = appendPropsHeader(nil, &p.WillProps, time.Now())
+		w.Msg.Header = appendPropsHeader(nil, &p.WillProps, time.Now())
 		if p.WillProps.ResponseTopic != "" {
-			if w.msg.Reply, err = AppendSubject(nil, p.WillProps.ResponseTopic); err != nil {
+			if w.Msg.Reply, err = AppendSubject(nil, p.WillProps.ResponseTopic); err != nil {
 				return nil, err
 			}
 		}
 		if p.WillProps.HasWillDelay {
-			w.delay = time.Duration(p.WillProps.WillDelay) * time.Second
+			w.Delay = time.Duration(p.WillProps.WillDelay) * time.Second
 		}
 	}
 	return w, nil
+}
+
+// keepAliveExpired ends a connection whose client went silent for 1.5 times its
+// keepalive: the session machine decides and tells a v5 client why.
+func (c *conn) keepAliveExpired() error {
+	sess := c.sess()
+	var err error
+	_ = sess.step(func(now time.Time) error {
+		if sess.conn.Load() == c {
+			sess.m.Heard(time.Unix(0, c.readAt.Load()))
+			err = sess.m.Tick(now)
+		}
+		return nil
+	})
+	if err == nil { // taken over meanwhile, or the clocks disagree: the socket's deadline passed
+		c.disconnect(packet.KeepAliveTimeout, "keep alive timeout")
+		err = fmt.Errorf("keepalive %v passed without a packet", c.keepAlive())
+	}
+	return fmt.Errorf("%w: %w", errClosedByServer, err)
+}
+
+// closedBy turns a protocol error of the session machine, whose DISCONNECT is
+// queued already, into the end of the read loop.
+func closedBy(err error) error {
+	return fmt.Errorf("%w: %w", errClosedByServer, err)
 }
 
 // protocolError tells a v5 client why it is being disconnected and ends the read loop.
@@ -540,8 +496,7 @@ func (c *conn) handle(p packet.Packet) error {
 	case *packet.Unsubscribe:
 		return c.handleUnsubscribe(p)
 	case *packet.Pingreq:
-		c.send(&packet.Pingresp{})
-		return nil
+		return c.handlePing()
 	case *packet.Disconnect:
 		return c.handleDisconnect(p)
 	case *packet.Connect:
@@ -557,55 +512,41 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 	c.inMsgs.Add(1)
 	c.inBytes.Add(uint64(len(p.Payload)))
 	topic := p.Topic
-	if c.version == packet.V5 && p.Props.HasTopicAlias {
-		a := p.Props.TopicAlias
-		if a == 0 || int(a) > c.srv.cfg.TopicAliasMaximum {
-			return c.protocolError(packet.TopicAliasInvalid, "topic alias %d out of 1..%d", a, c.srv.cfg.TopicAliasMaximum)
+	sess := c.sess()
+	// QoS 0 without a topic alias asks nothing of the session: the hot path takes no
+	// session lock.
+	if p.QoS > 0 || p.Props.HasTopicAlias {
+		publish := false
+		err := sess.step(func(now time.Time) error {
+			var err error
+			topic, publish, err = sess.m.Publish(now, p)
+			return err
+		})
+		c.ownFlush = true
+		if err != nil {
+			return closedBy(err)
 		}
-		if topic != "" {
-			r := c.rareFields()
-			if r.aliases == nil {
-				r.aliases = make(map[uint16]string)
-			}
-			r.aliases[a] = strings.Clone(topic)
-		} else if c.rare != nil {
-			topic = c.rare.aliases[a]
-		}
-		if topic == "" {
-			return c.protocolError(packet.ProtocolError, "topic alias %d not set", a)
-		}
-	}
-	if p.QoS == 2 {
-		isNew, full := c.sess().receivedQoS2(p.PacketID, c.srv.cfg.ReceiveMaximum)
-		if full {
-			return c.protocolError(packet.ReceiveMaximumExceeded, "more than %d QoS 2 publishes unreleased", c.srv.cfg.ReceiveMaximum)
-		}
-		if !isNew {
-			// A resend of a message already published: acknowledge, do not publish again.
-			c.writeAck(packet.TypePubrec, p.PacketID, packet.Success)
+		if !publish {
 			return nil
 		}
+	} else if isReserved(topic) {
+		return nil // not for clients to publish to; QoS 0 has no acknowledgement to say so
 	}
 	reason := packet.Success
-	if isReserved(topic) {
-		reason = packet.NotAuthorized
-	} else if err := c.publish(topic, p); err != nil {
+	if err := c.publish(topic, p); err != nil {
 		if c.version != packet.V5 {
-			return fmt.Errorf("%w: publish to %q: %v", errClosedByServer, topic, err)
+			return fmt.Errorf("%w: publish to %q: %w", errClosedByServer, topic, err)
 		}
 		reason = packet.TopicNameInvalid
 		if p.QoS == 0 {
 			return c.protocolError(reason, "%v", err)
 		}
 	}
-	switch p.QoS {
-	case 1:
-		c.writeAck(packet.TypePuback, p.PacketID, reason)
-	case 2:
-		if reason >= 0x80 {
-			c.sess().released(p.PacketID) // a failed QoS 2 exchange ends at PUBREC
-		}
-		c.writeAck(packet.TypePubrec, p.PacketID, reason)
+	if p.QoS > 0 {
+		_ = sess.step(func(time.Time) error {
+			sess.m.Published(p, reason)
+			return nil
+		})
 	}
 	return nil
 }
@@ -648,106 +589,55 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 }
 
 func (c *conn) handleAck(p *packet.Ack) error {
-	now := time.Now()
-	switch p.Type {
-	case packet.TypePuback, packet.TypePubcomp:
-		c.sess().acked(p.PacketID, now)
-	case packet.TypePubrec:
-		if !c.sess().pubrec(p.PacketID, p.Reason >= 0x80, now) && p.Reason < 0x80 {
-			c.writeAck(packet.TypePubrel, p.PacketID, packet.PacketIdentifierNotFound)
-			return nil
-		}
-		if p.Reason < 0x80 {
-			c.writeAck(packet.TypePubrel, p.PacketID, packet.Success)
-		}
-	case packet.TypePubrel:
-		reason := packet.Success
-		if !c.sess().released(p.PacketID) {
-			reason = packet.PacketIdentifierNotFound
-		}
-		c.writeAck(packet.TypePubcomp, p.PacketID, reason)
-	}
-	return nil
+	sess := c.sess()
+	c.ownFlush = true
+	return sess.step(func(now time.Time) error {
+		sess.m.Ack(now, p)
+		return nil
+	})
 }
 
 func (c *conn) handleSubscribe(p *packet.Subscribe) error {
-	v5 := c.version == packet.V5
 	var subID uint32
 	if len(p.Props.SubscriptionIDs) > 0 {
 		subID = p.Props.SubscriptionIDs[0]
 	}
-	reasons := make([]packet.ReasonCode, len(p.Subs))
-	type retainWanted struct {
-		e        *subEntry
-		subjects []string
-	}
-	var wanted []retainWanted
+	subs := make([]*sm.Sub, len(p.Subs))
 	for i, s := range p.Subs {
-		reasons[i] = packet.ReasonCode(min(s.QoS, 2))
-		if v5 && s.NoLocal && strings.HasPrefix(s.Filter, "$share/") {
-			return c.protocolError(packet.ProtocolError, "no local on shared subscription %q", s.Filter)
-		}
-		e, subjects, queue, err := newSubEntry(strings.Clone(s.Filter), s.QoS, s.NoLocal, s.RetainAsPublished, subID)
-		if err != nil {
-			reasons[i] = packet.TopicFilterInvalid
-			if !v5 {
-				reasons[i] = 0x80
-			}
-			continue
-		}
-		existed, err := c.sess().subscribe(e, subjects, queue)
-		if err != nil {
-			reasons[i] = packet.UnspecifiedError
-			if !v5 {
-				reasons[i] = 0x80
-			}
-			c.logger().Warn("subscribe failed", "filter", e.filter, "err", err)
-			continue
-		}
-		if !e.shared && (s.RetainHandling == 0 || s.RetainHandling == 1 && !existed) {
-			wanted = append(wanted, retainWanted{e, subjects})
-		}
+		subs[i], _ = newSub(strings.Clone(s.Filter), s.QoS, s.NoLocal, s.RetainAsPublished, subID) // nil: invalid
 	}
-	c.send(&packet.Suback{PacketID: p.PacketID, Reasons: reasons})
-	now := time.Now()
-	for _, w := range wanted {
-		c.srv.retained.match(w.subjects, w.e.dollarGuard, now, func(rm *retainedMsg) {
-			c.sess().deliverRetained(w.e, rm)
-		})
+	sess := c.sess()
+	c.ownFlush = true
+	if err := sess.step(func(now time.Time) error { return sess.m.Subscribe(now, p, subs) }); err != nil {
+		return closedBy(err)
 	}
-	c.Flush()
 	return nil
 }
 
 func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) error {
-	reasons := make([]packet.ReasonCode, len(p.Filters))
-	for i, f := range p.Filters {
-		if !c.sess().unsubscribe(f) {
-			reasons[i] = packet.NoSubscriptionExisted
-		}
-	}
-	c.send(&packet.Unsuback{PacketID: p.PacketID, Reasons: reasons})
-	return nil
+	sess := c.sess()
+	c.ownFlush = true
+	return sess.step(func(now time.Time) error {
+		sess.m.Unsubscribe(now, p)
+		return nil
+	})
+}
+
+func (c *conn) handlePing() error {
+	sess := c.sess()
+	c.ownFlush = true
+	return sess.step(func(now time.Time) error {
+		sess.m.Ping(now)
+		return nil
+	})
 }
 
 func (c *conn) handleDisconnect(p *packet.Disconnect) error {
-	if c.version == packet.V5 && p.Props.HasSessionExpiry {
-		c.sess().mu.Lock()
-		was := c.sess().expiry
-		c.sess().mu.Unlock()
-		if was == 0 && p.Props.SessionExpiry != 0 {
-			return c.protocolError(packet.ProtocolError, "session expiry set at DISCONNECT after 0 at CONNECT")
-		}
-		d := time.Duration(p.Props.SessionExpiry) * time.Second
-		if p.Props.SessionExpiry == 0xFFFFFFFF {
-			d = -1
-		}
-		if max := c.srv.cfg.MaxSessionExpiry; max > 0 && (d < 0 || d > max) {
-			d = max
-		}
-		c.sess().setExpiry(d)
+	sess := c.sess()
+	c.ownFlush = true
+	if err := sess.step(func(now time.Time) error { return sess.m.ClientDisconnect(now, p) }); err != nil {
+		return closedBy(err)
 	}
-	c.normalExit = p.Reason != packet.DisconnectWithWill
 	return io.EOF
 }
 
@@ -826,14 +716,37 @@ func (c *conn) connack(present bool, reason packet.ReasonCode, props *packet.Pro
 	}
 }
 
-// writeAck queues PUBACK, PUBREC, PUBREL or PUBCOMP. Only the reader calls it; the
-// writer is woken once the reader has handled what it read (flushBatch).
-func (c *conn) writeAck(t packet.Type, pid uint16, reason packet.ReasonCode) {
+// writePacket queues a packet the session machine asked for, under the session's
+// lock; whoever fed the event wakes the writer. It reports false for a PUBLISH that
+// exceeds the client's maximum packet size.
+func (c *conn) writePacket(p *sm.Packet) bool {
+	switch p.Type {
+	case packet.TypeConnack:
+		c.connack(p.Connack.SessionPresent, p.Connack.Reason, &p.Connack.Props)
+	case packet.TypePublish:
+		return c.writeOut(p)
+	case packet.TypePuback, packet.TypePubrec, packet.TypePubrel, packet.TypePubcomp:
+		c.queuePacket(&packet.Ack{Type: p.Type, PacketID: p.PID, Reason: p.Reason})
+	case packet.TypeSuback:
+		c.queuePacket(&packet.Suback{PacketID: p.PID, Reasons: p.Reasons})
+	case packet.TypeUnsuback:
+		c.queuePacket(&packet.Unsuback{PacketID: p.PID, Reasons: p.Reasons})
+	case packet.TypePingresp:
+		c.queuePacket(&packet.Pingresp{})
+	case packet.TypeDisconnect:
+		d := &packet.Disconnect{Reason: p.Reason}
+		d.Props.ReasonString = p.Text
+		c.queuePacket(d)
+	}
+	return true
+}
+
+// queuePacket queues a control packet without waking the writer.
+func (c *conn) queuePacket(p packet.Packet) {
 	if b, ok := c.q.Begin(); ok {
-		b, _ = packet.Append(b, &packet.Ack{Type: t, PacketID: pid, Reason: reason}, c.version)
+		b, _ = packet.Append(b, p, c.version)
 		c.q.End(b)
 	}
-	c.ownFlush = true
 }
 
 // disconnect tells a v5 client why the server closes the connection, then closes it.
@@ -856,7 +769,14 @@ func (c *conn) takenOver() {
 // deliverQoS0 writes a QoS 0 message straight to the outbound queue; it reports false
 // when the message was not queued: the connection is closing, the client is too slow
 // (the slow-consumer policy applied), or the message expired or is too large for it.
-func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64) bool {
+func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64, now time.Time) bool {
+	var left uint32
+	if expireAt != 0 {
+		var ok bool
+		if left, ok = sm.ExpiryLeft(expireAt, now); !ok {
+			return false
+		}
+	}
 	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16)
 	if !ok {
 		return false
@@ -868,7 +788,7 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireA
 		e.reply = AppendTopic(e.reply[:0], m.Reply)
 		reply = bytesString(e.reply)
 	}
-	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
+	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt != 0, left)
 }
 
 // encoder is the scratch a connection encodes deliveries with.
@@ -886,23 +806,22 @@ func (c *conn) encoderLocked() *encoder {
 	return c.enc
 }
 
-// writeOut writes a QoS 1/2 message (or a retained QoS 0 one). The session counts it
-// in flight, so the slow-consumer policy does not refuse it.
-func (c *conn) writeOut(om *outMsg, dup bool) {
+// writeOut writes a PUBLISH of the session machine. The session counts it in
+// flight, so the slow-consumer policy does not refuse it. It reports false for a
+// message too large for the client.
+func (c *conn) writeOut(p *sm.Packet) bool {
 	b, ok := c.q.Begin()
 	if !ok {
-		return
+		return true // closing: the message stays in flight for the next connection
 	}
-	if !c.appendPublishLocked(b, om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subID, om.expireAt) && om.qos > 0 {
-		// Expired or too large for the client: it counts as delivered.
-		go c.sess().acked(om.pid, time.Now())
-	}
+	m := p.Msg
+	return c.appendPublishLocked(b, m.Topic, m.Payload, m.Header, m.Reply, m.QoS, m.Retain, p.Dup, p.PID, m.SubID, m.ExpireAt != 0, p.ExpiryLeft)
 }
 
 // appendPublishLocked encodes a PUBLISH onto b, the queue's buffer from Begin or
 // Reserve, and hands it back, which unlocks the queue. It reports false for a message
-// that expired or exceeds the client's maximum packet size.
-func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
+// that exceeds the client's maximum packet size. The session's lock is held.
+func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, hasExpiry bool, expiryLeft uint32) bool {
 	e := c.encoderLocked()
 	p := &e.pub
 	ups := p.Props.UserProperties
@@ -915,14 +834,8 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 			e.subIDs = append(e.subIDs[:0], subID)
 			p.Props.SubscriptionIDs = e.subIDs
 		}
-		if expireAt != 0 {
-			left := expireAt - time.Now().UnixNano()
-			if left <= 0 {
-				c.q.Cancel()
-				return false
-			}
-			p.Props.MessageExpiry = uint32((left + int64(time.Second) - 1) / int64(time.Second))
-			p.Props.HasMessageExpiry = true
+		if hasExpiry {
+			p.Props.MessageExpiry, p.Props.HasMessageExpiry = expiryLeft, true
 		}
 	} else {
 		p.Props.UserProperties = ups[:0]
@@ -931,8 +844,8 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 	// the client learns an alias from the PUBLISH that carries it with its topic.
 	var alias uint16
 	known := false
-	if c.aliasOut && topic != "" {
-		alias, known = c.rare.out.lookup(topic)
+	if c.aliases != nil && topic != "" {
+		alias, known = c.aliases.Lookup(topic)
 		p.Props.TopicAlias, p.Props.HasTopicAlias = alias, true
 		if known {
 			p.Topic = ""
@@ -944,7 +857,7 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 	}
 	c.q.Commit(packet.AppendPublish(b, p, c.version), len(payload))
 	if alias != 0 {
-		c.rare.out.used(alias, topic, known)
+		c.aliases.Used(alias, topic, known)
 	}
 	return true
 }
@@ -981,14 +894,11 @@ func (c *conn) close(reason error) {
 	}
 }
 
-// cleanup runs after both loops end: the will, and the session's fate.
+// cleanup runs after both loops end: the session machine decides the will and the
+// session's fate.
 func (c *conn) cleanup() {
 	if sess := c.sess(); sess != nil {
-		var w *will
-		if !c.normalExit && c.rare != nil {
-			w = c.rare.will
-		}
-		c.srv.detached(sess, c, w)
+		sess.disconnected(c)
 	}
 	// Counted as connected until its session is detached, so that a connection
 	// count of zero means every session is offline.
@@ -1031,7 +941,7 @@ func (c *conn) snapshot() ConnInfo {
 	if s := c.sess(); s != nil {
 		ci.ClientID, ci.Version = s.id, c.version
 		s.mu.Lock()
-		ci.Subscriptions, ci.Inflight, ci.Queued = len(s.subs), s.fl.inflightLen(), s.fl.queueLen()
+		ci.Subscriptions, ci.Inflight, ci.Queued = s.m.SubCount(), s.m.Inflight(), s.m.Queued()
 		s.mu.Unlock()
 	}
 	ci.Pending = c.q.Pending()

@@ -6,6 +6,10 @@
 //
 // A session is the broker Sink of its subscriptions whether or not its client is
 // connected: deliveries to an absent client queue (QoS 1 and 2) up to a bound, and are
-// sent when it returns. The in-flight window and queue are a plain data structure
-// (flight) with no I/O, driven by the session under its lock.
+// sent when it returns. What a session decides — CONNECT negotiation, QoS 1 and 2
+// exchanges, the in-flight window and queue, topic aliases, keepalive, wills, expiry —
+// is the pure state machine of package mqtt/session; this package drives it: it
+// decodes packets into its events, applies its Ready (packets onto the outbound
+// queue, records into the store, subscriptions and wills into the broker) and arms
+// one timer per offline session from its deadline.
 package mqtt

@@ -28,6 +28,7 @@ import (
 // net.Conn again from the descriptor (rehydrate).
 type poller struct {
 	epfd int
+	wake int // an eventfd in the epoll set: close ends the wait at once
 
 	mu       sync.Mutex
 	byFD     []*conn // parked or once parked, by socket descriptor (the kernel hands out the lowest free)
@@ -42,7 +43,17 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
 	}
-	p := &poller{epfd: epfd, done: make(chan struct{})}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+		_ = unix.Close(wake)
+		_ = unix.Close(epfd)
+		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
+	}
+	p := &poller{epfd: epfd, wake: wake, done: make(chan struct{})}
 	p.stopped.Add(2)
 	go p.wait()
 	go p.sweep()
@@ -170,9 +181,9 @@ func (p *poller) wait() {
 	defer p.stopped.Done()
 	events := make([]unix.EpollEvent, 256)
 	for {
-		// Closing an epoll descriptor does not end a wait on it: look at done
-		// now and then.
-		n, err := unix.EpollWait(p.epfd, events, 500)
+		// Closing an epoll descriptor does not end a wait on it: close writes to
+		// the wake descriptor instead.
+		n, err := unix.EpollWait(p.epfd, events, -1)
 		select {
 		case <-p.done:
 			return
@@ -185,6 +196,9 @@ func (p *poller) wait() {
 			return
 		}
 		for _, ev := range events[:n] {
+			if ev.Fd == int32(p.wake) {
+				continue
+			}
 			p.mu.Lock()
 			c := p.atLocked(ev.Fd)
 			p.mu.Unlock()
@@ -360,7 +374,9 @@ func (p *poller) close() {
 	}
 	p.closing.Do(func() {
 		close(p.done)
+		_, _ = unix.Write(p.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 		p.stopped.Wait()
 		_ = unix.Close(p.epfd)
+		_ = unix.Close(p.wake)
 	})
 }

@@ -255,44 +255,44 @@ func (r *byteReader) bytes() []byte {
 
 // encodeOutMsg stores a message queued or in flight for a session.
 func encodeOutMsg(m *outMsg) []byte {
-	b := make([]byte, 0, 32+len(m.topic)+len(m.reply)+len(m.header)+len(m.payload))
-	flags := uint64(m.qos)
-	if m.retain {
+	b := make([]byte, 0, 32+len(m.Topic)+len(m.Reply)+len(m.Header)+len(m.Payload))
+	flags := uint64(m.QoS)
+	if m.Retain {
 		flags |= 4
 	}
-	if m.pubrec {
+	if m.Pubrec {
 		flags |= 8
 	}
 	b = binary.AppendUvarint(b, flags)
-	b = binary.AppendUvarint(b, uint64(m.pid))
-	b = binary.AppendUvarint(b, uint64(m.subID))
-	b = binary.AppendUvarint(b, uint64(m.expireAt))
-	b = appendBytes(b, []byte(m.topic))
-	b = appendBytes(b, []byte(m.reply))
-	b = appendBytes(b, m.header)
-	return appendBytes(b, m.payload)
+	b = binary.AppendUvarint(b, uint64(m.PID))
+	b = binary.AppendUvarint(b, uint64(m.SubID))
+	b = binary.AppendUvarint(b, uint64(m.ExpireAt))
+	b = appendBytes(b, []byte(m.Topic))
+	b = appendBytes(b, []byte(m.Reply))
+	b = appendBytes(b, m.Header)
+	return appendBytes(b, m.Payload)
 }
 
 func decodeOutMsg(b []byte) (*outMsg, error) {
 	r := &byteReader{b: b}
 	flags := r.uvarint()
-	m := &outMsg{qos: byte(flags & 3), retain: flags&4 != 0, pubrec: flags&8 != 0}
+	m := &outMsg{QoS: byte(flags & 3), Retain: flags&4 != 0, Pubrec: flags&8 != 0}
 	pid := r.uvarint()
 	subID := r.uvarint()
-	m.expireAt = int64(r.uvarint())
-	m.topic = string(r.bytes())
-	m.reply = string(r.bytes())
+	m.ExpireAt = int64(r.uvarint())
+	m.Topic = string(r.bytes())
+	m.Reply = string(r.bytes())
 	if h := r.bytes(); len(h) > 0 {
-		m.header = h
+		m.Header = h
 	}
-	m.payload = r.bytes()
+	m.Payload = r.bytes()
 	switch {
 	case r.err != nil:
 		return nil, fmt.Errorf("mqtt state: bad message record: %w", r.err)
 	case flags&^15 != 0:
 		return nil, fmt.Errorf("mqtt state: bad message record: unknown flags %#x", flags)
-	case m.qos == 0 || m.qos > 2:
-		return nil, fmt.Errorf("mqtt state: bad message record: QoS %d", m.qos)
+	case m.QoS == 0 || m.QoS > 2:
+		return nil, fmt.Errorf("mqtt state: bad message record: QoS %d", m.QoS)
 	case pid > math.MaxUint16:
 		return nil, fmt.Errorf("mqtt state: bad message record: packet id %d", pid)
 	case subID > math.MaxUint32:
@@ -300,7 +300,7 @@ func decodeOutMsg(b []byte) (*outMsg, error) {
 	case len(r.b) > 0:
 		return nil, fmt.Errorf("mqtt state: bad message record: %d trailing bytes", len(r.b))
 	}
-	m.pid, m.subID = uint16(pid), uint32(subID)
+	m.PID, m.SubID = uint16(pid), uint32(subID)
 	return m, nil
 }
 

@@ -20,11 +20,11 @@ import (
 
 func seedOutMsgs() []*outMsg {
 	return []*outMsg{
-		{topic: "a/b", payload: []byte("hello"), qos: 1},
-		{topic: "cmd/k1", payload: []byte{}, qos: 2, pid: 7, pubrec: true},
-		{topic: "x", payload: []byte("p"), header: []byte{1, 2, 3}, reply: "reply/to", qos: 2, retain: true,
-			subID: 268435455, expireAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), pid: 65535},
-		{topic: "", payload: bytes.Repeat([]byte{0xFF}, 300), qos: 1, pid: 1, subID: 1},
+		{Topic: "a/b", Payload: []byte("hello"), QoS: 1},
+		{Topic: "cmd/k1", Payload: []byte{}, QoS: 2, PID: 7, Pubrec: true},
+		{Topic: "x", Payload: []byte("p"), Header: []byte{1, 2, 3}, Reply: "reply/to", QoS: 2, Retain: true,
+			SubID: 268435455, ExpireAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), PID: 65535},
+		{Topic: "", Payload: bytes.Repeat([]byte{0xFF}, 300), QoS: 1, PID: 1, SubID: 1},
 	}
 }
 
@@ -60,8 +60,8 @@ func FuzzDecodeOutMsg(f *testing.F) {
 			}
 			return
 		}
-		if m.qos < 1 || m.qos > 2 {
-			t.Fatalf("decoded QoS %d", m.qos)
+		if m.QoS < 1 || m.QoS > 2 {
+			t.Fatalf("decoded QoS %d", m.QoS)
 		}
 		m2, err := decodeOutMsg(encodeOutMsg(m))
 		if err != nil {
@@ -221,8 +221,16 @@ func checkRestore(t *testing.T, data map[string][]byte) {
 			t.Errorf("restored retained %q does not re-encode: %v", subj, err)
 		}
 	}
-	s.mu.Unlock()
+	// A session's timer may be ending it (a restored expiry of 1 ns): its lock
+	// orders that against letting the stand-in store go.
+	for _, sess := range s.sessions {
+		sess.mu.Lock()
+	}
 	s.kv, s.retained.kv = nil, nil
+	for _, sess := range s.sessions {
+		sess.mu.Unlock()
+	}
+	s.mu.Unlock()
 	if err := s.Shutdown(time.Second); err != nil {
 		t.Fatal(err)
 	}

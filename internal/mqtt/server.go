@@ -17,6 +17,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	sm "github.com/tern-mq/tern/internal/mqtt/session"
 	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/store"
 )
@@ -167,6 +168,7 @@ func (c *Config) fillDefaults() error {
 // Server accepts MQTT connections and keeps the sessions of MQTT clients.
 type Server struct {
 	cfg    Config
+	smCfg  sm.Config // the session machines'
 	broker *broker.Broker
 	log    *slog.Logger
 	start  time.Time
@@ -221,12 +223,19 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		quit:     make(chan struct{}),
 		sysDone:  make(chan struct{}),
 	}
+	s.smCfg = sm.Config{
+		MaxInflight: cfg.MaxInflight, MaxQueued: cfg.MaxQueued, DropOld: cfg.QueuePolicy == PolicyDropOld,
+		ReceiveMaximum: cfg.ReceiveMaximum, MaxPacketSize: cfg.MaxPacketSize,
+		TopicAliasMaximum: cfg.TopicAliasMaximum, OutboundTopicAliases: cfg.OutboundTopicAliases,
+		MaxSessionExpiry: cfg.MaxSessionExpiry, MaxKeepAlive: cfg.MaxKeepAlive,
+	}
 	if cfg.StoreDir != "" {
 		kv, data, err := openKV(cfg.StoreDir, cfg.Sync, cfg.SyncInterval, log)
 		if err != nil {
 			return nil, err
 		}
 		s.kv = kv
+		s.smCfg.Persist = true
 		s.retained.kv = kv
 		s.restore(data)
 	}
@@ -284,13 +293,14 @@ func (s *Server) restore(data map[string][]byte) {
 				continue
 			}
 			sess := newSession(s, rest)
-			sess.expiry = time.Duration(rec.Expiry)
-			sess.loading = true
-			sess.persisted = true
+			sess.m.Restore(time.Duration(rec.Expiry))
 			for _, sr := range rec.Subs {
-				if err := sess.restoreSub(sr); err != nil {
+				e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
+				if err != nil {
 					s.log.Error("mqtt state: subscription not restored", "client_id", rest, "filter", sr.Filter, "err", err)
+					continue
 				}
+				sess.m.RestoreSub(e)
 			}
 			s.sessions[rest] = sess
 		case kvMessage, kvQoS2:
@@ -312,7 +322,7 @@ func (s *Server) restore(data map[string][]byte) {
 				s.kv.del(key)
 				continue
 			}
-			m.mid = n
+			m.MID = n
 			msgs[client] = append(msgs[client], stored{n, m})
 		default:
 			s.kv.del(key)
@@ -328,8 +338,7 @@ func (s *Server) restore(data map[string][]byte) {
 		}
 		slices.SortFunc(list, func(a, b stored) int { return cmp.Compare(a.mid, b.mid) })
 		for _, st := range list {
-			sess.fl.restore(st.m)
-			sess.nextMID = max(sess.nextMID, st.mid)
+			sess.m.RestoreMsg(st.m)
 		}
 	}
 	for client, pids := range qos2 {
@@ -339,22 +348,23 @@ func (s *Server) restore(data map[string][]byte) {
 				s.kv.del(qos2Key(client, pid))
 				continue
 			}
-			sess.markQoS2(pid)
+			sess.m.RestoreQoS2(pid)
 		}
 	}
-	// Under s.mu: a timer that fires at once (a short expiry) ends its session, and
-	// must wait for this loop to finish with the map.
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// Each session subscribes and arms its timer; one that ends at once takes s.mu
+	// to leave the map, so the loop works on a copy.
+	sessions := make([]*session, 0, len(s.sessions))
 	for _, sess := range s.sessions {
-		sess.loading = false
-		if sess.expiry > 0 {
-			gen := sess.gen
-			sess.timersLocked().expiry = time.AfterFunc(sess.expiry, func() { s.expire(sess, gen) })
-		}
+		sessions = append(sessions, sess)
 	}
-	if len(s.sessions) > 0 || len(s.retained.m) > 0 {
-		s.log.Info("mqtt state restored", "sessions", len(s.sessions), "retained", len(s.retained.m))
+	for _, sess := range sessions {
+		_ = sess.step(func(now time.Time) error {
+			sess.m.Restored(now)
+			return nil
+		})
+	}
+	if len(sessions) > 0 || len(s.retained.m) > 0 {
+		s.log.Info("mqtt state restored", "sessions", len(sessions), "retained", len(s.retained.m))
 	}
 }
 
@@ -467,7 +477,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	s.poll.close()
 	s.mu.Lock()
 	for _, sess := range s.sessions {
-		sess.stopTimers()
+		sess.stopTimer()
 	}
 	s.mu.Unlock()
 	if s.kv != nil {
@@ -550,82 +560,38 @@ func (s *Server) TransportConnections(transport string) []ConnInfo {
 	return out
 }
 
-// attach binds c to the session of clientID, making or replacing it, and reports
-// whether an existing session was resumed. A client already connected with that id
-// is disconnected (session taken over).
-// connack is called with the answer before any message can reach the client, so the
-// CONNACK goes out first.
-func (s *Server) attach(c *conn, clientID string, clean bool, expiry time.Duration, connack func(present bool)) (*session, error) {
+// attach binds c, whose CONNECT p was accepted, to the session of clientID, made if
+// there is none (or it has just ended). The session machine negotiates, writes the
+// CONNACK first on c, and kicks a connection that had the session. c counts as
+// connected before the client can see its CONNACK, so that a connection it opens
+// next meets the connection limit with this one in it. Under s.mu, so that the
+// session cannot leave the map (forget) while it is being bound.
+func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.ConnectOpts) (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return nil, ErrServerClosed
 	}
 	sess := s.sessions[clientID]
-	if sess != nil {
-		if old := sess.takeConn(); old != nil {
-			old.takenOver()
-		}
-		if clean {
-			s.endSessionLocked(sess)
-			sess = nil
-		}
-	}
-	present := sess != nil
-	if sess == nil {
+	if sess == nil || sess.ended() {
 		sess = newSession(s, clientID)
 		s.sessions[clientID] = sess
 	}
-	connack(present) // marks c attached
+	c.readAt.Store(time.Now().UnixNano())
+	c.attached.Store(true)
 	s.attachedN++
-	sess.bind(c, expiry)
+	sess.connect(c, p, opts)
 	return sess, nil
 }
 
-// detached is called when c's connection ends: the session stays for its expiry or
-// ends now. w is the will to publish (the connection ended without DISCONNECT), or nil:
-// at once without a will delay, else after the delay unless the client returns first
-// (a connection that was taken over already has).
-func (s *Server) detached(sess *session, c *conn, w *will) {
+// forget removes a session that ended from the map, unless a client has connected
+// to it again meanwhile.
+func (s *Server) forget(sess *session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	expiry, wasBound := sess.unbind(c)
-	switch {
-	case w == nil:
-	case w.delay == 0:
-		s.publish(&w.msg)
-	case wasBound:
-		sess.delayWill(w)
-	}
-	if !wasBound {
-		return // taken over; the new connection owns the session
-	}
-	if expiry == 0 {
-		s.endSessionLocked(sess)
-		return
-	}
-	if expiry > 0 {
-		gen := sess.generation()
-		sess.setExpiryTimer(time.AfterFunc(expiry, func() { s.expire(sess, gen) }))
-	}
-}
-
-// expire ends sess if it is still the same offline session its timer was set for.
-func (s *Server) expire(sess *session, gen uint32) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sessions[sess.id] != sess || sess.generation() != gen || sess.online() {
-		return
-	}
-	s.endSessionLocked(sess)
-}
-
-// endSessionLocked removes a session and its subscriptions. s.mu is held.
-func (s *Server) endSessionLocked(sess *session) {
-	if s.sessions[sess.id] == sess {
+	if s.sessions[sess.id] == sess && sess.ended() {
 		delete(s.sessions, sess.id)
 	}
-	sess.end()
 }
 
 // publish routes a message the server itself makes (wills, $SYS).

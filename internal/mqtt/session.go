@@ -8,458 +8,348 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	sm "github.com/tern-mq/tern/internal/mqtt/session"
 	"github.com/tern-mq/tern/internal/subject"
 )
 
-// subEntry is one MQTT subscription of a session: one filter and its options, held in
-// the broker as one or two subscriptions (a trailing '#' also matches its parent).
-type subEntry struct {
-	filter      string // as the client wrote it, $share prefix included
-	qos         byte
-	noLocal     bool
-	rap         bool // retain as published
-	subID       uint32
-	shared      bool
-	dollarGuard bool // the filter starts with a wildcard: '$' subjects do not match
-	subs        []*broker.Subscription
-}
+// outMsg is a QoS 1/2 message of a session, as the session machine keeps it and the
+// store records it.
+type outMsg = sm.OutMsg
 
-// will is a connection's last will, published when it ends without DISCONNECT.
-type will struct {
-	msg   broker.Message // owns its bytes
-	delay time.Duration
-}
-
-// session is the state MQTT keeps for a client id across connections: subscriptions,
-// messages in flight and queued, and QoS 2 publishes received but not yet released.
-// It is the broker Sink of all its subscriptions, whether its client is connected or
-// not.
+// session drives the session machine (package mqtt/session) of one client id: it
+// feeds it events under mu and applies the Ready that comes back — records to the
+// kvStore, packets to the bound connection's outbound queue, subscriptions and wills
+// to the broker — and arms one timer from the Ready's deadline while the client is
+// away. It is the broker Sink of all its subscriptions, whether its client is
+// connected or not.
 type session struct {
-	srv *Server
-	id  string
-
-	mu      sync.Mutex
-	conn    atomic.Pointer[conn] // nil while the client is away; set under mu
-	gen     uint32
-	nextSID uint32
-	ended   bool
-	loading bool // being restored from storage: nothing to write back
-	// persisted: something of the session may be in the store. Most sessions
-	// (clean ones) never are, and have nothing to delete when they end.
-	persisted bool
-	expiry    time.Duration // how long the session outlives its connection; <0 never ends
-	subs      map[string]*subEntry
-	bySub     map[*broker.Subscription]*subEntry
-	fl        flight
-	inQoS2    map[uint16]struct{} // QoS 2 publishes received, awaiting PUBREL
-	timers    *sessionTimers      // while the session is offline
-	nextMID   uint64              // ids of stored messages
+	srv  *Server
+	id   string
+	mu   sync.Mutex
+	conn atomic.Pointer[conn] // nil while the client is away; set under mu
+	x    *sessionExtra        // made on first subscription or timer
+	m    sm.Session
 }
 
-// sessionTimers end an offline session and publish its delayed will.
-type sessionTimers struct {
-	expiry *time.Timer
-	will   *will // a delayed will waiting to be published
-	willT  *time.Timer
+// sessionExtra is what sessions with subscriptions or timers need; many idle
+// devices' sessions have neither.
+type sessionExtra struct {
+	bySub   map[*broker.Subscription]*sm.Sub
+	nextSID uint64
+	timer   *time.Timer
 }
 
 func newSession(s *Server, id string) *session {
-	return &session{srv: s, id: id, fl: flight{window: int32(s.cfg.MaxInflight)}}
+	sess := &session{srv: s, id: id}
+	sess.m.Init(&s.smCfg)
+	return sess
 }
 
-// queuePolicy is the server's for offline and overflowing messages.
-func (s *session) queuePolicy() queuePolicy {
-	return queuePolicy{maxQueue: s.srv.cfg.MaxQueued, dropOld: s.srv.cfg.QueuePolicy == PolicyDropOld, drop: s.forgetMsgLocked}
+func (s *session) extra() *sessionExtra {
+	if s.x == nil {
+		s.x = &sessionExtra{}
+	}
+	return s.x
 }
 
-// timersLocked returns the session's timers, made on first use. s.mu is held.
-func (s *session) timersLocked() *sessionTimers {
-	if s.timers == nil {
-		s.timers = &sessionTimers{}
-	}
-	return s.timers
+// subChanges are the broker calls a Ready asks for, made outside the session's lock:
+// the broker may deliver to this very session while subscribing.
+type subChanges struct {
+	add, remove []*broker.Subscription
 }
 
-// stopTimersLocked stops both timers and returns a will that was waiting. s.mu is held.
-func (s *session) stopTimersLocked() *will {
-	t := s.timers
-	if t == nil {
-		return nil
-	}
-	s.timers = nil
-	if t.expiry != nil {
-		t.expiry.Stop()
-	}
-	if t.willT != nil {
-		t.willT.Stop()
-	}
-	return t.will
-}
-
-// ---------------------------------------------------------------------------------
-// Storage. A session with a non-zero expiry keeps its state in the server's kvStore
-// (when the server has a store directory); the *Locked methods run under s.mu.
-
-func (s *session) storedLocked() bool {
-	return s.srv.kv != nil && s.expiry != 0 && !s.loading && !s.ended
-}
-
-// saveLocked writes the session record: expiry and subscriptions.
-func (s *session) saveLocked() {
-	if !s.storedLocked() {
-		return
-	}
-	rec := sessionRecord{Expiry: int64(s.expiry)}
-	for _, e := range s.subs {
-		rec.Subs = append(rec.Subs, subRecord{Filter: e.filter, QoS: e.qos, NoLocal: e.noLocal, RAP: e.rap, SubID: e.subID})
-	}
-	b, _ := json.Marshal(rec)
-	s.putLocked(kvSession+s.id, b)
-}
-
-// putLocked writes a record of the session to the store.
-func (s *session) putLocked(key string, val []byte) {
-	s.persisted = true
-	s.srv.kv.put(key, val)
-}
-
-// saveMsgLocked writes (or rewrites) a stored message.
-func (s *session) saveMsgLocked(om *outMsg) {
-	if om.mid != 0 && s.srv.kv != nil && !s.loading {
-		s.putLocked(msgKey(s.id, om.mid), encodeOutMsg(om))
-	}
-}
-
-func (s *session) forgetMsgLocked(om *outMsg) {
-	if om.mid != 0 && s.srv.kv != nil {
-		s.srv.kv.del(msgKey(s.id, om.mid))
-		om.mid = 0
-	}
-}
-
-// forgetLocked removes everything the session stored.
-func (s *session) forgetLocked() {
-	kv := s.srv.kv
-	if kv == nil || !s.persisted {
-		return
-	}
-	s.persisted = false
-	kv.del(kvSession + s.id)
-	for _, om := range s.fl.all() {
-		s.forgetMsgLocked(om)
-	}
-	for pid := range s.inQoS2 {
-		kv.del(qos2Key(s.id, pid))
-	}
-}
-
-// storeAllLocked writes the whole session, for one that has just become persistent.
-func (s *session) storeAllLocked() {
-	if !s.storedLocked() {
-		return
-	}
-	s.saveLocked()
-	for _, om := range s.fl.all() {
-		if om.mid == 0 { // stored already otherwise
-			s.nextMID++
-			om.mid = s.nextMID
-			s.saveMsgLocked(om)
-		}
-	}
-	for pid := range s.inQoS2 {
-		s.putLocked(qos2Key(s.id, pid), nil)
-	}
-}
-
-// takeConn detaches and returns the session's connection, if any (session takeover).
-func (s *session) takeConn() *conn {
+// step runs event under the session's lock and applies the Ready it produces.
+// Records and packets are written under the lock, in the machine's order; broker
+// calls, wills and the session's end follow outside it. A Ready that makes new
+// subscriptions writes its packets only once they are in the broker, so that a
+// client that reads its SUBACK finds them there.
+func (s *session) step(event func(now time.Time) error) error {
+	now := time.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.conn.Load()
-	s.conn.Store(nil)
-	return c
-}
-
-// bind makes c the session's connection. A will waiting for its delay is cancelled:
-// the client came back in time.
-func (s *session) bind(c *conn, expiry time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.gen++
-	s.conn.Store(c)
-	s.expiry = expiry
-	s.stopTimersLocked()
-	s.fl.window = int32(min(s.srv.cfg.MaxInflight, int(c.receiveMax)))
-	s.expiryChangedLocked()
-}
-
-// expiryChangedLocked stores a session that is now persistent and forgets one that
-// is not.
-func (s *session) expiryChangedLocked() {
-	if s.srv.kv == nil || s.loading {
-		return
-	}
-	if s.expiry == 0 {
-		s.forgetLocked()
-		return
-	}
-	s.storeAllLocked()
-}
-
-// unbind detaches c if it is still the session's connection; it returns the expiry.
-func (s *session) unbind(c *conn) (time.Duration, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn.Load() != c {
-		return 0, false
-	}
-	s.conn.Store(nil)
-	s.gen++
-	return s.expiry, true
-}
-
-func (s *session) generation() uint32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gen
-}
-
-func (s *session) online() bool {
-	return s.conn.Load() != nil
-}
-
-func (s *session) setExpiryTimer(t *time.Timer) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ts := s.timersLocked()
-	if ts.expiry != nil {
-		ts.expiry.Stop()
-	}
-	ts.expiry = t
-}
-
-// delayWill publishes w after its delay unless the client returns first; a session
-// that ends sooner publishes it then.
-func (s *session) delayWill(w *will) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ts := s.timersLocked()
-	if ts.willT != nil {
-		ts.willT.Stop()
-	}
-	ts.will = w
-	ts.willT = time.AfterFunc(w.delay, func() {
-		s.mu.Lock()
-		pending := s.timers != nil && s.timers.will == w
-		if pending {
-			s.timers.will, s.timers.willT = nil, nil
-		}
+	err := event(now)
+	rd := s.m.Ready()
+	if rd == nil {
 		s.mu.Unlock()
-		if pending {
-			s.srv.publish(&w.msg)
+		return err
+	}
+	s.persistLocked(rd.Persist)
+	sc := s.bindSubsLocked(rd.Subs)
+	late := len(sc.add) > 0
+	if !late {
+		s.writeLocked(rd, now)
+	}
+	s.armLocked(rd.Deadline)
+	s.mu.Unlock()
+	s.outside(rd, sc, late, now)
+	return err
+}
+
+// outside applies what a Ready asks outside the session's lock.
+func (s *session) outside(rd *sm.Ready, sc subChanges, late bool, now time.Time) {
+	defer sm.Release(rd)
+	for i, sub := range sc.add {
+		if err := s.srv.broker.Subscribe(sub); err != nil {
+			// Filters were validated into broker subjects before the machine saw
+			// them: this is a bug, not a client's error.
+			s.srv.log.Error("mqtt subscribe failed", "client_id", s.id, "subject", sub.Subject, "err", err)
+			s.mu.Lock()
+			for _, done := range sc.add[i:] {
+				delete(s.x.bySub, done)
+			}
+			s.mu.Unlock()
+			break
 		}
+	}
+	for _, sub := range sc.remove {
+		_ = s.srv.broker.Unsubscribe(sub)
+	}
+	if late {
+		s.mu.Lock()
+		s.writeLocked(rd, now)
+		s.mu.Unlock()
+	}
+	for i := range rd.Publish {
+		w := &rd.Publish[i]
+		s.srv.publish(&broker.Message{Subject: w.Subject, Payload: w.Payload, Header: w.Header, Reply: w.Reply, QoS: w.QoS, Retain: w.Retain})
+	}
+	if rd.Ended {
+		s.srv.forget(s)
+	}
+	if len(rd.Retained) > 0 {
+		s.deliverRetained(rd.Retained, now)
+	}
+}
+
+// persistLocked writes a Ready's records to the store.
+func (s *session) persistLocked(ops []sm.Op) {
+	kv := s.srv.kv
+	if kv == nil {
+		return
+	}
+	for _, o := range ops {
+		switch o.Kind {
+		case sm.OpSaveSession:
+			rec := sessionRecord{Expiry: int64(s.m.Expiry())}
+			s.m.Subs(func(e *sm.Sub) {
+				rec.Subs = append(rec.Subs, subRecord{Filter: e.Filter, QoS: e.QoS, NoLocal: e.NoLocal, RAP: e.RAP, SubID: e.SubID})
+			})
+			b, _ := json.Marshal(rec)
+			kv.put(kvSession+s.id, b)
+		case sm.OpDeleteSession:
+			kv.del(kvSession + s.id)
+		case sm.OpSaveMsg:
+			kv.put(msgKey(s.id, o.MID), encodeOutMsg(o.Msg))
+		case sm.OpDeleteMsg:
+			kv.del(msgKey(s.id, o.MID))
+		case sm.OpSaveQoS2:
+			kv.put(qos2Key(s.id, o.PID), nil)
+		case sm.OpDeleteQoS2:
+			kv.del(qos2Key(s.id, o.PID))
+		}
+	}
+}
+
+// bindSubsLocked turns a Ready's subscription changes into broker subscriptions,
+// known to Deliver at once; the broker learns of them outside the lock.
+func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
+	var sc subChanges
+	if len(changes) == 0 {
+		return sc
+	}
+	x := s.extra()
+	for _, ch := range changes {
+		if ch.Remove != nil {
+			for sub, e := range x.bySub {
+				if e == ch.Remove {
+					delete(x.bySub, sub)
+					sc.remove = append(sc.remove, sub)
+				}
+			}
+		}
+		if e := ch.Add; e != nil {
+			if x.bySub == nil {
+				x.bySub = make(map[*broker.Subscription]*sm.Sub)
+			}
+			for _, subj := range e.Subjects {
+				x.nextSID++
+				sub := &broker.Subscription{Sink: s, SID: x.nextSID, Subject: subj, Queue: e.Queue, NoEcho: e.NoLocal}
+				x.bySub[sub] = e
+				sc.add = append(sc.add, sub)
+			}
+		}
+	}
+	return sc
+}
+
+// writeLocked encodes a Ready's packets onto the bound connection. A PUBLISH the
+// connection refuses (too large for the client) is discarded by the machine, whose
+// next Ready is written in turn.
+func (s *session) writeLocked(rd *sm.Ready, now time.Time) {
+	c := s.conn.Load()
+	if c == nil {
+		return
+	}
+	for first := true; ; first = false {
+		discarded := false
+		for i := range rd.Packets {
+			if !c.writePacket(&rd.Packets[i]) {
+				s.m.Discard(now, rd.Packets[i].PID)
+				discarded = true
+			}
+		}
+		if !first {
+			sm.Release(rd)
+		}
+		if !discarded {
+			return
+		}
+		if rd = s.m.Ready(); rd == nil {
+			return
+		}
+		s.persistLocked(rd.Persist)
+	}
+}
+
+// armLocked sets the session's one timer to deadline while its client is away (a
+// connected client's keepalive is its reader's read deadline).
+func (s *session) armLocked(deadline time.Time) {
+	if s.m.Online() || deadline.IsZero() {
+		if s.x != nil && s.x.timer != nil {
+			s.x.timer.Stop()
+		}
+		return
+	}
+	d := time.Until(deadline)
+	x := s.extra()
+	if x.timer == nil {
+		x.timer = time.AfterFunc(d, s.tick)
+		return
+	}
+	x.timer.Reset(d)
+}
+
+func (s *session) tick() {
+	_ = s.step(func(now time.Time) error {
+		s.m.Tick(now)
+		return nil
 	})
 }
 
-func (s *session) stopTimers() {
+func (s *session) stopTimer() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.timers; t != nil {
-		if t.expiry != nil {
-			t.expiry.Stop()
+	if s.x != nil && s.x.timer != nil {
+		s.x.timer.Stop()
+	}
+}
+
+func (s *session) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Ended()
+}
+
+// connect binds c, whose CONNECT was accepted, and returns what was negotiated; the
+// CONNACK is the first packet Ready writes to c. A connection that had the session
+// is told it was taken over.
+func (s *session) connect(c *conn, p *packet.Connect, o sm.ConnectOpts) (l *sm.Link) {
+	var old *conn
+	_ = s.step(func(now time.Time) error {
+		old = s.conn.Swap(c)
+		l = s.m.Connect(now, p, o)
+		c.bindLink(l)
+		return nil
+	})
+	if old != nil && old != c {
+		old.takenOver()
+	}
+	return l
+}
+
+// disconnected ends c's part in the session if it is still the bound connection.
+func (s *session) disconnected(c *conn) {
+	_ = s.step(func(now time.Time) error {
+		if s.conn.Load() != c {
+			return nil // taken over; the new connection owns the session
 		}
-		if t.willT != nil {
-			t.willT.Stop()
-		}
-	}
+		s.conn.Store(nil)
+		s.m.Disconnected(now)
+		return nil
+	})
 }
 
-// end removes the session's subscriptions and publishes a will still waiting.
-func (s *session) end() {
-	s.mu.Lock()
-	s.forgetLocked()
-	s.ended = true
-	subs := make([]*broker.Subscription, 0, len(s.bySub))
-	for sub := range s.bySub {
-		subs = append(subs, sub)
-	}
-	s.subs = nil
-	s.bySub = nil
-	w := s.stopTimersLocked()
-	s.mu.Unlock()
-	for _, sub := range subs {
-		_ = s.srv.broker.Unsubscribe(sub)
-	}
-	if w != nil {
-		s.srv.publish(&w.msg)
-	}
-}
-
-// subscribe adds or replaces the subscription of e.filter. It reports whether the
-// filter was already subscribed (for retain handling 1).
-func (s *session) subscribe(e *subEntry, subjects []string, queue string) (existed bool, err error) {
-	s.mu.Lock()
-	if s.ended {
-		s.mu.Unlock()
-		return false, ErrServerClosed
-	}
-	old := s.subs[e.filter]
-	for _, subj := range subjects {
-		s.nextSID++
-		sub := &broker.Subscription{Sink: s, SID: uint64(s.nextSID), Subject: subj, Queue: queue, NoEcho: e.noLocal}
-		e.subs = append(e.subs, sub)
-		if s.bySub == nil {
-			s.bySub = make(map[*broker.Subscription]*subEntry)
-		}
-		s.bySub[sub] = e
-	}
-	if s.subs == nil {
-		s.subs = make(map[string]*subEntry)
-	}
-	s.subs[e.filter] = e
-	s.mu.Unlock()
-	for i, sub := range e.subs {
-		if err = s.srv.broker.Subscribe(sub); err != nil {
-			for _, done := range e.subs[:i] {
-				_ = s.srv.broker.Unsubscribe(done)
-			}
-			s.mu.Lock()
-			for _, sub := range e.subs {
-				delete(s.bySub, sub)
-			}
-			if s.subs[e.filter] == e {
-				if old != nil {
-					s.subs[e.filter] = old
-				} else {
-					delete(s.subs, e.filter)
-				}
-			}
-			s.mu.Unlock()
-			return old != nil, err
-		}
-	}
-	if old != nil {
-		s.dropSubs(old)
-	}
-	s.mu.Lock()
-	s.saveLocked()
-	s.mu.Unlock()
-	return old != nil, nil
-}
-
-// unsubscribe removes the subscription of filter; it reports whether there was one.
-func (s *session) unsubscribe(filter string) bool {
-	s.mu.Lock()
-	e := s.subs[filter]
-	if e != nil {
-		delete(s.subs, filter)
-	}
-	s.mu.Unlock()
-	if e == nil {
-		return false
-	}
-	s.dropSubs(e)
-	s.mu.Lock()
-	s.saveLocked()
-	s.mu.Unlock()
-	return true
-}
-
-func (s *session) dropSubs(e *subEntry) {
-	for _, sub := range e.subs {
-		_ = s.srv.broker.Unsubscribe(sub)
-	}
-	s.mu.Lock()
-	for _, sub := range e.subs {
-		delete(s.bySub, sub)
-	}
-	s.mu.Unlock()
-}
-
-// Deliver implements broker.Sink.
+// Deliver implements broker.Sink. QoS 0 goes straight to the connection; QoS 1 and
+// 2 are copied and handed to the machine.
 func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.bySub[sub]
-	if e == nil || s.ended {
+	if s.x == nil {
 		return false
 	}
-	if e.dollarGuard && IsDollar(m.Subject) {
+	e := s.x.bySub[sub]
+	if e == nil {
 		return false
 	}
 	expireAt := expiryOf(m.Header)
-	if expireAt != 0 && time.Now().UnixNano() >= expireAt {
-		return true // expired on the way: delivered to nobody, by definition
+	var now time.Time
+	if expireAt != 0 {
+		now = time.Now()
 	}
-	qos := min(m.QoS, e.qos)
-	retain := m.Retain && e.rap
-	c := s.conn.Load()
-	if qos == 0 {
-		if c == nil {
-			return false
-		}
-		return c.deliverQoS0(m, retain, e.subID, expireAt)
-	}
-	if c == nil && e.shared {
-		return false // let an online member of the group have it
+	v, qos, retain := s.m.Route(now, e, m.QoS, m.Retain, IsDollar(m.Subject), expireAt)
+	switch v {
+	case sm.Refuse:
+		return false
+	case sm.Expired:
+		return true
+	case sm.Send:
+		return s.conn.Load().deliverQoS0(m, retain, e.SubID, expireAt, now)
 	}
 	om := &outMsg{
-		payload: append([]byte(nil), m.Payload...), qos: qos, retain: retain,
-		subID: e.subID, expireAt: expireAt,
+		Payload: append([]byte(nil), m.Payload...), QoS: qos, Retain: retain,
+		SubID: e.SubID, ExpireAt: expireAt,
 	}
-	om.topic = string(AppendTopic(nil, m.Subject))
+	om.Topic = string(AppendTopic(nil, m.Subject))
 	if len(m.Header) > 0 {
-		om.header = append([]byte(nil), m.Header...)
+		om.Header = append([]byte(nil), m.Header...)
 	}
 	if len(m.Reply) > 0 {
-		om.reply = string(AppendTopic(nil, m.Reply))
+		om.Reply = string(AppendTopic(nil, m.Reply))
 	}
-	return s.sendOrQueueLocked(om)
-}
-
-// sendOrQueueLocked puts a QoS 1/2 message in flight if the window and the client
-// allow, else queues it. s.mu is held.
-func (s *session) sendOrQueueLocked(om *outMsg) bool {
-	if s.storedLocked() {
-		s.nextMID++
-		om.mid = s.nextMID
+	if now.IsZero() {
+		now = time.Now()
 	}
-	if c := s.conn.Load(); c != nil && s.fl.canSend() {
-		s.fl.start(om)
-		s.saveMsgLocked(om)
-		c.writeOut(om, false)
-		return true
-	}
-	if !s.fl.enqueue(om, s.queuePolicy()) {
-		om.mid = 0
+	ok := s.m.Enqueue(now, om)
+	if !ok && !s.m.Ended() {
 		s.srv.queueDrops.Add(1)
-		return false
 	}
-	s.saveMsgLocked(om)
-	return true
+	// Enqueue asks for packets and records only: no broker call, so the Ready is
+	// applied here, under the lock the broker's delivery holds.
+	if rd := s.m.Ready(); rd != nil {
+		s.persistLocked(rd.Persist)
+		s.writeLocked(rd, now)
+		s.armLocked(rd.Deadline)
+		sm.Release(rd)
+	}
+	return ok
 }
 
-// deliverRetained sends a retained message matched by a new subscription.
-func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.conn.Load()
-	if c == nil || s.ended {
-		return
+// deliverRetained sends the retained messages new subscriptions match.
+func (s *session) deliverRetained(subs []*sm.Sub, now time.Time) {
+	for _, e := range subs {
+		s.srv.retained.match(e.Subjects, e.DollarGuard, now, func(rm *retainedMsg) {
+			om := &outMsg{
+				Topic: string(AppendTopic(nil, []byte(rm.subject))), Payload: rm.payload, Header: rm.header,
+				QoS: rm.qos, ExpireAt: rm.expireAt,
+			}
+			if rm.reply != "" {
+				om.Reply = string(AppendTopic(nil, []byte(rm.reply)))
+			}
+			_ = s.step(func(now time.Time) error {
+				s.m.DeliverRetained(now, e, om)
+				return nil
+			})
+		})
 	}
-	qos := min(rm.qos, e.qos)
-	om := &outMsg{
-		topic: string(AppendTopic(nil, []byte(rm.subject))), payload: rm.payload, header: rm.header,
-		qos: qos, retain: true, subID: e.subID, expireAt: rm.expireAt,
-	}
-	if rm.reply != "" {
-		om.reply = string(AppendTopic(nil, []byte(rm.reply)))
-	}
-	if qos == 0 {
-		c.writeOut(om, false)
-		return
-	}
-	s.sendOrQueueLocked(om)
 }
 
 // Stall implements broker.Staller for the session's connection.
@@ -484,160 +374,27 @@ func (s *session) Flush() {
 	}
 }
 
-// resume resends what was in flight when the client left (PUBLISH with DUP, or
-// PUBREL after a PUBREC) and then what queued while it was away.
-func (s *session) resume(now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.conn.Load()
-	if c == nil {
-		return
-	}
-	resend := s.fl.resend()
-	for _, om := range resend {
-		if om.pubrec {
-			c.writeAck(packet.TypePubrel, om.pid, packet.Success)
-			continue
-		}
-		c.writeOut(om, true)
-	}
-	s.pumpLocked(now)
-	if len(resend) > 0 {
-		c.Flush()
-	}
-}
-
-// pumpLocked moves queued messages into the window and wakes the writer: outside a
-// broker publish no batch flush will.
-func (s *session) pumpLocked(now time.Time) {
-	c := s.conn.Load()
-	if c == nil {
-		return
-	}
-	for sent := false; ; sent = true {
-		om := s.fl.next(now, s.forgetMsgLocked)
-		if om == nil {
-			if sent {
-				c.Flush()
-			}
-			return
-		}
-		s.fl.start(om)
-		if om.qos == 2 {
-			s.saveMsgLocked(om) // its packet id must survive a restart for exactly once
-		}
-		c.writeOut(om, false)
-	}
-}
-
-// acked handles PUBACK and PUBCOMP.
-func (s *session) acked(pid uint16, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	om := s.fl.ack(pid)
-	if om != nil {
-		s.forgetMsgLocked(om)
-	}
-	s.pumpLocked(now)
-	return om != nil
-}
-
-// pubrec handles PUBREC; a failure reason ends the exchange at once.
-func (s *session) pubrec(pid uint16, failed bool, now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if failed {
-		om := s.fl.ack(pid)
-		if om != nil {
-			s.forgetMsgLocked(om)
-		}
-		s.pumpLocked(now)
-		return om != nil
-	}
-	om := s.fl.received(pid)
-	if om != nil {
-		s.saveMsgLocked(om)
-	}
-	return om != nil
-}
-
-// receivedQoS2 records an incoming QoS 2 publish; it reports false for a duplicate
-// (already published, not yet released) and full when the receive maximum is reached.
-func (s *session) receivedQoS2(pid uint16, limit int) (isNew, full bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.inQoS2[pid]; dup {
-		return false, false
-	}
-	if len(s.inQoS2) >= limit {
-		return false, true
-	}
-	s.markQoS2(pid)
-	if s.storedLocked() {
-		s.putLocked(qos2Key(s.id, pid), nil)
-	}
-	return true, false
-}
-
-// released handles PUBREL; it reports whether pid was awaiting release.
-func (s *session) released(pid uint16) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.inQoS2[pid]
-	delete(s.inQoS2, pid)
-	if ok && s.srv.kv != nil {
-		s.srv.kv.del(qos2Key(s.id, pid))
-	}
-	return ok
-}
-
-func (s *session) setExpiry(d time.Duration) {
-	s.mu.Lock()
-	s.expiry = d
-	s.expiryChangedLocked()
-	s.mu.Unlock()
-}
-
-// newSubEntry prepares a subscription: the broker subjects of its filter and, for a
-// shared subscription, its queue group.
-func newSubEntry(filter string, qos byte, noLocal, rap bool, subID uint32) (e *subEntry, subjects []string, queue string, err error) {
-	e = &subEntry{filter: filter, qos: min(qos, 2), noLocal: noLocal, rap: rap, subID: subID}
+// newSub parses a subscription: the broker subjects of its filter and, for a shared
+// subscription, its queue group.
+func newSub(filter string, qos byte, noLocal, rap bool, subID uint32) (*sm.Sub, error) {
+	e := &sm.Sub{Filter: filter, QoS: min(qos, 2), NoLocal: noLocal, RAP: rap, SubID: subID}
 	match := filter
 	group, inner, shared, err := packet.ParseShared(filter)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	if shared {
-		match, queue, e.shared = inner, string(appendLevel(nil, group)), true
-		if err := subject.ValidateQueue([]byte(queue)); err != nil {
-			return nil, nil, "", err
+		match, e.Queue, e.Shared = inner, string(appendLevel(nil, group)), true
+		if err := subject.ValidateQueue([]byte(e.Queue)); err != nil {
+			return nil, err
 		}
 	}
 	if err := packet.ValidFilter(match); err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
-	if subjects, err = FilterSubjects(match); err != nil {
-		return nil, nil, "", err
+	if e.Subjects, err = FilterSubjects(match); err != nil {
+		return nil, err
 	}
-	e.dollarGuard = match[0] == '+' || match[0] == '#'
-	return e, subjects, queue, nil
-}
-
-// restoreSub re-creates a stored subscription.
-func (s *session) restoreSub(sr subRecord) error {
-	e, subjects, queue, err := newSubEntry(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
-	if err != nil {
-		return err
-	}
-	_, err = s.subscribe(e, subjects, queue)
-	return err
-}
-
-// markQoS2 records a QoS 2 publish received and not yet released. The sessions'
-// maps are made on first use: most devices never subscribe or use QoS 2.
-func (s *session) markQoS2(pid uint16) {
-	if s.inQoS2 == nil {
-		s.inQoS2 = make(map[uint16]struct{})
-	}
-	s.inQoS2[pid] = struct{}{}
+	e.DollarGuard = match[0] == '+' || match[0] == '#'
+	return e, nil
 }

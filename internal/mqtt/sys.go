@@ -70,7 +70,7 @@ func (s *Server) subscriptions() int {
 	n := 0
 	for _, sess := range sessions {
 		sess.mu.Lock()
-		n += len(sess.subs)
+		n += sess.m.SubCount()
 		sess.mu.Unlock()
 	}
 	return n

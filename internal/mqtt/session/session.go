@@ -317,6 +317,9 @@ type ConnectOpts struct {
 // connection had the session (taken over). A clean start ends the previous state
 // first, publishing a will it was waiting with.
 func (s *Session) Connect(now time.Time, p *packet.Connect, o ConnectOpts) *Link {
+	if s.ended { // ended while its driver looked it up: start afresh
+		s.reopen()
+	}
 	v5 := p.ProtocolLevel == packet.V5
 	l := &Link{Version: p.ProtocolLevel, ReceiveMax: 65535, ProblemInfo: true, will: o.Will, heard: now}
 	if v5 {
@@ -413,7 +416,7 @@ func (s *Session) capExpiry(d time.Duration) (time.Duration, bool) {
 
 // reopen makes an ended session new again, for a clean start.
 func (s *Session) reopen() {
-	rd := s.rd
+	rd := s.ready()
 	s.Init(s.cfg)
 	s.rd = rd
 	rd.Ended = false
@@ -483,20 +486,21 @@ func (s *Session) end() {
 }
 
 // Tick runs the session's timers at now: the keepalive of a connected client; the
-// delayed will, session expiry and queued messages' expiry of an offline one.
-func (s *Session) Tick(now time.Time) {
+// delayed will, session expiry and queued messages' expiry of an offline one. It
+// returns the error that ends a connection whose keepalive passed (Ready.Close).
+func (s *Session) Tick(now time.Time) error {
 	if s.ended {
-		return
+		return nil
 	}
 	if l := s.link; l != nil {
 		if l.KeepAlive > 0 && !now.Before(KeepAliveDeadline(l.heard, l.KeepAlive)) {
-			_ = s.fail(packet.KeepAliveTimeout, fmt.Sprintf("keepalive %v passed without a packet", l.KeepAlive))
+			return s.fail(packet.KeepAliveTimeout, fmt.Sprintf("keepalive %v passed without a packet", l.KeepAlive))
 		}
-		return
+		return nil
 	}
 	x := s.x
 	if x == nil {
-		return
+		return nil
 	}
 	if x.will != nil && !now.Before(x.willAt) {
 		rd := s.ready()
@@ -505,12 +509,13 @@ func (s *Session) Tick(now time.Time) {
 	}
 	if !x.expireAt.IsZero() && !now.Before(x.expireAt) {
 		s.end()
-		return
+		return nil
 	}
 	if x.msgExpAt != 0 && now.UnixNano() >= x.msgExpAt {
 		x.msgExpAt = s.fl.purge(now, s.forgetMsg)
 	}
 	s.ready() // the deadline moved
+	return nil
 }
 
 // Heard tells the session its client sent something at now (keepalive); every

@@ -76,7 +76,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "tick":
 		err = h.advance(d)
 		if err == nil {
-			h.s.Tick(h.now)
+			err = h.s.Tick(h.now)
 		}
 	case "end":
 		h.s.End(h.now)
