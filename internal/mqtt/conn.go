@@ -472,6 +472,23 @@ func (c *conn) keepAliveExpired() error {
 	return fmt.Errorf("%w: %w", errClosedByServer, err)
 }
 
+// errTakenOver ends the reader of a connection whose session another connection
+// has taken: what its client still sends is not the session's any more.
+var errTakenOver = fmt.Errorf("%w: session taken over", errClosedByServer)
+
+// step feeds an event from c's client to its session, unless a newer connection
+// has the session (c is being closed): its acknowledgements must not reach the
+// newer client.
+func (c *conn) step(event func(now time.Time) error) error {
+	sess := c.sess()
+	return sess.step(func(now time.Time) error {
+		if sess.conn.Load() != c {
+			return errTakenOver
+		}
+		return event(now)
+	})
+}
+
 // closedBy turns a protocol error of the session machine, whose DISCONNECT is
 // queued already, into the end of the read loop.
 func closedBy(err error) error {
@@ -517,7 +534,7 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 	// session lock.
 	if p.QoS > 0 || p.Props.HasTopicAlias {
 		publish := false
-		err := sess.step(func(now time.Time) error {
+		err := c.step(func(now time.Time) error {
 			var err error
 			topic, publish, err = sess.m.Publish(now, p)
 			return err
@@ -543,7 +560,7 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 		}
 	}
 	if p.QoS > 0 {
-		_ = sess.step(func(time.Time) error {
+		return c.step(func(time.Time) error {
 			sess.m.Published(p, reason)
 			return nil
 		})
@@ -591,7 +608,7 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 func (c *conn) handleAck(p *packet.Ack) error {
 	sess := c.sess()
 	c.ownFlush = true
-	return sess.step(func(now time.Time) error {
+	return c.step(func(now time.Time) error {
 		sess.m.Ack(now, p)
 		return nil
 	})
@@ -608,7 +625,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 	}
 	sess := c.sess()
 	c.ownFlush = true
-	if err := sess.step(func(now time.Time) error { return sess.m.Subscribe(now, p, subs) }); err != nil {
+	if err := c.step(func(now time.Time) error { return sess.m.Subscribe(now, p, subs) }); err != nil {
 		return closedBy(err)
 	}
 	return nil
@@ -617,7 +634,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) error {
 	sess := c.sess()
 	c.ownFlush = true
-	return sess.step(func(now time.Time) error {
+	return c.step(func(now time.Time) error {
 		sess.m.Unsubscribe(now, p)
 		return nil
 	})
@@ -626,7 +643,7 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) error {
 func (c *conn) handlePing() error {
 	sess := c.sess()
 	c.ownFlush = true
-	return sess.step(func(now time.Time) error {
+	return c.step(func(now time.Time) error {
 		sess.m.Ping(now)
 		return nil
 	})
@@ -635,7 +652,7 @@ func (c *conn) handlePing() error {
 func (c *conn) handleDisconnect(p *packet.Disconnect) error {
 	sess := c.sess()
 	c.ownFlush = true
-	if err := sess.step(func(now time.Time) error { return sess.m.ClientDisconnect(now, p) }); err != nil {
+	if err := c.step(func(now time.Time) error { return sess.m.ClientDisconnect(now, p) }); err != nil {
 		return closedBy(err)
 	}
 	return io.EOF

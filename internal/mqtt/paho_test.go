@@ -47,7 +47,7 @@ for i in range(20):
 p.disconnect(); p.loop_stop()
 c = client("keeper", clean=False)
 got = [m.payload.decode() for m in take(c, 20)]
-emit(present=c.connack["present"], got=got, extra=none_within(c, 0.5) is not None)
+emit(present=c.connack["present"], got=got, extra=none_within(c, 0.2) is not None)
 c.disconnect(); c.loop_stop()
 c = client("keeper", clean=True)
 emit(clean_present=c.connack["present"])
@@ -169,7 +169,7 @@ other.publish("rap/x", "live2", qos=1, retain=True).wait_for_publish(5)
 plive = take(plain, 1)[0]
 rh2 = client("rh2", v5=True)
 rh2.subscribe([("rap/#", SubscribeOptions(qos=1, retainHandling=2))])
-emit(rap=[first.retain, live.retain], plain=[pfirst.retain, plive.retain], rh2=none_within(rh2, 0.5) is None)
+emit(rap=[first.retain, live.retain], plain=[pfirst.retain, plive.retain], rh2=none_within(rh2, 0.2) is None)
 `, 40*time.Second)
 	res := decode(t, out)
 	if len(res) != 3 {
@@ -266,7 +266,7 @@ while len(seen) < N and time.time() < deadline:
         seen.append(int(m.payload))
     except queue.Empty:
         pass
-time.sleep(1)
+time.sleep(0.3) # duplicates would follow the last message closely
 while True:
     try:
         seen.append(int(sub.msgs.get(timeout=0.2).payload))

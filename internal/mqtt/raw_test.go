@@ -300,7 +300,7 @@ func TestRawQoS2InboundExactlyOnce(t *testing.T) {
 	if p, ok := sub.must(5 * time.Second).(*packet.Publish); !ok || string(p.Payload) != "m" {
 		t.Fatalf("subscriber got %+v", p)
 	}
-	if p, err := sub.next(500 * time.Millisecond); err == nil {
+	if p, err := sub.next(200 * time.Millisecond); err == nil {
 		t.Fatalf("subscriber got a second copy: %+v", p)
 	}
 	// The packet id is free again: the same id now carries a new message.
@@ -349,7 +349,7 @@ func TestRawOutboundResend(t *testing.T) {
 	}
 	sub.send(&packet.Ack{Type: packet.TypePuback, PacketID: first.PacketID})
 	sub.send(&packet.Ack{Type: packet.TypePubcomp, PacketID: second.PacketID})
-	if p, err := sub.next(500 * time.Millisecond); err == nil {
+	if p, err := sub.next(200 * time.Millisecond); err == nil {
 		t.Fatalf("unexpected %+v after the exchange ended", p)
 	}
 }
