@@ -232,7 +232,9 @@ func (d *reader) Read(p []byte) (int, error) {
 	switch {
 	case !c.attached.Load():
 		_ = c.nc.SetReadDeadline(d.connectBy)
-	case c.srv.poll != nil && d.pr.Buffered() == 0:
+	// A WebSocket never parks, and its read deadline closes it when it passes
+	// (websocket.NetConn): only the keepalive may set one.
+	case c.srv.poll != nil && !c.ws && d.pr.Buffered() == 0:
 		idle := c.srv.cfg.IdleAfter
 		if d.fresh {
 			idle = min(idle, freshIdleAfter)

@@ -315,6 +315,10 @@ c.msgs = queue.Queue()
 c.on_message = lambda cl, ud, m: c.msgs.put(m)
 c.connect("127.0.0.1", WS)
 c.loop_start()
+# The CONNACK is read by paho's loop thread: on a loaded machine, later than a fixed pause.
+back = time.time() + 10
+while not c.is_connected() and time.time() < back:
+    time.sleep(0.01)
 c.subscribe("back/to/ws", qos=1)
 time.sleep(0.3)
 c.publish("ws/hello", "from websocket", qos=1).wait_for_publish(5)
