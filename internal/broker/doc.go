@@ -10,6 +10,9 @@
 // buffer without blocking, and later Sink.Flush once per publish batch so the client's
 // writer sends everything queued in one write. A slow subscriber therefore never stalls
 // a publisher or another subscriber: its Sink drops or disconnects by its own policy.
+// A sink whose protocol sends one copy of a message for all of a client's matching
+// subscriptions (MQTT 5) implements MultiSink and marks those subscriptions (SetCoalesce):
+// it gets them in one DeliverMatched call per message.
 //
 // Publish allocates nothing per message: matches come from the trie's cache, and the
 // Batch that collects sinks to flush is owned and reused by the publishing connection.

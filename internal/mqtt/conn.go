@@ -856,8 +856,8 @@ func (c *conn) takenOver() {
 // deliverQoS0 writes a QoS 0 message straight to the outbound queue; it reports false
 // when the message was not queued: the connection is closing, the client is too slow
 // (the slow-consumer policy applied), or the message expired or is too large for it.
-func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64) bool {
-	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16)
+func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expireAt int64) bool {
+	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16 + 5*len(subIDs))
 	if !ok {
 		return false
 	}
@@ -868,7 +868,7 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireA
 		e.reply = AppendTopic(e.reply[:0], m.Reply)
 		reply = bytesString(e.reply)
 	}
-	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt)
+	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subIDs, expireAt)
 }
 
 // encoder is the scratch a connection encodes deliveries with.
@@ -893,7 +893,7 @@ func (c *conn) writeOut(om *outMsg, dup bool) {
 	if !ok {
 		return
 	}
-	if !c.appendPublishLocked(b, om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subID, om.expireAt) && om.qos > 0 {
+	if !c.appendPublishLocked(b, om.topic, om.payload, om.header, om.reply, om.qos, om.retain, dup, om.pid, om.subIDs, om.expireAt) && om.qos > 0 {
 		// Expired or too large for the client: it counts as delivered.
 		go c.sess().acked(om.pid, time.Now())
 	}
@@ -902,7 +902,7 @@ func (c *conn) writeOut(om *outMsg, dup bool) {
 // appendPublishLocked encodes a PUBLISH onto b, the queue's buffer from Begin or
 // Reserve, and hands it back, which unlocks the queue. It reports false for a message
 // that expired or exceeds the client's maximum packet size.
-func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, expireAt int64) bool {
+func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subIDs []uint32, expireAt int64) bool {
 	e := c.encoderLocked()
 	p := &e.pub
 	ups := p.Props.UserProperties
@@ -911,8 +911,10 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 		p.Props.UserProperties = ups
 		fillProps(&p.Props, hdr)
 		p.Props.ResponseTopic = reply
-		if subID != 0 {
-			e.subIDs = append(e.subIDs[:0], subID)
+		if len(subIDs) > 0 {
+			// Copied: the encoder outlives the call, and keeping the caller's
+			// slice would move its stack scratch to the heap.
+			e.subIDs = append(e.subIDs[:0], subIDs...)
 			p.Props.SubscriptionIDs = e.subIDs
 		}
 		if expireAt != 0 {
@@ -938,7 +940,7 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 			p.Topic = ""
 		}
 	}
-	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > max && packet.Size(p, c.version) > max {
+	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+5*len(subIDs)+64 > max && packet.Size(p, c.version) > max {
 		c.q.CountDropped()
 		return false
 	}

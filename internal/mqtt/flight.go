@@ -12,8 +12,8 @@ type outMsg struct {
 	reply    string // response topic, "" for none
 	qos      byte
 	retain   bool
-	subID    uint32
-	expireAt int64 // Unix nanoseconds, 0 = never
+	subIDs   []uint32 // of every subscription it matched that has one
+	expireAt int64    // Unix nanoseconds, 0 = never
 
 	pid    uint16
 	pubrec bool   // PUBREC received: only PUBREL/PUBCOMP remain

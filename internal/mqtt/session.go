@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,9 +305,11 @@ func (s *session) subscribe(e *subEntry, subjects []string, queue string) (exist
 		return false, ErrServerClosed
 	}
 	old := s.subs[e.filter]
+	coalesce := s.markOverlapsLocked(e)
 	for _, subj := range subjects {
 		s.nextSID++
 		sub := &broker.Subscription{Sink: s, SID: uint64(s.nextSID), Subject: subj, Queue: queue, NoEcho: e.noLocal}
+		sub.SetCoalesce(coalesce)
 		e.subs = append(e.subs, sub)
 		if s.bySub == nil {
 			s.bySub = make(map[*broker.Subscription]*subEntry)
@@ -347,6 +350,29 @@ func (s *session) subscribe(e *subEntry, subjects []string, queue string) (exist
 	return old != nil, nil
 }
 
+// markOverlapsLocked has the broker coalesce the deliveries of e's subscriptions with
+// those of every other non-shared subscription whose filter some topic also matches,
+// and reports whether there is any. Subscriptions that overlap nothing, most of them,
+// cost the broker no grouping. Marks stay after the overlapping filter goes: they
+// then cost a little grouping, not a duplicate. The others are marked before e is in
+// the broker, so a message that reaches e finds them marked. s.mu is held.
+func (s *session) markOverlapsLocked(e *subEntry) bool {
+	if e.shared {
+		return false
+	}
+	found := false
+	for f, o := range s.subs {
+		if f == e.filter || o.shared || !filtersOverlap(f, e.filter) {
+			continue
+		}
+		found = true
+		for _, sub := range o.subs {
+			sub.SetCoalesce(true)
+		}
+	}
+	return found
+}
+
 // unsubscribe removes the subscription of filter; it reports whether there was one.
 func (s *session) unsubscribe(filter string) bool {
 	s.mu.Lock()
@@ -378,34 +404,63 @@ func (s *session) dropSubs(e *subEntry) {
 
 // Deliver implements broker.Sink.
 func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	one := [1]*broker.Subscription{sub}
+	return s.DeliverMatched(one[:], m)
+}
+
+// DeliverMatched implements broker.MultiSink: the client gets one copy of a message
+// that several of its subscriptions match (MQTT 5, 3.3.4; 3.1.1 allows it), at the
+// highest QoS they were granted, with every one's subscription identifier. An
+// identifier is sent once even when several of them have it: one SUBSCRIBE gives all
+// its filters the same, and a filter ending in "/#" is two broker subscriptions. The
+// retain flag is kept if any of them asked for retain as published: that
+// subscription is owed the flag and the copy is its delivery too. Subscriptions with
+// no local do not reach here for the client's own messages (the broker's NoEcho).
+func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.bySub[sub]
-	if e == nil || s.ended {
+	if s.ended {
 		return false
 	}
-	if e.dollarGuard && IsDollar(m.Subject) {
+	var idBuf [4]uint32 // on the stack: QoS 0 delivery allocates nothing
+	ids := idBuf[:0]
+	var qos byte
+	found, rap, shared := false, false, true
+	for _, sub := range subs {
+		e := s.bySub[sub]
+		if e == nil || e.dollarGuard && IsDollar(m.Subject) {
+			continue
+		}
+		found = true
+		qos = max(qos, min(m.QoS, e.qos))
+		rap = rap || e.rap
+		shared = shared && e.shared
+		if e.subID != 0 && !slices.Contains(ids, e.subID) {
+			ids = append(ids, e.subID)
+		}
+	}
+	if !found {
 		return false
 	}
 	expireAt := expiryOf(m.Header)
 	if expireAt != 0 && time.Now().UnixNano() >= expireAt {
 		return true // expired on the way: delivered to nobody, by definition
 	}
-	qos := min(m.QoS, e.qos)
-	retain := m.Retain && e.rap
+	retain := m.Retain && rap
 	c := s.conn.Load()
 	if qos == 0 {
 		if c == nil {
 			return false
 		}
-		return c.deliverQoS0(m, retain, e.subID, expireAt)
+		return c.deliverQoS0(m, retain, ids, expireAt)
 	}
-	if c == nil && e.shared {
+	if c == nil && shared {
 		return false // let an online member of the group have it
 	}
-	om := &outMsg{
-		payload: append([]byte(nil), m.Payload...), qos: qos, retain: retain,
-		subID: e.subID, expireAt: expireAt,
+	om := &outMsg{payload: append([]byte(nil), m.Payload...), qos: qos, retain: retain, expireAt: expireAt}
+	if len(ids) > 0 {
+		om.subIDs = make([]uint32, len(ids)) // not a slice of ids: idBuf would escape
+		copy(om.subIDs, ids)
 	}
 	om.topic = string(AppendTopic(nil, m.Subject))
 	if len(m.Header) > 0 {
@@ -450,7 +505,10 @@ func (s *session) deliverRetained(e *subEntry, rm *retainedMsg) {
 	qos := min(rm.qos, e.qos)
 	om := &outMsg{
 		topic: string(AppendTopic(nil, []byte(rm.subject))), payload: rm.payload, header: rm.header,
-		qos: qos, retain: true, subID: e.subID, expireAt: rm.expireAt,
+		qos: qos, retain: true, expireAt: rm.expireAt,
+	}
+	if e.subID != 0 {
+		om.subIDs = []uint32{e.subID}
 	}
 	if rm.reply != "" {
 		om.reply = string(AppendTopic(nil, []byte(rm.reply)))
