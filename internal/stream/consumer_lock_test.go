@@ -3,6 +3,7 @@ package stream
 import (
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,12 +36,13 @@ func TestAckDoesNotWaitForJournalSync(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	entered, release := make(chan struct{}), make(chan struct{})
+	// The first fsync after this point blocks until released.
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var blocked atomic.Bool
 	hook := func(f *os.File) error {
-		select {
-		case entered <- struct{}{}:
+		if blocked.CompareAndSwap(false, true) {
+			entered <- struct{}{}
 			<-release
-		default:
 		}
 		return f.Sync()
 	}
