@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,12 @@ type Message struct {
 	// subscribers and other groups do not get the message (a push consumer's
 	// deliver group).
 	Group string
+	// FromRoute marks a message another cluster node forwarded: it is never given to
+	// a Remote sink (one hop), and only the queue groups in Queues deliver it.
+	FromRoute bool
+	// Queues, for a message FromRoute, names the queue groups for which the sending
+	// node chose this one: each delivers it to one local member.
+	Queues []string
 }
 
 // Sink is a destination for deliveries: one client connection of any protocol.
@@ -94,6 +101,12 @@ type Subscription struct {
 	// NoEcho skips messages whose Origin is this subscription's Sink.
 	NoEcho bool
 
+	// Weight is, for a queue-group subscription of a Remote sink, how many members
+	// the group has on that node (0 counts as 1): a group without local members
+	// spreads messages over nodes in proportion.
+	Weight uint32
+
+	remote    Remote        // Sink, when it is a Remote
 	coalesce  atomic.Bool   // see SetCoalesce
 	max       atomic.Uint64 // stop after this many deliveries; 0 = no limit
 	delivered atomic.Uint64
@@ -143,6 +156,7 @@ func (b *Broker) Subscribe(sub *Subscription) error {
 			return fmt.Errorf("%w: %w", ErrBadQueue, err)
 		}
 	}
+	sub.remote, _ = sub.Sink.(Remote)
 	if err := b.subs.Insert(sub.Subject, sub.Queue, sub); err != nil {
 		return fmt.Errorf("subscribe %q: %w", sub.Subject, err)
 	}
@@ -193,6 +207,7 @@ type Batch struct {
 	fm      filter.Message
 	hdr     header.Block
 	co      coalescer
+	remotes []remoteTarget
 }
 
 // Add records that s needs a Flush; publishers call it for control frames they queue
@@ -271,6 +286,12 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 	matched := 0
 	if m.Group == "" {
 		for _, sub := range r.Plain {
+			if sub.remote != nil {
+				if !m.FromRoute && !sub.closed.Load() && p.toRemote(sub.remote, "") {
+					matched++
+				}
+				continue
+			}
 			if !b.eligible(p, sub, m, &filtered) {
 				continue
 			}
@@ -286,14 +307,18 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 		}
 	}
 	for _, g := range r.Groups {
-		if m.Group != "" && g.Name != m.Group {
+		if m.Group != "" && g.Name != m.Group || m.FromRoute && !slices.Contains(m.Queues, g.Name) {
 			continue
 		}
 		n := uint32(len(g.Members))
 		start := g.Cursor.Add(1)
-		found := false
+		found, remotes := false, false
 		for i := uint32(0); i < n; i++ {
 			sub := g.Members[(start+i)%n]
+			if sub.remote != nil {
+				remotes = true
+				continue
+			}
 			if !b.eligible(p, sub, m, &filtered) {
 				continue
 			}
@@ -305,6 +330,15 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 				break
 			}
 		}
+		if !found && remotes && !m.FromRoute {
+			if rs := pickRemote(g.Members, start); rs != nil {
+				p.toRemote(rs, g.Name)
+				matched++
+			}
+		}
+	}
+	if len(p.remotes) > 0 {
+		p.deliverRemotes(m)
 	}
 	return matched
 }
