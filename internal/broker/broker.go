@@ -137,7 +137,8 @@ var (
 // Broker routes messages from publishers to subscriptions. It is safe for concurrent
 // use by any number of publishing and subscribing clients.
 type Broker struct {
-	subs *subject.Sublist[*Subscription]
+	subs     *subject.Sublist[*Subscription]
+	observer atomic.Pointer[InterestObserver]
 }
 
 // New returns an empty broker.
@@ -160,6 +161,7 @@ func (b *Broker) Subscribe(sub *Subscription) error {
 	if err := b.subs.Insert(sub.Subject, sub.Queue, sub); err != nil {
 		return fmt.Errorf("subscribe %q: %w", sub.Subject, err)
 	}
+	b.interest(sub, 1)
 	return nil
 }
 
@@ -175,6 +177,7 @@ func (b *Broker) Unsubscribe(sub *Subscription) error {
 		}
 		return fmt.Errorf("unsubscribe %q: %w", sub.Subject, err)
 	}
+	b.interest(sub, -1)
 	return nil
 }
 
@@ -378,7 +381,9 @@ func untake(sub *Subscription) { sub.delivered.Add(^uint64(0)) }
 // reachedLimit ends sub, whose delivery numbered by its limit was made.
 func (b *Broker) reachedLimit(sub *Subscription) {
 	if !sub.closed.Swap(true) {
-		_ = b.subs.Remove(sub.Subject, sub.Queue, sub)
+		if b.subs.Remove(sub.Subject, sub.Queue, sub) == nil {
+			b.interest(sub, -1)
+		}
 		if r, ok := sub.Sink.(Remover); ok {
 			r.Removed(sub)
 		}

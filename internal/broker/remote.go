@@ -1,5 +1,7 @@
 package broker
 
+import "errors"
+
 // Remote is implemented by sinks that stand for another cluster node (a route). The
 // broker treats their subscriptions — the interest the node advertised — in three
 // ways of their own:
@@ -87,4 +89,36 @@ func pickRemote(members []*Subscription, cursor uint32) Remote {
 		x -= w
 	}
 	return nil
+}
+
+// InterestObserver learns how the local interest changes: the subscriptions of sinks
+// that are not Remote, which a cluster node advertises to the others.
+type InterestObserver interface {
+	// Interest is called after a local subscription to subject (in queue, "" for a
+	// plain one) was added (delta 1) or removed (delta -1). It is called on the
+	// subscribing goroutine, must not block, and must not call the broker.
+	Interest(subject, queue string, delta int)
+}
+
+// ErrObserverLate is returned by SetObserver once subscriptions exist: an observer
+// must see every local subscription from the first.
+var ErrObserverLate = errors.New("broker: interest observer set after subscriptions were made")
+
+// SetObserver installs the interest observer; it must come before the first
+// subscription.
+func (b *Broker) SetObserver(o InterestObserver) error {
+	if b.subs.Count() > 0 {
+		return ErrObserverLate
+	}
+	b.observer.Store(&o)
+	return nil
+}
+
+func (b *Broker) interest(sub *Subscription, delta int) {
+	if sub.remote != nil {
+		return
+	}
+	if o := b.observer.Load(); o != nil {
+		(*o).Interest(sub.Subject, sub.Queue, delta)
+	}
 }

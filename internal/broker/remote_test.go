@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -213,5 +214,52 @@ func TestRemoteDeliveryDoesNotAllocate(t *testing.T) {
 	// One publish before, AllocsPerRun's warm-up, and its 200 runs.
 	if runs := 1 + 1 + 200; sent != 3*runs || groups != 3*runs {
 		t.Fatalf("%d deliveries naming %d groups over %d publishes to 3 nodes; want each node once, each group once", sent, groups, runs)
+	}
+}
+
+type interestLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *interestLog) Interest(subject, queue string, delta int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, fmt.Sprintf("%s/%s%+d", subject, queue, delta))
+}
+
+// TestObserverSeesLocalInterest: the observer learns of local subscriptions coming
+// and going (also by reaching a message limit), and of no Remote's.
+func TestObserverSeesLocalInterest(t *testing.T) {
+	b := New()
+	log := &interestLog{}
+	if err := b.SetObserver(log); err != nil {
+		t.Fatal(err)
+	}
+	a := subscribe(t, b, &recorder{}, "a.*", "")
+	subscribe(t, b, &recorder{}, "jobs", "w")
+	remoteSub(t, b, &node{counting: true}, "b", "", 0)
+	limited := subscribe(t, b, &recorder{}, "once", "")
+	if err := b.AutoUnsubscribe(limited, 1); err != nil {
+		t.Fatal(err)
+	}
+	var p Batch
+	publish(b, &p, "once", "x")
+	publish(b, &p, "once", "x")
+	if err := b.Unsubscribe(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Unsubscribe(a); err != nil { // again: no second report
+		t.Fatal(err)
+	}
+	want := []string{"a.*/+1", "jobs/w+1", "once/+1", "once/-1", "a.*/-1"}
+	if !slices.Equal(log.got, want) {
+		t.Fatalf("observed %q, want %q", log.got, want)
+	}
+	if err := New().SetObserver(log); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetObserver(log); !errors.Is(err, ErrObserverLate) {
+		t.Fatalf("observer set after subscriptions: %v", err)
 	}
 }
