@@ -9,4 +9,5 @@ package purity
 var Pure = []string{
 	"internal/transport/arq",
 	"internal/stream/consumer",
+	"internal/cluster/interest",
 }
