@@ -1,4 +1,4 @@
-.PHONY: run test build bench fuzz
+.PHONY: run test build bench fuzz soak
 
 # Run the broker with the default configuration (native 7400, HTTP 7480).
 run:
@@ -18,3 +18,7 @@ bench:
 # A short run of every fuzz target.
 fuzz:
 	scripts/fuzz.sh
+
+# Longer seeded crash and model runs than the suite's (each test's seed count).
+soak:
+	TERN_KILL9_SEEDS=20 TERN_STORE_SEEDS=200 go test -count=1 -timeout 60m -run 'TestKill9|RandomOps' ./internal/stream/ ./internal/store/

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,12 @@ type Message struct {
 	// subscribers and other groups do not get the message (a push consumer's
 	// deliver group).
 	Group string
+	// FromRoute marks a message another cluster node forwarded: it is never given to
+	// a Remote sink (one hop), and only the queue groups in Queues deliver it.
+	FromRoute bool
+	// Queues, for a message FromRoute, names the queue groups for which the sending
+	// node chose this one: each delivers it to one local member.
+	Queues []string
 }
 
 // Sink is a destination for deliveries: one client connection of any protocol.
@@ -64,6 +71,20 @@ type Staller interface {
 	Stuck()
 }
 
+// MultiSink is implemented by sinks that send one copy of a message however many of
+// their plain subscriptions match it (MQTT 5: overlapping subscriptions of one client
+// make one PUBLISH carrying every matching subscription's identifier). The broker
+// hands the sink's eligible plain subscriptions marked with SetCoalesce that a message
+// matches, when there are at least two, in one DeliverMatched call; a single one still
+// goes through Deliver. Queue group members are never coalesced.
+type MultiSink interface {
+	Sink
+	// DeliverMatched is Deliver for several subscriptions of this sink at once. subs
+	// is the broker's scratch, valid only during the call. It returns false when the
+	// message was not queued; every subscription then counts as not delivered.
+	DeliverMatched(subs []*Subscription, m *Message) bool
+}
+
 // Remover is implemented by sinks that keep their own table of subscriptions; the
 // broker tells them when a subscription ends by reaching its message limit.
 type Remover interface {
@@ -80,10 +101,25 @@ type Subscription struct {
 	// NoEcho skips messages whose Origin is this subscription's Sink.
 	NoEcho bool
 
+	// Weight is, for a queue-group subscription of a Remote sink, how many members
+	// the group has on that node (0 counts as 1): a group without local members
+	// spreads messages over nodes in proportion.
+	Weight uint32
+
+	remote    Remote        // Sink, when it is a Remote
+	coalesce  atomic.Bool   // see SetCoalesce
 	max       atomic.Uint64 // stop after this many deliveries; 0 = no limit
 	delivered atomic.Uint64
 	closed    atomic.Bool
 }
+
+// SetCoalesce marks a plain subscription of a MultiSink whose deliveries the sink
+// takes together with those of its other marked subscriptions that match the same
+// message. A sink marks only subscriptions that can overlap, so that the many that
+// cannot cost the broker no grouping. The sink is compared and hashed, so it must
+// be a pointer (as every sink is). The mark may change while the subscription is
+// live; a message routed meanwhile may see the old one.
+func (s *Subscription) SetCoalesce(on bool) { s.coalesce.Store(on) }
 
 // Delivered reports how many messages this subscription has been given.
 func (s *Subscription) Delivered() uint64 { return s.delivered.Load() }
@@ -101,7 +137,8 @@ var (
 // Broker routes messages from publishers to subscriptions. It is safe for concurrent
 // use by any number of publishing and subscribing clients.
 type Broker struct {
-	subs *subject.Sublist[*Subscription]
+	subs     *subject.Sublist[*Subscription]
+	observer atomic.Pointer[InterestObserver]
 }
 
 // New returns an empty broker.
@@ -120,9 +157,11 @@ func (b *Broker) Subscribe(sub *Subscription) error {
 			return fmt.Errorf("%w: %w", ErrBadQueue, err)
 		}
 	}
+	sub.remote, _ = sub.Sink.(Remote)
 	if err := b.subs.Insert(sub.Subject, sub.Queue, sub); err != nil {
 		return fmt.Errorf("subscribe %q: %w", sub.Subject, err)
 	}
+	b.interest(sub, 1)
 	return nil
 }
 
@@ -138,6 +177,7 @@ func (b *Broker) Unsubscribe(sub *Subscription) error {
 		}
 		return fmt.Errorf("unsubscribe %q: %w", sub.Subject, err)
 	}
+	b.interest(sub, -1)
 	return nil
 }
 
@@ -169,6 +209,8 @@ type Batch struct {
 	last    Sink // most recent Add, to skip the map for runs to one sink
 	fm      filter.Message
 	hdr     header.Block
+	co      coalescer
+	remotes []remoteTarget
 }
 
 // Add records that s needs a Flush; publishers call it for control frames they queue
@@ -247,22 +289,39 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 	matched := 0
 	if m.Group == "" {
 		for _, sub := range r.Plain {
+			if sub.remote != nil {
+				if !m.FromRoute && !sub.closed.Load() && p.toRemote(sub.remote, "") {
+					matched++
+				}
+				continue
+			}
 			if !b.eligible(p, sub, m, &filtered) {
 				continue
 			}
 			matched++
+			if sub.coalesce.Load() {
+				p.co.subs = append(p.co.subs, sub)
+				continue
+			}
 			b.deliver(p, sub, m)
+		}
+		if len(p.co.subs) > 0 {
+			b.deliverCoalesced(p, m)
 		}
 	}
 	for _, g := range r.Groups {
-		if m.Group != "" && g.Name != m.Group {
+		if m.Group != "" && g.Name != m.Group || m.FromRoute && !slices.Contains(m.Queues, g.Name) {
 			continue
 		}
 		n := uint32(len(g.Members))
 		start := g.Cursor.Add(1)
-		found := false
+		found, remotes := false, false
 		for i := uint32(0); i < n; i++ {
 			sub := g.Members[(start+i)%n]
+			if sub.remote != nil {
+				remotes = true
+				continue
+			}
 			if !b.eligible(p, sub, m, &filtered) {
 				continue
 			}
@@ -274,6 +333,15 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 				break
 			}
 		}
+		if !found && remotes && !m.FromRoute {
+			if rs := pickRemote(g.Members, start); rs != nil {
+				p.toRemote(rs, g.Name)
+				matched++
+			}
+		}
+	}
+	if len(p.remotes) > 0 {
+		p.deliverRemotes(m)
 	}
 	return matched
 }
@@ -299,23 +367,42 @@ func (b *Broker) eligible(p *Batch, sub *Subscription, m *Message, filtered *boo
 	return true
 }
 
-// deliver hands m to sub's sink and enforces the subscription's message limit.
-func (b *Broker) deliver(p *Batch, sub *Subscription, m *Message) bool {
-	max := sub.max.Load()
-	n := sub.delivered.Add(1)
-	if max != 0 && n > max {
-		return false
-	}
-	if !sub.Sink.Deliver(sub, m) {
-		sub.delivered.Add(^uint64(0))
-		return false
-	}
-	p.Add(sub.Sink)
-	if max != 0 && n == max && !sub.closed.Swap(true) {
-		_ = b.subs.Remove(sub.Subject, sub.Queue, sub)
+// take counts a delivery to sub ahead of it; it reports false, and counts nothing
+// more, when sub has had its limit. n is the count including this delivery.
+func take(sub *Subscription) (n, max uint64, ok bool) {
+	max = sub.max.Load()
+	n = sub.delivered.Add(1)
+	return n, max, max == 0 || n <= max
+}
+
+// untake takes back a delivery counted by take that the sink refused.
+func untake(sub *Subscription) { sub.delivered.Add(^uint64(0)) }
+
+// reachedLimit ends sub, whose delivery numbered by its limit was made.
+func (b *Broker) reachedLimit(sub *Subscription) {
+	if !sub.closed.Swap(true) {
+		if b.subs.Remove(sub.Subject, sub.Queue, sub) == nil {
+			b.interest(sub, -1)
+		}
 		if r, ok := sub.Sink.(Remover); ok {
 			r.Removed(sub)
 		}
+	}
+}
+
+// deliver hands m to sub's sink and enforces the subscription's message limit.
+func (b *Broker) deliver(p *Batch, sub *Subscription, m *Message) bool {
+	n, max, ok := take(sub)
+	if !ok {
+		return false
+	}
+	if !sub.Sink.Deliver(sub, m) {
+		untake(sub)
+		return false
+	}
+	p.Add(sub.Sink)
+	if max != 0 && n == max {
+		b.reachedLimit(sub)
 	}
 	return true
 }

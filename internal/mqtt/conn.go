@@ -788,7 +788,7 @@ func (c *conn) takenOver() {
 // deliverQoS0 writes a QoS 0 message straight to the outbound queue; it reports false
 // when the message was not queued: the connection is closing, the client is too slow
 // (the slow-consumer policy applied), or the message expired or is too large for it.
-func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireAt int64, now time.Time) bool {
+func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expireAt int64, now time.Time) bool {
 	var left uint32
 	if expireAt != 0 {
 		var ok bool
@@ -796,7 +796,7 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireA
 			return false
 		}
 	}
-	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16)
+	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16 + 5*len(subIDs))
 	if !ok {
 		return false
 	}
@@ -807,7 +807,7 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subID uint32, expireA
 		e.reply = AppendTopic(e.reply[:0], m.Reply)
 		reply = bytesString(e.reply)
 	}
-	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subID, expireAt != 0, left)
+	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subIDs, expireAt != 0, left)
 }
 
 // encoder is the scratch a connection encodes deliveries with.
@@ -834,13 +834,13 @@ func (c *conn) writeOut(p *sm.Packet) bool {
 		return true // closing: the message stays in flight for the next connection
 	}
 	m := p.Msg
-	return c.appendPublishLocked(b, m.Topic, m.Payload, m.Header, m.Reply, m.QoS, m.Retain, p.Dup, p.PID, m.SubID, m.ExpireAt != 0, p.ExpiryLeft)
+	return c.appendPublishLocked(b, m.Topic, m.Payload, m.Header, m.Reply, m.QoS, m.Retain, p.Dup, p.PID, m.SubIDs, m.ExpireAt != 0, p.ExpiryLeft)
 }
 
 // appendPublishLocked encodes a PUBLISH onto b, the queue's buffer from Begin or
 // Reserve, and hands it back, which unlocks the queue. It reports false for a message
 // that exceeds the client's maximum packet size. The session's lock is held.
-func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subID uint32, hasExpiry bool, expiryLeft uint32) bool {
+func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subIDs []uint32, hasExpiry bool, expiryLeft uint32) bool {
 	e := c.encoderLocked()
 	p := &e.pub
 	ups := p.Props.UserProperties
@@ -849,8 +849,10 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 		p.Props.UserProperties = ups
 		fillProps(&p.Props, hdr)
 		p.Props.ResponseTopic = reply
-		if subID != 0 {
-			e.subIDs = append(e.subIDs[:0], subID)
+		if len(subIDs) > 0 {
+			// Copied: the encoder outlives the call, and keeping the caller's
+			// slice would move its stack scratch to the heap.
+			e.subIDs = append(e.subIDs[:0], subIDs...)
 			p.Props.SubscriptionIDs = e.subIDs
 		}
 		if hasExpiry {
@@ -870,7 +872,7 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 			p.Topic = ""
 		}
 	}
-	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+64 > max && packet.Size(p, c.version) > max {
+	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+5*len(subIDs)+64 > max && packet.Size(p, c.version) > max {
 		c.q.CountDropped()
 		return false
 	}

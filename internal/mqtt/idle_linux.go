@@ -28,7 +28,9 @@ import (
 // net.Conn again from the descriptor (rehydrate).
 type poller struct {
 	epfd int
-	wake int // an eventfd in the epoll set: close ends the wait at once
+	// wakeFD is an eventfd in the epoll set, written on close so that the wait
+	// returns at once instead of at its next timeout.
+	wakeFD int
 
 	mu       sync.Mutex
 	byFD     []*conn // parked or once parked, by socket descriptor (the kernel hands out the lowest free)
@@ -43,17 +45,18 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	wakeFD, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		_ = unix.Close(epfd)
 		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
 	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
-		_ = unix.Close(wake)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakeFD), Pad: -1}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakeFD, &ev); err != nil {
+		_ = unix.Close(wakeFD)
 		_ = unix.Close(epfd)
 		return nil, fmt.Errorf("mqtt: idle poller: %w", err)
 	}
-	p := &poller{epfd: epfd, wake: wake, done: make(chan struct{})}
+	p := &poller{epfd: epfd, wakeFD: wakeFD, done: make(chan struct{})}
 	p.stopped.Add(2)
 	go p.wait()
 	go p.sweep()
@@ -181,9 +184,9 @@ func (p *poller) wait() {
 	defer p.stopped.Done()
 	events := make([]unix.EpollEvent, 256)
 	for {
-		// Closing an epoll descriptor does not end a wait on it: close writes to
-		// the wake descriptor instead.
-		n, err := unix.EpollWait(p.epfd, events, -1)
+		// Closing an epoll descriptor does not end a wait on it: close writes
+		// wakeFD, and the timeout is a backstop.
+		n, err := unix.EpollWait(p.epfd, events, 500)
 		select {
 		case <-p.done:
 			return
@@ -196,9 +199,6 @@ func (p *poller) wait() {
 			return
 		}
 		for _, ev := range events[:n] {
-			if ev.Fd == int32(p.wake) {
-				continue
-			}
 			p.mu.Lock()
 			c := p.atLocked(ev.Fd)
 			p.mu.Unlock()
@@ -374,9 +374,11 @@ func (p *poller) close() {
 	}
 	p.closing.Do(func() {
 		close(p.done)
-		_, _ = unix.Write(p.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		var one [8]byte
+		one[0] = 1 // eventfd counters are host-endian; any non-zero value wakes it
+		_, _ = unix.Write(p.wakeFD, one[:])
 		p.stopped.Wait()
 		_ = unix.Close(p.epfd)
-		_ = unix.Close(p.wake)
+		_ = unix.Close(p.wakeFD)
 	})
 }

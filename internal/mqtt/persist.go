@@ -253,19 +253,43 @@ func (r *byteReader) bytes() []byte {
 	return v
 }
 
+// Flags of a stored message. The first subscription identifier has a field of its own
+// (0 for none), as in records written before a message could carry several; the
+// others follow it, counted, only when flagMoreSubIDs is set, so those records read
+// the same.
+const (
+	flagRetain     = 4
+	flagPubrec     = 8
+	flagMoreSubIDs = 16
+	knownFlags     = 3 | flagRetain | flagPubrec | flagMoreSubIDs
+)
+
 // encodeOutMsg stores a message queued or in flight for a session.
 func encodeOutMsg(m *outMsg) []byte {
-	b := make([]byte, 0, 32+len(m.Topic)+len(m.Reply)+len(m.Header)+len(m.Payload))
+	b := make([]byte, 0, 32+5*len(m.SubIDs)+len(m.Topic)+len(m.Reply)+len(m.Header)+len(m.Payload))
 	flags := uint64(m.QoS)
 	if m.Retain {
-		flags |= 4
+		flags |= flagRetain
 	}
 	if m.Pubrec {
-		flags |= 8
+		flags |= flagPubrec
+	}
+	var first uint32
+	if len(m.SubIDs) > 0 {
+		first = m.SubIDs[0]
+	}
+	if len(m.SubIDs) > 1 {
+		flags |= flagMoreSubIDs
 	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(m.PID))
-	b = binary.AppendUvarint(b, uint64(m.SubID))
+	b = binary.AppendUvarint(b, uint64(first))
+	if len(m.SubIDs) > 1 {
+		b = binary.AppendUvarint(b, uint64(len(m.SubIDs)-1))
+		for _, id := range m.SubIDs[1:] {
+			b = binary.AppendUvarint(b, uint64(id))
+		}
+	}
 	b = binary.AppendUvarint(b, uint64(m.ExpireAt))
 	b = appendBytes(b, []byte(m.Topic))
 	b = appendBytes(b, []byte(m.Reply))
@@ -276,9 +300,13 @@ func encodeOutMsg(m *outMsg) []byte {
 func decodeOutMsg(b []byte) (*outMsg, error) {
 	r := &byteReader{b: b}
 	flags := r.uvarint()
-	m := &outMsg{QoS: byte(flags & 3), Retain: flags&4 != 0, Pubrec: flags&8 != 0}
+	m := &outMsg{QoS: byte(flags & 3), Retain: flags&flagRetain != 0, Pubrec: flags&flagPubrec != 0}
 	pid := r.uvarint()
-	subID := r.uvarint()
+	ids, err := readSubIDs(r, flags&flagMoreSubIDs != 0)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt state: bad message record: %w", err)
+	}
+	m.SubIDs = ids
 	m.ExpireAt = int64(r.uvarint())
 	m.Topic = string(r.bytes())
 	m.Reply = string(r.bytes())
@@ -289,19 +317,57 @@ func decodeOutMsg(b []byte) (*outMsg, error) {
 	switch {
 	case r.err != nil:
 		return nil, fmt.Errorf("mqtt state: bad message record: %w", r.err)
-	case flags&^15 != 0:
+	case flags&^knownFlags != 0:
 		return nil, fmt.Errorf("mqtt state: bad message record: unknown flags %#x", flags)
 	case m.QoS == 0 || m.QoS > 2:
 		return nil, fmt.Errorf("mqtt state: bad message record: QoS %d", m.QoS)
 	case pid > math.MaxUint16:
 		return nil, fmt.Errorf("mqtt state: bad message record: packet id %d", pid)
-	case subID > math.MaxUint32:
-		return nil, fmt.Errorf("mqtt state: bad message record: subscription id %d", subID)
 	case len(r.b) > 0:
 		return nil, fmt.Errorf("mqtt state: bad message record: %d trailing bytes", len(r.b))
 	}
-	m.PID, m.SubID = uint16(pid), uint32(subID)
+	m.PID = uint16(pid)
 	return m, nil
+}
+
+// readSubIDs reads a stored message's subscription identifiers: the first (0 for
+// none) and, with more, their count and the others. Only what encodeOutMsg writes is
+// accepted (no flag without a first, no zero among the others), so that a record
+// that decodes encodes back to an equal message.
+func readSubIDs(r *byteReader, more bool) ([]uint32, error) {
+	first := r.uvarint()
+	switch {
+	case r.err != nil:
+		return nil, nil // reported with the record's other fields
+	case first > math.MaxUint32:
+		return nil, fmt.Errorf("subscription id %d", first)
+	case first == 0 && more:
+		return nil, errors.New("more subscription ids without a first")
+	case first == 0:
+		return nil, nil
+	case !more:
+		return []uint32{uint32(first)}, nil
+	}
+	n := r.uvarint()
+	switch {
+	case r.err != nil:
+		return nil, nil
+	case n == 0 || n > uint64(len(r.b)): // each takes a byte at least
+		return nil, fmt.Errorf("%d more subscription ids in %d bytes", n, len(r.b))
+	}
+	ids := make([]uint32, 1, n+1)
+	ids[0] = uint32(first)
+	for range n {
+		id := r.uvarint()
+		if r.err != nil {
+			return nil, nil
+		}
+		if id == 0 || id > math.MaxUint32 {
+			return nil, fmt.Errorf("subscription id %d", id)
+		}
+		ids = append(ids, uint32(id))
+	}
+	return ids, nil
 }
 
 func encodeRetained(rm *retainedMsg) []byte {

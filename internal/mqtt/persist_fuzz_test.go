@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +24,10 @@ func seedOutMsgs() []*outMsg {
 		{Topic: "a/b", Payload: []byte("hello"), QoS: 1},
 		{Topic: "cmd/k1", Payload: []byte{}, QoS: 2, PID: 7, Pubrec: true},
 		{Topic: "x", Payload: []byte("p"), Header: []byte{1, 2, 3}, Reply: "reply/to", QoS: 2, Retain: true,
-			SubID: 268435455, ExpireAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), PID: 65535},
-		{Topic: "", Payload: bytes.Repeat([]byte{0xFF}, 300), QoS: 1, PID: 1, SubID: 1},
+			SubIDs: []uint32{268435455}, ExpireAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), PID: 65535},
+		{Topic: "", Payload: bytes.Repeat([]byte{0xFF}, 300), QoS: 1, PID: 1, SubIDs: []uint32{1}},
+		{Topic: "a/b", Payload: []byte("overlap"), QoS: 2, PID: 3, SubIDs: []uint32{1, 2, 268435455}},
+		{Topic: "c", Payload: []byte("x"), QoS: 1, Retain: true, SubIDs: []uint32{7, 7000}},
 	}
 }
 
@@ -47,11 +50,16 @@ func FuzzDecodeOutMsg(f *testing.F) {
 		f.Add(append(bytes.Clone(b), 0))
 	}
 	f.Add([]byte{})
-	f.Add([]byte{0})                                                 // QoS 0
-	f.Add([]byte{0x10, 0, 0, 0, 0, 0, 0, 0})                         // unknown flag bit
-	f.Add([]byte{1, 0x80, 0x80, 0x04, 0, 0, 0, 0, 0, 0})             // packet id 65536
-	f.Add([]byte{1, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0, 0}) // subscription id 2^32
-	f.Add([]byte{1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F})          // topic length past the end
+	f.Add([]byte{0})                                                          // QoS 0
+	f.Add([]byte{0x20, 0, 0, 0, 0, 0, 0, 0})                                  // unknown flag bit
+	f.Add([]byte{0x11, 0, 0, 1, 5, 0, 0, 0, 0, 0})                            // more subscription ids, no first
+	f.Add([]byte{0x11, 0, 3, 0, 0, 0, 0, 0, 0})                               // more subscription ids, none follow
+	f.Add([]byte{0x11, 0, 3, 2, 5, 0, 0, 0, 0, 0})                            // a zero among them
+	f.Add([]byte{0x11, 0, 3, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 5, 0})             // their count past the end
+	f.Add([]byte{0x11, 0, 3, 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0, 0}) // one of 2^32
+	f.Add([]byte{1, 0x80, 0x80, 0x04, 0, 0, 0, 0, 0, 0})                      // packet id 65536
+	f.Add([]byte{1, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0, 0})          // subscription id 2^32
+	f.Add([]byte{1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F})                   // topic length past the end
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeOutMsg(b)
 		if err != nil {
@@ -71,6 +79,39 @@ func FuzzDecodeOutMsg(f *testing.F) {
 			t.Fatalf("round trip:\n%+v\n%+v", m, m2)
 		}
 	})
+}
+
+// TestOutMsgSubscriptionIDs: a stored message keeps every subscription identifier;
+// records written when a message had at most one still read, and malformed lists are
+// refused.
+func TestOutMsgSubscriptionIDs(t *testing.T) {
+	// flags QoS 1, packet id 0, subscription id 5, no expiry, topic "t", no reply, no
+	// header, payload "p": a record of the one-identifier format.
+	old := []byte{1, 0, 5, 0, 1, 't', 0, 0, 1, 'p'}
+	m, err := decodeOutMsg(old)
+	if err != nil || !slices.Equal(m.SubIDs, []uint32{5}) || m.Topic != "t" || string(m.Payload) != "p" {
+		t.Fatalf("one-identifier record: %+v, %v", m, err)
+	}
+	if !bytes.Equal(encodeOutMsg(m), old) {
+		t.Fatalf("a message with one identifier is stored as % x, want the old form % x", encodeOutMsg(m), old)
+	}
+	for _, ids := range [][]uint32{nil, {1, 2}, {268435455, 1, 99}} {
+		m := &outMsg{Topic: "a/b", Payload: []byte("x"), QoS: 2, PID: 4, SubIDs: ids}
+		got, err := decodeOutMsg(encodeOutMsg(m))
+		if err != nil || !reflect.DeepEqual(got, m) {
+			t.Fatalf("identifiers %v: decoded %+v, %v", ids, got, err)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"more without a first": {0x11, 0, 0, 1, 5, 0, 0, 0, 0, 0},
+		"none follow":          {0x11, 0, 3, 0, 0, 0, 0, 0, 0},
+		"a zero":               {0x11, 0, 3, 2, 5, 0, 0, 0, 0, 0},
+		"count past the end":   {0x11, 0, 3, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 5, 0},
+	} {
+		if m, err := decodeOutMsg(b); err == nil {
+			t.Errorf("%s: decoded %+v", name, m)
+		}
+	}
 }
 
 // FuzzDecodeRetained: as FuzzDecodeOutMsg, for stored retained messages.

@@ -170,15 +170,38 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 			if x.bySub == nil {
 				x.bySub = make(map[*broker.Subscription]*sm.Sub)
 			}
+			coalesce := s.markOverlapsLocked(e)
 			for _, subj := range e.Subjects {
 				x.nextSID++
 				sub := &broker.Subscription{Sink: s, SID: x.nextSID, Subject: subj, Queue: e.Queue, NoEcho: e.NoLocal}
+				sub.SetCoalesce(coalesce)
 				x.bySub[sub] = e
 				sc.add = append(sc.add, sub)
 			}
 		}
 	}
 	return sc
+}
+
+// markOverlapsLocked has the broker coalesce the deliveries of e's subscriptions with
+// those of every other non-shared subscription whose filter some topic also matches,
+// and reports whether there is any. Subscriptions that overlap nothing, most of them,
+// cost the broker no grouping. Marks stay after the overlapping filter goes: they
+// then cost a little grouping, not a duplicate. The others are marked before e is in
+// the broker, so a message that reaches e finds them marked.
+func (s *session) markOverlapsLocked(e *sm.Sub) bool {
+	if e.Shared {
+		return false
+	}
+	found := false
+	for sub, o := range s.x.bySub {
+		if o.Shared || o.Filter == e.Filter || !filtersOverlap(o.Filter, e.Filter) {
+			continue
+		}
+		found = true
+		sub.SetCoalesce(true)
+	}
+	return found
 }
 
 // writeLocked encodes a Ready's packets onto the bound connection. A PUBLISH the
@@ -278,16 +301,30 @@ func (s *session) disconnected(c *conn) {
 	})
 }
 
-// Deliver implements broker.Sink. QoS 0 goes straight to the connection; QoS 1 and
-// 2 are copied and handed to the machine.
+// Deliver implements broker.Sink.
 func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	one := [1]*broker.Subscription{sub}
+	return s.DeliverMatched(one[:], m)
+}
+
+// DeliverMatched implements broker.MultiSink: the machine's Route makes one copy of
+// a message several of the session's subscriptions match. QoS 0 goes straight to
+// the connection, with what it needs gathered on the stack; QoS 1 and 2 are copied
+// and handed to the machine.
+func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.x == nil {
 		return false
 	}
-	e := s.x.bySub[sub]
-	if e == nil {
+	var subBuf [4]*sm.Sub
+	es := subBuf[:0]
+	for _, sub := range subs {
+		if e := s.x.bySub[sub]; e != nil {
+			es = append(es, e)
+		}
+	}
+	if len(es) == 0 {
 		return false
 	}
 	expireAt := expiryOf(m.Header)
@@ -295,18 +332,20 @@ func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	if expireAt != 0 {
 		now = time.Now()
 	}
-	v, qos, retain := s.m.Route(now, e, m.QoS, m.Retain, IsDollar(m.Subject), expireAt)
+	var idBuf [4]uint32
+	v, qos, retain, ids := s.m.Route(now, es, m.QoS, m.Retain, IsDollar(m.Subject), expireAt, idBuf[:0])
 	switch v {
 	case sm.Refuse:
 		return false
 	case sm.Expired:
 		return true
 	case sm.Send:
-		return s.conn.Load().deliverQoS0(m, retain, e.SubID, expireAt, now)
+		return s.conn.Load().deliverQoS0(m, retain, ids, expireAt, now)
 	}
-	om := &outMsg{
-		Payload: append([]byte(nil), m.Payload...), QoS: qos, Retain: retain,
-		SubID: e.SubID, ExpireAt: expireAt,
+	om := &outMsg{Payload: append([]byte(nil), m.Payload...), QoS: qos, Retain: retain, ExpireAt: expireAt}
+	if len(ids) > 0 {
+		om.SubIDs = make([]uint32, len(ids)) // not a slice of ids: idBuf would escape
+		copy(om.SubIDs, ids)
 	}
 	om.Topic = string(AppendTopic(nil, m.Subject))
 	if len(m.Header) > 0 {

@@ -111,6 +111,30 @@ func FilterSubjects(filter string) ([]string, error) {
 	return []string{string(b)}, nil
 }
 
+// filtersOverlap reports whether some topic matches both MQTT filters (without a
+// $share prefix). It may say so of filters that only a '$' topic, which a leading
+// wildcard does not match, would match both: that costs grouping, never a copy.
+func filtersOverlap(a, b string) bool {
+	for {
+		la, ra, moreA := strings.Cut(a, "/")
+		lb, rb, moreB := strings.Cut(b, "/")
+		switch {
+		case la == "#" || lb == "#":
+			return true
+		case la != lb && la != "+" && lb != "+":
+			return false
+		case moreA && moreB:
+			a, b = ra, rb
+		case moreA:
+			return ra == "#" // "x/#" matches "x"
+		case moreB:
+			return rb == "#"
+		default:
+			return true
+		}
+	}
+}
+
 func unhex(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':

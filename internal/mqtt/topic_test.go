@@ -3,6 +3,7 @@ package mqtt
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -106,4 +107,49 @@ func FuzzTopicRoundTrip(f *testing.F) {
 			t.Fatalf("topic %q maps to a subject but not to a filter: %v", topic, err)
 		}
 	})
+}
+
+// mqttMatch is the MQTT matching rule, written plainly, for checking filtersOverlap.
+func mqttMatch(filter, topic string) bool {
+	f, tp := strings.Split(filter, "/"), strings.Split(topic, "/")
+	for i, l := range f {
+		if l == "#" {
+			return true
+		}
+		if i >= len(tp) || l != "+" && l != tp[i] {
+			return false
+		}
+	}
+	return len(f) == len(tp)
+}
+
+// TestFiltersOverlap: filtersOverlap says yes exactly when some topic matches both
+// filters, checked against every topic of up to four levels over the filters' words.
+func TestFiltersOverlap(t *testing.T) {
+	filters := []string{"#", "+", "a", "b", "a/b", "a/+", "+/b", "a/#", "+/#", "a/b/c", "a/+/#", "+/+", "a/b/#", "/a", "+/a", "a/", "a//b", "+/+/+/+"}
+	words := []string{"a", "b", "c", "", "z"}
+	var topics []string
+	var grow func(prefix string, depth int)
+	grow = func(prefix string, depth int) {
+		if depth == 4 {
+			return
+		}
+		for _, w := range words {
+			tp := w
+			if depth > 0 {
+				tp = prefix + "/" + w
+			}
+			topics = append(topics, tp)
+			grow(tp, depth+1)
+		}
+	}
+	grow("", 0)
+	for _, a := range filters {
+		for _, b := range filters {
+			want := slices.ContainsFunc(topics, func(tp string) bool { return mqttMatch(a, tp) && mqttMatch(b, tp) })
+			if got := filtersOverlap(a, b); got != want {
+				t.Errorf("filtersOverlap(%q, %q) = %v, want %v", a, b, got, want)
+			}
+		}
+	}
 }

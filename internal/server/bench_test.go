@@ -103,6 +103,37 @@ func BenchmarkMQTTPubSubLoopback(b *testing.B) {
 	streamLoopback(b, pub, sub, msg, len(msg)) // every delivery is the same PUBLISH
 }
 
+// BenchmarkMQTTOverlapLoopback: as BenchmarkMQTTPubSubLoopback, to an MQTT 5
+// subscriber with two overlapping subscriptions, so that each message is one PUBLISH
+// carrying both subscription identifiers.
+func BenchmarkMQTTOverlapLoopback(b *testing.B) {
+	s := startServer(b, func(c *Config) { c.HTTPAddr = "" })
+	nc, err := net.Dial("tcp", s.MQTTAddr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nc.Close() })
+	out, _ := packet.Append(nil, &packet.Connect{ProtocolLevel: packet.V5, ClientID: "bench-overlap", CleanStart: true}, packet.V5)
+	for i, f := range []string{"bench/x", "bench/+"} {
+		out, _ = packet.Append(out, &packet.Subscribe{PacketID: uint16(i + 1), Props: packet.Properties{SubscriptionIDs: []uint32{uint32(i + 1)}},
+			Subs: []packet.Subscription{{Filter: f}}}, packet.V5)
+	}
+	if _, err := nc.Write(out); err != nil {
+		b.Fatal(err)
+	}
+	r := packet.NewReader(nc, 1<<16)
+	r.SetVersion(packet.V5)
+	for range 3 { // CONNACK and two SUBACKs; nothing follows them until the publishes
+		if _, err := r.ReadPacket(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pub := benchMQTTClient(b, s, "bench-pub", "")
+	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
+	want, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16), Props: packet.Properties{SubscriptionIDs: []uint32{1, 2}}}, packet.V5)
+	streamLoopback(b, pub, nc, msg, len(want))
+}
+
 // BenchmarkMQTTToNativeLoopback: an MQTT publisher's QoS 0 messages delivered to a
 // native subscriber, the cross-protocol path.
 func BenchmarkMQTTToNativeLoopback(b *testing.B) {
@@ -158,6 +189,7 @@ func TestPublishDeliverPathsDoNotAllocate(t *testing.T) {
 		"native":         BenchmarkPubSubLoopback,
 		"mqtt":           BenchmarkMQTTPubSubLoopback,
 		"mqtt-to-native": BenchmarkMQTTToNativeLoopback,
+		"mqtt-overlap":   BenchmarkMQTTOverlapLoopback,
 	} {
 		r := testing.Benchmark(bench)
 		if r.N == 0 {

@@ -304,7 +304,7 @@ func (a *ackSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
 		return true
 	}
 	c := s.consumerBytes(ref.Consumer)
-	if c == nil || ref.Partition >= len(c.parts) {
+	if c == nil || ref.Partition >= len(c.s.parts) {
 		return true
 	}
 	kind, delay, reason, err := streamapi.ParseAckBody(msg.Payload)

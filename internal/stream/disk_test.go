@@ -70,7 +70,7 @@ func TestCorruptSegmentIsReported(t *testing.T) {
 	defer p.Close()
 	got := 0
 	for {
-		msgs, err := p.Fetch(e.ctx, 500, tern.FetchMaxWait(time.Second))
+		msgs, err := p.Fetch(e.ctx, 500, tern.FetchMaxWait(200*time.Millisecond))
 		if err != nil {
 			break
 		}

@@ -205,8 +205,12 @@ func TestKill9KeepsAcknowledgedMessages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs server processes; skipped with -short")
 	}
+	seeds := uint64(1)
+	if n, err := strconv.Atoi(os.Getenv("TERN_KILL9_SEEDS")); err == nil && n > 0 {
+		seeds = uint64(n) // soak: TERN_KILL9_SEEDS=20 (make soak)
+	}
 	for _, policy := range []string{"always", "interval", "never"} {
-		for seed := uint64(1); seed <= 2; seed++ {
+		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", policy, seed), func(t *testing.T) { kill9Round(t, policy, seed) })
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/stream/consumer"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -27,7 +28,7 @@ import (
 
 // journalBytes writes chunks through a real journal (one flush per chunk, as the
 // delivery goroutine does per wake-up) and returns the file's bytes.
-func journalBytes(t testing.TB, parts int, chunks ...func(j *journal)) []byte {
+func journalBytes(t testing.TB, parts int, chunks ...func(j *records)) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	j, _, err := openJournal(dir, parts, store.SyncNever, 0)
@@ -35,11 +36,11 @@ func journalBytes(t testing.TB, parts int, chunks ...func(j *journal)) []byte {
 		t.Fatal(err)
 	}
 	for _, chunk := range chunks {
-		chunk(j)
-		if err := j.flush(j.buf); err != nil {
+		var recs records
+		chunk(&recs)
+		if err := j.flush(recs); err != nil {
 			t.Fatal(err)
 		}
-		j.buf = j.buf[:0]
 	}
 	if err := j.close(); err != nil {
 		t.Fatal(err)
@@ -51,6 +52,11 @@ func journalBytes(t testing.TB, parts int, chunks ...func(j *journal)) []byte {
 	return b
 }
 
+// records builds a chunk's records.
+type records []byte
+
+func (r *records) add(typ byte, vals ...uint64) { *r = consumer.AppendRecord(*r, typ, vals...) }
+
 // frameChunk frames records the way journal.flush does, so tests can build chunks
 // whose checksum is right but whose records are not.
 func frameChunk(dst, records []byte) []byte {
@@ -60,7 +66,7 @@ func frameChunk(dst, records []byte) []byte {
 }
 
 // replay runs replayJournal under noPanic.
-func replay(t testing.TB, data []byte, st *consumerState) (n int) {
+func replay(t testing.TB, data []byte, st *consumer.State) (n int) {
 	t.Helper()
 	noPanic(t, fmt.Sprintf("replaying %q", data), func() { n = replayJournal(data, st) })
 	return n
@@ -68,15 +74,15 @@ func replay(t testing.TB, data []byte, st *consumerState) (n int) {
 
 // replayFresh replays data over an empty state of parts partitions, with the pending
 // lists sorted: replay builds them from a map, so their order means nothing.
-func replayFresh(t testing.TB, data []byte, parts int) (consumerState, int) {
+func replayFresh(t testing.TB, data []byte, parts int) (consumer.State, int) {
 	t.Helper()
-	st := consumerState{Parts: make([]partState, parts)}
+	st := consumer.State{Parts: make([]consumer.PartState, parts)}
 	n := replay(t, data, &st)
 	sortPending(&st)
 	return st, n
 }
 
-func sortPending(st *consumerState) {
+func sortPending(st *consumer.State) {
 	for i := range st.Parts {
 		slices.SortFunc(st.Parts[i].Pending, func(a, b [2]uint64) int {
 			switch {
@@ -93,7 +99,7 @@ func sortPending(st *consumerState) {
 	}
 }
 
-func cloneState(st consumerState) consumerState {
+func cloneState(st consumer.State) consumer.State {
 	st.Parts = slices.Clone(st.Parts)
 	for i := range st.Parts {
 		st.Parts[i].Pending = slices.Clone(st.Parts[i].Pending)
@@ -117,20 +123,20 @@ func chunkEnds(data []byte) []int {
 // sampleJournal is three chunks over two partitions covering every record type.
 func sampleJournal(t testing.TB) []byte {
 	return journalBytes(t, 2,
-		func(j *journal) {
-			j.add(recDelivered, 0, 1, 1)
-			j.add(recDelivered, 0, 2, 1)
-			j.add(recDelivered, 1, 7, 1)
-			j.add(recConsSeq, 3, 0)
+		func(j *records) {
+			j.add(consumer.RecDelivered, 0, 1, 1)
+			j.add(consumer.RecDelivered, 0, 2, 1)
+			j.add(consumer.RecDelivered, 1, 7, 1)
+			j.add(consumer.RecConsumerSeq, 3, 0)
 		},
-		func(j *journal) {
-			j.add(recAcked, 0, 1)
-			j.add(recDelivered, 0, 2, 2) // redelivered
-			j.add(recConsSeq, 4, 1)
+		func(j *records) {
+			j.add(consumer.RecAcked, 0, 1)
+			j.add(consumer.RecDelivered, 0, 2, 2) // redelivered
+			j.add(consumer.RecConsumerSeq, 4, 1)
 		},
-		func(j *journal) {
-			j.add(recAckedUpTo, 1, 7)
-			j.add(recNext, 1, 10)
+		func(j *records) {
+			j.add(consumer.RecAckedUpTo, 1, 7)
+			j.add(consumer.RecNext, 1, 10)
 		},
 	)
 }
@@ -138,11 +144,11 @@ func sampleJournal(t testing.TB) []byte {
 // sampleAfterTwo and sampleAfterThree are the positions sampleJournal records after
 // its second and third chunk.
 var (
-	sampleAfterTwo = consumerState{ConsumerSeq: 4, Redelivered: 1, Parts: []partState{
+	sampleAfterTwo = consumer.State{ConsumerSeq: 4, Redelivered: 1, Parts: []consumer.PartState{
 		{Next: 3, Pending: [][2]uint64{{2, 2}}},
 		{Next: 8, Pending: [][2]uint64{{7, 1}}},
 	}}
-	sampleAfterThree = consumerState{ConsumerSeq: 4, Redelivered: 1, Parts: []partState{
+	sampleAfterThree = consumer.State{ConsumerSeq: 4, Redelivered: 1, Parts: []consumer.PartState{
 		{Next: 3, Pending: [][2]uint64{{2, 2}}},
 		{Next: 10},
 	}}
@@ -223,8 +229,7 @@ func TestJournalReopen(t *testing.T) {
 	if fi.Size() != int64(ends[1]) || j.size != int64(ends[1]) {
 		t.Fatalf("torn tail not truncated: file of %d bytes, journal size %d, want %d", fi.Size(), j.size, ends[1])
 	}
-	j.add(recAcked, 0, 2)
-	if err := j.flush(j.buf); err != nil {
+	if err := j.flush(consumer.AppendRecord(nil, consumer.RecAcked, 0, 2)); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.close(); err != nil {
@@ -232,7 +237,7 @@ func TestJournalReopen(t *testing.T) {
 	}
 
 	// A snapshot beside the journal is the starting point of replay.
-	snap := consumerState{ConsumerSeq: 2, Parts: []partState{{Next: 5, Pending: [][2]uint64{{4, 1}}}, {}}}
+	snap := consumer.State{ConsumerSeq: 2, Parts: []consumer.PartState{{Next: 5, Pending: [][2]uint64{{4, 1}}}, {}}}
 	if err := writeJSON(filepath.Join(dir, "state.json"), snap, false); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +247,7 @@ func TestJournalReopen(t *testing.T) {
 	}
 	defer j.close()
 	sortPending(&st)
-	want := consumerState{ConsumerSeq: 4, Redelivered: 1, Parts: []partState{
+	want := consumer.State{ConsumerSeq: 4, Redelivered: 1, Parts: []consumer.PartState{
 		{Next: 5, Pending: [][2]uint64{{4, 1}}}, // seq 2 acked after the reopen
 		{Next: 8, Pending: [][2]uint64{{7, 1}}},
 	}}
@@ -255,7 +260,7 @@ func TestJournalReopen(t *testing.T) {
 // (unknown type, short varint, partition out of range) ends replay before it, and
 // leaves no trace in the state, even when some of its records did parse.
 func TestJournalBadRecords(t *testing.T) {
-	good := journalBytes(t, 2, func(j *journal) { j.add(recDelivered, 0, 1, 1) })
+	good := journalBytes(t, 2, func(j *records) { j.add(consumer.RecDelivered, 0, 1, 1) })
 	want, _ := replayFresh(t, good, 2)
 	rec := func(typ byte, vals ...uint64) []byte {
 		b := []byte{typ}
@@ -269,13 +274,13 @@ func TestJournalBadRecords(t *testing.T) {
 		recs []byte
 	}{
 		{"unknown type", rec('Z', 0, 1)},
-		{"short varint", []byte{recAcked, 0, 0x80}},
-		{"missing field", rec(recDelivered, 0, 1)},
-		{"partition out of range", rec(recAcked, 2, 1)},
+		{"short varint", []byte{consumer.RecAcked, 0, 0x80}},
+		{"missing field", rec(consumer.RecDelivered, 0, 1)},
+		{"partition out of range", rec(consumer.RecAcked, 2, 1)},
 		// Partitions at or above 2^63 turn negative as an int.
-		{"partition 2^63 next", rec(recNext, 1<<63, 1)},
-		{"partition 2^64-1 delivered", rec(recDelivered, 1<<64-1, 1, 1)},
-		{"good records first", slices.Concat(rec(recAcked, 0, 1), rec(recConsSeq, 9, 9), []byte{'Z'})},
+		{"partition 2^63 next", rec(consumer.RecNext, 1<<63, 1)},
+		{"partition 2^64-1 delivered", rec(consumer.RecDelivered, 1<<64-1, 1, 1)},
+		{"good records first", slices.Concat(rec(consumer.RecAcked, 0, 1), rec(consumer.RecConsumerSeq, 9, 9), []byte{'Z'})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := frameChunk(slices.Clone(good), c.recs)
@@ -322,13 +327,13 @@ func checkReplay(t *testing.T, data []byte, parts int) int {
 // FuzzJournal replays arbitrary file contents: no panic, and see checkReplay.
 func FuzzJournal(f *testing.F) {
 	f.Add(sampleJournal(f))
-	f.Add(journalBytes(f, 3, func(j *journal) {
-		j.add(recDelivered, 2, 5, 1)
-		j.add(recAckedUpTo, 0, 9)
-		j.add(recNext, 1, 4)
-		j.add(recConsSeq, 8, 2)
+	f.Add(journalBytes(f, 3, func(j *records) {
+		j.add(consumer.RecDelivered, 2, 5, 1)
+		j.add(consumer.RecAckedUpTo, 0, 9)
+		j.add(consumer.RecNext, 1, 4)
+		j.add(consumer.RecConsumerSeq, 8, 2)
 	}))
-	f.Add(journalBytes(f, 3, func(j *journal) { j.add(recDelivered, 1, 1<<64-1, 1<<64-1) }))
+	f.Add(journalBytes(f, 3, func(j *records) { j.add(consumer.RecDelivered, 1, 1<<64-1, 1<<64-1) }))
 	f.Add([]byte{})
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 'D'})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -341,21 +346,21 @@ func FuzzJournal(f *testing.F) {
 // checksum.
 func FuzzJournalRecords(f *testing.F) {
 	for _, recs := range [][]byte{
-		{recDelivered, 0, 1, 1, recAcked, 0, 1},
-		{recAckedUpTo, 2, 9, recNext, 1, 4, recConsSeq, 8, 2},
-		{'Z', recAcked, 0, 1},
-		{recAcked, 7, 5},
-		{recConsSeq, 0x80},
+		{consumer.RecDelivered, 0, 1, 1, consumer.RecAcked, 0, 1},
+		{consumer.RecAckedUpTo, 2, 9, consumer.RecNext, 1, 4, consumer.RecConsumerSeq, 8, 2},
+		{'Z', consumer.RecAcked, 0, 1},
+		{consumer.RecAcked, 7, 5},
+		{consumer.RecConsumerSeq, 0x80},
 	} {
 		f.Add(recs)
 	}
 	// Partitions far out of range, in the widest varints.
-	f.Add(binary.AppendUvarint(binary.AppendUvarint([]byte{recAcked}, 1<<62), 1))
-	f.Add(binary.AppendUvarint(binary.AppendUvarint([]byte{recNext}, 1<<40), 1<<63))
-	first := journalBytes(f, 3, func(j *journal) {
-		j.add(recDelivered, 0, 1, 1)
-		j.add(recDelivered, 0, 5, 1)
-		j.add(recConsSeq, 2, 0)
+	f.Add(binary.AppendUvarint(binary.AppendUvarint([]byte{consumer.RecAcked}, 1<<62), 1))
+	f.Add(binary.AppendUvarint(binary.AppendUvarint([]byte{consumer.RecNext}, 1<<40), 1<<63))
+	first := journalBytes(f, 3, func(j *records) {
+		j.add(consumer.RecDelivered, 0, 1, 1)
+		j.add(consumer.RecDelivered, 0, 5, 1)
+		j.add(consumer.RecConsumerSeq, 2, 0)
 	})
 	f.Fuzz(func(t *testing.T, recs []byte) {
 		data := frameChunk(slices.Clone(first), recs)
@@ -409,9 +414,12 @@ const (
 	harnessConsumer = "C"
 )
 
-func newAPIHarness(t testing.TB) *apiHarness {
+func newAPIHarness(t testing.TB) *apiHarness { return newHarnessSyncing(t, store.SyncNever) }
+
+// newHarnessSyncing is newAPIHarness with streams and journals synced per policy.
+func newHarnessSyncing(t testing.TB, sync store.SyncPolicy) *apiHarness {
 	t.Helper()
-	m, err := New(Config{Dir: t.TempDir(), Sync: store.SyncNever, MaxStreams: 4, MaxConsumers: 4}, broker.New(), nil)
+	m, err := New(Config{Dir: t.TempDir(), Sync: sync, MaxStreams: 4, MaxConsumers: 4}, broker.New(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -799,9 +807,11 @@ func FuzzAPIRequest(f *testing.F) {
 func pendingKeys(c *Consumer) map[partSeq]bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keys := make(map[partSeq]bool, len(c.pending))
-	for k := range c.pending {
-		keys[k] = true
+	keys := make(map[partSeq]bool)
+	for i, p := range c.m.State().Parts {
+		for _, e := range p.Pending {
+			keys[partSeq{i, e[0]}] = true
+		}
 	}
 	return keys
 }

@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/stream/consumer"
 )
 
 // A durable consumer's position is a snapshot (state.json) plus a journal of what
@@ -20,26 +22,28 @@ import (
 //
 //	u32 length | u32 CRC32C of the records | records
 //
-// so that a chunk torn by a crash is recognised and dropped on replay. Each record is
-// a type byte followed by uvarints. Replaying a record twice gives the same state,
-// which makes the snapshot-then-truncate compaction safe at any crash point.
-const (
-	recDelivered = 'D' // partition, seq, deliveries: the message is pending
-	recAcked     = 'A' // partition, seq: no longer pending
-	recAckedUpTo = 'L' // partition, seq: nothing up to seq is pending
-	recNext      = 'N' // partition, next: first delivery has passed everything below next
-	recConsSeq   = 'C' // consumer sequence, redelivered count
-)
+// so that a chunk torn by a crash is recognised and dropped on replay. The records
+// and their meaning belong to package consumer (consumer.Replay).
 
 // compactAt is the journal size at which a snapshot replaces it.
 const compactAt = 8 << 20
+
+// syncHook, when set, replaces a journal's fsync: tests slow it down to show who
+// waits for it.
+var syncHook atomic.Pointer[func(*os.File) error]
+
+func syncJournal(f *os.File) error {
+	if h := syncHook.Load(); h != nil {
+		return (*h)(f)
+	}
+	return f.Sync()
+}
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 type journal struct {
 	path     string
 	f        *os.File
-	buf      []byte // records not yet written; guarded by the consumer's lock
 	size     int64
 	sync     store.SyncPolicy
 	interval time.Duration
@@ -47,26 +51,7 @@ type journal struct {
 	dirty    bool // written since the last fsync
 }
 
-// consumerState is the snapshot of a durable consumer's position.
-type consumerState struct {
-	ConsumerSeq uint64      `json:"consumer_seq"`
-	Redelivered uint64      `json:"redelivered"`
-	Parts       []partState `json:"partitions"`
-}
-
-type partState struct {
-	Next    uint64      `json:"next"`
-	Pending [][2]uint64 `json:"pending,omitempty"` // seq, deliveries
-}
-
-func (j *journal) add(typ byte, vals ...uint64) {
-	j.buf = append(j.buf, typ)
-	for _, v := range vals {
-		j.buf = binary.AppendUvarint(j.buf, v)
-	}
-}
-
-// flush writes the buffered records as one chunk and fsyncs per the policy.
+// flush writes records as one chunk and fsyncs per the policy.
 func (j *journal) flush(records []byte) error {
 	if len(records) > 0 {
 		var hdr [8]byte
@@ -97,7 +82,7 @@ func (j *journal) flush(records []byte) error {
 		return nil
 	}
 	j.lastSync = time.Now()
-	if err := j.f.Sync(); err != nil {
+	if err := syncJournal(j.f); err != nil {
 		return fmt.Errorf("consumer journal %s: %w", j.path, err)
 	}
 	j.dirty = false
@@ -130,13 +115,13 @@ func (j *journal) close() error {
 
 // openJournal loads the snapshot in dir and replays the journal over it, truncating a
 // torn tail. parts is the stream's partition count.
-func openJournal(dir string, parts int, sync store.SyncPolicy, interval time.Duration) (*journal, consumerState, error) {
-	var st consumerState
+func openJournal(dir string, parts int, sync store.SyncPolicy, interval time.Duration) (*journal, consumer.State, error) {
+	var st consumer.State
 	if err := readJSON(filepath.Join(dir, "state.json"), &st); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, st, err
 	}
 	for len(st.Parts) < parts {
-		st.Parts = append(st.Parts, partState{})
+		st.Parts = append(st.Parts, consumer.PartState{})
 	}
 	path := filepath.Join(dir, "journal")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -164,14 +149,9 @@ func openJournal(dir string, parts int, sync store.SyncPolicy, interval time.Dur
 
 // replayJournal applies every intact chunk of data to st and returns the length of
 // the intact prefix.
-func replayJournal(data []byte, st *consumerState) int {
-	pending := make([]map[uint64]uint64, len(st.Parts))
-	for i, p := range st.Parts {
-		pending[i] = make(map[uint64]uint64, len(p.Pending))
-		for _, e := range p.Pending {
-			pending[i][e[0]] = e[1]
-		}
-	}
+func replayJournal(data []byte, st *consumer.State) int {
+	var chunks [][]byte
+	var ends []int
 	off := 0
 	for len(data)-off >= 8 {
 		n := int(binary.LittleEndian.Uint32(data[off:]))
@@ -180,82 +160,15 @@ func replayJournal(data []byte, st *consumerState) int {
 			break
 		}
 		recs := data[off+8 : off+8+n]
-		// A chunk applies whole or not at all: checked first, then applied, so a
-		// chunk refused halfway leaves no trace in the state.
-		if crc32.Checksum(recs, crcTable) != sum || !applyRecords(recs, st, nil) {
+		if crc32.Checksum(recs, crcTable) != sum {
 			break
 		}
-		applyRecords(recs, st, pending)
+		chunks = append(chunks, recs)
 		off += 8 + n
+		ends = append(ends, off)
 	}
-	for i := range st.Parts {
-		st.Parts[i].Pending = st.Parts[i].Pending[:0]
-		for seq, d := range pending[i] {
-			st.Parts[i].Pending = append(st.Parts[i].Pending, [2]uint64{seq, d})
-		}
+	if applied := consumer.Replay(st, chunks); applied > 0 {
+		return ends[applied-1]
 	}
-	return off
-}
-
-// applyRecords applies the records of one chunk; with pending nil it only checks that
-// every record is well formed and names an existing partition.
-func applyRecords(b []byte, st *consumerState, pending []map[uint64]uint64) bool {
-	next := func(n int) ([3]uint64, bool) {
-		var v [3]uint64
-		for i := 0; i < n; i++ {
-			x, k := binary.Uvarint(b)
-			if k <= 0 {
-				return v, false
-			}
-			v[i] = x
-			b = b[k:]
-		}
-		return v, true
-	}
-	for len(b) > 0 {
-		typ := b[0]
-		b = b[1:]
-		var v [3]uint64
-		var ok bool
-		switch typ {
-		case recDelivered:
-			v, ok = next(3)
-		case recAcked, recAckedUpTo, recNext, recConsSeq:
-			v, ok = next(2)
-		default:
-			return false
-		}
-		if !ok {
-			return false
-		}
-		if typ == recConsSeq {
-			if pending != nil {
-				st.ConsumerSeq, st.Redelivered = max(st.ConsumerSeq, v[0]), max(st.Redelivered, v[1])
-			}
-			continue
-		}
-		if v[0] >= uint64(len(st.Parts)) {
-			return false
-		}
-		if pending == nil {
-			continue
-		}
-		p := int(v[0])
-		switch typ {
-		case recDelivered:
-			pending[p][v[1]] = v[2]
-			st.Parts[p].Next = max(st.Parts[p].Next, v[1]+1)
-		case recAcked:
-			delete(pending[p], v[1])
-		case recAckedUpTo:
-			for seq := range pending[p] {
-				if seq <= v[1] {
-					delete(pending[p], seq)
-				}
-			}
-		case recNext:
-			st.Parts[p].Next = max(st.Parts[p].Next, v[1])
-		}
-	}
-	return true
+	return 0
 }

@@ -309,14 +309,14 @@ func TestFetchIgnoresEarlierRequestsEnd(t *testing.T) {
 	e.addConsumer("late", tern.ConsumerConfig{Durable: "c"})
 	p := e.js.Pull("late", "c")
 	defer p.Close()
-	// The server holds this request for 0.9 × 1 s and then answers it with a 408.
-	gone, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	// The server holds this request for 0.9 × 200 ms and then answers it with a 408.
+	gone, cancel := context.WithTimeout(e.ctx, 20*time.Millisecond)
 	defer cancel()
-	if _, err := p.Fetch(gone, 1, tern.FetchMaxWait(time.Second)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := p.Fetch(gone, 1, tern.FetchMaxWait(200*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("fetch with an ended context: %v", err)
 	}
 	go func() {
-		time.Sleep(1500 * time.Millisecond) // after the 408 of the first request
+		time.Sleep(300 * time.Millisecond) // after the 408 of the first request
 		_, _ = e.js.Publish(context.Background(), "late", []byte("after"))
 	}()
 	msgs, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(5*time.Second))
@@ -337,7 +337,10 @@ func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.addConsumer("rd", tern.ConsumerConfig{Durable: "c", AckWait: tern.Duration(300 * time.Millisecond), MaxDeliver: 3})
+	// The timing rules (ack wait, backoff, progress, nak delays) are the consumer
+	// machine's scenarios (internal/stream/consumer/testdata); this test checks
+	// that the server arms its timers from them and publishes what they decide.
+	e.addConsumer("rd", tern.ConsumerConfig{Durable: "c", AckWait: tern.Duration(50 * time.Millisecond), MaxDeliver: 3})
 	p := e.js.Pull("rd", "c")
 	defer p.Close()
 
@@ -370,31 +373,15 @@ func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
 		t.Fatalf("after nak: %+v", md)
 	}
 	start := time.Now()
-	if err := m.NakWithDelay(200 * time.Millisecond); err != nil {
+	if err := m.NakWithDelay(100 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	m = e.fetch(p, 1)[0]
-	if d := time.Since(start); d < 150*time.Millisecond {
-		t.Fatalf("nak with 200ms delay redelivered after %v", d)
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("nak with 100ms delay redelivered after %v", d)
 	}
 	if err := m.AckSync(e.ctx); err != nil {
 		t.Fatalf("ack sync: %v", err)
-	}
-
-	// In progress restarts the ack wait.
-	e.publish("rd.x", "slow work")
-	m = e.fetch(p, 1)[0]
-	for i := 0; i < 4; i++ {
-		time.Sleep(150 * time.Millisecond)
-		if err := m.InProgress(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(100*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
-		t.Fatalf("message in progress was redelivered: %v", err)
-	}
-	if err := m.Ack(); err != nil {
-		t.Fatal(err)
 	}
 
 	// Term: never again, straight to the dead-letter subject.
@@ -407,7 +394,7 @@ func TestRedeliveryNakTermAndDeadLetter(t *testing.T) {
 	if err != nil || string(dm.Data) != "poison" || dm.Header.Get("Tern-Reason") != "terminated: cannot parse" {
 		t.Fatalf("terminated dead letter: %v %v", dm, err)
 	}
-	if _, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(500*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
+	if _, err := p.Fetch(e.ctx, 1, tern.FetchMaxWait(200*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
 		t.Fatalf("terminated message came back: %v", err)
 	}
 }
@@ -435,7 +422,7 @@ func TestBackoff(t *testing.T) {
 func TestWorkQueueExactlyOnce(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "wq", Subjects: []string{"wq.>"}, Retention: tern.RetainWorkQueue})
-	e.addConsumer("wq", tern.ConsumerConfig{Durable: "workers", AckWait: tern.Duration(time.Second)})
+	e.addConsumer("wq", tern.ConsumerConfig{Durable: "workers", AckWait: tern.Duration(200 * time.Millisecond)})
 	if _, err := e.js.AddConsumer(e.ctx, "wq", tern.ConsumerConfig{Durable: "second"}); err == nil {
 		t.Fatal("a second overlapping work-queue consumer was accepted")
 	}
@@ -474,18 +461,21 @@ func TestWorkQueueExactlyOnce(t *testing.T) {
 			}
 			defer nc.Close()
 			p := nc.Streams().Pull("wq", "workers")
-			idle := 0
-			for idle < 3 {
-				msgs, err := p.Fetch(e.ctx, 50, tern.FetchMaxWait(time.Second))
+			for {
+				mu.Lock()
+				all := len(counts) == m
+				mu.Unlock()
+				if all {
+					return
+				}
+				msgs, err := p.Fetch(e.ctx, 50, tern.FetchMaxWait(100*time.Millisecond))
 				if errors.Is(err, tern.ErrTimeout) {
-					idle++
 					continue
 				}
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				idle = 0
 				for _, msg := range msgs {
 					mu.Lock()
 					counts[string(msg.Data)]++
@@ -498,6 +488,10 @@ func TestWorkQueueExactlyOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Nothing comes back once all is acknowledged, not even after an ack wait.
+	if extra, err := e.js.Pull("wq", "workers").Fetch(e.ctx, 1, tern.FetchMaxWait(300*time.Millisecond)); !errors.Is(err, tern.ErrTimeout) {
+		t.Fatalf("after every message was processed, fetched %d more (err %v)", len(extra), err)
+	}
 	if len(counts) != m {
 		t.Fatalf("processed %d distinct messages, want %d", len(counts), m)
 	}
@@ -567,7 +561,7 @@ func TestLimitsRetention(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != 429 {
 		t.Fatalf("publish over a discard-new limit: %v", err)
 	}
-	e.addStream(tern.StreamConfig{Name: "ttl", MaxAge: tern.Duration(500 * time.Millisecond)})
+	e.addStream(tern.StreamConfig{Name: "ttl", MaxAge: tern.Duration(100 * time.Millisecond)})
 	e.publish("ttl", "short-lived")
 	waitFor(t, "message to expire", func() bool { return e.streamInfo("ttl").State.Msgs == 0 })
 	e.addStream(tern.StreamConfig{Name: "small", MaxMsgSize: 8})
@@ -788,7 +782,7 @@ func TestPartitionsKeepKeyOrder(t *testing.T) {
 func TestConsumerGroupRebalances(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "grp", Partitions: 4})
-	e.addConsumer("grp", tern.ConsumerConfig{Durable: "g", MemberTimeout: tern.Duration(time.Second)})
+	e.addConsumer("grp", tern.ConsumerConfig{Durable: "g", MemberTimeout: tern.Duration(300 * time.Millisecond)})
 	for i := 0; i < 40; i++ {
 		e.publish("grp", strconv.Itoa(i), tern.Key(strconv.Itoa(i)))
 	}
@@ -826,7 +820,7 @@ func TestConsumerGroupRebalances(t *testing.T) {
 		}
 	}
 	// b goes quiet; after the member timeout a owns every partition.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(450 * time.Millisecond)
 	_, _ = a.Fetch(e.ctx, 1, tern.FetchNoWait())
 	waitFor(t, "rebalance to the remaining member", func() bool {
 		ci := e.consumerInfo("grp", "g")

@@ -13,8 +13,8 @@ type OutMsg struct {
 	Reply    string // response topic, "" for none
 	QoS      byte
 	Retain   bool
-	SubID    uint32
-	ExpireAt int64 // Unix nanoseconds, 0 = never
+	SubIDs   []uint32 // of every subscription it matched that has one
+	ExpireAt int64    // Unix nanoseconds, 0 = never
 
 	PID    uint16
 	Pubrec bool   // PUBREC received: only PUBREL/PUBCOMP remain

@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -803,27 +804,47 @@ const (
 	Queue
 )
 
-// Route decides how a message the broker matched to sub reaches the client: the
-// message's QoS, retain flag, whether its subject starts with '$', and its expiry
-// (Unix ns, 0 for none). It returns the verdict and the QoS and retain flag to send
-// with. It changes nothing, so the driver may call it on its QoS 0 fast path.
-func (s *Session) Route(now time.Time, sub *Sub, qos byte, retain, dollar bool, expireAt int64) (v Verdict, outQoS byte, outRetain bool) {
-	if s.ended || s.subs[sub.Filter] != sub || sub.DollarGuard && dollar {
-		return Refuse, 0, false
+// Route decides how a message that subs, one or several of the session's
+// subscriptions, matched reaches the client: the message's QoS, retain flag, whether
+// its subject starts with '$', and its expiry (Unix ns, 0 for none). The client gets
+// one copy (MQTT 5, 3.3.4; 3.1.1 allows it) at the highest QoS the matching
+// subscriptions were granted, with the retain flag if any of them asked for retain as
+// published, and the identifier of each, once: Route appends them to ids and returns
+// it. It changes nothing, so the driver may call it on its QoS 0 fast path with ids
+// on its stack.
+func (s *Session) Route(now time.Time, subs []*Sub, qos byte, retain, dollar bool, expireAt int64, ids []uint32) (v Verdict, outQoS byte, outRetain bool, outIDs []uint32) {
+	if s.ended {
+		return Refuse, 0, false, ids
 	}
-	if expireAt != 0 && now.UnixNano() >= expireAt {
-		return Expired, 0, false
+	found, rap, shared := false, false, true
+	for _, e := range subs {
+		if s.subs[e.Filter] != e || e.DollarGuard && dollar {
+			continue
+		}
+		found = true
+		outQoS = max(outQoS, min(qos, e.QoS))
+		rap = rap || e.RAP
+		shared = shared && e.Shared
+		if e.SubID != 0 && !slices.Contains(ids, e.SubID) {
+			ids = append(ids, e.SubID)
+		}
 	}
-	outQoS, outRetain = min(qos, sub.QoS), retain && sub.RAP
+	switch {
+	case !found:
+		return Refuse, 0, false, ids
+	case expireAt != 0 && now.UnixNano() >= expireAt:
+		return Expired, 0, false, ids
+	}
+	outRetain = retain && rap
 	switch {
 	case outQoS == 0 && s.link == nil:
-		return Refuse, 0, false
+		return Refuse, 0, false, ids
 	case outQoS == 0:
-		return Send, 0, outRetain
-	case s.link == nil && sub.Shared:
-		return Refuse, 0, false
+		return Send, 0, outRetain, ids
+	case s.link == nil && shared:
+		return Refuse, 0, false, ids // let an online member of the group have it
 	}
-	return Queue, outQoS, outRetain
+	return Queue, outQoS, outRetain, ids
 }
 
 // Enqueue puts a QoS 1/2 message in flight if the window and the client allow, else
@@ -868,7 +889,10 @@ func (s *Session) DeliverRetained(now time.Time, sub *Sub, m *OutMsg) {
 	if s.link == nil || s.ended {
 		return
 	}
-	m.QoS, m.Retain, m.SubID = min(m.QoS, sub.QoS), true, sub.SubID
+	m.QoS, m.Retain = min(m.QoS, sub.QoS), true
+	if sub.SubID != 0 {
+		m.SubIDs = []uint32{sub.SubID}
+	}
 	if m.QoS == 0 {
 		s.emit(now, m, false)
 		return

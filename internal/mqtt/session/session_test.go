@@ -307,22 +307,38 @@ func (h *harness) message(a map[string]string) *OutMsg {
 
 func (h *harness) deliver(d *datadriven.TestData) error {
 	a := args(d)
-	e := h.sub(a)
-	if e == nil {
-		return fmt.Errorf("deliver: no subscription %q", a["filter"])
+	var subs []*Sub
+	for _, f := range d.CmdArgs {
+		if f.Key != "filter" {
+			continue
+		}
+		for _, v := range f.Vals { // filter=(a,b): several subscriptions matched
+			e := h.sub(map[string]string{"filter": v})
+			if e == nil {
+				return fmt.Errorf("deliver: no subscription %q", v)
+			}
+			subs = append(subs, e)
+		}
+	}
+	if len(subs) == 0 {
+		e := h.sub(a)
+		if e == nil {
+			return fmt.Errorf("deliver: no subscription %q", a["topic"])
+		}
+		subs = append(subs, e)
 	}
 	m := h.message(a)
-	v, qos, retain := h.s.Route(h.now, e, m.QoS, m.Retain, strings.HasPrefix(m.Topic, "$"), m.ExpireAt)
+	v, qos, retain, ids := h.s.Route(h.now, subs, m.QoS, m.Retain, strings.HasPrefix(m.Topic, "$"), m.ExpireAt, nil)
 	switch v {
 	case Refuse:
 		h.printf("refused")
 	case Expired:
 		h.printf("expired")
 	case Send:
-		m.Retain, m.SubID = retain, e.SubID
+		m.Retain, m.SubIDs = retain, ids
 		h.packet(Packet{Type: packet.TypePublish, Msg: m})
 	case Queue:
-		m.QoS, m.Retain, m.SubID = qos, retain, e.SubID
+		m.QoS, m.Retain, m.SubIDs = qos, retain, ids
 		if !h.s.Enqueue(h.now, m) {
 			h.printf("queue full: dropped")
 		}
@@ -424,8 +440,8 @@ func (h *harness) packet(p Packet) {
 		if m.Retain {
 			s += " retain"
 		}
-		if m.SubID != 0 {
-			s += fmt.Sprintf(" subid=%d", m.SubID)
+		for _, id := range m.SubIDs {
+			s += fmt.Sprintf(" subid=%d", id)
 		}
 		if m.ExpireAt != 0 {
 			s += fmt.Sprintf(" expiry-left=%ds", p.ExpiryLeft)

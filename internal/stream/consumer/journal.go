@@ -1,0 +1,126 @@
+package consumer
+
+import "encoding/binary"
+
+// Journal record types: a type byte followed by uvarints.
+const (
+	RecDelivered   = 'D' // partition, seq, deliveries: the message is pending
+	RecAcked       = 'A' // partition, seq: no longer pending
+	RecAckedUpTo   = 'L' // partition, seq: nothing up to seq is pending
+	RecNext        = 'N' // partition, next: first delivery has passed everything below next
+	RecConsumerSeq = 'C' // consumer sequence, redelivered count
+)
+
+// State is the snapshot of a consumer's position.
+type State struct {
+	ConsumerSeq uint64      `json:"consumer_seq"`
+	Redelivered uint64      `json:"redelivered"`
+	Parts       []PartState `json:"partitions"`
+}
+
+// PartState is one partition's position.
+type PartState struct {
+	Next    uint64      `json:"next"`
+	Pending [][2]uint64 `json:"pending,omitempty"` // seq, deliveries
+}
+
+// AppendRecord appends one journal record.
+func AppendRecord(b []byte, typ byte, vals ...uint64) []byte {
+	b = append(b, typ)
+	for _, v := range vals {
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+// Replay applies journal chunks to st in order: each chunk applies whole or not at
+// all, and the first malformed one ends the replay. It returns how many chunks
+// applied.
+func Replay(st *State, chunks [][]byte) int {
+	pending := make([]map[uint64]uint64, len(st.Parts))
+	for i, p := range st.Parts {
+		pending[i] = make(map[uint64]uint64, len(p.Pending))
+		for _, e := range p.Pending {
+			pending[i][e[0]] = e[1]
+		}
+	}
+	n := 0
+	for _, recs := range chunks {
+		// Checked first, then applied, so a chunk refused halfway leaves no trace.
+		if !applyRecords(recs, st, nil) {
+			break
+		}
+		applyRecords(recs, st, pending)
+		n++
+	}
+	for i := range st.Parts {
+		st.Parts[i].Pending = st.Parts[i].Pending[:0]
+		for seq, d := range pending[i] {
+			st.Parts[i].Pending = append(st.Parts[i].Pending, [2]uint64{seq, d})
+		}
+	}
+	return n
+}
+
+// applyRecords applies the records of one chunk; with pending nil it only checks that
+// every record is well formed and names an existing partition.
+func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
+	next := func(n int) ([3]uint64, bool) {
+		var v [3]uint64
+		for i := 0; i < n; i++ {
+			x, k := binary.Uvarint(b)
+			if k <= 0 {
+				return v, false
+			}
+			v[i] = x
+			b = b[k:]
+		}
+		return v, true
+	}
+	for len(b) > 0 {
+		typ := b[0]
+		b = b[1:]
+		var v [3]uint64
+		var ok bool
+		switch typ {
+		case RecDelivered:
+			v, ok = next(3)
+		case RecAcked, RecAckedUpTo, RecNext, RecConsumerSeq:
+			v, ok = next(2)
+		default:
+			return false
+		}
+		if !ok {
+			return false
+		}
+		if typ == RecConsumerSeq {
+			if pending != nil {
+				st.ConsumerSeq, st.Redelivered = max(st.ConsumerSeq, v[0]), max(st.Redelivered, v[1])
+			}
+			continue
+		}
+		if v[0] >= uint64(len(st.Parts)) {
+			return false
+		}
+		if pending == nil {
+			continue
+		}
+		p := int(v[0])
+		switch typ {
+		case RecDelivered:
+			pending[p][v[1]] = v[2]
+			st.Parts[p].Next = max(st.Parts[p].Next, v[1]+1)
+		case RecAcked:
+			delete(pending[p], v[1])
+		case RecAckedUpTo:
+			for seq := range pending[p] {
+				if seq <= v[1] {
+					delete(pending[p], seq)
+				}
+			}
+		case RecNext:
+			st.Parts[p].Next = max(st.Parts[p].Next, v[1])
+		}
+	}
+	return true
+}
