@@ -111,6 +111,7 @@ func TestIdleConnectionWorksBothWays(t *testing.T) {
 // TestIdleKeepaliveExpiry: a parked connection whose client stays silent past 1.5×
 // its keepalive is closed as any other (0x8D to a v5 client) and its will goes out.
 func TestIdleKeepaliveExpiry(t *testing.T) {
+	t.Parallel() // waits on the clock: beside the others that do
 	s, port := idleServer(t)
 	watcher := dialRaw(t, port, packet.V311)
 	watcher.connect("watcher", true, 0, nil)

@@ -72,6 +72,7 @@ c.disconnect(); c.loop_stop()
 // session over (the first is told 0x8E in v5), and an abnormal close publishes the
 // will while a clean DISCONNECT does not.
 func TestPahoTakeoverAndWill(t *testing.T) {
+	t.Parallel() // waits on the clock: beside the others that do
 	s, port := startTern(t, nil)
 	watcher := mosqSub(t, port, "-t", "wills/#", "-C", "1", "-W", "20", "-F", "%t=%p")
 	waitSubs(t, s, 2)

@@ -211,6 +211,7 @@ func TestRawMalformedConnectV5(t *testing.T) {
 // (0x8D): the socket's read deadline wakes the session machine, which decides. That a
 // client heard from in time stays is the machine's (session/testdata/keepalive.txt).
 func TestRawKeepalive(t *testing.T) {
+	t.Parallel() // waits on the clock: beside the others that do
 	_, port := startTern(t, nil)
 	c := dialRaw(t, port, packet.V5)
 	c.connect("sleepy", true, 1, nil)
@@ -227,6 +228,7 @@ func TestRawKeepalive(t *testing.T) {
 // TestRawKeepaliveZero: a client with keepalive 0 is never timed out, not even by the
 // connect timeout that guarded its CONNECT.
 func TestRawKeepaliveZero(t *testing.T) {
+	t.Parallel() // waits on the clock: beside the others that do
 	_, port := startTern(t, func(c *server.Config) { c.ConnectTimeout = 200 * time.Millisecond })
 	c := dialRaw(t, port, packet.V5)
 	c.connect("patient", true, 0, nil)
@@ -400,6 +402,7 @@ func TestRawOfflineQueueLimit(t *testing.T) {
 // client leaves and gone 1.5 s later: the session's timer, armed from the machine's
 // deadline, ends it. The rules of expiry are the machine's (session/testdata).
 func TestRawSessionExpiry(t *testing.T) {
+	t.Parallel() // waits on the clock: beside the others that do
 	_, port := startTern(t, nil)
 	props := &packet.Properties{SessionExpiry: 1, HasSessionExpiry: true}
 	c := dialRaw(t, port, packet.V5)
@@ -508,6 +511,7 @@ func TestRawSysAndMonitoring(t *testing.T) {
 // cancels it, and that a session ending first publishes it, is the machine's
 // (session/testdata/will.txt).
 func TestRawWillDelay(t *testing.T) {
+	t.Parallel() // waits on the clock: beside the others that do
 	s, port := startTern(t, nil)
 	watcher := dialRaw(t, port, packet.V311)
 	watcher.connect("watcher", true, 0, nil)

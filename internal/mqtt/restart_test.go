@@ -84,6 +84,7 @@ func TestRestartKeepsSessionsAndRetained(t *testing.T) {
 		t.Fatalf("sender: want PUBREC, got %+v", a)
 	}
 	_ = sender.nc.Close()
+	_ = pub.nc.Close()                 // a v5 client the server says goodbye to is waited for a while
 	time.Sleep(200 * time.Millisecond) // let the connections' ends be recorded
 	stopServer(t, s)
 
@@ -132,4 +133,5 @@ func TestRestartKeepsSessionsAndRetained(t *testing.T) {
 	if p := watch.must(5 * time.Second).(*packet.Publish); !p.Retain || string(p.Payload) != "online" {
 		t.Fatalf("retained after restart: %+v", p)
 	}
+	_ = sender.nc.Close() // not waited for at the shutdown
 }
