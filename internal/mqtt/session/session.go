@@ -53,6 +53,8 @@ type Sub struct {
 	// subscriptions, carried along and never looked at here.
 	Subjects []string
 	Queue    string
+
+	live bool // the session's subscription of its filter, not one replaced or removed
 }
 
 // Link is the state of a session's current network connection, negotiated at
@@ -475,6 +477,7 @@ func (s *Session) end() {
 	s.forgetAll()
 	s.ended = true
 	for _, e := range s.subs {
+		e.live = false
 		rd.Subs = append(rd.Subs, SubChange{Remove: e})
 	}
 	s.subs = nil
@@ -720,6 +723,7 @@ func (s *Session) Subscribe(now time.Time, p *packet.Subscribe, subs []*Sub) err
 			s.subs = make(map[string]*Sub)
 		}
 		s.subs[e.Filter] = e
+		s.live(old, e)
 		changed = true
 		rd.Subs = append(rd.Subs, SubChange{Add: e, Remove: old})
 		if !e.Shared && (sp.RetainHandling == 0 || sp.RetainHandling == 1 && old == nil) {
@@ -743,6 +747,7 @@ func (s *Session) Unsubscribe(now time.Time, p *packet.Unsubscribe) {
 			continue
 		}
 		delete(s.subs, f)
+		s.live(e, nil)
 		removed++
 		rd.Subs = append(rd.Subs, SubChange{Remove: e})
 	}
@@ -818,7 +823,7 @@ func (s *Session) Route(now time.Time, subs []*Sub, qos byte, retain, dollar boo
 	}
 	found, rap, shared := false, false, true
 	for _, e := range subs {
-		if s.subs[e.Filter] != e || e.DollarGuard && dollar {
+		if !e.live || e.DollarGuard && dollar { // a flag, not a map lookup: this is every delivery's path
 			continue
 		}
 		found = true
@@ -962,8 +967,19 @@ func (s *Session) RestoreSub(e *Sub) {
 	}
 	old := s.subs[e.Filter]
 	s.subs[e.Filter] = e
+	s.live(old, e)
 	rd := s.ready()
 	rd.Subs = append(rd.Subs, SubChange{Add: e, Remove: old})
+}
+
+// live marks the subscription that replaces old (nil for a removal).
+func (s *Session) live(old, e *Sub) {
+	if old != nil {
+		old.live = false
+	}
+	if e != nil {
+		e.live = true
+	}
 }
 
 // RestoreMsg puts back a stored message; messages must come in the order of their
