@@ -23,6 +23,11 @@ type testNode struct {
 
 func startNode(t *testing.T, cluster, name string) *testNode {
 	t.Helper()
+	return startNodeWithID(t, cluster, name, name+"-id")
+}
+
+func startNodeWithID(t *testing.T, cluster, name, id string) *testNode {
+	t.Helper()
 	b := broker.New()
 	local := interest.NewLocal()
 	if err := b.SetObserver(local); err != nil {
@@ -33,7 +38,7 @@ func startNode(t *testing.T, cluster, name string) *testNode {
 		t.Fatal(err)
 	}
 	m, err := NewManager(Config{
-		Hello:  wire.RouteHello{Cluster: cluster, NodeName: name, NodeID: name + "-id", RouteAddr: ln.Addr().String()},
+		Hello:  wire.RouteHello{Cluster: cluster, NodeName: name, NodeID: id, RouteAddr: ln.Addr().String()},
 		Broker: b, Local: local, Lease: 600 * time.Millisecond, PingInterval: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -253,8 +258,7 @@ func TestFromRouteIsNotForwardedAgain(t *testing.T) {
 func TestRefusesOtherClusterAndItself(t *testing.T) {
 	a := startNode(t, "one", "a")
 	other := startNode(t, "two", "b")
-	twin := startNode(t, "one", "b2")
-	twin.m.cfg.Hello.NodeName = "a" // the same name as a
+	twin := startNodeWithID(t, "one", "a", "another-id") // a's name, another process
 	a.m.Want("b", other.addr)
 	a.m.Want("a-twin", twin.addr)
 	time.Sleep(300 * time.Millisecond)
