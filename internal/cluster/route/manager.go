@@ -54,6 +54,8 @@ type Manager struct {
 	routes map[string]*Route    // by node name, established
 	wanted map[string]*wantNode // nodes membership says are there
 	ln     net.Listener
+	outs   map[string]*outSession // by peer node name
+	ins    map[string]*inSession  // by peer node id
 	gen    uint64
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -104,7 +106,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("route: %w", err)
 	}
 	m := &Manager{cfg: cfg, log: log, group: g, routes: make(map[string]*Route), wanted: make(map[string]*wantNode),
-		done: make(chan struct{})}
+		outs: make(map[string]*outSession), ins: make(map[string]*inSession), done: make(chan struct{})}
 	m.wg.Add(1)
 	go m.tick()
 	return m, nil
@@ -174,6 +176,8 @@ func (m *Manager) Drop(name string) {
 		delete(m.wanted, name)
 	}
 	r := m.routes[name]
+	// Gone for good: what it never acknowledged will not be wanted by anyone.
+	delete(m.outs, name)
 	m.mu.Unlock()
 	if r != nil {
 		r.dropInterest(true)
@@ -236,7 +240,11 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 		return
 	}
 	m.log.Info("route up", "node", r.peer.NodeName, "addr", nc.RemoteAddr().String(), "dialed", dialed)
-	// Our interest first, then every change as it happens.
+	// What the peer may have missed when the last route broke, then our interest,
+	// then every change as it happens.
+	if n := r.out.resend(&r.q); n > 0 {
+		m.log.Info("route: re-sending unacknowledged messages", "node", r.peer.NodeName, "msgs", n)
+	}
 	m.cfg.Local.Listen(r)
 	r.q.Flush()
 	filled := copy(buf, rest)
@@ -276,6 +284,14 @@ func (m *Manager) register(r *Route) bool {
 	}
 	old := m.routes[r.peer.NodeName]
 	m.routes[r.peer.NodeName] = r
+	if r.out = m.outs[r.peer.NodeName]; r.out == nil {
+		r.out = &outSession{}
+		m.outs[r.peer.NodeName] = r.out
+	}
+	if r.in = m.ins[r.peer.NodeID]; r.in == nil {
+		r.in = &inSession{}
+		m.ins[r.peer.NodeID] = r.in
+	}
 	m.mu.Unlock()
 	if old != nil {
 		old.dropInterest(true)
@@ -351,6 +367,18 @@ func (m *Manager) Routes() []Info {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
+}
+
+// Unacked reports how many messages forwarded to node name await its
+// acknowledgement, and how many were let go over the limits.
+func (m *Manager) Unacked(name string) (msgs int, dropped uint64) {
+	m.mu.Lock()
+	s := m.outs[name]
+	m.mu.Unlock()
+	if s == nil {
+		return 0, 0
+	}
+	return s.pending()
 }
 
 // ClientURLs lists the client URLs of every node with a route, and ours.

@@ -54,6 +54,9 @@ type Route struct {
 	names  map[string]string // interned queue names
 
 	inMsgs, inBytes atomic.Uint64
+	out             *outSession // what we forwarded with sequence numbers, per peer name
+	in              *inSession  // what we received so, per peer process
+	ackedUpTo       uint64      // reader goroutine: the last RACK sent
 }
 
 // Info describes a route for monitoring.
@@ -71,6 +74,7 @@ type Info struct {
 	OutBytes    uint64        `json:"out_bytes"`
 	Dropped     uint64        `json:"dropped"`
 	PendingOut  int           `json:"pending_bytes"`
+	Unacked     int           `json:"unacked"`
 	ClientURLs  []string      `json:"client_urls,omitempty"`
 	PeerVersion string        `json:"version"`
 }
@@ -144,6 +148,10 @@ func (r *Route) run(buf []byte, filled int) error {
 		}
 		r.batch.Flush()
 		r.batch.WaitStalled(outbound.MaxStall)
+		if last := r.in.highest(); last > r.ackedUpTo {
+			r.ackedUpTo = last
+			r.q.Append(func(b []byte) []byte { return wire.AppendRouteAck(b, last) })
+		}
 		r.q.Flush()
 		if off > 0 {
 			filled = copy(buf, buf[off:filled])
@@ -186,7 +194,7 @@ func (r *Route) handle(f *wire.Frame) error {
 		}
 		r.imu.Unlock()
 	case wire.TypeRouteAck:
-		// Acknowledgements matter for retained (QoS ≥ 1) forwards only.
+		r.out.acked(f.Seq)
 	case wire.TypePing:
 		r.q.Append(wire.AppendPong)
 	case wire.TypePong:
@@ -201,6 +209,9 @@ func (r *Route) handle(f *wire.Frame) error {
 
 // deliverIn publishes a forwarded message into the local broker.
 func (r *Route) deliverIn(f *wire.Frame) {
+	if f.Seq != 0 && !r.in.admit(f.Seq) {
+		return // sent again after a reconnect; delivered the first time
+	}
 	r.inMsgs.Add(1)
 	r.inBytes.Add(uint64(len(f.Payload)))
 	m := &r.msg
@@ -308,6 +319,9 @@ func (r *Route) DeliverRemote(m *broker.Message, queues []string) bool {
 	if len(queues) > wire.MaxRouteQueues {
 		queues = queues[:wire.MaxRouteQueues]
 	}
+	if m.QoS > 0 {
+		return r.out.forward(&r.q, m, attrs, queues)
+	}
 	b, ok := r.q.Reserve(wire.RouteMsgLen(0, m.Subject, m.Reply, queues, wire.Header(m.Header), m.Payload))
 	if !ok {
 		return false
@@ -333,11 +347,15 @@ func (r *Route) AppendSlowGoodbye(b []byte, _, _ int64) []byte { return b }
 
 func (r *Route) info() Info {
 	c := r.q.Counters()
+	unacked := 0
+	if r.out != nil {
+		unacked, _ = r.out.pending()
+	}
 	r.imu.Lock()
 	n := r.table.Len()
 	r.imu.Unlock()
 	return Info{Node: r.peer.NodeName, NodeID: r.peer.NodeID, Addr: r.nc.RemoteAddr().String(), Dialed: r.dialed,
 		Since: r.started, RTT: time.Duration(r.rttNanos.Load()), Interest: n, InMsgs: r.inMsgs.Load(),
 		InBytes: r.inBytes.Load(), OutMsgs: c.OutMsgs, OutBytes: c.OutBytes, Dropped: c.Dropped,
-		PendingOut: r.q.Pending(), ClientURLs: r.peer.ClientURLs, PeerVersion: r.peer.ServerVersion}
+		PendingOut: r.q.Pending(), Unacked: unacked, ClientURLs: r.peer.ClientURLs, PeerVersion: r.peer.ServerVersion}
 }

@@ -297,3 +297,137 @@ func TestLeaseExpiresSilentPeer(t *testing.T) {
 		t.Fatal("expired interest still matched")
 	}
 }
+
+// fakePeer is a hand-made node speaking the route protocol to a real one.
+type fakePeer struct {
+	t    *testing.T
+	nc   net.Conn
+	buf  []byte
+	fill int
+}
+
+func dialFake(t *testing.T, addr, name, id string) *fakePeer {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	p := &fakePeer{t: t, nc: nc, buf: make([]byte, 1<<20)}
+	p.send(wire.AppendRouteHello(nil, &wire.RouteHello{Version: wire.Version, Cluster: "t", NodeName: name, NodeID: id}))
+	if f := p.next(); f.Type != wire.TypeRouteHello {
+		t.Fatalf("first frame %s", f.Type)
+	}
+	return p
+}
+
+func (p *fakePeer) send(b []byte) {
+	if _, err := p.nc.Write(b); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// next returns the next frame other than PING/PONG/RINT/RREFRESH (answering pings).
+func (p *fakePeer) next() wire.Frame {
+	p.t.Helper()
+	_ = p.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		var f wire.Frame
+		k, err := f.Decode(p.buf[:p.fill], 0)
+		if err == nil {
+			out := f
+			out.Subject = append([]byte(nil), f.Subject...)
+			out.Payload = append([]byte(nil), f.Payload...)
+			copy(p.buf, p.buf[k:p.fill])
+			p.fill -= k
+			switch f.Type {
+			case wire.TypePing:
+				p.send(wire.AppendPong(nil))
+				continue
+			case wire.TypePong, wire.TypeRouteInterest, wire.TypeRouteRefresh:
+				continue
+			}
+			return out
+		}
+		n, rerr := p.nc.Read(p.buf[p.fill:])
+		p.fill += n
+		if rerr != nil {
+			p.t.Fatalf("fake peer read: %v", rerr)
+		}
+	}
+}
+
+// TestQoS1ForwardsAreResentAfterReconnect: messages forwarded with a sequence number
+// and not acknowledged when the route broke are sent again on the next route, until
+// acknowledged.
+func TestQoS1ForwardsAreResentAfterReconnect(t *testing.T) {
+	a := startNode(t, "t", "a")
+	p := dialFake(t, a.addr, "z", "z-1")
+	p.send(wire.AppendRouteInterest(nil, "q", "", 1))
+	waitFor(t, "interest", func() bool { return interestOf(a, "z") == 1 })
+	for i := 0; i < 5; i++ {
+		publish(a, &broker.Message{Subject: []byte("q"), Payload: []byte(fmt.Sprint(i)), QoS: 1})
+	}
+	publish(a, &broker.Message{Subject: []byte("q"), Payload: []byte("qos0")}) // not kept
+	for i := 0; i < 6; i++ {
+		f := p.next()
+		want := uint64(i + 1)
+		if i == 5 {
+			want = 0
+		}
+		if f.Type != wire.TypeRouteMsg || f.Seq != want {
+			t.Fatalf("frame %d: %s seq %d, want RMSG seq %d", i, f.Type, f.Seq, want)
+		}
+	}
+	p.send(wire.AppendRouteAck(nil, 2)) // the first two arrived
+	waitFor(t, "ack applied", func() bool { n, _ := a.m.Unacked("z"); return n == 3 })
+	p.nc.Close()
+	waitFor(t, "route gone", func() bool { return len(a.m.Routes()) == 0 })
+
+	p = dialFake(t, a.addr, "z", "z-1")
+	for want := uint64(3); want <= 5; want++ {
+		f := p.next()
+		if f.Type != wire.TypeRouteMsg || f.Seq != want || string(f.Payload) != fmt.Sprint(want-1) {
+			t.Fatalf("after reconnect: %s seq %d %q, want seq %d re-sent", f.Type, f.Seq, f.Payload, want)
+		}
+	}
+	p.send(wire.AppendRouteAck(nil, 5))
+	waitFor(t, "all acknowledged", func() bool { n, _ := a.m.Unacked("z"); return n == 0 })
+}
+
+// TestResentForwardsAreDeliveredOnce: a node drops what a peer sends again with a
+// sequence it already delivered, and acknowledges cumulatively.
+func TestResentForwardsAreDeliveredOnce(t *testing.T) {
+	a := startNode(t, "t", "a")
+	got := &inbox{}
+	subscribe(t, a, got, "q", "")
+	p := dialFake(t, a.addr, "z", "z-1")
+	var out []byte
+	for _, seq := range []uint64{1, 2, 3, 2, 3, 4} {
+		out = wire.AppendRouteMsg(out, seq, 1, "q", "", []string(nil), nil, []byte(fmt.Sprint(seq)))
+	}
+	p.send(out)
+	waitFor(t, "deliveries", func() bool { return got.count() >= 4 })
+	for {
+		f := p.next()
+		if f.Type == wire.TypeRouteAck && f.Seq == 4 {
+			break
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got.count() != 4 {
+		t.Fatalf("%d deliveries of 4 distinct messages", got.count())
+	}
+	// The same process reconnecting keeps its history; a new process starts afresh.
+	p.nc.Close()
+	waitFor(t, "route gone", func() bool { return len(a.m.Routes()) == 0 })
+	p = dialFake(t, a.addr, "z", "z-1")
+	p.send(wire.AppendRouteMsg(nil, 4, 1, "q", "", []string(nil), nil, []byte("again")))
+	p.send(wire.AppendRouteMsg(nil, 5, 1, "q", "", []string(nil), nil, []byte("new")))
+	waitFor(t, "the new one", func() bool { return got.count() == 5 })
+	p.nc.Close()
+	waitFor(t, "route gone", func() bool { return len(a.m.Routes()) == 0 })
+	p = dialFake(t, a.addr, "z", "z-2")
+	p.send(wire.AppendRouteMsg(nil, 1, 1, "q", "", []string(nil), nil, []byte("restarted")))
+	waitFor(t, "a restarted peer's first", func() bool { return got.count() == 6 })
+}
