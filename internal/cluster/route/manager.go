@@ -32,6 +32,11 @@ type Config struct {
 	PingInterval time.Duration
 	// HandshakeTimeout bounds the RHELLO exchange. Default 5 s.
 	HandshakeTimeout time.Duration
+	// ExcludeBacklog: a route with more bytes than this waiting for its socket, or
+	// with bytes waiting and no progress for ExcludeAfter, gets no traffic until
+	// its backlog falls under a quarter of it. Defaults 4 MiB and 500 ms.
+	ExcludeBacklog int
+	ExcludeAfter   time.Duration
 	// RedialMin and RedialMax bound the backoff between dials of a wanted node.
 	RedialMin, RedialMax time.Duration
 	Logger               *slog.Logger
@@ -88,6 +93,17 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.RedialMax < cfg.RedialMin {
 		cfg.RedialMax = max(2*time.Second, cfg.RedialMin)
+	}
+	if cfg.ExcludeBacklog <= 0 {
+		cfg.ExcludeBacklog = 4 << 20
+	}
+	if cfg.ExcludeAfter <= 0 {
+		cfg.ExcludeAfter = 500 * time.Millisecond
+	}
+	if cfg.Outbound.NotSentLowat == 0 {
+		// Keep a lagging peer's backlog in the route's queue, where the health
+		// check sees it, not in a kernel buffer of megabytes.
+		cfg.Outbound.NotSentLowat = 128 << 10
 	}
 	if cfg.Outbound.MaxPending <= 0 {
 		cfg.Outbound.MaxPending = 64 << 20
@@ -314,12 +330,21 @@ func (m *Manager) tick() {
 	defer m.wg.Done()
 	refresh := time.NewTicker(m.cfg.Lease / 3)
 	ping := time.NewTicker(m.cfg.PingInterval)
+	health := time.NewTicker(min(50*time.Millisecond, m.cfg.ExcludeAfter/4))
 	defer refresh.Stop()
 	defer ping.Stop()
+	defer health.Stop()
 	for {
 		select {
 		case <-m.done:
 			return
+		case now := <-health.C:
+			m.mu.Lock()
+			routes := m.routeList()
+			m.mu.Unlock()
+			for _, r := range routes {
+				m.checkHealth(r, now)
+			}
 		case <-refresh.C:
 			now := time.Now()
 			m.mu.Lock()
@@ -345,6 +370,29 @@ func (m *Manager) tick() {
 				r.ping()
 			}
 		}
+	}
+}
+
+// checkHealth excludes a route that is too far behind or makes no progress, and
+// re-admits it once it has drained.
+func (m *Manager) checkHealth(r *Route, now time.Time) {
+	pending := r.q.Pending()
+	if pending == 0 || pending < r.lastPending || r.progressAt.IsZero() {
+		r.progressAt = now
+	}
+	r.lastPending = pending
+	stalled := pending > 0 && now.Sub(r.progressAt) > m.cfg.ExcludeAfter
+	if !r.excluded.Load() {
+		if pending > m.cfg.ExcludeBacklog || stalled {
+			r.excluded.Store(true)
+			r.exclusions.Add(1)
+			m.log.Warn("route excluded: peer behind", "node", r.peer.NodeName, "pending_bytes", pending, "stalled", stalled)
+		}
+		return
+	}
+	if pending <= m.cfg.ExcludeBacklog/4 && !stalled {
+		r.out.readmit(r)
+		m.log.Info("route re-admitted", "node", r.peer.NodeName, "pending_bytes", pending)
 	}
 }
 

@@ -54,29 +54,41 @@ type Route struct {
 	names  map[string]string // interned queue names
 
 	inMsgs, inBytes atomic.Uint64
-	out             *outSession // what we forwarded with sequence numbers, per peer name
-	in              *inSession  // what we received so, per peer process
-	ackedUpTo       uint64      // reader goroutine: the last RACK sent
+	// excluded: the peer is behind or stalled, so it gets no traffic until it
+	// drains (fast exclusion, before membership would call it dead).
+	excluded      atomic.Bool
+	exclusions    atomic.Uint64
+	excludedDrops atomic.Uint64
+	// Owned by the Manager's health check.
+	lastPending int         // pending bytes at the last check
+	progressAt  time.Time   // last check at which pending fell (or was 0)
+	out         *outSession // what we forwarded with sequence numbers, per peer name
+	in          *inSession  // what we received so, per peer process
+	ackedUpTo   uint64      // reader goroutine: the last RACK sent
 }
 
 // Info describes a route for monitoring.
 type Info struct {
-	Node        string        `json:"node"`
-	NodeID      string        `json:"node_id"`
-	Addr        string        `json:"addr"`
-	Dialed      bool          `json:"dialed"`
-	Since       time.Time     `json:"since"`
-	RTT         time.Duration `json:"rtt_ns"`
-	Interest    int           `json:"interest"`
-	InMsgs      uint64        `json:"in_msgs"`
-	InBytes     uint64        `json:"in_bytes"`
-	OutMsgs     uint64        `json:"out_msgs"`
-	OutBytes    uint64        `json:"out_bytes"`
-	Dropped     uint64        `json:"dropped"`
-	PendingOut  int           `json:"pending_bytes"`
-	Unacked     int           `json:"unacked"`
-	ClientURLs  []string      `json:"client_urls,omitempty"`
-	PeerVersion string        `json:"version"`
+	Node       string        `json:"node"`
+	NodeID     string        `json:"node_id"`
+	Addr       string        `json:"addr"`
+	Dialed     bool          `json:"dialed"`
+	Since      time.Time     `json:"since"`
+	RTT        time.Duration `json:"rtt_ns"`
+	Interest   int           `json:"interest"`
+	InMsgs     uint64        `json:"in_msgs"`
+	InBytes    uint64        `json:"in_bytes"`
+	OutMsgs    uint64        `json:"out_msgs"`
+	OutBytes   uint64        `json:"out_bytes"`
+	Dropped    uint64        `json:"dropped"`
+	PendingOut int           `json:"pending_bytes"`
+	Unacked    int           `json:"unacked"`
+	Excluded   bool          `json:"excluded"`
+	Exclusions uint64        `json:"exclusions"`
+	// ExcludedDrops counts QoS 0 messages not forwarded while excluded.
+	ExcludedDrops uint64   `json:"excluded_drops"`
+	ClientURLs    []string `json:"client_urls,omitempty"`
+	PeerVersion   string   `json:"version"`
 }
 
 func newRoute(m *Manager, nc net.Conn, dialed bool) *Route {
@@ -320,7 +332,11 @@ func (r *Route) DeliverRemote(m *broker.Message, queues []string) bool {
 		queues = queues[:wire.MaxRouteQueues]
 	}
 	if m.QoS > 0 {
-		return r.out.forward(&r.q, m, attrs, queues)
+		return r.out.forward(r, m, attrs, queues)
+	}
+	if r.excluded.Load() {
+		r.excludedDrops.Add(1)
+		return false
 	}
 	b, ok := r.q.Reserve(wire.RouteMsgLen(0, m.Subject, m.Reply, queues, wire.Header(m.Header), m.Payload))
 	if !ok {
@@ -330,8 +346,14 @@ func (r *Route) DeliverRemote(m *broker.Message, queues []string) bool {
 	return true
 }
 
-// Stall implements broker.Staller.
-func (r *Route) Stall() <-chan struct{} { return r.q.Stall() }
+// Stall implements broker.Staller: publishers wait briefly for a route that is
+// behind, never for one that is excluded.
+func (r *Route) Stall() <-chan struct{} {
+	if r.excluded.Load() {
+		return nil
+	}
+	return r.q.Stall()
+}
 
 // Stuck implements broker.Staller.
 func (r *Route) Stuck() { r.q.Stuck() }
@@ -357,5 +379,6 @@ func (r *Route) info() Info {
 	return Info{Node: r.peer.NodeName, NodeID: r.peer.NodeID, Addr: r.nc.RemoteAddr().String(), Dialed: r.dialed,
 		Since: r.started, RTT: time.Duration(r.rttNanos.Load()), Interest: n, InMsgs: r.inMsgs.Load(),
 		InBytes: r.inBytes.Load(), OutMsgs: c.OutMsgs, OutBytes: c.OutBytes, Dropped: c.Dropped,
-		PendingOut: r.q.Pending(), Unacked: unacked, ClientURLs: r.peer.ClientURLs, PeerVersion: r.peer.ServerVersion}
+		PendingOut: r.q.Pending(), Unacked: unacked, Excluded: r.excluded.Load(), Exclusions: r.exclusions.Load(),
+		ExcludedDrops: r.excludedDrops.Load(), ClientURLs: r.peer.ClientURLs, PeerVersion: r.peer.ServerVersion}
 }

@@ -431,3 +431,65 @@ func TestResentForwardsAreDeliveredOnce(t *testing.T) {
 	p.send(wire.AppendRouteMsg(nil, 1, 1, "q", "", []string(nil), nil, []byte("restarted")))
 	waitFor(t, "a restarted peer's first", func() bool { return got.count() == 6 })
 }
+
+// TestStalledPeerIsExcluded: a peer that stops reading is excluded at once — the
+// publisher is not slowed, other peers keep getting traffic — and re-admitted when it
+// reads again, receiving the QoS 1 messages held back meanwhile.
+func TestStalledPeerIsExcluded(t *testing.T) {
+	a, b := startNode(t, "t", "a"), startNode(t, "t", "b")
+	mesh(a, b)
+	onB := &inbox{}
+	subscribe(t, b, onB, "load", "")
+	stalled := dialFake(t, a.addr, "z", "z-1") // never reads from here on
+	stalled.send(wire.AppendRouteInterest(nil, "load", "", 1))
+	waitFor(t, "interest", func() bool { return interestOf(a, "z") == 1 && interestOf(a, "b") == 1 })
+
+	payload := make([]byte, 1024)
+	start := time.Now()
+	const n = 20000 // 20 MiB: more than the peer's socket and the exclusion backlog
+	for i := 0; i < n; i++ {
+		publish(a, &broker.Message{Subject: []byte("load"), Payload: payload})
+	}
+	took := time.Since(start)
+	waitFor(t, "exclusion", func() bool {
+		for _, in := range a.m.Routes() {
+			if in.Node == "z" {
+				return in.Excluded
+			}
+		}
+		return false
+	})
+	waitFor(t, "everything at b", func() bool { return onB.count() == n })
+	var z Info
+	for _, in := range a.m.Routes() {
+		if in.Node == "z" {
+			z = in
+		}
+	}
+	if z.Exclusions != 1 || z.ExcludedDrops == 0 {
+		t.Fatalf("stalled route: %+v", z)
+	}
+	t.Logf("%d publishes in %v with a stalled peer; %d not forwarded to it", n, took, z.ExcludedDrops)
+
+	// A QoS 1 message while excluded is held, then sent on re-admission.
+	publish(a, &broker.Message{Subject: []byte("load"), Payload: []byte("held"), QoS: 1})
+	go func() { // the peer reads again
+		buf := make([]byte, 1<<20)
+		for {
+			if _, err := stalled.nc.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "re-admission", func() bool {
+		for _, in := range a.m.Routes() {
+			if in.Node == "z" {
+				return !in.Excluded
+			}
+		}
+		return false
+	})
+	if n, _ := a.m.Unacked("z"); n != 1 {
+		t.Fatalf("%d unacknowledged, want the held message", n)
+	}
+}

@@ -24,6 +24,9 @@ type outSession struct {
 	unacked []kept
 	bytes   int
 	dropped uint64 // let go over the limits, oldest first
+	// held: some kept message was not queued (route excluded or full); re-admission
+	// sends everything unacknowledged again, and the peer drops what it had.
+	held bool
 }
 
 // kept is one forwarded message, as encoded on the route.
@@ -32,9 +35,11 @@ type kept struct {
 	frame []byte
 }
 
-// forward encodes m with a new sequence number onto q and keeps it. It holds the
+// forward encodes m with a new sequence number onto r's queue and keeps it; while
+// r is excluded it is only kept, and sent when r is re-admitted. It holds the
 // session's lock while queueing so that sequence numbers reach the route in order.
-func (s *outSession) forward(q *outbound.Queue, m *broker.Message, attrs uint8, queues []string) bool {
+func (s *outSession) forward(r *Route, m *broker.Message, attrs uint8, queues []string) bool {
+	q := &r.q
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
@@ -49,9 +54,14 @@ func (s *outSession) forward(q *outbound.Queue, m *broker.Message, attrs uint8, 
 		s.unacked = s.unacked[1:]
 		s.dropped++
 	}
+	if r.excluded.Load() {
+		s.held = true
+		return true
+	}
 	b, ok := q.Reserve(len(frame))
 	if !ok {
-		return true // kept: sent again when the route comes back
+		s.held = true // kept: sent when the route recovers or comes back
+		return true
 	}
 	q.Commit(append(b, frame...), len(m.Payload))
 	return true
@@ -74,10 +84,26 @@ func (s *outSession) acked(seq uint64) {
 func (s *outSession) resend(q *outbound.Queue) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.held = false
 	for _, k := range s.unacked {
 		q.Append(func(b []byte) []byte { return append(b, k.frame...) })
 	}
 	return len(s.unacked)
+}
+
+// readmit ends r's exclusion, first sending what was held back, under the
+// session's lock so that no newer message overtakes it.
+func (s *outSession) readmit(r *Route) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		s.held = false
+		for _, k := range s.unacked {
+			r.q.Append(func(b []byte) []byte { return append(b, k.frame...) })
+		}
+	}
+	r.excluded.Store(false)
+	r.q.Flush()
 }
 
 func (s *outSession) pending() (msgs int, dropped uint64) {
