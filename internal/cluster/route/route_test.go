@@ -442,6 +442,25 @@ func TestStalledPeerIsExcluded(t *testing.T) {
 	subscribe(t, b, onB, "load", "")
 	stalled := dialFake(t, a.addr, "z", "z-1") // never reads from here on
 	stalled.send(wire.AppendRouteInterest(nil, "load", "", 1))
+	// It still writes: its interest refreshes keep the lease.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for gen := uint64(1); ; gen++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			var out []byte
+			out = wire.AppendRouteRefresh(out, wire.RefreshBegin, gen)
+			out = wire.AppendRouteInterest(out, "load", "", 1)
+			out = wire.AppendRouteRefresh(out, wire.RefreshEnd, gen)
+			if _, err := stalled.nc.Write(out); err != nil {
+				return
+			}
+		}
+	}()
 	waitFor(t, "interest", func() bool { return interestOf(a, "z") == 1 && interestOf(a, "b") == 1 })
 
 	payload := make([]byte, 1024)
