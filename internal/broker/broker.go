@@ -100,6 +100,10 @@ type Subscription struct {
 	Filter  *filter.Filter // nil: every matching message
 	// NoEcho skips messages whose Origin is this subscription's Sink.
 	NoEcho bool
+	// NodeLocal marks a service every node runs for itself (the stream API and
+	// acks until streams are replicated): the InterestObserver is not told of it,
+	// so other nodes do not forward its subjects here.
+	NodeLocal bool
 
 	// Weight is, for a queue-group subscription of a Remote sink, how many members
 	// the group has on that node (0 counts as 1): a group without local members

@@ -115,7 +115,7 @@ func (b *Broker) SetObserver(o InterestObserver) error {
 }
 
 func (b *Broker) interest(sub *Subscription, delta int) {
-	if sub.remote != nil {
+	if sub.remote != nil || sub.NodeLocal {
 		return
 	}
 	if o := b.observer.Load(); o != nil {

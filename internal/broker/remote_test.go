@@ -239,6 +239,9 @@ func TestObserverSeesLocalInterest(t *testing.T) {
 	a := subscribe(t, b, &recorder{}, "a.*", "")
 	subscribe(t, b, &recorder{}, "jobs", "w")
 	remoteSub(t, b, &node{counting: true}, "b", "", 0)
+	if err := b.Subscribe(&Subscription{Sink: &recorder{}, Subject: "$SVC.>", NodeLocal: true}); err != nil {
+		t.Fatal(err)
+	}
 	limited := subscribe(t, b, &recorder{}, "once", "")
 	if err := b.AutoUnsubscribe(limited, 1); err != nil {
 		t.Fatal(err)

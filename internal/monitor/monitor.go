@@ -91,6 +91,12 @@ type Source interface {
 	Connections() []ConnInfo
 }
 
+// ClusterSource is implemented by a Source that can be a cluster node: Cluster
+// returns what /cluster shows, or nil when the server runs alone.
+type ClusterSource interface {
+	Cluster() any
+}
+
 // ConnectionsPage is the body of /connections.
 type ConnectionsPage struct {
 	Now         time.Time  `json:"now"`
@@ -140,6 +146,7 @@ func New(addr string, src Source, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
 	s.mux.HandleFunc("GET /status", s.handleStatus)
 	s.mux.HandleFunc("GET /connections", s.handleConnections)
+	s.mux.HandleFunc("GET /cluster", s.handleCluster)
 	s.mux.Handle("GET /metrics", metrics)
 	return s
 }
@@ -260,6 +267,7 @@ const indexText = `Tern monitoring endpoint
 /healthz      liveness check: {"status":"ok"}
 /status       server status snapshot (JSON)
 /connections  client connections, sorted by ID (JSON; ?limit=N&offset=M)
+/cluster      cluster node: members, routes, interest (JSON; 404 when alone)
 /metrics      Prometheus metrics
 `
 
@@ -283,6 +291,18 @@ func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	st.Uptime = FormatUptime(uptime(st))
 	if st.Listeners == nil {
 		st.Listeners = map[string]string{}
+	}
+	s.writeJSON(w, st)
+}
+
+func (s *Server) handleCluster(w http.ResponseWriter, _ *http.Request) {
+	var st any
+	if cs, ok := s.src.(ClusterSource); ok {
+		st = cs.Cluster()
+	}
+	if st == nil {
+		http.Error(w, "this server is not a cluster node (cluster_port, join)", http.StatusNotFound)
+		return
 	}
 	s.writeJSON(w, st)
 }

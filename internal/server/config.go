@@ -74,6 +74,18 @@ type Config struct {
 	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
 	MQTTWSPort int
 	MQTT       mqtt.Config
+	// ClusterPort is the port of the routes to other cluster nodes; -1 (the
+	// default) runs the server alone, 0 picks a free port.
+	ClusterPort int
+	// GossipPort is the membership (gossip) port; 0 means ClusterPort + 1.
+	GossipPort int
+	// ClusterName keeps clusters on one network apart.
+	ClusterName string
+	// Join lists members' route addresses, HOST:PORT, comma-separated.
+	Join string
+	// ClusterAdvertise is the host other nodes reach this one at, when it differs
+	// from Host.
+	ClusterAdvertise string
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -117,6 +129,8 @@ func DefaultConfig() Config {
 		MQTTPort:           1883,
 		MQTTWSPort:         8083,
 		MQTT:               mqtt.DefaultConfig(),
+		ClusterPort:        -1,
+		ClusterName:        "tern",
 	}
 }
 
@@ -129,6 +143,7 @@ const (
 	groupMQTT     = "MQTT"
 	groupUDP      = "UDP"
 	groupLogging  = "Logging"
+	groupCluster  = "Cluster"
 )
 
 // option is one server setting, declared once. Its key names it in the TOML file;
@@ -202,6 +217,17 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return count(&c.MaxStreams) }},
 	{key: "max_consumers", group: groupStorage, help: "most consumers per stream, durable and ephemeral (0 = unlimited)",
 		bind: func(c *Config) pflag.Value { return count(&c.MaxConsumers) }},
+
+	{key: "cluster_port", group: groupCluster, help: "port of the routes to the other cluster nodes (-1 = run alone, 0 = any free port); gossip uses gossip_port",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterPort, -1, anyPort) }},
+	{key: "join", group: groupCluster, help: "members to join, HOST:PORT of their cluster ports, comma-separated; may name this node and DNS names with several addresses; implies a cluster (cluster_port 7401 unless set)",
+		bind: func(c *Config) pflag.Value { return str(&c.Join) }},
+	{key: "cluster_name", group: groupCluster, help: "name of the cluster: nodes of another cluster are refused",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterName) }},
+	{key: "gossip_port", group: groupCluster, help: "membership (gossip) port, UDP and TCP (0 = cluster_port + 1)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.GossipPort, 0, anyPort) }},
+	{key: "cluster_advertise", group: groupCluster, help: "host other nodes reach this one at, when it differs from host (0.0.0.0, NAT, containers)",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterAdvertise) }},
 
 	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no MQTT)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTPort, -1, anyPort) }},

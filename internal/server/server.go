@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/interest"
+	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/native"
 	"github.com/tern-mq/tern/internal/store"
@@ -39,6 +42,10 @@ type Server struct {
 	native  *native.Server
 	streams *stream.Manager // nil when streams are disabled
 	mqtt    *mqtt.Server    // nil when MQTT is disabled
+	// interest counts local subscriptions for the cluster from the first one; nil
+	// when the server runs alone. cluster is the running node, set by Start.
+	interest *interest.Local
+	cluster  *cluster.Node
 
 	// The protocol servers shut down once, by whichever front end or stopAll
 	// comes first.
@@ -60,6 +67,18 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	idb := make([]byte, 8)
 	_, _ = rand.Read(idb)
 	s := &Server{cfg: cfg, log: log, id: hex.EncodeToString(idb), broker: broker.New()}
+	if cfg.Join != "" && cfg.ClusterPort < 0 {
+		cfg.ClusterPort = membership.DefaultRoutePort
+		s.cfg.ClusterPort = cfg.ClusterPort
+	}
+	if cfg.ClusterPort >= 0 {
+		// Before anything subscribes: stream captures and restored MQTT sessions are
+		// interest the other nodes must learn of.
+		s.interest = interest.NewLocal()
+		if err := s.broker.SetObserver(s.interest); err != nil {
+			return nil, err
+		}
+	}
 	ncfg := native.Config{
 		MaxPayload:         cfg.MaxPayload,
 		MaxConnections:     cfg.MaxConnections,
@@ -154,6 +173,11 @@ func (s *Server) Start() (err error) {
 	s.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if s.interest != nil {
+		if err := s.startCluster(); err != nil {
+			return err
+		}
 	}
 	for _, fe := range fes {
 		go func() {
@@ -328,6 +352,14 @@ func (s *Server) stopAll(ctx context.Context) error {
 		if err != nil && !slices.Contains(errs, err) { // a shared server's error once
 			errs = append(errs, err)
 		}
+	}
+	// Leave the cluster first: the other nodes stop routing here before the
+	// clients are told to go.
+	s.mu.Lock()
+	node := s.cluster
+	s.mu.Unlock()
+	if node != nil {
+		node.Shutdown(min(timeoutOf(ctx), time.Second))
 	}
 	// In the order opened: the monitoring endpoint last.
 	for _, fe := range fes {

@@ -150,8 +150,10 @@ func (m *Manager) Start() error {
 	m.api = newAPISink(m)
 	m.acks = &ackSink{m: m}
 	for _, sub := range []*broker.Subscription{
-		{Sink: m.api, Subject: streamapi.APIPrefix + ">"},
-		{Sink: m.acks, Subject: streamapi.AckPrefix + ">"},
+		// Each node answers for its own streams: requests and acks are not
+		// forwarded between nodes (docs/cluster.md).
+		{Sink: m.api, Subject: streamapi.APIPrefix + ">", NodeLocal: true},
+		{Sink: m.acks, Subject: streamapi.AckPrefix + ">", NodeLocal: true},
 	} {
 		if err := m.broker.Subscribe(sub); err != nil {
 			return fmt.Errorf("stream engine: %w", err)

@@ -13,6 +13,10 @@
 // each frame type is in docs/protocol.md; testdata/vectors.json holds encoded frames that
 // clients in other languages check their codecs against.
 //
+// Cluster routes between nodes speak the same frames with types of their own (RHELLO,
+// RINT, RREFRESH, RMSG, RACK in route.go), so one decoder serves client connections and
+// routes alike; which types a connection accepts is its reader's decision.
+//
 // The package knows nothing of sockets, subscriptions or routing: it turns frames into
 // bytes and bytes into frames. Decoded frames point into the input buffer and are valid
 // only until the caller reuses it.

@@ -2,11 +2,13 @@ package wire
 
 import (
 	"bytes"
+	"errors"
+	"reflect"
 	"testing"
 )
 
-// reencode writes f back with the encoder of its type; nil for CONNECT/INFO, whose
-// bodies are checked by their own parsers.
+// reencode writes f back with the encoder of its type; nil for CONNECT/INFO/RHELLO,
+// whose bodies are checked by their own parsers.
 func reencode(f *Frame) []byte {
 	switch f.Type {
 	case TypePub:
@@ -25,6 +27,18 @@ func reencode(f *Frame) []byte {
 		return AppendOK(nil, f.ID)
 	case TypeErr:
 		return AppendErr(nil, f.Code, f.ID, string(f.Payload))
+	case TypeRouteInterest:
+		return AppendRouteInterest(nil, f.Subject, f.Queue, f.Weight)
+	case TypeRouteRefresh:
+		return AppendRouteRefresh(nil, f.Phase, f.Generation)
+	case TypeRouteMsg:
+		var queues [][]byte
+		for q := range f.Queues.All() {
+			queues = append(queues, q)
+		}
+		return AppendRouteMsg(nil, f.Seq, f.Attrs, f.Subject, f.Reply, queues, f.Header, f.Payload)
+	case TypeRouteAck:
+		return AppendRouteAck(nil, f.Seq)
 	}
 	return nil
 }
@@ -39,6 +53,7 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	f.Add(AppendConnect(nil, &Connect{Version: 1, Name: "x"}))
+	f.Add(AppendRouteHello(nil, &RouteHello{Version: 1, Cluster: "c", ClientURLs: []string{"u"}}))
 	f.Add([]byte{byte(TypePub), 0xff, 0xff, 0xff, 0x7f})
 	f.Add([]byte{0x7e, 0})
 	f.Add([]byte{byte(TypeSub), 2, 0})
@@ -68,10 +83,95 @@ func FuzzDecode(f *testing.F) {
 			if fr.Type == TypeInfo {
 				_, _ = ParseInfo(fr.Payload)
 			}
+			if fr.Type == TypeRouteHello {
+				_, _ = ParseRouteHello(fr.Payload)
+			}
 			if len(fr.Header) > 0 {
 				_ = fr.Header.Validate()
 				fr.Header.Each(func(k, v []byte) bool { return true })
 				_, _ = fr.Header.Lookup("k")
+			}
+			data = data[n:]
+		}
+	})
+}
+
+// FuzzRouteFrames decodes arbitrary bytes as a stream of route frames, as a node
+// reads a route. Besides what FuzzDecode checks, every decoded frame obeys the rules
+// the route layer relies on: the RMSG queue list holds 1 to MaxRouteQueues non-empty
+// names (at least one with AttrGroupOnly) and RouteMsgLen sizes it exactly; RINT,
+// RREFRESH and RACK values are in range; an RHELLO that parses encodes back to the
+// fields it parsed from.
+func FuzzRouteFrames(f *testing.F) {
+	var stream []byte
+	for _, s := range routeSamples() {
+		f.Add(s.enc)
+		stream = append(stream, s.enc...)
+	}
+	f.Add(stream)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for len(data) > 0 {
+			var fr Frame
+			n, err := fr.Decode(data, 1<<16)
+			if err != nil {
+				if !errors.Is(err, ErrIncomplete) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) &&
+					!errors.Is(err, ErrUnknownType) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if n <= 0 || n > len(data) {
+				t.Fatalf("Decode consumed %d of %d", n, len(data))
+			}
+			if enc := reencode(&fr); enc != nil {
+				var again Frame
+				m, err := again.Decode(enc, 1<<16)
+				if err != nil || m != len(enc) || !equal(fr, again) {
+					t.Fatalf("%s does not survive re-encoding: %v", fr.Type, err)
+				}
+				if !bytes.Equal(enc, data[:n]) {
+					t.Fatalf("%s: decoded from %x but encodes as %x", fr.Type, data[:n], enc)
+				}
+			}
+			switch fr.Type {
+			case TypeRouteMsg:
+				var queues [][]byte
+				for q := range fr.Queues.All() {
+					if len(q) == 0 {
+						t.Fatal("empty queue name")
+					}
+					queues = append(queues, q)
+				}
+				if len(queues) != fr.Queues.Len() || len(queues) > MaxRouteQueues ||
+					(len(queues) > 0) != (fr.Flags&FlagQueues != 0) ||
+					fr.Attrs&AttrGroupOnly != 0 && len(queues) == 0 || fr.Attrs&AttrQoS > 2 {
+					t.Fatalf("RMSG with flags %02x attrs %02x and %d queues", fr.Flags, fr.Attrs, len(queues))
+				}
+				if fr.Flags&FlagSeq != 0 && fr.Seq == 0 {
+					t.Fatal("seq flag with seq 0")
+				}
+				if l := RouteMsgLen(fr.Seq, fr.Subject, fr.Reply, queues, fr.Header, fr.Payload); l != n {
+					t.Fatalf("RouteMsgLen %d, frame %d", l, n)
+				}
+			case TypeRouteRefresh:
+				if fr.Phase != RefreshBegin && fr.Phase != RefreshEnd || fr.Generation == 0 {
+					t.Fatalf("RREFRESH phase %d generation %d", fr.Phase, fr.Generation)
+				}
+			case TypeRouteAck:
+				if fr.Seq == 0 {
+					t.Fatal("RACK 0")
+				}
+			case TypeRouteHello:
+				if h, err := ParseRouteHello(fr.Payload); err == nil {
+					var hf Frame
+					if _, err := hf.Decode(AppendRouteHello(nil, &h), 0); err != nil {
+						t.Fatalf("RHELLO %+v does not encode: %v", h, err)
+					}
+					again, err := ParseRouteHello(hf.Payload)
+					if err != nil || !reflect.DeepEqual(h, again) {
+						t.Fatalf("RHELLO %+v re-parsed as %+v (%v)", h, again, err)
+					}
+				}
 			}
 			data = data[n:]
 		}

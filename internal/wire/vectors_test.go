@@ -28,6 +28,14 @@ type vectorFrame struct {
 	PayloadHex string      `json:"payload_hex,omitempty"`
 	Connect    *Connect    `json:"connect,omitempty"`
 	Info       *Info       `json:"info,omitempty"`
+	// Route frames.
+	Attrs      uint8       `json:"attrs,omitempty"`
+	Phase      uint8       `json:"phase,omitempty"`
+	Weight     uint32      `json:"weight,omitempty"`
+	Seq        uint64      `json:"seq,omitempty"`
+	Generation uint64      `json:"generation,omitempty"`
+	Queues     []string    `json:"queues,omitempty"`
+	RouteHello *RouteHello `json:"route_hello,omitempty"`
 }
 
 type vector struct {
@@ -39,7 +47,11 @@ type vector struct {
 
 func vectorOf(f *Frame) *vectorFrame {
 	v := &vectorFrame{Type: f.Type.String(), Flags: f.Flags, ID: f.ID, SID: f.SID, Max: f.Max, Code: uint16(f.Code),
-		Subject: string(f.Subject), Reply: string(f.Reply), Queue: string(f.Queue), Filter: string(f.Filter)}
+		Subject: string(f.Subject), Reply: string(f.Reply), Queue: string(f.Queue), Filter: string(f.Filter),
+		Attrs: f.Attrs, Phase: f.Phase, Weight: f.Weight, Seq: f.Seq, Generation: f.Generation}
+	for q := range f.Queues.All() {
+		v.Queues = append(v.Queues, string(q))
+	}
 	f.Header.Each(func(k, val []byte) bool {
 		v.Headers = append(v.Headers, [2]string{string(k), string(val)})
 		return true
@@ -51,6 +63,9 @@ func vectorOf(f *Frame) *vectorFrame {
 	case TypeInfo:
 		in, _ := ParseInfo(f.Payload)
 		v.Info = &in
+	case TypeRouteHello:
+		h, _ := ParseRouteHello(f.Payload)
+		v.RouteHello = &h
 	default:
 		v.PayloadHex = hex.EncodeToString(f.Payload)
 	}
@@ -88,6 +103,19 @@ func generateVectors() []vector {
 	add("ok", AppendOK(nil, 300))
 	add("err_bad_subject", AppendErr(nil, CodeBadSubject, 5, `subject "a..b": empty token`))
 	add("err_fatal_no_id", AppendErr(nil, CodeTooLarge, 0, "frame too large"))
+	add("rhello", AppendRouteHello(nil, &RouteHello{Version: Version, Cluster: "prod", NodeName: "n1", NodeID: "a1b2c3",
+		RouteAddr: "10.0.0.1:7401", ServerVersion: "0.1.0", ClientURLs: []string{"tern://10.0.0.1:7400", "mqtt://10.0.0.1:1883"}}))
+	add("rhello_no_client_urls", AppendRouteHello(nil, &RouteHello{Version: Version, Cluster: "prod", NodeName: "n2", NodeID: "d4e5f6", RouteAddr: "10.0.0.2:7401", ServerVersion: "0.1.0"}))
+	add("rint", AppendRouteInterest(nil, "sensors.*.temp", "", 2))
+	add("rint_queue", AppendRouteInterest(nil, "jobs.>", "workers", 300))
+	add("rint_withdrawn", AppendRouteInterest(nil, "sensors.*.temp", "", 0))
+	add("rrefresh_begin", AppendRouteRefresh(nil, RefreshBegin, 7))
+	add("rrefresh_end", AppendRouteRefresh(nil, RefreshEnd, 7))
+	add("rmsg_hello", AppendRouteMsg[string, string](nil, 0, 0, "a.b", "", nil, nil, []byte("hello")))
+	add("rmsg_seq_qos1_queues", AppendRouteMsg(nil, 300, 1, "jobs.new", "", []string{"workers", "audit"}, nil, []byte("job")))
+	add("rmsg_all_fields", AppendRouteMsg(nil, 1, 2|AttrRetain, "orders.new", "r.1", []string{"g"}, h, []byte{0, 1, 2, 255}))
+	add("rmsg_group_only", AppendRouteMsg(nil, 0, AttrGroupOnly, "push.orders", "$TERN.ACK.S.C.0.1.1.1.0.0", []string{"deliver"}, nil, []byte("x")))
+	add("rack", AppendRouteAck(nil, 300))
 	errVec := func(name, kind string, b []byte) {
 		out = append(out, vector{Name: name, Hex: hex.EncodeToString(b), Error: kind})
 	}
@@ -99,6 +127,15 @@ func generateVectors() []vector {
 	errVec("non_minimal_varint", "malformed", []byte{byte(TypeOK), 0x02, 0x81, 0x00})
 	errVec("empty_flagged_reply", "malformed", []byte{byte(TypePub), 0x04, FlagReply, 0x01, 'a', 0x00})
 	errVec("trailing_bytes", "malformed", []byte{byte(TypePing), 0x01, 0x00})
+	errVec("unknown_route_type", "unknown_type", []byte{0x25, 0x00})
+	errVec("rint_weight_over_32_bits", "malformed", []byte{byte(TypeRouteInterest), 0x08, 0x00, 0x01, 'a', 0x80, 0x80, 0x80, 0x80, 0x10})
+	errVec("rrefresh_phase_3", "malformed", []byte{byte(TypeRouteRefresh), 0x02, 0x03, 0x01})
+	errVec("rrefresh_generation_0", "malformed", []byte{byte(TypeRouteRefresh), 0x02, RefreshBegin, 0x00})
+	errVec("rack_0", "malformed", []byte{byte(TypeRouteAck), 0x01, 0x00})
+	errVec("rmsg_qos_3", "malformed", []byte{byte(TypeRouteMsg), 0x04, 0x00, 0x03, 0x01, 'a'})
+	errVec("rmsg_group_only_without_queues", "malformed", []byte{byte(TypeRouteMsg), 0x04, 0x00, AttrGroupOnly, 0x01, 'a'})
+	errVec("rmsg_queues_count_0", "malformed", []byte{byte(TypeRouteMsg), 0x05, FlagQueues, 0x00, 0x01, 'a', 0x00})
+	errVec("rmsg_seq_0", "malformed", []byte{byte(TypeRouteMsg), 0x05, FlagSeq, 0x00, 0x00, 0x01, 'a'})
 	return out
 }
 

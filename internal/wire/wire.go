@@ -28,6 +28,17 @@ const (
 	TypeOK      Type = 0x0A // server → client, answer to a frame that asked for an ack
 )
 
+// Route frame types, spoken only between cluster nodes (docs/protocol.md, "Cluster
+// routes"). They have a range of their own so that a client frame and a route frame
+// can never be confused; PING, PONG and ERR are shared with the client protocol.
+const (
+	TypeRouteHello    Type = 0x20 // node ↔ node, first frame each way
+	TypeRouteInterest Type = 0x21 // node ↔ node, a subject's interest changed
+	TypeRouteRefresh  Type = 0x22 // node ↔ node, begin or end of a full re-send of interest
+	TypeRouteMsg      Type = 0x23 // node ↔ node, a forwarded message
+	TypeRouteAck      Type = 0x24 // node ↔ node, cumulative acknowledgement of RMSG sequences
+)
+
 func (t Type) String() string {
 	switch t {
 	case TypeConnect:
@@ -50,25 +61,41 @@ func (t Type) String() string {
 		return "ERR"
 	case TypeOK:
 		return "OK"
+	case TypeRouteHello:
+		return "RHELLO"
+	case TypeRouteInterest:
+		return "RINT"
+	case TypeRouteRefresh:
+		return "RREFRESH"
+	case TypeRouteMsg:
+		return "RMSG"
+	case TypeRouteAck:
+		return "RACK"
 	}
 	return fmt.Sprintf("TYPE(0x%02x)", uint8(t))
 }
 
-// Flag bits of PUB, SUB, UNSUB and MSG bodies. Each says an optional field is present.
+// Flag bits of PUB, SUB, UNSUB, MSG, RINT and RMSG bodies. Each says an optional field
+// is present, and a bit means the same in every frame that allows it, so the bits are
+// one namespace across the client and route protocols.
 const (
 	FlagAck     uint8 = 1 << 0 // PUB, SUB, UNSUB: an ack id follows; the server answers OK or ERR with it
-	FlagReply   uint8 = 1 << 1 // PUB, MSG: a reply subject follows the subject
-	FlagHeaders uint8 = 1 << 2 // PUB, MSG: a header block precedes the payload
-	FlagQueue   uint8 = 1 << 3 // SUB: a queue group name follows the subject
+	FlagReply   uint8 = 1 << 1 // PUB, MSG, RMSG: a reply subject follows the subject
+	FlagHeaders uint8 = 1 << 2 // PUB, MSG, RMSG: a header block precedes the payload
+	FlagQueue   uint8 = 1 << 3 // SUB, RINT: a queue group name follows the subject
 	FlagFilter  uint8 = 1 << 4 // SUB: a filter expression follows
 	FlagMax     uint8 = 1 << 5 // UNSUB: remove after this many more messages
+	FlagSeq     uint8 = 1 << 6 // RMSG: a route sequence number follows the attributes
+	FlagQueues  uint8 = 1 << 7 // RMSG: a list of queue group names follows the reply
 )
 
 const (
-	pubFlags   = FlagAck | FlagReply | FlagHeaders
-	msgFlags   = FlagReply | FlagHeaders
-	subFlags   = FlagAck | FlagQueue | FlagFilter
-	unsubFlags = FlagAck | FlagMax
+	pubFlags      = FlagAck | FlagReply | FlagHeaders
+	msgFlags      = FlagReply | FlagHeaders
+	subFlags      = FlagAck | FlagQueue | FlagFilter
+	unsubFlags    = FlagAck | FlagMax
+	interestFlags = FlagQueue
+	routeMsgFlags = FlagSeq | FlagReply | FlagQueues | FlagHeaders
 )
 
 // Connect flags (uvarint in CONNECT).
@@ -105,6 +132,10 @@ var (
 type Frame struct {
 	Type  Type
 	Flags uint8
+	// Attrs is the attribute byte of RMSG: the QoS (AttrQoS) and the Attr* bits.
+	Attrs uint8
+	// Phase is the RREFRESH phase, RefreshBegin or RefreshEnd.
+	Phase uint8
 	// ID is the ack id of PUB/SUB/UNSUB (0 = no ack asked), and the id an OK or ERR
 	// answers (0 = not tied to a frame).
 	ID uint64
@@ -113,15 +144,27 @@ type Frame struct {
 	// Max is the UNSUB message budget (FlagMax).
 	Max uint64
 	// Code is the ERR code.
-	Code    Code
+	Code Code
+	// Weight is the RINT interest count (0 = the interest is gone).
+	Weight uint32
+	// Seq is the route sequence number of RMSG (FlagSeq; 0 = none) and the cumulative
+	// sequence RACK acknowledges.
+	Seq uint64
+	// Generation is the RREFRESH generation.
+	Generation uint64
+
 	Subject []byte
 	Reply   []byte
-	Queue   []byte
+	Queue   []byte // SUB, RINT
 	Filter  []byte
-	// Header is the encoded header block of PUB/MSG (see Header), nil if none.
+	// Queues is the list of queue group names of RMSG (FlagQueues), nil if none; walk
+	// it with QueueList.Next or All.
+	Queues QueueList
+	// Header is the encoded header block of PUB/MSG/RMSG (see Header), nil if none.
 	Header Header
-	// Payload is the message of PUB/MSG, the text of ERR, and the whole body of
-	// CONNECT and INFO (parse it with ParseConnect / ParseInfo).
+	// Payload is the message of PUB/MSG/RMSG, the text of ERR, and the whole body of
+	// CONNECT, INFO and RHELLO (parse it with ParseConnect / ParseInfo /
+	// ParseRouteHello).
 	Payload []byte
 }
 
@@ -245,10 +288,72 @@ func (f *Frame) parseBody(b []byte) error {
 		f.ID = r.uvarint()
 		f.Payload = r.str()
 		r.end()
-	case TypeConnect, TypeInfo:
-		// Later versions may append fields; ParseConnect/ParseInfo ignore what they
-		// do not know.
+	case TypeConnect, TypeInfo, TypeRouteHello:
+		// Later versions may append fields; ParseConnect/ParseInfo/ParseRouteHello
+		// ignore what they do not know.
 		f.Payload = b
+	case TypeRouteInterest:
+		f.Flags = r.byte()
+		if f.Flags&^interestFlags != 0 {
+			return f.malformed("unknown flags 0x%02x", f.Flags)
+		}
+		f.Subject = r.str()
+		if f.Flags&FlagQueue != 0 {
+			f.Queue = r.nonEmpty("queue")
+		}
+		w := r.uvarint()
+		if w > MaxWeight {
+			return f.malformed("weight %d out of range", w)
+		}
+		f.Weight = uint32(w)
+		r.end()
+	case TypeRouteRefresh:
+		f.Phase = r.byte()
+		if r.err == "" && f.Phase != RefreshBegin && f.Phase != RefreshEnd {
+			return f.malformed("unknown phase %d", f.Phase)
+		}
+		if f.Generation = r.uvarint(); f.Generation == 0 && r.err == "" {
+			r.err = "generation 0"
+		}
+		r.end()
+	case TypeRouteMsg:
+		f.Flags = r.byte()
+		if f.Flags&^routeMsgFlags != 0 {
+			return f.malformed("unknown flags 0x%02x", f.Flags)
+		}
+		f.Attrs = r.byte()
+		if r.err == "" {
+			if f.Attrs&^routeAttrs != 0 {
+				return f.malformed("unknown attributes 0x%02x", f.Attrs)
+			}
+			if f.Attrs&AttrQoS > 2 {
+				return f.malformed("QoS %d out of range", f.Attrs&AttrQoS)
+			}
+			if f.Attrs&AttrGroupOnly != 0 && f.Flags&FlagQueues == 0 {
+				return f.malformed("group-only without queue groups")
+			}
+		}
+		if f.Flags&FlagSeq != 0 {
+			if f.Seq = r.uvarint(); f.Seq == 0 && r.err == "" {
+				r.err = "sequence 0 with seq flag"
+			}
+		}
+		f.Subject = r.str()
+		if f.Flags&FlagReply != 0 {
+			f.Reply = r.nonEmpty("reply")
+		}
+		if f.Flags&FlagQueues != 0 {
+			f.Queues = r.queues()
+		}
+		if f.Flags&FlagHeaders != 0 {
+			f.Header = Header(r.nonEmpty("header block"))
+		}
+		f.Payload = r.rest()
+	case TypeRouteAck:
+		if f.Seq = r.uvarint(); f.Seq == 0 && r.err == "" {
+			r.err = "sequence 0"
+		}
+		r.end()
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrUnknownType, uint8(f.Type))
 	}

@@ -16,7 +16,7 @@ func samples() []struct {
 	h := AppendHeader(nil, "sender", "s1")
 	h = AppendHeader(h, "sender", "s2")
 	big := bytes.Repeat([]byte{0xAB}, 70000)
-	return []struct {
+	client := []struct {
 		name string
 		enc  []byte
 		want Frame
@@ -39,12 +39,15 @@ func samples() []struct {
 		{"ok", AppendOK(nil, 77), Frame{Type: TypeOK, ID: 77}},
 		{"err", AppendErr(nil, CodeBadSubject, 5, "bad"), Frame{Type: TypeErr, Code: CodeBadSubject, ID: 5, Payload: []byte("bad")}},
 	}
+	return append(client, routeSamples()...)
 }
 
 func equal(a, b Frame) bool {
 	return a.Type == b.Type && a.Flags == b.Flags && a.ID == b.ID && a.SID == b.SID && a.Max == b.Max && a.Code == b.Code &&
+		a.Attrs == b.Attrs && a.Phase == b.Phase && a.Weight == b.Weight && a.Seq == b.Seq && a.Generation == b.Generation &&
 		bytes.Equal(a.Subject, b.Subject) && bytes.Equal(a.Reply, b.Reply) && bytes.Equal(a.Queue, b.Queue) &&
-		bytes.Equal(a.Filter, b.Filter) && bytes.Equal(a.Header, b.Header) && bytes.Equal(a.Payload, b.Payload)
+		bytes.Equal(a.Filter, b.Filter) && bytes.Equal(a.Queues, b.Queues) && bytes.Equal(a.Header, b.Header) &&
+		bytes.Equal(a.Payload, b.Payload)
 }
 
 func TestRoundTrip(t *testing.T) {

@@ -1,0 +1,247 @@
+// Package cluster makes a Tern server a node of a cluster: it starts membership
+// (internal/cluster/membership, memberlist's SWIM), the routes to the other nodes
+// (internal/cluster/route) and the local interest count they advertise
+// (internal/cluster/interest), and lets membership events drive the routes: a node
+// that joins gets a route, one that leaves or is declared dead loses it and its
+// interest at once.
+//
+// The broker core knows none of this: routes are broker.Remote sinks and the
+// interest count is the broker's InterestObserver.
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster/interest"
+	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/route"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Config is a node's cluster settings.
+type Config struct {
+	NodeName string
+	Cluster  string // cluster name; default membership.DefaultClusterName
+	Host     string // interface routes and gossip listen on
+	// RoutePort is the route listener's port (the server's --cluster-port); 0 picks
+	// a free one (tests).
+	RoutePort int
+	// GossipPort defaults to RoutePort + 1; with RoutePort 0, 0 picks a free one.
+	GossipPort int
+	// Advertise is the host other nodes reach this one at, when it differs from
+	// Host (0.0.0.0, NAT, containers).
+	Advertise string
+	// Join names any members' route addresses (HOST:PORT); see membership.Config.
+	Join []string
+	// JoinGossip: Join names gossip ports instead (tests with free ports).
+	JoinGossip bool
+	ClientURLs []string
+	Version    string
+	Broker     *broker.Broker
+	// Interest is the local interest count, the broker's observer since before its
+	// first subscription; nil makes one and installs it (the broker must have no
+	// subscription yet).
+	Interest   *interest.Local
+	Membership membership.Config // timing and tags; the fields above override its own
+	Routes     route.Config      // lease, pings, outbound; the fields above override its own
+	Logger     *slog.Logger
+}
+
+// Node is this server's membership of the cluster.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	local  *interest.Local
+	routes *route.Manager
+	ms     *membership.Membership
+	ln     net.Listener
+	id     string
+
+	done chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// Start joins the cluster. It must come before the broker has any subscription: the
+// interest count has to see each from the first.
+func Start(cfg Config) (*Node, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("cluster: the node needs a name (server_name)")
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = membership.DefaultClusterName
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, log: log, local: cfg.Interest, id: newID(), done: make(chan struct{})}
+	if n.local == nil {
+		n.local = interest.NewLocal()
+		if err := cfg.Broker.SetObserver(n.local); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.RoutePort)))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: route listener: %w", err)
+	}
+	n.ln = ln
+	port := ln.Addr().(*net.TCPAddr).Port
+	host := cfg.Advertise
+	if host == "" {
+		host = cfg.Host
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = outboundIP()
+	}
+	routeAddr := net.JoinHostPort(host, strconv.Itoa(port))
+
+	rc := cfg.Routes
+	rc.Hello = wire.RouteHello{Cluster: cfg.Cluster, NodeName: cfg.NodeName, NodeID: n.id, RouteAddr: routeAddr,
+		ServerVersion: cfg.Version, ClientURLs: cfg.ClientURLs}
+	rc.Broker, rc.Local, rc.Logger = cfg.Broker, n.local, log
+	if n.routes, err = route.NewManager(rc); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.routes.Serve(ln); err != nil {
+			log.Error("cluster: route listener stopped", "err", err)
+		}
+	}()
+
+	mc := cfg.Membership
+	mc.NodeName, mc.ClusterName, mc.BindAddr = cfg.NodeName, cfg.Cluster, cfg.Host
+	mc.GossipPort = cfg.GossipPort
+	if mc.GossipPort == 0 && cfg.RoutePort != 0 {
+		mc.GossipPort = port + membership.GossipPortOffset
+	}
+	if cfg.Advertise != "" {
+		mc.AdvertiseAddr = cfg.Advertise
+	}
+	mc.Join, mc.JoinGossip, mc.RouteAddr, mc.Version, mc.Logger = cfg.Join, cfg.JoinGossip, routeAddr, cfg.Version, log
+	if n.ms, err = membership.Start(mc); err != nil {
+		n.routes.Shutdown()
+		n.wg.Wait()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.wg.Add(1)
+	go n.follow()
+	log.Info("cluster node started", "cluster", cfg.Cluster, "node", cfg.NodeName, "routes", routeAddr,
+		"gossip", n.ms.Local().Addr, "join", cfg.Join)
+	return n, nil
+}
+
+// follow turns membership events into route changes.
+func (n *Node) follow() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.done:
+			return
+		case ev, ok := <-n.ms.Events():
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case membership.NodeJoined, membership.NodeUpdated:
+				n.log.Info("cluster: node up", "node", ev.Node.Name, "routes", ev.Node.RouteAddr, "event", ev.Kind.String())
+				n.routes.Want(ev.Node.Name, ev.Node.RouteAddr)
+			case membership.NodeLeft, membership.NodeFailed:
+				n.log.Warn("cluster: node gone", "node", ev.Node.Name, "event", ev.Kind.String())
+				n.routes.Drop(ev.Node.Name)
+			}
+		}
+	}
+}
+
+// Shutdown leaves the cluster gracefully (peers learn it left rather than failed)
+// and closes every route.
+func (n *Node) Shutdown(leaveTimeout time.Duration) {
+	n.once.Do(func() {
+		if err := n.ms.Leave(leaveTimeout); err != nil {
+			n.log.Warn("cluster: leave", "err", err)
+		}
+		close(n.done)
+		_ = n.ms.Shutdown()
+		n.routes.Shutdown()
+		n.wg.Wait()
+	})
+}
+
+// Status is what /cluster shows.
+type Status struct {
+	Cluster   string       `json:"cluster"`
+	Node      string       `json:"node"`
+	NodeID    string       `json:"node_id"`
+	RouteAddr string       `json:"route_addr"`
+	Gossip    string       `json:"gossip_addr"`
+	Members   []MemberInfo `json:"members"`
+	Routes    []route.Info `json:"routes"`
+	Interest  int          `json:"local_interest"`
+}
+
+// MemberInfo is one member as membership sees it.
+type MemberInfo struct {
+	Name      string            `json:"name"`
+	ID        string            `json:"id"`
+	Addr      string            `json:"gossip_addr"`
+	RouteAddr string            `json:"route_addr"`
+	Version   string            `json:"version"`
+	State     string            `json:"state"`
+	Tags      map[string]string `json:"tags,omitempty"`
+}
+
+// Status describes the node, its members and routes.
+func (n *Node) Status() Status {
+	local := n.ms.Local()
+	st := Status{Cluster: n.cfg.Cluster, Node: n.cfg.NodeName, NodeID: n.id, RouteAddr: local.RouteAddr, Gossip: local.Addr,
+		Routes: n.routes.Routes(), Interest: n.local.Len()}
+	for _, m := range n.ms.Members() {
+		st.Members = append(st.Members, MemberInfo{Name: m.Name, ID: m.ID, Addr: m.Addr, RouteAddr: m.RouteAddr,
+			Version: m.Version, State: m.State.String(), Tags: m.Tags})
+	}
+	return st
+}
+
+// ClientURLs lists the client URLs of this node and every node with a route.
+func (n *Node) ClientURLs() []string { return n.routes.ClientURLs() }
+
+// RouteAddr is where this node accepts routes.
+func (n *Node) RouteAddr() string { return n.ln.Addr().String() }
+
+// GossipAddr is where this node gossips.
+func (n *Node) GossipAddr() string { return n.ms.Local().Addr }
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// outboundIP is the address other hosts most likely reach this one at, for a node
+// bound to every interface without an advertised address.
+func outboundIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	return "127.0.0.1"
+}

@@ -1,0 +1,470 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster/interest"
+	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Config is a node's route settings.
+type Config struct {
+	// Hello is how this node introduces itself (cluster, name, id, route address,
+	// version, client URLs).
+	Hello  wire.RouteHello
+	Broker *broker.Broker
+	Local  *interest.Local
+	// Outbound configures the routes' outbound queues (pending limit, write timeout).
+	Outbound outbound.Config
+	// Lease: a peer's interest is dropped when its full refresh has not come for
+	// this long; each node refreshes every Lease/3. Default 30 s.
+	Lease time.Duration
+	// PingInterval measures each route's round trip. Default 5 s.
+	PingInterval time.Duration
+	// HandshakeTimeout bounds the RHELLO exchange. Default 5 s.
+	HandshakeTimeout time.Duration
+	// ExcludeBacklog: a route with more bytes than this waiting for its socket, or
+	// with bytes waiting and no progress for ExcludeAfter, gets no traffic until
+	// its backlog falls under a quarter of it. Defaults 4 MiB and 500 ms.
+	ExcludeBacklog int
+	ExcludeAfter   time.Duration
+	// RedialMin and RedialMax bound the backoff between dials of a wanted node.
+	RedialMin, RedialMax time.Duration
+	Logger               *slog.Logger
+}
+
+// Refusals of a peer's RHELLO.
+var (
+	ErrOtherCluster = errors.New("route: node of another cluster")
+	ErrSelf         = errors.New("route: route to this node itself")
+	ErrVersion      = errors.New("route: unsupported route protocol version")
+)
+
+// Manager keeps one route to each node it is told about.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	group *outbound.Group
+
+	mu     sync.Mutex
+	routes map[string]*Route    // by node name, established
+	wanted map[string]*wantNode // nodes membership says are there
+	ln     net.Listener
+	outs   map[string]*outSession // by peer node name
+	ins    map[string]*inSession  // by peer node id
+	gen    uint64
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+type wantNode struct {
+	addr   string
+	cancel chan struct{} // closed when the node is dropped
+}
+
+// NewManager checks cfg and returns a manager; Serve accepts routes, Want dials.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Broker == nil || cfg.Local == nil {
+		return nil, errors.New("route: a broker and a local interest count are required")
+	}
+	if cfg.Hello.NodeName == "" || cfg.Hello.NodeID == "" {
+		return nil, errors.New("route: the node needs a name and an id")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 5 * time.Second
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	if cfg.RedialMin <= 0 {
+		cfg.RedialMin = 50 * time.Millisecond
+	}
+	if cfg.RedialMax < cfg.RedialMin {
+		cfg.RedialMax = max(2*time.Second, cfg.RedialMin)
+	}
+	if cfg.ExcludeBacklog <= 0 {
+		cfg.ExcludeBacklog = 4 << 20
+	}
+	if cfg.ExcludeAfter <= 0 {
+		cfg.ExcludeAfter = 500 * time.Millisecond
+	}
+	if cfg.Outbound.NotSentLowat == 0 {
+		// Keep a lagging peer's backlog in the route's queue, where the health
+		// check sees it, not in a kernel buffer of megabytes.
+		cfg.Outbound.NotSentLowat = 128 << 10
+	}
+	if cfg.Outbound.MaxPending <= 0 {
+		cfg.Outbound.MaxPending = 64 << 20
+	}
+	if cfg.Outbound.WriteTimeout <= 0 {
+		cfg.Outbound.WriteTimeout = 10 * time.Second
+	}
+	cfg.Hello.Version = wire.Version
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "route")
+	g, err := outbound.NewGroup(cfg.Outbound, log)
+	if err != nil {
+		return nil, fmt.Errorf("route: %w", err)
+	}
+	m := &Manager{cfg: cfg, log: log, group: g, routes: make(map[string]*Route), wanted: make(map[string]*wantNode),
+		outs: make(map[string]*outSession), ins: make(map[string]*inSession), done: make(chan struct{})}
+	m.wg.Add(1)
+	go m.tick()
+	return m, nil
+}
+
+// Serve accepts routes from other nodes on l until Shutdown.
+func (m *Manager) Serve(l net.Listener) error {
+	m.mu.Lock()
+	m.ln = l
+	m.mu.Unlock()
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			select {
+			case <-m.done:
+				return nil
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("route: accept: %w", err)
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.serveRoute(nc, false)
+		}()
+	}
+}
+
+// Want tells the manager node name is a member reachable at addr: the node whose
+// name sorts first keeps a route to it, dialling again while it is wanted.
+func (m *Manager) Want(name, addr string) {
+	if name == m.cfg.Hello.NodeName {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	if w := m.wanted[name]; w != nil {
+		if w.addr == addr {
+			return
+		}
+		close(w.cancel)
+	}
+	w := &wantNode{addr: addr, cancel: make(chan struct{})}
+	m.wanted[name] = w
+	if m.cfg.Hello.NodeName < name {
+		m.wg.Add(1)
+		go m.dialLoop(name, w)
+	}
+}
+
+// Drop tells the manager node name left or was declared dead: its route closes and
+// its interest is gone at once.
+func (m *Manager) Drop(name string) {
+	m.mu.Lock()
+	if w := m.wanted[name]; w != nil {
+		close(w.cancel)
+		delete(m.wanted, name)
+	}
+	r := m.routes[name]
+	// Gone for good: what it never acknowledged will not be wanted by anyone.
+	delete(m.outs, name)
+	m.mu.Unlock()
+	if r != nil {
+		r.dropInterest(true)
+		r.q.Close(fmt.Errorf("node %s left the cluster", name))
+	}
+}
+
+// dialLoop keeps a route to a wanted node.
+func (m *Manager) dialLoop(name string, w *wantNode) {
+	defer m.wg.Done()
+	wait := m.cfg.RedialMin
+	for {
+		select {
+		case <-w.cancel:
+			return
+		case <-m.done:
+			return
+		default:
+		}
+		nc, err := net.DialTimeout("tcp", w.addr, m.cfg.HandshakeTimeout)
+		if err == nil {
+			wait = m.cfg.RedialMin
+			start := time.Now()
+			m.serveRoute(nc, true)
+			if time.Since(start) > m.cfg.RedialMax {
+				wait = m.cfg.RedialMin // it ran a while: dial again at once
+			}
+		} else {
+			m.log.Debug("route dial failed", "node", name, "addr", w.addr, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-w.cancel:
+			t.Stop()
+			return
+		case <-m.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, m.cfg.RedialMax)
+	}
+}
+
+// serveRoute runs one route connection to its end.
+func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
+	r := newRoute(m, nc, dialed)
+	buf := make([]byte, readBufSize)
+	rest, err := r.handshake(buf)
+	if err != nil {
+		m.log.Warn("route refused", "remote", nc.RemoteAddr().String(), "dialed", dialed, "err", err)
+		r.q.Close(err)
+		r.q.Finish()
+		return
+	}
+	r.table = interest.NewTable(m.cfg.Lease, time.Now())
+	if !m.register(r) {
+		r.q.Close(errors.New("duplicate route"))
+		r.q.Finish()
+		return
+	}
+	m.log.Info("route up", "node", r.peer.NodeName, "addr", nc.RemoteAddr().String(), "dialed", dialed)
+	// What the peer may have missed when the last route broke, then our interest,
+	// then every change as it happens.
+	if n := r.out.resend(&r.q); n > 0 {
+		m.log.Info("route: re-sending unacknowledged messages", "node", r.peer.NodeName, "msgs", n)
+	}
+	m.cfg.Local.Listen(r)
+	r.q.Flush()
+	filled := copy(buf, rest)
+	err = r.run(buf, filled)
+	m.cfg.Local.Forget(r)
+	r.dropInterest(true)
+	m.unregister(r)
+	r.q.Close(err)
+	r.q.Finish()
+	m.log.Info("route down", "node", r.peer.NodeName, "err", err)
+}
+
+// accept checks a peer's RHELLO.
+func (m *Manager) accept(h *wire.RouteHello) error {
+	switch {
+	case h.Version != wire.Version:
+		return fmt.Errorf("%w: %d", ErrVersion, h.Version)
+	case h.Cluster != m.cfg.Hello.Cluster:
+		return fmt.Errorf("%w: %q (this one is %q)", ErrOtherCluster, h.Cluster, m.cfg.Hello.Cluster)
+	case h.NodeID == m.cfg.Hello.NodeID:
+		return ErrSelf
+	case h.NodeName == m.cfg.Hello.NodeName:
+		return fmt.Errorf("%w: another node calls itself %q too", ErrSelf, h.NodeName)
+	}
+	return nil
+}
+
+// register makes r the route to its node; an older route to the same node (a
+// reconnect the old side has not noticed yet) gives way.
+func (m *Manager) register(r *Route) bool {
+	m.mu.Lock()
+	select {
+	case <-m.done:
+		m.mu.Unlock()
+		return false
+	default:
+	}
+	old := m.routes[r.peer.NodeName]
+	m.routes[r.peer.NodeName] = r
+	if r.out = m.outs[r.peer.NodeName]; r.out == nil {
+		r.out = &outSession{}
+		m.outs[r.peer.NodeName] = r.out
+	}
+	if r.in = m.ins[r.peer.NodeID]; r.in == nil {
+		r.in = &inSession{}
+		m.ins[r.peer.NodeID] = r.in
+	}
+	m.mu.Unlock()
+	if old != nil {
+		old.dropInterest(true)
+		old.q.Close(errors.New("replaced by a newer route"))
+	}
+	return true
+}
+
+func (m *Manager) unregister(r *Route) {
+	m.mu.Lock()
+	if m.routes[r.peer.NodeName] == r {
+		delete(m.routes, r.peer.NodeName)
+	}
+	m.mu.Unlock()
+}
+
+// tick refreshes our interest on every route, expires the interest of peers whose
+// refreshes stopped, and measures round trips.
+func (m *Manager) tick() {
+	defer m.wg.Done()
+	refresh := time.NewTicker(m.cfg.Lease / 3)
+	ping := time.NewTicker(m.cfg.PingInterval)
+	health := time.NewTicker(min(50*time.Millisecond, m.cfg.ExcludeAfter/4))
+	defer refresh.Stop()
+	defer ping.Stop()
+	defer health.Stop()
+	for {
+		select {
+		case <-m.done:
+			return
+		case now := <-health.C:
+			m.mu.Lock()
+			routes := m.routeList()
+			m.mu.Unlock()
+			for _, r := range routes {
+				m.checkHealth(r, now)
+			}
+		case <-refresh.C:
+			now := time.Now()
+			m.mu.Lock()
+			m.gen++
+			gen := m.gen
+			routes := m.routeList()
+			m.mu.Unlock()
+			for _, r := range routes {
+				r.refresh(gen)
+				r.imu.Lock()
+				expired := r.table.Expired(now)
+				if expired && r.table.Len() > 0 {
+					m.log.Warn("route: peer interest lease expired", "node", r.peer.NodeName)
+					r.applyLocked(r.table.Clear())
+				}
+				r.imu.Unlock()
+			}
+		case <-ping.C:
+			m.mu.Lock()
+			routes := m.routeList()
+			m.mu.Unlock()
+			for _, r := range routes {
+				r.ping()
+			}
+		}
+	}
+}
+
+// checkHealth excludes a route that is too far behind or makes no progress, and
+// re-admits it once it has drained.
+func (m *Manager) checkHealth(r *Route, now time.Time) {
+	pending := r.q.Pending()
+	if pending == 0 || pending < r.lastPending || r.progressAt.IsZero() {
+		r.progressAt = now
+	}
+	r.lastPending = pending
+	stalled := pending > 0 && now.Sub(r.progressAt) > m.cfg.ExcludeAfter
+	if !r.excluded.Load() {
+		if pending > m.cfg.ExcludeBacklog || stalled {
+			r.excluded.Store(true)
+			r.exclusions.Add(1)
+			m.log.Warn("route excluded: peer behind", "node", r.peer.NodeName, "pending_bytes", pending, "stalled", stalled)
+		}
+		return
+	}
+	if pending <= m.cfg.ExcludeBacklog/4 && !stalled {
+		r.out.readmit(r)
+		m.log.Info("route re-admitted", "node", r.peer.NodeName, "pending_bytes", pending)
+	}
+}
+
+func (m *Manager) routeList() []*Route {
+	out := make([]*Route, 0, len(m.routes))
+	for _, r := range m.routes {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Routes describes the established routes, by node name.
+func (m *Manager) Routes() []Info {
+	m.mu.Lock()
+	routes := m.routeList()
+	m.mu.Unlock()
+	out := make([]Info, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, r.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// Unacked reports how many messages forwarded to node name await its
+// acknowledgement, and how many were let go over the limits.
+func (m *Manager) Unacked(name string) (msgs int, dropped uint64) {
+	m.mu.Lock()
+	s := m.outs[name]
+	m.mu.Unlock()
+	if s == nil {
+		return 0, 0
+	}
+	return s.pending()
+}
+
+// ClientURLs lists the client URLs of every node with a route, and ours.
+func (m *Manager) ClientURLs() []string {
+	urls := append([]string(nil), m.cfg.Hello.ClientURLs...)
+	for _, in := range m.Routes() {
+		urls = append(urls, in.ClientURLs...)
+	}
+	sort.Strings(urls)
+	return urls
+}
+
+// Shutdown closes the listener and every route and waits for their goroutines.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	select {
+	case <-m.done:
+		m.mu.Unlock()
+		return
+	default:
+	}
+	close(m.done)
+	if m.ln != nil {
+		_ = m.ln.Close()
+	}
+	for name, w := range m.wanted {
+		close(w.cancel)
+		delete(m.wanted, name)
+	}
+	routes := m.routeList()
+	m.mu.Unlock()
+	for _, r := range routes {
+		r.q.Close(errors.New("node shutting down"))
+	}
+	m.wg.Wait()
+}
+
+// String names the node, for logs.
+func (m *Manager) String() string {
+	return strings.Join([]string{m.cfg.Hello.Cluster, m.cfg.Hello.NodeName}, "/")
+}

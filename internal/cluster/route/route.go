@@ -1,0 +1,384 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster/interest"
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/wire"
+)
+
+// Errors that end a route; the Manager logs them and, while the node is wanted,
+// dials again.
+var (
+	ErrHandshake = errors.New("route: handshake")
+	ErrProtocol  = errors.New("route: protocol error")
+)
+
+const (
+	readBufSize = 64 << 10
+	maxBody     = 8<<20 + 64<<10 // a forwarded message: the largest payload plus headers
+)
+
+// Route is one connection to another node.
+type Route struct {
+	m        *Manager
+	nc       net.Conn
+	q        outbound.Queue
+	dialed   bool
+	peer     wire.RouteHello
+	id       uint64
+	started  time.Time
+	rttNanos atomic.Int64
+	pingSent atomic.Int64
+
+	// The peer's interest, held as broker subscriptions. Guarded by imu; the
+	// reader goroutine and the Manager's lease checks change it.
+	imu    sync.Mutex
+	table  *interest.Table
+	subs   map[interest.Key]*broker.Subscription
+	closed bool
+
+	// Owned by the reader goroutine.
+	batch  broker.Batch
+	msg    broker.Message
+	queues []string
+	names  map[string]string // interned queue names
+
+	inMsgs, inBytes atomic.Uint64
+	// excluded: the peer is behind or stalled, so it gets no traffic until it
+	// drains (fast exclusion, before membership would call it dead).
+	excluded      atomic.Bool
+	exclusions    atomic.Uint64
+	excludedDrops atomic.Uint64
+	// Owned by the Manager's health check.
+	lastPending int         // pending bytes at the last check
+	progressAt  time.Time   // last check at which pending fell (or was 0)
+	out         *outSession // what we forwarded with sequence numbers, per peer name
+	in          *inSession  // what we received so, per peer process
+	ackedUpTo   uint64      // reader goroutine: the last RACK sent
+}
+
+// Info describes a route for monitoring.
+type Info struct {
+	Node       string        `json:"node"`
+	NodeID     string        `json:"node_id"`
+	Addr       string        `json:"addr"`
+	Dialed     bool          `json:"dialed"`
+	Since      time.Time     `json:"since"`
+	RTT        time.Duration `json:"rtt_ns"`
+	Interest   int           `json:"interest"`
+	InMsgs     uint64        `json:"in_msgs"`
+	InBytes    uint64        `json:"in_bytes"`
+	OutMsgs    uint64        `json:"out_msgs"`
+	OutBytes   uint64        `json:"out_bytes"`
+	Dropped    uint64        `json:"dropped"`
+	PendingOut int           `json:"pending_bytes"`
+	Unacked    int           `json:"unacked"`
+	Excluded   bool          `json:"excluded"`
+	Exclusions uint64        `json:"exclusions"`
+	// ExcludedDrops counts QoS 0 messages not forwarded while excluded.
+	ExcludedDrops uint64   `json:"excluded_drops"`
+	ClientURLs    []string `json:"client_urls,omitempty"`
+	PeerVersion   string   `json:"version"`
+}
+
+func newRoute(m *Manager, nc net.Conn, dialed bool) *Route {
+	r := &Route{m: m, nc: nc, dialed: dialed, id: outbound.NextConnID(), started: time.Now(),
+		subs: make(map[interest.Key]*broker.Subscription), names: make(map[string]string)}
+	r.q.Init(m.group, r)
+	m.group.Opened(nc)
+	return r
+}
+
+// handshake sends our RHELLO and reads the peer's.
+func (r *Route) handshake(buf []byte) (rest []byte, err error) {
+	hello := wire.AppendRouteHello(nil, &r.m.cfg.Hello)
+	_ = r.nc.SetDeadline(time.Now().Add(r.m.cfg.HandshakeTimeout))
+	defer func() { _ = r.nc.SetDeadline(time.Time{}) }()
+	if _, err := r.nc.Write(hello); err != nil {
+		return nil, fmt.Errorf("%w: sending RHELLO: %w", ErrHandshake, err)
+	}
+	filled := 0
+	var f wire.Frame
+	for {
+		n, rerr := r.nc.Read(buf[filled:])
+		filled += n
+		k, derr := f.Decode(buf[:filled], maxBody)
+		if derr == nil {
+			if f.Type != wire.TypeRouteHello {
+				return nil, fmt.Errorf("%w: first frame is %s, want RHELLO", ErrHandshake, f.Type)
+			}
+			h, perr := wire.ParseRouteHello(f.Payload)
+			if perr != nil {
+				return nil, fmt.Errorf("%w: %w", ErrHandshake, perr)
+			}
+			if err := r.m.accept(&h); err != nil {
+				return nil, err
+			}
+			r.peer = h
+			return buf[k:filled], nil
+		}
+		if !errors.Is(derr, wire.ErrIncomplete) {
+			return nil, fmt.Errorf("%w: %w", ErrHandshake, derr)
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("%w: reading RHELLO: %w", ErrHandshake, rerr)
+		}
+		if filled == len(buf) {
+			return nil, fmt.Errorf("%w: RHELLO larger than %d bytes", ErrHandshake, len(buf))
+		}
+	}
+}
+
+// run reads the peer's frames until the route ends.
+func (r *Route) run(buf []byte, filled int) error {
+	var f wire.Frame
+	for {
+		off := 0
+		for off < filled {
+			k, derr := f.Decode(buf[off:filled], maxBody)
+			if derr != nil {
+				if errors.Is(derr, wire.ErrIncomplete) {
+					break
+				}
+				return fmt.Errorf("%w: %w", ErrProtocol, derr)
+			}
+			off += k
+			if err := r.handle(&f); err != nil {
+				r.batch.Flush()
+				return err
+			}
+		}
+		r.batch.Flush()
+		r.batch.WaitStalled(outbound.MaxStall)
+		if last := r.in.highest(); last > r.ackedUpTo {
+			r.ackedUpTo = last
+			r.q.Append(func(b []byte) []byte { return wire.AppendRouteAck(b, last) })
+		}
+		r.q.Flush()
+		if off > 0 {
+			filled = copy(buf, buf[off:filled])
+		}
+		if filled == len(buf) {
+			need, lerr := wire.FrameLen(buf[:filled])
+			if lerr != nil || need <= len(buf) {
+				need = 2 * len(buf)
+			}
+			nb := make([]byte, need)
+			copy(nb, buf[:filled])
+			buf = nb
+		}
+		n, err := r.nc.Read(buf[filled:])
+		filled += n
+		if err != nil && n == 0 {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("route to %s closed by the peer", r.peer.NodeName)
+			}
+			return err
+		}
+	}
+}
+
+func (r *Route) handle(f *wire.Frame) error {
+	switch f.Type {
+	case wire.TypeRouteMsg:
+		r.deliverIn(f)
+	case wire.TypeRouteInterest:
+		k := interest.Key{Subject: string(f.Subject), Queue: string(f.Queue)}
+		r.imu.Lock()
+		r.applyLocked(r.table.Set(k, f.Weight))
+		r.imu.Unlock()
+	case wire.TypeRouteRefresh:
+		r.imu.Lock()
+		if f.Phase == wire.RefreshBegin {
+			r.table.BeginRefresh(f.Generation)
+		} else {
+			r.applyLocked(r.table.EndRefresh(f.Generation, time.Now()))
+		}
+		r.imu.Unlock()
+	case wire.TypeRouteAck:
+		r.out.acked(f.Seq)
+	case wire.TypePing:
+		r.q.Append(wire.AppendPong)
+	case wire.TypePong:
+		if sent := r.pingSent.Swap(0); sent != 0 {
+			r.rttNanos.Store(time.Now().UnixNano() - sent)
+		}
+	default:
+		return fmt.Errorf("%w: %s on a route", ErrProtocol, f.Type)
+	}
+	return nil
+}
+
+// deliverIn publishes a forwarded message into the local broker.
+func (r *Route) deliverIn(f *wire.Frame) {
+	if f.Seq != 0 && !r.in.admit(f.Seq) {
+		return // sent again after a reconnect; delivered the first time
+	}
+	r.inMsgs.Add(1)
+	r.inBytes.Add(uint64(len(f.Payload)))
+	m := &r.msg
+	*m = broker.Message{Subject: f.Subject, Reply: f.Reply, Header: header.Block(f.Header), Payload: f.Payload,
+		QoS: f.Attrs & wire.AttrQoS, Retain: f.Attrs&wire.AttrRetain != 0, FromRoute: true}
+	r.queues = r.queues[:0]
+	for name := range f.Queues.All() {
+		q, ok := r.names[string(name)]
+		if !ok {
+			q = string(name)
+			if len(r.names) < 4096 {
+				r.names[q] = q
+			}
+		}
+		r.queues = append(r.queues, q)
+	}
+	m.Queues = r.queues
+	if f.Attrs&wire.AttrGroupOnly != 0 {
+		// Only the named groups deliver it: one publish restricted to each.
+		for _, q := range r.queues {
+			m.Group, m.Queues = q, r.queues
+			r.m.cfg.Broker.Publish(&r.batch, m)
+		}
+		return
+	}
+	r.m.cfg.Broker.Publish(&r.batch, m)
+}
+
+// applyLocked makes the broker hold the peer's interest as the table says.
+func (r *Route) applyLocked(changes []interest.Change) {
+	if r.closed {
+		return
+	}
+	b := r.m.cfg.Broker
+	for _, c := range changes {
+		old := r.subs[c.Key]
+		if c.Weight > 0 {
+			// The new subscription goes in before the old one goes out: a message
+			// routed meanwhile sees one of them, never neither.
+			sub := &broker.Subscription{Sink: r, Subject: c.Key.Subject, Queue: c.Key.Queue, Weight: c.Weight}
+			if err := b.Subscribe(sub); err != nil {
+				r.m.log.Warn("route: peer interest refused", "node", r.peer.NodeName, "subject", c.Key.Subject, "queue", c.Key.Queue, "err", err)
+				continue
+			}
+			r.subs[c.Key] = sub
+		} else {
+			delete(r.subs, c.Key)
+		}
+		if old != nil {
+			_ = b.Unsubscribe(old)
+		}
+	}
+}
+
+// dropInterest removes everything the peer advertised.
+func (r *Route) dropInterest(closing bool) {
+	r.imu.Lock()
+	defer r.imu.Unlock()
+	r.applyLocked(r.table.Clear())
+	if closing {
+		r.closed = true
+	}
+}
+
+// InterestChanged implements interest.Listener: our local interest changed.
+func (r *Route) InterestChanged(k interest.Key, weight uint32) {
+	r.q.Append(func(b []byte) []byte { return wire.AppendRouteInterest(b, k.Subject, k.Queue, weight) })
+	r.q.Flush()
+}
+
+// refresh re-sends all our interest under generation gen. A change made while it
+// runs arrives between the begin and the end too, so it counts as refreshed.
+func (r *Route) refresh(gen uint64) {
+	r.q.Append(func(b []byte) []byte { return wire.AppendRouteRefresh(b, wire.RefreshBegin, gen) })
+	r.m.cfg.Local.Each(func(k interest.Key, n uint32) {
+		r.q.Append(func(b []byte) []byte { return wire.AppendRouteInterest(b, k.Subject, k.Queue, n) })
+	})
+	r.q.Append(func(b []byte) []byte { return wire.AppendRouteRefresh(b, wire.RefreshEnd, gen) })
+	r.q.Flush()
+}
+
+// ping sends a PING to measure the round trip.
+func (r *Route) ping() {
+	r.pingSent.CompareAndSwap(0, time.Now().UnixNano())
+	r.q.Append(wire.AppendPing)
+	r.q.Flush()
+}
+
+// Deliver implements broker.Sink; the broker gives a Remote its messages through
+// DeliverRemote.
+func (r *Route) Deliver(*broker.Subscription, *broker.Message) bool { return false }
+
+// Flush implements broker.Sink.
+func (r *Route) Flush() { r.q.Flush() }
+
+// DeliverRemote implements broker.Remote: it forwards m to the peer.
+func (r *Route) DeliverRemote(m *broker.Message, queues []string) bool {
+	attrs := min(m.QoS, 2) & wire.AttrQoS
+	if m.Retain {
+		attrs |= wire.AttrRetain
+	}
+	if m.Group != "" {
+		attrs |= wire.AttrGroupOnly
+	}
+	if len(queues) > wire.MaxRouteQueues {
+		queues = queues[:wire.MaxRouteQueues]
+	}
+	if m.QoS > 0 {
+		return r.out.forward(r, m, attrs, queues)
+	}
+	if r.excluded.Load() {
+		r.excludedDrops.Add(1)
+		return false
+	}
+	b, ok := r.q.Reserve(wire.RouteMsgLen(0, m.Subject, m.Reply, queues, wire.Header(m.Header), m.Payload))
+	if !ok {
+		return false
+	}
+	r.q.Commit(wire.AppendRouteMsg(b, 0, attrs, m.Subject, m.Reply, queues, wire.Header(m.Header), m.Payload), len(m.Payload))
+	return true
+}
+
+// Stall implements broker.Staller: publishers wait briefly for a route that is
+// behind, never for one that is excluded.
+func (r *Route) Stall() <-chan struct{} {
+	if r.excluded.Load() {
+		return nil
+	}
+	return r.q.Stall()
+}
+
+// Stuck implements broker.Staller.
+func (r *Route) Stuck() { r.q.Stuck() }
+
+// Socket implements outbound.Endpoint.
+func (r *Route) Socket() (net.Conn, error) { return r.nc, nil }
+
+// StopReading implements outbound.Endpoint.
+func (r *Route) StopReading() { _ = r.nc.SetReadDeadline(time.Unix(1, 0)) }
+
+// AppendSlowGoodbye implements outbound.Endpoint: a route has nobody to tell.
+func (r *Route) AppendSlowGoodbye(b []byte, _, _ int64) []byte { return b }
+
+func (r *Route) info() Info {
+	c := r.q.Counters()
+	unacked := 0
+	if r.out != nil {
+		unacked, _ = r.out.pending()
+	}
+	r.imu.Lock()
+	n := r.table.Len()
+	r.imu.Unlock()
+	return Info{Node: r.peer.NodeName, NodeID: r.peer.NodeID, Addr: r.nc.RemoteAddr().String(), Dialed: r.dialed,
+		Since: r.started, RTT: time.Duration(r.rttNanos.Load()), Interest: n, InMsgs: r.inMsgs.Load(),
+		InBytes: r.inBytes.Load(), OutMsgs: c.OutMsgs, OutBytes: c.OutBytes, Dropped: c.Dropped,
+		PendingOut: r.q.Pending(), Unacked: unacked, Excluded: r.excluded.Load(), Exclusions: r.exclusions.Load(),
+		ExcludedDrops: r.excludedDrops.Load(), ClientURLs: r.peer.ClientURLs, PeerVersion: r.peer.ServerVersion}
+}
