@@ -60,19 +60,31 @@ type Sub struct {
 // Link is the state of a session's current network connection, negotiated at
 // CONNECT. It goes with the connection: a client that reconnects negotiates anew.
 type Link struct {
-	Version     byte
-	ReceiveMax  uint16 // the client's
-	MaxPacket   uint32 // the client's maximum packet size, 0 = protocol limit
-	KeepAlive   time.Duration
-	ProblemInfo bool // the client accepts reason strings
+	KeepAlive time.Duration
 	// Aliases is the table of topic aliases towards the client, nil when none are
 	// used; the driver's encoder reads and updates it under the session's lock.
-	Aliases *OutAliases
+	Aliases     *OutAliases
+	MaxPacket   uint32 // the client's maximum packet size, 0 = protocol limit
+	ReceiveMax  uint16 // the client's
+	Version     byte
+	ProblemInfo bool // the client accepts reason strings
 
+	graceful bool  // DISCONNECT without will
+	heard    int64 // Unix ns; a Link is made per connection, and connected idle devices are many
+	rare     *linkRare
+}
+
+// linkRare is what few connections need: a will, topic aliases set by the client.
+type linkRare struct {
 	will      *Will
-	graceful  bool // DISCONNECT without will
-	heard     time.Time
 	inAliases map[uint16]string
+}
+
+func (l *Link) will() *Will {
+	if l.rare == nil {
+		return nil
+	}
+	return l.rare.will
 }
 
 // aux is what only some sessions need: those that are stored, receive QoS 2, or wait
@@ -182,7 +194,7 @@ func (s *Session) Deadline() time.Time {
 		if l.KeepAlive <= 0 {
 			return time.Time{}
 		}
-		return KeepAliveDeadline(l.heard, l.KeepAlive)
+		return KeepAliveDeadline(time.Unix(0, l.heard), l.KeepAlive)
 	}
 	x := s.x
 	if x == nil {
@@ -324,7 +336,10 @@ func (s *Session) Connect(now time.Time, p *packet.Connect, o ConnectOpts) *Link
 		s.reopen()
 	}
 	v5 := p.ProtocolLevel == packet.V5
-	l := &Link{Version: p.ProtocolLevel, ReceiveMax: 65535, ProblemInfo: true, will: o.Will, heard: now}
+	l := &Link{Version: p.ProtocolLevel, ReceiveMax: 65535, ProblemInfo: true, heard: now.UnixNano()}
+	if o.Will != nil {
+		l.rare = &linkRare{will: o.Will}
+	}
 	if v5 {
 		if p.Props.HasReceiveMaximum {
 			l.ReceiveMax = p.Props.ReceiveMaximum
@@ -361,8 +376,8 @@ func (s *Session) Connect(now time.Time, p *packet.Connect, o ConnectOpts) *Link
 		// The old connection closes without DISCONNECT; its client is back, so only
 		// a will without delay is due.
 		rd.Kick = true
-		if old.will != nil && old.will.Delay == 0 {
-			rd.Publish = append(rd.Publish, old.will.Msg)
+		if w := old.will(); w != nil && w.Delay == 0 {
+			rd.Publish = append(rd.Publish, w.Msg)
 		}
 		s.link = nil
 	}
@@ -436,7 +451,7 @@ func (s *Session) Disconnected(now time.Time) {
 	}
 	s.link = nil
 	rd := s.ready()
-	if w := l.will; w != nil && !l.graceful {
+	if w := l.will(); w != nil && !l.graceful {
 		if w.Delay == 0 {
 			rd.Publish = append(rd.Publish, w.Msg)
 		} else {
@@ -464,8 +479,8 @@ func (s *Session) End(now time.Time) {
 	rd := s.ready()
 	if l := s.link; l != nil {
 		rd.Kick = true
-		if l.will != nil && l.will.Delay == 0 {
-			rd.Publish = append(rd.Publish, l.will.Msg)
+		if w := l.will(); w != nil && w.Delay == 0 {
+			rd.Publish = append(rd.Publish, w.Msg)
 		}
 		s.link = nil
 	}
@@ -497,7 +512,7 @@ func (s *Session) Tick(now time.Time) error {
 		return nil
 	}
 	if l := s.link; l != nil {
-		if l.KeepAlive > 0 && !now.Before(KeepAliveDeadline(l.heard, l.KeepAlive)) {
+		if l.KeepAlive > 0 && !now.Before(KeepAliveDeadline(time.Unix(0, l.heard), l.KeepAlive)) {
 			return s.fail(packet.KeepAliveTimeout, fmt.Sprintf("keepalive %v passed without a packet", l.KeepAlive))
 		}
 		return nil
@@ -525,8 +540,8 @@ func (s *Session) Tick(now time.Time) error {
 // Heard tells the session its client sent something at now (keepalive); every
 // client packet event implies it.
 func (s *Session) Heard(now time.Time) {
-	if s.link != nil && now.After(s.link.heard) {
-		s.link.heard = now
+	if s.link != nil && now.UnixNano() > s.link.heard {
+		s.link.heard = now.UnixNano()
 	}
 }
 
@@ -566,12 +581,15 @@ func (s *Session) Publish(now time.Time, p *packet.Publish) (topic string, publi
 			return "", false, s.protocolError(packet.TopicAliasInvalid, "topic alias %d out of 1..%d", a, s.cfg.TopicAliasMaximum)
 		}
 		if topic != "" {
-			if l.inAliases == nil {
-				l.inAliases = make(map[uint16]string)
+			if l.rare == nil {
+				l.rare = &linkRare{}
 			}
-			l.inAliases[a] = strings.Clone(topic)
-		} else {
-			topic = l.inAliases[a]
+			if l.rare.inAliases == nil {
+				l.rare.inAliases = make(map[uint16]string)
+			}
+			l.rare.inAliases[a] = strings.Clone(topic)
+		} else if l.rare != nil {
+			topic = l.rare.inAliases[a]
 		}
 		if topic == "" {
 			return "", false, s.protocolError(packet.ProtocolError, "topic alias %d not set", a)
