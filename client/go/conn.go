@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,9 @@ type ServerInfo struct {
 	MaxPayload                    int    // largest payload the server accepts
 	HeadersSupported              bool
 	AuthRequired                  bool
+	// ConnectURLs are the native URLs of the cluster's nodes as the server last
+	// announced them (connect_urls), empty for a server that runs alone.
+	ConnectURLs []string
 }
 
 // readBufSize is the reader's buffer; it grows for larger frames and shrinks back.
@@ -78,9 +82,9 @@ const readBufSize = 64 << 10
 //
 // Locks are taken in the order writeMu, mu, subsMu, then a subscription's own.
 type Conn struct {
-	opts    Options
-	servers []string
-	log     *slog.Logger
+	opts  Options
+	given []string // the servers given to Connect, as host:port or udp://host:port
+	log   *slog.Logger
 
 	// writeMu is held by whoever is writing to the socket (the flusher, a publisher
 	// that found the buffer full, Close); spare belongs to its holder.
@@ -104,6 +108,10 @@ type Conn struct {
 	ackID    uint64
 	lastErr  error
 	fatalErr error // a fatal ERR the server sent before closing the link
+	// servers is given followed by discovered: the servers reconnecting tries.
+	// Both are replaced, never modified, when a server announces other nodes.
+	servers    []string
+	discovered []string
 
 	subsMu sync.Mutex
 	subs   map[uint64]*Subscription
@@ -124,7 +132,8 @@ type Conn struct {
 // Connect dials the first reachable server of url and performs the handshake. url is
 // a comma-separated list of "tern://host:port" or "host:port" (the port defaults to
 // 7400); "" means DefaultURL. The other servers of the list are used when
-// reconnecting.
+// reconnecting, followed by the other nodes of the cluster that the servers announce
+// (unless NoClusterDiscovery).
 func Connect(url string, options ...Option) (*Conn, error) {
 	opts := DefaultOptions()
 	for _, o := range options {
@@ -214,6 +223,7 @@ func (o Options) Connect(url string) (*Conn, error) {
 	}
 	c := &Conn{
 		opts:    o,
+		given:   servers,
 		servers: servers,
 		log:     o.Logger,
 		subs:    make(map[uint64]*Subscription),
@@ -278,6 +288,9 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
 	if c.opts.NoEcho {
 		flags |= wire.ConnectNoEcho
 	}
+	if !c.opts.NoClusterDiscovery {
+		flags |= wire.ConnectInfoUpdates
+	}
 	hello := wire.AppendConnect(nil, &wire.Connect{Version: wire.Version, Flags: flags, Name: c.opts.Name,
 		Lang: "go", ClientVersion: Version, Credentials: c.opts.Credentials})
 	if _, err := nc.Write(hello); err != nil {
@@ -297,7 +310,8 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
 				_ = nc.SetDeadline(time.Time{})
 				info := ServerInfo{ServerID: in.ServerID, ServerName: in.ServerName, Version: in.ServerVersion,
 					ClientID: in.ClientID, MaxPayload: int(in.MaxPayload),
-					HeadersSupported: in.Flags&wire.InfoHeaders != 0, AuthRequired: in.Flags&wire.InfoAuthRequired != 0}
+					HeadersSupported: in.Flags&wire.InfoHeaders != 0, AuthRequired: in.Flags&wire.InfoAuthRequired != 0,
+					ConnectURLs: in.ConnectURLs}
 				return nc, info, buf[k:], nil
 			case wire.TypeErr:
 				return fail(&wire.Error{Code: f.Code, Text: string(f.Payload)})
@@ -321,9 +335,11 @@ func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
 
 // install makes nc the live connection: it queues SUB frames (and UNSUB budgets) for
 // every subscription ahead of whatever was published while disconnected, and starts
-// the reader. Called with mu held.
-func (c *Conn) install(nc net.Conn, addr string, info ServerInfo, rest []byte) {
+// the reader. It reports whether the server's connect_urls changed the discovered
+// servers. Called with mu held.
+func (c *Conn) install(nc net.Conn, addr string, info ServerInfo, rest []byte) (discovered bool) {
 	c.nc, c.url, c.info = nc, addr, info
+	discovered = c.learnLocked(info.ConnectURLs)
 	c.epoch++
 	c.status = Connected
 	c.pingOut = 0
@@ -344,6 +360,51 @@ func (c *Conn) install(nc net.Conn, addr string, info ServerInfo, rest []byte) {
 	go c.readLoop(nc, c.epoch, maxBody, rest)
 	c.kick()
 	c.wcond.Broadcast()
+	return discovered
+}
+
+// learnLocked makes the servers in urls, a server's connect_urls, the discovered
+// part of the server list, and reports whether that changed. Servers given to
+// Connect keep their place ahead of them; discovered servers the cluster no longer
+// announces are forgotten, but for the one in use. New ones are put in random
+// order, so that the clients of a node that fails do not all move to the same
+// other node. Called with mu held.
+func (c *Conn) learnLocked(urls []string) bool {
+	if c.opts.NoClusterDiscovery {
+		return false
+	}
+	var announced []string
+	for _, u := range urls {
+		addrs, err := parseServers(u)
+		if err != nil || len(addrs) != 1 {
+			c.log.Debug("announced server ignored", "url", u, "err", err)
+			continue // a scheme this client does not speak
+		}
+		announced = append(announced, addrs[0])
+	}
+	var next []string
+	keep := func(a string) bool {
+		return !slices.Contains(c.given, a) && !slices.Contains(next, a)
+	}
+	for _, a := range c.discovered {
+		if (slices.Contains(announced, a) || a == c.url) && keep(a) {
+			next = append(next, a)
+		}
+	}
+	known := len(next)
+	for _, a := range announced {
+		if keep(a) {
+			next = append(next, a)
+		}
+	}
+	fresh := next[known:]
+	rand.Shuffle(len(fresh), func(i, j int) { fresh[i], fresh[j] = fresh[j], fresh[i] })
+	if slices.Equal(next, c.discovered) {
+		return false
+	}
+	c.discovered = next
+	c.servers = append(slices.Clip(c.given), next...)
+	return true
 }
 
 func (c *Conn) kick() {
@@ -672,6 +733,24 @@ func (c *Conn) process(f *wire.Frame, epoch uint64) {
 		if ch != nil {
 			ch <- nil
 		}
+	case wire.TypeInfo:
+		// The server's connect_urls changed (the client asked for such updates).
+		in, err := wire.ParseInfo(f.Payload)
+		if err != nil {
+			c.lost(epoch, fmt.Errorf("tern: reading from the server: %w", err))
+			return
+		}
+		c.mu.Lock()
+		if c.epoch != epoch {
+			c.mu.Unlock()
+			return
+		}
+		c.info.ConnectURLs = in.ConnectURLs
+		changed := c.learnLocked(in.ConnectURLs)
+		c.mu.Unlock()
+		if changed {
+			c.discoveredServers()
+		}
 	case wire.TypeOK:
 		c.answer(f.ID, nil)
 	case wire.TypeErr:
@@ -765,8 +844,11 @@ func (c *Conn) lost(epoch uint64, cause error) {
 // the connection is closed.
 func (c *Conn) reconnect(failed string) {
 	wait := c.opts.ReconnectWait
-	start := 0
-	for i, s := range c.servers {
+	c.mu.Lock()
+	servers := c.servers // replaced, never modified, by learnLocked
+	c.mu.Unlock()
+	start := -1
+	for i, s := range servers {
 		if s == failed {
 			start = i // the failed server goes last in each round
 		}
@@ -779,8 +861,8 @@ func (c *Conn) reconnect(failed string) {
 			return
 		case <-t.C:
 		}
-		for i := range c.servers {
-			addr := c.servers[(start+1+i)%len(c.servers)]
+		for i := range servers {
+			addr := servers[(start+1+i)%len(servers)]
 			nc, info, rest, err := c.dial(addr)
 			if err != nil {
 				c.log.Debug("reconnect attempt failed", "server", addr, "round", round, "err", err)
@@ -792,12 +874,15 @@ func (c *Conn) reconnect(failed string) {
 				nc.Close()
 				return
 			}
-			c.install(nc, addr, info, rest)
+			discovered := c.install(nc, addr, info, rest)
 			c.mu.Unlock()
 			c.reconnects.Add(1)
 			c.log.Info("reconnected", "server", addr)
 			if h := c.opts.ReconnectHandler; h != nil {
 				c.event(func() { h(c) })
+			}
+			if discovered {
+				c.discoveredServers()
 			}
 			return
 		}
@@ -868,6 +953,14 @@ func (c *Conn) dispatchEvents() {
 				}
 			}
 		}
+	}
+}
+
+// discoveredServers reports a change of the discovered servers to its handler.
+func (c *Conn) discoveredServers() {
+	c.log.Debug("cluster servers discovered", "servers", c.DiscoveredServers())
+	if h := c.opts.DiscoveredServersHandler; h != nil {
+		c.event(func() { h(c) })
 	}
 }
 
@@ -968,14 +1061,40 @@ func (c *Conn) ConnectedURL() string {
 	if c.status != Connected && c.status != Draining {
 		return ""
 	}
-	if strings.HasPrefix(c.url, udpPrefix) {
-		return c.url
-	}
-	return "tern://" + c.url
+	return urlOf(c.url)
 }
 
-// Servers returns the server addresses the connection uses, in order.
-func (c *Conn) Servers() []string { return append([]string(nil), c.servers...) }
+// Servers returns the URLs of the servers the connection may use, in the order a
+// reconnect tries them: those given to Connect, then those discovered.
+func (c *Conn) Servers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return urlsOf(c.servers)
+}
+
+// DiscoveredServers returns the URLs of the servers learned from the cluster (the
+// servers' connect_urls) that were not given to Connect.
+func (c *Conn) DiscoveredServers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return urlsOf(c.discovered)
+}
+
+// urlOf turns a server address of the list into its URL.
+func urlOf(addr string) string {
+	if strings.HasPrefix(addr, udpPrefix) {
+		return addr
+	}
+	return "tern://" + addr
+}
+
+func urlsOf(addrs []string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = urlOf(a)
+	}
+	return out
+}
 
 // ServerInfo is what the current (or last) server said in its INFO.
 func (c *Conn) ServerInfo() ServerInfo {

@@ -68,12 +68,18 @@
 // already handed to the broken socket may be lost: publishing is at-most-once.
 // Requests in flight keep waiting until their context ends.
 //
+// The nodes of a cluster announce each other: the servers of the URL list are
+// followed by the other nodes the server names in its INFO, kept up to date as nodes
+// join and leave (Conn.Servers, Conn.DiscoveredServers), so a client given one node
+// moves to another when that one goes. NoClusterDiscovery keeps to the URL list.
+//
 // # Closing
 //
 // Drain unsubscribes, lets the messages on their way and in the queues be handled,
 // flushes and closes. Close closes at once, after one best-effort write of what is
 // buffered.
 //
-// Connection events (connect, disconnect, reconnect, closed, asynchronous errors) go
-// to handlers set with options; they run one at a time on a goroutine of their own.
+// Connection events (connect, disconnect, reconnect, discovered servers, closed,
+// asynchronous errors) go to handlers set with options; they run one at a time on a
+// goroutine of their own.
 package tern

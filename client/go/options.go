@@ -28,6 +28,7 @@ type Options struct {
 	WriteBufferSize     int
 	ReadBufferSize      int
 	NoEcho              bool
+	NoClusterDiscovery  bool
 	PendingMsgsLimit    int // per subscription; <= 0: unlimited
 	PendingBytesLimit   int // per subscription; <= 0: unlimited
 	DrainTimeout        time.Duration
@@ -36,12 +37,13 @@ type Options struct {
 	UDPServerKey        []byte
 	UDPPreSharedKey     []byte
 
-	ConnectHandler    func(*Conn)
-	DisconnectHandler func(*Conn, error)
-	ReconnectHandler  func(*Conn)
-	ClosedHandler     func(*Conn)
-	ErrorHandler      func(*Conn, *Subscription, error)
-	Logger            *slog.Logger
+	ConnectHandler           func(*Conn)
+	DisconnectHandler        func(*Conn, error)
+	ReconnectHandler         func(*Conn)
+	ClosedHandler            func(*Conn)
+	ErrorHandler             func(*Conn, *Subscription, error)
+	DiscoveredServersHandler func(*Conn)
+	Logger                   *slog.Logger
 }
 
 // DefaultOptions are the options Connect starts from.
@@ -164,6 +166,13 @@ func ReadBufferSize(n int) Option { return func(o *Options) { o.ReadBufferSize =
 // subscriptions.
 func NoEcho() Option { return func(o *Options) { o.NoEcho = true } }
 
+// NoClusterDiscovery keeps the server list to the URLs given to Connect: the servers
+// the cluster announces (INFO's connect_urls) are not added to it, and the server is
+// not asked for updates. Use it when the announced addresses are not reachable from
+// the client (NAT, another network), or to stay on udp://, since the cluster
+// announces its TCP URLs.
+func NoClusterDiscovery() Option { return func(o *Options) { o.NoClusterDiscovery = true } }
+
 // PendingLimits bound the messages and bytes queued in the client for one
 // subscription made with Subscribe, QueueSubscribe or SubscribeSync. A message that
 // would exceed either is dropped, counted in Subscription.Dropped, and ErrSlowConsumer
@@ -193,6 +202,12 @@ func DisconnectErrHandler(f func(*Conn, error)) Option {
 
 // ReconnectHandler runs after a successful reconnect.
 func ReconnectHandler(f func(*Conn)) Option { return func(o *Options) { o.ReconnectHandler = f } }
+
+// DiscoveredServersHandler runs when the servers learned from the cluster change
+// after Connect: a node joined or left (Conn.DiscoveredServers lists them).
+func DiscoveredServersHandler(f func(*Conn)) Option {
+	return func(o *Options) { o.DiscoveredServersHandler = f }
+}
 
 // ClosedHandler runs once when the connection is closed for good.
 func ClosedHandler(f func(*Conn)) Option { return func(o *Options) { o.ClosedHandler = f } }

@@ -219,6 +219,10 @@ func (n *Node) Status() Status {
 // ClientURLs lists the client URLs of this node and every node with a route.
 func (n *Node) ClientURLs() []string { return n.routes.ClientURLs() }
 
+// WatchClientURLs signals changes of ClientURLs (routes up or down); see
+// route.Manager.WatchClientURLs. The channel closes at stop or Shutdown.
+func (n *Node) WatchClientURLs() (ch <-chan struct{}, stop func()) { return n.routes.WatchClientURLs() }
+
 // RouteAddr is where this node accepts routes.
 func (n *Node) RouteAddr() string { return n.ln.Addr().String() }
 

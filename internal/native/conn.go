@@ -45,6 +45,11 @@ type Conn struct {
 	noEcho bool
 	noResp bool
 
+	// Under srv.urlMu: the client asked for INFO updates (set once, by the reader,
+	// at CONNECT), and the connect_urls generation it was last sent.
+	infoUpdates bool
+	urlGen      uint64
+
 	// Owned by the reader goroutine.
 	batch broker.Batch
 	pub   broker.Message
@@ -223,11 +228,25 @@ func (c *Conn) handleConnect(f *wire.Frame) error {
 	c.subsMu.Unlock()
 	c.noEcho = cn.Flags&wire.ConnectNoEcho != 0
 	c.noResp = cn.Flags&wire.ConnectNoResponders != 0
-	info := c.srv.info
-	info.ClientID = c.id
-	c.enqueue(func(b []byte) []byte { return wire.AppendInfo(b, &info) })
+	s := c.srv
+	s.urlMu.Lock()
+	if s.cfg.ConnectURLs != nil && s.urlGen == 0 {
+		s.readURLsLocked()
+	}
+	c.infoUpdates = cn.Flags&wire.ConnectInfoUpdates != 0
+	c.sendInfoLocked()
+	s.urlMu.Unlock()
 	c.log.Debug("client connected", "name", c.name, "lang", cn.Lang, "version", cn.ClientVersion)
 	return nil
+}
+
+// sendInfoLocked queues an INFO with the current connect_urls. srv.urlMu is held.
+func (c *Conn) sendInfoLocked() {
+	info := c.srv.info
+	info.ClientID = c.id
+	info.ConnectURLs = c.srv.urls
+	c.urlGen = c.srv.urlGen
+	c.enqueue(func(b []byte) []byte { return wire.AppendInfo(b, &info) })
 }
 
 func (c *Conn) handle(f *wire.Frame) error {

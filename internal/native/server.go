@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -30,6 +31,10 @@ type Config struct {
 	NotSentLowat int
 	// Authenticate, when set, checks CONNECT credentials; an error refuses the client.
 	Authenticate func(name string, credentials []byte) error
+	// ConnectURLs, when set, lists the native URLs of the cluster's nodes, this one
+	// included, for INFO's connect_urls. The server reads it at the first CONNECT
+	// and at each ConnectURLsChanged, so it may take locks of its own.
+	ConnectURLs func() []string
 }
 
 // Validate reports a configuration that cannot work.
@@ -65,6 +70,12 @@ type Server struct {
 	groups map[string]*outbound.Group
 
 	noRespHeader wire.Header
+
+	// urlMu orders connect_urls changes with the INFO frames that carry them, so
+	// that each connection is sent each list once, and the lists in order.
+	urlMu  sync.Mutex
+	urls   []string // the latest list, never modified (INFO frames share it)
+	urlGen uint64   // counts list changes; 0 until the list is first read
 }
 
 // NewServer returns a server routing through b. info is sent to every client after its
@@ -184,6 +195,43 @@ func (s *Server) remove(c *Conn) {
 	s.groups[c.transport].Retire(&c.Queue, c.inMsgs.Load(), c.inBytes.Load())
 	delete(s.conns, c.id)
 	s.mu.Unlock()
+}
+
+// ConnectURLsChanged reads Config.ConnectURLs again and, when the list differs from
+// the one last read, sends a new INFO with it to every connection that asked for
+// updates (wire.ConnectInfoUpdates). The list's source calls it when the cluster's
+// nodes come or go; a call that finds no change sends nothing.
+func (s *Server) ConnectURLsChanged() {
+	if s.cfg.ConnectURLs == nil {
+		return
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return // its clients are about to move anyway; a shrinking list would only mislead them
+	}
+	s.urlMu.Lock()
+	defer s.urlMu.Unlock()
+	if !s.readURLsLocked() {
+		return
+	}
+	for _, c := range s.snapshotConns() {
+		if c.infoUpdates && c.urlGen != s.urlGen {
+			c.sendInfoLocked()
+		}
+	}
+}
+
+// readURLsLocked refreshes urls and reports whether it changed. urlMu is held.
+func (s *Server) readURLsLocked() bool {
+	urls := s.cfg.ConnectURLs()
+	if s.urlGen != 0 && slices.Equal(urls, s.urls) {
+		return false
+	}
+	s.urls = slices.Clone(urls)
+	s.urlGen++
+	return true
 }
 
 // noResponders answers a request nobody subscribed to with a 503 status message on its

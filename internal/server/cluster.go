@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,10 +27,40 @@ func (s *Server) startCluster() error {
 	if err != nil {
 		return err
 	}
+	changed, stop := node.WatchClientURLs()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range changed {
+			s.native.ConnectURLsChanged()
+		}
+	}()
 	s.mu.Lock()
 	s.cluster = node
+	s.stopURLWatch = func() {
+		stop()
+		<-done
+	}
 	s.mu.Unlock()
+	// Routes that came up while the node joined, before the watch began.
+	s.native.ConnectURLsChanged()
 	return nil
+}
+
+// connectURLs is the native clients' connect_urls: the native URLs of this node and
+// of every node it has a route to.
+func (s *Server) connectURLs() []string {
+	node := s.ClusterNode()
+	if node == nil {
+		return nil
+	}
+	var out []string
+	for _, u := range node.ClientURLs() {
+		if strings.HasPrefix(u, "tern://") && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // clientURLs are the native protocol URLs clients of other nodes may move to.

@@ -46,6 +46,8 @@ type Server struct {
 	// when the server runs alone. cluster is the running node, set by Start.
 	interest *interest.Local
 	cluster  *cluster.Node
+	// stopURLWatch ends the passing of connect_urls changes to native clients.
+	stopURLWatch func()
 
 	// The protocol servers shut down once, by whichever front end or stopAll
 	// comes first.
@@ -90,6 +92,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		WriteTimeout:       cfg.WriteTimeout,
 		ConnectTimeout:     cfg.ConnectTimeout,
 		NotSentLowat:       cfg.TCPNotSentLowat,
+	}
+	if s.interest != nil {
+		ncfg.ConnectURLs = s.connectURLs
 	}
 	info := wire.Info{ServerID: s.id, ServerName: cfg.ServerName, ServerVersion: Version}
 	ns, err := native.NewServer(ncfg, s.broker, info, log.With("proto", "native"))
@@ -356,8 +361,13 @@ func (s *Server) stopAll(ctx context.Context) error {
 	// Leave the cluster first: the other nodes stop routing here before the
 	// clients are told to go.
 	s.mu.Lock()
-	node := s.cluster
+	node, stopURLWatch := s.cluster, s.stopURLWatch
 	s.mu.Unlock()
+	// Before leaving: as its routes close, this node's list shrinks to itself, and
+	// clients told so would have nowhere to go when it closes their connections.
+	if stopURLWatch != nil {
+		stopURLWatch()
+	}
 	if node != nil {
 		node.Shutdown(min(timeoutOf(ctx), time.Second))
 	}

@@ -19,7 +19,11 @@ type Connect struct {
 // Info is the body of an INFO frame.
 //
 //	version u8 | flags uvarint | server_id str | server_name str | server_version str |
-//	client_id uvarint | max_payload uvarint | ping_interval_ms uvarint
+//	client_id uvarint | max_payload uvarint | ping_interval_ms uvarint |
+//	connect_url_count uvarint | connect_url str…
+//
+// connect_urls came after the first release of version 1: a body that ends after
+// ping_interval_ms is a server that sends none.
 type Info struct {
 	Version        uint8
 	Flags          uint64 // Info* bits
@@ -29,6 +33,9 @@ type Info struct {
 	ClientID       uint64
 	MaxPayload     uint64
 	PingIntervalMS uint64
+	// ConnectURLs are the native URLs of the cluster's nodes (this one included), so
+	// that a client given one node can move to the others. Each is non-empty.
+	ConnectURLs []string
 }
 
 // AppendConnect appends a CONNECT frame.
@@ -62,7 +69,11 @@ func ParseConnect(body []byte) (Connect, error) {
 // AppendInfo appends an INFO frame.
 func AppendInfo(dst []byte, in *Info) []byte {
 	n := 1 + uvarintLen(in.Flags) + strLen(in.ServerID) + strLen(in.ServerName) + strLen(in.ServerVersion) +
-		uvarintLen(in.ClientID) + uvarintLen(in.MaxPayload) + uvarintLen(in.PingIntervalMS)
+		uvarintLen(in.ClientID) + uvarintLen(in.MaxPayload) + uvarintLen(in.PingIntervalMS) +
+		uvarintLen(uint64(len(in.ConnectURLs)))
+	for _, u := range in.ConnectURLs {
+		n += strLen(u)
+	}
 	dst = appendHead(dst, TypeInfo, n)
 	dst = append(dst, in.Version)
 	dst = binary.AppendUvarint(dst, in.Flags)
@@ -71,7 +82,14 @@ func AppendInfo(dst []byte, in *Info) []byte {
 	dst = appendStr(dst, in.ServerVersion)
 	dst = binary.AppendUvarint(dst, in.ClientID)
 	dst = binary.AppendUvarint(dst, in.MaxPayload)
-	return binary.AppendUvarint(dst, in.PingIntervalMS)
+	dst = binary.AppendUvarint(dst, in.PingIntervalMS)
+	// The count is written even when it is 0, so that fields appended later have a
+	// fixed place to start.
+	dst = binary.AppendUvarint(dst, uint64(len(in.ConnectURLs)))
+	for _, u := range in.ConnectURLs {
+		dst = appendStr(dst, u)
+	}
+	return dst
 }
 
 // ParseInfo parses an INFO body (Frame.Payload). Fields appended by later protocol
@@ -85,6 +103,9 @@ func ParseInfo(body []byte) (Info, error) {
 	in.ClientID = r.uvarint()
 	in.MaxPayload = r.uvarint()
 	in.PingIntervalMS = r.uvarint()
+	if r.err == "" && len(r.b) > 0 {
+		in.ConnectURLs = r.urls("connect URL")
+	}
 	if r.err != "" {
 		f := Frame{Type: TypeInfo}
 		return Info{}, f.malformed("%s", r.err)

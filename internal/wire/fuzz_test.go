@@ -54,6 +54,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(AppendConnect(nil, &Connect{Version: 1, Name: "x"}))
 	f.Add(AppendRouteHello(nil, &RouteHello{Version: 1, Cluster: "c", ClientURLs: []string{"u"}}))
+	f.Add(AppendInfo(nil, &Info{Version: 1, ServerName: "n", ConnectURLs: []string{"tern://a:1", "tern://b:2"}}))
 	f.Add([]byte{byte(TypePub), 0xff, 0xff, 0xff, 0x7f})
 	f.Add([]byte{0x7e, 0})
 	f.Add([]byte{byte(TypeSub), 2, 0})

@@ -160,22 +160,7 @@ func ParseRouteHello(body []byte) (RouteHello, error) {
 	h.NodeID = string(r.str())
 	h.RouteAddr = string(r.str())
 	h.ServerVersion = string(r.str())
-	n := r.uvarint()
-	// Every URL takes at least two bytes, so a count the body cannot hold is refused
-	// before it sizes anything.
-	if r.err == "" && n > uint64(len(r.b)/2) {
-		r.err = fmt.Sprintf("%d client URLs in %d bytes", n, len(r.b))
-	}
-	if r.err == "" && n > 0 {
-		h.ClientURLs = make([]string, 0, n)
-		for range n {
-			u := r.nonEmpty("client URL")
-			if r.err != "" {
-				break
-			}
-			h.ClientURLs = append(h.ClientURLs, string(u))
-		}
-	}
+	h.ClientURLs = r.urls("client URL")
 	if r.err != "" {
 		f := Frame{Type: TypeRouteHello}
 		return RouteHello{}, f.malformed("%s", r.err)

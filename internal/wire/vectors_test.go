@@ -85,6 +85,14 @@ func generateVectors() []vector {
 	h = AppendHeader(h, "trace", "abc")
 	add("connect", AppendConnect(nil, &Connect{Version: Version, Flags: ConnectNoResponders, Name: "svc", Lang: "go", ClientVersion: "0.1.0", Credentials: []byte("token")}))
 	add("info", AppendInfo(nil, &Info{Version: Version, Flags: InfoHeaders, ServerID: "a1b2", ServerName: "edge-1", ServerVersion: "0.1.0", ClientID: 7, MaxPayload: 1 << 20, PingIntervalMS: 120000}))
+	add("info_connect_urls", AppendInfo(nil, &Info{Version: Version, Flags: InfoHeaders | InfoAuthRequired, ServerID: "c3d4",
+		ServerName: "n1", ServerVersion: "0.1.0", ClientID: 8, MaxPayload: 1 << 20, PingIntervalMS: 120000,
+		ConnectURLs: []string{"tern://10.0.0.1:7400", "tern://10.0.0.2:7400", "tern://10.0.0.3:7400"}}))
+	// INFO as servers wrote it before connect_urls: decoders read it as an empty list.
+	infoV1 := AppendInfo(nil, &Info{Version: Version, Flags: InfoHeaders, ServerID: "a1b2", ServerName: "edge-1", ServerVersion: "0.1.0", ClientID: 7, MaxPayload: 1 << 20, PingIntervalMS: 120000})
+	infoV1 = infoV1[:len(infoV1)-1]
+	infoV1[1]--
+	add("info_without_connect_urls", infoV1)
 	add("pub_hello", AppendPub(nil, 0, "a.b", "", nil, []byte("hello")))
 	add("pub_empty_payload", AppendPub(nil, 0, "a", "", nil, nil))
 	add("pub_reply", AppendPub(nil, 0, "svc.time", "_INBOX.x.1", nil, []byte("now?")))

@@ -17,7 +17,7 @@ type Type uint8
 // Frame types. Values are stable on the wire.
 const (
 	TypeConnect Type = 0x01 // client → server, first frame
-	TypeInfo    Type = 0x02 // server → client, answer to CONNECT
+	TypeInfo    Type = 0x02 // server → client, answer to CONNECT (and updates, ConnectInfoUpdates)
 	TypePub     Type = 0x03 // client → server
 	TypeSub     Type = 0x04 // client → server
 	TypeUnsub   Type = 0x05 // client → server
@@ -102,6 +102,10 @@ const (
 const (
 	ConnectNoEcho       uint64 = 1 << 0 // do not deliver this connection's own publications to it
 	ConnectNoResponders uint64 = 1 << 1 // answer a request that has no subscriber with a 503 status MSG
+	// ConnectInfoUpdates asks for a new INFO whenever connect_urls changes. INFO
+	// after the handshake is opt-in because clients written before it may not
+	// expect one.
+	ConnectInfoUpdates uint64 = 1 << 2
 )
 
 // Info flags (uvarint in INFO).
@@ -431,6 +435,29 @@ func (r *reader) nonEmpty(what string) []byte {
 		r.err = what + " flagged but empty"
 	}
 	return s
+}
+
+// urls reads a count and that many non-empty strings (RHELLO's client URLs, INFO's
+// connect URLs); nil when the count is 0.
+func (r *reader) urls(what string) []string {
+	n := r.uvarint()
+	// Every URL takes at least two bytes, so a count the body cannot hold is refused
+	// before it sizes anything.
+	if r.err == "" && n > uint64(len(r.b)/2) {
+		r.err = fmt.Sprintf("%d %ss in %d bytes", n, what, len(r.b))
+	}
+	if r.err != "" || n == 0 {
+		return nil
+	}
+	out := make([]string, 0, n)
+	for range n {
+		u := r.nonEmpty(what)
+		if r.err != "" {
+			return nil
+		}
+		out = append(out, string(u))
+	}
+	return out
 }
 
 func (r *reader) rest() []byte {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 )
 
@@ -191,8 +192,75 @@ func TestConnectInfoRoundTripAndForwardCompatibility(t *testing.T) {
 		t.Fatal(err)
 	}
 	gi, err := ParseInfo(append(append([]byte{}, f.Payload...), 9))
-	if err != nil || gi != in {
+	if err != nil || !reflect.DeepEqual(gi, in) {
 		t.Fatalf("info %+v %v", gi, err)
+	}
+}
+
+// parseInfoV1 is ParseInfo as it was before connect_urls: what a client released
+// then runs.
+func parseInfoV1(body []byte) (Info, error) {
+	r := reader{b: body}
+	in := Info{Version: r.byte(), Flags: r.uvarint()}
+	in.ServerID = string(r.str())
+	in.ServerName = string(r.str())
+	in.ServerVersion = string(r.str())
+	in.ClientID = r.uvarint()
+	in.MaxPayload = r.uvarint()
+	in.PingIntervalMS = r.uvarint()
+	if r.err != "" {
+		return Info{}, errors.New(r.err)
+	}
+	return in, nil
+}
+
+func TestInfoConnectURLs(t *testing.T) {
+	in := Info{Version: Version, Flags: InfoHeaders, ServerID: "id", ServerName: "n1", ServerVersion: "v", ClientID: 5,
+		MaxPayload: 1 << 20, PingIntervalMS: 120000, ConnectURLs: []string{"tern://10.0.0.1:7400", "tern://10.0.0.2:7400"}}
+	body := func(enc []byte) []byte {
+		t.Helper()
+		var f Frame
+		if n, err := f.Decode(enc, 0); err != nil || n != len(enc) || f.Type != TypeInfo {
+			t.Fatalf("decode: %d %v", n, err)
+		}
+		return f.Payload
+	}
+	withURLs := body(AppendInfo(nil, &in))
+	got, err := ParseInfo(withURLs)
+	if err != nil || !reflect.DeepEqual(got, in) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	// A client that knows only the first fields reads the new INFO as before.
+	old := in
+	old.ConnectURLs = nil
+	if got, err := parseInfoV1(withURLs); err != nil || !reflect.DeepEqual(got, old) {
+		t.Fatalf("older client: %+v %v", got, err)
+	}
+	// An INFO from a server that predates the field: no URLs, no error.
+	noURLs := body(AppendInfo(nil, &old))
+	if noURLs[len(noURLs)-1] != 0 {
+		t.Fatalf("an empty list is not written as count 0: % x", noURLs)
+	}
+	v1 := noURLs[:len(noURLs)-1]
+	if got, err := ParseInfo(v1); err != nil || !reflect.DeepEqual(got, old) {
+		t.Fatalf("INFO without connect_urls: %+v %v", got, err)
+	}
+	if got, err := ParseInfo(noURLs); err != nil || got.ConnectURLs != nil {
+		t.Fatalf("INFO with 0 connect_urls: %+v %v", got, err)
+	}
+	// Fields appended after the list by a later server are ignored.
+	if got, err := ParseInfo(append(append([]byte{}, withURLs...), 7, 1, 'x')); err != nil || !reflect.DeepEqual(got, in) {
+		t.Fatalf("trailing fields: %+v %v", got, err)
+	}
+	for name, bad := range map[string][]byte{
+		"truncated list":    withURLs[:len(withURLs)-3],
+		"empty URL":         append(append([]byte{}, v1...), 1, 0),
+		"count too large":   append(append([]byte{}, v1...), 0xff, 0xff, 0x03, 1, 'x'),
+		"non-minimal count": append(append([]byte{}, v1...), 0x81, 0x00, 1, 'x'),
+	} {
+		if _, err := ParseInfo(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want malformed", name, err)
+		}
 	}
 }
 

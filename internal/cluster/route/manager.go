@@ -62,8 +62,10 @@ type Manager struct {
 	outs   map[string]*outSession // by peer node name
 	ins    map[string]*inSession  // by peer node id
 	gen    uint64
-	done   chan struct{}
-	wg     sync.WaitGroup
+	// watchers get a signal when a route comes or goes (WatchClientURLs).
+	watchers map[chan struct{}]struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 type wantNode struct {
@@ -122,7 +124,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("route: %w", err)
 	}
 	m := &Manager{cfg: cfg, log: log, group: g, routes: make(map[string]*Route), wanted: make(map[string]*wantNode),
-		outs: make(map[string]*outSession), ins: make(map[string]*inSession), done: make(chan struct{})}
+		outs: make(map[string]*outSession), ins: make(map[string]*inSession), watchers: make(map[chan struct{}]struct{}),
+		done: make(chan struct{})}
 	m.wg.Add(1)
 	go m.tick()
 	return m, nil
@@ -308,6 +311,7 @@ func (m *Manager) register(r *Route) bool {
 		r.in = &inSession{}
 		m.ins[r.peer.NodeID] = r.in
 	}
+	m.notifyLocked()
 	m.mu.Unlock()
 	if old != nil {
 		old.dropInterest(true)
@@ -320,6 +324,7 @@ func (m *Manager) unregister(r *Route) {
 	m.mu.Lock()
 	if m.routes[r.peer.NodeName] == r {
 		delete(m.routes, r.peer.NodeName)
+		m.notifyLocked()
 	}
 	m.mu.Unlock()
 }
@@ -439,6 +444,42 @@ func (m *Manager) ClientURLs() []string {
 	return urls
 }
 
+// WatchClientURLs returns a channel that receives a signal after a route comes or
+// goes, when ClientURLs may have changed. Signals coalesce: a reader busy while
+// several changes happen gets one for all of them, and reads ClientURLs afterwards.
+// stop ends the watch and closes the channel; Shutdown closes every watch's channel.
+func (m *Manager) WatchClientURLs() (ch <-chan struct{}, stop func()) {
+	c := make(chan struct{}, 1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.done:
+		close(c)
+		return c, func() {}
+	default:
+	}
+	m.watchers[c] = struct{}{}
+	return c, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if _, ok := m.watchers[c]; ok {
+			delete(m.watchers, c)
+			close(c)
+		}
+	}
+}
+
+// notifyLocked signals every watch without waiting for its reader. m.mu is held, so
+// that no signal races with a watch's close.
+func (m *Manager) notifyLocked() {
+	for c := range m.watchers {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Shutdown closes the listener and every route and waits for their goroutines.
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
@@ -455,6 +496,10 @@ func (m *Manager) Shutdown() {
 	for name, w := range m.wanted {
 		close(w.cancel)
 		delete(m.wanted, name)
+	}
+	for c := range m.watchers {
+		delete(m.watchers, c)
+		close(c)
 	}
 	routes := m.routeList()
 	m.mu.Unlock()

@@ -512,3 +512,39 @@ func TestStalledPeerIsExcluded(t *testing.T) {
 		t.Fatalf("%d unacknowledged, want the held message", n)
 	}
 }
+
+// TestWatchClientURLs: a watch is signalled when a route comes and when it goes, and
+// ClientURLs read after the signal has the change.
+func TestWatchClientURLs(t *testing.T) {
+	a, b := startNode(t, "t", "a"), startNode(t, "t", "b")
+	// Set before any route exists: the handshake reads it.
+	a.m.cfg.Hello.ClientURLs = []string{"tern://a:7400"}
+	b.m.cfg.Hello.ClientURLs = []string{"tern://b:7400", "mqtt://b:1883"}
+	ch, stop := a.m.WatchClientURLs()
+	waitSignal := func(want string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for fmt.Sprint(a.m.ClientURLs()) != want {
+			select {
+			case <-ch:
+			case <-deadline:
+				t.Fatalf("ClientURLs %v, want %s", a.m.ClientURLs(), want)
+			}
+		}
+	}
+	if got := fmt.Sprint(a.m.ClientURLs()); got != "[tern://a:7400]" {
+		t.Fatalf("alone: %s", got)
+	}
+	mesh(a, b)
+	waitSignal("[mqtt://b:1883 tern://a:7400 tern://b:7400]")
+	b.m.Shutdown()
+	waitSignal("[tern://a:7400]")
+	stop()
+	stop() // a second stop is harmless
+	for range ch {
+	}
+	a.m.Shutdown()
+	if _, ok := <-func() <-chan struct{} { c, _ := a.m.WatchClientURLs(); return c }(); ok {
+		t.Fatal("a watch made after Shutdown is open")
+	}
+}
