@@ -171,6 +171,7 @@ func (n *Node) follow() {
 // and closes every route.
 func (n *Node) Shutdown(leaveTimeout time.Duration) {
 	n.once.Do(func() {
+		n.routes.StopDialing()
 		if err := n.ms.Leave(leaveTimeout); err != nil {
 			n.log.Warn("cluster: leave", "err", err)
 		}

@@ -59,6 +59,8 @@ type Manager struct {
 	routes map[string]*Route    // by node name, established
 	wanted map[string]*wantNode // nodes membership says are there
 	ln     net.Listener
+	// leaving: the node is on its way out; it dials nobody any more.
+	leaving bool
 	outs   map[string]*outSession // by peer node name
 	ins    map[string]*inSession  // by peer node id
 	gen    uint64
@@ -172,6 +174,9 @@ func (m *Manager) Want(name, addr string) {
 		return
 	default:
 	}
+	if m.leaving {
+		return
+	}
 	if w := m.wanted[name]; w != nil {
 		if w.addr == addr {
 			return
@@ -183,6 +188,18 @@ func (m *Manager) Want(name, addr string) {
 	if m.cfg.Hello.NodeName < name {
 		m.wg.Add(1)
 		go m.dialLoop(name, w)
+	}
+}
+
+// StopDialing keeps the routes that are up but dials no node again: a node leaving
+// the cluster gracefully, whose peers are about to close their routes to it.
+func (m *Manager) StopDialing() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leaving = true
+	for name, w := range m.wanted {
+		close(w.cancel)
+		delete(m.wanted, name)
 	}
 }
 
