@@ -338,3 +338,21 @@ func TestGroupRestrictsDelivery(t *testing.T) {
 		t.Fatalf("a group with no members matched %d", n)
 	}
 }
+
+// TestQueueGroupSpreadsOverDistinctSubjects: a group subscribed with a wildcard gets
+// messages on many distinct subjects spread over its members, not all on one.
+func TestQueueGroupSpreadsOverDistinctSubjects(t *testing.T) {
+	b := New()
+	m1, m2 := &recorder{}, &recorder{}
+	subscribe(t, b, m1, "jobs.*", "w")
+	subscribe(t, b, m2, "jobs.*", "w")
+	var p Batch
+	for i := 0; i < 100; i++ {
+		if got := publish(b, &p, fmt.Sprintf("jobs.j%d", i), "x"); got != 1 {
+			t.Fatalf("matched %d", got)
+		}
+	}
+	if m1.count()+m2.count() != 100 || m1.count() < 25 || m2.count() < 25 {
+		t.Fatalf("members got %d and %d of 100 messages on distinct subjects", m1.count(), m2.count())
+	}
+}

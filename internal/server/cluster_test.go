@@ -147,6 +147,24 @@ func TestClusterDeliversAcrossNodes(t *testing.T) {
 		}
 	}
 
+	// A receiver-side filter applies on the subscriber's node.
+	filtered, err := c2.SubscribeSync("prices.>", tern.Filter(`hdr.region == "eu"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "filtered interest at n1", 5*time.Second, func() bool { return interestAt(n1, "n2") >= 2 })
+	for _, region := range []string{"us", "eu"} {
+		if err := c1.PublishMsg(&tern.Msg{Subject: "prices.x", Data: []byte(region), Header: tern.Header{"region": []string{region}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := filtered.NextMsg(5 * time.Second); err != nil || string(m.Data) != "eu" {
+		t.Fatalf("filtered subscriber across nodes: %v %v", m, err)
+	}
+	if m, err := filtered.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("the filter let %q through", m.Data)
+	}
+
 	// A queue group spread over n2 and n3 gets each message once.
 	var mu sync.Mutex
 	got := map[string]int{}
@@ -164,7 +182,7 @@ func TestClusterDeliversAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, "group interest at n1", 5*time.Second, func() bool { return interestAt(n1, "n2") >= 2 && interestAt(n1, "n3") >= 2 })
+	waitUntil(t, "group interest at n1", 5*time.Second, func() bool { return interestAt(n1, "n2") >= 3 && interestAt(n1, "n3") >= 2 })
 	const jobs = 200
 	for i := 0; i < jobs; i++ {
 		if err := c1.Publish("jobs", []byte(strconv.Itoa(i))); err != nil {
@@ -254,5 +272,55 @@ func TestClusterForgetsAStoppedNode(t *testing.T) {
 	c1 := connect(t, nodes[0])
 	if _, err := c1.Request(ctx, "gone.soon", nil); err == nil || !strings.Contains(err.Error(), "no responders") {
 		t.Fatalf("a request to the stopped node's subject: %v, want no responders", err)
+	}
+}
+
+// TestClusterMQTTSharedSubscription: an MQTT shared subscription with members on two
+// nodes gets each message once, from a publisher on a third.
+func TestClusterMQTTSharedSubscription(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
+		t.Fatal("mosquitto_sub not installed (scripts/deps.sh installs it)")
+	}
+	nodes := startCluster(t, 3, nil)
+	var outs [2]strings.Builder
+	var subs []*exec.Cmd
+	for i, n := range nodes[1:] {
+		port := n.MQTTAddr().(*net.TCPAddr).Port
+		// -W ends it after 3 s: long enough for every message, bounded in any case.
+		cmd := exec.Command("mosquitto_sub", "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "$share/g/jobs/#", "-q", "1", "-V", "mqttv5", "-W", "3")
+		cmd.Stdout = &outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, cmd)
+	}
+	waitUntil(t, "shared interest at n1", 5*time.Second, func() bool { return interestAt(nodes[0], "n2") >= 1 && interestAt(nodes[0], "n3") >= 1 })
+	c1 := connect(t, nodes[0])
+	const n = 30
+	for i := 0; i < n; i++ {
+		if err := c1.Publish("jobs.j"+strconv.Itoa(i), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cmd := range subs {
+		_ = cmd.Wait() // ends by its -W timeout
+	}
+	seen := map[string]int{}
+	for i := range outs {
+		lines := strings.Fields(outs[i].String())
+		if len(lines) == 0 {
+			t.Errorf("the member on n%d got nothing: not spread over nodes", i+2)
+		}
+		for _, l := range lines {
+			seen[l]++
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages of %d reached the group", len(seen), n)
+	}
+	for m, k := range seen {
+		if k != 1 {
+			t.Fatalf("message %s reached the group %d times", m, k)
+		}
 	}
 }

@@ -31,6 +31,9 @@ type Group[T comparable] struct {
 	Cursor atomic.Uint32
 }
 
+// cursorSeed starts the cursors of groups in newly computed results.
+var cursorSeed atomic.Uint32
+
 func newGroup[T comparable](name string, members []T, cursor uint32) *Group[T] {
 	g := &Group[T]{Name: name, Members: members}
 	g.Cursor.Store(cursor)
@@ -357,6 +360,10 @@ func (s *Sublist[T]) compute(subject string) *Result[T] {
 		if i == 0 || q.name != c.queues[i-1].name {
 			g++
 			groups[g].Name = q.name
+			// Each subject's result starts its groups somewhere else: messages on
+			// many distinct subjects (a group on "jobs.*", one subject per job)
+			// are spread over the members instead of all starting at the same one.
+			groups[g].Cursor.Store(cursorSeed.Add(1))
 			r.Groups[g] = &groups[g]
 		}
 		start := len(members) - len(groups[g].Members)
