@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -392,9 +393,20 @@ func TestMonitoringReflectsTraffic(t *testing.T) {
 func TestFlowControlSlowsPublisherInsteadOfDropping(t *testing.T) {
 	s := startServer(t, func(c *Config) {
 		c.MaxPayload = 4 << 10
-		c.MaxPending = 256 << 10
+		// A publisher held back waits at most MaxStall per read batch (64 KiB), so
+		// the room between the stall threshold (512 KiB) and max_pending is how long
+		// the subscriber may pause (descheduled on a busy machine) before a drop:
+		// 3.5 MiB is about 0.5 s, past StuckAfter, where the server stops waiting
+		// for it by design. (256 KiB left two read batches: 20 ms.)
+		c.MaxPending = 4 << 20
 	})
 	sub, _ := connectRaw(t, s, 0)
+	// A small receive buffer keeps the backlog in the server, where flow control
+	// sees it, rather than in megabytes of autotuned kernel buffer: without flow
+	// control the 20 MB published would overrun max_pending several times.
+	if err := sub.nc.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
 	sub.send(wire.AppendSub(nil, 0, 1, "fc", "", ""))
 	sub.sync()
 	const n = 20000
@@ -408,8 +420,8 @@ func TestFlowControlSlowsPublisherInsteadOfDropping(t *testing.T) {
 			}
 			if f.Type == wire.TypeMsg {
 				count++
-				if count%500 == 0 {
-					time.Sleep(2 * time.Millisecond) // a consumer slower than the publisher
+				if count%50 == 0 {
+					time.Sleep(time.Millisecond) // a consumer slower than the publisher
 				}
 			}
 		}
