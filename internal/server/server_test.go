@@ -23,6 +23,7 @@ import (
 )
 
 func TestHandshakeReturnsInfo(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.ServerName = "edge-1"; c.MaxPayload = 4096 })
 	_, info := connectRaw(t, s, 0)
 	if info.Version != wire.Version || info.ServerName != "edge-1" || info.MaxPayload != 4096 || info.ClientID == 0 {
@@ -34,6 +35,7 @@ func TestHandshakeReturnsInfo(t *testing.T) {
 }
 
 func TestFirstFrameMustBeConnect(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	r := dialRaw(t, s)
 	r.send(wire.AppendPub(nil, 0, "a", "", nil, []byte("x")))
@@ -42,6 +44,7 @@ func TestFirstFrameMustBeConnect(t *testing.T) {
 }
 
 func TestUnsupportedVersionIsRefused(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	r := dialRaw(t, s)
 	r.send(wire.AppendConnect(nil, &wire.Connect{Version: 99}))
@@ -50,6 +53,7 @@ func TestUnsupportedVersionIsRefused(t *testing.T) {
 }
 
 func TestConnectTimeout(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.ConnectTimeout = 100 * time.Millisecond })
 	r := dialRaw(t, s)
 	r.expectErr(wire.CodeConnectFirst)
@@ -57,6 +61,7 @@ func TestConnectTimeout(t *testing.T) {
 }
 
 func TestPubSubWithAcksHeadersAndReply(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	sub, _ := connectRaw(t, s, 0)
 	pub, _ := connectRaw(t, s, 0)
@@ -77,6 +82,7 @@ func TestPubSubWithAcksHeadersAndReply(t *testing.T) {
 }
 
 func TestPipelinedFramesInOneWrite(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, 0)
 	var b []byte
@@ -97,6 +103,7 @@ func TestPipelinedFramesInOneWrite(t *testing.T) {
 }
 
 func TestNonFatalErrorsKeepTheConnection(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MaxSubscriptions = 2; c.MaxPayload = 64 })
 	c, _ := connectRaw(t, s, 0)
 	c.send(wire.AppendPub(nil, 1, "a..b", "", nil, nil))
@@ -130,6 +137,7 @@ func TestNonFatalErrorsKeepTheConnection(t *testing.T) {
 }
 
 func TestUnsubWithMax(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, 0)
 	c.send(wire.AppendSub(nil, 0, 1, "m", "", ""))
@@ -153,6 +161,7 @@ func TestUnsubWithMax(t *testing.T) {
 }
 
 func TestNoResponders(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, wire.ConnectNoResponders)
 	c.send(wire.AppendSub(nil, 0, 1, "_INBOX.abc.*", "", ""))
@@ -164,6 +173,7 @@ func TestNoResponders(t *testing.T) {
 }
 
 func TestNoEcho(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, wire.ConnectNoEcho)
 	c.send(wire.AppendSub(nil, 0, 1, "e", "", ""))
@@ -174,6 +184,7 @@ func TestNoEcho(t *testing.T) {
 }
 
 func TestServerPingsAndClosesStaleClient(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.PingInterval = 50 * time.Millisecond; c.MaxPingsOut = 2 })
 	c, info := connectRaw(t, s, 0)
 	if info.PingIntervalMS != 50 {
@@ -199,6 +210,7 @@ func TestClientAnsweringPingsStaysConnected(t *testing.T) {
 }
 
 func TestMaxConnections(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MaxConnections = 2 })
 	connectRaw(t, s, 0)
 	connectRaw(t, s, 0)
