@@ -32,6 +32,7 @@ func connect(t testing.TB, s *server.Server, opts ...tern.Option) *tern.Conn {
 }
 
 func TestPublishSubscribeWithHeaders(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	ch := make(chan *tern.Msg, 10)
@@ -67,6 +68,7 @@ func TestPublishSubscribeWithHeaders(t *testing.T) {
 }
 
 func TestQueueGroupSpreadsExactly(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	pub := connect(t, s)
 	const n = 4000
@@ -106,6 +108,7 @@ func TestQueueGroupSpreadsExactly(t *testing.T) {
 }
 
 func TestFilterAndBadSubscriptions(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	sub, err := nc.SubscribeSync("ev", tern.Filter(`hdr.sender == "s1" && size <= 4`))
@@ -140,6 +143,7 @@ func TestFilterAndBadSubscriptions(t *testing.T) {
 }
 
 func TestRequestReplyNoRespondersAndTimeout(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	server := connect(t, s)
 	client := connect(t, s)
@@ -198,6 +202,7 @@ func TestAutoUnsubscribeAndUnsubscribe(t *testing.T) {
 }
 
 func TestMaxPayloadCheckedByClient(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	if err := nc.Publish("big", make([]byte, nc.MaxPayload()+1)); !errors.Is(err, tern.ErrMaxPayload) {
@@ -286,6 +291,7 @@ func TestDrainHandlesQueuedMessagesThenCloses(t *testing.T) {
 }
 
 func TestServerErrorsReachErrorHandler(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	errs := make(chan error, 4)
 	nc := connect(t, s, tern.ErrorHandler(func(_ *tern.Conn, _ *tern.Subscription, err error) { errs <- err }))
@@ -302,6 +308,7 @@ func TestServerErrorsReachErrorHandler(t *testing.T) {
 }
 
 func TestConcurrentPublishers(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	sub := connect(t, s)
@@ -339,6 +346,7 @@ func TestConcurrentPublishers(t *testing.T) {
 // TestUnsubscribeWhileMessagesArrive unsubscribes sync subscriptions while messages
 // for them are being delivered; nothing may panic and NextMsg reports the end.
 func TestUnsubscribeWhileMessagesArrive(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	pub := connect(t, s)

@@ -48,6 +48,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 func TestFlushMeansTheServerHasIt(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	before := s.Status().InMsgs
@@ -73,6 +74,7 @@ func TestFlushMeansTheServerHasIt(t *testing.T) {
 }
 
 func TestCloseSendsWhatIsBuffered(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	sub := connect(t, s)
 	ss, err := sub.SubscribeSync("last.words")
@@ -112,6 +114,7 @@ func TestCloseSendsWhatIsBuffered(t *testing.T) {
 }
 
 func TestLargePayloadAndHeadersRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	sub, err := nc.SubscribeSync("big.>")
@@ -323,6 +326,7 @@ func TestFailoverToTheNextServer(t *testing.T) {
 }
 
 func TestSlowConsumerDropsAndReports(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	errs := make(chan error, 10)
 	nc := connect(t, s, tern.PendingLimits(10, 1<<20),
@@ -372,6 +376,7 @@ func TestSlowConsumerDropsAndReports(t *testing.T) {
 }
 
 func TestNoEcho(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s, tern.NoEcho())
 	other := connect(t, s)
@@ -388,6 +393,7 @@ func TestNoEcho(t *testing.T) {
 }
 
 func TestDrainKeepsMessagesInFlight(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	pub := connect(t, s)
 	nc := connect(t, s)
@@ -429,6 +435,7 @@ func TestDrainKeepsMessagesInFlight(t *testing.T) {
 }
 
 func TestSubscriptionDrain(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	pub := connect(t, s)
@@ -456,6 +463,7 @@ func TestSubscriptionDrain(t *testing.T) {
 }
 
 func TestConcurrentRequests(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	responder := connect(t, s)
 	nc := connect(t, s)
@@ -486,6 +494,7 @@ func TestConcurrentRequests(t *testing.T) {
 }
 
 func TestMisuse(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, 0)
 	nc := connect(t, s)
 	if err := nc.Publish("", nil); !errors.Is(err, tern.ErrBadSubject) {

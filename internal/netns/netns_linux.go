@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -35,18 +36,30 @@ func Available() error {
 type Pair struct {
 	A, B         string
 	AddrA, AddrB string
+	locks        []*os.File // held from NewPair to Close
 }
 
 // NewPair makes namespaces name-a and name-b joined by a veth pair, addressed
 // 10.<subnet>.0.1 and .2. Namespaces left by an earlier run of the same name are
-// removed first. Close removes them.
+// removed first. It waits while another process or goroutine has a pair of the same
+// name or subnet. Close removes them.
 func NewPair(name string, subnet byte) (*Pair, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
+	// Namespaces and interfaces are machine-wide, and NewPair first removes any of
+	// the same name: a concurrent user of this name or subnet (a test running in
+	// parallel, a test binary of another worktree, a benchmark) would lose its pair.
+	// Whoever holds the locks owns the pair and the others wait; the kernel lets go
+	// of a dead holder's locks, and its leftovers are removed as before.
+	locks, err := lock(name, subnet)
+	if err != nil {
+		return nil, err
+	}
 	p := &Pair{A: name + "-a", B: name + "-b",
 		AddrA: fmt.Sprintf("10.%d.0.1", subnet), AddrB: fmt.Sprintf("10.%d.0.2", subnet)}
-	p.Close()
+	p.removeNamespaces()
+	p.locks = locks
 	// Interface names are limited to 15 bytes.
 	va, vb := fmt.Sprintf("tv%da", subnet), fmt.Sprintf("tv%db", subnet)
 	steps := [][]string{
@@ -73,8 +86,15 @@ func NewPair(name string, subnet byte) (*Pair, error) {
 	return p, nil
 }
 
-// Close removes both namespaces (and with them the veth pair).
+// Close removes both namespaces (and with them the veth pair) and lets another
+// process have the name.
 func (p *Pair) Close() {
+	p.removeNamespaces()
+	unlock(p.locks)
+	p.locks = nil
+}
+
+func (p *Pair) removeNamespaces() {
 	_ = exec.Command("ip", "netns", "del", p.A).Run()
 	_ = exec.Command("ip", "netns", "del", p.B).Run()
 }
@@ -151,4 +171,34 @@ func run(args ...string) error {
 		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// lock takes exclusive locks on the pair's subnet (its veth interfaces are named
+// after it) and on its name, waiting while another process or goroutine holds either.
+func lock(name string, subnet byte) ([]*os.File, error) {
+	var held []*os.File
+	// Always in this order, so that two callers never each hold what the other waits for.
+	for _, key := range []string{fmt.Sprintf("subnet-%d", subnet), "name-" + name} {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), "tern-netns-"+key+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			unlock(held)
+			return nil, fmt.Errorf("netns: lock: %w", err)
+		}
+		held = append(held, f)
+		for err = unix.Flock(int(f.Fd()), unix.LOCK_EX); err == unix.EINTR; {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		}
+		if err != nil {
+			unlock(held)
+			return nil, fmt.Errorf("netns: lock %s: %w", f.Name(), err)
+		}
+	}
+	return held, nil
+}
+
+// unlock releases locks: closing a file lets go of its flock.
+func unlock(locks []*os.File) {
+	for _, f := range locks {
+		_ = f.Close()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -22,6 +23,7 @@ import (
 )
 
 func TestHandshakeReturnsInfo(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.ServerName = "edge-1"; c.MaxPayload = 4096 })
 	_, info := connectRaw(t, s, 0)
 	if info.Version != wire.Version || info.ServerName != "edge-1" || info.MaxPayload != 4096 || info.ClientID == 0 {
@@ -33,6 +35,7 @@ func TestHandshakeReturnsInfo(t *testing.T) {
 }
 
 func TestFirstFrameMustBeConnect(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	r := dialRaw(t, s)
 	r.send(wire.AppendPub(nil, 0, "a", "", nil, []byte("x")))
@@ -41,6 +44,7 @@ func TestFirstFrameMustBeConnect(t *testing.T) {
 }
 
 func TestUnsupportedVersionIsRefused(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	r := dialRaw(t, s)
 	r.send(wire.AppendConnect(nil, &wire.Connect{Version: 99}))
@@ -49,6 +53,7 @@ func TestUnsupportedVersionIsRefused(t *testing.T) {
 }
 
 func TestConnectTimeout(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.ConnectTimeout = 100 * time.Millisecond })
 	r := dialRaw(t, s)
 	r.expectErr(wire.CodeConnectFirst)
@@ -56,6 +61,7 @@ func TestConnectTimeout(t *testing.T) {
 }
 
 func TestPubSubWithAcksHeadersAndReply(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	sub, _ := connectRaw(t, s, 0)
 	pub, _ := connectRaw(t, s, 0)
@@ -76,6 +82,7 @@ func TestPubSubWithAcksHeadersAndReply(t *testing.T) {
 }
 
 func TestPipelinedFramesInOneWrite(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, 0)
 	var b []byte
@@ -96,6 +103,7 @@ func TestPipelinedFramesInOneWrite(t *testing.T) {
 }
 
 func TestNonFatalErrorsKeepTheConnection(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MaxSubscriptions = 2; c.MaxPayload = 64 })
 	c, _ := connectRaw(t, s, 0)
 	c.send(wire.AppendPub(nil, 1, "a..b", "", nil, nil))
@@ -129,6 +137,7 @@ func TestNonFatalErrorsKeepTheConnection(t *testing.T) {
 }
 
 func TestUnsubWithMax(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, 0)
 	c.send(wire.AppendSub(nil, 0, 1, "m", "", ""))
@@ -152,6 +161,7 @@ func TestUnsubWithMax(t *testing.T) {
 }
 
 func TestNoResponders(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, wire.ConnectNoResponders)
 	c.send(wire.AppendSub(nil, 0, 1, "_INBOX.abc.*", "", ""))
@@ -163,6 +173,7 @@ func TestNoResponders(t *testing.T) {
 }
 
 func TestNoEcho(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	c, _ := connectRaw(t, s, wire.ConnectNoEcho)
 	c.send(wire.AppendSub(nil, 0, 1, "e", "", ""))
@@ -173,6 +184,7 @@ func TestNoEcho(t *testing.T) {
 }
 
 func TestServerPingsAndClosesStaleClient(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.PingInterval = 50 * time.Millisecond; c.MaxPingsOut = 2 })
 	c, info := connectRaw(t, s, 0)
 	if info.PingIntervalMS != 50 {
@@ -198,6 +210,7 @@ func TestClientAnsweringPingsStaysConnected(t *testing.T) {
 }
 
 func TestMaxConnections(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, func(c *Config) { c.MaxConnections = 2 })
 	connectRaw(t, s, 0)
 	connectRaw(t, s, 0)
@@ -392,9 +405,20 @@ func TestMonitoringReflectsTraffic(t *testing.T) {
 func TestFlowControlSlowsPublisherInsteadOfDropping(t *testing.T) {
 	s := startServer(t, func(c *Config) {
 		c.MaxPayload = 4 << 10
-		c.MaxPending = 256 << 10
+		// A publisher held back waits at most MaxStall per read batch (64 KiB), so
+		// the room between the stall threshold (512 KiB) and max_pending is how long
+		// the subscriber may pause (descheduled on a busy machine) before a drop:
+		// 3.5 MiB is about 0.5 s, past StuckAfter, where the server stops waiting
+		// for it by design. (256 KiB left two read batches: 20 ms.)
+		c.MaxPending = 4 << 20
 	})
 	sub, _ := connectRaw(t, s, 0)
+	// A small receive buffer keeps the backlog in the server, where flow control
+	// sees it, rather than in megabytes of autotuned kernel buffer: without flow
+	// control the 20 MB published would overrun max_pending several times.
+	if err := sub.nc.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
 	sub.send(wire.AppendSub(nil, 0, 1, "fc", "", ""))
 	sub.sync()
 	const n = 20000
@@ -408,8 +432,8 @@ func TestFlowControlSlowsPublisherInsteadOfDropping(t *testing.T) {
 			}
 			if f.Type == wire.TypeMsg {
 				count++
-				if count%500 == 0 {
-					time.Sleep(2 * time.Millisecond) // a consumer slower than the publisher
+				if count%50 == 0 {
+					time.Sleep(time.Millisecond) // a consumer slower than the publisher
 				}
 			}
 		}

@@ -21,7 +21,6 @@ package jsbus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -216,31 +215,32 @@ func (c *Conn) Pull(ctx context.Context, stream, consumer string) (streambench.C
 // puller is a binding to a pull consumer.
 type puller struct{ c jetstream.Consumer }
 
-// Fetch sends one pull request for up to batch messages expiring after about maxWait
-// (the jetstream package sets the server-side expiry a little under the context's
-// deadline) and hands each message to handler as it arrives.
+// Fetch sends one pull request for up to batch messages that the server ends after
+// maxWait, and hands each message to handler as it arrives. The request's end is the
+// server's to say (its timeout status, which follows every message it sent for the
+// request): a client-side deadline as well would drop a message sent just before it
+// that was still in flight, and that message would then wait out AckWait (30 s)
+// before redelivery, stalling a work queue run. ctx ending returns at once; the
+// abandoned request's messages then wait for redelivery, as the run is over anyway.
 func (p *puller) Fetch(ctx context.Context, batch int, maxWait time.Duration, handler func(streambench.Msg)) (int, error) {
-	fctx, cancel := context.WithTimeout(ctx, maxWait)
-	defer cancel()
-	b, err := p.c.Fetch(batch, jetstream.FetchContext(fctx))
+	b, err := p.c.Fetch(batch, jetstream.FetchMaxWait(maxWait))
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for m := range b.Messages() {
-		handler(msg{m})
-		n++
-	}
-	if err := b.Error(); err != nil {
-		if ctx.Err() != nil {
+	msgs := b.Messages()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return n, b.Error()
+			}
+			handler(msg{m})
+			n++
+		case <-ctx.Done():
 			return n, ctx.Err()
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return n, nil // maxWait passed: a short batch
-		}
-		return n, err
 	}
-	return n, nil
 }
 
 func (p *puller) Close() error { return nil }

@@ -102,17 +102,20 @@ func Dial(addr string, cfg Config, timeout time.Duration) (*Conn, error) {
 		}
 	}
 	_ = pc.SetReadDeadline(time.Time{})
-	c := newConn(pc, newBatchConn(pc), sid, ua, cfg, sec, func() { pc.Close() })
-	go c.clientReadLoop(newReadBatch(pc, clientBatch, cfg.MTU), ua)
+	bc := newBatchConn(pc)
+	c := newConn(pc, bc, sid, ua, cfg, sec, func() { pc.Close() })
+	go c.clientReadLoop(bc, newReadBatch(pc, clientBatch, cfg.MTU), ua)
 	return c, nil
 }
 
 // clientBatch is how many datagrams a client session takes per read call.
 const clientBatch = 16
 
-func (c *Conn) clientReadLoop(rb *readBatch, server *net.UDPAddr) {
+// clientReadLoop reads from bc, the socket the session started on and the one rb
+// was made for, rather than c.bc, which only senders may read and only under c.mu.
+func (c *Conn) clientReadLoop(bc batchConn, rb *readBatch, server *net.UDPAddr) {
 	for {
-		n, err := c.bc.ReadBatch(rb.ms, 0)
+		n, err := bc.ReadBatch(rb.ms, 0)
 		if err != nil {
 			c.closeWith(err, false)
 			return

@@ -19,6 +19,7 @@ import (
 // once and in order, and every stream publish waiting for its acknowledgement is
 // stored once and acknowledged after the link returns.
 func TestNativeBlackout(t *testing.T) {
+	t.Parallel() // mostly waiting out the blackout, as TestNetnsBlackout does
 	if os.Getenv("TERN_NO_NETNS") == "1" {
 		t.Skip("TERN_NO_NETNS=1")
 	}

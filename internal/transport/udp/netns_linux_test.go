@@ -152,6 +152,9 @@ func testNetnsRandomLoss(t *testing.T, lcfg, dcfg Config, losses ...float64) {
 }
 
 func TestNetnsBlackout(t *testing.T) {
+	// Mostly waiting out the blackout, on its own pair of namespaces: in parallel
+	// with the other blackout test rather than after it.
+	t.Parallel()
 	n := newLossyPath(t)
 	client, server := n.session(t, Config{}, Config{})
 	transfer(t, client, server, 64<<10, 20*time.Second)
