@@ -422,7 +422,7 @@ func TestBackoff(t *testing.T) {
 func TestWorkQueueExactlyOnce(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "wq", Subjects: []string{"wq.>"}, Retention: tern.RetainWorkQueue})
-	e.addConsumer("wq", tern.ConsumerConfig{Durable: "workers", AckWait: tern.Duration(200 * time.Millisecond)})
+	e.addConsumer("wq", tern.ConsumerConfig{Durable: "workers", AckWait: tern.Duration(time.Second)})
 	if _, err := e.js.AddConsumer(e.ctx, "wq", tern.ConsumerConfig{Durable: "second"}); err == nil {
 		t.Fatal("a second overlapping work-queue consumer was accepted")
 	}
