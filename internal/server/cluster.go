@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/monitor"
 )
 
 // startCluster makes the server a cluster node: its listeners are bound, so the
@@ -81,13 +82,28 @@ func (s *Server) clientURLs() []string {
 
 // Cluster implements monitor.ClusterSource.
 func (s *Server) Cluster() any {
-	s.mu.Lock()
-	node := s.cluster
-	s.mu.Unlock()
+	node := s.ClusterNode()
 	if node == nil {
 		return nil
 	}
 	return node.Status()
+}
+
+// ClusterStats implements monitor.ClusterSource.
+func (s *Server) ClusterStats() *monitor.ClusterStats {
+	node := s.ClusterNode()
+	if node == nil {
+		return nil
+	}
+	st := node.Status()
+	out := &monitor.ClusterStats{Members: len(st.Members), LocalInterest: st.Interest,
+		Routes: make([]monitor.RouteStats, 0, len(st.Routes))}
+	for _, r := range st.Routes {
+		out.Routes = append(out.Routes, monitor.RouteStats{Node: r.Node, RTT: r.RTT, InMsgs: r.InMsgs, InBytes: r.InBytes,
+			OutMsgs: r.OutMsgs, OutBytes: r.OutBytes, DroppedMsgs: r.Dropped, PendingBytes: r.PendingOut,
+			Unacked: r.Unacked, Interest: r.Interest})
+	}
+	return out
 }
 
 // ClusterNode is the running cluster node, nil when the server runs alone.

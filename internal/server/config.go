@@ -175,7 +175,7 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.Host) }},
 	{key: "port", group: groupNetwork, help: "native protocol TCP port (0 = any free port)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.Port, 0, anyPort) }},
-	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /metrics); empty disables it",
+	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /cluster, /metrics); empty disables it",
 		bind: func(c *Config) pflag.Value { return str(&c.HTTPAddr) }},
 	{key: "server_name", group: groupNetwork, help: "name reported to clients (INFO) and in monitoring",
 		bind: func(c *Config) pflag.Value { return str(&c.ServerName) }, defaultText: "the host name"},

@@ -283,6 +283,9 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 	}
 	m.cfg.Local.Listen(r)
 	r.q.Flush()
+	// Measured at once rather than at the first tick, so that monitoring has a round
+	// trip for a route as soon as it is up.
+	r.ping()
 	filled := copy(buf, rest)
 	err = r.run(buf, filled)
 	m.cfg.Local.Forget(r)
