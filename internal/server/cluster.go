@@ -1,12 +1,14 @@
 package server
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/monitor"
 )
 
@@ -24,6 +26,8 @@ func (s *Server) startCluster() error {
 		RoutePort: s.cfg.ClusterPort, GossipPort: s.cfg.GossipPort, Advertise: s.cfg.ClusterAdvertise,
 		Join: join, ClientURLs: s.clientURLs(), Version: Version, Broker: s.broker,
 		Interest: s.interest, Logger: s.log,
+		Membership: membership.Config{ProbeInterval: s.cfg.ClusterProbeInterval, ProbeTimeout: s.cfg.ClusterProbeTimeout,
+			SuspicionMult: s.cfg.ClusterSuspicionMult},
 	})
 	if err != nil {
 		return err
@@ -62,6 +66,24 @@ func (s *Server) connectURLs() []string {
 		}
 	}
 	return out
+}
+
+// checkClusterTiming refuses failure-detection settings membership could not use,
+// naming the options rather than membership's fields.
+func checkClusterTiming(cfg Config) error {
+	switch {
+	case cfg.ClusterProbeInterval <= 0:
+		return &OptionError{Key: "cluster_probe_interval", Err: fmt.Errorf("%v: want a positive duration", cfg.ClusterProbeInterval)}
+	case cfg.ClusterProbeTimeout <= 0:
+		return &OptionError{Key: "cluster_probe_timeout", Err: fmt.Errorf("%v: want a positive duration", cfg.ClusterProbeTimeout)}
+	case cfg.ClusterProbeTimeout >= cfg.ClusterProbeInterval:
+		// memberlist gives the indirect probes what is left of the interval.
+		return &OptionError{Key: "cluster_probe_timeout", Err: fmt.Errorf("%v: want less than cluster_probe_interval (%v)",
+			cfg.ClusterProbeTimeout, cfg.ClusterProbeInterval)}
+	case cfg.ClusterSuspicionMult < 1:
+		return &OptionError{Key: "cluster_suspicion_mult", Err: fmt.Errorf("%d: want at least 1", cfg.ClusterSuspicionMult)}
+	}
+	return nil
 }
 
 // clientURLs are the native protocol URLs clients of other nodes may move to.

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -345,4 +346,36 @@ func grepLines(text string, prefixes ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestClusterTimingOptions: failure-detection settings membership cannot use are
+// refused by New, naming the option; usable ones reach membership.
+func TestClusterTimingOptions(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*server.Config)
+		want string
+	}{
+		{func(c *server.Config) { c.ClusterProbeTimeout = c.ClusterProbeInterval }, "option cluster_probe_timeout: 200ms: want less than cluster_probe_interval (200ms)"},
+		{func(c *server.Config) { c.ClusterProbeInterval = 0 }, "option cluster_probe_interval: 0s: want a positive duration"},
+		{func(c *server.Config) { c.ClusterSuspicionMult = 0 }, "option cluster_suspicion_mult: 0: want at least 1"},
+	} {
+		cfg := server.DefaultConfig()
+		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort, cfg.MQTTPort, cfg.MQTTWSPort = "127.0.0.1", 0, "", "", -1, -1, -1
+		cfg.ServerName, cfg.ClusterPort = "n1", 0
+		c.set(&cfg)
+		_, err := server.New(cfg, nil)
+		var oe *server.OptionError
+		if err == nil || !errors.As(err, &oe) || err.Error() != c.want {
+			t.Errorf("New: %v, want OptionError %q", err, c.want)
+		}
+	}
+
+	// Slower probing still forms the cluster and still finds a node gone.
+	nodes := servertest.StartCluster(t, 2, func(_ int, c *server.Config) {
+		c.ClusterProbeInterval, c.ClusterProbeTimeout, c.ClusterSuspicionMult = 400*time.Millisecond, 200*time.Millisecond, 2
+	})
+	if err := nodes[1].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "n2 gone from n1", 5*time.Second, func() bool { return len(nodes[0].ClusterNode().Status().Members) == 1 })
 }
