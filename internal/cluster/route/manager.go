@@ -61,9 +61,9 @@ type Manager struct {
 	ln     net.Listener
 	// leaving: the node is on its way out; it dials nobody any more.
 	leaving bool
-	outs   map[string]*outSession // by peer node name
-	ins    map[string]*inSession  // by peer node id
-	gen    uint64
+	outs    map[string]*outSession // by peer node name
+	ins     map[string]*inSession  // by peer node id
+	gen     uint64
 	// watchers get a signal when a route comes or goes (WatchClientURLs).
 	watchers map[chan struct{}]struct{}
 	done     chan struct{}
