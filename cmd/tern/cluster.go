@@ -78,8 +78,8 @@ func newClusterListCmd() *cobra.Command {
 
 // printMembers lists the members the node knows and the nodes it has routes to
 // (the same nodes but for a moment when one joins or goes), the node itself
-// marked with *. A member without a route is what to look into: the two nodes
-// see each other through gossip but exchange no messages.
+// marked with *. A member without a route, or whose route is excluded, is what to
+// look into: the two nodes see each other through gossip but exchange no messages.
 func printMembers(out io.Writer, st *cluster.Status) error {
 	routes := make(map[string]route.Info, len(st.Routes))
 	for _, r := range st.Routes {
@@ -98,7 +98,11 @@ func printMembers(out io.Writer, st *cluster.Status) error {
 		case m.Name == st.Node:
 			fmt.Fprintf(tw, "* %s\t%s\t%s\t%s\t-\t%d\n", m.Name, m.State, m.RouteAddr, m.Version, st.Interest)
 		case up:
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", m.Name, m.State, m.RouteAddr, m.Version, fmtRTT(r.RTT), r.Interest)
+			state := m.State
+			if r.Excluded {
+				state += ", excluded"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", m.Name, state, m.RouteAddr, m.Version, fmtRTT(r.RTT), r.Interest)
 		default:
 			fmt.Fprintf(tw, "  %s\t%s, no route\t%s\t%s\t-\t-\n", m.Name, m.State, m.RouteAddr, m.Version)
 		}
@@ -147,15 +151,24 @@ func printClusterStatus(out io.Writer, st *cluster.Status) error {
 	}
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tDIR\tREMOTE\tUP FOR\tRTT\tMSGS IN\tBYTES IN\tMSGS OUT\tBYTES OUT\tDROPPED\tPENDING\tUNACKED\tINTEREST")
+	fmt.Fprintln(tw, "NODE\tSTATE\tDIR\tREMOTE\tUP FOR\tRTT\tMSGS IN\tBYTES IN\tMSGS OUT\tBYTES OUT\tDROPPED\tPENDING\tUNACKED\tINTEREST")
 	for _, r := range st.Routes {
-		dir := "in"
+		state, dir := "up", "in"
+		if r.Excluded {
+			state = "excluded"
+		}
 		if r.Dialed {
 			dir = "out"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\t%d\n", r.Node, dir, r.Addr,
-			monitor.FormatUptime(time.Since(r.Since)), fmtRTT(r.RTT), r.InMsgs, humanBytes(r.InBytes), r.OutMsgs,
-			humanBytes(r.OutBytes), r.Dropped, humanBytes(uint64(max(r.PendingOut, 0))), r.Unacked, r.Interest)
+		upFor := "-"
+		if !r.Since.IsZero() {
+			upFor = monitor.FormatUptime(time.Since(r.Since))
+		}
+		// Dropped either way, the operator's question is the same: what did the node miss.
+		dropped := r.Dropped + r.ExcludedDrops
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\t%d\t%d\n", r.Node, state, dir, r.Addr,
+			upFor, fmtRTT(r.RTT), r.InMsgs, humanBytes(r.InBytes), r.OutMsgs,
+			humanBytes(r.OutBytes), dropped, humanBytes(uint64(max(r.PendingOut, 0))), r.Unacked, r.Interest)
 	}
 	return tw.Flush()
 }

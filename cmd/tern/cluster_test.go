@@ -12,6 +12,7 @@ import (
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/route"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
@@ -78,16 +79,16 @@ func TestClusterCommands(t *testing.T) {
 		`^  members: +3$`,
 		`^  routes: +2 up$`,
 		`^  local interest: +0 entries$`,
-		`^NODE +DIR +REMOTE +UP FOR +RTT +MSGS IN +BYTES IN +MSGS OUT +BYTES OUT +DROPPED +PENDING +UNACKED +INTEREST$`,
-		`^n2 +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +0 +0 B +1 +5 B +0 +0 B +0 +1$`,
-		`^n3 +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +0 +0 B +0 +0 B +0 +0 B +0 +0$`,
+		`^NODE +STATE +DIR +REMOTE +UP FOR +RTT +MSGS IN +BYTES IN +MSGS OUT +BYTES OUT +DROPPED +PENDING +UNACKED +INTEREST$`,
+		`^n2 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +0 +0 B +1 +5 B +0 +0 B +0 +1$`,
+		`^n3 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +0 +0 B +0 +0 B +0 +0 B +0 +0$`,
 	} {
 		wantLine(t, out, re)
 	}
 	wantAligned(t, out, "MSGS OUT", "1")
 
 	out = ternOK(t, "cluster", "status", "--monitor", monitorOf(nodes[1]))
-	wantLine(t, out, `^n1 +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +1 +5 B +0 +0 B +0 +0 B +0 +0$`)
+	wantLine(t, out, `^n1 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +1 +5 B +0 +0 B +0 +0 B +0 +0$`)
 	wantLine(t, out, `^  local interest: +1 entry$`)
 
 	// --json is the /cluster document as served.
@@ -208,4 +209,37 @@ func TestMonitorURL(t *testing.T) {
 	if got := resolved("--monitor", "d.example"); got != "http://d.example:7480" {
 		t.Errorf("--monitor: %q", got)
 	}
+}
+
+// TestClusterShowsExclusion: a route excluded for being behind shows in both views,
+// and what the node missed counts both drops.
+func TestClusterShowsExclusion(t *testing.T) {
+	st := &cluster.Status{Cluster: "c", Node: "n1", Interest: 2,
+		Members: []cluster.MemberInfo{{Name: "n1", State: "alive", RouteAddr: "10.0.0.1:7401", Version: "1.0.0"},
+			{Name: "n2", State: "alive", RouteAddr: "10.0.0.2:7401", Version: "1.0.0"},
+			{Name: "n3", State: "alive", RouteAddr: "10.0.0.3:7401", Version: "1.0.0"}},
+		Routes: []route.Info{{Node: "n2", Addr: "10.0.0.2:7401", Dialed: true, Since: time.Now().Add(-time.Minute),
+			RTT: 1234567 * time.Nanosecond, Interest: 4, Dropped: 2, ExcludedDrops: 5, PendingOut: 6 << 20, Excluded: true},
+			{Node: "n4", Addr: "10.0.0.4:50000", PeerVersion: "1.0.0"}},
+	}
+	var b strings.Builder
+	if err := printMembers(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, re := range []string{
+		`^Cluster c: 3 members, 2 routes, as node n1 sees it$`,
+		`^\* n1 +alive +10\.0\.0\.1:7401 +1\.0\.0 +- +2$`,
+		`^  n2 +alive, excluded +10\.0\.0\.2:7401 +1\.0\.0 +1\.23ms +4$`,
+		`^  n3 +alive, no route +10\.0\.0\.3:7401 +1\.0\.0 +- +-$`,
+		`^  n4 +route only +10\.0\.0\.4:50000 +1\.0\.0 +- +0$`,
+	} {
+		wantLine(t, out, re)
+	}
+	b.Reset()
+	if err := printClusterStatus(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	wantLine(t, b.String(), `^n2 +excluded +out +10\.0\.0\.2:7401 +1m0s +1\.23ms +0 +0 B +0 +0 B +7 +6\.0 MiB +0 +4$`)
+	wantLine(t, b.String(), `^n4 +up +in +10\.0\.0\.4:50000 +- +- `)
 }

@@ -46,7 +46,9 @@
 // tern_cluster_members, tern_cluster_routes and tern_cluster_local_interest, and per
 // route, labelled node (the other node's name), tern_route_{in,out}_{msgs,bytes}_total,
 // tern_route_dropped_msgs_total, tern_route_rtt_seconds (once measured),
-// tern_route_pending_bytes, tern_route_unacked_msgs and tern_route_interest. The
+// tern_route_pending_bytes, tern_route_unacked_msgs, tern_route_interest,
+// tern_route_excluded, tern_route_exclusions_total and
+// tern_route_excluded_drops_total. The
 // monitor knows the cluster only through these types, never its packages.
 //
 // The same registry holds the Go runtime (go_*) and process (process_*) collectors.

@@ -41,6 +41,9 @@ type collector struct {
 	rPendingBytes   *prometheus.Desc
 	rUnacked        *prometheus.Desc
 	rInterest       *prometheus.Desc
+	rExcluded       *prometheus.Desc
+	rExclusions     *prometheus.Desc
+	rExcludedDrops  *prometheus.Desc
 }
 
 func newCollector(src Source) *collector {
@@ -77,6 +80,9 @@ func newCollector(src Source) *collector {
 		rPendingBytes:    d("tern_route_pending_bytes", "Bytes queued for the route to a node and not yet written.", "node"),
 		rUnacked:         d("tern_route_unacked_msgs", "Messages forwarded to a node with a sequence (MQTT QoS 1 and 2) and not yet acknowledged by it.", "node"),
 		rInterest:        d("tern_route_interest", "Interest entries a node advertised over its route.", "node"),
+		rExcluded:        d("tern_route_excluded", "1 while the route to a node is excluded (the node is behind or stalled and gets no traffic), else 0.", "node"),
+		rExclusions:      d("tern_route_exclusions_total", "Times the route to a node was excluded (since the route connected).", "node"),
+		rExcludedDrops:   d("tern_route_excluded_drops_total", "Messages (QoS 0) for a node not forwarded while its route was excluded (since the route connected).", "node"),
 	}
 }
 
@@ -88,6 +94,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.lConnections, c.lOutMsgs, c.lInMsgs, c.lSlowConsumers, c.lDroppedMsgs,
 		c.clusterMembers, c.clusterRoutes, c.clusterInterest, c.rInMsgs, c.rInBytes, c.rOutMsgs,
 		c.rOutBytes, c.rDroppedMsgs, c.rRTT, c.rPendingBytes, c.rUnacked, c.rInterest,
+		c.rExcluded, c.rExclusions, c.rExcludedDrops,
 	} {
 		ch <- d
 	}
@@ -154,5 +161,12 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric, cl *ClusterStats
 		metric(c.rPendingBytes, prometheus.GaugeValue, float64(r.PendingBytes), r.Node)
 		metric(c.rUnacked, prometheus.GaugeValue, float64(r.Unacked), r.Node)
 		metric(c.rInterest, prometheus.GaugeValue, float64(r.Interest), r.Node)
+		excluded := 0.0
+		if r.Excluded {
+			excluded = 1
+		}
+		metric(c.rExcluded, prometheus.GaugeValue, excluded, r.Node)
+		metric(c.rExclusions, prometheus.CounterValue, float64(r.Exclusions), r.Node)
+		metric(c.rExcludedDrops, prometheus.CounterValue, float64(r.ExcludedDrops), r.Node)
 	}
 }

@@ -119,6 +119,10 @@ type RouteStats struct {
 	PendingBytes int    // queued for the route and not yet written
 	Unacked      int    // forwarded with a sequence (MQTT QoS ≥ 1) and not yet acknowledged
 	Interest     int    // interest entries the node advertised
+	// Excluded: the node is behind or stalled and gets no traffic until it drains.
+	Excluded      bool
+	Exclusions    uint64 // times the route was excluded
+	ExcludedDrops uint64 // QoS 0 messages not forwarded while excluded
 }
 
 // ConnectionsPage is the body of /connections.

@@ -833,7 +833,7 @@ func TestClusterMetrics(t *testing.T) {
 
 	src.stats = &ClusterStats{Members: 3, LocalInterest: 7, Routes: []RouteStats{
 		{Node: "n2", RTT: 1500 * time.Microsecond, InMsgs: 10, InBytes: 100, OutMsgs: 20, OutBytes: 200,
-			DroppedMsgs: 1, PendingBytes: 64, Unacked: 2, Interest: 5},
+			DroppedMsgs: 1, PendingBytes: 64, Unacked: 2, Interest: 5, Excluded: true, Exclusions: 3, ExcludedDrops: 7},
 		{Node: "n3", InMsgs: 11}, // not measured yet: no round trip
 	}}
 	mfs, text := scrape(t, base)
@@ -851,6 +851,9 @@ func TestClusterMetrics(t *testing.T) {
 		`tern_route_pending_bytes{node="n2"} 64`,
 		`tern_route_unacked_msgs{node="n2"} 2`,
 		`tern_route_interest{node="n2"} 5`, `tern_route_interest{node="n3"} 0`,
+		"# TYPE tern_route_excluded gauge", `tern_route_excluded{node="n2"} 1`, `tern_route_excluded{node="n3"} 0`,
+		"# TYPE tern_route_exclusions_total counter", `tern_route_exclusions_total{node="n2"} 3`,
+		`tern_route_excluded_drops_total{node="n2"} 7`,
 	} {
 		if !strings.Contains("\n"+text, "\n"+line+"\n") {
 			t.Errorf("/metrics has no line %q", line)

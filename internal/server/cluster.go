@@ -123,7 +123,8 @@ func (s *Server) ClusterStats() *monitor.ClusterStats {
 	for _, r := range st.Routes {
 		out.Routes = append(out.Routes, monitor.RouteStats{Node: r.Node, RTT: r.RTT, InMsgs: r.InMsgs, InBytes: r.InBytes,
 			OutMsgs: r.OutMsgs, OutBytes: r.OutBytes, DroppedMsgs: r.Dropped, PendingBytes: r.PendingOut,
-			Unacked: r.Unacked, Interest: r.Interest})
+			Unacked: r.Unacked, Interest: r.Interest, Excluded: r.Excluded, Exclusions: r.Exclusions,
+			ExcludedDrops: r.ExcludedDrops})
 	}
 	return out
 }

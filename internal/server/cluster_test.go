@@ -304,6 +304,9 @@ func TestClusterMetrics(t *testing.T) {
 		`tern_route_pending_bytes{node="n3"} `,
 		`tern_route_unacked_msgs{node="n3"} 0` + "\n",
 		`tern_route_dropped_msgs_total{node="n2"} 0` + "\n",
+		`tern_route_excluded{node="n3"} 0` + "\n",
+		`tern_route_exclusions_total{node="n3"} 0` + "\n",
+		`tern_route_excluded_drops_total{node="n2"} 0` + "\n",
 		`tern_route_rtt_seconds{node="n2"} `,
 		"\ntern_cluster_local_interest ",
 	} {
