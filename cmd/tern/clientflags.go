@@ -29,7 +29,7 @@ func (c *clientFlags) registerServer(cmd *cobra.Command) {
 	c.fs = cmd.Flags()
 	c.fs.StringVar(&c.server, "server", tern.DefaultURL, "server `URL`s, comma-separated")
 	_ = c.fs.SetAnnotation("server", defaultAnnotation, []string{"$TERN_URL, else the context's, else " + tern.DefaultURL})
-	registerContextFlag(cmd, &c.context)
+	registerContextFlag(cmd, &c.context, "take the server and options from this saved `context` (tern context)")
 }
 
 // register adds every connection option.

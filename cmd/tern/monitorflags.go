@@ -36,7 +36,7 @@ func (m *monitorFlags) register(cmd *cobra.Command) {
 	m.fs.StringVar(&m.url, "monitor", defaultMonitorURL, "the server's monitoring endpoint, `URL` or HOST[:PORT] (its http option)")
 	_ = m.fs.SetAnnotation("monitor", defaultAnnotation, []string{"$TERN_MONITOR_URL, else the context's monitor, else port " +
 		strconv.Itoa(monitor.DefaultPort) + " on the host of $TERN_URL or of the context's server, else " + defaultMonitorURL})
-	registerContextFlag(cmd, &m.context)
+	registerContextFlag(cmd, &m.context, "take the monitoring endpoint from this saved `context` (its monitor, else its server's host)")
 	m.fs.DurationVar(&m.timeout, "timeout", 2*time.Second, "limit on the HTTP request")
 }
 
@@ -132,10 +132,11 @@ func (m *monitorFlags) get(ctx context.Context, path string) ([]byte, error) {
 	return body, nil
 }
 
-// registerContextFlag adds --context, naming the saved context options come from.
-func registerContextFlag(cmd *cobra.Command, p *string) {
+// registerContextFlag adds --context, naming the saved context options come from;
+// help says which.
+func registerContextFlag(cmd *cobra.Command, p *string, help string) {
 	fs := cmd.Flags()
-	fs.StringVar(p, "context", "", "take the server and options from this saved `context` (tern context)")
+	fs.StringVar(p, "context", "", help)
 	_ = fs.SetAnnotation("context", defaultAnnotation, []string{"the selected one, if any"})
 	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts)
 }
