@@ -1,4 +1,4 @@
-.PHONY: run test build bench fuzz soak
+.PHONY: run test build bench fuzz soak cluster cluster-status cluster-stop
 
 # Run the broker with the default configuration (native 7400, HTTP 7480).
 run:
@@ -22,3 +22,15 @@ fuzz:
 # Longer seeded crash and model runs than the suite's (each test's seed count).
 soak:
 	TERN_KILL9_SEEDS=20 TERN_STORE_SEEDS=200 go test -count=1 -timeout 60m -run 'TestKill9|RandomOps' ./internal/stream/ ./internal/store/
+
+# A local cluster of N nodes (default 3) in the background: ports, logs and stores in
+# scripts/cluster.sh and docs/cluster.md. make cluster N=5 for five.
+N ?= 3
+cluster:
+	scripts/cluster.sh start $(N)
+
+cluster-status:
+	scripts/cluster.sh status
+
+cluster-stop:
+	scripts/cluster.sh stop

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	os.Setenv("XDG_CONFIG_HOME", dir)
-	for _, v := range []string{"TERN_URL", "TERN_UDP_KEY", "TERN_CONFIG"} {
+	for _, v := range []string{"TERN_URL", "TERN_UDP_KEY", "TERN_CONFIG", "TERN_MONITOR_URL"} {
 		os.Unsetenv(v)
 	}
 	code := m.Run()

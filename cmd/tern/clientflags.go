@@ -29,9 +29,7 @@ func (c *clientFlags) registerServer(cmd *cobra.Command) {
 	c.fs = cmd.Flags()
 	c.fs.StringVar(&c.server, "server", tern.DefaultURL, "server `URL`s, comma-separated")
 	_ = c.fs.SetAnnotation("server", defaultAnnotation, []string{"$TERN_URL, else the context's, else " + tern.DefaultURL})
-	c.fs.StringVar(&c.context, "context", "", "take the server and options from this saved `context` (tern context)")
-	_ = c.fs.SetAnnotation("context", defaultAnnotation, []string{"the selected one, if any"})
-	_ = cmd.RegisterFlagCompletionFunc("context", completeContexts)
+	registerContextFlag(cmd, &c.context, "take the server and options from this saved `context` (tern context)")
 }
 
 // register adds every connection option.

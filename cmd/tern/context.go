@@ -25,12 +25,17 @@ import (
 //
 // Client commands take their server from --server, else $TERN_URL, else the
 // context named by --context, else the selected context, else the default URL.
+// The commands that read the monitoring endpoint (tern cluster) take it likewise
+// from --monitor, $TERN_MONITOR_URL, then the context's monitor.
 type ternContext struct {
 	Description string `json:"description,omitempty"`
 	Server      string `json:"server"`
 	Creds       string `json:"creds,omitempty"`
 	UDPKey      string `json:"udp_key,omitempty"`
 	UDPPSKFile  string `json:"udp_psk_file,omitempty"`
+	// Monitor is the server's monitoring endpoint, for the commands that read it
+	// (tern cluster); empty means port 7480 on the host of Server.
+	Monitor string `json:"monitor,omitempty"`
 }
 
 // configDir is where Tern keeps the client's configuration.
@@ -211,7 +216,10 @@ file each; context.txt beside it names the selected one.
 Client commands (pub, sub, req, reply, bench, stream, consumer) take the server
 from --server, else $TERN_URL, else the context named by --context, else the
 selected context, else tern://127.0.0.1:7400. --creds, --udp-key ($TERN_UDP_KEY)
-and --udp-psk-file given on the command line likewise win over the context's.`
+and --udp-psk-file given on the command line likewise win over the context's.
+The commands that read the server's monitoring endpoint (tern cluster) take it
+from --monitor, else $TERN_MONITOR_URL, else the context's monitor, else port
+7480 on the host of the server.`
 
 func newContextCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -220,6 +228,7 @@ func newContextCmd() *cobra.Command {
 		Long:  contextLong,
 		Example: `  tern context add local --server tern://127.0.0.1:7400 --description "my laptop"
   tern context add prod --server tern://a.example:7400,tern://b.example:7400 --creds s3cret --select
+  tern context add prod --monitor http://a.example:9090   # where tern cluster reads it
   tern context ls
   tern sub 'orders.>'                     # on prod, the selected context
   tern sub --context local 'orders.>'     # on local, this once`,
@@ -272,6 +281,12 @@ func newContextAddCmd() *cobra.Command {
 				}
 			}
 			set("udp-psk-file", &old.UDPPSKFile, c.UDPPSKFile)
+			if fs.Changed("monitor") && c.Monitor != "" {
+				if c.Monitor, err = normalizeMonitorURL(c.Monitor); err != nil {
+					return err
+				}
+			}
+			set("monitor", &old.Monitor, c.Monitor)
 			if old.Server == "" {
 				return usageErrorf("--server must not be empty")
 			}
@@ -299,6 +314,7 @@ func newContextAddCmd() *cobra.Command {
 	fs.StringVar(&c.Creds, "creds", "", "`credentials` sent in CONNECT")
 	fs.StringVar(&c.UDPKey, "udp-key", "", "the server's public `key` (tern udp-keygen): udp:// sessions are encrypted")
 	fs.StringVar(&c.UDPPSKFile, "udp-psk-file", "", "`file` with the pre-shared key of a server that has udp_psk_file (saved as an absolute path)")
+	fs.StringVar(&c.Monitor, "monitor", "", "the server's monitoring endpoint, `URL` or HOST[:PORT], for tern cluster (empty: port 7480 on the server's host)")
 	fs.BoolVar(&choose, "select", false, "also select the context")
 	return cmd
 }
@@ -402,6 +418,7 @@ func newContextShowCmd() *cobra.Command {
 			fmt.Fprintf(tw, "  creds:\t%s\n", creds)
 			fmt.Fprintf(tw, "  udp key:\t%s\n", orDefault(c.UDPKey, "-"))
 			fmt.Fprintf(tw, "  udp psk file:\t%s\n", orDefault(c.UDPPSKFile, "-"))
+			fmt.Fprintf(tw, "  monitor:\t%s\n", orDefault(c.Monitor, monitorURLFor(c.Server)+" (from the server)"))
 			fmt.Fprintf(tw, "  file:\t%s\n", path)
 			return tw.Flush()
 		},

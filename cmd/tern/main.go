@@ -1,6 +1,7 @@
 // Command tern is Tern's one binary: `tern server` runs the broker, the other
 // commands are the command-line client (pub, sub, req, reply, bench, stream,
-// consumer), its saved connection contexts and tools (udp-keygen, completion).
+// consumer), the cluster view (cluster), its saved connection contexts and tools
+// (udp-keygen, completion).
 package main
 
 import (
@@ -136,7 +137,7 @@ func newRootCmd() *cobra.Command {
 			root.AddCommand(c)
 		}
 	}
-	add("server", newServerCmd())
+	add("server", newServerCmd(), newClusterCmd())
 	add("client", newPubCmd(), newSubCmd(), newReqCmd(), newReplyCmd(), newBenchCmd(nil))
 	add("streams", newStreamCmd(), newConsumerCmd())
 	add("setup", newContextCmd(), newUDPKeygenCmd(), newVersionCmd())

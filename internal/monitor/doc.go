@@ -1,6 +1,7 @@
 // Package monitor serves the broker's HTTP monitoring endpoint: health, a status
-// snapshot, the list of client connections and Prometheus metrics. It listens on port
-// 7480 by default (DefaultPort); the caller chooses the address.
+// snapshot, the list of client connections, the cluster view and Prometheus
+// metrics. It listens on port 7480 by default (DefaultPort); the caller chooses the
+// address.
 //
 // The package owns the monitoring types (Status, ConnInfo), the Source interface the
 // broker implements to feed them, the HTTP handlers and a Prometheus registry of its
@@ -18,6 +19,8 @@
 //	/connections  {"now", "total", "offset", "limit", "connections"}: ConnInfo values
 //	              sorted by ID, paged with ?limit=N (default 1024) and ?offset=M
 //	              (default 0); a malformed or negative value gets 400 Bad Request
+//	/cluster      ClusterSource.Cluster as indented JSON; 404 when the source is no
+//	              ClusterSource or runs alone
 //	/metrics      Prometheus text exposition format
 //
 // # Metrics
@@ -38,6 +41,15 @@
 //	tern_info                    gauge    always 1; labels version, server_id,
 //	                                      server_name
 //	tern_uptime_seconds          gauge    seconds since the server started
+//
+// A ClusterSource that is a cluster node adds, from one ClusterStats per scrape,
+// tern_cluster_members, tern_cluster_routes and tern_cluster_local_interest, and per
+// route, labelled node (the other node's name), tern_route_{in,out}_{msgs,bytes}_total,
+// tern_route_dropped_msgs_total, tern_route_rtt_seconds (once measured),
+// tern_route_pending_bytes, tern_route_unacked_msgs, tern_route_interest,
+// tern_route_excluded, tern_route_exclusions_total and
+// tern_route_excluded_drops_total. The
+// monitor knows the cluster only through these types, never its packages.
 //
 // The same registry holds the Go runtime (go_*) and process (process_*) collectors.
 // Other subsystems add their own collectors through Server.Registry; the global

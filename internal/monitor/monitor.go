@@ -91,10 +91,38 @@ type Source interface {
 	Connections() []ConnInfo
 }
 
-// ClusterSource is implemented by a Source that can be a cluster node: Cluster
-// returns what /cluster shows, or nil when the server runs alone.
+// ClusterSource is implemented by a Source that can be a cluster node. Cluster
+// returns what /cluster shows and ClusterStats the numbers /metrics reports; both
+// return nil while the server runs alone.
 type ClusterSource interface {
 	Cluster() any
+	ClusterStats() *ClusterStats
+}
+
+// ClusterStats are a cluster node's numbers, as /metrics reports them.
+type ClusterStats struct {
+	Members       int // alive members, this node included
+	LocalInterest int // interest entries this node advertises to the others
+	Routes        []RouteStats
+}
+
+// RouteStats are the numbers of the route to one other node. The counters start
+// from zero on every new connection of the route.
+type RouteStats struct {
+	Node         string
+	RTT          time.Duration // last measured round trip; 0 before the first
+	InMsgs       uint64
+	InBytes      uint64
+	OutMsgs      uint64
+	OutBytes     uint64
+	DroppedMsgs  uint64 // let go by the route's slow-consumer policy
+	PendingBytes int    // queued for the route and not yet written
+	Unacked      int    // forwarded with a sequence (MQTT QoS ≥ 1) and not yet acknowledged
+	Interest     int    // interest entries the node advertised
+	// Excluded: the node is behind or stalled and gets no traffic until it drains.
+	Excluded      bool
+	Exclusions    uint64 // times the route was excluded
+	ExcludedDrops uint64 // QoS 0 messages not forwarded while excluded
 }
 
 // ConnectionsPage is the body of /connections.

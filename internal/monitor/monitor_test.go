@@ -797,3 +797,76 @@ func TestUptimeEdgeCases(t *testing.T) {
 		t.Errorf("uptime = %v", d)
 	}
 }
+
+// clusterSource is a fakeSource that is a cluster node, or runs alone while stats is
+// nil.
+type clusterSource struct {
+	*fakeSource
+	detail any
+	stats  *ClusterStats
+}
+
+func (c *clusterSource) Cluster() any                { return c.detail }
+func (c *clusterSource) ClusterStats() *ClusterStats { return c.stats }
+
+func TestClusterEndpoint(t *testing.T) {
+	alone := &clusterSource{fakeSource: newFakeSource()}
+	_, base := startServer(t, alone)
+	_, body := get(t, base+"/cluster", http.StatusNotFound)
+	if !strings.Contains(string(body), "not a cluster node") {
+		t.Errorf("/cluster of a server alone: %q", body)
+	}
+	_, base = startServer(t, &clusterSource{fakeSource: newFakeSource(), detail: map[string]string{"node": "n1"}})
+	resp, body := get(t, base+"/cluster", http.StatusOK)
+	wantContentType(t, resp, "application/json")
+	if strings.TrimSpace(string(body)) != "{\n  \"node\": \"n1\"\n}" {
+		t.Errorf("/cluster = %q", body)
+	}
+}
+
+func TestClusterMetrics(t *testing.T) {
+	src := &clusterSource{fakeSource: newFakeSource()}
+	_, base := startServer(t, src)
+	if _, text := scrape(t, base); strings.Contains(text, "tern_cluster_") || strings.Contains(text, "tern_route_") {
+		t.Errorf("a server alone reports cluster metrics:\n%s", text)
+	}
+
+	src.stats = &ClusterStats{Members: 3, LocalInterest: 7, Routes: []RouteStats{
+		{Node: "n2", RTT: 1500 * time.Microsecond, InMsgs: 10, InBytes: 100, OutMsgs: 20, OutBytes: 200,
+			DroppedMsgs: 1, PendingBytes: 64, Unacked: 2, Interest: 5, Excluded: true, Exclusions: 3, ExcludedDrops: 7},
+		{Node: "n3", InMsgs: 11}, // not measured yet: no round trip
+	}}
+	mfs, text := scrape(t, base)
+	for _, line := range []string{
+		"# TYPE tern_cluster_members gauge", "tern_cluster_members 3",
+		"tern_cluster_routes 2",
+		"tern_cluster_local_interest 7",
+		"# TYPE tern_route_in_msgs_total counter",
+		`tern_route_in_msgs_total{node="n2"} 10`, `tern_route_in_msgs_total{node="n3"} 11`,
+		`tern_route_in_bytes_total{node="n2"} 100`,
+		"# TYPE tern_route_out_msgs_total counter", `tern_route_out_msgs_total{node="n2"} 20`,
+		`tern_route_out_bytes_total{node="n2"} 200`,
+		`tern_route_dropped_msgs_total{node="n2"} 1`,
+		"# TYPE tern_route_rtt_seconds gauge", `tern_route_rtt_seconds{node="n2"} 0.0015`,
+		`tern_route_pending_bytes{node="n2"} 64`,
+		`tern_route_unacked_msgs{node="n2"} 2`,
+		`tern_route_interest{node="n2"} 5`, `tern_route_interest{node="n3"} 0`,
+		"# TYPE tern_route_excluded gauge", `tern_route_excluded{node="n2"} 1`, `tern_route_excluded{node="n3"} 0`,
+		"# TYPE tern_route_exclusions_total counter", `tern_route_exclusions_total{node="n2"} 3`,
+		`tern_route_excluded_drops_total{node="n2"} 7`,
+	} {
+		if !strings.Contains("\n"+text, "\n"+line+"\n") {
+			t.Errorf("/metrics has no line %q", line)
+		}
+	}
+	if rtt := mfs["tern_route_rtt_seconds"]; rtt == nil || len(rtt.Metric) != 1 {
+		t.Errorf("tern_route_rtt_seconds = %v, want n2's series only", rtt)
+	}
+	for name, mf := range mfs {
+		if strings.HasPrefix(name, "tern_cluster_") || strings.HasPrefix(name, "tern_route_") {
+			if mf.GetHelp() == "" {
+				t.Errorf("%s has no help text", name)
+			}
+		}
+	}
+}

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/monitor"
 )
 
 // startCluster makes the server a cluster node: its listeners are bound, so the
@@ -23,6 +26,8 @@ func (s *Server) startCluster() error {
 		RoutePort: s.cfg.ClusterPort, GossipPort: s.cfg.GossipPort, Advertise: s.cfg.ClusterAdvertise,
 		Join: join, ClientURLs: s.clientURLs(), Version: Version, Broker: s.broker,
 		Interest: s.interest, Logger: s.log,
+		Membership: membership.Config{ProbeInterval: s.cfg.ClusterProbeInterval, ProbeTimeout: s.cfg.ClusterProbeTimeout,
+			SuspicionMult: s.cfg.ClusterSuspicionMult},
 	})
 	if err != nil {
 		return err
@@ -63,6 +68,24 @@ func (s *Server) connectURLs() []string {
 	return out
 }
 
+// checkClusterTiming refuses failure-detection settings membership could not use,
+// naming the options rather than membership's fields.
+func checkClusterTiming(cfg Config) error {
+	switch {
+	case cfg.ClusterProbeInterval <= 0:
+		return &OptionError{Key: "cluster_probe_interval", Err: fmt.Errorf("%v: want a positive duration", cfg.ClusterProbeInterval)}
+	case cfg.ClusterProbeTimeout <= 0:
+		return &OptionError{Key: "cluster_probe_timeout", Err: fmt.Errorf("%v: want a positive duration", cfg.ClusterProbeTimeout)}
+	case cfg.ClusterProbeTimeout >= cfg.ClusterProbeInterval:
+		// memberlist gives the indirect probes what is left of the interval.
+		return &OptionError{Key: "cluster_probe_timeout", Err: fmt.Errorf("%v: want less than cluster_probe_interval (%v)",
+			cfg.ClusterProbeTimeout, cfg.ClusterProbeInterval)}
+	case cfg.ClusterSuspicionMult < 1:
+		return &OptionError{Key: "cluster_suspicion_mult", Err: fmt.Errorf("%d: want at least 1", cfg.ClusterSuspicionMult)}
+	}
+	return nil
+}
+
 // clientURLs are the native protocol URLs clients of other nodes may move to.
 func (s *Server) clientURLs() []string {
 	a, ok := s.Addr().(*net.TCPAddr)
@@ -81,13 +104,29 @@ func (s *Server) clientURLs() []string {
 
 // Cluster implements monitor.ClusterSource.
 func (s *Server) Cluster() any {
-	s.mu.Lock()
-	node := s.cluster
-	s.mu.Unlock()
+	node := s.ClusterNode()
 	if node == nil {
 		return nil
 	}
 	return node.Status()
+}
+
+// ClusterStats implements monitor.ClusterSource.
+func (s *Server) ClusterStats() *monitor.ClusterStats {
+	node := s.ClusterNode()
+	if node == nil {
+		return nil
+	}
+	st := node.Status()
+	out := &monitor.ClusterStats{Members: len(st.Members), LocalInterest: st.Interest,
+		Routes: make([]monitor.RouteStats, 0, len(st.Routes))}
+	for _, r := range st.Routes {
+		out.Routes = append(out.Routes, monitor.RouteStats{Node: r.Node, RTT: r.RTT, InMsgs: r.InMsgs, InBytes: r.InBytes,
+			OutMsgs: r.OutMsgs, OutBytes: r.OutBytes, DroppedMsgs: r.Dropped, PendingBytes: r.PendingOut,
+			Unacked: r.Unacked, Interest: r.Interest, Excluded: r.Excluded, Exclusions: r.Exclusions,
+			ExcludedDrops: r.ExcludedDrops})
+	}
+	return out
 }
 
 // ClusterNode is the running cluster node, nil when the server runs alone.

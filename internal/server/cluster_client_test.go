@@ -11,17 +11,18 @@ import (
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
 // joinNode starts one more node, called name, joining the cluster of nodes (made by
-// startCluster in the same test), and waits until every node has a route to it.
+// servertest.StartCluster in the same test), and waits until every node has a route to it.
 func joinNode(t *testing.T, nodes []*server.Server, name string) *server.Server {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
 	cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
 	cfg.ServerName = name
-	cfg.ClusterPort, cfg.Join, cfg.ClusterName = routePort(t), nodes[0].ClusterNode().RouteAddr(), "test-"+t.Name()
+	cfg.ClusterPort, cfg.Join, cfg.ClusterName = servertest.RoutePort(t), nodes[0].ClusterNode().RouteAddr(), "test-"+t.Name()
 	s, err := server.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +61,7 @@ func hasAll(have []string, want ...string) bool {
 // another node with its subscription, where publishers on both other nodes reach it
 // and its requests are answered across nodes.
 func TestClientFollowsTheCluster(t *testing.T) {
-	nodes := startCluster(t, 2, nil)
+	nodes := servertest.StartCluster(t, 2, nil)
 	n1, n2 := nodes[0], nodes[1]
 
 	reconnected := make(chan struct{}, 1)

@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,77 +15,8 @@ import (
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
-
-// routePort finds a free port whose next port (gossip, TCP and UDP) is free too.
-func routePort(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		g, gerr := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)))
-		u, uerr := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)))
-		l.Close()
-		if gerr == nil {
-			g.Close()
-		}
-		if uerr == nil {
-			u.Close()
-		}
-		if gerr == nil && uerr == nil && p < 65535 {
-			return p
-		}
-	}
-	t.Fatal("no free port pair")
-	return 0
-}
-
-// startCluster runs n in-process servers on loopback joined into one cluster, every
-// node given the same join list (the first node's cluster port).
-func startCluster(t *testing.T, n int, mutate func(i int, c *server.Config)) []*server.Server {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = routePort(t)
-	}
-	join := "127.0.0.1:" + strconv.Itoa(ports[0])
-	var nodes []*server.Server
-	for i := 0; i < n; i++ {
-		cfg := server.DefaultConfig()
-		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
-		cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
-		cfg.ServerName = fmt.Sprintf("n%d", i+1)
-		cfg.ClusterPort, cfg.Join, cfg.ClusterName = ports[i], join, "test-"+t.Name()
-		if mutate != nil {
-			mutate(i, &cfg)
-		}
-		s, err := server.New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = s.Shutdown(ctx)
-		})
-		nodes = append(nodes, s)
-	}
-	waitUntil(t, "a full mesh of routes", 15*time.Second, func() bool {
-		for _, s := range nodes {
-			if len(s.ClusterNode().Status().Routes) != n-1 {
-				return false
-			}
-		}
-		return true
-	})
-	return nodes
-}
 
 func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
@@ -117,7 +50,7 @@ func connect(t *testing.T, s *server.Server) *tern.Conn {
 }
 
 func TestClusterDeliversAcrossNodes(t *testing.T) {
-	nodes := startCluster(t, 3, nil)
+	nodes := servertest.StartCluster(t, 3, nil)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	c1, c2, c3 := connect(t, n1), connect(t, n2), connect(t, n3)
 
@@ -224,7 +157,7 @@ func TestClusterMQTTAndNative(t *testing.T) {
 	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
 		t.Fatal("mosquitto_sub not installed (scripts/deps.sh installs it)")
 	}
-	nodes := startCluster(t, 2, nil)
+	nodes := servertest.StartCluster(t, 2, nil)
 	addr := nodes[1].MQTTAddr().(*net.TCPAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -249,7 +182,7 @@ func TestClusterMQTTAndNative(t *testing.T) {
 
 // TestClusterForgetsAStoppedNode: a node that leaves takes its interest with it.
 func TestClusterForgetsAStoppedNode(t *testing.T) {
-	nodes := startCluster(t, 3, nil)
+	nodes := servertest.StartCluster(t, 3, nil)
 	c3 := connect(t, nodes[2])
 	if _, err := c3.SubscribeSync("gone.soon"); err != nil {
 		t.Fatal(err)
@@ -281,7 +214,7 @@ func TestClusterMQTTSharedSubscription(t *testing.T) {
 	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
 		t.Fatal("mosquitto_sub not installed (scripts/deps.sh installs it)")
 	}
-	nodes := startCluster(t, 3, nil)
+	nodes := servertest.StartCluster(t, 3, nil)
 	var outs [2]strings.Builder
 	var subs []*exec.Cmd
 	for i, n := range nodes[1:] {
@@ -323,4 +256,129 @@ func TestClusterMQTTSharedSubscription(t *testing.T) {
 			t.Fatalf("message %s reached the group %d times", m, k)
 		}
 	}
+}
+
+// TestClusterMetrics: /metrics of a node has the cluster's and every route's series,
+// labelled by the other node's name, and the route counters move with traffic.
+func TestClusterMetrics(t *testing.T) {
+	nodes := servertest.StartCluster(t, 3, func(_ int, c *server.Config) { c.HTTPAddr = "127.0.0.1:0" })
+	c1, c2 := connect(t, nodes[0]), connect(t, nodes[1])
+	sub, err := c2.SubscribeSync("metrics.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "interest at n1", 5*time.Second, func() bool { return interestAt(nodes[0], "n2") >= 1 })
+	if err := c1.Publish("metrics.test", []byte("12345")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.NextMsg(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	scrape := func(s *server.Server) string {
+		resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var n1, n2 string
+	// A round trip is measured as soon as a route is up; wait for its pong.
+	waitUntil(t, "round trips", 5*time.Second, func() bool {
+		n1, n2 = scrape(nodes[0]), scrape(nodes[1])
+		return strings.Contains(n1, `tern_route_rtt_seconds{node="n3"}`) && strings.Contains(n2, `tern_route_rtt_seconds{node="n1"}`)
+	})
+	for _, want := range []string{
+		"\ntern_cluster_members 3\n",
+		"\ntern_cluster_routes 2\n",
+		`tern_route_out_msgs_total{node="n2"} 1` + "\n",
+		`tern_route_out_bytes_total{node="n2"} 5` + "\n",
+		`tern_route_in_msgs_total{node="n2"} 0` + "\n",
+		`tern_route_in_msgs_total{node="n3"} 0` + "\n",
+		`tern_route_interest{node="n2"} `,
+		`tern_route_pending_bytes{node="n3"} `,
+		`tern_route_unacked_msgs{node="n3"} 0` + "\n",
+		`tern_route_dropped_msgs_total{node="n2"} 0` + "\n",
+		`tern_route_excluded{node="n3"} 0` + "\n",
+		`tern_route_exclusions_total{node="n3"} 0` + "\n",
+		`tern_route_excluded_drops_total{node="n2"} 0` + "\n",
+		`tern_route_rtt_seconds{node="n2"} `,
+		"\ntern_cluster_local_interest ",
+	} {
+		if !strings.Contains(n1, want) {
+			t.Errorf("n1's /metrics lacks %q", want)
+		}
+	}
+	for _, want := range []string{
+		`tern_route_in_msgs_total{node="n1"} 1` + "\n",
+		`tern_route_in_bytes_total{node="n1"} 5` + "\n",
+		"\ntern_cluster_local_interest 1\n",
+	} {
+		if !strings.Contains(n2, want) {
+			t.Errorf("n2's /metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(n1, `node="n1"`) {
+		t.Error("n1 reports a route to itself")
+	}
+	if t.Failed() {
+		t.Logf("n1:\n%s", grepLines(n1, "tern_cluster_", "tern_route_"))
+	}
+
+	// A server alone has no cluster series.
+	alone := servertest.Start(t, func(c *server.Config) { c.HTTPAddr = "127.0.0.1:0" })
+	if text := scrape(alone); strings.Contains(text, "tern_cluster_") || strings.Contains(text, "tern_route_") {
+		t.Errorf("a server alone reports cluster metrics:\n%s", grepLines(text, "tern_cluster_", "tern_route_"))
+	}
+}
+
+// grepLines keeps the lines of text that start with one of prefixes.
+func grepLines(text string, prefixes ...string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				b.WriteString(l + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestClusterTimingOptions: failure-detection settings membership cannot use are
+// refused by New, naming the option; usable ones reach membership.
+func TestClusterTimingOptions(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*server.Config)
+		want string
+	}{
+		{func(c *server.Config) { c.ClusterProbeTimeout = c.ClusterProbeInterval }, "option cluster_probe_timeout: 200ms: want less than cluster_probe_interval (200ms)"},
+		{func(c *server.Config) { c.ClusterProbeInterval = 0 }, "option cluster_probe_interval: 0s: want a positive duration"},
+		{func(c *server.Config) { c.ClusterSuspicionMult = 0 }, "option cluster_suspicion_mult: 0: want at least 1"},
+	} {
+		cfg := server.DefaultConfig()
+		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort, cfg.MQTTPort, cfg.MQTTWSPort = "127.0.0.1", 0, "", "", -1, -1, -1
+		cfg.ServerName, cfg.ClusterPort = "n1", 0
+		c.set(&cfg)
+		_, err := server.New(cfg, nil)
+		var oe *server.OptionError
+		if err == nil || !errors.As(err, &oe) || err.Error() != c.want {
+			t.Errorf("New: %v, want OptionError %q", err, c.want)
+		}
+	}
+
+	// Slower probing still forms the cluster and still finds a node gone.
+	nodes := servertest.StartCluster(t, 2, func(_ int, c *server.Config) {
+		c.ClusterProbeInterval, c.ClusterProbeTimeout, c.ClusterSuspicionMult = 400*time.Millisecond, 200*time.Millisecond, 2
+	})
+	if err := nodes[1].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "n2 gone from n1", 5*time.Second, func() bool { return len(nodes[0].ClusterNode().Status().Members) == 1 })
 }

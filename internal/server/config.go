@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tern-mq/tern/internal/cliflags"
+	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/outbound"
 )
@@ -86,6 +87,12 @@ type Config struct {
 	// ClusterAdvertise is the host other nodes reach this one at, when it differs
 	// from Host.
 	ClusterAdvertise string
+	// Failure detection (internal/cluster/membership/doc.go): how often a node
+	// probes another, how long it waits for the direct answer, and how many probe
+	// intervals a suspected node has to refute before it is declared dead.
+	ClusterProbeInterval time.Duration
+	ClusterProbeTimeout  time.Duration
+	ClusterSuspicionMult int
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -131,6 +138,10 @@ func DefaultConfig() Config {
 		MQTT:               mqtt.DefaultConfig(),
 		ClusterPort:        -1,
 		ClusterName:        "tern",
+
+		ClusterProbeInterval: membership.DefaultProbeInterval,
+		ClusterProbeTimeout:  membership.DefaultProbeTimeout,
+		ClusterSuspicionMult: membership.DefaultSuspicionMult,
 	}
 }
 
@@ -175,7 +186,7 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.Host) }},
 	{key: "port", group: groupNetwork, help: "native protocol TCP port (0 = any free port)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.Port, 0, anyPort) }},
-	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /metrics); empty disables it",
+	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /cluster, /metrics); empty disables it",
 		bind: func(c *Config) pflag.Value { return str(&c.HTTPAddr) }},
 	{key: "server_name", group: groupNetwork, help: "name reported to clients (INFO) and in monitoring",
 		bind: func(c *Config) pflag.Value { return str(&c.ServerName) }, defaultText: "the host name"},
@@ -228,6 +239,12 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.GossipPort, 0, anyPort) }},
 	{key: "cluster_advertise", group: groupCluster, help: "host other nodes reach this one at, when it differs from host (0.0.0.0, NAT, containers)",
 		bind: func(c *Config) pflag.Value { return str(&c.ClusterAdvertise) }},
+	{key: "cluster_probe_interval", group: groupCluster, help: "failure detection: how often a node probes one other node; one that stops answering is declared dead after about 5 to 8 intervals (docs/cluster.md): shorter finds dead nodes sooner, and takes a shorter stall (GC, starved CPU) for death",
+		bind: func(c *Config) pflag.Value { return dur(&c.ClusterProbeInterval) }},
+	{key: "cluster_probe_timeout", group: groupCluster, help: "failure detection: wait for a probe's direct answer before asking other nodes to probe; shorter than cluster_probe_interval, above the round trip between nodes",
+		bind: func(c *Config) pflag.Value { return dur(&c.ClusterProbeTimeout) }},
+	{key: "cluster_suspicion_mult", group: groupCluster, help: "failure detection: a suspected node has this many probe intervals (times log10 of the node count, at least 1) to refute before it is declared dead",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSuspicionMult, 1, 100) }},
 
 	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no MQTT)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTPort, -1, anyPort) }},

@@ -114,7 +114,8 @@ func (f *mqttFrontend) Addr() net.Addr { return f.ln.Addr() }
 
 func (f *mqttFrontend) Serve() error {
 	if f.ws == nil {
-		if err := f.srv.Serve(f.ln); !errors.Is(err, mqtt.ErrServerClosed) {
+		// Shutdown closes the listener before the server, so Serve may see either.
+		if err := f.srv.Serve(f.ln); !errors.Is(err, mqtt.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			return err
 		}
 		return nil

@@ -74,6 +74,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		s.cfg.ClusterPort = cfg.ClusterPort
 	}
 	if cfg.ClusterPort >= 0 {
+		if err := checkClusterTiming(cfg); err != nil {
+			return nil, err
+		}
 		// Before anything subscribes: stream captures and restored MQTT sessions are
 		// interest the other nodes must learn of.
 		s.interest = interest.NewLocal()

@@ -61,9 +61,9 @@ type Manager struct {
 	ln     net.Listener
 	// leaving: the node is on its way out; it dials nobody any more.
 	leaving bool
-	outs   map[string]*outSession // by peer node name
-	ins    map[string]*inSession  // by peer node id
-	gen    uint64
+	outs    map[string]*outSession // by peer node name
+	ins     map[string]*inSession  // by peer node id
+	gen     uint64
 	// watchers get a signal when a route comes or goes (WatchClientURLs).
 	watchers map[chan struct{}]struct{}
 	done     chan struct{}
@@ -283,6 +283,9 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 	}
 	m.cfg.Local.Listen(r)
 	r.q.Flush()
+	// Measured at once rather than at the first tick, so that monitoring has a round
+	// trip for a route as soon as it is up.
+	r.ping()
 	filled := copy(buf, rest)
 	err = r.run(buf, filled)
 	m.cfg.Local.Forget(r)

@@ -4,6 +4,9 @@ package servertest
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -37,4 +40,88 @@ func Start(t testing.TB, mutate func(*server.Config)) *server.Server {
 		}
 	})
 	return s
+}
+
+// RoutePort finds a free loopback port whose next port, the gossip port of a node
+// with that cluster port, is free too, for TCP and UDP.
+func RoutePort(t testing.TB) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		g, gerr := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)))
+		u, uerr := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1)))
+		l.Close()
+		if gerr == nil {
+			g.Close()
+		}
+		if uerr == nil {
+			u.Close()
+		}
+		if gerr == nil && uerr == nil && p < 65535 {
+			return p
+		}
+	}
+	t.Fatal("no free port pair")
+	return 0
+}
+
+// StartCluster runs n servers on loopback, named n1 to nN, joined into one cluster
+// named after the test: every node is given the first node's cluster port to join.
+// Each has free native and MQTT ports, no UDP, MQTT WebSocket or HTTP listener and
+// its streams in a temporary directory, after letting mutate (which may be nil)
+// adjust node i's configuration. It returns once every node has a route to every
+// other; the servers are shut down when the test ends.
+func StartCluster(t testing.TB, n int, mutate func(i int, c *server.Config)) []*server.Server {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = RoutePort(t)
+	}
+	join := "127.0.0.1:" + strconv.Itoa(ports[0])
+	var nodes []*server.Server
+	for i := 0; i < n; i++ {
+		cfg := server.DefaultConfig()
+		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
+		cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
+		cfg.ServerName = fmt.Sprintf("n%d", i+1)
+		cfg.ClusterPort, cfg.Join, cfg.ClusterName = ports[i], join, "test-"+t.Name()
+		if mutate != nil {
+			mutate(i, &cfg)
+		}
+		s, err := server.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			// Tests may have stopped a node already: a second shutdown's error is no news.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.Shutdown(ctx)
+		})
+		nodes = append(nodes, s)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !fullMesh(nodes) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no full mesh of routes between %d nodes after 15s", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nodes
+}
+
+func fullMesh(nodes []*server.Server) bool {
+	for _, s := range nodes {
+		if len(s.ClusterNode().Status().Routes) != len(nodes)-1 {
+			return false
+		}
+	}
+	return true
 }
