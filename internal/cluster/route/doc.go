@@ -13,7 +13,10 @@
 // Interest is sent as absolute weights (interest.Local tells every route of each
 // change, in order), refreshed in full under a generation every Lease/3; a peer's
 // interest is dropped when its route closes, when the Manager is told the node is
-// gone, or when its refreshes stop for longer than Lease.
+// gone, or when its refreshes stop for longer than Lease. A route closes when it has
+// heard nothing from its peer, not even a PONG, for StaleAfter: membership may
+// rightly keep both ends alive (a third node still reaches each) while the link
+// between them carries nothing.
 //
 // The Manager is driven by membership: Want(name, addr) when a node joins, Drop(name)
 // when it leaves or is declared dead. It knows nothing of how nodes are discovered.

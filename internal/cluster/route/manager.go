@@ -28,8 +28,16 @@ type Config struct {
 	// Lease: a peer's interest is dropped when its full refresh has not come for
 	// this long; each node refreshes every Lease/3. Default 30 s.
 	Lease time.Duration
-	// PingInterval measures each route's round trip. Default 5 s.
+	// PingInterval is how often each route is pinged: it measures the round trip
+	// and keeps an idle route heard. Default 500 ms.
 	PingInterval time.Duration
+	// StaleAfter closes a route that has heard nothing from its peer for this
+	// long, purging the peer's interest with it; the dialling side keeps trying
+	// while the node is wanted. Membership alone cannot be relied on for this: a
+	// link cut between two nodes that a third still reaches leaves both alive to
+	// it, and a route left up would swallow what it is given. Default
+	// 4 × PingInterval, at least 2 × PingInterval.
+	StaleAfter time.Duration
 	// HandshakeTimeout bounds the RHELLO exchange. Default 5 s.
 	HandshakeTimeout time.Duration
 	// ExcludeBacklog: a route with more bytes than this waiting for its socket, or
@@ -87,8 +95,12 @@ func NewManager(cfg Config) (*Manager, error) {
 		cfg.Lease = 30 * time.Second
 	}
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 5 * time.Second
+		cfg.PingInterval = 500 * time.Millisecond
 	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 4 * cfg.PingInterval
+	}
+	cfg.StaleAfter = max(cfg.StaleAfter, 2*cfg.PingInterval)
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 5 * time.Second
 	}
@@ -270,6 +282,7 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 		return
 	}
 	r.table = interest.NewTable(m.cfg.Lease, time.Now())
+	r.heard.Store(time.Now().UnixNano())
 	if !m.register(r) {
 		r.q.Close(errors.New("duplicate route"))
 		r.q.Finish()
@@ -391,7 +404,13 @@ func (m *Manager) tick() {
 			m.mu.Lock()
 			routes := m.routeList()
 			m.mu.Unlock()
+			now := time.Now()
 			for _, r := range routes {
+				if silent := now.Sub(time.Unix(0, r.heard.Load())); silent > m.cfg.StaleAfter {
+					m.log.Warn("route: nothing heard from the peer, closing", "node", r.peer.NodeName, "silent", silent.Round(time.Millisecond))
+					r.q.Close(fmt.Errorf("nothing heard from %s for %v", r.peer.NodeName, silent.Round(time.Millisecond)))
+					continue
+				}
 				r.ping()
 			}
 		}

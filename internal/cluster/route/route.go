@@ -39,6 +39,7 @@ type Route struct {
 	started  time.Time
 	rttNanos atomic.Int64
 	pingSent atomic.Int64
+	heard    atomic.Int64 // when the peer last sent anything (Unix ns)
 
 	// The peer's interest, held as broker subscriptions. Guarded by imu; the
 	// reader goroutine and the Manager's lease checks change it.
@@ -179,6 +180,9 @@ func (r *Route) run(buf []byte, filled int) error {
 		}
 		n, err := r.nc.Read(buf[filled:])
 		filled += n
+		if n > 0 {
+			r.heard.Store(time.Now().UnixNano())
+		}
 		if err != nil && n == 0 {
 			if errors.Is(err, io.EOF) {
 				return fmt.Errorf("route to %s closed by the peer", r.peer.NodeName)

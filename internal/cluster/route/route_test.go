@@ -268,7 +268,8 @@ func TestRefusesOtherClusterAndItself(t *testing.T) {
 }
 
 // TestLeaseExpiresSilentPeer: a peer whose refreshes stop loses its interest after
-// the lease even though its route stays up.
+// the lease even though its route stays up (it still answers, so the route is not
+// stale).
 func TestLeaseExpiresSilentPeer(t *testing.T) {
 	a := startNode(t, "t", "a")
 	// A hand-made peer: handshake, one interest entry, then silence.
@@ -283,10 +284,13 @@ func TestLeaseExpiresSilentPeer(t *testing.T) {
 	if _, err := nc.Write(out); err != nil {
 		t.Fatal(err)
 	}
-	go func() { // read and discard what a sends
+	go func() { // read and discard what a sends, answering so that a hears the peer
 		buf := make([]byte, 4096)
 		for {
 			if _, err := nc.Read(buf); err != nil {
+				return
+			}
+			if _, err := nc.Write(wire.AppendPong(nil)); err != nil {
 				return
 			}
 		}
@@ -295,6 +299,43 @@ func TestLeaseExpiresSilentPeer(t *testing.T) {
 	waitFor(t, "lease expiry", func() bool { return interestOf(a, "z") == 0 })
 	if publish(a, &broker.Message{Subject: []byte("quiet")}) != 0 {
 		t.Fatal("expired interest still matched")
+	}
+}
+
+// TestSilentRouteIsClosed: a route whose peer stops answering (a cut link, while
+// membership still believes the peer alive) is closed after StaleAfter and the
+// peer's interest goes with it, long before the lease would end it.
+func TestSilentRouteIsClosed(t *testing.T) {
+	a := startNode(t, "t", "a")
+	nc, err := net.Dial("tcp", a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var out []byte
+	out = wire.AppendRouteHello(out, &wire.RouteHello{Version: wire.Version, Cluster: "t", NodeName: "z", NodeID: "z-id"})
+	out = wire.AppendRouteInterest(out, "cut.off", "", 1)
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // read and discard, never answer
+		buf := make([]byte, 4096)
+		for {
+			if _, err := nc.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "interest", func() bool { return interestOf(a, "z") == 1 })
+	start := time.Now()
+	waitFor(t, "the silent route to close", func() bool { return interestOf(a, "z") == -1 })
+	// PingInterval 50 ms: StaleAfter is 200 ms, checked every ping; the lease
+	// (600 ms) would clear the interest but leave the route up.
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("silent route closed after %v, want about 200-250 ms", took)
+	}
+	if publish(a, &broker.Message{Subject: []byte("cut.off")}) != 0 {
+		t.Fatal("the closed route's interest still matched")
 	}
 }
 
