@@ -1,7 +1,8 @@
-// Package netns makes pairs of Linux network namespaces joined by a veth pair, for
-// tests and benchmarks that need a real network path whose faults they control:
-// random loss with the iptables statistic match (this kernel has no netem) and
-// blackouts. It needs root, `ip` and `iptables`; scripts/deps.sh installs iptables.
+// Package netns makes Linux network namespaces joined by a veth pair, or several on
+// a bridge (Bridge), for tests and benchmarks that need a real network path whose
+// faults they control: random loss with the iptables statistic match (this kernel
+// has no netem), blackouts and partitions. It needs root, `ip` and `iptables`;
+// scripts/deps.sh installs iptables.
 package netns
 
 import (
