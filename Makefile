@@ -19,9 +19,11 @@ bench:
 fuzz:
 	scripts/fuzz.sh
 
-# Longer seeded crash and model runs than the suite's (each test's seed count).
+# Longer seeded crash and model runs than the suite's (each test's seed count); the
+# cluster's kill -9 rounds and rounds of partitions on one cluster.
 soak:
 	TERN_KILL9_SEEDS=20 TERN_STORE_SEEDS=200 go test -count=1 -timeout 60m -run 'TestKill9|RandomOps' ./internal/stream/ ./internal/store/
+	TERN_CLUSTER_SEEDS=10 go test -count=1 -timeout 30m -run 'TestKill9UnderLoad|TestPartitions' ./internal/cluster/clustertest/
 
 # A local cluster of N nodes (default 3) in the background: ports, logs and stores in
 # scripts/cluster.sh and docs/cluster.md. make cluster N=5 for five.
