@@ -853,6 +853,13 @@ func (c *Conn) reconnect(failed string) {
 			start = i // the failed server goes last in each round
 		}
 	}
+	// Other servers are tried at once: a dead node's clients move to a live one in
+	// the time of a dial. The wait between rounds is for when none answers.
+	if len(servers) > 1 {
+		if c.tryServers(servers, start, failed, 0) {
+			return
+		}
+	}
 	for round := 1; c.opts.MaxReconnects < 0 || round <= c.opts.MaxReconnects; round++ {
 		t := time.NewTimer(wait/2 + time.Duration(rand.Int64N(int64(wait/2)+1)))
 		select {
@@ -861,35 +868,48 @@ func (c *Conn) reconnect(failed string) {
 			return
 		case <-t.C:
 		}
-		for i := range servers {
-			addr := servers[(start+1+i)%len(servers)]
-			nc, info, rest, err := c.dial(addr)
-			if err != nil {
-				c.log.Debug("reconnect attempt failed", "server", addr, "round", round, "err", err)
-				continue
-			}
-			c.mu.Lock()
-			if c.status != Reconnecting {
-				c.mu.Unlock()
-				nc.Close()
-				return
-			}
-			discovered := c.install(nc, addr, info, rest)
-			c.mu.Unlock()
-			c.reconnects.Add(1)
-			c.log.Info("reconnected", "server", addr)
-			if h := c.opts.ReconnectHandler; h != nil {
-				c.event(func() { h(c) })
-			}
-			if discovered {
-				c.discoveredServers()
-			}
+		if c.tryServers(servers, start, "", round) {
 			return
 		}
 		wait = min(2*wait, c.opts.MaxReconnectWait)
 	}
 	c.log.Warn("giving up reconnecting", "rounds", c.opts.MaxReconnects)
 	c.Close()
+}
+
+// tryServers dials the servers in turn after start, skipping skip, and installs the
+// first that answers. It reports whether the reconnect is over: connected, or the
+// connection closed meanwhile.
+func (c *Conn) tryServers(servers []string, start int, skip string, round int) bool {
+	for i := range servers {
+		addr := servers[(start+1+i)%len(servers)]
+		if addr == skip {
+			continue
+		}
+		nc, info, rest, err := c.dial(addr)
+		if err != nil {
+			c.log.Debug("reconnect attempt failed", "server", addr, "round", round, "err", err)
+			continue
+		}
+		c.mu.Lock()
+		if c.status != Reconnecting {
+			c.mu.Unlock()
+			nc.Close()
+			return true
+		}
+		discovered := c.install(nc, addr, info, rest)
+		c.mu.Unlock()
+		c.reconnects.Add(1)
+		c.log.Info("reconnected", "server", addr)
+		if h := c.opts.ReconnectHandler; h != nil {
+			c.event(func() { h(c) })
+		}
+		if discovered {
+			c.discoveredServers()
+		}
+		return true
+	}
+	return false
 }
 
 // pinger sends a PING every PingInterval and declares the link dead when too many go

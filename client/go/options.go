@@ -117,7 +117,8 @@ func Credentials(c []byte) Option { return func(o *Options) { o.Credentials = c 
 // Subscribe waits for the server's acknowledgement. Default 2s.
 func Timeout(d time.Duration) Option { return func(o *Options) { o.Timeout = d } }
 
-// ReconnectWait is the first delay between reconnect attempts; it doubles after each
+// ReconnectWait is the first delay between rounds of reconnect attempts (a lost
+// connection first tries the list's other servers at once); it doubles after each
 // failed round over the server list, up to MaxReconnectWait, and each delay is drawn at
 // random between half and all of its value (jitter). Default 250ms.
 func ReconnectWait(d time.Duration) Option { return func(o *Options) { o.ReconnectWait = d } }

@@ -21,6 +21,9 @@ type Remote interface {
 	// m in any case unless m.Group is set). It must copy what it keeps of m and
 	// must not block.
 	DeliverRemote(m *Message, queues []string) bool
+	// Excluded reports that the node is behind or stalled and takes no traffic
+	// for now: a queue group then picks a member elsewhere.
+	Excluded() bool
 }
 
 // remoteTarget is a node a message goes to, with the groups it was chosen for.
@@ -65,12 +68,13 @@ func (p *Batch) deliverRemotes(m *Message) {
 	p.remotes = p.remotes[:0]
 }
 
-// pickRemote chooses a live remote member of a queue group in proportion to the
-// members each node has, turning with the group's cursor.
+// pickRemote chooses a live remote member of a queue group, on a node that is not
+// excluded, in proportion to the members each node has, turning with the group's
+// cursor.
 func pickRemote(members []*Subscription, cursor uint32) Remote {
 	var total uint64
 	for _, sub := range members {
-		if sub.remote != nil && !sub.closed.Load() {
+		if sub.remote != nil && !sub.closed.Load() && !sub.remote.Excluded() {
 			total += uint64(max(sub.Weight, 1))
 		}
 	}
@@ -79,7 +83,7 @@ func pickRemote(members []*Subscription, cursor uint32) Remote {
 	}
 	x := uint64(cursor) % total
 	for _, sub := range members {
-		if sub.remote == nil || sub.closed.Load() {
+		if sub.remote == nil || sub.closed.Load() || sub.remote.Excluded() {
 			continue
 		}
 		w := uint64(max(sub.Weight, 1))

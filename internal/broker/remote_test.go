@@ -16,7 +16,10 @@ type node struct {
 	// counting: only count deliveries and the groups named (no strings built)
 	counting bool
 	n, nq    int
+	excluded bool
 }
+
+func (n *node) Excluded() bool { return n.excluded }
 
 func (n *node) Deliver(*Subscription, *Message) bool {
 	panic("a Remote is given messages through DeliverRemote only")
@@ -124,6 +127,14 @@ func TestQueueGroupPrefersLocalMembers(t *testing.T) {
 	got2, got3 := n2.take(), n3.take()
 	if len(got2) != 3000 || len(got3) != 1000 {
 		t.Fatalf("nodes with 3 and 1 members got %d and %d of 4000", len(got2), len(got3))
+	}
+	// An excluded node's members are passed over while others remain.
+	n2.excluded = true
+	for i := 0; i < 100; i++ {
+		publish(b, &p, "jobs", "x")
+	}
+	if got2, got3 := n2.take(), n3.take(); len(got2) != 0 || len(got3) != 100 {
+		t.Fatalf("with the 3-member node excluded: %d and %d of 100", len(got2), len(got3))
 	}
 	if got2[0] != "jobs|workers" {
 		t.Fatalf("forwarded as %q, want the group named", got2[0])

@@ -350,6 +350,9 @@ func (r *Route) DeliverRemote(m *broker.Message, queues []string) bool {
 	return true
 }
 
+// Excluded implements broker.Remote.
+func (r *Route) Excluded() bool { return r.excluded.Load() }
+
 // Stall implements broker.Staller: publishers wait briefly for a route that is
 // behind, never for one that is excluded.
 func (r *Route) Stall() <-chan struct{} {
