@@ -10,8 +10,6 @@
 package cluster
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,7 +82,7 @@ func Start(cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, local: cfg.Interest, id: newID(), done: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log, local: cfg.Interest, done: make(chan struct{})}
 	if n.local == nil {
 		n.local = interest.NewLocal()
 		if err := cfg.Broker.SetObserver(n.local); err != nil {
@@ -106,22 +104,6 @@ func Start(cfg Config) (*Node, error) {
 	}
 	routeAddr := net.JoinHostPort(host, strconv.Itoa(port))
 
-	rc := cfg.Routes
-	rc.Hello = wire.RouteHello{Cluster: cfg.Cluster, NodeName: cfg.NodeName, NodeID: n.id, RouteAddr: routeAddr,
-		ServerVersion: cfg.Version, ClientURLs: cfg.ClientURLs}
-	rc.Broker, rc.Local, rc.Logger = cfg.Broker, n.local, log
-	if n.routes, err = route.NewManager(rc); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		if err := n.routes.Serve(ln); err != nil {
-			log.Error("cluster: route listener stopped", "err", err)
-		}
-	}()
-
 	mc := cfg.Membership
 	mc.NodeName, mc.ClusterName, mc.BindAddr = cfg.NodeName, cfg.Cluster, cfg.Host
 	mc.GossipPort = cfg.GossipPort
@@ -133,10 +115,28 @@ func Start(cfg Config) (*Node, error) {
 	}
 	mc.Join, mc.JoinGossip, mc.RouteAddr, mc.Version, mc.Logger = cfg.Join, cfg.JoinGossip, routeAddr, cfg.Version, log
 	if n.ms, err = membership.Start(mc); err != nil {
-		n.routes.Shutdown()
-		n.wg.Wait()
+		ln.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	// One id for the node in membership and on its routes.
+	n.id = n.ms.Local().ID
+	rc := cfg.Routes
+	rc.Hello = wire.RouteHello{Cluster: cfg.Cluster, NodeName: cfg.NodeName, NodeID: n.id, RouteAddr: routeAddr,
+		ServerVersion: cfg.Version, ClientURLs: cfg.ClientURLs}
+	rc.Broker, rc.Local, rc.Logger = cfg.Broker, n.local, log
+	if n.routes, err = route.NewManager(rc); err != nil {
+		_ = n.ms.Shutdown()
+		ln.Close()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.routes.Serve(ln); err != nil {
+			log.Error("cluster: route listener stopped", "err", err)
+		}
+	}()
+
 	n.wg.Add(1)
 	go n.follow()
 	log.Info("cluster node started", "cluster", cfg.Cluster, "node", cfg.NodeName, "routes", routeAddr,
@@ -229,12 +229,6 @@ func (n *Node) RouteAddr() string { return n.ln.Addr().String() }
 
 // GossipAddr is where this node gossips.
 func (n *Node) GossipAddr() string { return n.ms.Local().Addr }
-
-func newID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // outboundIP is the address other hosts most likely reach this one at, for a node
 // bound to every interface without an advertised address.

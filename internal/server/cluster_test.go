@@ -183,7 +183,13 @@ func TestClusterMQTTAndNative(t *testing.T) {
 // TestClusterForgetsAStoppedNode: a node that leaves takes its interest with it.
 func TestClusterForgetsAStoppedNode(t *testing.T) {
 	nodes := servertest.StartCluster(t, 3, nil)
-	c3 := connect(t, nodes[2])
+	// A client that stays with its node (one that follows the cluster would
+	// subscribe again on another node).
+	c3, err := tern.Connect(nodes[2].URL(), tern.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
 	if _, err := c3.SubscribeSync("gone.soon"); err != nil {
 		t.Fatal(err)
 	}
