@@ -256,4 +256,3 @@ func TestClusterForgetsAStoppedNode(t *testing.T) {
 		t.Fatalf("a request to the stopped node's subject: %v, want no responders", err)
 	}
 }
-
