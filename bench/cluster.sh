@@ -225,12 +225,16 @@ run_recovery() {
 	for r in $(seq 1 "$RUNS"); do
 		for sys in $(order "$r"); do
 			mesh "$sys" 3 >/dev/null
-			"$OUT/clustervs" recovery --system "$sys" --urls "$(list "$sys" 3 url)" --monitor "$(list "$sys" 3 monitor)" \
-				--victim 3 --kill-pid "${PID[${sys}3]}" --rate "$RECOVERY_RATE" "${QUIET[@]}" --out "$OUT/recovery.jsonl"
-			# The harness killed node 3: reap it (quietly: bash reports a job killed by a
-			# signal), start it again, wait for the mesh.
-			{ wait "${PID[${sys}3]}" || true; } 2>/dev/null
+			# The harness kills node 3, then it is reaped here. Bash reports a job
+			# killed by a signal on its own stderr: that goes to /dev/null for this
+			# group, the harness's stderr (fd 3) does not.
+			{
+				"$OUT/clustervs" recovery --system "$sys" --urls "$(list "$sys" 3 url)" --monitor "$(list "$sys" 3 monitor)" \
+					--victim 3 --kill-pid "${PID[${sys}3]}" --rate "$RECOVERY_RATE" "${QUIET[@]}" --out "$OUT/recovery.jsonl" 2>&3
+				wait "${PID[${sys}3]}" || true
+			} 3>&2 2>/dev/null
 			unset "PID[${sys}3]"
+			# Start it again and wait for the mesh.
 			start_node "$sys" 3 3
 			wait_node "$sys" 3
 			mesh "$sys" 3 >/dev/null
