@@ -5,6 +5,11 @@
 //
 // Every row runs --runs times per broker, alternating which broker goes first, and the
 // table shows the median with the spread (min–max) across runs.
+//
+// With --cluster it runs the cluster matrix instead: --nats and --tern then list one
+// URL per node of a running cluster, and each row places its publishers, subscribers,
+// requesters and responders on given nodes (bench/cluster.sh starts both clusters and
+// calls this program).
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 
 	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/natsbus"
+	"github.com/tern-mq/tern/bench/internal/stats"
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
 )
@@ -34,6 +40,10 @@ type row struct {
 	Key      string // short name for --only
 	Workload string // as shown in the table
 	Cfg      loadgen.Config
+	// Place puts the connections of each role (loadgen.RolePub, ...) on cluster nodes,
+	// 0 being the first URL: the i-th connection of a role goes to node
+	// Place[role][i % len(Place[role])]. Roles it does not list go to node 0.
+	Place map[string][]int
 }
 
 const kib = 1024
@@ -46,9 +56,9 @@ func matrix(scale float64) []row {
 	add := func(key, workload string, cfg loadgen.Config, small, large int) {
 		c := cfg
 		c.Size, c.Msgs = 16, n(small)
-		rows = append(rows, row{key + "-16", workload, c})
+		rows = append(rows, row{Key: key + "-16", Workload: workload, Cfg: c})
 		c.Size, c.Msgs = kib, n(large)
-		rows = append(rows, row{key + "-1k", workload, c})
+		rows = append(rows, row{Key: key + "-1k", Workload: workload, Cfg: c})
 	}
 	add("pub", "publish only (1 pub)", loadgen.Config{Mode: loadgen.ModePub, Pubs: 1}, 5_000_000, 1_500_000)
 	add("pubsub1", "1 pub → 1 sub", loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 1}, 2_000_000, 600_000)
@@ -60,34 +70,91 @@ func matrix(scale float64) []row {
 	return rows
 }
 
-// system is one broker under test.
+// clusterMatrix is the benchmark across the nodes of a 3-node cluster (--cluster).
+// Node 1 in the names is Place's node 0. Every row probes (loadgen.Config.Probe):
+// it starts once the subscriptions have reached the publishers' node.
+func clusterMatrix(scale float64) []row {
+	n := func(v int) int { return max(1, int(float64(v)*scale)) }
+	var rows []row
+	one := func(key, workload string, cfg loadgen.Config, place map[string][]int, size, msgs int) {
+		cfg.Size, cfg.Msgs, cfg.Probe = size, n(msgs), true
+		rows = append(rows, row{Key: key, Workload: workload, Cfg: cfg, Place: place})
+	}
+	add := func(key, workload string, cfg loadgen.Config, place map[string][]int, small, large int) {
+		one(key+"-16", workload, cfg, place, 16, small)
+		one(key+"-1k", workload, cfg, place, kib, large)
+	}
+	pub1 := []int{0}
+	add("fanout", "fan-out: pub on node 1 → subs on nodes 2, 3",
+		loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 2},
+		map[string][]int{loadgen.RolePub: pub1, loadgen.RoleSub: {1, 2}}, 1_000_000, 300_000)
+	add("queue3", "queue group of 3, a member on each node; pub on node 1",
+		loadgen.Config{Mode: loadgen.ModeQueue, Pubs: 1, Subs: 3},
+		map[string][]int{loadgen.RolePub: pub1, loadgen.RoleSub: {0, 1, 2}}, 1_000_000, 300_000)
+	add("queue4r", "queue group of 4 on nodes 2, 3 (2 each); pub on node 1",
+		loadgen.Config{Mode: loadgen.ModeQueue, Pubs: 1, Subs: 4},
+		map[string][]int{loadgen.RolePub: pub1, loadgen.RoleSub: {1, 2}}, 1_000_000, 300_000)
+	add("reqrep", "request/reply: requester on node 1, responder on node 3",
+		loadgen.Config{Mode: loadgen.ModeReqRep, Pubs: 1, Subs: 1},
+		map[string][]int{loadgen.RoleReq: pub1, loadgen.RoleResponder: {2}}, 10_000, 10_000)
+	one("paced-16", "latency: pub on node 1 → sub on node 2, paced at 10k msgs/s",
+		loadgen.Config{Mode: loadgen.ModePubSub, Pubs: 1, Subs: 1, Rate: 10_000},
+		map[string][]int{loadgen.RolePub: pub1, loadgen.RoleSub: {1}}, 16, 30_000)
+	return rows
+}
+
+// nodesNeeded is how many cluster nodes rows place connections on.
+func nodesNeeded(rows []row) int {
+	n := 1
+	for _, r := range rows {
+		for _, nodes := range r.Place {
+			for _, i := range nodes {
+				n = max(n, i+1)
+			}
+		}
+	}
+	return n
+}
+
+// placed is a Dialer that puts each connection of a run on the node its role's
+// placement names (see row.Place); dials[i] connects to node i.
+func placed(dials []loadgen.Dialer, place map[string][]int) loadgen.Dialer {
+	return func(name string) (loadgen.Bus, error) {
+		node := 0
+		if role, i, ok := loadgen.ConnRole(name); ok {
+			if nodes := place[role]; len(nodes) > 0 {
+				node = nodes[i%len(nodes)]
+			}
+		}
+		if node >= len(dials) {
+			return nil, fmt.Errorf("connection %s is placed on node %d of %d", name, node+1, len(dials))
+		}
+		return dials[node](name)
+	}
+}
+
+// splitURLs splits a comma-separated list of node URLs.
+func splitURLs(list string) []string {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// system is one broker under test: one server, or with --cluster one URL per node.
 type system struct {
-	Key     string `json:"-"`
-	Name    string `json:"name"`
-	URL     string `json:"url"`
-	Version string `json:"version"`
-	dial    loadgen.Dialer
+	Key     string           `json:"-"`
+	Name    string           `json:"name"`
+	URL     string           `json:"url"`
+	Version string           `json:"version"`
+	dials   []loadgen.Dialer // one per node
 }
 
 // spread is the median, min and max of one figure across runs.
-type spread struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func spreadOf(v []float64) spread {
-	if len(v) == 0 {
-		return spread{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return spread{Median: m, Min: s[0], Max: s[len(s)-1]}
-}
+type spread = stats.Spread
 
 // outcome is one system's runs of one row.
 type outcome struct {
@@ -110,7 +177,7 @@ func (o *outcome) summarize() {
 			p999 = append(p999, us(r.Latency.P999))
 		}
 	}
-	o.MsgsPerSec, o.P50, o.P99, o.P999 = spreadOf(rate), spreadOf(p50), spreadOf(p99), spreadOf(p999)
+	o.MsgsPerSec, o.P50, o.P99, o.P999 = stats.SpreadOf(rate), stats.SpreadOf(p50), stats.SpreadOf(p99), stats.SpreadOf(p999)
 }
 
 type rowReport struct {
@@ -129,8 +196,11 @@ type rowReport struct {
 }
 
 type report struct {
-	Date    string             `json:"date"`
-	Command string             `json:"command"`
+	Date    string `json:"date"`
+	Command string `json:"command"`
+	// Nodes is the number of cluster nodes each broker ran with (--cluster); 0 for a
+	// single server.
+	Nodes   int                `json:"nodes,omitempty"`
 	Machine host.Machine       `json:"machine"`
 	Servers map[string]*system `json:"servers"`
 	Runs    int                `json:"runs"`
@@ -156,8 +226,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("natsvs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", "nats://127.0.0.1:14222", "NATS server URL (empty skips NATS)")
-	ternURL := fs.String("tern", "tern://127.0.0.1:17400", "Tern server URL (empty skips Tern)")
+	natsURL := fs.String("nats", "nats://127.0.0.1:14222", "NATS server URL, with --cluster one URL per node, comma-separated (empty skips NATS)")
+	ternURL := fs.String("tern", "tern://127.0.0.1:17400", "Tern server URL, with --cluster one URL per node, comma-separated (empty skips Tern)")
+	cluster := fs.Bool("cluster", false, "run the cluster matrix: each row places its connections on the nodes --nats and --tern list")
 	runs := fs.Int("runs", 3, "runs of each row per broker; the table shows the median and the min–max")
 	jsonPath := fs.String("json", "", "also write every run's result and the summary as JSON to this file")
 	only := fs.String("only", "", "comma-separated rows to run, by key (pub-16) or workload (reqrep: both sizes); default all, see --list")
@@ -170,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	list := fs.Bool("list", false, "list the rows and exit")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this load generator (both brokers' clients) to this file")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: natsvs [options]\n\nRuns the same workloads against a running NATS server and a running Tern server\nand prints a Markdown table comparing them. bench/run.sh starts both servers and\ncalls this program.\n\nOptions:\n")
+		fmt.Fprintf(stderr, "Usage: natsvs [options]\n\nRuns the same workloads against a running NATS server and a running Tern server\n(with --cluster: a NATS cluster and a Tern cluster) and prints a Markdown table\ncomparing them. bench/run.sh starts both servers and calls this program;\nbench/cluster.sh does the same with two 3-node clusters and --cluster.\n\nOptions:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -179,7 +250,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *runs < 1 || *scale <= 0 {
 		return errors.New("--runs must be at least 1 and --scale positive")
 	}
-	rows := selectRows(matrix(*scale), *only)
+	all := matrix(*scale)
+	if *cluster {
+		all = clusterMatrix(*scale)
+	}
+	rows := selectRows(all, *only)
 	if *list {
 		for _, r := range rows {
 			fmt.Fprintf(stdout, "%-12s %s, %s, %d msgs per publisher\n", r.Key, r.Workload, sizeLabel(r.Cfg.Size), r.Cfg.Msgs)
@@ -201,13 +276,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 
+	// nodeURLs is a flag's list of servers: one, or with --cluster one per node.
+	nodeURLs := func(flagName, list string) ([]string, error) {
+		urls := splitURLs(list)
+		if !*cluster && len(urls) > 1 {
+			return nil, fmt.Errorf("--%s lists %d URLs: one URL per node needs --cluster", flagName, len(urls))
+		}
+		if need := nodesNeeded(rows); len(urls) < need {
+			return nil, fmt.Errorf("--%s lists %d URLs; the rows place connections on %d nodes", flagName, len(urls), need)
+		}
+		return urls, nil
+	}
 	var systems []*system
 	if *natsURL != "" {
-		s := &system{Key: "nats", Name: "NATS", URL: *natsURL, Version: *natsVersion, dial: natsbus.Dialer(*natsURL)}
+		urls, err := nodeURLs("nats", *natsURL)
+		if err != nil {
+			return err
+		}
+		s := &system{Key: "nats", Name: "NATS", URL: strings.Join(urls, ","), Version: *natsVersion}
+		for _, u := range urls {
+			s.dials = append(s.dials, natsbus.Dialer(u))
+		}
 		if s.Version == "" {
-			b, err := natsbus.Dial(*natsURL, "natsvs-probe")
+			b, err := natsbus.Dial(urls[0], "natsvs-probe")
 			if err != nil {
-				return fmt.Errorf("NATS at %s: %w", *natsURL, err)
+				return fmt.Errorf("NATS at %s: %w", urls[0], err)
 			}
 			s.Version = b.ServerVersion()
 			_ = b.Close()
@@ -215,15 +308,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		systems = append(systems, s)
 	}
 	if *ternURL != "" {
-		s := &system{Key: "tern", Name: "Tern", URL: *ternURL, Version: *ternVersion, dial: ternbus.Dialer(*ternURL)}
-		b, err := ternbus.Dial(*ternURL, "natsvs-probe")
+		urls, err := nodeURLs("tern", *ternURL)
 		if err != nil {
-			return fmt.Errorf("tern server at %s: %w", *ternURL, err)
+			return err
 		}
-		if s.Version == "" {
-			s.Version = b.ServerVersion()
+		s := &system{Key: "tern", Name: "Tern", URL: strings.Join(urls, ","), Version: *ternVersion}
+		for _, u := range urls {
+			s.dials = append(s.dials, ternbus.Dialer(u))
+			b, err := ternbus.Dial(u, "natsvs-probe")
+			if err != nil {
+				return fmt.Errorf("tern server at %s: %w", u, err)
+			}
+			if s.Version == "" {
+				s.Version = b.ServerVersion()
+			}
+			_ = b.Close()
 		}
-		_ = b.Close()
 		systems = append(systems, s)
 	}
 	if len(systems) == 0 {
@@ -240,12 +340,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, s := range systems {
 		rep.Servers[s.Key] = s
+		if *cluster {
+			rep.Nodes = len(s.dials)
+		}
 	}
 
 	// A short untimed run per broker first, so connection set-up, first allocations
-	// and page faults are not in the first measured row.
+	// and page faults are not in the first measured row; in a cluster it crosses from
+	// node 1 to node 2.
+	warm := row{Cfg: loadgen.Config{Mode: loadgen.ModePubSub, Subs: 1, Size: 64, Msgs: 50_000}}
+	if *cluster {
+		warm.Cfg.Probe = true
+		warm.Place = map[string][]int{loadgen.RoleSub: {1}}
+	}
 	for _, s := range systems {
-		_, _ = loadgen.Run(ctx, s.dial, loadgen.Config{Mode: loadgen.ModePubSub, Subs: 1, Size: 64, Msgs: 50_000})
+		_, _ = loadgen.Run(ctx, placed(s.dials, warm.Place), warm.Cfg)
 	}
 
 	start := time.Now()
@@ -270,7 +379,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					rep.BusyStarts++
 					fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
 				}
-				res, err := loadgen.Run(ctx, s.dial, r.Cfg)
+				res, err := loadgen.Run(ctx, placed(s.dials, r.Place), r.Cfg)
 				o := rr.Systems[s.Key]
 				status := ""
 				if err != nil {
@@ -416,7 +525,11 @@ func ratio(v float64) string {
 
 func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	m := rep.Machine
-	fmt.Fprintf(w, "## Tern vs NATS, %s\n\n", rep.Date)
+	if rep.Nodes > 0 {
+		fmt.Fprintf(w, "## Tern vs NATS, %d-node clusters, %s\n\n", rep.Nodes, rep.Date)
+	} else {
+		fmt.Fprintf(w, "## Tern vs NATS, %s\n\n", rep.Date)
+	}
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Memory, m.OS, m.GOMAXPROCS)
 	fmt.Fprintf(w, "- load generator: %s, %d runs per row per broker, median (min–max)\n", m.Go, rep.Runs)
 	if rep.BusyStarts > 0 {

@@ -4,24 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tern-mq/tern/bench/internal/clustertest"
+	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
-func TestSpreadAndFormatting(t *testing.T) {
-	if s := spreadOf([]float64{3, 1, 2}); s != (spread{Median: 2, Min: 1, Max: 3}) {
-		t.Fatalf("odd: %+v", s)
-	}
-	if s := spreadOf([]float64{4, 1, 2, 3}); s != (spread{Median: 2.5, Min: 1, Max: 4}) {
-		t.Fatalf("even: %+v", s)
-	}
-	if s := spreadOf(nil); s != (spread{}) {
-		t.Fatalf("empty: %+v", s)
-	}
+func TestFormatting(t *testing.T) {
 	for v, want := range map[float64]string{5_123_000: "5.12M", 812_345: "812k", 20_000: "20.0k", 999: "999", 4.5: "4.50"} {
 		if got := rate(v); got != want {
 			t.Errorf("rate(%v) = %q, want %q", v, got, want)
@@ -96,5 +90,96 @@ func TestRunAgainstTern(t *testing.T) {
 		if o == nil || len(o.Results) != 2 || o.MsgsPerSec.Median <= 0 {
 			t.Fatalf("row %s: %+v", r.Key, o)
 		}
+	}
+}
+
+func TestClusterMatrixAndPlacement(t *testing.T) {
+	rows := clusterMatrix(1)
+	keys := map[string]bool{}
+	for _, r := range rows {
+		if keys[r.Key] {
+			t.Fatalf("duplicate row key %s", r.Key)
+		}
+		keys[r.Key] = true
+		if !r.Cfg.Probe || len(r.Place) == 0 || r.Cfg.Msgs <= 0 {
+			t.Fatalf("row %s: %+v", r.Key, r)
+		}
+	}
+	for _, k := range []string{"fanout-16", "fanout-1k", "queue3-16", "queue4r-1k", "reqrep-16", "paced-16"} {
+		if !keys[k] {
+			t.Errorf("cluster matrix lacks %s", k)
+		}
+	}
+	if n := nodesNeeded(rows); n != 3 {
+		t.Fatalf("nodesNeeded = %d, want 3", n)
+	}
+	if n := nodesNeeded(matrix(1)); n != 1 {
+		t.Fatalf("nodesNeeded(single) = %d, want 1", n)
+	}
+
+	var got []string
+	dials := make([]loadgen.Dialer, 3)
+	for i := range dials {
+		dials[i] = func(name string) (loadgen.Bus, error) {
+			got = append(got, fmt.Sprintf("%s@%d", name, i))
+			return nil, nil
+		}
+	}
+	d := placed(dials, map[string][]int{loadgen.RolePub: {0}, loadgen.RoleSub: {1, 2}})
+	for _, name := range []string{"bench-pub-0", "bench-sub-0", "bench-sub-1", "bench-sub-2", "bench-req-0", "other"} {
+		if _, err := d(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "bench-pub-0@0 bench-sub-0@1 bench-sub-1@2 bench-sub-2@1 bench-req-0@0 other@0"
+	if s := strings.Join(got, " "); s != want {
+		t.Fatalf("placed: %s, want %s", s, want)
+	}
+	if _, err := placed(dials[:1], map[string][]int{loadgen.RoleSub: {2}})("bench-sub-0"); err == nil {
+		t.Fatal("a connection placed beyond the nodes given: no error")
+	}
+	if u := splitURLs(" a, b,,c "); strings.Join(u, "|") != "a|b|c" {
+		t.Fatalf("splitURLs: %q", u)
+	}
+}
+
+// TestRunClusterAgainstTern runs part of the cluster matrix against an in-process
+// 3-node Tern cluster.
+func TestRunClusterAgainstTern(t *testing.T) {
+	c := clustertest.StartTern(t, 3)
+	path := filepath.Join(t.TempDir(), "out.json")
+	var stdout, stderr bytes.Buffer
+	args := []string{"--cluster", "--nats", "", "--tern", strings.Join(c.URLs(), ","), "--runs", "1", "--scale", "0.005",
+		"--pause", "0s", "--quiet-wait", "0", "--only", "fanout-16,queue4r-16,reqrep-16,paced-16", "--json", path}
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"3-node clusters", "fan-out", "queue group of 4", "request/reply", "latency"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "FAILED") || strings.Contains(out, "failed") {
+		t.Errorf("a run failed:\n%s\n%s", out, stderr.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Nodes != 3 || len(rep.Rows) != 4 {
+		t.Fatalf("%d nodes, %d rows", rep.Nodes, len(rep.Rows))
+	}
+
+	// One URL per node only with --cluster; and the rows need three.
+	if err := run(context.Background(), []string{"--nats", "", "--tern", strings.Join(c.URLs(), ",")}, &stdout, &stderr); err == nil {
+		t.Fatal("several URLs without --cluster: no error")
+	}
+	if err := run(context.Background(), []string{"--cluster", "--nats", "", "--tern", c.URLs()[0]}, &stdout, &stderr); err == nil {
+		t.Fatal("--cluster with one URL: no error")
 	}
 }

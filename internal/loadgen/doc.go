@@ -13,7 +13,10 @@
 //   - reqrep: Pubs requesters, each with one request outstanding at a time, served by
 //     Subs responders in one queue group; latency is the true round trip.
 //
-// Every publisher, subscriber, requester and responder has its own connection.
+// Every publisher, subscriber, requester and responder has its own connection, named
+// after its role (ConnRole), so a Dialer may put the roles on different servers of a
+// cluster; Config.Probe then holds the start until every subscription has reached the
+// publishers' servers.
 // Publishers write their send time (time.Now().UnixNano(), little endian) into the
 // first 8 bytes of each payload when the payload has room; each subscriber records
 // now-minus-stamp into its own HDR histogram (1µs to 60s, 3 significant digits), and

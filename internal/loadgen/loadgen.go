@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,9 +32,47 @@ type Bus interface {
 	Close() error
 }
 
-// Dialer opens one connection; name identifies it to the broker (for example
-// "bench-pub-0").
+// Dialer opens one connection; name identifies it to the broker. Run names its
+// connections "bench-<role>-<index>" (for example "bench-pub-0"), with the roles below
+// and the index counting from 0 within the role; ConnRole reads a name back, so a
+// Dialer can put the roles on different servers (a cluster benchmark places
+// publishers on one node and subscribers on others).
 type Dialer func(name string) (Bus, error)
+
+// Roles of the connections Run opens, as they appear in the names given to the Dialer.
+const (
+	RolePub       = "pub"       // publishers (pub, pubsub and queue modes)
+	RoleSub       = "sub"       // subscribers and queue group members
+	RoleReq       = "req"       // requesters (reqrep)
+	RoleResponder = "responder" // responders (reqrep)
+)
+
+// connPrefix starts the name of every connection Run opens.
+const connPrefix = "bench-"
+
+func connName(role string, index int) string { return connPrefix + role + "-" + strconv.Itoa(index) }
+
+// ConnRole splits the name of a connection Run opened ("bench-sub-2") into its role
+// (RoleSub) and index (2). ok is false for any other name.
+func ConnRole(name string) (role string, index int, ok bool) {
+	rest, found := strings.CutPrefix(name, connPrefix)
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(rest[i+1:])
+	if err != nil || n < 0 {
+		return "", 0, false
+	}
+	switch role = rest[:i]; role {
+	case RolePub, RoleSub, RoleReq, RoleResponder:
+		return role, n, true
+	}
+	return "", 0, false
+}
 
 // Workload names, for Config.Mode.
 const (
@@ -80,7 +120,20 @@ type Config struct {
 	// no delivery arrived for this long (default 5s): lost messages then give an
 	// incomplete result promptly instead of running into Timeout.
 	Stall time.Duration
+	// Probe makes every publisher (requester) confirm, before the run starts, that its
+	// server delivers to every subscriber (queue member, responder). Each of those
+	// subscribes on its own connection, after its workload subscription, to a probe
+	// subject of its own (Subject + ".probe.<index>"), and each publisher sends to the
+	// probe subjects until every one has answered, within ProbeTimeout. It is for
+	// clusters, where a subscription made on one node reaches the others
+	// asynchronously: the brokers pass on one connection's subscriptions in order, so
+	// a probe that got through shows that the workload subscription made before it has
+	// arrived too. Probes are not counted and take no part in the timing.
+	Probe bool
 }
+
+// ProbeTimeout bounds the probing of Config.Probe.
+const ProbeTimeout = 30 * time.Second
 
 // ErrIncomplete is wrapped by the error Run returns when a run ended (by its timeout,
 // a stall or cancellation) before every expected message arrived.
@@ -128,10 +181,13 @@ func (cfg Config) normalize() (Config, error) {
 
 // defaultTimeout is Duration + 30s for timed runs; for counted runs it allows 20µs per
 // delivery (200µs per request in reqrep, whose requests are sequential), at least the
-// paced time when Rate is set, plus 30s.
+// paced time when Rate is set, plus 30s; probing adds ProbeTimeout.
 func (cfg Config) defaultTimeout() time.Duration {
 	const slack = 30 * time.Second
 	if cfg.Duration > 0 {
+		if cfg.Probe {
+			return cfg.Duration + ProbeTimeout + slack
+		}
 		return cfg.Duration + slack
 	}
 	var work time.Duration
@@ -148,6 +204,9 @@ func (cfg Config) defaultTimeout() time.Duration {
 		if paced := time.Duration(float64(n) / float64(cfg.Rate) * float64(time.Second)); paced > work {
 			work = paced
 		}
+	}
+	if cfg.Probe {
+		work += ProbeTimeout
 	}
 	return work + slack
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,5 +182,89 @@ func TestFormatting(t *testing.T) {
 		if got := loadgen.FormatDuration(in); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestProbe runs every workload against a broker whose subscriptions reach the
+// publishers only after a delay, as on the other nodes of a cluster: with Probe the
+// counts are exact, without it the first messages are lost.
+func TestProbe(t *testing.T) {
+	for _, c := range loadgentest.Cases(500) {
+		if c.Cfg.Mode == loadgen.ModePub {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			b := newMemBroker()
+			b.lag = 100 * time.Millisecond
+			cfg := c.Cfg
+			cfg.Probe, cfg.Timeout = true, time.Minute
+			start := time.Now()
+			res, err := loadgen.Run(context.Background(), b.dialer(), cfg)
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, res)
+			}
+			loadgentest.CheckExact(t, cfg, res)
+			if took := time.Since(start); took < b.lag {
+				t.Fatalf("the run took %v, less than the subscriptions' lag", took)
+			}
+		})
+	}
+	t.Run("without", func(t *testing.T) {
+		b := newMemBroker()
+		b.lag = 200 * time.Millisecond
+		cfg := loadgen.Config{Mode: loadgen.ModePubSub, Subs: 1, Size: 16, Msgs: 100, Stall: 100 * time.Millisecond}
+		if _, err := loadgen.Run(context.Background(), b.dialer(), cfg); !errors.Is(err, loadgen.ErrIncomplete) {
+			t.Fatalf("err = %v, want the first messages lost", err)
+		}
+	})
+}
+
+// TestConnRoles checks the names Run gives its connections against ConnRole.
+func TestConnRoles(t *testing.T) {
+	want := map[string]map[string]int{ // mode: role -> connections
+		loadgen.ModePub:    {loadgen.RolePub: 2},
+		loadgen.ModePubSub: {loadgen.RolePub: 2, loadgen.RoleSub: 3},
+		loadgen.ModeQueue:  {loadgen.RolePub: 2, loadgen.RoleSub: 3},
+		loadgen.ModeReqRep: {loadgen.RoleReq: 2, loadgen.RoleResponder: 3},
+	}
+	for _, mode := range loadgen.Modes {
+		b := newMemBroker()
+		var mu sync.Mutex
+		got := map[string]map[int]bool{}
+		dial := func(name string) (loadgen.Bus, error) {
+			role, i, ok := loadgen.ConnRole(name)
+			if !ok {
+				t.Errorf("%s: ConnRole(%q) not ok", mode, name)
+			}
+			mu.Lock()
+			if got[role] == nil {
+				got[role] = map[int]bool{}
+			}
+			got[role][i] = true
+			mu.Unlock()
+			return b.dialer()(name)
+		}
+		cfg := loadgen.Config{Mode: mode, Pubs: 2, Subs: 3, Size: 16, Msgs: 10}
+		if _, err := loadgen.Run(context.Background(), dial, cfg); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		for role, n := range want[mode] {
+			for i := range n {
+				if !got[role][i] {
+					t.Errorf("%s: no connection %s %d (got %v)", mode, role, i, got)
+				}
+			}
+		}
+		if len(got) != len(want[mode]) {
+			t.Errorf("%s: roles %v, want %v", mode, got, want[mode])
+		}
+	}
+	for _, bad := range []string{"bench-pub", "bench--1", "bench-pub-x", "bench-pub--1", "other-pub-0", "bench-admin", "bench-streampub-0"} {
+		if _, _, ok := loadgen.ConnRole(bad); ok {
+			t.Errorf("ConnRole(%q) ok", bad)
+		}
+	}
+	if role, i, ok := loadgen.ConnRole("bench-responder-12"); !ok || role != loadgen.RoleResponder || i != 12 {
+		t.Errorf("ConnRole(bench-responder-12) = %q %d %v", role, i, ok)
 	}
 }

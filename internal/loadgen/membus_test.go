@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tern-mq/tern/internal/loadgen"
 )
@@ -19,10 +20,15 @@ type memBroker struct {
 	inbox atomic.Uint64
 	drop  int // when > 0, every drop-th published message is lost
 	seq   atomic.Uint64
+	// lag hides every subscription a memBus makes (not request inboxes) from
+	// publishers for this long, as a subscription reaches the other nodes of a
+	// cluster some time after it was made.
+	lag time.Duration
 }
 
 type memSub struct {
 	subject, queue string
+	visible        time.Time // publishers skip it before then
 	ch             chan memMsg
 	done           chan struct{}
 	closed         atomic.Bool
@@ -83,7 +89,11 @@ func (b *memBroker) publish(m memMsg) {
 	b.mu.Lock()
 	var targets []*memSub
 	groups := map[string][]*memSub{}
+	now := time.Now()
 	for _, s := range b.subs[m.subject] {
+		if now.Before(s.visible) {
+			continue
+		}
 		if s.queue == "" {
 			targets = append(targets, s)
 		} else {
@@ -133,7 +143,17 @@ func (c *memBus) Subscribe(subject string, h func([]byte)) (func() error, error)
 }
 
 func (c *memBus) QueueSubscribe(subject, queue string, h func([]byte)) (func() error, error) {
-	return c.track(c.b.add(subject, queue, func(m memMsg) { h(m.data) })), nil
+	return c.track(c.lagged(c.b.add(subject, queue, func(m memMsg) { h(m.data) }))), nil
+}
+
+// lagged applies the broker's lag to a subscription just made.
+func (c *memBus) lagged(s *memSub) *memSub {
+	if c.b.lag > 0 {
+		c.b.mu.Lock()
+		s.visible = time.Now().Add(c.b.lag)
+		c.b.mu.Unlock()
+	}
+	return s
 }
 
 func (c *memBus) Request(ctx context.Context, subject string, data []byte) ([]byte, error) {
@@ -156,9 +176,9 @@ func (c *memBus) Request(ctx context.Context, subject string, data []byte) ([]by
 }
 
 func (c *memBus) Respond(subject, queue string, h func([]byte) []byte) (func() error, error) {
-	return c.track(c.b.add(subject, queue, func(m memMsg) {
+	return c.track(c.lagged(c.b.add(subject, queue, func(m memMsg) {
 		c.b.publish(memMsg{subject: m.reply, data: h(m.data)})
-	})), nil
+	}))), nil
 }
 
 func (c *memBus) Flush() error {

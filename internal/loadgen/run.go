@@ -45,6 +45,24 @@ type runner struct {
 	dial   Dialer
 	buses  []Bus
 	unsubs []func() error
+	probes *probes // nil unless cfg.Probe
+}
+
+// addProbe subscribes subscriber i's bus to its probe subject (Config.Probe), after
+// its workload subscription.
+func (r *runner) addProbe(bus Bus, i int) error {
+	if !r.cfg.Probe {
+		return nil
+	}
+	if r.probes == nil {
+		r.probes = newProbes(r.cfg.Subject, r.cfg.Subs, r.cfg.Pubs)
+	}
+	unsub, err := bus.Subscribe(r.probes.subject(i), r.probes.handler(i))
+	if err != nil {
+		return fmt.Errorf("loadgen: subscribe to probe: %w", err)
+	}
+	r.unsubs = append(r.unsubs, unsub)
+	return nil
 }
 
 func (r *runner) open(name string) (Bus, error) {
@@ -237,11 +255,16 @@ func (r *runner) publisher(bus Bus, g *gate) pubResult {
 func (r *runner) startPublishers(ctx context.Context, role string, g *gate, work func(Bus, *gate) pubResult) (<-chan []pubResult, error) {
 	buses := make([]Bus, r.cfg.Pubs)
 	for i := range buses {
-		b, err := r.open(fmt.Sprintf("bench-%s-%d", role, i))
+		b, err := r.open(connName(role, i))
 		if err != nil {
 			return nil, err
 		}
 		buses[i] = b
+	}
+	if r.probes != nil {
+		if err := r.probes.run(ctx, buses); err != nil {
+			return nil, err
+		}
 	}
 	results := make([]pubResult, len(buses))
 	out := make(chan []pubResult, 1)
@@ -295,7 +318,7 @@ func (r *runner) stream(ctx context.Context) (Result, error) {
 			tallys = append(tallys, s.tally)
 		}
 		sinks[i] = s
-		bus, err := r.open(fmt.Sprintf("bench-sub-%d", i))
+		bus, err := r.open(connName(RoleSub, i))
 		if err != nil {
 			return res, err
 		}
@@ -309,6 +332,9 @@ func (r *runner) stream(ctx context.Context) (Result, error) {
 			return res, fmt.Errorf("loadgen: subscribe: %w", err)
 		}
 		r.unsubs = append(r.unsubs, unsub)
+		if err := r.addProbe(bus, i); err != nil {
+			return res, err
+		}
 		if err := bus.Flush(); err != nil {
 			return res, fmt.Errorf("loadgen: flush after subscribe: %w", err)
 		}
@@ -323,7 +349,7 @@ func (r *runner) stream(ctx context.Context) (Result, error) {
 	}
 
 	g := &gate{open: make(chan struct{})}
-	pubsDone, err := r.startPublishers(ctx, "pub", g, r.publisher)
+	pubsDone, err := r.startPublishers(ctx, RolePub, g, r.publisher)
 	if err != nil {
 		return res, err
 	}
@@ -461,7 +487,7 @@ func (r *runner) reqrep(ctx context.Context) (Result, error) {
 	res := Result{Mode: cfg.Mode, Subject: cfg.Subject, Pubs: cfg.Pubs, Subs: cfg.Subs, Size: cfg.Size, Msgs: cfg.Msgs}
 	echo := func(req []byte) []byte { return req }
 	for i := range cfg.Subs {
-		bus, err := r.open(fmt.Sprintf("bench-responder-%d", i))
+		bus, err := r.open(connName(RoleResponder, i))
 		if err != nil {
 			return res, err
 		}
@@ -470,6 +496,9 @@ func (r *runner) reqrep(ctx context.Context) (Result, error) {
 			return res, fmt.Errorf("loadgen: respond: %w", err)
 		}
 		r.unsubs = append(r.unsubs, unsub)
+		if err := r.addProbe(bus, i); err != nil {
+			return res, err
+		}
 		if err := bus.Flush(); err != nil {
 			return res, fmt.Errorf("loadgen: flush after subscribe: %w", err)
 		}
@@ -521,7 +550,7 @@ func (r *runner) reqrep(ctx context.Context) (Result, error) {
 	}
 
 	g := &gate{open: make(chan struct{})}
-	done, err := r.startPublishers(ctx, "req", g, requester)
+	done, err := r.startPublishers(ctx, RoleReq, g, requester)
 	if err != nil {
 		return res, err
 	}

@@ -40,6 +40,11 @@ func Dial(url, name string) (*Bus, error) {
 	return b, nil
 }
 
+// New wraps a connection made with options of the caller's choosing (for example one
+// that reconnects). Subscriptions it makes lift the client-side pending limits as
+// Dial's do; AsyncErrors counts nothing unless the caller's error handler adds to it.
+func New(nc *nats.Conn) *Bus { return &Bus{nc: nc} }
+
 // Dialer returns a loadgen.Dialer connecting to url.
 func Dialer(url string) loadgen.Dialer {
 	return func(name string) (loadgen.Bus, error) { return Dial(url, name) }

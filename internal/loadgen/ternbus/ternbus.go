@@ -25,12 +25,19 @@ const unlimited = 1 << 40
 // Dial connects to url (tern://host:port); name identifies the connection to the
 // server.
 func Dial(url, name string) (*Bus, error) {
-	nc, err := tern.Connect(url, tern.Name(name), tern.NoReconnect(), tern.PendingLimits(unlimited, unlimited))
+	nc, err := tern.Connect(url, tern.Name(name), tern.NoReconnect(), Unlimited())
 	if err != nil {
 		return nil, err
 	}
 	return &Bus{nc: nc}, nil
 }
+
+// New wraps a connection made with options of the caller's choosing (for example one
+// that reconnects). Subscriptions it makes keep the connection's pending limits.
+func New(nc *tern.Conn) *Bus { return &Bus{nc: nc} }
+
+// Unlimited is the option Dial uses to lift the client-side pending limits.
+func Unlimited() tern.Option { return tern.PendingLimits(unlimited, unlimited) }
 
 // Dialer returns a loadgen.Dialer connecting to url.
 func Dialer(url string) loadgen.Dialer {
