@@ -483,12 +483,16 @@ var errTakenOver = fmt.Errorf("%w: session taken over", errClosedByServer)
 // newer client.
 func (c *conn) step(event func(now time.Time) error) error {
 	sess := c.sess()
-	return sess.step(func(now time.Time) error {
+	wrote, err := sess.stepWrote(func(now time.Time) error {
 		if sess.conn.Load() != c {
 			return errTakenOver
 		}
 		return event(now)
 	})
+	if wrote {
+		c.ownFlush = true
+	}
+	return err
 }
 
 // closedBy turns a protocol error of the session machine, whose DISCONNECT is
@@ -609,7 +613,6 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 
 func (c *conn) handleAck(p *packet.Ack) error {
 	sess := c.sess()
-	c.ownFlush = true
 	return c.step(func(now time.Time) error {
 		sess.m.Ack(now, p)
 		return nil

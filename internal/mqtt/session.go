@@ -64,14 +64,23 @@ type subChanges struct {
 // subscriptions writes its packets only once they are in the broker, so that a
 // client that reads its SUBACK finds them there.
 func (s *session) step(event func(now time.Time) error) error {
+	_, err := s.stepWrote(event)
+	return err
+}
+
+// stepWrote is step, also reporting whether the event queued packets: a reader
+// flushes its own connection only then (a PUBACK that moves nothing out of the
+// queue must not cost a write).
+func (s *session) stepWrote(event func(now time.Time) error) (wrote bool, err error) {
 	now := time.Now()
 	s.mu.Lock()
-	err := event(now)
+	err = event(now)
 	rd := s.m.Ready()
 	if rd == nil {
 		s.mu.Unlock()
-		return err
+		return false, err
 	}
+	wrote = len(rd.Packets) > 0
 	s.persistLocked(rd.Persist)
 	sc := s.bindSubsLocked(rd.Subs)
 	late := len(sc.add) > 0
@@ -81,7 +90,7 @@ func (s *session) step(event func(now time.Time) error) error {
 	s.armLocked(rd.Deadline)
 	s.mu.Unlock()
 	s.outside(rd, sc, late, now)
-	return err
+	return wrote, err
 }
 
 // outside applies what a Ready asks outside the session's lock.
