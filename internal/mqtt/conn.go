@@ -536,8 +536,11 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 	c.inBytes.Add(uint64(len(p.Payload)))
 	topic := p.Topic
 	sess := c.sess()
-	// QoS 0 without a topic alias asks nothing of the session: the hot path takes no
-	// session lock.
+	// QoS 0 and 1 without a topic alias ask nothing of the session (sm.MayPublish):
+	// the hot paths take no session lock.
+	if p.QoS == 1 && !p.Props.HasTopicAlias {
+		return c.publishQoS1(topic, p)
+	}
 	if p.QoS > 0 || p.Props.HasTopicAlias {
 		publish := false
 		err := c.step(func(now time.Time) error {
@@ -571,6 +574,26 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 			return nil
 		})
 	}
+	return nil
+}
+
+// publishQoS1 publishes a QoS 1 PUBLISH and queues its PUBACK.
+func (c *conn) publishQoS1(topic string, p *packet.Publish) error {
+	if c.sess().conn.Load() != c {
+		return errTakenOver // as step would: a taken-over connection feeds nothing
+	}
+	reason := packet.NotAuthorized
+	if sm.MayPublish(topic) {
+		reason = packet.Success
+		if err := c.publish(topic, p); err != nil {
+			if c.version != packet.V5 {
+				return fmt.Errorf("%w: publish to %q: %w", errClosedByServer, topic, err)
+			}
+			reason = packet.TopicNameInvalid
+		}
+	}
+	c.queuePacket(&packet.Ack{Type: packet.TypePuback, PacketID: p.PacketID, Reason: reason})
+	c.ownFlush = true
 	return nil
 }
 

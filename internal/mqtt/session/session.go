@@ -610,12 +610,18 @@ func (s *Session) Publish(now time.Time, p *packet.Publish) (topic string, publi
 			s.op(Op{Kind: OpSaveQoS2, PID: p.PacketID})
 		}
 	}
-	if strings.HasPrefix(topic, "$") {
-		s.Published(p, packet.NotAuthorized) // topics MQTT clients may not publish to
+	if !MayPublish(topic) {
+		s.Published(p, packet.NotAuthorized)
 		return topic, false, nil
 	}
 	return topic, true, nil
 }
+
+// MayPublish reports whether a client may publish to topic: not to the "$" topics.
+// A QoS 1 PUBLISH without a topic alias changes no session state, so a driver may
+// take it on a path of its own — publish when MayPublish allows, then acknowledge
+// with the outcome (NotAuthorized when it does not) — as Publish and Published would.
+func MayPublish(topic string) bool { return !strings.HasPrefix(topic, "$") }
 
 // Published acknowledges a QoS 1 or 2 PUBLISH with the outcome of its publication;
 // a failed QoS 2 exchange ends at PUBREC.
