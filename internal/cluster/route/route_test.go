@@ -26,7 +26,7 @@ func startNode(t *testing.T, cluster, name string) *testNode {
 	return startNodeWithID(t, cluster, name, name+"-id")
 }
 
-func startNodeWithID(t *testing.T, cluster, name, id string) *testNode {
+func startNodeWithID(t *testing.T, cluster, name, id string, clientURLs ...string) *testNode {
 	t.Helper()
 	b := broker.New()
 	local := interest.NewLocal()
@@ -38,7 +38,7 @@ func startNodeWithID(t *testing.T, cluster, name, id string) *testNode {
 		t.Fatal(err)
 	}
 	m, err := NewManager(Config{
-		Hello:  wire.RouteHello{Cluster: cluster, NodeName: name, NodeID: id, RouteAddr: ln.Addr().String()},
+		Hello:  wire.RouteHello{Cluster: cluster, NodeName: name, NodeID: id, RouteAddr: ln.Addr().String(), ClientURLs: clientURLs},
 		Broker: b, Local: local, Lease: 600 * time.Millisecond, PingInterval: 50 * time.Millisecond,
 	})
 	if err != nil {
@@ -557,10 +557,8 @@ func TestStalledPeerIsExcluded(t *testing.T) {
 // TestWatchClientURLs: a watch is signalled when a route comes and when it goes, and
 // ClientURLs read after the signal has the change.
 func TestWatchClientURLs(t *testing.T) {
-	a, b := startNode(t, "t", "a"), startNode(t, "t", "b")
-	// Set before any route exists: the handshake reads it.
-	a.m.cfg.Hello.ClientURLs = []string{"tern://a:7400"}
-	b.m.cfg.Hello.ClientURLs = []string{"tern://b:7400", "mqtt://b:1883"}
+	a := startNodeWithID(t, "t", "a", "a-id", "tern://a:7400")
+	b := startNodeWithID(t, "t", "b", "b-id", "tern://b:7400", "mqtt://b:1883")
 	ch, stop := a.m.WatchClientURLs()
 	waitSignal := func(want string) {
 		t.Helper()
