@@ -76,6 +76,8 @@ type Manager struct {
 	watchers map[chan struct{}]struct{}
 	done     chan struct{}
 	wg       sync.WaitGroup
+	// flush wakes the flusher, which flushes the routes with interest frames queued.
+	flush chan struct{}
 }
 
 type wantNode struct {
@@ -139,9 +141,10 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, group: g, routes: make(map[string]*Route), wanted: make(map[string]*wantNode),
 		outs: make(map[string]*outSession), ins: make(map[string]*inSession), watchers: make(map[chan struct{}]struct{}),
-		done: make(chan struct{})}
-	m.wg.Add(1)
+		done: make(chan struct{}), flush: make(chan struct{}, 1)}
+	m.wg.Add(2)
 	go m.tick()
+	go m.flusher()
 	return m, nil
 }
 
@@ -412,6 +415,34 @@ func (m *Manager) tick() {
 					continue
 				}
 				r.ping()
+			}
+		}
+	}
+}
+
+func (m *Manager) kickFlusher() {
+	select {
+	case m.flush <- struct{}{}:
+	default:
+	}
+}
+
+// flusher flushes the routes that interest changes queued frames on, once per
+// wake-up however many changes came in the meantime.
+func (m *Manager) flusher() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-m.flush:
+		}
+		m.mu.Lock()
+		routes := m.routeList()
+		m.mu.Unlock()
+		for _, r := range routes {
+			if r.interestDirty.Swap(false) {
+				r.q.Flush()
 			}
 		}
 	}

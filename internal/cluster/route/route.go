@@ -58,6 +58,7 @@ type Route struct {
 	// excluded: the peer is behind or stalled, so it gets no traffic until it
 	// drains (fast exclusion, before membership would call it dead).
 	excluded      atomic.Bool
+	interestDirty atomic.Bool // interest frames queued and not flushed yet
 	exclusions    atomic.Uint64
 	excludedDrops atomic.Uint64
 	// Owned by the Manager's health check.
@@ -293,9 +294,15 @@ func (r *Route) dropInterest(closing bool) {
 }
 
 // InterestChanged implements interest.Listener: our local interest changed.
+// The frame is queued on the subscribing client's goroutine and flushed by the
+// Manager's flusher: a client making thousands of subscriptions costs a write per
+// batch, not one per subscription and route. Order is kept: a message forwarded
+// after the subscription is queued behind its frame.
 func (r *Route) InterestChanged(k interest.Key, weight uint32) {
 	r.q.Append(func(b []byte) []byte { return wire.AppendRouteInterest(b, k.Subject, k.Queue, weight) })
-	r.q.Flush()
+	if !r.interestDirty.Swap(true) {
+		r.m.kickFlusher()
+	}
 }
 
 // refresh re-sends all our interest under generation gen. A change made while it
