@@ -227,9 +227,6 @@ func (n *Node) WatchClientURLs() (ch <-chan struct{}, stop func()) { return n.ro
 // RouteAddr is where this node accepts routes.
 func (n *Node) RouteAddr() string { return n.ln.Addr().String() }
 
-// GossipAddr is where this node gossips.
-func (n *Node) GossipAddr() string { return n.ms.Local().Addr }
-
 // outboundIP is the address other hosts most likely reach this one at, for a node
 // bound to every interface without an advertised address.
 func outboundIP() string {

@@ -146,20 +146,13 @@ func (c *Conn) readLoop() error {
 		c.batch.Flush()
 		c.batch.WaitStalled(outbound.MaxStall)
 		// Keep the unread tail at the front; grow for a frame bigger than the buffer.
-		if off > 0 {
-			filled = copy(buf, buf[off:filled])
-		}
-		if filled == len(buf) {
-			need, lerr := wire.FrameLen(buf[:filled])
-			if lerr != nil || need <= len(buf) {
-				need = 2 * len(buf)
-			}
-			nb := make([]byte, need)
-			copy(nb, buf[:filled])
-			buf = nb
-		} else if full && len(buf) < busyReadBuf {
+		var grew bool
+		buf, filled, grew = wire.KeepTail(buf, off, filled)
+		switch {
+		case grew:
+		case full && len(buf) < busyReadBuf:
 			buf = append(make([]byte, 0, busyReadBuf), buf[:filled]...)[:busyReadBuf]
-		} else if len(buf) > maxIdleBuffer && filled < readBufSize {
+		case len(buf) > maxIdleBuffer && filled < readBufSize:
 			buf = append(make([]byte, 0, readBufSize), buf[:filled]...)[:readBufSize]
 		}
 		if err != nil {

@@ -641,3 +641,24 @@ func AppendErr(dst []byte, code Code, id uint64, text string) []byte {
 	dst = binary.AppendUvarint(dst, id)
 	return appendStr(dst, text)
 }
+
+// KeepTail prepares a read buffer for the next read after frames were decoded from
+// buf[:off]: the unread bytes buf[off:filled] move to the front, and when they fill
+// the whole buffer (one frame larger than it) a larger buffer is returned, sized for
+// that frame when its header says how large it is. It returns the buffer, how much of
+// it is filled, and whether it grew.
+func KeepTail(buf []byte, off, filled int) ([]byte, int, bool) {
+	if off > 0 {
+		filled = copy(buf, buf[off:filled])
+	}
+	if filled < len(buf) {
+		return buf, filled, false
+	}
+	need, err := FrameLen(buf[:filled])
+	if err != nil || need <= len(buf) {
+		need = 2 * len(buf)
+	}
+	nb := make([]byte, need)
+	copy(nb, buf[:filled])
+	return nb, filled, true
+}

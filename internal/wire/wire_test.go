@@ -298,3 +298,19 @@ func BenchmarkDecodePub(b *testing.B) {
 		_, _ = f.Decode(pub, 0)
 	}
 }
+
+func TestKeepTail(t *testing.T) {
+	buf := make([]byte, 8)
+	copy(buf, "abcdefgh")
+	got, n, grew := KeepTail(buf, 5, 8)
+	if grew || n != 3 || string(got[:n]) != "fgh" {
+		t.Fatalf("tail kept as %q (%d, grew %v)", got[:n], n, grew)
+	}
+	// A buffer full of one frame's start grows to fit the frame its header announces.
+	frame := AppendPub(nil, 0, "s", "", nil, make([]byte, 100))
+	buf = append([]byte(nil), frame[:16]...)
+	got, n, grew = KeepTail(buf, 0, 16)
+	if !grew || n != 16 || len(got) != len(frame) || string(got[:16]) != string(frame[:16]) {
+		t.Fatalf("full buffer: len %d filled %d grew %v, want len %d", len(got), n, grew, len(frame))
+	}
+}

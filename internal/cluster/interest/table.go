@@ -78,9 +78,6 @@ func (t *Table) EndRefresh(gen uint64, now time.Time) []Change {
 // Expired reports whether the lease ran out at now: the node stopped refreshing.
 func (t *Table) Expired(now time.Time) bool { return now.Sub(t.renewed) > t.lease }
 
-// Deadline is when the lease runs out unless renewed.
-func (t *Table) Deadline() time.Time { return t.renewed.Add(t.lease) }
-
 // Clear drops every entry (the route closed, the node died, or its lease ran out).
 func (t *Table) Clear() []Change {
 	t.changes = t.changes[:0]

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -577,9 +576,4 @@ func (m *Manager) Shutdown() {
 		r.q.Close(errors.New("node shutting down"))
 	}
 	m.wg.Wait()
-}
-
-// String names the node, for logs.
-func (m *Manager) String() string {
-	return strings.Join([]string{m.cfg.Hello.Cluster, m.cfg.Hello.NodeName}, "/")
 }

@@ -167,18 +167,7 @@ func (r *Route) run(buf []byte, filled int) error {
 			r.q.Append(func(b []byte) []byte { return wire.AppendRouteAck(b, last) })
 		}
 		r.q.Flush()
-		if off > 0 {
-			filled = copy(buf, buf[off:filled])
-		}
-		if filled == len(buf) {
-			need, lerr := wire.FrameLen(buf[:filled])
-			if lerr != nil || need <= len(buf) {
-				need = 2 * len(buf)
-			}
-			nb := make([]byte, need)
-			copy(nb, buf[:filled])
-			buf = nb
-		}
+		buf, filled, _ = wire.KeepTail(buf, off, filled)
 		n, err := r.nc.Read(buf[filled:])
 		filled += n
 		if n > 0 {

@@ -84,11 +84,16 @@ func (s *outSession) acked(seq uint64) {
 func (s *outSession) resend(q *outbound.Queue) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.queueAllLocked(q)
+	return len(s.unacked)
+}
+
+// queueAllLocked queues every unacknowledged message on q; s.mu is held.
+func (s *outSession) queueAllLocked(q *outbound.Queue) {
 	s.held = false
 	for _, k := range s.unacked {
 		q.Append(func(b []byte) []byte { return append(b, k.frame...) })
 	}
-	return len(s.unacked)
 }
 
 // readmit ends r's exclusion, first sending what was held back, under the
@@ -97,10 +102,7 @@ func (s *outSession) readmit(r *Route) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held {
-		s.held = false
-		for _, k := range s.unacked {
-			r.q.Append(func(b []byte) []byte { return append(b, k.frame...) })
-		}
+		s.queueAllLocked(&r.q)
 	}
 	r.excluded.Store(false)
 	r.q.Flush()

@@ -411,9 +411,6 @@ func (m *Machine) status(r *pullRequest, code, desc string) {
 // ---------------------------------------------------------------------------------
 // What the consumer looks like, for Info and retention.
 
-// ConsumerSeq is the number of deliveries made.
-func (m *Machine) ConsumerSeq() uint64 { return m.cseq }
-
 // Redelivered counts deliveries after the first of a message.
 func (m *Machine) Redelivered() uint64 { return m.redelivered }
 
