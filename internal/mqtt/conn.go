@@ -31,10 +31,12 @@ type conn struct {
 	sessp  atomic.Pointer[session] // see sess
 	rd     *reader                 // owned by the reader, while one runs
 	readAt atomic.Int64            // unix nanoseconds of the latest bytes from the client
-	// aliases is the session machine's table of topic aliases towards this client
-	// (nil when none are used), set during CONNECT; PUBLISH packets are encoded
-	// under the session's lock, which guards it.
-	aliases *sm.OutAliases
+	// link is what CONNECT negotiated, kept here for the session machine
+	// (sm.ConnectOpts.Link), which writes it under the session's lock during
+	// CONNECT. Afterwards the connection reads its settings; its table of topic
+	// aliases towards the client is used under the session's lock, where PUBLISH
+	// packets are encoded.
+	link sm.Link
 
 	// q is the outbound queue; its writer runs only while there is something to
 	// send, and an idle connection lets its buffers go (Release).
@@ -44,12 +46,9 @@ type conn struct {
 
 	inMsgs, inBytes atomic.Uint64
 
-	// Set during CONNECT, read-only afterwards.
-	keepAliveMS uint32 // see keepAlive
-	maxPacket   uint32 // the client's maximum packet size, 0 = protocol limit
-	attached    atomic.Bool
-	startS      uint32 // seconds since the server started
-	slot        int32  // in Server.conns, guarded by the server's lock
+	attached atomic.Bool // CONNECT accepted
+	startS   uint32      // seconds since the server started
+	slot     int32       // in Server.conns, guarded by the server's lock
 
 	// Parking (idle_linux.go): parked is set while no goroutine reads; fd and the
 	// flags are guarded by the poller's lock. A dormant connection is parked with
@@ -58,10 +57,9 @@ type conn struct {
 	fd                           int32
 	pollAdded, pollGone, dormant bool
 
-	version     byte
-	problemInfo bool // the client accepts reason strings
-	ownFlush    bool // packets queued since the last flushBatch (reader)
-	ws          bool // MQTT over WebSocket
+	version  byte
+	ownFlush bool // packets queued since the last flushBatch (reader)
+	ws       bool // MQTT over WebSocket
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
@@ -176,7 +174,7 @@ func (c *conn) unpark() {
 }
 
 // keepAlive is the keepalive the client and the server agreed on, 0 for none.
-func (c *conn) keepAlive() time.Duration { return time.Duration(c.keepAliveMS) * time.Millisecond }
+func (c *conn) keepAlive() time.Duration { return c.link.KeepAlive }
 
 // keepAliveDeadline is when the client's silence exceeds 1.5 times its keepalive.
 func (c *conn) keepAliveDeadline() time.Time {
@@ -212,6 +210,9 @@ type reader struct {
 	headN     uint8
 	// fresh: connected, and nothing read since the CONNECT.
 	fresh bool
+	// readAt is when the last read returned bytes: the time of every event the
+	// packets it brought feed the session (one clock read per read, not per packet).
+	readAt time.Time
 }
 
 // freshIdleAfter is how long a client that has just connected may stay silent before
@@ -252,7 +253,8 @@ func (d *reader) Read(p []byte) (int, error) {
 	}
 	n, err := c.nc.Read(p)
 	if n > 0 {
-		c.readAt.Store(time.Now().UnixNano())
+		d.readAt = time.Now()
+		c.readAt.Store(d.readAt.UnixNano())
 		d.fresh = d.fresh && !c.attached.Load()
 	}
 	if !c.attached.Load() && int(d.headN) < len(d.head) {
@@ -422,15 +424,6 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 	return nil
 }
 
-// bindLink takes what CONNECT negotiated; called under the session's lock before
-// the CONNACK is written.
-func (c *conn) bindLink(l *sm.Link) {
-	c.keepAliveMS = uint32(l.KeepAlive / time.Millisecond)
-	c.maxPacket = l.MaxPacket
-	c.problemInfo = l.ProblemInfo
-	c.aliases = l.Aliases
-}
-
 func (c *conn) makeWill(p *packet.Connect) (*sm.Will, error) {
 	subj, err := AppendSubject(nil, p.WillTopic)
 	if err != nil {
@@ -483,7 +476,7 @@ var errTakenOver = fmt.Errorf("%w: session taken over", errClosedByServer)
 // newer client.
 func (c *conn) step(event func(now time.Time) error) error {
 	sess := c.sess()
-	wrote, err := sess.stepWrote(func(now time.Time) error {
+	wrote, err := sess.stepAt(c.rd.readAt, func(now time.Time) error {
 		if sess.conn.Load() != c {
 			return errTakenOver
 		}
@@ -719,7 +712,7 @@ func (c *conn) AppendSlowGoodbye(b []byte, pending, limit int64) []byte {
 		return b
 	}
 	d := &packet.Disconnect{Reason: packet.QuotaExceeded}
-	if c.problemInfo {
+	if c.link.ProblemInfo {
 		d.Props.ReasonString = fmt.Sprintf("slow consumer: %d pending bytes over the %d byte limit", pending, limit)
 	}
 	b, _ = packet.Append(b, d, c.version)
@@ -798,7 +791,7 @@ func (c *conn) queuePacket(p packet.Packet) {
 func (c *conn) disconnect(reason packet.ReasonCode, text string) {
 	if c.version == packet.V5 && c.attached.Load() {
 		d := &packet.Disconnect{Reason: reason}
-		if c.problemInfo && text != "" {
+		if c.link.ProblemInfo && text != "" {
 			d.Props.ReasonString = text
 		}
 		c.send(d)
@@ -891,20 +884,20 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 	// the client learns an alias from the PUBLISH that carries it with its topic.
 	var alias uint16
 	known := false
-	if c.aliases != nil && topic != "" {
-		alias, known = c.aliases.Lookup(topic)
+	if c.link.Aliases != nil && topic != "" {
+		alias, known = c.link.Aliases.Lookup(topic)
 		p.Props.TopicAlias, p.Props.HasTopicAlias = alias, true
 		if known {
 			p.Topic = ""
 		}
 	}
-	if max := int(c.maxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+5*len(subIDs)+64 > max && packet.Size(p, c.version) > max {
+	if max := int(c.link.MaxPacket); max > 0 && len(payload)+len(topic)+len(hdr)+len(reply)+5*len(subIDs)+64 > max && packet.Size(p, c.version) > max {
 		c.q.CountDropped()
 		return false
 	}
 	c.q.Commit(packet.AppendPublish(b, p, c.version), len(payload))
 	if alias != 0 {
-		c.aliases.Used(alias, topic, known)
+		c.link.Aliases.Used(alias, topic, known)
 	}
 	return true
 }

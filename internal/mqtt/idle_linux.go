@@ -226,7 +226,7 @@ func (p *poller) sweep() {
 				if c == nil {
 					continue
 				}
-				if c.keepAliveMS > 0 && c.parked.Load() && now.After(c.keepAliveDeadline()) {
+				if c.link.KeepAlive > 0 && c.parked.Load() && now.After(c.keepAliveDeadline()) {
 					due = append(due, c)
 				}
 			}

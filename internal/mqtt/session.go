@@ -64,15 +64,14 @@ type subChanges struct {
 // subscriptions writes its packets only once they are in the broker, so that a
 // client that reads its SUBACK finds them there.
 func (s *session) step(event func(now time.Time) error) error {
-	_, err := s.stepWrote(event)
+	_, err := s.stepAt(time.Now(), event)
 	return err
 }
 
-// stepWrote is step, also reporting whether the event queued packets: a reader
-// flushes its own connection only then (a PUBACK that moves nothing out of the
-// queue must not cost a write).
-func (s *session) stepWrote(event func(now time.Time) error) (wrote bool, err error) {
-	now := time.Now()
+// stepAt is step at the given time (a reader's, when its packets were read), also
+// reporting whether the event queued packets: a reader flushes its own connection
+// only then (a PUBACK that moves nothing out of the queue must not cost a write).
+func (s *session) stepAt(now time.Time, event func(now time.Time) error) (wrote bool, err error) {
 	s.mu.Lock()
 	err = event(now)
 	rd := s.m.Ready()
@@ -225,6 +224,9 @@ func (s *session) writeLocked(rd *sm.Ready, now time.Time) {
 		discarded := false
 		for i := range rd.Packets {
 			if !c.writePacket(&rd.Packets[i]) {
+				if now.IsZero() {
+					now = time.Now()
+				}
 				s.m.Discard(now, rd.Packets[i].PID)
 				discarded = true
 			}
@@ -281,21 +283,20 @@ func (s *session) ended() bool {
 	return s.m.Ended()
 }
 
-// connect binds c, whose CONNECT was accepted, and returns what was negotiated; the
+// connect binds c, whose CONNECT was accepted, and negotiates into c.link; the
 // CONNACK is the first packet Ready writes to c. A connection that had the session
 // is told it was taken over.
-func (s *session) connect(c *conn, p *packet.Connect, o sm.ConnectOpts) (l *sm.Link) {
+func (s *session) connect(c *conn, p *packet.Connect, o sm.ConnectOpts) {
 	var old *conn
+	o.Link = &c.link
 	_ = s.step(func(now time.Time) error {
 		old = s.conn.Swap(c)
-		l = s.m.Connect(now, p, o)
-		c.bindLink(l)
+		s.m.Connect(now, p, o)
 		return nil
 	})
 	if old != nil && old != c {
 		old.takenOver()
 	}
-	return l
 }
 
 // disconnected ends c's part in the session if it is still the bound connection.
@@ -356,16 +357,16 @@ func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message)
 		om.SubIDs = make([]uint32, len(ids)) // not a slice of ids: idBuf would escape
 		copy(om.SubIDs, ids)
 	}
-	om.Topic = string(AppendTopic(nil, m.Subject))
+	var topicBuf [128]byte
+	om.Topic = string(AppendTopic(topicBuf[:0], m.Subject))
 	if len(m.Header) > 0 {
 		om.Header = append([]byte(nil), m.Header...)
 	}
 	if len(m.Reply) > 0 {
-		om.Reply = string(AppendTopic(nil, m.Reply))
+		om.Reply = string(AppendTopic(topicBuf[:0], m.Reply))
 	}
-	if now.IsZero() {
-		now = time.Now()
-	}
+	// now stays zero for a message without expiry: Enqueue does not read it then,
+	// and this is every QoS 1 and 2 delivery's path.
 	ok := s.m.Enqueue(now, om)
 	if !ok && !s.m.Ended() {
 		s.srv.queueDrops.Add(1)

@@ -31,12 +31,11 @@ func (m *OutMsg) expired(now time.Time) bool {
 // and the order in which in-flight messages are resent. It is small until its first
 // message (q), since most sessions of idle devices never have one.
 type flight struct {
-	window  int32 // at most this many in flight
-	nextPID uint16
-	q       *flightQueues
+	q *flightQueues
 }
 
 type flightQueues struct {
+	nextPID  uint16
 	inflight map[uint16]*OutMsg
 	order    []uint16 // in-flight packet ids, oldest first
 	queue    []*OutMsg
@@ -69,23 +68,23 @@ func (f *flight) put(m *OutMsg) {
 	q.order = append(q.order, m.PID)
 }
 
-// canSend reports whether a new message may go in flight now: a message may not
-// overtake those already queued.
-func (f *flight) canSend() bool { return f.inflightLen() < int(f.window) && f.queueLen() == 0 }
+// canSend reports whether a new message may go in flight now, window being the
+// client's: a message may not overtake those already queued.
+func (f *flight) canSend(window int) bool { return f.inflightLen() < window && f.queueLen() == 0 }
 
 // start puts m in flight with a fresh packet id.
 func (f *flight) start(m *OutMsg) {
 	q := f.queues()
 	for {
-		f.nextPID++
-		if f.nextPID == 0 {
-			f.nextPID = 1
+		q.nextPID++
+		if q.nextPID == 0 {
+			q.nextPID = 1
 		}
-		if _, used := q.inflight[f.nextPID]; !used {
+		if _, used := q.inflight[q.nextPID]; !used {
 			break
 		}
 	}
-	m.PID = f.nextPID
+	m.PID = q.nextPID
 	m.Pubrec = false
 	f.put(m)
 }
@@ -141,14 +140,14 @@ func (f *flight) received(pid uint16) *OutMsg {
 	return m
 }
 
-// next takes the next queued message that has not expired, if the window has room;
-// expired ones are handed to drop.
-func (f *flight) next(now time.Time, drop func(*OutMsg)) *OutMsg {
+// next takes the next queued message that has not expired, if the client's window
+// has room; expired ones are handed to drop.
+func (f *flight) next(now time.Time, window int, drop func(*OutMsg)) *OutMsg {
 	if f.q == nil {
 		return nil
 	}
 	q := f.q
-	for len(q.inflight) < int(f.window) && len(q.queue) > 0 {
+	for len(q.inflight) < window && len(q.queue) > 0 {
 		m := q.queue[0]
 		q.queue[0] = nil
 		q.queue = q.queue[1:]
@@ -211,7 +210,7 @@ func (f *flight) restore(m *OutMsg) {
 		return
 	}
 	f.put(m)
-	f.nextPID = max(f.nextPID, m.PID)
+	q.nextPID = max(q.nextPID, m.PID)
 }
 
 // all lists every message in flight and queued.

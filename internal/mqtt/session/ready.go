@@ -36,6 +36,8 @@ type Ready struct {
 	Ended bool
 	// Deadline is when Tick must next run, zero for never (see Session.Deadline).
 	Deadline time.Time
+
+	connack packet.Connack // the CONNACK Packets points to: a connect allocates none
 }
 
 // Packet describes one packet for the client; the driver encodes it for the

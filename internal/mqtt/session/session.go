@@ -126,7 +126,7 @@ func New(cfg *Config) *Session {
 
 // Init makes s a session that has never been connected, for a driver that embeds it.
 func (s *Session) Init(cfg *Config) {
-	*s = Session{cfg: cfg, fl: flight{window: int32(cfg.MaxInflight)}}
+	*s = Session{cfg: cfg}
 }
 
 // Ready returns what the events since the last call want done, nil if nothing. The
@@ -146,6 +146,10 @@ func (s *Session) ready() *Ready {
 	}
 	return s.rd
 }
+
+// window is how many messages may be in flight to the connected client: a v5
+// client's receive maximum, when lower than the server's.
+func (s *Session) window() int { return min(s.cfg.MaxInflight, int(s.link.ReceiveMax)) }
 
 func (s *Session) aux() *aux {
 	if s.x == nil {
@@ -324,6 +328,10 @@ func (s *Session) expiryChanged() {
 type ConnectOpts struct {
 	AssignedID string
 	Will       *Will
+	// Link, when set, is where the connection's Link is kept: a driver that holds
+	// one per connection saves an allocation per connected client. Nil: Connect
+	// allocates it.
+	Link *Link
 }
 
 // Connect binds a new connection whose CONNECT the driver accepted. Ready then
@@ -336,7 +344,11 @@ func (s *Session) Connect(now time.Time, p *packet.Connect, o ConnectOpts) *Link
 		s.reopen()
 	}
 	v5 := p.ProtocolLevel == packet.V5
-	l := &Link{Version: p.ProtocolLevel, ReceiveMax: 65535, ProblemInfo: true, heard: now.UnixNano()}
+	l := o.Link
+	if l == nil {
+		l = new(Link)
+	}
+	*l = Link{Version: p.ProtocolLevel, ReceiveMax: 65535, ProblemInfo: true, heard: now.UnixNano()}
 	if o.Will != nil {
 		l.rare = &linkRare{will: o.Will}
 	}
@@ -392,10 +404,10 @@ func (s *Session) Connect(now time.Time, p *packet.Connect, o ConnectOpts) *Link
 	if x := s.x; x != nil {
 		x.will, x.willAt, x.expireAt = nil, time.Time{}, time.Time{} // back in time: a delayed will is cancelled
 	}
-	s.fl.window = int32(min(s.cfg.MaxInflight, int(l.ReceiveMax)))
 	s.expiryChanged()
 
-	ca := &packet.Connack{SessionPresent: present, Reason: packet.Success}
+	rd.connack = packet.Connack{SessionPresent: present, Reason: packet.Success}
+	ca := &rd.connack
 	if v5 {
 		props := &ca.Props
 		props.ReceiveMaximum, props.HasReceiveMaximum = uint16(s.cfg.ReceiveMaximum), true
@@ -878,7 +890,8 @@ func (s *Session) Route(now time.Time, subs []*Sub, qos byte, retain, dollar boo
 
 // Enqueue puts a QoS 1/2 message in flight if the window and the client allow, else
 // queues it. It reports false when the queue refused it (full, drop-new) or the
-// session is over.
+// session is over. now is read only for a message that expires (m.ExpireAt set): a
+// driver may pass the zero Time for one that does not.
 func (s *Session) Enqueue(now time.Time, m *OutMsg) bool {
 	if s.ended {
 		return false
@@ -887,7 +900,7 @@ func (s *Session) Enqueue(now time.Time, m *OutMsg) bool {
 		s.aux().nextMID++
 		m.MID = s.x.nextMID
 	}
-	if s.link != nil && s.fl.canSend() {
+	if s.link != nil && s.fl.canSend(s.window()) {
 		s.fl.start(m)
 		s.saveMsg(m)
 		s.emit(now, m, false)
@@ -955,7 +968,7 @@ func (s *Session) pump(now time.Time) {
 		return
 	}
 	for {
-		m := s.fl.next(now, s.forgetMsg)
+		m := s.fl.next(now, s.window(), s.forgetMsg)
 		if m == nil {
 			return
 		}
