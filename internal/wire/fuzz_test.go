@@ -39,6 +39,8 @@ func reencode(f *Frame) []byte {
 		return AppendRouteMsg(nil, f.Seq, f.Attrs, f.Subject, f.Reply, queues, f.Header, f.Payload)
 	case TypeRouteAck:
 		return AppendRouteAck(nil, f.Seq)
+	case TypeRouteRaft:
+		return AppendRouteRaft(nil, f.Payload)
 	}
 	return nil
 }

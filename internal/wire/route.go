@@ -201,6 +201,13 @@ func AppendRouteAck(dst []byte, seq uint64) []byte {
 	return binary.AppendUvarint(dst, seq)
 }
 
+// AppendRouteRaft appends an RRAFT frame carrying batch, a non-empty batch of Raft
+// messages in the replication layer's encoding.
+func AppendRouteRaft(dst, batch []byte) []byte {
+	dst = appendHead(dst, TypeRouteRaft, len(batch))
+	return append(dst, batch...)
+}
+
 // RouteMsgLen is the encoded size of the RMSG frame AppendRouteMsg would write.
 func RouteMsgLen[S, Q text](seq uint64, subject, reply S, queues []Q, header Header, payload []byte) int {
 	n := routeMsgBodyLen(seq, subject, reply, queues, header, payload)

@@ -63,20 +63,21 @@ func routeSamples() []struct {
 		{"rmsg group only", AppendRouteMsg(nil, 0, AttrGroupOnly, "push.x", "", []string{"deliver"}, nil, nil),
 			Frame{Type: TypeRouteMsg, Flags: FlagQueues, Attrs: AttrGroupOnly, Subject: []byte("push.x"), Queues: qlist("deliver")}},
 		{"rack", AppendRouteAck(nil, 300), Frame{Type: TypeRouteAck, Seq: 300}},
+		{"rraft", AppendRouteRaft(nil, []byte{1, 2, 3}), Frame{Type: TypeRouteRaft, Payload: []byte{1, 2, 3}}},
 	}
 }
 
 func TestRouteTypeNames(t *testing.T) {
 	want := map[Type]string{TypeRouteHello: "RHELLO", TypeRouteInterest: "RINT", TypeRouteRefresh: "RREFRESH",
-		TypeRouteMsg: "RMSG", TypeRouteAck: "RACK", 0x25: "TYPE(0x25)"}
+		TypeRouteMsg: "RMSG", TypeRouteAck: "RACK", TypeRouteRaft: "RRAFT", 0x26: "TYPE(0x26)"}
 	for ty, s := range want {
 		if ty.String() != s {
 			t.Errorf("%#x: %s, want %s", uint8(ty), ty, s)
 		}
 	}
 	var f Frame
-	if _, err := f.Decode([]byte{0x25, 0}, 0); !errors.Is(err, ErrUnknownType) {
-		t.Errorf("0x25: %v", err)
+	if _, err := f.Decode([]byte{0x26, 0}, 0); !errors.Is(err, ErrUnknownType) {
+		t.Errorf("0x26: %v", err)
 	}
 }
 
@@ -200,6 +201,7 @@ func TestRouteMalformed(t *testing.T) {
 		"rack 0":                     body(TypeRouteAck, 0),
 		"rack empty":                 body(TypeRouteAck),
 		"rack trailing":              body(TypeRouteAck, 1, 1),
+		"rraft empty":                body(TypeRouteRaft),
 		"rmsg empty":                 rmsg(),
 		"rmsg no attrs":              rmsg(0),
 		"rmsg ack flag":              rmsg(FlagAck, 0, 1, 'a'),

@@ -124,6 +124,7 @@ func generateVectors() []vector {
 	add("rmsg_all_fields", AppendRouteMsg(nil, 1, 2|AttrRetain, "orders.new", "r.1", []string{"g"}, h, []byte{0, 1, 2, 255}))
 	add("rmsg_group_only", AppendRouteMsg(nil, 0, AttrGroupOnly, "push.orders", "$TERN.ACK.S.C.0.1.1.1.0.0", []string{"deliver"}, nil, []byte("x")))
 	add("rack", AppendRouteAck(nil, 300))
+	add("rraft", AppendRouteRaft(nil, []byte{0x01, 0x02, 0x03}))
 	errVec := func(name, kind string, b []byte) {
 		out = append(out, vector{Name: name, Hex: hex.EncodeToString(b), Error: kind})
 	}
@@ -135,7 +136,8 @@ func generateVectors() []vector {
 	errVec("non_minimal_varint", "malformed", []byte{byte(TypeOK), 0x02, 0x81, 0x00})
 	errVec("empty_flagged_reply", "malformed", []byte{byte(TypePub), 0x04, FlagReply, 0x01, 'a', 0x00})
 	errVec("trailing_bytes", "malformed", []byte{byte(TypePing), 0x01, 0x00})
-	errVec("unknown_route_type", "unknown_type", []byte{0x25, 0x00})
+	errVec("unknown_route_type", "unknown_type", []byte{0x26, 0x00})
+	errVec("rraft_empty", "malformed", []byte{byte(TypeRouteRaft), 0x00})
 	errVec("rint_weight_over_32_bits", "malformed", []byte{byte(TypeRouteInterest), 0x08, 0x00, 0x01, 'a', 0x80, 0x80, 0x80, 0x80, 0x10})
 	errVec("rrefresh_phase_3", "malformed", []byte{byte(TypeRouteRefresh), 0x02, 0x03, 0x01})
 	errVec("rrefresh_generation_0", "malformed", []byte{byte(TypeRouteRefresh), 0x02, RefreshBegin, 0x00})

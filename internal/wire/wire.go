@@ -37,6 +37,7 @@ const (
 	TypeRouteRefresh  Type = 0x22 // node ↔ node, begin or end of a full re-send of interest
 	TypeRouteMsg      Type = 0x23 // node ↔ node, a forwarded message
 	TypeRouteAck      Type = 0x24 // node ↔ node, cumulative acknowledgement of RMSG sequences
+	TypeRouteRaft     Type = 0x25 // node ↔ node, a batch of Raft messages (internal/replica)
 )
 
 func (t Type) String() string {
@@ -71,6 +72,8 @@ func (t Type) String() string {
 		return "RMSG"
 	case TypeRouteAck:
 		return "RACK"
+	case TypeRouteRaft:
+		return "RRAFT"
 	}
 	return fmt.Sprintf("TYPE(0x%02x)", uint8(t))
 }
@@ -358,6 +361,11 @@ func (f *Frame) parseBody(b []byte) error {
 			r.err = "sequence 0"
 		}
 		r.end()
+	case TypeRouteRaft:
+		// The batch is the replication layer's to decode (internal/replica).
+		if f.Payload = r.rest(); len(f.Payload) == 0 {
+			r.err = "empty batch"
+		}
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrUnknownType, uint8(f.Type))
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
@@ -77,6 +78,34 @@ type Manager struct {
 	wg       sync.WaitGroup
 	// flush wakes the flusher, which flushes the routes with interest frames queued.
 	flush chan struct{}
+	// raft receives the RRAFT batches of every route (HandleRaft).
+	raft atomic.Pointer[RaftHandler]
+}
+
+// RaftHandler takes an RRAFT batch from the named node, on that route's reader
+// goroutine: it must not block for long, and batch is only valid during the call.
+type RaftHandler func(from string, batch []byte)
+
+// HandleRaft installs h as the receiver of the RRAFT batches of every route. Before
+// it is called, batches that arrive are dropped, as Raft allows of any message.
+func (m *Manager) HandleRaft(h RaftHandler) { m.raft.Store(&h) }
+
+// SendRaft queues an RRAFT frame carrying batch (copied) to the named node and wakes
+// the route's writer. It reports false, having sent nothing, when there is no route
+// to the node or the route is excluded for being behind or stalled: Raft repeats
+// what matters, and piling up behind a stalled peer only delays it.
+func (m *Manager) SendRaft(node string, batch []byte) bool {
+	m.mu.Lock()
+	r := m.routes[node]
+	m.mu.Unlock()
+	if r == nil || r.excluded.Load() {
+		return false
+	}
+	if !r.q.Append(func(b []byte) []byte { return wire.AppendRouteRaft(b, batch) }) {
+		return false
+	}
+	r.q.Flush()
+	return true
 }
 
 type wantNode struct {

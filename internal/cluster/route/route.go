@@ -201,6 +201,10 @@ func (r *Route) handle(f *wire.Frame) error {
 		r.imu.Unlock()
 	case wire.TypeRouteAck:
 		r.out.acked(f.Seq)
+	case wire.TypeRouteRaft:
+		if h := r.m.raft.Load(); h != nil {
+			(*h)(r.peer.NodeName, f.Payload)
+		}
 	case wire.TypePing:
 		r.q.Append(wire.AppendPong)
 	case wire.TypePong:

@@ -587,3 +587,43 @@ func TestWatchClientURLs(t *testing.T) {
 		t.Fatal("a watch made after Shutdown is open")
 	}
 }
+
+// TestRaftBatchesCrossRoutes: RRAFT batches reach the peer's handler whole, in
+// order, named by their sender; a node with no route to the target is told so.
+func TestRaftBatchesCrossRoutes(t *testing.T) {
+	a, b := startNode(t, "c", "a"), startNode(t, "c", "b")
+	if a.m.SendRaft("b", []byte{1}) {
+		t.Fatal("SendRaft reported a batch sent before any route was up")
+	}
+	type got struct {
+		from  string
+		batch []byte
+	}
+	ch := make(chan got, 100)
+	b.m.HandleRaft(func(from string, batch []byte) { ch <- got{from, append([]byte(nil), batch...)} })
+	mesh(a, b)
+	waitFor(t, "route a→b", func() bool { return len(a.m.Routes()) == 1 && len(b.m.Routes()) == 1 })
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	want := [][]byte{{1}, big, {2, 3}}
+	for _, w := range want {
+		if !a.m.SendRaft("b", w) {
+			t.Fatal("SendRaft refused a batch on an established route")
+		}
+	}
+	for i, w := range want {
+		select {
+		case g := <-ch:
+			if g.from != "a" || string(g.batch) != string(w) {
+				t.Fatalf("batch %d: from %q, %d bytes; want from a, %d bytes", i, g.from, len(g.batch), len(w))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("batch %d never arrived", i)
+		}
+	}
+	if a.m.SendRaft("nobody", []byte{1}) {
+		t.Fatal("SendRaft reported a batch sent to an unknown node")
+	}
+}
