@@ -10,5 +10,6 @@ var Pure = []string{
 	"internal/transport/arq",
 	"internal/stream/consumer",
 	"internal/cluster/interest",
+	"internal/cluster/meta",
 	"internal/mqtt/session",
 }
