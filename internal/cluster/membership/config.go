@@ -90,6 +90,9 @@ type Config struct {
 	// 1 byte plus 2 + len(key) + len(value) per tag, so a few hundred bytes of tags.
 	// Keys are non-empty; keys and values are UTF-8 of at most 255 bytes.
 	Tags map[string]string
+	// RaftID is this node's identity in the Raft groups it replicates
+	// (internal/replica), stable across restarts; 0 when it replicates nothing.
+	RaftID uint64
 
 	// Failure detection; zero means the Default* value above. Faster probing finds
 	// dead nodes sooner at the price of more packets and of false suspicions when a

@@ -160,6 +160,7 @@ func (m *Membership) nodeFrom(n *memberlist.Node) (Node, meta, error) {
 		RouteAddr: mt.route,
 		Version:   mt.version,
 		Tags:      maps.Clone(mt.tags),
+		RaftID:    mt.raftID,
 		State:     StateAlive,
 	}, mt, nil
 }
@@ -262,5 +263,5 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 
 func sameNode(a, b Node) bool {
 	return a.Name == b.Name && a.ID == b.ID && a.Addr == b.Addr && a.RouteAddr == b.RouteAddr &&
-		a.Version == b.Version && a.State == b.State && maps.Equal(a.Tags, b.Tags)
+		a.Version == b.Version && a.State == b.State && a.RaftID == b.RaftID && maps.Equal(a.Tags, b.Tags)
 }

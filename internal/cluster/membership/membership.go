@@ -50,6 +50,7 @@ type Node struct {
 	RouteAddr string
 	Version   string
 	Tags      map[string]string // a copy: the caller may keep or change it
+	RaftID    uint64            // see Config.RaftID
 	State     NodeState
 }
 
@@ -161,6 +162,7 @@ func Start(cfg Config) (*Membership, error) {
 		route:   cfg.RouteAddr,
 		version: cfg.Version,
 		tags:    maps.Clone(cfg.Tags),
+		raftID:  cfg.RaftID,
 	}
 	enc, err := encodeMeta(self)
 	if err != nil {

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -23,7 +24,7 @@ const maxField = 255
 // metaFormat is the metadata layout this code writes. A decoder reads any format at
 // or above 1 and ignores bytes past the fields it knows when the format is newer,
 // so a later release may append fields without cutting older nodes off.
-const metaFormat = 1
+const metaFormat = 2
 
 const flagLeaving = 1 << 0
 
@@ -37,6 +38,7 @@ type meta struct {
 	route   string
 	version string
 	tags    map[string]string
+	raftID  uint64 // format 2 on; 0 when the node runs no replication
 }
 
 // ErrMetaTooLarge is returned when a node's metadata (mostly its tags) would not fit
@@ -48,7 +50,7 @@ var errBadMeta = errors.New("malformed node metadata")
 
 // encodeMeta lays the metadata out as
 //
-//	format(1) flags(1) cluster id route version  ntags(1) {key value}*
+//	format(1) flags(1) cluster id route version  ntags(1) {key value}*  raft_id(uvarint)
 //
 // where every string is a one-byte length and its bytes, and tags are in increasing
 // key order so that equal metadata encodes to equal bytes (memberlist announces an
@@ -90,6 +92,7 @@ func encodeMeta(m meta) ([]byte, error) {
 		put("tag key "+k, k)
 		put("tag "+k, m.tags[k])
 	}
+	b = binary.AppendUvarint(b, m.raftID)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +186,25 @@ func decodeMeta(b []byte) (meta, error) {
 		m.tags[k] = v
 		prev = k
 	}
+	if m.format >= 2 {
+		id, n := binary.Uvarint(b[p:])
+		if n <= 0 || n != uvarintLen(id) {
+			return m, fmt.Errorf("%w: raft id missing or not minimally encoded", errBadMeta)
+		}
+		m.raftID = id
+		p += n
+	}
 	if p != len(b) && m.format == metaFormat {
 		return m, fmt.Errorf("%w: %d bytes after the last field", errBadMeta, len(b)-p)
 	}
 	return m, nil
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
 }

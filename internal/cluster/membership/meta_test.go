@@ -16,6 +16,7 @@ func sampleMeta() meta {
 		route:   "10.0.0.7:7401",
 		version: "0.1.0-dev",
 		tags:    map[string]string{"zone": "eu-west-1a", "rack": "r12", "ünïcode": "✓"},
+		raftID:  0x9e3779b97f4a7c15,
 	}
 }
 
@@ -88,17 +89,24 @@ func TestMetaSizeLimit(t *testing.T) {
 
 func TestDecodeMetaRejectsMalformed(t *testing.T) {
 	good, _ := encodeMeta(sampleMeta())
-	newer := append([]byte{2}, good[1:]...)
+	newer := append([]byte{metaFormat + 1}, good[1:]...)
 	newer = append(newer, 9, 9, 9) // fields a later format appended
-	if m, err := decodeMeta(newer); err != nil || m.id != sampleMeta().id {
+	if m, err := decodeMeta(newer); err != nil || m.id != sampleMeta().id || m.raftID != sampleMeta().raftID {
 		t.Fatalf("newer format: %+v %v", m, err)
+	}
+	// Format 1, before the raft id: read as a node that replicates nothing.
+	v1 := append([]byte{1}, good[1:len(good)-9]...)
+	if m, err := decodeMeta(v1); err != nil || m.id != sampleMeta().id || m.raftID != 0 {
+		t.Fatalf("format 1: %+v %v", m, err)
 	}
 	for name, b := range map[string][]byte{
 		"empty":          nil,
 		"format 0":       append([]byte{0}, good[1:]...),
 		"truncated":      good[:len(good)-1],
 		"header only":    {1, 0},
-		"unknown flag":   append([]byte{1, 2}, good[2:]...),
+		"unknown flag":   append([]byte{metaFormat, 2}, good[2:]...),
+		"long raft id":   append(append([]byte{}, good[:len(good)-9]...), 0x80, 0x00),
+		"no raft id":     good[:len(good)-9],
 		"trailing":       append(append([]byte{}, good...), 0),
 		"empty id":       {1, 0, 0, 0, 0, 0, 0},
 		"length past":    {1, 0, 200, 'a'},
@@ -128,7 +136,8 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add(b)
 	b, _ = encodeMeta(meta{format: metaFormat, id: "x"})
 	f.Add(b)
-	f.Add(append(append([]byte{2}, good[1:]...), 1, 2, 3))
+	f.Add(append(append([]byte{3}, good[1:]...), 1, 2, 3))
+	f.Add(good[:len(good)-1])
 	f.Add([]byte{})
 	f.Add([]byte{1, 0, 200, 'a'})
 	f.Add([]byte{1, 0, 0, 1, 'x', 0, 0, 2, 1, 'b', 0, 1, 'a', 0})
@@ -149,7 +158,7 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("accepted %x, encodes as %x", b, out)
 		}
 		again, err := decodeMeta(out)
-		if err != nil || again.id != m.id || again.cluster != m.cluster || !maps.Equal(again.tags, m.tags) {
+		if err != nil || again.id != m.id || again.cluster != m.cluster || again.raftID != m.raftID || !maps.Equal(again.tags, m.tags) {
 			t.Fatalf("round trip of %x: %+v %v", b, again, err)
 		}
 	})
