@@ -81,9 +81,9 @@
 // Each node gossips a small versioned binary record (see encodeMeta): cluster
 // name, node ID, route address, version, tags, the node's Raft id (format 2) and
 // a leaving flag; a decoder accepts older formats and ignores what newer ones
-// append. memberlist
-// limits it to MaxMetaSize (512) bytes; Start and UpdateTags refuse tags that do
-// not fit with ErrMetaTooLarge rather than let memberlist panic. The decoder reads
+// append. memberlist limits it to MaxMetaSize (512) bytes; Start and UpdateTags
+// refuse tags that do not fit with ErrMetaTooLarge rather than let memberlist
+// panic. The decoder reads
 // other nodes' bytes and treats anything malformed as an error (FuzzDecodeMeta).
 //
 // memberlist's leave message only says a node is dead; a leaving node first sends
