@@ -143,6 +143,10 @@ type group struct {
 	snapsTo  []uint64 // MsgSnap destinations of rd
 	quiesced bool
 	failed   error
+	// snapDue: a membership change was applied. A replica it adds may need a
+	// snapshot, which raft accepts only if its membership names the replica,
+	// so the next snapshot is taken right away.
+	snapDue bool
 }
 
 type peer struct {
@@ -1005,7 +1009,8 @@ func (c *Core) Advance(rd *Ready) []Result {
 		g.rn.Advance(g.rd)
 		g.rd = raft.Ready{}
 		c.markActive(g)
-		if g.applied-g.snapIndex >= c.cfg.SnapshotEntries {
+		if g.applied > g.snapIndex && (g.snapDue || g.applied-g.snapIndex >= c.cfg.SnapshotEntries) {
+			g.snapDue = false
 			if err := c.snapshot(g); err != nil {
 				c.fail(g, err)
 			}
@@ -1087,6 +1092,7 @@ func (c *Core) apply(g *group) error {
 			}
 			g.cs = g.rn.ApplyConfChange(cc)
 			c.setMembers(g)
+			g.snapDue = true
 		}
 		g.applied = idx
 		c.complete(g, e)
