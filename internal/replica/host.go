@@ -49,7 +49,19 @@ type Host struct {
 	onLeader func(LeaderChange)
 	taken    []*request
 	takenB   []*Batch
+	syncq    chan syncJob
+	syncErrs []error
 }
+
+type syncJob struct {
+	st  Storage
+	err *error
+	wg  *sync.WaitGroup
+}
+
+// syncWorkers is how many storages the loop syncs at once when an iteration
+// wrote several (separate files fsync in parallel).
+const syncWorkers = 8
 
 type reqKind uint8
 
@@ -359,6 +371,16 @@ func (h *Host) RemoveGroup(group uint64) error {
 
 func (h *Host) run() {
 	defer close(h.done)
+	h.syncq = make(chan syncJob)
+	defer close(h.syncq)
+	for range syncWorkers {
+		go func() {
+			for j := range h.syncq {
+				*j.err = j.st.Sync()
+				j.wg.Done()
+			}
+		}()
+	}
 	t := time.NewTicker(h.cfg.TickInterval)
 	defer t.Stop()
 	for {
@@ -388,12 +410,10 @@ func (h *Host) run() {
 // iterate runs one Ready: sync, send, advance, complete.
 func (h *Host) iterate() error {
 	rd := h.core.Ready()
-	for _, st := range rd.Sync {
-		if err := st.Sync(); err != nil {
-			// What was written cannot be known durable: nothing that
-			// depends on it may be sent, and the node must not go on.
-			return fmt.Errorf("replica: syncing storage: %w", err)
-		}
+	if err := h.syncAll(rd.Sync); err != nil {
+		// What was written cannot be known durable: nothing that depends
+		// on it may be sent, and the node must not go on.
+		return fmt.Errorf("replica: syncing storage: %w", err)
 	}
 	for _, b := range rd.Out {
 		var err error
@@ -420,6 +440,24 @@ func (h *Host) iterate() error {
 		r.done <- struct{}{}
 	}
 	return nil
+}
+
+// syncAll syncs the storages written in an iteration, several at once.
+func (h *Host) syncAll(sts []Storage) error {
+	switch len(sts) {
+	case 0:
+		return nil
+	case 1:
+		return sts[0].Sync()
+	}
+	h.syncErrs = append(h.syncErrs[:0], make([]error, len(sts))...)
+	var wg sync.WaitGroup
+	wg.Add(len(sts))
+	for i, st := range sts {
+		h.syncq <- syncJob{st: st, err: &h.syncErrs[i], wg: &wg}
+	}
+	wg.Wait()
+	return errors.Join(h.syncErrs...)
 }
 
 // drain steps the batches and requests queued since the last call.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -18,8 +20,9 @@ type memStorage struct {
 	*raft.MemoryStorage
 	durable *raft.MemoryStorage
 	pending []func(*raft.MemoryStorage)
-	syncs   int
-	failing error // Sync returns it
+	syncs   atomic.Int64
+	failing error         // Sync returns it
+	delay   time.Duration // each Sync takes this long (a disk's fsync)
 }
 
 func newMemStorage() *memStorage {
@@ -81,14 +84,19 @@ func (s *memStorage) Sync() error {
 	if s.failing != nil {
 		return s.failing
 	}
+	if s.delay > 0 {
+		time.Sleep(s.delay)
+	}
 	for _, f := range s.pending {
 		f(s.durable)
 	}
 	clear(s.pending)
 	s.pending = s.pending[:0]
-	s.syncs++
+	s.syncs.Add(1)
 	return nil
 }
+
+func (s *memStorage) syncsAtomic() int { return int(s.syncs.Load()) }
 
 // restart returns the storage a crashed node comes back with: what was synced.
 func (s *memStorage) restart() *memStorage {
