@@ -45,5 +45,6 @@ require (
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
+	go.etcd.io/raft/v3 v3.7.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

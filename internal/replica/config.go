@@ -1,0 +1,140 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// Defaults of Config. They aim at a new acknowledged publish within one second of a
+// leader's kill -9 on a LAN: a follower that stops hearing its leader campaigns after
+// a randomized ElectionTicks..2×ElectionTicks ticks (400–800 ms), and with PreVote
+// the election then needs two round trips plus the first commit of the new term.
+const (
+	DefaultTickInterval       = 50 * time.Millisecond
+	DefaultElectionTicks      = 8 // 400 ms: the base election timeout
+	DefaultHeartbeatTicks     = 2 // 100 ms between (coalesced) heartbeats
+	DefaultMaxSizePerMsg      = 1 << 20
+	DefaultMaxInflightMsgs    = 256
+	DefaultMaxUncommittedSize = 64 << 20
+	DefaultSnapshotEntries    = 10000
+	DefaultCompactionOverhead = 5000
+	DefaultMaxProposalBatch   = 4096
+)
+
+// Config configures a Host (and the Core inside it). The zero value of every field
+// but NodeID takes its default.
+type Config struct {
+	// NodeID is this node's id, non-zero and never reused by another node. In every
+	// group the node's replica id is its node id, so a node holds at most one
+	// replica of a group.
+	NodeID uint64
+
+	// TickInterval is the real time of one tick (the driver's ticker; the Core only
+	// counts ticks).
+	TickInterval time.Duration
+	// ElectionTicks is raft's election timeout in ticks; a follower campaigns after
+	// a randomized timeout in [ElectionTicks, 2×ElectionTicks). CheckQuorum makes a
+	// leader that has not heard a quorum for ElectionTicks step down.
+	ElectionTicks int
+	// HeartbeatTicks is the heartbeat interval in ticks: each group's leader beats
+	// that often, and the beats of all groups a node pair shares travel together
+	// once per interval.
+	HeartbeatTicks int
+
+	// MaxSizePerMsg limits the entries of one append message (bytes).
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs limits the append messages in flight to one follower.
+	MaxInflightMsgs int
+	// MaxUncommittedSize limits a leader's uncommitted entries (bytes) per group;
+	// past it proposals fail with ErrProposalDropped.
+	MaxUncommittedSize uint64
+	// MaxProposalBatch limits the proposals to one group stepped in one Ready.
+	MaxProposalBatch int
+
+	// SnapshotEntries: a group takes a snapshot of its state machine once this many
+	// entries have been applied since its last snapshot, then compacts its log.
+	SnapshotEntries uint64
+	// CompactionOverhead is how many applied entries stay in the log behind a
+	// snapshot, so that a follower a little behind catches up from the log
+	// instead of a snapshot.
+	CompactionOverhead uint64
+
+	// DisablePreVote and DisableCheckQuorum turn the two off (both are on by
+	// default: they keep a partitioned node from disrupting a healthy group and
+	// make a leader cut off from its quorum step down).
+	DisablePreVote     bool
+	DisableCheckQuorum bool
+
+	// DisableQuiescence keeps every group ticking. By default a group whose log
+	// is fully replicated and applied everywhere, with nothing pending, stops
+	// ticking and sending heartbeats until something happens to it (see the
+	// package documentation, "Quiescence").
+	DisableQuiescence bool
+
+	// Logger receives raft's log; nil logs warnings and errors with the log
+	// package and drops the rest.
+	Logger raft.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.NodeID == 0 {
+		return cfg, errors.New("replica: Config.NodeID must not be 0")
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = DefaultTickInterval
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = DefaultElectionTicks
+	}
+	if cfg.HeartbeatTicks <= 0 {
+		cfg.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if cfg.HeartbeatTicks >= cfg.ElectionTicks {
+		return cfg, fmt.Errorf("replica: HeartbeatTicks (%d) must be below ElectionTicks (%d)",
+			cfg.HeartbeatTicks, cfg.ElectionTicks)
+	}
+	if cfg.MaxSizePerMsg == 0 {
+		cfg.MaxSizePerMsg = DefaultMaxSizePerMsg
+	}
+	if cfg.MaxInflightMsgs <= 0 {
+		cfg.MaxInflightMsgs = DefaultMaxInflightMsgs
+	}
+	if cfg.MaxUncommittedSize == 0 {
+		cfg.MaxUncommittedSize = DefaultMaxUncommittedSize
+	}
+	if cfg.MaxProposalBatch <= 0 {
+		cfg.MaxProposalBatch = DefaultMaxProposalBatch
+	}
+	if cfg.SnapshotEntries == 0 {
+		cfg.SnapshotEntries = DefaultSnapshotEntries
+	}
+	if cfg.CompactionOverhead == 0 {
+		cfg.CompactionOverhead = DefaultCompactionOverhead
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger{}
+	}
+	return cfg, nil
+}
+
+// quietLogger drops raft's debug and info lines (elections in thousands of groups
+// would flood the log) and keeps warnings and errors.
+type quietLogger struct{}
+
+func (quietLogger) Debug(...any)                     {}
+func (quietLogger) Debugf(string, ...any)            {}
+func (quietLogger) Info(...any)                      {}
+func (quietLogger) Infof(string, ...any)             {}
+func (quietLogger) Warning(v ...any)                 { log.Print(append([]any{"raft: warning: "}, v...)...) }
+func (quietLogger) Warningf(format string, v ...any) { log.Printf("raft: warning: "+format, v...) }
+func (quietLogger) Error(v ...any)                   { log.Print(append([]any{"raft: error: "}, v...)...) }
+func (quietLogger) Errorf(format string, v ...any)   { log.Printf("raft: error: "+format, v...) }
+func (quietLogger) Fatal(v ...any)                   { panic(fmt.Sprint(v...)) }
+func (quietLogger) Fatalf(format string, v ...any)   { panic(fmt.Sprintf(format, v...)) }
+func (quietLogger) Panic(v ...any)                   { panic(fmt.Sprint(v...)) }
+func (quietLogger) Panicf(format string, v ...any)   { panic(fmt.Sprintf(format, v...)) }
