@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -21,7 +22,9 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/meta"
 	"github.com/tern-mq/tern/internal/cluster/route"
+	"github.com/tern-mq/tern/internal/replica"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -52,6 +55,23 @@ type Config struct {
 	Membership membership.Config // timing and tags; the fields above override its own
 	Routes     route.Config      // lease, pings, outbound; the fields above override its own
 	Logger     *slog.Logger
+
+	// DataDir is where the node keeps its Raft id and the logs of the groups it
+	// replicates (DataDir/raft). ClusterSize is how many nodes the cluster is
+	// first started with: the meta group forms once that many nodes that
+	// replicate are members. Replication runs when both are set.
+	DataDir     string
+	ClusterSize int
+	// Replica tunes the Raft host (ticks, batching); NodeID and Logger are set here.
+	Replica replica.Config
+	// OpenStorage opens the durable Raft storage of one group in dir.
+	OpenStorage func(dir string) (Storage, error)
+}
+
+// Storage is a group's durable Raft storage, closed at Shutdown.
+type Storage interface {
+	replica.Storage
+	Close() error
 }
 
 // Node is this server's membership of the cluster.
@@ -63,6 +83,12 @@ type Node struct {
 	ms     *membership.Membership
 	ln     net.Listener
 	id     string
+
+	// Replication, when configured (nil otherwise).
+	host        *replica.Host
+	tr          *raftTransport
+	meta        *metaGroup
+	metaStorage Storage
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -114,6 +140,13 @@ func Start(cfg Config) (*Node, error) {
 		mc.AdvertiseAddr = cfg.Advertise
 	}
 	mc.Join, mc.JoinGossip, mc.RouteAddr, mc.Version, mc.Logger = cfg.Join, cfg.JoinGossip, routeAddr, cfg.Version, log
+	replicate := cfg.DataDir != "" && cfg.ClusterSize > 0 && cfg.OpenStorage != nil
+	if replicate {
+		if mc.RaftID, err = loadRaftID(filepath.Join(cfg.DataDir, "raft")); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	if n.ms, err = membership.Start(mc); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -137,6 +170,14 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}()
 
+	if replicate {
+		if err := n.startReplication(mc.RaftID); err != nil {
+			n.routes.Shutdown()
+			_ = n.ms.Shutdown()
+			ln.Close()
+			return nil, err
+		}
+	}
 	n.wg.Add(1)
 	go n.follow()
 	log.Info("cluster node started", "cluster", cfg.Cluster, "node", cfg.NodeName, "routes", routeAddr,
@@ -159,6 +200,10 @@ func (n *Node) follow() {
 			case membership.NodeJoined, membership.NodeUpdated:
 				n.log.Info("cluster: node up", "node", ev.Node.Name, "routes", ev.Node.RouteAddr, "event", ev.Kind.String())
 				n.routes.Want(ev.Node.Name, ev.Node.RouteAddr)
+				if n.tr != nil {
+					n.tr.learn(ev.Node.RaftID, ev.Node.Name)
+					n.meta.poke()
+				}
 			case membership.NodeLeft, membership.NodeFailed:
 				n.log.Warn("cluster: node gone", "node", ev.Node.Name, "event", ev.Kind.String())
 				n.routes.Drop(ev.Node.Name)
@@ -176,6 +221,13 @@ func (n *Node) Shutdown(leaveTimeout time.Duration) {
 			n.log.Warn("cluster: leave", "err", err)
 		}
 		close(n.done)
+		if n.host != nil {
+			n.meta.stop()
+			n.host.Stop()
+			if err := n.metaStorage.Close(); err != nil {
+				n.log.Warn("cluster: closing the meta group's storage", "err", err)
+			}
+		}
 		_ = n.ms.Shutdown()
 		n.routes.Shutdown()
 		n.wg.Wait()
@@ -192,6 +244,8 @@ type Status struct {
 	Members   []MemberInfo `json:"members"`
 	Routes    []route.Info `json:"routes"`
 	Interest  int          `json:"local_interest"`
+	// Meta is this node's view of the meta group, nil when it replicates nothing.
+	Meta *GroupStatus `json:"meta,omitempty"`
 }
 
 // MemberInfo is one member as membership sees it.
@@ -213,6 +267,9 @@ func (n *Node) Status() Status {
 	for _, m := range n.ms.Members() {
 		st.Members = append(st.Members, MemberInfo{Name: m.Name, ID: m.ID, Addr: m.Addr, RouteAddr: m.RouteAddr,
 			Version: m.Version, State: m.State.String(), Tags: m.Tags})
+	}
+	if n.meta != nil {
+		st.Meta = n.groupStatus(meta.MetaGroup, n.meta.started.Load())
 	}
 	return st
 }

@@ -93,6 +93,9 @@ type Config struct {
 	ClusterProbeInterval time.Duration
 	ClusterProbeTimeout  time.Duration
 	ClusterSuspicionMult int
+	// ClusterSize is how many nodes the cluster is first started with: replication
+	// (the meta group) forms once that many are members. 0: no replication.
+	ClusterSize int
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -245,6 +248,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return dur(&c.ClusterProbeTimeout) }},
 	{key: "cluster_suspicion_mult", group: groupCluster, help: "failure detection: a suspected node has this many probe intervals (times log10 of the node count, at least 1) to refute before it is declared dead",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSuspicionMult, 1, 100) }},
+	{key: "cluster_size", group: groupCluster, help: "how many nodes the cluster is first started with: replication (the meta group, docs/cluster.md) forms once that many nodes are members; 0 = no replication",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSize, 0, 1000) }},
 
 	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no MQTT)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTPort, -1, anyPort) }},

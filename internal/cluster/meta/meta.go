@@ -50,6 +50,8 @@ const (
 // Command is one entry of the meta group's log.
 type Command struct {
 	Op Op `json:"op"`
+	// ID lets the proposing node find its command's Result; Apply ignores it.
+	ID string `json:"id,omitempty"`
 	// Time is the proposer's clock (Unix ns): Apply reads no clock of its own.
 	Time       int64           `json:"time,omitempty"`
 	Node       *Node           `json:"node,omitempty"`
@@ -117,6 +119,8 @@ type Client struct {
 
 // Result is what applying a command gave, for the node that proposed it.
 type Result struct {
+	// ID is the command's ID, for the node waiting for it.
+	ID       string
 	Err      error
 	Stream   *Stream   // add/update_stream: the stream as it now is (a copy)
 	Consumer *Consumer // add_consumer
@@ -154,15 +158,21 @@ func (s *State) Apply(index uint64, data []byte) Result {
 	if err := dec.Decode(&c); err != nil {
 		return Result{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
+	r := s.apply(index, &c)
+	r.ID = c.ID
+	return r
+}
+
+func (s *State) apply(index uint64, c *Command) Result {
 	switch c.Op {
 	case OpAddNode:
-		return s.addNode(&c)
+		return s.addNode(c)
 	case OpEvictNode:
-		return s.evictNode(index, &c)
+		return s.evictNode(index, c)
 	case OpAddStream:
-		return s.addStream(index, &c)
+		return s.addStream(index, c)
 	case OpUpdateStream:
-		return s.updateStream(index, &c)
+		return s.updateStream(index, c)
 	case OpDeleteStream:
 		if _, ok := s.streams[c.Stream]; !ok {
 			return Result{Err: fmt.Errorf("stream %q: %w", c.Stream, ErrNotFound)}
@@ -170,7 +180,7 @@ func (s *State) Apply(index uint64, data []byte) Result {
 		delete(s.streams, c.Stream)
 		return Result{}
 	case OpAddConsumer:
-		return s.addConsumer(index, &c)
+		return s.addConsumer(index, c)
 	case OpDeleteConsumer:
 		st := s.streams[c.Stream]
 		if st == nil || st.Consumers[c.Consumer] == nil {

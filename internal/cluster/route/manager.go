@@ -83,8 +83,9 @@ type Manager struct {
 }
 
 // RaftHandler takes an RRAFT batch from the named node, on that route's reader
-// goroutine: it must not block for long, and batch is only valid during the call.
-type RaftHandler func(from string, batch []byte)
+// goroutine: it must not block for long, and batch is only valid during the call. An
+// error says the batch is malformed: the route is closed as for any bad frame.
+type RaftHandler func(from string, batch []byte) error
 
 // HandleRaft installs h as the receiver of the RRAFT batches of every route. Before
 // it is called, batches that arrive are dropped, as Raft allows of any message.

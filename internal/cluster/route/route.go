@@ -203,7 +203,9 @@ func (r *Route) handle(f *wire.Frame) error {
 		r.out.acked(f.Seq)
 	case wire.TypeRouteRaft:
 		if h := r.m.raft.Load(); h != nil {
-			(*h)(r.peer.NodeName, f.Payload)
+			if err := (*h)(r.peer.NodeName, f.Payload); err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrProtocol, f.Type, err)
+			}
 		}
 	case wire.TypePing:
 		r.q.Append(wire.AppendPong)

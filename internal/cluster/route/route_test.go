@@ -600,7 +600,10 @@ func TestRaftBatchesCrossRoutes(t *testing.T) {
 		batch []byte
 	}
 	ch := make(chan got, 100)
-	b.m.HandleRaft(func(from string, batch []byte) { ch <- got{from, append([]byte(nil), batch...)} })
+	b.m.HandleRaft(func(from string, batch []byte) error {
+		ch <- got{from, append([]byte(nil), batch...)}
+		return nil
+	})
 	mesh(a, b)
 	waitFor(t, "route a→b", func() bool { return len(a.m.Routes()) == 1 && len(b.m.Routes()) == 1 })
 	big := make([]byte, 1<<20)

@@ -1,0 +1,531 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/meta"
+	"github.com/tern-mq/tern/internal/replica"
+)
+
+// Subjects of the meta group's forwarding: a node that is not the leader sends a
+// command to the leader's proposal subject and waits on its own reply subject. They
+// are node services, under the reserved "$TERN.SYS." prefix.
+const (
+	metaProposePrefix = "$TERN.SYS.META.PROPOSE."
+	metaReplyPrefix   = "$TERN.SYS.META.REPLY."
+)
+
+// MaxMetaVoters bounds the meta group's voters; further nodes are learners.
+const MaxMetaVoters = 5
+
+// ErrNoMetaGroup is returned by Propose before the meta group has formed (the
+// cluster has not yet reached its size) or on a node that runs no replication.
+var ErrNoMetaGroup = errors.New("cluster: the meta group has not formed")
+
+// metaGroup is this node's replica of the meta group: it applies the committed
+// commands to the catalogue (meta.State), hands each proposer its Result, forwards
+// the proposals of a node that is not the leader to the leader over the bus, forms
+// the group when the cluster first reaches its size, and, while this node leads,
+// keeps the catalogue's nodes and the group's voters in line with membership.
+type metaGroup struct {
+	n    *Node
+	log  *slog.Logger
+	host *replica.Host
+
+	mu      sync.RWMutex
+	state   *meta.State
+	waiters map[string]chan meta.Result
+	watch   chan struct{} // closed at the next applied command
+	started atomic.Bool   // the group runs on this node
+
+	replySub, proposeSub *broker.Subscription
+	rpcMu                sync.Mutex
+	rpcs                 map[string]chan []byte
+	rpcSeq               uint64
+
+	kick chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newMetaGroup(n *Node, host *replica.Host) *metaGroup {
+	return &metaGroup{n: n, log: n.log.With("component", "meta"), host: host, state: meta.New(),
+		waiters: map[string]chan meta.Result{}, watch: make(chan struct{}), rpcs: map[string]chan []byte{},
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// ---------------------------------------------------------------------------------
+// replica.StateMachine
+
+func (g *metaGroup) Apply(ents []replica.Entry) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, e := range ents {
+		r := g.state.Apply(e.Index, e.Data)
+		if r.Err != nil && !errors.Is(r.Err, meta.ErrBadCommand) {
+			g.log.Debug("meta command refused", "index", e.Index, "err", r.Err)
+		}
+		if w := g.waiters[r.ID]; w != nil && r.ID != "" {
+			w <- r
+			delete(g.waiters, r.ID)
+		}
+	}
+	close(g.watch)
+	g.watch = make(chan struct{})
+	g.poke()
+	return nil
+}
+
+func (g *metaGroup) Snapshot() ([]byte, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.state.Snapshot(), nil
+}
+
+func (g *metaGroup) Restore(data []byte) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(data) == 0 {
+		g.state = meta.New()
+		return nil
+	}
+	return g.state.Restore(data)
+}
+
+// ---------------------------------------------------------------------------------
+// Reading
+
+// read runs f on the catalogue as this node last applied it (possibly behind the
+// leader's by what is in flight).
+func (g *metaGroup) read(f func(*meta.State)) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	f(g.state)
+}
+
+// changed returns a channel closed when the next command is applied.
+func (g *metaGroup) changed() <-chan struct{} {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.watch
+}
+
+// ---------------------------------------------------------------------------------
+// Proposing
+
+// propose commits cmd through the meta group and returns what applying it gave. On
+// a node that is not the leader the command is forwarded to the leader. Errors are
+// the meta package's (a refused command) or replication's (no leader within ctx).
+func (g *metaGroup) propose(ctx context.Context, cmd *meta.Command) (meta.Result, error) {
+	if !g.started.Load() {
+		return meta.Result{}, ErrNoMetaGroup
+	}
+	if cmd.ID == "" {
+		cmd.ID = rand.Text()
+	}
+	if cmd.Time == 0 {
+		cmd.Time = time.Now().UnixNano()
+	}
+	data := meta.EncodeCommand(cmd)
+	for {
+		r, err := g.proposeLocal(ctx, cmd.ID, data)
+		if err == nil {
+			return r, nil
+		}
+		var nl *replica.NotLeaderError
+		if errors.As(err, &nl) && nl.Leader != 0 && nl.Leader != g.host.ID() {
+			if name := g.n.tr.name(nl.Leader); name != "" {
+				r, ferr := g.forward(ctx, name, data)
+				if ferr == nil {
+					return r, nil
+				}
+				err = ferr
+			}
+		}
+		if !retryable(err) {
+			return meta.Result{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return meta.Result{}, fmt.Errorf("cluster: meta group: %w (last: %w)", ctx.Err(), err)
+		case <-g.done:
+			return meta.Result{}, replica.ErrStopped
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, replica.ErrNotLeader) || errors.Is(err, replica.ErrProposalDropped) ||
+		errors.Is(err, ErrNoRoute) || errors.Is(err, errForwardTimeout)
+}
+
+func (g *metaGroup) proposeLocal(ctx context.Context, id string, data []byte) (meta.Result, error) {
+	ch := make(chan meta.Result, 1)
+	g.mu.Lock()
+	g.waiters[id] = ch
+	g.mu.Unlock()
+	_, err := g.host.Propose(ctx, meta.MetaGroup, data)
+	if err != nil {
+		g.mu.Lock()
+		delete(g.waiters, id)
+		g.mu.Unlock()
+		return meta.Result{}, err
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	default:
+		// Propose returns once the entry is applied here, so the result is in; a
+		// command applied twice (a retry that raced the first) finds no waiter
+		// the second time and reads the state instead.
+		g.mu.Lock()
+		delete(g.waiters, id)
+		g.mu.Unlock()
+		return meta.Result{}, nil
+	}
+}
+
+// wireResult is a Result on its way back to the node that forwarded the command.
+type wireResult struct {
+	Code     string         `json:"code,omitempty"`
+	Error    string         `json:"error,omitempty"`
+	Stream   *meta.Stream   `json:"stream,omitempty"`
+	Consumer *meta.Consumer `json:"consumer,omitempty"`
+	Previous uint64         `json:"previous,omitempty"`
+}
+
+var resultCodes = []struct {
+	code string
+	err  error
+}{
+	{"bad_command", meta.ErrBadCommand}, {"exists", meta.ErrExists}, {"not_found", meta.ErrNotFound},
+	{"no_placement", meta.ErrNoPlacement}, {"invalid", meta.ErrInvalid},
+	{"not_leader", replica.ErrNotLeader}, {"dropped", replica.ErrProposalDropped},
+}
+
+func encodeResult(r meta.Result, err error) []byte {
+	w := wireResult{Stream: r.Stream, Consumer: r.Consumer, Previous: r.Previous}
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		w.Code, w.Error = "internal", err.Error()
+		for _, c := range resultCodes {
+			if errors.Is(err, c.err) {
+				w.Code = c.code
+				break
+			}
+		}
+	}
+	b, _ := json.Marshal(&w)
+	return b
+}
+
+func decodeResult(b []byte) (meta.Result, error) {
+	var w wireResult
+	if err := json.Unmarshal(b, &w); err != nil {
+		return meta.Result{}, fmt.Errorf("cluster: meta reply: %w", err)
+	}
+	r := meta.Result{Stream: w.Stream, Consumer: w.Consumer, Previous: w.Previous}
+	if w.Code == "" {
+		return r, nil
+	}
+	for _, c := range resultCodes {
+		if c.code == w.Code {
+			if c.err == replica.ErrNotLeader || c.err == replica.ErrProposalDropped {
+				return r, fmt.Errorf("%w (at the leader: %s)", c.err, w.Error)
+			}
+			r.Err = fmt.Errorf("%w (%s)", c.err, w.Error)
+			return r, nil
+		}
+	}
+	return r, fmt.Errorf("cluster: meta command failed at the leader: %s", w.Error)
+}
+
+var errForwardTimeout = errors.New("cluster: forwarded meta command got no answer")
+
+// forward sends an encoded command to the named leader and waits for its answer.
+func (g *metaGroup) forward(ctx context.Context, leader string, data []byte) (meta.Result, error) {
+	g.rpcMu.Lock()
+	g.rpcSeq++
+	token := fmt.Sprintf("%d", g.rpcSeq)
+	ch := make(chan []byte, 1)
+	g.rpcs[token] = ch
+	g.rpcMu.Unlock()
+	defer func() {
+		g.rpcMu.Lock()
+		delete(g.rpcs, token)
+		g.rpcMu.Unlock()
+	}()
+	reply := metaReplyPrefix + g.n.cfg.NodeName + "." + token
+	var p broker.Batch
+	if g.n.cfg.Broker.Publish(&p, &broker.Message{Subject: []byte(metaProposePrefix + leader), Reply: []byte(reply), Payload: data}) == 0 {
+		p.Flush()
+		return meta.Result{}, fmt.Errorf("%w: %s not reachable", ErrNoRoute, leader)
+	}
+	p.Flush()
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case b := <-ch:
+		return decodeResult(b)
+	case <-t.C:
+		return meta.Result{}, errForwardTimeout
+	case <-ctx.Done():
+		return meta.Result{}, ctx.Err()
+	}
+}
+
+// rpcSink takes the meta group's bus traffic: forwarded commands for this node
+// (answered from a goroutine of their own: a proposal waits for a commit, and the
+// sink runs on a route's reader) and the answers to those this node forwarded.
+type rpcSink struct{ g *metaGroup }
+
+func (s rpcSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	g := s.g
+	if sub == g.replySub {
+		token := string(m.Subject[strings.LastIndexByte(string(m.Subject), '.')+1:])
+		g.rpcMu.Lock()
+		ch := g.rpcs[token]
+		g.rpcMu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- append([]byte(nil), m.Payload...):
+			default:
+			}
+		}
+		return true
+	}
+	if len(m.Reply) == 0 {
+		return true
+	}
+	reply := string(m.Reply)
+	data := append([]byte(nil), m.Payload...)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var cmd meta.Command
+		var r meta.Result
+		err := json.Unmarshal(data, &cmd)
+		if err == nil {
+			// Proposed here only: a forward is never forwarded again, so two
+			// nodes that disagree on the leader cannot bounce it between them.
+			r, err = g.proposeLocal(ctx, cmd.ID, data)
+		} else {
+			err = fmt.Errorf("%w: %v", meta.ErrBadCommand, err)
+		}
+		var p broker.Batch
+		g.n.cfg.Broker.Publish(&p, &broker.Message{Subject: []byte(reply), Payload: encodeResult(r, err)})
+		p.Flush()
+	}()
+	return true
+}
+
+func (rpcSink) Flush() {}
+
+// ---------------------------------------------------------------------------------
+// Forming the group and keeping it in line with membership
+
+// start subscribes to the forwarding subjects and runs the loop that forms the
+// group (or restarts it from its storage) and reconciles membership on the leader.
+func (g *metaGroup) start(storage replica.Storage, restarting bool) error {
+	g.replySub = &broker.Subscription{Sink: rpcSink{g}, Subject: metaReplyPrefix + g.n.cfg.NodeName + ".*"}
+	g.proposeSub = &broker.Subscription{Sink: rpcSink{g}, Subject: metaProposePrefix + g.n.cfg.NodeName}
+	for _, sub := range []*broker.Subscription{g.replySub, g.proposeSub} {
+		if err := g.n.cfg.Broker.Subscribe(sub); err != nil {
+			return fmt.Errorf("cluster: meta group: %w", err)
+		}
+	}
+	if restarting {
+		if err := g.host.AddGroup(replica.GroupConfig{ID: meta.MetaGroup, Storage: storage, StateMachine: g}); err != nil {
+			return fmt.Errorf("cluster: meta group: %w", err)
+		}
+		g.started.Store(true)
+		g.log.Info("meta group restarted from storage")
+	}
+	g.wg.Add(1)
+	go g.loop(storage)
+	return nil
+}
+
+func (g *metaGroup) stop() {
+	close(g.done)
+	_ = g.n.cfg.Broker.Unsubscribe(g.replySub)
+	_ = g.n.cfg.Broker.Unsubscribe(g.proposeSub)
+	g.wg.Wait()
+}
+
+func (g *metaGroup) poke() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop forms the group once enough nodes are members, then, while this node leads,
+// reconciles: every member is a node of the catalogue and a replica of the group,
+// voters up to MaxMetaVoters.
+func (g *metaGroup) loop(storage replica.Storage) {
+	defer g.wg.Done()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.done:
+			return
+		case <-tick.C:
+		case <-g.kick:
+		}
+		if !g.started.Load() {
+			g.form(storage)
+			continue
+		}
+		g.reconcile()
+	}
+}
+
+// replicating lists the alive members that run replication, by name.
+func (g *metaGroup) replicating() []membership.Node {
+	var out []membership.Node
+	for _, m := range g.n.ms.Members() {
+		if m.State == membership.StateAlive && m.RaftID != 0 {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b membership.Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// form starts the group on this node: as a founding voter once the cluster has
+// ClusterSize members that replicate (the first of them by name, up to
+// MaxMetaVoters, are the founders; every founder computes the same list), or empty,
+// waiting to be added by the leader, when this node is not a founder.
+func (g *metaGroup) form(storage replica.Storage) {
+	members := g.replicating()
+	size := g.n.cfg.ClusterSize
+	if len(members) < size {
+		return
+	}
+	founders := members[:min(size, MaxMetaVoters)]
+	var voters []uint64
+	self := false
+	for _, m := range founders {
+		voters = append(voters, m.RaftID)
+		self = self || m.RaftID == g.host.ID()
+	}
+	gc := replica.GroupConfig{ID: meta.MetaGroup, Storage: storage, StateMachine: g}
+	if self {
+		gc.Voters = voters
+	}
+	if err := g.host.AddGroup(gc); err != nil {
+		g.log.Error("meta group could not start", "err", err)
+		return
+	}
+	g.started.Store(true)
+	if self {
+		names := make([]string, len(founders))
+		for i, m := range founders {
+			names[i] = m.Name
+		}
+		g.log.Info("meta group formed", "voters", names)
+	} else {
+		g.log.Info("meta group joined as a later node; waiting for the leader to add this node")
+	}
+}
+
+// reconcile runs on the leader: nodes join the catalogue and the group (as
+// learners, promoted to voters once caught up while voters are fewer than the
+// target: the largest odd number up to MaxMetaVoters that the members allow).
+func (g *metaGroup) reconcile() {
+	st, err := g.host.Status(meta.MetaGroup)
+	if err != nil || st.State != "StateLeader" {
+		return
+	}
+	members := g.replicating()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	var missing []meta.Node
+	g.read(func(s *meta.State) {
+		known := map[uint64]meta.Node{}
+		for _, nd := range s.Nodes() {
+			known[nd.ID] = nd
+		}
+		for _, m := range members {
+			nd, ok := known[m.RaftID]
+			if !ok || nd.Name != m.Name || !mapsEqual(nd.Tags, m.Tags) {
+				if !nd.Evicted {
+					missing = append(missing, meta.Node{ID: m.RaftID, Name: m.Name, Tags: m.Tags})
+				}
+			}
+		}
+	})
+	for i := range missing {
+		if _, err := g.propose(ctx, &meta.Command{Op: meta.OpAddNode, Node: &missing[i]}); err != nil {
+			g.log.Warn("adding a node to the catalogue", "node", missing[i].Name, "err", err)
+			return
+		}
+	}
+
+	in := map[uint64]bool{}
+	for _, id := range st.Voters {
+		in[id] = true
+	}
+	for _, id := range st.Learners {
+		in[id] = true
+	}
+	for _, m := range members {
+		if !in[m.RaftID] {
+			if _, err := g.host.AddLearner(ctx, meta.MetaGroup, m.RaftID); err != nil {
+				g.log.Debug("adding a learner to the meta group", "node", m.Name, "err", err)
+			} else {
+				g.log.Info("node added to the meta group as a learner", "node", m.Name)
+			}
+			return // one membership change at a time
+		}
+	}
+	target := min(MaxMetaVoters, len(members))
+	if target%2 == 0 {
+		target--
+	}
+	if len(st.Voters) >= target {
+		return
+	}
+	for _, p := range st.Progress {
+		if p.Learner && p.RecentActive && p.Lag == 0 {
+			if _, err := g.host.Promote(ctx, meta.MetaGroup, p.Node); err != nil {
+				g.log.Debug("promoting a learner of the meta group", "node", g.n.tr.name(p.Node), "err", err)
+			} else {
+				g.log.Info("node promoted to voter of the meta group", "node", g.n.tr.name(p.Node))
+			}
+			return
+		}
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
