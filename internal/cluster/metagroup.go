@@ -58,6 +58,10 @@ type metaGroup struct {
 	kick chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	// Owned by loop: the members last seen while forming, and since when.
+	view      string
+	viewSince time.Time
 }
 
 func newMetaGroup(n *Node, host *replica.Host) *metaGroup {
@@ -356,6 +360,7 @@ func (g *metaGroup) start(storage replica.Storage, restarting bool) error {
 			return fmt.Errorf("cluster: meta group: %w", err)
 		}
 		g.started.Store(true)
+		g.announce()
 		g.log.Info("meta group restarted from storage")
 	}
 	g.wg.Add(1)
@@ -417,16 +422,30 @@ func (g *metaGroup) replicating() []membership.Node {
 // waiting to be added by the leader, when this node is not a founder.
 func (g *metaGroup) form(storage replica.Storage) {
 	members := g.replicating()
-	size := g.n.cfg.ClusterSize
-	if len(members) < size {
-		return
+	var names []string
+	formed := false
+	for _, m := range members {
+		names = append(names, m.Name+"/"+fmt.Sprint(m.RaftID))
+		formed = formed || m.MetaGroup
 	}
-	founders := members[:min(size, MaxMetaVoters)]
-	var voters []uint64
+	// Founders decide alone, from what membership shows them: only a view that
+	// has held still for a while (gossip has converged) may found the group.
+	if key := strings.Join(names, ","); key != g.view {
+		g.view, g.viewSince = key, time.Now()
+	}
 	self := false
-	for _, m := range founders {
-		voters = append(voters, m.RaftID)
-		self = self || m.RaftID == g.host.ID()
+	var voters []uint64
+	switch {
+	case formed:
+		// The group exists (a node announces its replica): join it, empty, and
+		// wait for its leader to add this node.
+	case len(members) < g.n.cfg.ClusterSize || time.Since(g.viewSince) < formStable:
+		return
+	default:
+		for _, m := range members[:min(g.n.cfg.ClusterSize, MaxMetaVoters)] {
+			voters = append(voters, m.RaftID)
+			self = self || m.RaftID == g.host.ID()
+		}
 	}
 	gc := replica.GroupConfig{ID: meta.MetaGroup, Storage: storage, StateMachine: g}
 	if self {
@@ -437,14 +456,23 @@ func (g *metaGroup) form(storage replica.Storage) {
 		return
 	}
 	g.started.Store(true)
+	g.announce()
 	if self {
-		names := make([]string, len(founders))
-		for i, m := range founders {
-			names[i] = m.Name
-		}
-		g.log.Info("meta group formed", "voters", names)
+		g.log.Info("meta group formed", "voters", len(voters))
 	} else {
 		g.log.Info("meta group joined as a later node; waiting for the leader to add this node")
+	}
+}
+
+// formStable is how long the view of the members must hold still before a node
+// founds the meta group.
+const formStable = time.Second
+
+// announce tells the other nodes this one holds a replica of the meta group, so
+// that a node started later joins it instead of founding another.
+func (g *metaGroup) announce() {
+	if err := g.n.ms.SetMetaGroup(); err != nil {
+		g.log.Warn("announcing the meta group replica", "err", err)
 	}
 }
 

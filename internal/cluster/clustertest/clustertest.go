@@ -247,6 +247,20 @@ func (n *Node) start(t testing.TB, bin string) {
 	}
 }
 
+// Restart starts a node that was killed again, with the same arguments and data
+// directory, and waits until it answers.
+func (n *Node) Restart(t testing.TB) {
+	t.Helper()
+	if n.Running() {
+		t.Fatalf("%s: restart of a running node", n.Name)
+	}
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.start(t, bin)
+}
+
 // dial connects inside the node's namespace, so that the test process itself never
 // sends to a namespace's address from the machine's own network.
 func (n *Node) dial(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -161,6 +161,7 @@ func (m *Membership) nodeFrom(n *memberlist.Node) (Node, meta, error) {
 		Version:   mt.version,
 		Tags:      maps.Clone(mt.tags),
 		RaftID:    mt.raftID,
+		MetaGroup: mt.metaGroup,
 		State:     StateAlive,
 	}, mt, nil
 }
@@ -263,5 +264,5 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 
 func sameNode(a, b Node) bool {
 	return a.Name == b.Name && a.ID == b.ID && a.Addr == b.Addr && a.RouteAddr == b.RouteAddr &&
-		a.Version == b.Version && a.State == b.State && a.RaftID == b.RaftID && maps.Equal(a.Tags, b.Tags)
+		a.Version == b.Version && a.State == b.State && a.RaftID == b.RaftID && a.MetaGroup == b.MetaGroup && maps.Equal(a.Tags, b.Tags)
 }

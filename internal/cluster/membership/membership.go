@@ -51,6 +51,8 @@ type Node struct {
 	Version   string
 	Tags      map[string]string // a copy: the caller may keep or change it
 	RaftID    uint64            // see Config.RaftID
+	// MetaGroup: the node holds a replica of the meta group (SetMetaGroup).
+	MetaGroup bool
 	State     NodeState
 }
 
@@ -312,30 +314,50 @@ func (m *Membership) UpdateTags(tags map[string]string) error {
 	if err := checkTags(tags); err != nil {
 		return err
 	}
+	return m.announce("update tags", func(mt *meta, n *Node) {
+		mt.tags = maps.Clone(tags)
+		n.Tags = maps.Clone(tags)
+	})
+}
+
+// SetMetaGroup announces that this node holds a replica of the meta group: a node
+// that starts later joins the group instead of founding one. It returns as
+// UpdateTags does.
+func (m *Membership) SetMetaGroup() error {
+	return m.announce("set meta group", func(mt *meta, n *Node) {
+		mt.metaGroup = true
+		n.MetaGroup = true
+	})
+}
+
+// announce changes this node's metadata and spreads it; other nodes see a
+// NodeUpdated event.
+func (m *Membership) announce(what string, change func(*meta, *Node)) error {
 	m.life.Lock()
 	defer m.life.Unlock()
 	if m.shutDown {
-		return fmt.Errorf("membership: update tags: %w", ErrClosed)
+		return fmt.Errorf("membership: %s: %w", what, ErrClosed)
 	}
 	m.mu.Lock()
 	if m.left {
 		m.mu.Unlock()
-		return fmt.Errorf("membership: update tags after leaving: %w", ErrClosed)
+		return fmt.Errorf("membership: %s after leaving: %w", what, ErrClosed)
 	}
 	next := m.selfMeta
-	next.tags = maps.Clone(tags)
+	var scratch Node
+	change(&next, &scratch)
 	enc, err := encodeMeta(next)
 	if err != nil {
 		m.mu.Unlock()
-		return fmt.Errorf("membership: update tags: %w", err)
+		return fmt.Errorf("membership: %s: %w", what, err)
 	}
 	m.selfMeta, m.selfEnc = next, enc
-	m.nodes[m.cfg.NodeName].Tags = maps.Clone(tags)
+	change(&next, m.nodes[m.cfg.NodeName])
 	m.mu.Unlock()
 
 	if err := m.list.UpdateNode(updateWait); err != nil {
 		// The alive message is queued; it keeps spreading after the wait.
-		m.log.Debug("tag update still spreading", "err", err)
+		m.log.Debug(what+": still spreading", "err", err)
 	}
 	return nil
 }

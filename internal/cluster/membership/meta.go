@@ -26,7 +26,11 @@ const maxField = 255
 // so a later release may append fields without cutting older nodes off.
 const metaFormat = 2
 
-const flagLeaving = 1 << 0
+const (
+	flagLeaving   = 1 << 0
+	flagMetaGroup = 1 << 1 // format 2: the node holds a replica of the meta group
+	knownFlags    = flagLeaving | flagMetaGroup
+)
 
 // meta is what a node tells the others about itself besides its name and gossip
 // address (which memberlist carries).
@@ -39,6 +43,9 @@ type meta struct {
 	version string
 	tags    map[string]string
 	raftID  uint64 // format 2 on; 0 when the node runs no replication
+	// metaGroup: the node holds a replica of the meta group (format 2 on), so a
+	// node starting later joins that group instead of founding one.
+	metaGroup bool
 }
 
 // ErrMetaTooLarge is returned when a node's metadata (mostly its tags) would not fit
@@ -69,6 +76,9 @@ func encodeMeta(m meta) ([]byte, error) {
 	var flags byte
 	if m.leaving {
 		flags |= flagLeaving
+	}
+	if m.metaGroup {
+		flags |= flagMetaGroup
 	}
 	b = append(b, metaFormat, flags)
 	var err error
@@ -125,7 +135,8 @@ func decodeMeta(b []byte) (meta, error) {
 		return m, fmt.Errorf("%w: format %d", errBadMeta, m.format)
 	}
 	m.leaving = b[1]&flagLeaving != 0
-	if m.format == metaFormat && b[1]&^flagLeaving != 0 {
+	m.metaGroup = m.format >= 2 && b[1]&flagMetaGroup != 0
+	if m.format == metaFormat && b[1]&^knownFlags != 0 || m.format < 2 && b[1]&^flagLeaving != 0 {
 		// A later format may define more flags; this one defines one.
 		return m, fmt.Errorf("%w: unknown flags %#x", errBadMeta, b[1])
 	}

@@ -104,7 +104,8 @@ func TestDecodeMetaRejectsMalformed(t *testing.T) {
 		"format 0":       append([]byte{0}, good[1:]...),
 		"truncated":      good[:len(good)-1],
 		"header only":    {1, 0},
-		"unknown flag":   append([]byte{metaFormat, 2}, good[2:]...),
+		"unknown flag":   append([]byte{metaFormat, 4}, good[2:]...),
+		"v1 meta flag":   append([]byte{1, 2}, good[2:len(good)-9]...),
 		"long raft id":   append(append([]byte{}, good[:len(good)-9]...), 0x80, 0x00),
 		"no raft id":     good[:len(good)-9],
 		"trailing":       append(append([]byte{}, good...), 0),
@@ -134,6 +135,10 @@ func FuzzDecodeMeta(f *testing.F) {
 	leaving.leaving = true
 	b, _ := encodeMeta(leaving)
 	f.Add(b)
+	withMeta := sampleMeta()
+	withMeta.metaGroup = true
+	b, _ = encodeMeta(withMeta)
+	f.Add(b)
 	b, _ = encodeMeta(meta{format: metaFormat, id: "x"})
 	f.Add(b)
 	f.Add(append(append([]byte{3}, good[1:]...), 1, 2, 3))
@@ -158,7 +163,7 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("accepted %x, encodes as %x", b, out)
 		}
 		again, err := decodeMeta(out)
-		if err != nil || again.id != m.id || again.cluster != m.cluster || again.raftID != m.raftID || !maps.Equal(again.tags, m.tags) {
+		if err != nil || again.id != m.id || again.cluster != m.cluster || again.raftID != m.raftID || again.metaGroup != m.metaGroup || !maps.Equal(again.tags, m.tags) {
 			t.Fatalf("round trip of %x: %+v %v", b, again, err)
 		}
 	})

@@ -1,0 +1,111 @@
+package clustertest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tern-mq/tern/internal/cluster"
+)
+
+// metaOf is a node's view of the meta group, nil when it cannot be read.
+func metaOf(n *Node) *cluster.GroupStatus {
+	st, err := n.Status()
+	if err != nil || st.Meta == nil {
+		return nil
+	}
+	return st.Meta
+}
+
+// agreedLeader is the meta leader every given node names, "" while they disagree or
+// one has none.
+func agreedLeader(nodes ...*Node) string {
+	leader := ""
+	for _, n := range nodes {
+		m := metaOf(n)
+		if m == nil || !m.Running || m.Leader == "" || leader != "" && m.Leader != leader {
+			return ""
+		}
+		leader = m.Leader
+	}
+	return leader
+}
+
+func nodeNamed(c *Cluster, name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestMetaGroupFormsAndFailsOver: three nodes started with cluster_size 3 form the
+// meta group with all three as voters; kill -9 of its leader gets the other two a
+// new leader within the election time; the killed node restarts from its Raft log
+// and follows again.
+func TestMetaGroupFormsAndFailsOver(t *testing.T) {
+	c := Start(t, Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	var leader string
+	took := c.WaitFor("one meta leader", 10*time.Second, func() bool { leader = agreedLeader(c.Nodes...); return leader != "" })
+	t.Logf("meta group formed, leader %s, %v after the mesh", leader, took.Round(time.Millisecond))
+	m := metaOf(nodeNamed(c, leader))
+	if got := slices.Sorted(slices.Values(m.Voters)); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
+		t.Fatalf("voters %v, want n1 n2 n3", m.Voters)
+	}
+	// The leader adds every node to the catalogue: three commands after the
+	// founding entries, applied everywhere.
+	c.WaitFor("the catalogue on every node", 10*time.Second, func() bool {
+		for _, n := range c.Nodes {
+			if m := metaOf(n); m == nil || m.Applied < 4 {
+				return false
+			}
+		}
+		return true
+	})
+
+	old := nodeNamed(c, leader)
+	old.Kill()
+	var rest []*Node
+	for _, n := range c.Nodes {
+		if n != old {
+			rest = append(rest, n)
+		}
+	}
+	var next string
+	took = c.WaitFor("a new meta leader", 10*time.Second, func() bool {
+		next = agreedLeader(rest...)
+		return next != "" && next != leader
+	})
+	t.Logf("new leader %s %v after kill -9 of %s", next, took.Round(time.Millisecond), leader)
+	if took > 3*time.Second {
+		t.Errorf("failover took %v, want well under 3 s", took)
+	}
+
+	old.Restart(t)
+	c.WaitFor("the restarted node following", 15*time.Second, func() bool {
+		m := metaOf(old)
+		return m != nil && m.Running && m.Leader == agreedLeader(rest...) && m.Leader != ""
+	})
+}
+
+// TestMetaGroupLaterNodesAreLearners: with cluster_size 3 and five nodes, the first
+// three by name found the group; the leader adds the other two as learners, then
+// promotes them, as five voters are possible.
+func TestMetaGroupLaterNodesAreLearners(t *testing.T) {
+	c := Start(t, Options{N: 5, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	var leader string
+	c.WaitFor("five voters", 20*time.Second, func() bool {
+		leader = agreedLeader(c.Nodes...)
+		if leader == "" {
+			return false
+		}
+		m := metaOf(nodeNamed(c, leader))
+		return m != nil && len(m.Voters) == 5 && len(m.Learners) == 0
+	})
+	for _, n := range c.Nodes {
+		if m := metaOf(n); m == nil || m.Applied < 6 {
+			t.Errorf("%s: meta group applied %+v, want the five nodes in the catalogue", n.Name, m)
+		}
+	}
+}
