@@ -93,7 +93,7 @@ type sim struct {
 	pending  map[[2]uint64]simProposal // node, token
 	token    uint64
 	trace    uint64 // hash of everything that happened, for the replay check
-	stats    struct{ sent, dropped, dups, acks, proposals, crashes, elections int }
+	stats    struct{ sent, dropped, dups, acks, proposals, crashes, elections, quiesces int }
 }
 
 func newSim(t testing.TB, seed uint64, sc simConf) *sim {
@@ -442,6 +442,9 @@ func (s *sim) finish() {
 				s.t.Fatalf("group %d: replicas differ at the end: %+v vs %+v", g, *first, *sm)
 			}
 		}
+	}
+	for _, n := range s.nodes {
+		s.stats.quiesces += int(n.core.Stats().Quiesces)
 	}
 	for k, data := range s.acked {
 		if !bytes.Equal(s.refData[k], data) {
