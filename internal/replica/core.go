@@ -147,6 +147,7 @@ type group struct {
 	// snapshot, which raft accepts only if its membership names the replica,
 	// so the next snapshot is taken right away.
 	snapDue bool
+	wokeAt  uint64 // tick of the last unquiesce
 }
 
 type peer struct {
@@ -426,6 +427,7 @@ func (c *Core) markActive(g *group) {
 func (c *Core) unquiesce(g *group) {
 	if g.quiesced {
 		g.quiesced = false
+		g.wokeAt = c.ticks
 		c.stats.Unquiesces++
 	}
 }
@@ -454,12 +456,24 @@ func (c *Core) Tick() {
 		// quiesced groups it is a member of wake up (and elect a new leader if
 		// it led them).
 		for _, p := range c.plist {
-			dead := p.refs > 0 && c.ticks-p.lastHeard > uint64(c.cfg.ElectionTicks)
+			dead := p.refs > 0 && c.ticks-p.lastHeard >= uint64(c.cfg.ElectionTicks)
 			if dead && !p.dead {
 				for _, g := range c.sorted {
-					if g.quiesced && slices.Contains(g.members, p.id) {
-						c.unquiesce(g)
+					if g.failed != nil || !slices.Contains(g.members, p.id) {
+						continue
 					}
+					if g.lead == p.id && (g.quiesced || g.wokeAt >= p.lastHeard) {
+						// Nothing came from the leader for an election
+						// timeout, but this replica's raft clock stood still
+						// for part of it (quiesced, or woken since by a
+						// message): let the clock show it, so that the group
+						// campaigns, and grants votes, within what is left
+						// of its randomized timeout instead of a whole one.
+						for range c.cfg.ElectionTicks {
+							g.rn.Tick()
+						}
+					}
+					c.unquiesce(g)
 				}
 			}
 			p.dead = dead

@@ -134,8 +134,17 @@ func testConfig() Config {
 }
 
 func TestHostFailover(t *testing.T) {
+	for _, quiesce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("quiesce=%v", quiesce), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.DisableQuiescence = !quiesce
+			testFailover(t, cfg)
+		})
+	}
+}
+
+func testFailover(t *testing.T, cfg Config) {
 	const groups = 100
-	cfg := testConfig()
 	c := newCluster(t, cfg, 3)
 	var ids []uint64
 	for g := uint64(1); g <= groups; g++ {
@@ -186,6 +195,26 @@ func TestHostFailover(t *testing.T) {
 	}
 	if len(led) == 0 {
 		t.Fatal("node 1 leads no group")
+	}
+	if !cfg.DisableQuiescence {
+		// Kill node 1 with its groups quiesced: the slow path, where the
+		// followers first have to find the node down.
+		deadline := time.Now().Add(5 * time.Second)
+		for _, g := range led {
+			for {
+				st, err := c.hosts[1].Status(g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Quiesced {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("group %d not quiesced: %+v", g, st)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
 	}
 	killed := time.Now()
 	c.net.Detach(1)

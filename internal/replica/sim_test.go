@@ -71,6 +71,11 @@ type simNode struct {
 type simProposal struct {
 	group uint64
 	data  []byte
+	// read: a read index request, which must not return an index below the
+	// highest one acknowledged before it started (linearizability).
+	read     bool
+	floor    uint64
+	transfer bool
 }
 
 type sim struct {
@@ -93,7 +98,10 @@ type sim struct {
 	pending  map[[2]uint64]simProposal // node, token
 	token    uint64
 	trace    uint64 // hash of everything that happened, for the replay check
-	stats    struct{ sent, dropped, dups, acks, proposals, crashes, elections int }
+	stats    struct {
+		sent, dropped, dups, acks, proposals, crashes, elections, quiesces int
+		reads, transfers                                                   int
+	}
 }
 
 func newSim(t testing.TB, seed uint64, sc simConf) *sim {
@@ -266,6 +274,28 @@ func (s *sim) result(n *simNode, r Result) {
 	}
 	delete(s.pending, k)
 	s.mix(r.Token, r.Index, n.id)
+	if p.read || p.transfer {
+		if r.Err != nil {
+			if !errors.Is(r.Err, ErrReadDropped) && !errors.Is(r.Err, ErrTransferFailed) {
+				s.t.Fatalf("t=%d node %d: read or transfer failed with %v", s.now, n.id, r.Err)
+			}
+			return
+		}
+		if p.read {
+			if r.Index < p.floor {
+				s.t.Fatalf("t=%d node %d group %d: read index %d, but %d was acknowledged before the read",
+					s.now, n.id, p.group, r.Index, p.floor)
+			}
+			if st, err := n.core.Status(p.group); err != nil || st.Applied < r.Index {
+				s.t.Fatalf("t=%d node %d group %d: read index %d completed with %d applied (%v)",
+					s.now, n.id, p.group, r.Index, st.Applied, err)
+			}
+			s.stats.reads++
+		} else {
+			s.stats.transfers++
+		}
+		return
+	}
 	if r.Err != nil {
 		if !errors.Is(r.Err, ErrProposalDropped) && !errors.Is(r.Err, ErrNotLeader) && !errors.Is(r.Err, ErrOutcomeUnknown) {
 			s.t.Fatalf("t=%d node %d: proposal failed with %v", s.now, n.id, r.Err)
@@ -303,6 +333,32 @@ func (s *sim) propose(g uint64) {
 	}
 	s.pending[[2]uint64{n.id, s.token}] = simProposal{group: g, data: data}
 	s.stats.proposals++
+}
+
+// other issues a read index or a leadership transfer to a random replica.
+func (s *sim) other(g uint64) {
+	m := s.members[g]
+	n := s.nodes[m[s.rng.IntN(len(m))]-1]
+	if !n.up {
+		return
+	}
+	s.token++
+	p := simProposal{group: g}
+	var err error
+	if s.rng.IntN(4) == 0 {
+		p.transfer = true
+		err = n.core.TransferLeadership(g, s.token, m[s.rng.IntN(len(m))])
+	} else {
+		p.read, p.floor = true, s.maxAcked[g]
+		err = n.core.ReadIndex(g, s.token)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrNotLeader) {
+			s.t.Fatalf("read or transfer: %v", err)
+		}
+		return
+	}
+	s.pending[[2]uint64{n.id, s.token}] = p
 }
 
 func (s *sim) fault() {
@@ -389,6 +445,9 @@ func (s *sim) runFor(ms int, faults bool, load float64) {
 		if s.rng.Float64() < load {
 			s.propose(uint64(1 + s.rng.IntN(s.sc.groups)))
 		}
+		if s.rng.Float64() < load/10 {
+			s.other(uint64(1 + s.rng.IntN(s.sc.groups)))
+		}
 		s.step(true)
 	}
 }
@@ -442,6 +501,9 @@ func (s *sim) finish() {
 				s.t.Fatalf("group %d: replicas differ at the end: %+v vs %+v", g, *first, *sm)
 			}
 		}
+	}
+	for _, n := range s.nodes {
+		s.stats.quiesces += int(n.core.Stats().Quiesces)
 	}
 	for k, data := range s.acked {
 		if !bytes.Equal(s.refData[k], data) {
