@@ -131,7 +131,7 @@ func (n *Node) startReplication(raftID uint64) error {
 		n.tr.learn(m.RaftID, m.Name)
 	}
 	rc := n.cfg.Replica
-	rc.NodeID = raftID
+	rc.NodeID, rc.Log = raftID, n.log
 	host, err := replica.NewHost(rc, n.tr)
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)

@@ -26,7 +26,7 @@ func BenchmarkPropose(b *testing.B) {
 }
 
 func benchPropose(b *testing.B, size, groups int, fsync time.Duration) {
-	cfg := Config{SnapshotEntries: 20000, CompactionOverhead: 1000, Logger: discardLogger{}}
+	cfg := Config{SnapshotEntries: 20000, CompactionOverhead: 1000}
 	c := newCluster(b, cfg, 3)
 	var ids []uint64
 	for g := 1; g <= groups; g++ {
@@ -91,7 +91,7 @@ func cpuTime() time.Duration {
 }
 
 func benchIdle(b *testing.B, groups int, noQuiesce bool) {
-	cfg := Config{DisableQuiescence: noQuiesce, Logger: discardLogger{}}
+	cfg := Config{DisableQuiescence: noQuiesce}
 	c := newCluster(b, cfg, 3)
 	var ids []uint64
 	for g := 1; g <= groups; g++ {

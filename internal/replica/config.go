@@ -3,10 +3,8 @@ package replica
 import (
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"time"
-
-	"go.etcd.io/raft/v3"
 )
 
 // Defaults of Config. They aim at a new acknowledged publish within one second of a
@@ -75,9 +73,9 @@ type Config struct {
 	// package documentation, "Quiescence").
 	DisableQuiescence bool
 
-	// Logger receives raft's log; nil logs warnings and errors with the log
+	// Log receives raft's warnings and errors; nil discards them.
 	// package and drops the rest.
-	Logger raft.Logger
+	Log *slog.Logger
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -116,25 +114,30 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.CompactionOverhead == 0 {
 		cfg.CompactionOverhead = DefaultCompactionOverhead
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = quietLogger{}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	return cfg, nil
 }
 
-// quietLogger drops raft's debug and info lines (elections in thousands of groups
-// would flood the log) and keeps warnings and errors.
-type quietLogger struct{}
+// slogLogger is raft's Logger on a slog.Logger. Debug and info lines are dropped:
+// elections in thousands of groups would flood the log. Fatal and Panic panic, as
+// raft expects of them (it calls them on broken invariants only).
+type slogLogger struct{ l *slog.Logger }
 
-func (quietLogger) Debug(...any)                     {}
-func (quietLogger) Debugf(string, ...any)            {}
-func (quietLogger) Info(...any)                      {}
-func (quietLogger) Infof(string, ...any)             {}
-func (quietLogger) Warning(v ...any)                 { log.Print(append([]any{"raft: warning: "}, v...)...) }
-func (quietLogger) Warningf(format string, v ...any) { log.Printf("raft: warning: "+format, v...) }
-func (quietLogger) Error(v ...any)                   { log.Print(append([]any{"raft: error: "}, v...)...) }
-func (quietLogger) Errorf(format string, v ...any)   { log.Printf("raft: error: "+format, v...) }
-func (quietLogger) Fatal(v ...any)                   { panic(fmt.Sprint(v...)) }
-func (quietLogger) Fatalf(format string, v ...any)   { panic(fmt.Sprintf(format, v...)) }
-func (quietLogger) Panic(v ...any)                   { panic(fmt.Sprint(v...)) }
-func (quietLogger) Panicf(format string, v ...any)   { panic(fmt.Sprintf(format, v...)) }
+func (slogLogger) Debug(...any)          {}
+func (slogLogger) Debugf(string, ...any) {}
+func (slogLogger) Info(...any)           {}
+func (slogLogger) Infof(string, ...any)  {}
+func (g slogLogger) Warning(v ...any)    { g.l.Warn(fmt.Sprint(v...)) }
+func (g slogLogger) Warningf(format string, v ...any) {
+	g.l.Warn(fmt.Sprintf(format, v...))
+}
+func (g slogLogger) Error(v ...any) { g.l.Error(fmt.Sprint(v...)) }
+func (g slogLogger) Errorf(format string, v ...any) {
+	g.l.Error(fmt.Sprintf(format, v...))
+}
+func (slogLogger) Fatal(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (slogLogger) Fatalf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }
+func (slogLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (slogLogger) Panicf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }

@@ -305,7 +305,7 @@ func (c *Core) AddGroup(gc GroupConfig) error {
 		PreVote:                   !c.cfg.DisablePreVote,
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
-		Logger:                    c.cfg.Logger,
+		Logger:                    slogLogger{c.cfg.Log.With("component", "raft")},
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {

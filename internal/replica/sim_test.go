@@ -110,7 +110,7 @@ func newSim(t testing.TB, seed uint64, sc simConf) *sim {
 		hint: map[uint64]uint64{}, refData: map[[2]uint64][]byte{}, refDig: map[[2]uint64]uint64{},
 		acked: map[[2]uint64][]byte{}, maxAcked: map[uint64]uint64{}, pending: map[[2]uint64]simProposal{}}
 	s.cfg = Config{ElectionTicks: 8, HeartbeatTicks: 2, SnapshotEntries: 40, CompactionOverhead: 10,
-		MaxSizePerMsg: 2048, MaxInflightMsgs: 16, DisableQuiescence: sc.noQuiesce, Logger: discardLogger{}}
+		MaxSizePerMsg: 2048, MaxInflightMsgs: 16, DisableQuiescence: sc.noQuiesce}
 	for i := 1; i <= sc.nodes; i++ {
 		s.nodes = append(s.nodes, &simNode{id: uint64(i), stores: map[uint64]*memStorage{}, sms: map[uint64]*chainSM{}})
 	}
@@ -129,13 +129,6 @@ func newSim(t testing.TB, seed uint64, sc simConf) *sim {
 	}
 	return s
 }
-
-type discardLogger struct{ quietLogger }
-
-func (discardLogger) Warning(...any)          {}
-func (discardLogger) Warningf(string, ...any) {}
-func (discardLogger) Error(...any)            {}
-func (discardLogger) Errorf(string, ...any)   {}
 
 func (s *sim) mix(vals ...uint64) {
 	h := fnv.New64a()
