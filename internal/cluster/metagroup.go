@@ -59,6 +59,10 @@ type metaGroup struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 
+	// clients is the MQTT client registry's local end, nil until the MQTT server
+	// asks for it.
+	clients *ClientRegistry
+
 	// Owned by loop: the members last seen while forming, and since when.
 	view      string
 	viewSince time.Time
@@ -76,10 +80,14 @@ func newMetaGroup(n *Node, host *replica.Host) *metaGroup {
 func (g *metaGroup) Apply(ents []replica.Entry) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	self := g.host.ID()
 	for _, e := range ents {
 		r := g.state.Apply(e.Index, e.Data)
 		if r.Err != nil && !errors.Is(r.Err, meta.ErrBadCommand) {
 			g.log.Debug("meta command refused", "index", e.Index, "err", r.Err)
+		}
+		if r.Client != "" && r.Previous == self && r.Node != self && g.clients != nil {
+			g.clients.movedAway(r.Client, e.Index)
 		}
 		if w := g.waiters[r.ID]; w != nil && r.ID != "" {
 			w <- r
@@ -133,8 +141,14 @@ func (g *metaGroup) changed() <-chan struct{} {
 // a node that is not the leader the command is forwarded to the leader. Errors are
 // the meta package's (a refused command) or replication's (no leader within ctx).
 func (g *metaGroup) propose(ctx context.Context, cmd *meta.Command) (meta.Result, error) {
+	r, _, err := g.proposeAt(ctx, cmd)
+	return r, err
+}
+
+// proposeAt is propose, also returning the log index the command was committed at.
+func (g *metaGroup) proposeAt(ctx context.Context, cmd *meta.Command) (meta.Result, uint64, error) {
 	if !g.started.Load() {
-		return meta.Result{}, ErrNoMetaGroup
+		return meta.Result{}, 0, ErrNoMetaGroup
 	}
 	if cmd.ID == "" {
 		cmd.ID = rand.Text()
@@ -144,28 +158,28 @@ func (g *metaGroup) propose(ctx context.Context, cmd *meta.Command) (meta.Result
 	}
 	data := meta.EncodeCommand(cmd)
 	for {
-		r, err := g.proposeLocal(ctx, cmd.ID, data)
+		r, index, err := g.proposeLocal(ctx, cmd.ID, data)
 		if err == nil {
-			return r, nil
+			return r, index, nil
 		}
 		var nl *replica.NotLeaderError
 		if errors.As(err, &nl) && nl.Leader != 0 && nl.Leader != g.host.ID() {
 			if name := g.n.tr.name(nl.Leader); name != "" {
-				r, ferr := g.forward(ctx, name, data)
+				r, index, ferr := g.forward(ctx, name, data)
 				if ferr == nil {
-					return r, nil
+					return r, index, nil
 				}
 				err = ferr
 			}
 		}
 		if !retryable(err) {
-			return meta.Result{}, err
+			return meta.Result{}, 0, err
 		}
 		select {
 		case <-ctx.Done():
-			return meta.Result{}, fmt.Errorf("cluster: meta group: %w (last: %w)", ctx.Err(), err)
+			return meta.Result{}, 0, fmt.Errorf("cluster: meta group: %w (last: %w)", ctx.Err(), err)
 		case <-g.done:
-			return meta.Result{}, replica.ErrStopped
+			return meta.Result{}, 0, replica.ErrStopped
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -176,21 +190,21 @@ func retryable(err error) bool {
 		errors.Is(err, ErrNoRoute) || errors.Is(err, errForwardTimeout)
 }
 
-func (g *metaGroup) proposeLocal(ctx context.Context, id string, data []byte) (meta.Result, error) {
+func (g *metaGroup) proposeLocal(ctx context.Context, id string, data []byte) (meta.Result, uint64, error) {
 	ch := make(chan meta.Result, 1)
 	g.mu.Lock()
 	g.waiters[id] = ch
 	g.mu.Unlock()
-	_, err := g.host.Propose(ctx, meta.MetaGroup, data)
+	index, err := g.host.Propose(ctx, meta.MetaGroup, data)
 	if err != nil {
 		g.mu.Lock()
 		delete(g.waiters, id)
 		g.mu.Unlock()
-		return meta.Result{}, err
+		return meta.Result{}, 0, err
 	}
 	select {
 	case r := <-ch:
-		return r, nil
+		return r, index, nil
 	default:
 		// Propose returns once the entry is applied here, so the result is in; a
 		// command applied twice (a retry that raced the first) finds no waiter
@@ -198,7 +212,7 @@ func (g *metaGroup) proposeLocal(ctx context.Context, id string, data []byte) (m
 		g.mu.Lock()
 		delete(g.waiters, id)
 		g.mu.Unlock()
-		return meta.Result{}, nil
+		return meta.Result{}, index, nil
 	}
 }
 
@@ -208,7 +222,10 @@ type wireResult struct {
 	Error    string         `json:"error,omitempty"`
 	Stream   *meta.Stream   `json:"stream,omitempty"`
 	Consumer *meta.Consumer `json:"consumer,omitempty"`
+	Client   string         `json:"client,omitempty"`
+	Node     uint64         `json:"node,omitempty"`
 	Previous uint64         `json:"previous,omitempty"`
+	Index    uint64         `json:"index,omitempty"`
 }
 
 var resultCodes = []struct {
@@ -220,8 +237,8 @@ var resultCodes = []struct {
 	{"not_leader", replica.ErrNotLeader}, {"dropped", replica.ErrProposalDropped},
 }
 
-func encodeResult(r meta.Result, err error) []byte {
-	w := wireResult{Stream: r.Stream, Consumer: r.Consumer, Previous: r.Previous}
+func encodeResult(r meta.Result, index uint64, err error) []byte {
+	w := wireResult{Stream: r.Stream, Consumer: r.Consumer, Client: r.Client, Node: r.Node, Previous: r.Previous, Index: index}
 	if err == nil {
 		err = r.Err
 	}
@@ -238,31 +255,31 @@ func encodeResult(r meta.Result, err error) []byte {
 	return b
 }
 
-func decodeResult(b []byte) (meta.Result, error) {
+func decodeResult(b []byte) (meta.Result, uint64, error) {
 	var w wireResult
 	if err := json.Unmarshal(b, &w); err != nil {
-		return meta.Result{}, fmt.Errorf("cluster: meta reply: %w", err)
+		return meta.Result{}, 0, fmt.Errorf("cluster: meta reply: %w", err)
 	}
-	r := meta.Result{Stream: w.Stream, Consumer: w.Consumer, Previous: w.Previous}
+	r := meta.Result{Stream: w.Stream, Consumer: w.Consumer, Client: w.Client, Node: w.Node, Previous: w.Previous}
 	if w.Code == "" {
-		return r, nil
+		return r, w.Index, nil
 	}
 	for _, c := range resultCodes {
 		if c.code == w.Code {
 			if c.err == replica.ErrNotLeader || c.err == replica.ErrProposalDropped {
-				return r, fmt.Errorf("%w (at the leader: %s)", c.err, w.Error)
+				return r, 0, fmt.Errorf("%w (at the leader: %s)", c.err, w.Error)
 			}
 			r.Err = fmt.Errorf("%w (%s)", c.err, w.Error)
-			return r, nil
+			return r, w.Index, nil
 		}
 	}
-	return r, fmt.Errorf("cluster: meta command failed at the leader: %s", w.Error)
+	return r, 0, fmt.Errorf("cluster: meta command failed at the leader: %s", w.Error)
 }
 
 var errForwardTimeout = errors.New("cluster: forwarded meta command got no answer")
 
 // forward sends an encoded command to the named leader and waits for its answer.
-func (g *metaGroup) forward(ctx context.Context, leader string, data []byte) (meta.Result, error) {
+func (g *metaGroup) forward(ctx context.Context, leader string, data []byte) (meta.Result, uint64, error) {
 	g.rpcMu.Lock()
 	g.rpcSeq++
 	token := fmt.Sprintf("%d", g.rpcSeq)
@@ -278,7 +295,7 @@ func (g *metaGroup) forward(ctx context.Context, leader string, data []byte) (me
 	var p broker.Batch
 	if g.n.cfg.Broker.Publish(&p, &broker.Message{Subject: []byte(metaProposePrefix + leader), Reply: []byte(reply), Payload: data}) == 0 {
 		p.Flush()
-		return meta.Result{}, fmt.Errorf("%w: %s not reachable", ErrNoRoute, leader)
+		return meta.Result{}, 0, fmt.Errorf("%w: %s not reachable", ErrNoRoute, leader)
 	}
 	p.Flush()
 	t := time.NewTimer(2 * time.Second)
@@ -287,9 +304,9 @@ func (g *metaGroup) forward(ctx context.Context, leader string, data []byte) (me
 	case b := <-ch:
 		return decodeResult(b)
 	case <-t.C:
-		return meta.Result{}, errForwardTimeout
+		return meta.Result{}, 0, errForwardTimeout
 	case <-ctx.Done():
-		return meta.Result{}, ctx.Err()
+		return meta.Result{}, 0, ctx.Err()
 	}
 }
 
@@ -325,16 +342,17 @@ func (s rpcSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 		defer cancel()
 		var cmd meta.Command
 		var r meta.Result
+		var index uint64
 		err := json.Unmarshal(data, &cmd)
 		if err == nil {
 			// Proposed here only: a forward is never forwarded again, so two
 			// nodes that disagree on the leader cannot bounce it between them.
-			r, err = g.proposeLocal(ctx, cmd.ID, data)
+			r, index, err = g.proposeLocal(ctx, cmd.ID, data)
 		} else {
 			err = fmt.Errorf("%w: %v", meta.ErrBadCommand, err)
 		}
 		var p broker.Batch
-		g.n.cfg.Broker.Publish(&p, &broker.Message{Subject: []byte(reply), Payload: encodeResult(r, err)})
+		g.n.cfg.Broker.Publish(&p, &broker.Message{Subject: []byte(reply), Payload: encodeResult(r, index, err)})
 		p.Flush()
 	}()
 	return true
@@ -373,6 +391,12 @@ func (g *metaGroup) stop() {
 	_ = g.n.cfg.Broker.Unsubscribe(g.replySub)
 	_ = g.n.cfg.Broker.Unsubscribe(g.proposeSub)
 	g.wg.Wait()
+	g.mu.RLock()
+	clients := g.clients
+	g.mu.RUnlock()
+	if clients != nil {
+		clients.wg.Wait()
+	}
 }
 
 func (g *metaGroup) poke() {

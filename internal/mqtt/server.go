@@ -194,6 +194,10 @@ type Server struct {
 	groups map[string]*outbound.Group
 	// queueDrops counts QoS 1/2 messages refused by a full session queue.
 	queueDrops atomic.Uint64
+	// registry records the clients in the cluster (nil alone); claims are this
+	// server's records, by client id. Both guarded by mu.
+	registry Registry
+	claims   map[string]claim
 }
 
 // NewServer makes an MQTT server publishing into and subscribing on b.
@@ -427,6 +431,7 @@ func (s *Server) removeConn(c *conn) {
 	if c.attached.Load() {
 		s.attachedN--
 	}
+	s.releaseLocked(c)
 	s.groups[c.transport()].Retire(&c.q, c.inMsgs.Load(), c.inBytes.Load())
 	last := len(s.conns) - 1
 	moved := s.conns[last]
@@ -580,6 +585,7 @@ func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.Con
 	c.readAt.Store(time.Now().UnixNano())
 	c.attached.Store(true)
 	s.attachedN++
+	s.claimLocked(c, clientID)
 	sess.connect(c, p, opts)
 	return sess, nil
 }

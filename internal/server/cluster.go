@@ -32,6 +32,13 @@ func (s *Server) startCluster() error {
 	if err != nil {
 		return err
 	}
+	if s.mqtt != nil {
+		// MQTT clients are recorded in the meta group's registry, so that a client
+		// id connecting here closes its connection on another node.
+		if reg := node.ClientRegistry(s.mqtt.ClaimedElsewhere); reg != nil {
+			s.mqtt.SetRegistry(reg)
+		}
+	}
 	changed, stop := node.WatchClientURLs()
 	done := make(chan struct{})
 	go func() {

@@ -73,6 +73,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		cfg.ClusterPort = membership.DefaultRoutePort
 		s.cfg.ClusterPort = cfg.ClusterPort
 	}
+	if cfg.ClusterSize > 0 && (cfg.ClusterPort < 0 || cfg.StoreDir == "") {
+		return nil, errors.New("cluster_size needs a cluster (cluster_port or join) and a store_dir: replication keeps its Raft logs there")
+	}
 	if cfg.ClusterPort >= 0 {
 		if err := checkClusterTiming(cfg); err != nil {
 			return nil, err

@@ -1,15 +1,17 @@
-package clustertest
+package clustertest_test
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/clustertest"
 )
 
 // metaOf is a node's view of the meta group, nil when it cannot be read.
-func metaOf(n *Node) *cluster.GroupStatus {
+func metaOf(n *clustertest.Node) *cluster.GroupStatus {
 	st, err := n.Status()
 	if err != nil || st.Meta == nil {
 		return nil
@@ -19,7 +21,7 @@ func metaOf(n *Node) *cluster.GroupStatus {
 
 // agreedLeader is the meta leader every given node names, "" while they disagree or
 // one has none.
-func agreedLeader(nodes ...*Node) string {
+func agreedLeader(nodes ...*clustertest.Node) string {
 	leader := ""
 	for _, n := range nodes {
 		m := metaOf(n)
@@ -31,7 +33,7 @@ func agreedLeader(nodes ...*Node) string {
 	return leader
 }
 
-func nodeNamed(c *Cluster, name string) *Node {
+func nodeNamed(c *clustertest.Cluster, name string) *clustertest.Node {
 	for _, n := range c.Nodes {
 		if n.Name == name {
 			return n
@@ -45,7 +47,7 @@ func nodeNamed(c *Cluster, name string) *Node {
 // new leader within the election time; the killed node restarts from its Raft log
 // and follows again.
 func TestMetaGroupFormsAndFailsOver(t *testing.T) {
-	c := Start(t, Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	var leader string
 	took := c.WaitFor("one meta leader", 10*time.Second, func() bool { leader = agreedLeader(c.Nodes...); return leader != "" })
 	t.Logf("meta group formed, leader %s, %v after the mesh", leader, took.Round(time.Millisecond))
@@ -66,7 +68,7 @@ func TestMetaGroupFormsAndFailsOver(t *testing.T) {
 
 	old := nodeNamed(c, leader)
 	old.Kill()
-	var rest []*Node
+	var rest []*clustertest.Node
 	for _, n := range c.Nodes {
 		if n != old {
 			rest = append(rest, n)
@@ -93,7 +95,7 @@ func TestMetaGroupFormsAndFailsOver(t *testing.T) {
 // three by name found the group; the leader adds the other two as learners, then
 // promotes them, as five voters are possible.
 func TestMetaGroupLaterNodesAreLearners(t *testing.T) {
-	c := Start(t, Options{N: 5, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	c := clustertest.Start(t, clustertest.Options{N: 5, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	var leader string
 	c.WaitFor("five voters", 20*time.Second, func() bool {
 		leader = agreedLeader(c.Nodes...)
@@ -109,3 +111,47 @@ func TestMetaGroupLaterNodesAreLearners(t *testing.T) {
 		}
 	}
 }
+
+// TestMQTTTakeoverAcrossNodes: a client id connected to one node that connects to
+// another has its first connection closed there, as a session takeover (reason 0x8E
+// to a v5 client), through the meta group's client registry; the new connection
+// stays.
+func TestMQTTTakeoverAcrossNodes(t *testing.T) {
+	py := python(t)
+	c := clustertest.Start(t, clustertest.Options{N: 3, MQTT: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	c.WaitFor("one meta leader", 10*time.Second, func() bool { return agreedLeader(c.Nodes...) != "" })
+	first := startLines(t, py, "-c", pahoRoamer, strconv.Itoa(c.Nodes[0].MQTTPort))
+	if l := first.next(t, 10*time.Second); l != "connected" {
+		t.Fatalf("first connection: %q", l)
+	}
+	// Let the first record commit before the second connection makes its own.
+	time.Sleep(500 * time.Millisecond)
+	second := startLines(t, py, "-c", pahoRoamer, strconv.Itoa(c.Nodes[1].MQTTPort))
+	if l := second.next(t, 10*time.Second); l != "connected" {
+		t.Fatalf("second connection: %q", l)
+	}
+	if l := first.next(t, 10*time.Second); l != "disconnected 142" {
+		t.Fatalf("first connection after the second connected elsewhere: %q, want disconnected 142", l)
+	}
+	time.Sleep(time.Second)
+	if l, ok := second.poll(); ok {
+		t.Fatalf("second connection: %q, want it still connected", l)
+	}
+}
+
+// pahoRoamer connects as client id "roamer" (MQTT 5, no reconnects), prints
+// "connected", and prints "disconnected <reason code>" and exits when the server
+// ends the connection.
+const pahoRoamer = `
+import os, sys
+import paho.mqtt.client as mqtt
+def on_connect(c, ud, flags, rc, props):
+    print("connected", flush=True)
+def on_disconnect(c, ud, flags, rc, props):
+    print("disconnected %d" % rc.value, flush=True)
+    os._exit(0)
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="roamer", protocol=mqtt.MQTTv5)
+c.on_connect, c.on_disconnect = on_connect, on_disconnect
+c.connect("127.0.0.1", int(sys.argv[1]), keepalive=30)
+c.loop_forever()
+`

@@ -124,8 +124,10 @@ type Result struct {
 	Err      error
 	Stream   *Stream   // add/update_stream: the stream as it now is (a copy)
 	Consumer *Consumer // add_consumer
-	// Previous is the node a claimed client was connected to before, 0 if none.
-	Previous uint64
+	// Claims: the client id, the node that claimed it, and the node it was
+	// connected to before (0 if none). That node closes its connection.
+	Client         string
+	Node, Previous uint64
 }
 
 // State is the catalogue. The zero value is not usable; call New.
@@ -198,7 +200,7 @@ func (s *State) apply(index uint64, c *Command) Result {
 			prev = old.Node
 		}
 		s.clients[c.Client] = &Client{Node: c.NodeID, Since: index}
-		return Result{Previous: prev}
+		return Result{Client: c.Client, Node: c.NodeID, Previous: prev}
 	case OpReleaseClient:
 		if old := s.clients[c.Client]; old != nil && old.Node == c.NodeID {
 			delete(s.clients, c.Client)

@@ -1,0 +1,73 @@
+package mqtt
+
+// Registry is the cluster's record of which node each client id is connected to (the
+// meta group's client registry, internal/cluster), so that a client id connecting to
+// one node ends its connection on another, as a session takeover does on one node.
+// A server alone has none.
+type Registry interface {
+	// Claim records that this node holds clientID's connection. It returns at
+	// once; claimed is called with the record's order in the cluster's log once it
+	// is committed (never, when the cluster cannot record it).
+	Claim(clientID string, claimed func(order uint64))
+	// Release records that the connection here ended.
+	Release(clientID string)
+}
+
+// claim is a connection this server recorded in the registry, and the order of the
+// record once committed (0 before).
+type claim struct {
+	c     *conn
+	order uint64
+}
+
+// SetRegistry makes the server record its clients in r; call it before Serve.
+func (s *Server) SetRegistry(r Registry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.registry, s.claims = r, make(map[string]claim)
+}
+
+// claimLocked records c as the connection of clientID. s.mu is held.
+func (s *Server) claimLocked(c *conn, clientID string) {
+	if s.registry == nil {
+		return
+	}
+	s.claims[clientID] = claim{c: c}
+	s.registry.Claim(clientID, func(order uint64) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if e := s.claims[clientID]; e.c == c {
+			e.order = order
+			s.claims[clientID] = e
+		}
+	})
+}
+
+// releaseLocked forgets c's record when c goes. s.mu is held.
+func (s *Server) releaseLocked(c *conn) {
+	if s.registry == nil || !c.attached.Load() || c.sess() == nil {
+		return
+	}
+	id := c.sess().id
+	if e, ok := s.claims[id]; ok && e.c == c {
+		delete(s.claims, id)
+		s.registry.Release(id)
+	}
+}
+
+// ClaimedElsewhere is the registry telling this server that another node recorded
+// clientID's connection at order: the connection here ends (reason 0x8E, session
+// taken over) if it was recorded before that. A connection whose own record is not
+// committed yet stays: its record comes later in the log, so it is the newer one.
+func (s *Server) ClaimedElsewhere(clientID string, order uint64) {
+	s.mu.Lock()
+	e, ok := s.claims[clientID]
+	if !ok || e.order == 0 || e.order >= order {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.claims, clientID)
+	s.mu.Unlock()
+	s.log.Info("mqtt client connected to another node: closing its connection here", "client_id", clientID)
+	e.c.takenOver()
+}
