@@ -154,8 +154,8 @@ func combine(sv *svReport, kr *kafkaReport, nodes int, notRun []string) *combine
 		c.BusyStarts += kr.BusyStarts
 		s := kr.Server
 		c.Systems = append(c.Systems, system{Key: "kafka", Name: fmt.Sprintf("Kafka RF%d", s.ReplicationFactor), Version: s.Version, Runs: kr.Runs,
-			Setup: fmt.Sprintf("%d brokers on 127.0.0.1 (KRaft, each broker also a controller), topics of %d partition(s), replication factor %d, min.insync.replicas %d; Kafka's ProducerPerformance (acks=all; producer defaults: %s) and ConsumerPerformance, scale %g, replay %s",
-				s.Brokers, s.Partitions, s.ReplicationFactor, s.MinInsync, s.ProducerDefaults, kr.Scale, bytesLabel(kr.ReplayBytes))})
+			Setup: fmt.Sprintf("%d brokers on 127.0.0.1 (KRaft, each broker also a controller), topics of %s, replication factor %d, min.insync.replicas %d; Kafka's ProducerPerformance (acks=all; producer defaults: %s) and ConsumerPerformance, scale %g, replay %s",
+				s.Brokers, plural(s.Partitions, "partition"), s.ReplicationFactor, s.MinInsync, s.ProducerDefaults, kr.Scale, bytesLabel(kr.ReplayBytes))})
 		for _, o := range kr.Rows {
 			r := row{System: "kafka", Key: o.Key, Group: o.Group, Workload: o.Workload, Size: o.Size, Msgs: o.Msgs,
 				Runs: len(o.Results) + len(o.Failures), OKRuns: len(o.Results), Failures: o.Failures, MsgsPerSec: o.MsgsPerSec, MBPerSec: o.MBPerSec}
@@ -167,6 +167,14 @@ func combine(sv *svReport, kr *kafkaReport, nodes int, notRun []string) *combine
 		}
 	}
 	return c
+}
+
+// plural is "1 run", "3 runs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func bytesLabel(n int64) string {
@@ -271,7 +279,7 @@ func writeCombined(w io.Writer, c *combined) {
 	fmt.Fprintf(w, "## Replicated streams: %s, %s\n\n", strings.Join(names, " vs "), c.Date)
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s; servers and load generators share the CPUs, one system running at a time\n", m.CPUs, m.CPUModel, m.Memory, m.OS)
 	for _, s := range c.Systems {
-		fmt.Fprintf(w, "- %s (%s): %s; %d runs per row, median (min–max)\n", s.Name, s.Version, s.Setup, s.Runs)
+		fmt.Fprintf(w, "- %s (%s): %s; %s per row, median (min–max)\n", s.Name, s.Version, s.Setup, plural(s.Runs, "run"))
 	}
 	for _, n := range c.NotRun {
 		fmt.Fprintf(w, "- %s\n", n)
