@@ -73,13 +73,14 @@ require_free_ports() { # "variables to set" ports...: exit if one is taken
 	done
 }
 
-wait_port() { # port pid name: until it listens, at most 10 s, while pid lives
-	for _ in $(seq 1 200); do
+wait_port() { # port pid name [seconds]: until it listens, at most seconds (10), while pid lives
+	local secs=${4:-10}
+	for _ in $(seq 1 $((secs * 20))); do
 		port_busy "$1" && return 0
 		kill -0 "$2" 2>/dev/null || { echo "$BENCH: $3 exited during start-up; see its log in $BENCH_LOGS" >&2; return 1; }
 		sleep 0.05
 	done
-	echo "$BENCH: $3 did not listen on 127.0.0.1:$1 within 10s" >&2
+	echo "$BENCH: $3 did not listen on 127.0.0.1:$1 within ${secs}s" >&2
 	return 1
 }
 

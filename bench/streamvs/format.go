@@ -111,6 +111,9 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Memory, m.OS, m.GOMAXPROCS)
 	fmt.Fprintf(w, "- load generator: bench/streamvs (%s), %d runs per row per broker, median (min–max); scale %g, replay %s\n",
 		m.Go, rep.Runs, rep.Scale, bytesLabel(rep.ReplayBytes))
+	if rep.Replicas > 1 {
+		fmt.Fprintf(w, "- every stream has %d replicas (file storage, acknowledged once the replicas' quorum has it)\n", rep.Replicas)
+	}
 	if rep.BusyStarts > 0 {
 		fmt.Fprintf(w, "- %d runs started while other processes kept the machine busy: treat their rows with care\n", rep.BusyStarts)
 	}

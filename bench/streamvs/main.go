@@ -49,13 +49,15 @@ type params struct {
 	Consumers   int
 	Sync        streambench.Sync
 	Timeout     time.Duration
+	Replicas    int
 }
 
 // matrix is the benchmark. Counts are sized so one run takes a few seconds on a
 // small machine; scale multiplies them (not the replay, which --replay-bytes sizes).
 func matrix(p params) []row {
 	n := func(v int) int { return max(1, int(float64(v)*p.Scale)) }
-	base := streambench.Config{Window: p.Window, Batch: p.Batch, Consumers: p.Consumers, Sync: p.Sync, Timeout: p.Timeout}
+	base := streambench.Config{Window: p.Window, Batch: p.Batch, Consumers: p.Consumers, Sync: p.Sync, Timeout: p.Timeout,
+		Replicas: p.Replicas}
 	with := func(w string, size, msgs int) streambench.Config {
 		c := base
 		c.Workload, c.Size, c.Msgs = w, size, msgs
@@ -238,6 +240,7 @@ type report struct {
 	Runs        int                `json:"runs"`
 	Scale       float64            `json:"scale"`
 	ReplayBytes int64              `json:"replay_bytes"`
+	Replicas    int                `json:"replicas,omitempty"` // copies of each stream; 0 in files from before it was recorded: 1
 	Rows        []*rowReport       `json:"rows"`
 	BusyStarts  int                `json:"busy_starts"`
 }
@@ -300,6 +303,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ackAll := fs.Bool("ack-all", false, "fetch rows: cumulative ack policy, acknowledging only the last message of each batch (default: every message)")
 	consumers := fs.Int("consumers", streambench.DefaultConsumers, "pull consumers in the work queue")
 	syncPolicy := fs.String("sync", "", "fsync policy asked of every stream: always, interval, never (default: each server's own; JetStream supports only that)")
+	replicas := fs.Int("replicas", 1, "copies of every stream (JetStream's R); more than 1 needs clustered servers (bench/replicated.sh starts them)")
 	timeout := fs.Duration("timeout", 0, "hard limit on each run, pre-fill included (0: 60s plus 100µs per message, 2ms in pubsync)")
 	flush := fs.Bool("flush", true, "before each run, write the machine's dirty pages back to disk (sync(2)), so one run's writes do not land in the next")
 	pause := fs.Duration("pause", 500*time.Millisecond, "idle time before each run, so the previous one's work (a stream deletion) has drained")
@@ -337,8 +341,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *timeout < 0 {
 		return errors.New("--timeout must not be negative")
 	}
+	if *replicas < 1 || *replicas > 5 {
+		return errors.New("--replicas must be 1 to 5")
+	}
 	p := params{Scale: *scale, ReplayBytes: rb, Window: *window, Batch: *batch, AckAll: *ackAll, Consumers: *consumers,
-		Sync: streambench.Sync(*syncPolicy), Timeout: *timeout}
+		Sync: streambench.Sync(*syncPolicy), Timeout: *timeout, Replicas: *replicas}
 	rows := selectRows(matrix(p), *only)
 	if *list {
 		for _, r := range rows {
@@ -370,7 +377,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s driver for %s: %w", info.Name, *urls[k], err)
 		}
-		s := &system{Key: k, Name: info.Name, URL: *urls[k], Version: *versions[k], Pid: *pids[k], driver: d}
+		s := &system{Key: k, Name: info.Name + replicaSuffix(*replicas), URL: *urls[k], Version: *versions[k], Pid: *pids[k], driver: d}
 		c, err := d.Connect(ctx, "streamvs-probe")
 		if err != nil {
 			return fmt.Errorf("%s at %s: %w", info.Name, s.URL, err)
@@ -398,6 +405,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Runs:        *runs,
 		Scale:       *scale,
 		ReplayBytes: rb,
+		Replicas:    *replicas,
 	}
 	for _, s := range systems {
 		rep.Servers[s.Key] = s
@@ -406,7 +414,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// A short untimed run per broker first, so connection set-up, the first stream
 	// files and allocations are not in the first measured row.
 	for _, s := range systems {
-		_, _ = streambench.Run(ctx, s.driver, streambench.Config{Workload: streambench.WorkPubAsync, Size: 64, Msgs: 20_000, Window: *window})
+		_, _ = streambench.Run(ctx, s.driver, streambench.Config{Workload: streambench.WorkPubAsync, Size: 64, Msgs: 20_000, Window: *window, Replicas: *replicas})
 	}
 
 	start := time.Now()
@@ -491,6 +499,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// replicaSuffix is what a broker's name gets in the tables when its streams are
+// replicated: " R3".
+func replicaSuffix(replicas int) string {
+	if replicas > 1 {
+		return fmt.Sprintf(" R%d", replicas)
+	}
+	return ""
 }
 
 func builtIn() []string {

@@ -45,6 +45,8 @@ func TestListAndErrors(t *testing.T) {
 		{"--runs", "0"},
 		{"--replay-bytes", "x"},
 		{"--window", "0"},
+		{"--replicas", "0"},
+		{"--replicas", "7"},
 		{"extra"},
 	} {
 		if err := run(context.Background(), args, &out, &errw); err == nil {

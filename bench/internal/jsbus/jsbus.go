@@ -7,7 +7,8 @@
 // on outstanding async publishes is raised to streambench.MaxWindow (the engine keeps
 // its window itself) and reconnection is off.
 //
-// Mapping: a StreamSpec becomes a file-storage stream with one replica, no limits,
+// Mapping: a StreamSpec becomes a file-storage stream with its Replicas (one unless
+// asked for more, which needs a nats-server cluster with JetStream), no limits,
 // limits or work-queue retention; a ConsumerSpec a durable pull consumer delivering
 // everything; Fetch is the jetstream package's Fetch (messages are handed over as they
 // arrive); Replay is an ordered consumer (ephemeral, no acks, recreated by the client
@@ -72,7 +73,9 @@ func ReplayMode(mode string) (Option, error) {
 	return nil, fmt.Errorf("jsbus: replay mode %q: want %q or %q", mode, ReplayPush, ReplayPull)
 }
 
-// New returns a driver for the server at url (nats://host:port).
+// New returns a driver for the server at url (nats://host:port). url may list several
+// servers, comma-separated (the nodes of a cluster); every connection goes to the
+// first one that accepts it, in the order given.
 func New(url string, opts ...Option) *Driver {
 	d := &Driver{url: url}
 	for _, o := range opts {
@@ -83,7 +86,7 @@ func New(url string, opts ...Option) *Driver {
 
 // Connect opens one connection and its JetStream context.
 func (d *Driver) Connect(ctx context.Context, name string) (streambench.Conn, error) {
-	opts := append([]nats.Option{nats.Name(name), nats.NoReconnect()}, d.natsOpts...)
+	opts := append([]nats.Option{nats.Name(name), nats.NoReconnect(), nats.DontRandomize()}, d.natsOpts...)
 	nc, err := nats.Connect(d.url, opts...)
 	if err != nil {
 		return nil, err
@@ -113,7 +116,8 @@ var _ streambench.Conn = (*Conn)(nil)
 // ServerVersion is the version the server announced.
 func (c *Conn) ServerVersion() string { return c.nc.ConnectedServerVersion() }
 
-// CreateStream creates a file-storage stream with one replica and no limits.
+// CreateStream creates a file-storage stream with spec.Replicas replicas (one by
+// default) and no limits.
 func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) error {
 	if spec.Sync != streambench.SyncDefault {
 		return fmt.Errorf("%w: JetStream has no per-stream fsync policy (asked %q)", streambench.ErrUnsupported, spec.Sync)
@@ -125,7 +129,7 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 		Name:      spec.Name,
 		Subjects:  spec.Subjects,
 		Storage:   jetstream.FileStorage,
-		Replicas:  1,
+		Replicas:  max(1, spec.Replicas),
 		Retention: jetstream.LimitsPolicy,
 	}
 	switch spec.Retention {

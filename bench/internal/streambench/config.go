@@ -78,6 +78,10 @@ type Config struct {
 	MaxAckPending int
 	// Sync is the stream's fsync policy (default: the server's).
 	Sync Sync
+	// Replicas is the number of copies of the run's stream a clustered server keeps
+	// (JetStream's R, Tern's replication factor); 0 or 1 is one copy. A driver that
+	// cannot replicate refuses more than one with ErrUnsupported.
+	Replicas int
 	// Timeout is the hard limit on the whole run, pre-fill and clean-up included.
 	// 0 computes one from Msgs: 60s plus 2ms per message in pubsync, 100µs per
 	// message otherwise.
@@ -126,8 +130,8 @@ func (cfg Config) normalize() (Config, error) {
 		return cfg, errors.New("streambench: Msgs must be at least 1")
 	}
 	if cfg.Window < 0 || cfg.Batch < 0 || cfg.Consumers < 0 || cfg.MaxWait < 0 || cfg.AckWait < 0 ||
-		cfg.MaxAckPending < 0 || cfg.Timeout < 0 || cfg.Stall < 0 {
-		return cfg, errors.New("streambench: negative window, batch, consumers, wait, pending, timeout or stall")
+		cfg.MaxAckPending < 0 || cfg.Timeout < 0 || cfg.Stall < 0 || cfg.Replicas < 0 {
+		return cfg, errors.New("streambench: negative window, batch, consumers, wait, pending, timeout, stall or replicas")
 	}
 	if cfg.Window > MaxWindow {
 		return cfg, fmt.Errorf("streambench: window %d is over MaxWindow (%d)", cfg.Window, MaxWindow)

@@ -121,6 +121,9 @@ type StreamSpec struct {
 	// Sync is the fsync policy. SyncDefault leaves the server's default; a driver
 	// that cannot set the asked policy per stream returns ErrUnsupported.
 	Sync Sync
+	// Replicas is the number of copies a clustered server keeps (0 or 1: one). A
+	// driver whose broker cannot replicate a stream returns ErrUnsupported for more.
+	Replicas int
 }
 
 // Retention is what removes messages from a stream.

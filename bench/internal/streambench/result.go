@@ -20,6 +20,7 @@ type Result struct {
 	Stream    string
 	Size      int
 	Msgs      int
+	Replicas  int // copies of the stream (1 unless Config.Replicas asked for more)
 	Window    int // async publish window (pubasync, workqueue, pre-fills)
 	Batch     int // pull batch (fetch, workqueue)
 	Consumers int // pull consumers (workqueue)
@@ -173,6 +174,7 @@ type resultJSON struct {
 	Stream      string      `json:"stream"`
 	Size        int         `json:"size"`
 	Msgs        int         `json:"msgs"`
+	Replicas    int         `json:"replicas,omitempty"`
 	Window      int         `json:"window,omitempty"`
 	Batch       int         `json:"batch,omitempty"`
 	Consumers   int         `json:"consumers,omitempty"`
@@ -201,7 +203,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // latencies in microseconds, with the derived missing count.
 func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(resultJSON{
-		Workload: r.Workload, Stream: r.Stream, Size: r.Size, Msgs: r.Msgs, Window: r.Window, Batch: r.Batch,
+		Workload: r.Workload, Stream: r.Stream, Size: r.Size, Msgs: r.Msgs, Replicas: r.Replicas, Window: r.Window, Batch: r.Batch,
 		Consumers: r.Consumers, AckAll: r.AckAll, Published: r.Published, Acked: r.Acked, PubFailed: r.PubFailed,
 		Received: r.Received, Unique: r.Unique, Missing: r.Missing(), Duplicates: r.Duplicates, OutOfOrder: r.OutOfOrder,
 		Leftover: r.Leftover, PerConsumer: r.PerConsumer, Errors: r.Errors, ElapsedMs: ms(r.Elapsed), PrefillMs: ms(r.Prefill),
@@ -216,7 +218,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*r = Result{
-		Workload: j.Workload, Stream: j.Stream, Size: j.Size, Msgs: j.Msgs, Window: j.Window, Batch: j.Batch,
+		Workload: j.Workload, Stream: j.Stream, Size: j.Size, Msgs: j.Msgs, Replicas: j.Replicas, Window: j.Window, Batch: j.Batch,
 		Consumers: j.Consumers, AckAll: j.AckAll, Published: j.Published, Acked: j.Acked, PubFailed: j.PubFailed,
 		Received: j.Received, Unique: j.Unique, Duplicates: j.Duplicates, OutOfOrder: j.OutOfOrder, Leftover: j.Leftover,
 		PerConsumer: j.PerConsumer, Errors: j.Errors,

@@ -44,7 +44,7 @@ func Run(ctx context.Context, d Driver, cfg Config) (Result, error) {
 	_, _ = rand.Read(id)
 	tag := hex.EncodeToString(id)
 	r := &runner{cfg: cfg, driver: d, stream: "SB_" + tag, subject: "sb." + tag}
-	r.res = Result{Workload: cfg.Workload, Stream: r.stream, Size: cfg.Size, Msgs: cfg.Msgs}
+	r.res = Result{Workload: cfg.Workload, Stream: r.stream, Size: cfg.Size, Msgs: cfg.Msgs, Replicas: max(1, cfg.Replicas)}
 
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, cfg.Timeout, fmt.Errorf("%w after %s", errTimeout, cfg.Timeout))
 	defer cancelTimeout()
@@ -146,7 +146,8 @@ func (r *runner) connect(ctx context.Context, role string) (Conn, error) {
 
 // createStream creates the run's stream over c.
 func (r *runner) createStream(ctx context.Context, c Conn, retention Retention) error {
-	spec := StreamSpec{Name: r.stream, Subjects: []string{r.subject}, Retention: retention, Storage: StorageFile, Sync: r.cfg.Sync}
+	spec := StreamSpec{Name: r.stream, Subjects: []string{r.subject}, Retention: retention, Storage: StorageFile, Sync: r.cfg.Sync,
+		Replicas: r.cfg.Replicas}
 	if err := c.CreateStream(ctx, spec); err != nil {
 		return fmt.Errorf("create stream: %w", err)
 	}

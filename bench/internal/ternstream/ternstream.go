@@ -58,6 +58,12 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 	if spec.Storage != "" && spec.Storage != streambench.StorageFile {
 		return fmt.Errorf("%w: storage %q", streambench.ErrUnsupported, spec.Storage)
 	}
+	// TERN R3: the client's StreamConfig has no replication factor yet. Once Tern
+	// replicates streams, pass spec.Replicas on here (bench/replicated.sh then runs
+	// streamvs --drivers js,tern --replicas 3 against a Tern cluster).
+	if spec.Replicas > 1 {
+		return fmt.Errorf("%w: %d replicas (Tern's stream API has no replication factor yet)", streambench.ErrUnsupported, spec.Replicas)
+	}
 	cfg := tern.StreamConfig{Name: spec.Name, Subjects: spec.Subjects, Retention: tern.RetainLimits, Sync: string(spec.Sync)}
 	switch spec.Retention {
 	case streambench.RetainLimits, "":

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# Replicated streams on this machine, in one run: a 3-node NATS JetStream cluster
+# with R3 streams (bench/streamvs --replicas 3), then a 3-broker Apache Kafka cluster
+# with replication factor 3 (Kafka's ProducerPerformance and ConsumerPerformance),
+# one after the other, and one report. Tern R3 joins later (see TERN R3 below).
+#
+# Installs what is missing (nats-server, pinned in bench/lib.sh, with go install;
+# Kafka's jars from Maven Central, bench/kafka.sh), builds the harnesses, starts each
+# cluster on loopback on non-default ports, waits until it is ready, measures, and
+# stops exactly the processes it started, by pid, on EXIT, INT and TERM; the stores
+# live in a temporary directory that is deleted.
+#
+# Usage: bench/replicated.sh [--scale F] [--runs N] [--replay-bytes SIZE] [--quiet-wait D]
+#   --scale F          multiplies every row's message count (default 1; 0.1 for a quick
+#                      check that everything works, not a measurement)
+#   --runs N           runs of each row (default 3); the tables show median (min–max)
+#   --replay-bytes S   bytes the replay rows pre-fill and read, 1 KiB messages
+#                      (default: 1GiB times the scale)
+#   --quiet-wait D     before each run, wait up to D for other processes' CPU use to
+#                      settle (default 30s; 0: not at all)
+#   --list             the rows of both sides
+# Environment:
+#   JS_BASE (24500)     JetStream node i: client JS_BASE+10i, route +1, monitoring +2
+#   KAFKA_BASE (29100)  Kafka node i: client KAFKA_BASE+10i, controller quorum +1
+#   KAFKA_HEAP ("-Xmx1G -Xms1G")  each broker's heap
+#   KAFKA_PARTITIONS (1)          partitions of every topic
+#   KAFKA_ALT_PROPS (linger.ms=0) producer properties of the extra 16 B Kafka row
+#                                 (empty: no such row)
+#   KAFKA_PACED_RATE (1000)       records/s of the paced Kafka latency row (0: none)
+#   STREAM_ROWS (pubasync16,pubasync1k,pubsync,workqueue,workqueue1k,replay1g)
+#                                 streamvs rows run against JetStream R3
+#   SYSTEMS (js,kafka)            which clusters to run
+#   TERN_R3 (0)                   1: Tern R3 as well (not possible yet, see below)
+#   OUT (bench/out)               results in $OUT/replicated
+# Outputs in $OUT/replicated: results.md and results.json (both systems, one table
+# format), streams.json and streamvs.md (streamvs's own), kafka.json, kafka-tools.log
+# (every Kafka tool's output), the servers' configs and logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+SCALE=1
+RUNS=3
+REPLAY_BYTES=
+QUIET=30s
+LIST=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-h | -help | --help) usage; exit 0 ;;
+	--list | -list) LIST=1; shift ;;
+	--scale | -scale) SCALE=$2; shift 2 ;;
+	--scale=* | -scale=*) SCALE=${1#*=}; shift ;;
+	--runs | -runs) RUNS=$2; shift 2 ;;
+	--runs=* | -runs=*) RUNS=${1#*=}; shift ;;
+	--replay-bytes | -replay-bytes) REPLAY_BYTES=$2; shift 2 ;;
+	--replay-bytes=* | -replay-bytes=*) REPLAY_BYTES=${1#*=}; shift ;;
+	--quiet-wait | -quiet-wait) QUIET=$2; shift 2 ;;
+	--quiet-wait=* | -quiet-wait=*) QUIET=${1#*=}; shift ;;
+	*) echo "replicated.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+case "$RUNS" in '' | *[!0-9]* | 0) echo "replicated.sh: --runs wants a positive number" >&2; exit 2 ;; esac
+awk -v s="$SCALE" 'BEGIN { exit !(s + 0 > 0) }' || { echo "replicated.sh: --scale wants a positive number" >&2; exit 2; }
+# The replay rows read scale x 1 GiB unless told otherwise (at least 1 MiB).
+[ -n "$REPLAY_BYTES" ] || REPLAY_BYTES=$(awk -v s="$SCALE" 'BEGIN { b = int(s * 1073741824); if (b < 1048576) b = 1048576; print b }')
+
+JS_BASE=${JS_BASE:-24500}
+KAFKA_PARTITIONS=${KAFKA_PARTITIONS:-1}
+KAFKA_ALT_PROPS=${KAFKA_ALT_PROPS-linger.ms=0}
+KAFKA_PACED_RATE=${KAFKA_PACED_RATE:-1000}
+STREAM_ROWS=${STREAM_ROWS:-pubasync16,pubasync1k,pubsync,workqueue,workqueue1k,replay1g}
+SYSTEMS=${SYSTEMS:-js,kafka}
+TERN_R3=${TERN_R3:-0}
+OUT=${OUT:-bench/out}
+ROUT=$OUT/replicated
+JS_NODES=3
+has() { case ",$SYSTEMS," in *,"$1",*) return 0 ;; esac; return 1; }
+
+mkdir -p "$ROUT"
+BENCH=replicated.sh BENCH_LOGS=$ROUT
+. bench/lib.sh
+. bench/kafka.sh
+
+SV_COMMON=(--scale "$SCALE" --runs "$RUNS" --replay-bytes "$REPLAY_BYTES" --quiet-wait "$QUIET")
+KAFKA_ROWS=(--scale "$SCALE" --replay-bytes "$REPLAY_BYTES" --alt-props "$KAFKA_ALT_PROPS" --paced-rate "$KAFKA_PACED_RATE")
+if [ -n "$LIST" ]; then
+	echo "JetStream R3 (bench/streamvs --replicas 3):"
+	go -C bench run ./streamvs --list --only "$STREAM_ROWS" "${SV_COMMON[@]}" | sed 's/^/  /'
+	echo "Kafka RF3 (ProducerPerformance, ConsumerPerformance):"
+	go -C bench run ./replicatedvs kafka --list "${KAFKA_ROWS[@]}" | sed 's/^/  /'
+	exit 0
+fi
+
+# --- install, check ports, build ----------------------------------------------------------
+has js && NATS_SERVER=$(go_tool nats-server)
+has kafka && kafka_install
+ports=()
+if has js; then
+	for i in $(seq 1 "$JS_NODES"); do ports+=($((JS_BASE + 10 * i)) $((JS_BASE + 10 * i + 1)) $((JS_BASE + 10 * i + 2))); done
+fi
+if has kafka; then
+	# shellcheck disable=SC2207 # numbers
+	ports+=($(kafka_ports))
+fi
+require_free_ports "JS_BASE / KAFKA_BASE" "${ports[@]}"
+echo "== building bench/streamvs and bench/replicatedvs"
+bench_build "$ROUT/streamvs" ./streamvs
+bench_build "$ROUT/replicatedvs" ./replicatedvs
+
+# --- TERN R3 ---------------------------------------------------------------------------------
+# Where Tern's replicated streams join the comparison, once Tern has them:
+#  1. start_tern_r3 starts a 3-node Tern cluster beside the JetStream one, as
+#     bench/cluster.sh starts its Tern cluster (--server-name, --port, --cluster-port,
+#     --join every node, --cluster-name, --store-dir per node, MQTT and UDP off, on
+#     TERN_BASE+10i), waits until it is meshed and its meta group has a leader, and
+#     adds it to the streamvs run: SV_DRIVERS=js,tern and SV_ARGS+=(--tern-url ...
+#     --tern-version ...);
+#  2. bench/internal/ternstream passes StreamSpec.Replicas on to Tern's stream API
+#     (today it refuses more than one copy);
+# streamvs then runs both clusters' rows alternately, and the report shows Tern R3's
+# columns with its ratios to JetStream R3 and Kafka RF3. Until then no Tern number is
+# reported: the report says Tern R3 was not measured.
+TERN_R3_PIDS=()
+start_tern_r3() {
+	echo "replicated.sh: TERN_R3=1 asks for Tern R3, but Tern has no replicated streams yet (see TERN R3 in bench/replicated.sh)" >&2
+	return 1
+}
+stop_tern_r3() {
+	local pid
+	for pid in "${TERN_R3_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${TERN_R3_PIDS[@]}"; do stop_pid "$pid" "tern server" 30; done
+	TERN_R3_PIDS=()
+}
+
+# --- processes started here; stopped by pid --------------------------------------------------
+RUN_DIR=$(mktemp -d /tmp/sbench-replicated.XXXXXX)
+declare -A JS_PID=() # node -> pid
+JOB=                 # the harness being waited for
+stop_js_cluster() {
+	local i
+	for i in "${!JS_PID[@]}"; do kill -TERM "${JS_PID[$i]}" 2>/dev/null || true; done
+	for i in "${!JS_PID[@]}"; do stop_pid "${JS_PID[$i]}" "nats-server node $i" 30; done
+	JS_PID=()
+}
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$JOB" ] && stop_pid "$JOB" harness 30
+	stop_js_cluster
+	kafka_stop_cluster
+	stop_tern_r3
+	rm -rf "$RUN_DIR"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+run_job() { # command...: in the background, waited for, so a signal is handled at once
+	"$@" &
+	JOB=$!
+	local rc=0
+	wait "$JOB" || rc=$?
+	JOB=
+	return "$rc"
+}
+
+js_port() { echo $((JS_BASE + 10 * $1)); }
+js_route_port() { echo $((JS_BASE + 10 * $1 + 1)); }
+js_monitor_port() { echo $((JS_BASE + 10 * $1 + 2)); }
+
+start_js_cluster() {
+	local i j routes="" monitors="" conf
+	for j in $(seq 1 "$JS_NODES"); do routes+="nats-route://127.0.0.1:$(js_route_port "$j"), "; done
+	for i in $(seq 1 "$JS_NODES"); do
+		conf=$ROUT/nats-n$i.conf
+		# nats-server's defaults otherwise: sync_interval 2m (no fsync per message),
+		# max_file_store and max_memory_store from the machine, three pooled routes.
+		cat >"$conf" <<-EOF
+			server_name: js$i
+			listen: 127.0.0.1:$(js_port "$i")
+			http: 127.0.0.1:$(js_monitor_port "$i")
+			jetstream {
+			  store_dir: "$RUN_DIR/js$i"
+			}
+			cluster {
+			  name: r3
+			  listen: 127.0.0.1:$(js_route_port "$i")
+			  routes: [${routes%, }]
+			}
+		EOF
+		"$NATS_SERVER" -c "$conf" >"$ROUT/nats-n$i.log" 2>&1 &
+		JS_PID[$i]=$!
+	done
+	for i in $(seq 1 "$JS_NODES"); do
+		wait_port "$(js_port "$i")" "${JS_PID[$i]}" "nats-server node $i"
+		wait_port "$(js_monitor_port "$i")" "${JS_PID[$i]}" "nats-server node $i (monitoring)"
+		monitors+="http://127.0.0.1:$(js_monitor_port "$i"),"
+	done
+	"$ROUT/replicatedvs" wait-js --monitors "${monitors%,}" --timeout 60s
+}
+
+# --- machine ---------------------------------------------------------------------------------
+echo "== machine"
+echo "nproc:        $(nproc)"
+echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
+echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "kernel:       $(uname -sr)"
+echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stores in $RUN_DIR)"
+echo "go:           $(go version | awk '{print $3, $4}')"
+echo "java:         $(java -version 2>&1 | head -1)"
+echo
+
+rm -f "$ROUT/streams.json" "$ROUT/kafka.json" "$ROUT/kafka-tools.log"
+report_args=()
+failed=
+
+# --- JetStream R3 (and Tern R3, once it exists) ------------------------------------------------
+SV_DRIVERS=
+SV_ARGS=()
+if has js; then
+	echo "== JetStream R3: $JS_NODES nats-server nodes on 127.0.0.1 (client ports $(js_port 1), $(js_port 2), $(js_port 3))"
+	start_js_cluster
+	nats_version=$("$NATS_SERVER" --version 2>&1 | sed -n 's/^nats-server: *v\{0,1\}//p')
+	SV_DRIVERS=js
+	SV_ARGS+=(--js-url "nats://127.0.0.1:$(js_port 1)" --js-version "$nats_version")
+fi
+if [ "$TERN_R3" = 1 ]; then
+	start_tern_r3
+else
+	report_args+=(--not-run "Tern R3: not measured yet. Tern has no replicated streams yet; TERN R3 in bench/replicated.sh is where its cluster will be started and added to the streamvs run")
+fi
+if [ -n "$SV_DRIVERS" ]; then
+	echo "== streamvs --replicas 3 --drivers $SV_DRIVERS (progress on stderr)"
+	if run_job "$ROUT/streamvs" --drivers "$SV_DRIVERS" "${SV_ARGS[@]}" --replicas 3 --only "$STREAM_ROWS" "${SV_COMMON[@]}" \
+		--json "$ROUT/streams.json" >"$ROUT/streamvs.md"; then
+		report_args+=(--streams "$ROUT/streams.json")
+	else
+		echo "replicated.sh: the streamvs run failed; the report has no JetStream R3 rows" >&2
+		failed=1
+	fi
+	stop_js_cluster
+	stop_tern_r3
+	rm -rf "$RUN_DIR"/js*
+fi
+
+# --- Kafka RF3 ---------------------------------------------------------------------------------
+if has kafka; then
+	echo
+	echo "== Kafka RF3: $KAFKA_NODES brokers (KRaft, each also a controller) on 127.0.0.1 ($(kafka_bootstrap))"
+	kafka_start_cluster "$RUN_DIR/kafka" "$ROUT"
+	jvm=(--jvm-opt=-Xmx512M)
+	for o in "${KAFKA_JVM_OPTS[@]}" "-Dlog4j2.configurationFile=$KAFKA_TOOLS_LOG4J"; do jvm+=("--jvm-opt=$o"); done
+	if run_job "$ROUT/replicatedvs" kafka --java java --classpath "$KAFKA_LIBS/*" "${jvm[@]}" \
+		--bootstrap "$(kafka_bootstrap)" --brokers "$KAFKA_NODES" --partitions "$KAFKA_PARTITIONS" --replication-factor 3 --min-insync 2 \
+		--version "$KAFKA_VERSION" --broker-config "$ROUT/kafka-n1.properties" --runs "$RUNS" --quiet-wait "$QUIET" \
+		"${KAFKA_ROWS[@]}" --json "$ROUT/kafka.json" --log "$ROUT/kafka-tools.log"; then
+		report_args+=(--kafka "$ROUT/kafka.json")
+	else
+		echo "replicated.sh: the Kafka run failed; see $ROUT/kafka-tools.log and the brokers' logs" >&2
+		failed=1
+	fi
+	kafka_stop_cluster
+fi
+
+# --- report --------------------------------------------------------------------------------------
+if [ -f "$ROUT/streams.json" ] || [ -f "$ROUT/kafka.json" ]; then
+	"$ROUT/replicatedvs" report --nodes "$JS_NODES" "${report_args[@]}" --md "$ROUT/results.md" --json "$ROUT/results.json"
+	echo
+	cat "$ROUT/results.md"
+	echo
+	echo "== written: $ROUT/results.md, $ROUT/results.json"
+fi
+[ -z "$failed" ]
