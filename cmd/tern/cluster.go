@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tern-mq/tern/internal/streamapi"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,15 +18,17 @@ import (
 )
 
 const clusterLong = `Shows a cluster as one of its nodes sees it, read from that node's monitoring
-endpoint (GET /cluster): 'ls' its members, 'status' the node itself and its
-routes. The endpoint is --monitor, else $TERN_MONITOR_URL, else the context's
-monitor, else port 7480 on the host of the server the client commands use. See
+endpoint (GET /cluster): 'ls' its members, 'status' the node itself, its routes
+and its replica of the meta group. The endpoint is --monitor, else
+$TERN_MONITOR_URL, else the context's monitor, else port 7480 on the host of the
+server the client commands use. 'evict' removes a node that is gone for good,
+through any node (a server, as the client commands reach it). See
 docs/cluster.md.`
 
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster <command>",
-		Short: "Show the cluster a server belongs to (ls, status)",
+		Short: "Show the cluster a server belongs to (ls, status) and evict a node that is gone",
 		Long:  clusterLong,
 		Example: `  tern cluster ls                                # the node at http://127.0.0.1:7480
   tern cluster status --monitor 127.0.0.1:7490   # another node of a local cluster
@@ -31,7 +36,45 @@ func newClusterCmd() *cobra.Command {
 		Args: groupArgs,
 		RunE: showUsage,
 	}
-	cmd.AddCommand(newClusterListCmd(), newClusterStatusCmd())
+	cmd.AddCommand(newClusterListCmd(), newClusterStatusCmd(), newClusterEvictCmd())
+	return cmd
+}
+
+// ---------------------------------------------------------------------------------
+// tern cluster evict
+
+func newClusterEvictCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "evict <node> [options]",
+		Short: "Remove a node that is gone from the cluster for good (its replicas move to other nodes)",
+		Example: `  tern cluster evict n3                          # through the server at tern://127.0.0.1:7400
+  tern cluster evict n3 --server tern://10.0.0.2:7400`,
+		Args: argsBetween(1, 1, "want the name of the node to evict"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := cf.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), max(cf.timeout, 15*time.Second))
+			defer cancel()
+			msg, err := nc.Request(ctx, streamapi.ClusterEvictSubject(args[0]), nil)
+			if err != nil {
+				return fmt.Errorf("evict %s: %w", args[0], err)
+			}
+			var resp streamapi.Response[streamapi.ClusterEvicted]
+			if err := json.Unmarshal(msg.Data, &resp); err != nil {
+				return fmt.Errorf("evict %s: answer: %w", args[0], err)
+			}
+			if resp.Error != nil {
+				return fmt.Errorf("evict %s: %s", args[0], resp.Error.Description)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Node %s evicted\n", args[0])
+			return nil
+		},
+	}
+	cf.register(cmd, "tern-cluster")
 	return cmd
 }
 
@@ -142,6 +185,28 @@ func printClusterStatus(out io.Writer, st *cluster.Status) error {
 	fmt.Fprintf(tw, "  members:\t%d\n", len(st.Members))
 	fmt.Fprintf(tw, "  routes:\t%d up\n", len(st.Routes))
 	fmt.Fprintf(tw, "  local interest:\t%d %s\n", st.Interest, plural(uint64(st.Interest), "entry", "entries"))
+	if m := st.Meta; m != nil {
+		switch {
+		case !m.Running:
+			fmt.Fprintf(tw, "  meta group:\tnot formed yet (raft id %s)\n", m.RaftID)
+		case m.Error != "":
+			fmt.Fprintf(tw, "  meta group:\t%s (raft id %s)\n", m.Error, m.RaftID)
+		default:
+			leader := m.Leader
+			if leader == "" {
+				leader = "none"
+			}
+			fmt.Fprintf(tw, "  meta group:\t%s here, leader %s, term %d, applied %d of %d committed (raft id %s)\n",
+				strings.ToLower(m.Role), leader, m.Term, m.Applied, m.Commit, m.RaftID)
+			fmt.Fprintf(tw, "  meta voters:\t%s\n", strings.Join(m.Voters, " "))
+			if len(m.Learners) > 0 {
+				fmt.Fprintf(tw, "  meta learners:\t%s\n", strings.Join(m.Learners, " "))
+			}
+			for _, r := range m.Replicas {
+				fmt.Fprintf(tw, "  replica %s:\tmatch %d, lag %d, %s\n", r.Node, r.Match, r.Lag, r.State)
+			}
+		}
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -216,6 +216,9 @@ func (n *Node) follow() {
 // and closes every route.
 func (n *Node) Shutdown(leaveTimeout time.Duration) {
 	n.once.Do(func() {
+		if n.meta != nil {
+			n.meta.handOff(leaveTimeout)
+		}
 		n.routes.StopDialing()
 		if err := n.ms.Leave(leaveTimeout); err != nil {
 			n.log.Warn("cluster: leave", "err", err)

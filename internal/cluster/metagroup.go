@@ -541,8 +541,24 @@ func (g *metaGroup) reconcile() {
 	for _, id := range st.Learners {
 		in[id] = true
 	}
+	var evicted []uint64
+	g.read(func(s *meta.State) {
+		for _, nd := range s.Nodes() {
+			if nd.Evicted && in[nd.ID] && nd.ID != g.host.ID() {
+				evicted = append(evicted, nd.ID)
+			}
+		}
+	})
+	for _, id := range evicted {
+		if _, err := g.host.RemoveReplica(ctx, meta.MetaGroup, id); err != nil {
+			g.log.Debug("removing an evicted node from the meta group", "node", g.n.tr.name(id), "err", err)
+		} else {
+			g.log.Info("evicted node removed from the meta group", "node", g.n.tr.name(id))
+		}
+		return // one membership change at a time
+	}
 	for _, m := range members {
-		if !in[m.RaftID] {
+		if !in[m.RaftID] && !g.evicted(m.RaftID) {
 			if _, err := g.host.AddLearner(ctx, meta.MetaGroup, m.RaftID); err != nil {
 				g.log.Debug("adding a learner to the meta group", "node", m.Name, "err", err)
 			} else {
@@ -580,4 +596,86 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// handOff moves the meta group's leadership to an up-to-date voter before this node
+// goes, so the group does not wait out an election timeout to go on.
+func (g *metaGroup) handOff(limit time.Duration) {
+	if !g.started.Load() {
+		return
+	}
+	st, err := g.host.Status(meta.MetaGroup)
+	if err != nil || st.State != "StateLeader" {
+		return
+	}
+	var to uint64
+	for _, p := range st.Progress {
+		if p.Node != g.host.ID() && !p.Learner && p.RecentActive && (to == 0 || p.Lag == 0) {
+			to = p.Node
+		}
+	}
+	if to == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	if err := g.host.TransferLeadership(ctx, meta.MetaGroup, to); err != nil {
+		g.log.Warn("meta group: leadership not handed off before shutdown", "to", g.n.tr.name(to), "err", err)
+		return
+	}
+	g.log.Info("meta group: leadership handed off before shutdown", "to", g.n.tr.name(to))
+}
+
+// ErrNodeAlive is Evict's answer for a node that is still a member: only a node
+// that is gone may be removed for good.
+var ErrNodeAlive = errors.New("cluster: the node is alive; stop it before evicting it")
+
+// Evict removes the named node from the cluster for good: the catalogue marks it
+// evicted (its stream replicas move to other nodes) and the meta group's leader
+// removes it from the group. The node must be gone (not an alive member).
+func (n *Node) Evict(ctx context.Context, name string) error {
+	if n.meta == nil {
+		return ErrNoMetaGroup
+	}
+	if name == n.cfg.NodeName {
+		return fmt.Errorf("%w (it is this node)", ErrNodeAlive)
+	}
+	for _, m := range n.ms.Members() {
+		if m.Name == name && m.State == membership.StateAlive {
+			return fmt.Errorf("%s: %w", name, ErrNodeAlive)
+		}
+	}
+	var id uint64
+	n.meta.read(func(s *meta.State) {
+		for _, nd := range s.Nodes() {
+			if nd.Name == name && !nd.Evicted {
+				id = nd.ID
+			}
+		}
+	})
+	if id == 0 {
+		return fmt.Errorf("node %q: %w", name, meta.ErrNotFound)
+	}
+	r, err := n.meta.propose(ctx, &meta.Command{Op: meta.OpEvictNode, NodeID: id})
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return fmt.Errorf("evicting %s: %w", name, err)
+	}
+	n.meta.poke()
+	return nil
+}
+
+// evicted reports whether the catalogue has node id evicted.
+func (g *metaGroup) evicted(id uint64) bool {
+	out := false
+	g.read(func(s *meta.State) {
+		for _, nd := range s.Nodes() {
+			if nd.ID == id {
+				out = nd.Evicted
+			}
+		}
+	})
+	return out
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/tern-mq/tern/internal/native"
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/stream"
+	"github.com/tern-mq/tern/internal/streamapi"
 	"github.com/tern-mq/tern/internal/transport/udp"
 	"github.com/tern-mq/tern/internal/wire"
 )
@@ -173,6 +174,9 @@ func (s *Server) Start() (err error) {
 			s.stopAll(context.Background())
 		}
 	}()
+	if err := s.broker.Subscribe(&broker.Subscription{Sink: clusterAPI{s}, Subject: streamapi.ClusterPrefix + ">", NodeLocal: true}); err != nil {
+		return err
+	}
 	if s.streams != nil {
 		if err := s.streams.Start(); err != nil {
 			return err

@@ -35,15 +35,18 @@ type apiSink struct {
 // maxAPIQueue bounds management requests waiting to be handled.
 const maxAPIQueue = 1024
 
-var nextPrefix = []byte(streamapi.APIPrefix + "CONSUMER.NEXT.")
+var (
+	nextPrefix    = []byte(streamapi.APIPrefix + "CONSUMER.NEXT.")
+	clusterPrefix = []byte(streamapi.ClusterPrefix)
+)
 
 func newAPISink(m *Manager) *apiSink {
 	return &apiSink{m: m, reqs: make(chan apiRequest, maxAPIQueue), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (a *apiSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
-	if len(msg.Reply) == 0 {
-		return true // nobody to answer
+	if len(msg.Reply) == 0 || bytes.HasPrefix(msg.Subject, clusterPrefix) {
+		return true // nobody to answer, or the server's to answer
 	}
 	if rest, ok := bytes.CutPrefix(msg.Subject, nextPrefix); ok {
 		if a.pull(rest, msg) {

@@ -35,6 +35,18 @@ func StreamMsgGetSubject(stream string) string { return APIPrefix + "STREAM.MSG.
 // StreamListSubject lists every stream.
 const StreamListSubject = APIPrefix + "STREAM.LIST"
 
+// ClusterPrefix starts the cluster's management requests, answered by the server
+// rather than the stream engine (docs/cluster.md).
+const ClusterPrefix = APIPrefix + "CLUSTER."
+
+// ClusterEvictSubject removes a node from the cluster for good (ClusterEvicted).
+func ClusterEvictSubject(node string) string { return ClusterPrefix + "EVICT." + node }
+
+// ClusterEvicted is the answer to ClusterEvictSubject.
+type ClusterEvicted struct {
+	Evicted string `json:"evicted"`
+}
+
 func ConsumerCreateSubject(stream, consumer string) string {
 	return APIPrefix + "CONSUMER.CREATE." + stream + "." + consumer
 }

@@ -450,6 +450,23 @@ func (n *Node) Kill() {
 // Stop freezes the process (SIGSTOP); Cont lets it run again.
 func (n *Node) Stop() { n.signal(syscall.SIGSTOP) }
 
+// Terminate asks the node to shut down (SIGTERM) and waits, up to 15 s, for it to
+// exit; then it kills it.
+func (n *Node) Terminate() {
+	n.signal(syscall.SIGTERM)
+	n.mu.Lock()
+	ch := n.exited
+	n.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(15 * time.Second):
+		n.Kill()
+	}
+}
+
 // Cont resumes a stopped process (SIGCONT).
 func (n *Node) Cont() { n.signal(syscall.SIGCONT) }
 
