@@ -192,18 +192,27 @@ func printClusterStatus(out io.Writer, st *cluster.Status) error {
 		case m.Error != "":
 			fmt.Fprintf(tw, "  meta group:\t%s (raft id %s)\n", m.Error, m.RaftID)
 		default:
-			leader := m.Leader
-			if leader == "" {
-				leader = "none"
+			role := strings.ToLower(m.Role)
+			switch {
+			case m.Role == "Leader":
+				role = "leader (this node)"
+			case m.Leader != "":
+				role += ", leader " + m.Leader
+			default:
+				role += ", no leader"
 			}
-			fmt.Fprintf(tw, "  meta group:\t%s here, leader %s, term %d, applied %d of %d committed (raft id %s)\n",
-				strings.ToLower(m.Role), leader, m.Term, m.Applied, m.Commit, m.RaftID)
+			fmt.Fprintf(tw, "  meta group:\t%s, term %d, applied %d of %d committed (raft id %s)\n",
+				role, m.Term, m.Applied, m.Commit, m.RaftID)
 			fmt.Fprintf(tw, "  meta voters:\t%s\n", strings.Join(m.Voters, " "))
 			if len(m.Learners) > 0 {
 				fmt.Fprintf(tw, "  meta learners:\t%s\n", strings.Join(m.Learners, " "))
 			}
 			for _, r := range m.Replicas {
-				fmt.Fprintf(tw, "  replica %s:\tmatch %d, lag %d, %s\n", r.Node, r.Match, r.Lag, r.State)
+				learner := ""
+				if r.Learner {
+					learner = ", learner"
+				}
+				fmt.Fprintf(tw, "  replica %s:\tmatch %d, lag %d, %s%s\n", r.Node, r.Match, r.Lag, r.State, learner)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,8 +216,9 @@ func (n *Node) groupStatus(group uint64, running bool) *GroupStatus {
 	}
 	for _, p := range st.Progress {
 		gs.Replicas = append(gs.Replicas, ReplicaStatus{Node: name(p.Node), Learner: p.Learner, Match: p.Match, Lag: p.Lag,
-			State: p.State, Active: p.RecentActive})
+			State: strings.ToLower(strings.TrimPrefix(p.State, "State")), Active: p.RecentActive})
 	}
+	slices.SortFunc(gs.Replicas, func(a, b ReplicaStatus) int { return strings.Compare(a.Node, b.Node) })
 	if st.Failed != nil {
 		gs.Error = st.Failed.Error()
 	}
