@@ -1,0 +1,258 @@
+package stream
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+type testMsg struct{ subj, id, data string }
+
+// msgEntryOf encodes msgs as the leader would.
+func msgEntryOf(token uint64, ts int64, msgs ...testMsg) []byte {
+	var q inbound
+	var idx []int
+	for _, m := range msgs {
+		var it inItem
+		it.subj = q.put([]byte(m.subj))
+		var hdr []byte
+		if m.id != "" {
+			hdr = header.Append(nil, streamapi.HeaderMsgID, m.id)
+		}
+		it.hdr = q.put(hdr)
+		it.data = q.put([]byte(m.data))
+		idx = append(idx, len(q.items))
+		q.items = append(q.items, it)
+	}
+	return appendMsgEntry(nil, token, ts, &q, idx)
+}
+
+func openTestLog(t *testing.T, dir string) *store.Log {
+	t.Helper()
+	l, _, err := store.Open(store.Config{Dir: dir, Name: "p0", Sync: store.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// records lists a log's messages as "seq subject payload".
+func logRecords(t *testing.T, l *store.Log) []string {
+	t.Helper()
+	var out []string
+	r := l.NewReader(1)
+	defer r.Close()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, store.ErrNotFound) || err != nil {
+			break
+		}
+		out = append(out, fmt.Sprintf("%d %s %s %d", rec.Seq, rec.Subject, rec.Payload, rec.Time))
+	}
+	return out
+}
+
+func TestMsgEntryRoundTrip(t *testing.T) {
+	b := msgEntryOf(42, -7, testMsg{"a.b", "id-1", "hello"}, testMsg{"c", "", ""})
+	e, err := decodeMsgEntry(b)
+	if err != nil || e.token != 42 || e.ts != -7 || e.count != 2 {
+		t.Fatalf("decoded %+v, %v", e, err)
+	}
+	subj, hdr, data, ok, err := e.next()
+	if !ok || err != nil || string(subj) != "a.b" || string(data) != "hello" {
+		t.Fatalf("first: %q %q %v %v", subj, data, ok, err)
+	}
+	if id, _ := header.Block(hdr).Lookup(streamapi.HeaderMsgID); id != "id-1" {
+		t.Fatalf("first header id %q", id)
+	}
+	if subj, _, data, ok, err = e.next(); !ok || err != nil || string(subj) != "c" || len(data) != 0 {
+		t.Fatalf("second: %q %q %v %v", subj, data, ok, err)
+	}
+	if _, _, _, ok, err = e.next(); ok || err != nil {
+		t.Fatalf("after the last: %v %v", ok, err)
+	}
+	for name, bad := range map[string][]byte{
+		"empty":      nil,
+		"unknown op": {9},
+		"truncated":  b[:len(b)-1],
+		"trailing":   append(bytes.Clone(b), 0),
+		"count":      {entryMsgs, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
+	} {
+		e, err := decodeMsgEntry(bad)
+		for err == nil {
+			var ok bool
+			if _, _, _, ok, err = e.next(); !ok {
+				break
+			}
+		}
+		if !errors.Is(err, errBadEntry) {
+			t.Errorf("%s: %v, want errBadEntry", name, err)
+		}
+	}
+}
+
+// FuzzMsgEntry: entries come from the Raft log, written by other nodes; any bytes
+// decode to messages or errBadEntry, never a panic.
+func FuzzMsgEntry(f *testing.F) {
+	f.Add(msgEntryOf(1, 1, testMsg{"a", "x", "y"}))
+	f.Add(msgEntryOf(1<<60, -1<<60, testMsg{"a.b.c", "", "payload"}, testMsg{"d", "id", ""}))
+	f.Add([]byte{entryMsgs, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := decodeMsgEntry(b)
+		for n := 0; err == nil; n++ {
+			var ok bool
+			if _, _, _, ok, err = e.next(); !ok {
+				break
+			}
+			if n > len(b) {
+				t.Fatal("more messages than bytes")
+			}
+		}
+		if err != nil && !errors.Is(err, errBadEntry) {
+			t.Fatalf("error not errBadEntry: %v", err)
+		}
+	})
+}
+
+// randomEntries is a log of message batches with ids that repeat, sometimes within
+// the duplicate window and sometimes after it.
+func randomEntries(seed uint64, n int) []replica.Entry {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	ts := int64(1_000_000_000)
+	var ents []replica.Entry
+	for i := range n {
+		ts += int64(rng.IntN(3)) * int64(time.Second)
+		var msgs []testMsg
+		for range 1 + rng.IntN(5) {
+			id := ""
+			if rng.IntN(2) == 0 {
+				id = fmt.Sprintf("id-%d", rng.IntN(20))
+			}
+			msgs = append(msgs, testMsg{fmt.Sprintf("s.%d", rng.IntN(3)), id, fmt.Sprintf("m%d", rng.IntN(1000))})
+		}
+		ents = append(ents, replica.Entry{Index: uint64(i + 2), Term: 1, Data: msgEntryOf(uint64(i), ts, msgs...)})
+	}
+	return ents
+}
+
+// TestReplicasStoreAlike: replicas applying the same entries, in batches of
+// different sizes, hold the same messages under the same sequences, duplicates
+// within the window included.
+func TestReplicasStoreAlike(t *testing.T) {
+	for seed := range uint64(10) {
+		ents := randomEntries(seed, 60)
+		var logs [][]string
+		for _, batch := range []int{1, 7, 60} {
+			l := openTestLog(t, t.TempDir())
+			m := newPartitionMachine(l, 5*time.Second, nil)
+			for i := 0; i < len(ents); i += batch {
+				if err := m.Apply(ents[i:min(i+batch, len(ents))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			logs = append(logs, logRecords(t, l))
+		}
+		if len(logs[0]) < 60 {
+			t.Fatalf("seed %d: %d messages stored from 60 batches", seed, len(logs[0]))
+		}
+		for i := 1; i < len(logs); i++ {
+			if fmt.Sprint(logs[i]) != fmt.Sprint(logs[0]) {
+				t.Fatalf("seed %d: replica %d differs:\n%v\n%v", seed, i, logs[0], logs[i])
+			}
+		}
+	}
+}
+
+func TestDuplicatesWithinWindow(t *testing.T) {
+	l := openTestLog(t, t.TempDir())
+	got := map[uint64][]pubResult{}
+	m := newPartitionMachine(l, 10*time.Second, func(token uint64, res []pubResult) {
+		got[token] = append([]pubResult(nil), res...)
+	})
+	sec := int64(time.Second)
+	ents := []replica.Entry{
+		{Index: 2, Data: msgEntryOf(1, 100*sec, testMsg{"a", "x", "1"}, testMsg{"a", "y", "2"})},
+		{Index: 3, Data: msgEntryOf(2, 105*sec, testMsg{"a", "x", "1 again"})},  // within 10 s: a duplicate
+		{Index: 4, Data: msgEntryOf(3, 120*sec, testMsg{"a", "x", "1 later"})},  // 20 s on: stored
+		{Index: 5, Data: msgEntryOf(4, 121*sec, testMsg{"a", "y", "2 again"})},  // y at 100 s is 21 s old
+		{Index: 6, Data: msgEntryOf(5, 125*sec, testMsg{"a", "x", "x thrice"})}, // x at 120 s: a duplicate
+	}
+	if err := m.Apply(ents); err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64][]pubResult{
+		1: {{seq: 1}, {seq: 2}},
+		2: {{seq: 1, dup: true}},
+		3: {{seq: 3}},
+		4: {{seq: 4}},
+		5: {{seq: 3, dup: true}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+}
+
+// TestReplayAfterRestart: a replica that restarts applies again the entries after
+// its snapshot; what its log already holds is not stored twice, and the duplicate
+// window comes back from the log on the leader's clock.
+func TestReplayAfterRestart(t *testing.T) {
+	ents := randomEntries(3, 40)
+	dir := t.TempDir()
+	l := openTestLog(t, dir)
+	m := newPartitionMachine(l, 5*time.Second, nil)
+	if err := m.Apply(ents[:15]); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply(ents[15:30]); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restart: the log has everything up to entry 30; the group restores the
+	// snapshot taken at entry 15 and applies 16 to 40.
+	l2 := openTestLog(t, dir)
+	m2 := newPartitionMachine(l2, 5*time.Second, nil)
+	if err := m2.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Apply(ents[15:]); err != nil {
+		t.Fatal(err)
+	}
+
+	ref := openTestLog(t, t.TempDir())
+	mr := newPartitionMachine(ref, 5*time.Second, nil)
+	if err := mr.Apply(ents); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logRecords(t, l2), logRecords(t, ref); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the replay:\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestRestoreBehindSnapshot(t *testing.T) {
+	l := openTestLog(t, t.TempDir())
+	m := newPartitionMachine(l, time.Second, nil)
+	if err := m.Apply(randomEntries(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := m.Snapshot()
+	empty := newPartitionMachine(openTestLog(t, t.TempDir()), time.Second, nil)
+	if err := empty.Restore(snap); !errors.Is(err, errBehindSnapshot) {
+		t.Fatalf("restoring onto an empty log: %v, want errBehindSnapshot", err)
+	}
+}
