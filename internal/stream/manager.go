@@ -122,6 +122,9 @@ func (m *Manager) recover() error {
 			}
 			return fmt.Errorf("stream %q: %w", e.Name(), err)
 		}
+		if def.Group != 0 {
+			continue
+		}
 		start := time.Now()
 		s, err := openStream(m, def, dir)
 		if err != nil {
@@ -430,6 +433,10 @@ func configsEqual(a, b streamapi.StreamConfig) bool {
 type streamDef struct {
 	Config  streamapi.StreamConfig `json:"config"`
 	Created time.Time              `json:"created"`
+	// Group is the Raft group of a replicated stream's partition, 0 for a stream
+	// of this node alone. A replica is opened by the cluster (OpenReplica), not
+	// recovered at start.
+	Group uint64 `json:"group,omitempty"`
 }
 
 func readJSON(path string, v any) error {

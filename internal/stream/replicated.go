@@ -1,10 +1,16 @@
 package stream
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tern-mq/tern/internal/header"
@@ -273,4 +279,149 @@ func (m *partitionMachine) Restore(data []byte) error {
 	m.last, m.lastTS = snap.Last, snap.LastTS
 	m.rebuildDedup()
 	return nil
+}
+
+// Replicator is how a replica of a stream reaches its partition's Raft group: the
+// node's replica.Host satisfies it.
+type Replicator interface {
+	// Propose commits data to group and returns once this node has applied it.
+	Propose(ctx context.Context, group uint64, data []byte) (uint64, error)
+}
+
+// streamRepl is a stream's replication: its one partition's group, the machine that
+// applies the group's entries to the partition's log, and the results of this
+// node's proposals, which the machine hands over as it applies them.
+type streamRepl struct {
+	r       Replicator
+	group   uint64
+	machine *partitionMachine
+	leader  atomic.Bool
+
+	mu      sync.Mutex
+	waiting map[uint64][]pubResult // by token; nil value: applied results not in yet
+
+	// Owned by the writer.
+	tokenBase, token uint64
+	buf              []byte
+}
+
+// proposeTimeout bounds how long the leader's writer waits for a batch to commit
+// before answering its publishers with an error they retry on.
+const proposeTimeout = 5 * time.Second
+
+// replicate proposes q's messages to the group as one entry and answers their
+// publishers from what applying it gave (acks only once a quorum has the batch).
+func (s *Stream) replicate(q *inbound) {
+	r := s.repl
+	s.acks = s.acks[:0]
+	var idx []int
+	for i := range q.items {
+		it := &q.items[i]
+		if it.tooBig {
+			s.acks = append(s.acks, pendingAck{reply: it.reply, part: -1, code: streamapi.CodeTooLarge,
+				err: "message larger than the stream's max_msg_size"})
+			continue
+		}
+		idx = append(idx, i)
+	}
+	if len(idx) > 0 {
+		r.token++
+		token := r.tokenBase | r.token&0xffffffff
+		r.buf = appendMsgEntry(r.buf[:0], token, time.Now().UnixNano(), q, idx)
+		r.mu.Lock()
+		r.waiting[token] = nil
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
+		_, err := r.r.Propose(ctx, r.group, r.buf)
+		cancel()
+		r.mu.Lock()
+		res := r.waiting[token]
+		delete(r.waiting, token)
+		r.mu.Unlock()
+		if err == nil && len(res) != len(idx) {
+			err = fmt.Errorf("%d results for %d messages", len(res), len(idx))
+		}
+		for j, i := range idx {
+			a := pendingAck{reply: q.items[i].reply, part: 0}
+			switch {
+			case err != nil:
+				// Not committed here (no leader, a new one, too slow): the
+				// publisher retries, with its message id if it has one.
+				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, err)
+			case res[j].code != 0:
+				a.code, a.err = res[j].code, res[j].err
+			default:
+				a.seq, a.dup = res[j].seq, res[j].dup
+			}
+			s.acks = append(s.acks, a)
+		}
+	}
+	s.answer(q)
+	s.notify(0)
+}
+
+// applied is the machine's hand-over of a batch's results: kept for the writer
+// when this node proposed it, dropped otherwise.
+func (r *streamRepl) applied(token uint64, res []pubResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.waiting[token]; ok {
+		r.waiting[token] = append([]pubResult(nil), res...)
+	}
+}
+
+// SetLeader tells a replica whether its node leads the stream's group: only the
+// leader captures the stream's subjects (the routes bring it every publish) and
+// proposes them.
+func (s *Stream) SetLeader(leader bool) error {
+	if s.repl == nil || s.repl.leader.Swap(leader) == leader {
+		return nil
+	}
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	if !leader {
+		s.unsubscribe()
+		return nil
+	}
+	return s.subscribe(s.cfg.Subjects)
+}
+
+// OpenReplica opens this node's replica of a replicated stream (one partition) whose
+// log is written by its Raft group, group, through r. It returns the state machine
+// the caller registers with the group; the replica captures nothing until SetLeader.
+func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, group uint64, r Replicator) (*Stream, *partitionMachine, error) {
+	if err := m.normalise(&cfg); err != nil {
+		return nil, nil, err
+	}
+	if cfg.Partitions != 1 {
+		return nil, nil, fmt.Errorf("stream %q: %w: a replicated stream has one partition", cfg.Name, ErrBadConfig)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, nil, ErrClosed
+	}
+	if s := m.streams[cfg.Name]; s != nil {
+		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrExists)
+	}
+	dir := filepath.Join(m.streamsDir(), cfg.Name)
+	def := streamDef{Config: cfg, Created: created, Group: group}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
+	}
+	if err := writeJSON(filepath.Join(dir, "stream.json"), def, true); err != nil {
+		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
+	}
+	s, err := openStream(m, def, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, tokenBase: rand.Uint64() &^ 0xffffffff}
+	s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
+	if err := s.start(); err != nil {
+		s.close(false)
+		return nil, nil, err
+	}
+	m.streams[cfg.Name] = s
+	return s, s.repl.machine, nil
 }

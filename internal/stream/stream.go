@@ -59,6 +59,9 @@ type Stream struct {
 
 	cmu       sync.RWMutex
 	consumers map[string]*Consumer
+
+	// repl is set on a replica of a replicated stream (replicated.go).
+	repl *streamRepl
 }
 
 type partSeq struct {
@@ -186,8 +189,10 @@ func (s *Stream) start() error {
 		s.started = true
 		go s.writer()
 	}
-	if err := s.subscribe(s.cfg.Subjects); err != nil {
-		return err
+	if s.repl == nil {
+		if err := s.subscribe(s.cfg.Subjects); err != nil {
+			return err
+		}
 	}
 	s.cmu.RLock()
 	for _, c := range s.consumers {
@@ -399,8 +404,8 @@ func (s *Stream) onWriter(fn func()) error {
 }
 
 func (s *Stream) expire() {
-	if s.Config().MaxAge <= 0 {
-		return
+	if s.Config().MaxAge <= 0 || s.repl != nil {
+		return // a replica's log is written by its group's machine only
 	}
 	for i, l := range s.parts {
 		if _, err := l.ExpireOld(); err != nil {
@@ -435,9 +440,13 @@ func (s *Stream) writeBatch() {
 		}
 		s.qmu.Unlock()
 
-		s.applyDeletes(dels)
-		s.checkInterest(checks)
-		s.commit(&q)
+		if s.repl != nil {
+			s.replicate(&q)
+		} else {
+			s.applyDeletes(dels)
+			s.checkInterest(checks)
+			s.commit(&q)
+		}
 
 		q.reset()
 		s.qmu.Lock()
@@ -589,21 +598,7 @@ func (s *Stream) commit(q *inbound) {
 			s.touched[p] = false
 		}
 	}
-	// Answer the publishers.
-	for i := range s.acks {
-		a := &s.acks[i]
-		reply := q.get(a.reply)
-		if len(reply) == 0 {
-			continue
-		}
-		if a.code != 0 {
-			s.ackBuf = streamapi.AppendPubErr(s.ackBuf[:0], a.code, a.err)
-		} else {
-			s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, a.dup)
-		}
-		s.m.broker.Publish(&s.batch, &broker.Message{Subject: reply, Payload: s.ackBuf})
-	}
-	s.batch.Flush()
+	s.answer(q)
 	if interestNone {
 		// Nobody was interested: the messages were acknowledged and are gone.
 		for i := range s.acks {
@@ -618,6 +613,24 @@ func (s *Stream) commit(q *inbound) {
 			s.notify(p)
 		}
 	}
+}
+
+// answer sends the publishers of q the acks s.acks holds.
+func (s *Stream) answer(q *inbound) {
+	for i := range s.acks {
+		a := &s.acks[i]
+		reply := q.get(a.reply)
+		if len(reply) == 0 {
+			continue
+		}
+		if a.code != 0 {
+			s.ackBuf = streamapi.AppendPubErr(s.ackBuf[:0], a.code, a.err)
+		} else {
+			s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, a.dup)
+		}
+		s.m.broker.Publish(&s.batch, &broker.Message{Subject: reply, Payload: s.ackBuf})
+	}
+	s.batch.Flush()
 }
 
 // errorCode maps a store error to the code a publisher sees.
