@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 
-
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -139,4 +138,3 @@ func varintSize(v uint64) uint64 {
 	}
 	return n
 }
-

@@ -23,11 +23,11 @@ import (
 // way the package comment says, with a state machine that lists the data of
 // the entries it applied.
 type member struct {
-	id      uint64
-	cfg     Config
-	log     *Log
-	rn      *raft.RawNode
-	cs      *pb.ConfState
+	id       uint64
+	cfg      Config
+	log      *Log
+	rn       *raft.RawNode
+	cs       *pb.ConfState
 	applied  []string // the state machine
 	index    uint64   // last applied index
 	installs int      // snapshots received from the leader
