@@ -169,135 +169,27 @@ func runModel(t *testing.T, seed uint64, policy store.SyncPolicy, steps int) {
 	cfg.CacheBytes = 1500 + rng.IntN(6000)
 	l := mustOpen(t, cfg)
 	ms := raft.NewMemoryStorage()
-	var term, commit uint64 = 1, 0
-	snapIndex := func() uint64 { s, _ := ms.Snapshot(); return s.GetMetadata().GetIndex() }
+	g := newGen(seed)
 	counts := map[string]int{}
 	for step := 0; step < steps; step++ {
-		first, _ := ms.FirstIndex()
-		last, _ := ms.LastIndex()
-		switch op := rng.IntN(100); {
-		case op < 40: // append, often overlapping the suffix after the commit
-			at := last + 1
-			if rng.IntN(3) == 0 {
-				lo := max(commit+1, first) - min(max(commit+1, first), uint64(rng.IntN(3))) // sometimes below the first index
-				at = lo + uint64(rng.IntN(int(last+2-lo)))
-			}
-			if rng.IntN(5) == 0 {
-				term++
-			}
-			n := 1 + rng.IntN(12)
-			if at+uint64(n) <= commit {
-				n = int(commit-at) + 1 // the committed entries stay
-			}
-			batch := make([]*pb.Entry, n)
-			for k := range batch {
-				batch[k] = genEntry(rng, at+uint64(k), term)
-			}
-			if at < first {
-				// What is below the first index is ignored by both; what is
-				// at or below the commit must be what the log has.
-				for k := range batch {
-					if i := at + uint64(k); i >= first && i <= commit {
-						e, _ := ms.Entries(i, i+1, noLimit)
-						batch[k] = e[0]
-					}
-				}
-			}
-			e1 := ms.Append(batch)
-			e2 := l.Append(batch)
-			if e1 != nil || e2 != nil {
-				t.Fatalf("step %d: Append from %d: %v, want %v", step, at, e2, e1)
-			}
-			counts["append"]++
-			if at <= last && at >= first {
-				counts["replace"]++
-			}
-		case op < 55: // hard state
-			if last > commit {
-				commit += uint64(rng.IntN(int(last-commit) + 1))
-			}
-			st := &pb.HardState{Term: new(term), Vote: new(uint64(rng.IntN(4))), Commit: new(commit)}
-			if rng.IntN(8) == 0 {
-				st.Vote = nil
-			}
-			if err := errors.Join(ms.SetHardState(st), l.SetHardState(st)); err != nil {
-				t.Fatalf("step %d: SetHardState: %v", step, err)
-			}
-			counts["hardstate"]++
-		case op < 63: // snapshot of what is committed (or an out-of-date one)
-			lo := max(snapIndex(), first-1)
-			i := lo + uint64(rng.IntN(int(commit+1-min(lo, commit))+1))
-			if rng.IntN(6) == 0 {
-				i = snapIndex() - min(snapIndex(), uint64(rng.IntN(3)))
-			}
-			if i > commit || (i < first-1 && i > snapIndex()) {
-				break
-			}
-			cs, data := genConfState(rng), genData(rng)
-			s1, e1 := ms.CreateSnapshot(i, cs, data)
-			s2, e2 := l.CreateSnapshot(i, cs, data)
-			if !sameErr(e1, e2) || !proto.Equal(s1, s2) {
-				t.Fatalf("step %d: CreateSnapshot(%d) = %v, %v; want %v, %v", step, i, s2, e2, s1, e1)
-			}
-			if e1 == nil {
-				counts["snapshot"]++
-			}
-		case op < 71: // compaction up to the commit (or at or below the first index)
-			ci := first + uint64(rng.IntN(int(commit+1-min(first, commit+1))+1))
-			if rng.IntN(6) == 0 {
-				ci = first - uint64(rng.IntN(2))
-			}
-			if ci > max(commit, first-1) {
-				break
-			}
-			e1 := ms.Compact(ci)
-			e2 := l.Compact(ci)
-			if !sameErr(e1, e2) {
-				t.Fatalf("step %d: Compact(%d) = %v, want %v", step, ci, e2, e1)
-			}
-			if e1 == nil {
-				counts["compact"]++
-			}
-		case op < 75: // a snapshot from the leader
-			idx := max(snapIndex(), commit) + 1 + uint64(rng.IntN(30))
-			if rng.IntN(5) == 0 {
-				idx = snapIndex() - min(snapIndex(), uint64(rng.IntN(2)))
-				if idx > 0 && idx <= commit {
-					idx = snapIndex()
-				}
-			}
-			if rng.IntN(3) == 0 {
-				term++
-			}
-			snap := &pb.Snapshot{Data: genData(rng), Metadata: &pb.SnapshotMetadata{
-				Index: new(idx), Term: new(term), ConfState: genConfState(rng)}}
-			if idx == 0 {
-				if commit > 0 {
-					break
-				}
-				snap.Metadata.Term = new(uint64(0))
-			}
-			e1 := ms.ApplySnapshot(proto.Clone(snap).(*pb.Snapshot))
-			e2 := l.ApplySnapshot(proto.Clone(snap).(*pb.Snapshot))
-			if !sameErr(e1, e2) {
-				t.Fatalf("step %d: ApplySnapshot(%d) = %v, want %v", step, idx, e2, e1)
-			}
-			if e1 == nil {
-				// raft's Ready that carries it also carries the commit.
-				commit = idx
-				st := &pb.HardState{Term: new(term), Commit: new(commit)}
-				if err := errors.Join(ms.SetHardState(st), l.SetHardState(st)); err != nil {
-					t.Fatal(err)
-				}
-				counts["install"]++
-			}
-		case op < 80:
+		o := g.next(ms)
+		s1, e1 := o.apply(ms)
+		var s2 *pb.Snapshot
+		var e2 error
+		switch o.kind {
+		case "reopen":
 			l = reopen(t, l)
-			counts["reopen"]++
-		case op < 85:
-			if err := l.Sync(); err != nil {
-				t.Fatal(err)
-			}
+		case "sync":
+			e2 = l.Sync()
+		default:
+			s2, e2 = o.apply(l)
+		}
+		if !sameErr(e1, e2) || !proto.Equal(s1, s2) {
+			t.Fatalf("step %d: %s = %v, %v; want %v, %v", step, o, s2, e2, s1, e1)
+		}
+		g.after(o, e1)
+		if e1 == nil {
+			counts[o.kind]++
 		}
 		agree(t, step, l, ms, rng)
 	}
