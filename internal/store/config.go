@@ -74,6 +74,7 @@ type Config struct {
 	IndexEvery   int              // bytes of records between sparse index entries; default 4096
 	Sync         SyncPolicy       // when data is fsynced; default SyncInterval
 	SyncInterval time.Duration    // default 100ms
+	OwnerSyncs   bool             // SyncInterval without a goroutine of the log's own: the owner calls Sync (with files of its own)
 	MaxAge       time.Duration    // 0 = unlimited
 	MaxBytes     int64            // 0 = unlimited
 	MaxMsgs      uint64           // 0 = unlimited

@@ -79,6 +79,7 @@ type Log struct {
 	corrupt   []*corruptRange
 	closed    bool
 	watches   []*RemovalWatch
+	gen       uint64 // counts TruncateAfter and Reset: bytes a reader cached may be stale
 
 	// Writer only.
 	shut      atomic.Bool // Close started; checked without taking mu

@@ -17,6 +17,9 @@ type model struct {
 	live     map[uint64]msg
 	last     uint64
 	lastTime int64
+	// looseTime: after a truncation or reset, LastTime is whatever record the
+	// log still has (or 0); the next commit makes it exact again.
+	looseTime bool
 }
 
 func (m *model) size(x msg) uint64 {
@@ -59,6 +62,9 @@ func checkModel(t *testing.T, l *Log, m *model, step int) {
 		want.Deleted = m.last - first + 1 - uint64(len(seqs))
 	}
 	want.Segments = st.Segments
+	if m.looseTime {
+		want.LastTime = st.LastTime
+	}
 	if len(seqs) == 0 && st.LastTime == 0 {
 		want.LastTime = 0 // not kept across a restart once the log is empty
 	}
@@ -200,6 +206,7 @@ func TestRandomOpsAgainstModel(t *testing.T) {
 							m.live[x.seq] = x
 							m.last = x.seq
 							m.lastTime = x.ts
+							m.looseTime = false
 						}
 						if tc.discard == DiscardOld {
 							for (tc.maxMsgs > 0 && uint64(len(m.live)) > tc.maxMsgs) || (tc.maxB > 0 && m.bytes() > uint64(tc.maxB)) {
@@ -268,6 +275,37 @@ func TestRandomOpsAgainstModel(t *testing.T) {
 						if n != want {
 							t.Fatalf("step %d: ExpireOld = %d, want %d", step, n, want)
 						}
+					case op < 87: // cut a suffix, as a replication log replacing conflicting entries
+						first := m.last + 1
+						if s := m.seqs(); len(s) > 0 {
+							first = s[0]
+						}
+						seq := first - 1 + uint64(rng.IntN(int(m.last-first+2)+2))
+						if err := l.TruncateAfter(seq); err != nil {
+							t.Fatalf("step %d: TruncateAfter(%d): %v", step, seq, err)
+						}
+						if seq < m.last {
+							for q := range m.live {
+								if q > seq {
+									delete(m.live, q)
+								}
+							}
+							m.last = seq
+							m.looseTime = true
+						}
+						if first > 1 && rng.IntN(3) == 0 {
+							if err := l.TruncateAfter(first - 2); err == nil {
+								t.Fatalf("step %d: TruncateAfter(%d) below FirstSeq %d accepted", step, first-2, first)
+							}
+						}
+					case op < 88: // start again elsewhere, as after a snapshot install
+						next := 1 + uint64(rng.IntN(int(m.last)+10))
+						if err := l.Reset(next); err != nil {
+							t.Fatalf("step %d: Reset(%d): %v", step, next, err)
+						}
+						clear(m.live)
+						m.last = next - 1
+						m.looseTime = true
 					case op < 90:
 						var rep Report
 						l, rep = reopen(t, l)

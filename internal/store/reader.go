@@ -16,6 +16,7 @@ var readerBufs = sync.Pool{New: func() any { return new([]byte) }}
 type Reader struct {
 	l      *Log
 	seq    uint64 // next sequence wanted
+	gen    uint64 // Log.gen when the cursor was last valid
 	cur    cursor
 	chunk  int
 	pooled bool
@@ -33,7 +34,10 @@ func (l *Log) NewReader(seq uint64) *Reader {
 }
 
 func (l *Log) newReader(seq uint64, chunk int) *Reader {
-	return &Reader{l: l, seq: max(seq, 1), chunk: chunk}
+	l.mu.RLock()
+	gen := l.gen
+	l.mu.RUnlock()
+	return &Reader{l: l, seq: max(seq, 1), chunk: chunk, gen: gen}
 }
 
 // Close releases the reader's buffer.
@@ -61,6 +65,14 @@ func (r *Reader) Next() (Record, error) {
 		if l.closed || r.done {
 			l.mu.RUnlock()
 			return Record{}, ErrClosed
+		}
+		if r.gen != l.gen {
+			// The log was cut or reset: what the window holds may be stale,
+			// and a position past the new end continues right after it.
+			r.gen = l.gen
+			c.seg = nil
+			c.win.reset()
+			r.seq = min(r.seq, l.last+1)
 		}
 		if r.seq < l.first {
 			r.seq = l.first

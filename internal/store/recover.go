@@ -47,7 +47,7 @@ func Open(cfg Config) (*Log, Report, error) {
 	}
 	rep.Msgs = l.msgs
 	rep.Duration = time.Since(start)
-	if cfg.Sync == SyncInterval {
+	if cfg.Sync == SyncInterval && !cfg.OwnerSyncs {
 		l.stop, l.done = make(chan struct{}), make(chan struct{})
 		go l.syncLoop(cfg.SyncInterval)
 	}

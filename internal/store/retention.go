@@ -182,6 +182,9 @@ func (l *Log) refreshFirstTime() {
 // just stays for now.
 func (l *Log) removeSegment(s *segment) error {
 	i := l.segIndex(s.base)
+	if i > 0 && l.segs[i-1] == s {
+		i-- // an empty segment: segIndex gives the one after it
+	}
 	if l.segs[i] != s || i == len(l.segs)-1 {
 		return nil // not a sealed segment of this log
 	}
