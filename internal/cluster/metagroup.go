@@ -63,9 +63,11 @@ type metaGroup struct {
 	// asks for it.
 	clients *ClientRegistry
 
-	// Owned by loop: the members last seen while forming, and since when.
+	// Owned by loop: the members last seen while forming, and since when; whether
+	// this node announced its replica.
 	view      string
 	viewSince time.Time
+	announced bool
 }
 
 func newMetaGroup(n *Node, host *replica.Host) *metaGroup {
@@ -424,6 +426,11 @@ func (g *metaGroup) loop(storage replica.Storage) {
 			g.form(storage)
 			continue
 		}
+		if !g.announced {
+			if st, err := g.host.Status(meta.MetaGroup); err == nil && st.Leader != 0 {
+				g.announce()
+			}
+		}
 		g.reconcile()
 	}
 }
@@ -448,9 +455,13 @@ func (g *metaGroup) form(storage replica.Storage) {
 	members := g.replicating()
 	var names []string
 	formed := false
+	var announcing []string
 	for _, m := range members {
 		names = append(names, m.Name+"/"+fmt.Sprint(m.RaftID))
-		formed = formed || m.MetaGroup
+		if m.MetaGroup {
+			formed = true
+			announcing = append(announcing, m.Name)
+		}
 	}
 	// Founders decide alone, from what membership shows them: only a view that
 	// has held still for a while (gossip has converged) may found the group.
@@ -480,11 +491,11 @@ func (g *metaGroup) form(storage replica.Storage) {
 		return
 	}
 	g.started.Store(true)
-	g.announce()
 	if self {
+		g.announce()
 		g.log.Info("meta group formed", "voters", len(voters))
 	} else {
-		g.log.Info("meta group joined as a later node; waiting for the leader to add this node")
+		g.log.Info("meta group joined as a later node; waiting for the leader to add this node", "holding_replicas", announcing, "members", names)
 	}
 }
 
@@ -493,8 +504,15 @@ func (g *metaGroup) form(storage replica.Storage) {
 const formStable = time.Second
 
 // announce tells the other nodes this one holds a replica of the meta group, so
-// that a node started later joins it instead of founding another.
+// that a node started later joins it instead of founding another. A founder (or a
+// restarted replica) announces at once; a node that joined empty only once it has
+// heard from a leader: until then the group may not exist yet, and its flag would
+// keep the founders from founding it.
 func (g *metaGroup) announce() {
+	if g.announced {
+		return
+	}
+	g.announced = true
 	if err := g.n.ms.SetMetaGroup(); err != nil {
 		g.log.Warn("announcing the meta group replica", "err", err)
 	}

@@ -28,6 +28,7 @@ func (s *Server) startCluster() error {
 		Interest: s.interest, Logger: s.log,
 		Membership: membership.Config{ProbeInterval: s.cfg.ClusterProbeInterval, ProbeTimeout: s.cfg.ClusterProbeTimeout,
 			SuspicionMult: s.cfg.ClusterSuspicionMult},
+		DataDir: s.cfg.StoreDir, ClusterSize: s.cfg.ClusterSize, OpenStorage: s.openRaftStorage,
 	})
 	if err != nil {
 		return err
