@@ -35,7 +35,7 @@ func (b *benchEntries) make(from uint64, n, size int) []*pb.Entry {
 // BenchmarkAppendEntries measures what a follower does per Ready and a leader
 // per proposal batch: Append a batch (one write) and read it back with Entries
 // as raft does to build MsgApp, which the in-memory tail serves. ns/op and
-// allocs/op are per entry. "sync" adds Sync (one fdatasync of the segment) per
+// allocs/op are per entry. "sync" adds Sync (one fsync of the segment) per
 // batch.
 func BenchmarkAppendEntries(b *testing.B) {
 	for _, size := range []int{16, 1024} {
