@@ -210,7 +210,10 @@ func (l *Log) Compact(compactIndex uint64) error {
 		return err
 	}
 	if _, err := l.st.Purge(compactIndex, ""); err != nil {
-		return fmt.Errorf("raftlog %q: compact to %d: %w", l.cfg.Name, compactIndex, err)
+		// The store's front may have moved part of the way: until Open finds
+		// where, this log's first index cannot be trusted.
+		l.broken = fmt.Errorf("raftlog %q: compact to %d: %w", l.cfg.Name, compactIndex, err)
+		return l.broken
 	}
 	l.terms.compact(compactIndex)
 	l.dummy = compactIndex
