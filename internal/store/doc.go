@@ -12,7 +12,9 @@
 // How the owner drives a Log:
 //
 //   - Exactly one goroutine, the owner's writer, calls Append, Commit,
-//     Rollback, Delete, Purge and ExpireOld. Appends are encoded into one
+//     Rollback, Delete, Purge, ExpireOld, TruncateAfter and Reset (the last
+//     two serve a replication log: cutting a conflicting suffix, starting
+//     again after a snapshot install). Appends are encoded into one
 //     buffer and become durable and visible together at Commit (one write per
 //     segment touched). A replication layer can treat Append as "proposed" and
 //     Commit as "acknowledged"; Rollback hands the sequences out again.
@@ -21,7 +23,8 @@
 //     to one goroutine.
 //   - The owner calls ExpireOld periodically when Config.MaxAge is set; count
 //     and byte limits are applied by Commit. Under SyncInterval the Log runs one
-//     goroutine of its own that fsyncs; Close stops it.
+//     goroutine of its own that fsyncs (unless Config.OwnerSyncs: the owner
+//     calls Sync); Close stops it.
 //
 // Open always recovers: it checks every record's CRC, cuts a torn tail off the
 // last segment (Report.TruncatedBytes) and reports any other damage in

@@ -96,8 +96,9 @@ type Log struct {
 	dec       map[*subjInfo]uint64 // subject counts of a segment being dropped
 
 	syncRun  sync.Mutex // one Sync at a time
-	syncMu   sync.Mutex // guards dirty and dirDirty
+	syncMu   sync.Mutex // guards dirty, spare and dirDirty
 	dirty    []*os.File
+	spare    []*os.File // the other half of dirty, so that Sync does not allocate
 	dirDirty bool
 	syncs    atomic.Int64 // fsyncs of data and tombstone files, for tests
 	stop     chan struct{}
@@ -254,10 +255,16 @@ func (l *Log) Sync() error {
 	defer l.syncRun.Unlock()
 	l.syncMu.Lock()
 	files := l.dirty
-	l.dirty = nil
+	l.dirty, l.spare = l.spare, nil
 	dir := l.dirDirty
 	l.dirDirty = false
 	l.syncMu.Unlock()
+	defer func() {
+		clear(files)
+		l.syncMu.Lock()
+		l.spare = files[:0]
+		l.syncMu.Unlock()
+	}()
 	var errs []error
 	for i, f := range files {
 		if err := l.fsync(f); err != nil && !errors.Is(err, os.ErrClosed) {

@@ -92,7 +92,12 @@ type diskEntry struct {
 // newEntry builds the entry at index from its header block and data (which it
 // keeps, not copies).
 func newEntry(index uint64, m meta, data []byte) *pb.Entry {
-	d := &diskEntry{term: m.term, index: index, typ: m.typ}
+	return fillEntry(new(diskEntry), index, m, data)
+}
+
+// fillEntry builds the entry in d.
+func fillEntry(d *diskEntry, index uint64, m meta, data []byte) *pb.Entry {
+	d.term, d.index, d.typ = m.term, index, m.typ
 	if m.presence&hasTerm != 0 {
 		d.e.Term = &d.term
 	}

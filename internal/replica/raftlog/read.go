@@ -125,9 +125,15 @@ func sizeOf(e *pb.Entry) uint64 {
 	return entrySize(m, e.GetIndex(), len(e.Data)) + uint64(len(e.ProtoReflect().GetUnknown()))
 }
 
-// arenaChunk is the size of the buffers that hold the data of entries read
-// from disk: small entries share one, a large one gets its own.
-const arenaChunk = 64 << 10
+// Entries read from disk share allocations: their data go to buffers of
+// arenaMin to arenaMax bytes, sized for the rest of the call (an entry larger
+// than a quarter of arenaMax gets its own), the Entry structs to slabs of up to
+// slabMax.
+const (
+	arenaMin = 4 << 10
+	arenaMax = 64 << 10
+	slabMax  = 64
+)
 
 // readEntries reads lo … up to the cache from the segments, then continues
 // with the cache.
@@ -136,6 +142,7 @@ func (l *Log) readEntries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	out := make([]*pb.Entry, 0, min(hi-lo, 256))
 	var size uint64
 	var arena []byte
+	var slab []diskEntry
 	r := l.st.NewReader(lo)
 	defer r.Close()
 	for i := lo; i < end; i++ {
@@ -157,17 +164,26 @@ func (l *Log) readEntries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		var data []byte
 		if m.presence&hasData != 0 {
 			n := len(rec.Payload)
-			if n > arenaChunk/4 {
+			if n > arenaMax/4 {
 				data = append([]byte(nil), rec.Payload...)
 			} else {
 				if len(arena)+n > cap(arena) {
-					arena = make([]byte, 0, arenaChunk)
+					// Enough for the rest if they are like this one.
+					want := uint64(n) * (end - i)
+					if maxSize != noLimit {
+						want = min(want, maxSize-min(maxSize, size)+uint64(n))
+					}
+					arena = make([]byte, 0, min(max(want, arenaMin), arenaMax))
 				}
 				arena = append(arena, rec.Payload...)
 				data = arena[len(arena)-n : len(arena) : len(arena)]
 			}
 		}
-		out = append(out, newEntry(i, m, data))
+		if len(slab) == 0 {
+			slab = make([]diskEntry, min(end-i, slabMax))
+		}
+		out = append(out, fillEntry(&slab[0], i, m, data))
+		slab = slab[1:]
 	}
 	for i := end; i < hi; i++ {
 		e := l.cache[i-l.cacheFrom]

@@ -82,6 +82,13 @@ func (l *Log) Append(ents []*pb.Entry) error {
 	if len(l.cache) == 0 {
 		l.cache, l.cacheFrom = nil, at // a fresh array: the old one may be in slices handed out
 	}
+	if n := len(l.cache) + len(ents); n > cap(l.cache) {
+		// Twice what is live: trimming the front and appending at the back
+		// then copy the live entries once per that many appended.
+		c := make([]*pb.Entry, len(l.cache), max(2*n, 64))
+		copy(c, l.cache)
+		l.cache = c
+	}
 	l.cache = append(l.cache, ents...)
 	for _, e := range ents {
 		l.cacheBytes += entryCost(e)
@@ -203,7 +210,10 @@ func (l *Log) Compact(compactIndex uint64) error {
 		return err
 	}
 	if _, err := l.st.Purge(compactIndex, ""); err != nil {
-		return fmt.Errorf("raftlog %q: compact to %d: %w", l.cfg.Name, compactIndex, err)
+		// The store's front may have moved part of the way: until Open finds
+		// where, this log's first index cannot be trusted.
+		l.broken = fmt.Errorf("raftlog %q: compact to %d: %w", l.cfg.Name, compactIndex, err)
+		return l.broken
 	}
 	l.terms.compact(compactIndex)
 	l.dummy = compactIndex
