@@ -193,6 +193,14 @@ func runModel(t *testing.T, seed uint64, policy store.SyncPolicy, steps int) {
 		}
 		agree(t, step, l, ms, rng)
 	}
+	if g.hsNext != nil {
+		// An install's Ready also carries its hard state; without it Open
+		// would raise the commit to the first index (as raft needs).
+		o := g.next(ms)
+		if err := errors.Join(ms.SetHardState(o.hs), l.SetHardState(o.hs)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l = reopen(t, l)
 	agree(t, -1, l, ms, rng)
 	t.Logf("operations: %v", counts)
