@@ -84,10 +84,14 @@ type Node struct {
 }
 
 // Group is one stream partition's Raft group and the nodes of its replicas, the
-// preferred leader first.
+// preferred leader first. Founders are the replicas it was created with, never
+// changed: a founder with no Raft state starts the group with them as its voters, and
+// any other node starts empty and waits to be added (founders computed from Replicas
+// after an eviction would start a second group beside the first).
 type Group struct {
 	ID       uint64   `json:"group"`
 	Replicas []uint64 `json:"replicas"`
+	Founders []uint64 `json:"founders"`
 }
 
 // Stream is a stream's definition and placement.
@@ -283,7 +287,8 @@ func (s *State) addStream(index uint64, c *Command) Result {
 			s.nextGroup = first
 			return Result{Err: fmt.Errorf("stream %q: %d replicas, %d qualifying nodes: %w", c.Stream, c.Replicas, len(nodes), ErrNoPlacement)}
 		}
-		st.Groups = append(st.Groups, Group{ID: s.nextGroup, Replicas: s.leaderFirst(nodes)})
+		nodes = s.leaderFirst(nodes)
+		st.Groups = append(st.Groups, Group{ID: s.nextGroup, Replicas: nodes, Founders: slices.Clone(nodes)})
 		s.nextGroup++
 	}
 	return Result{Stream: st.clone()}
@@ -445,7 +450,7 @@ func (st *Stream) clone() *Stream {
 	cp.Tags = slices.Clone(st.Tags)
 	cp.Groups = make([]Group, len(st.Groups))
 	for i, g := range st.Groups {
-		cp.Groups[i] = Group{ID: g.ID, Replicas: slices.Clone(g.Replicas)}
+		cp.Groups[i] = Group{ID: g.ID, Replicas: slices.Clone(g.Replicas), Founders: slices.Clone(g.Founders)}
 	}
 	cp.Consumers = make(map[string]*Consumer, len(st.Consumers))
 	for k, c := range st.Consumers {

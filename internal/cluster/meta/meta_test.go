@@ -165,6 +165,9 @@ func TestEvictMovesReplicas(t *testing.T) {
 		if len(g.Replicas) != 3 || slices.Contains(g.Replicas, 2) {
 			t.Errorf("partition %d after evicting node 2: %v (was %v)", i, g.Replicas, r.Stream.Groups[i].Replicas)
 		}
+		if !slices.Equal(g.Founders, r.Stream.Groups[i].Replicas) {
+			t.Errorf("partition %d: founders %v changed from %v", i, g.Founders, r.Stream.Groups[i].Replicas)
+		}
 	}
 	if _, ok := a.s.Client("dev-1"); ok {
 		t.Error("a client of the evicted node is still registered there")
