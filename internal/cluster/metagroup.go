@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -47,8 +48,7 @@ type metaGroup struct {
 	mu      sync.RWMutex
 	state   *meta.State
 	waiters map[string]chan meta.Result
-	watch   chan struct{} // closed at the next applied command
-	started atomic.Bool   // the group runs on this node
+	started atomic.Bool // the group runs on this node
 
 	replySub, proposeSub *broker.Subscription
 	rpcMu                sync.Mutex
@@ -72,7 +72,7 @@ type metaGroup struct {
 
 func newMetaGroup(n *Node, host *replica.Host) *metaGroup {
 	return &metaGroup{n: n, log: n.log.With("component", "meta"), host: host, state: meta.New(),
-		waiters: map[string]chan meta.Result{}, watch: make(chan struct{}), rpcs: map[string]chan []byte{},
+		waiters: map[string]chan meta.Result{}, rpcs: map[string]chan []byte{},
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -83,6 +83,7 @@ func (g *metaGroup) Apply(ents []replica.Entry) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	self := g.host.ID()
+	catalogue := false // a change the reconciler may act on (not a client record)
 	for _, e := range ents {
 		r := g.state.Apply(e.Index, e.Data)
 		if r.Err != nil && !errors.Is(r.Err, meta.ErrBadCommand) {
@@ -91,14 +92,15 @@ func (g *metaGroup) Apply(ents []replica.Entry) error {
 		if r.Client != "" && r.Previous == self && r.Node != self && g.clients != nil {
 			g.clients.movedAway(r.Client, e.Index)
 		}
+		catalogue = catalogue || r.Client == ""
 		if w := g.waiters[r.ID]; w != nil && r.ID != "" {
 			w <- r
 			delete(g.waiters, r.ID)
 		}
 	}
-	close(g.watch)
-	g.watch = make(chan struct{})
-	g.poke()
+	if catalogue {
+		g.poke()
+	}
 	return nil
 }
 
@@ -127,13 +129,6 @@ func (g *metaGroup) read(f func(*meta.State)) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	f(g.state)
-}
-
-// changed returns a channel closed when the next command is applied.
-func (g *metaGroup) changed() <-chan struct{} {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.watch
 }
 
 // ---------------------------------------------------------------------------------
@@ -538,7 +533,7 @@ func (g *metaGroup) reconcile() {
 		}
 		for _, m := range members {
 			nd, ok := known[m.RaftID]
-			if !ok || nd.Name != m.Name || !mapsEqual(nd.Tags, m.Tags) {
+			if !ok || nd.Name != m.Name || !maps.Equal(nd.Tags, m.Tags) {
 				if !nd.Evicted {
 					missing = append(missing, meta.Node{ID: m.RaftID, Name: m.Name, Tags: m.Tags})
 				}
@@ -602,18 +597,6 @@ func (g *metaGroup) reconcile() {
 			return
 		}
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // handOff moves the meta group's leadership to an up-to-date voter before this node

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/tern-mq/tern/internal/cluster/route"
+	"github.com/tern-mq/tern/internal/fileutil"
 	"github.com/tern-mq/tern/internal/replica"
 )
 
@@ -44,37 +45,10 @@ func loadRaftID(dir string) (uint64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("cluster: %w", err)
 	}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return 0, fmt.Errorf("cluster: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "%016x\n", id)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
+	if err := fileutil.WriteAtomic(path, fmt.Appendf(nil, "%016x\n", id), true); err != nil {
 		return 0, fmt.Errorf("cluster: storing the node id: %w", err)
 	}
 	return id, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // raftTransport carries the host's batches over the routes: a node's Raft id is

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -315,21 +316,11 @@ func (c *Core) AddGroup(gc GroupConfig) error {
 		term: hs.GetTerm(), commit: hs.GetCommit(), lastIndex: last,
 		applied: applied, snapIndex: snapIndex, state: raft.StateFollower}
 	c.groups[g.id] = g
-	i, _ := slices.BinarySearchFunc(c.sorted, g.id, func(a *group, id uint64) int { return cmpU64(a.id, id) })
+	i, _ := slices.BinarySearchFunc(c.sorted, g.id, func(a *group, id uint64) int { return cmp.Compare(a.id, id) })
 	c.sorted = slices.Insert(c.sorted, i, g)
 	c.setMembers(g)
 	c.markActive(g)
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // RemoveGroup stops the replica of a group on this node; its pending requests
@@ -392,7 +383,7 @@ func (c *Core) peer(id uint64) *peer {
 		p = &peer{id: id, lastHeard: c.ticks}
 		p.out.From, p.out.To = c.id, id
 		c.peers[id] = p
-		i, _ := slices.BinarySearchFunc(c.plist, id, func(a *peer, id uint64) int { return cmpU64(a.id, id) })
+		i, _ := slices.BinarySearchFunc(c.plist, id, func(a *peer, id uint64) int { return cmp.Compare(a.id, id) })
 		c.plist = slices.Insert(c.plist, i, p)
 	}
 	return p
@@ -757,7 +748,7 @@ func (c *Core) Status(group uint64) (Status, error) {
 			}
 			s.Progress = append(s.Progress, p)
 		})
-		slices.SortFunc(s.Progress, func(a, b Progress) int { return cmpU64(a.Node, b.Node) })
+		slices.SortFunc(s.Progress, func(a, b Progress) int { return cmp.Compare(a.Node, b.Node) })
 	}
 	return s, nil
 }

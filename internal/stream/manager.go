@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/fileutil"
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/streamapi"
 	"github.com/tern-mq/tern/internal/subject"
@@ -469,42 +470,7 @@ func diskErr(err error) error {
 }
 
 func writeFileAtomic(path string, b []byte, sync bool) error {
-	if err := writeFile(path, b, sync); err != nil {
-		_ = os.Remove(path + ".tmp")
-		return diskErr(err)
-	}
-	return nil
-}
-
-func writeFile(path string, b []byte, sync bool) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if sync {
-		if d, err := os.Open(filepath.Dir(path)); err == nil {
-			_ = d.Sync()
-			d.Close()
-		}
-	}
-	return nil
+	return diskErr(fileutil.WriteAtomic(path, b, sync))
 }
 
 // sortedKeys returns a map's keys in order.

@@ -37,6 +37,24 @@ func agreedLeader(nodes ...*clustertest.Node) string {
 	return leader
 }
 
+// waitCatalogue waits until every node has applied the founding entries and the
+// leader's three add_node commands, and returns the highest index applied.
+func waitCatalogue(c *clustertest.Cluster) uint64 {
+	var applied uint64
+	c.WaitFor("the catalogue on every node", 10*time.Second, func() bool {
+		applied = 0
+		for _, n := range c.Nodes {
+			m := metaOf(n)
+			if m == nil || m.Applied < 4 {
+				return false
+			}
+			applied = max(applied, m.Applied)
+		}
+		return true
+	})
+	return applied
+}
+
 func nodeNamed(c *clustertest.Cluster, name string) *clustertest.Node {
 	for _, n := range c.Nodes {
 		if n.Name == name {
@@ -61,14 +79,7 @@ func TestMetaGroupFormsAndFailsOver(t *testing.T) {
 	}
 	// The leader adds every node to the catalogue: three commands after the
 	// founding entries, applied everywhere.
-	c.WaitFor("the catalogue on every node", 10*time.Second, func() bool {
-		for _, n := range c.Nodes {
-			if m := metaOf(n); m == nil || m.Applied < 4 {
-				return false
-			}
-		}
-		return true
-	})
+	waitCatalogue(c)
 
 	old := nodeNamed(c, leader)
 	old.Kill()
@@ -139,12 +150,16 @@ func TestMQTTTakeoverAcrossNodes(t *testing.T) {
 	py := python(t)
 	c := clustertest.Start(t, clustertest.Options{N: 3, MQTT: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	c.WaitFor("one meta leader", 10*time.Second, func() bool { return agreedLeader(c.Nodes...) != "" })
+	before := waitCatalogue(c)
 	first := startLines(t, py, "-c", pahoRoamer, strconv.Itoa(c.Nodes[0].MQTTPort))
 	if l := first.next(t, 10*time.Second); l != "connected" {
 		t.Fatalf("first connection: %q", l)
 	}
-	// Let the first record commit before the second connection makes its own.
-	time.Sleep(500 * time.Millisecond)
+	// The first record commits before the second connection makes its own.
+	c.WaitFor("the first connection's record", 10*time.Second, func() bool {
+		m := metaOf(c.Nodes[0])
+		return m != nil && m.Applied > before
+	})
 	second := startLines(t, py, "-c", pahoRoamer, strconv.Itoa(c.Nodes[1].MQTTPort))
 	if l := second.next(t, 10*time.Second); l != "connected" {
 		t.Fatalf("second connection: %q", l)
@@ -180,14 +195,7 @@ c.loop_forever()
 func TestEvictNode(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	c.WaitFor("one meta leader", 10*time.Second, func() bool { return agreedLeader(c.Nodes...) != "" })
-	c.WaitFor("the catalogue on every node", 10*time.Second, func() bool {
-		for _, n := range c.Nodes {
-			if m := metaOf(n); m == nil || m.Applied < 4 {
-				return false
-			}
-		}
-		return true
-	})
+	waitCatalogue(c)
 	nc := c.Nodes[0].Connect(t, c.Nodes[0].URL())
 	evict := func(node string) streamapi.Response[streamapi.ClusterEvicted] {
 		t.Helper()
@@ -233,18 +241,7 @@ func TestEvictNode(t *testing.T) {
 func TestMetaGroupWholeClusterRestart(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	c.WaitFor("one meta leader", 10*time.Second, func() bool { return agreedLeader(c.Nodes...) != "" })
-	var applied uint64
-	c.WaitFor("the catalogue on every node", 10*time.Second, func() bool {
-		applied = 0
-		for _, n := range c.Nodes {
-			m := metaOf(n)
-			if m == nil || m.Applied < 4 {
-				return false
-			}
-			applied = max(applied, m.Applied)
-		}
-		return true
-	})
+	applied := waitCatalogue(c)
 	for _, n := range c.Nodes {
 		n.Kill()
 	}

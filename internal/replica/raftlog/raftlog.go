@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/fileutil"
 	"io"
 	"os"
 	"path/filepath"
@@ -337,12 +338,7 @@ func (l *Log) syncLocked() error {
 }
 
 func (l *Log) syncDir() error {
-	d, err := os.Open(l.cfg.Dir)
-	if err != nil {
-		return l.ioErr("open directory", l.cfg.Dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := fileutil.SyncDir(l.cfg.Dir); err != nil {
 		return l.ioErr("fsync directory", l.cfg.Dir, err)
 	}
 	return nil

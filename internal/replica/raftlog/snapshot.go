@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/fileutil"
 	"os"
 	"time"
 
@@ -43,7 +44,7 @@ func (l *Log) CreateSnapshot(i uint64, cs *pb.ConfState, data []byte) (*pb.Snaps
 	if err != nil {
 		return nil, fmt.Errorf("raftlog %q: encoding snapshot: %w", l.cfg.Name, err)
 	}
-	if err := l.writeAtomic(snapFile, snapTmpFile, b); err != nil {
+	if err := l.writeAtomic(snapFile, b); err != nil {
 		return nil, err
 	}
 	l.snap, l.snapOnDisk = md, true
@@ -79,19 +80,7 @@ func (l *Log) ApplySnapshot(snap *pb.Snapshot) error {
 		return fmt.Errorf("raftlog %q: encoding snapshot: %w", l.cfg.Name, err)
 	}
 	path := l.path(installFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return l.ioErr("create", path, err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
+	if err := fileutil.WriteSynced(path, b, true); err != nil {
 		return l.ioErr("write", path, err)
 	}
 	if err := l.syncDir(); err != nil {

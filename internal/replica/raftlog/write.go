@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/fileutil"
 	"os"
 	"time"
 
@@ -139,7 +140,7 @@ func (l *Log) SetHardState(st *pb.HardState) error {
 	}
 	b := encodeHardState(st)
 	if l.cfg.Sync == store.SyncAlways {
-		if err := l.writeAtomic(hsFile, hsTmpFile, b); err != nil {
+		if err := l.writeAtomic(hsFile, b); err != nil {
 			return err
 		}
 	} else {
@@ -165,29 +166,13 @@ func (l *Log) SetHardState(st *pb.HardState) error {
 	return nil
 }
 
-// writeAtomic replaces file name with b: written to tmp, fsynced, renamed over
-// name, and the directory fsynced. A crash leaves the old file or the new one.
-func (l *Log) writeAtomic(name, tmp string, b []byte) error {
-	path := l.path(tmp)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return l.ioErr("create", path, err)
+// writeAtomic replaces file name with b (through name+".tmp", fsynced, renamed, the
+// directory fsynced): a crash leaves the old file or the new one.
+func (l *Log) writeAtomic(name string, b []byte) error {
+	if err := fileutil.WriteAtomic(l.path(name), b, true); err != nil {
+		return l.ioErr("replace", l.path(name), err)
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(path, l.path(name))
-	}
-	if err != nil {
-		os.Remove(path)
-		return l.ioErr("write", l.path(name), err)
-	}
-	return l.syncDir()
+	return nil
 }
 
 // Compact drops the entries before compactIndex, which becomes the dummy entry

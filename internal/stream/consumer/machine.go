@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"sort"
@@ -246,19 +247,9 @@ func (m *Machine) State() State {
 		st.Parts[k.Part].Pending = append(st.Parts[k.Part].Pending, [2]uint64{k.Seq, pm.deliveries})
 	}
 	for i := range st.Parts {
-		slices.SortFunc(st.Parts[i].Pending, func(a, b [2]uint64) int { return compareU64(a[0], b[0]) })
+		slices.SortFunc(st.Parts[i].Pending, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
 	}
 	return st
-}
-
-func compareU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Ready returns what the machine wants done. The caller acts on it and calls
