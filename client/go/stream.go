@@ -19,6 +19,8 @@ type (
 	StreamConfig   = streamapi.StreamConfig
 	StreamInfo     = streamapi.StreamInfo
 	StreamState    = streamapi.StreamState
+	StreamCluster  = streamapi.StreamCluster
+	StreamReplica  = streamapi.StreamReplica
 	ConsumerConfig = streamapi.ConsumerConfig
 	ConsumerInfo   = streamapi.ConsumerInfo
 	PartitionState = streamapi.PartitionState

@@ -146,6 +146,9 @@ func newStreamAddCmd() *cobra.Command {
 			if cfg.Partitions < 1 || maxAge < 0 || dupeWindow < 0 {
 				return usageErrorf("--partitions must be at least 1, --max-age and --dupe-window not negative")
 			}
+			if r := cfg.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
+				return usageErrorf("--replicas must be 1, 3 or 5")
+			}
 			nc, js, err := streamsConn(&cf)
 			if err != nil {
 				return err
@@ -181,6 +184,7 @@ func newStreamAddCmd() *cobra.Command {
 	fs.Var(cliflags.NewByteSize(&maxMsgSize), "max-msg-size", "largest payload accepted, e.g. 64KiB (0 = the server's max_payload)")
 	enumFlag(cmd, &cfg.Discard, "discard", "at a limit: old removes the oldest messages, new refuses new ones", "old", "new")
 	fs.IntVar(&cfg.Partitions, "partitions", 1, "independent ordered logs; a message's partition comes from its key or subject")
+	fs.IntVar(&cfg.Replicas, "replicas", 0, "nodes of a cluster that keep the stream: 1, 3 or 5 (needs cluster_size; 0 = the server's stream_replicas)")
 	fs.DurationVar(&dupeWindow, "dupe-window", 0, "how long message ids are remembered for duplicate detection (0 = 2m)")
 	enumFlag(cmd, &cfg.Sync, "sync", "fsync policy of this stream", "always", "interval", "never")
 	_ = fs.SetAnnotation("sync", defaultAnnotation, []string{"the server's"})
@@ -314,6 +318,28 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	}
 	for _, c := range info.Corrupt {
 		fmt.Fprintf(tw, "  CORRUPT:\t%s\n", c)
+	}
+	if cl := info.Cluster; cl != nil {
+		fmt.Fprintf(tw, "Cluster\n")
+		fmt.Fprintf(tw, "  replicas:\t%d\n", max(c.Replicas, 1))
+		fmt.Fprintf(tw, "  group:\t%016x\n", cl.Group)
+		fmt.Fprintf(tw, "  leader:\t%s (term %d, applied %d)\n", orDefault(cl.Leader, "none"), cl.Term, cl.Applied)
+		for _, r := range cl.Replicas {
+			state := "current"
+			switch {
+			case !r.Active:
+				state = "not responding"
+			case r.Lag > 0:
+				state = fmt.Sprintf("%d entries behind", r.Lag)
+			}
+			role := "follower"
+			if r.Leader {
+				role = "leader"
+			} else if r.Learner {
+				role = "learner"
+			}
+			fmt.Fprintf(tw, "  %s:\t%s, %s\n", r.Node, role, state)
+		}
 	}
 	_ = tw.Flush()
 }

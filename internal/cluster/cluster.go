@@ -89,6 +89,8 @@ type Node struct {
 	tr          *raftTransport
 	meta        *metaGroup
 	metaStorage Storage
+	groups      groupSet
+	rpc         *requester
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -217,6 +219,7 @@ func (n *Node) follow() {
 func (n *Node) Shutdown(leaveTimeout time.Duration) {
 	n.once.Do(func() {
 		if n.meta != nil {
+			n.handOffGroups(leaveTimeout)
 			n.meta.handOff(leaveTimeout)
 		}
 		n.routes.StopDialing()
@@ -226,7 +229,9 @@ func (n *Node) Shutdown(leaveTimeout time.Duration) {
 		close(n.done)
 		if n.host != nil {
 			n.meta.stop()
+			n.rpc.close()
 			n.host.Stop()
+			n.closeGroups()
 			if err := n.metaStorage.Close(); err != nil {
 				n.log.Warn("cluster: closing the meta group's storage", "err", err)
 			}

@@ -20,13 +20,11 @@ import (
 	"github.com/tern-mq/tern/internal/replica"
 )
 
-// Subjects of the meta group's forwarding: a node that is not the leader sends a
-// command to the leader's proposal subject and waits on its own reply subject. They
-// are node services, under the reserved "$TERN.SYS." prefix.
-const (
-	metaProposePrefix = "$TERN.SYS.META.PROPOSE."
-	metaReplyPrefix   = "$TERN.SYS.META.REPLY."
-)
+// metaProposePrefix is the subject of the meta group's forwarding: a node that is
+// not the leader sends a command to "$TERN.SYS.META.PROPOSE.<leader>" and waits for
+// the answer (Node.Request). Node services live under the reserved "$TERN.SYS."
+// prefix.
+const metaProposePrefix = "$TERN.SYS.META.PROPOSE."
 
 // MaxMetaVoters bounds the meta group's voters; further nodes are learners.
 const MaxMetaVoters = 5
@@ -50,10 +48,7 @@ type metaGroup struct {
 	waiters map[string]chan meta.Result
 	started atomic.Bool // the group runs on this node
 
-	replySub, proposeSub *broker.Subscription
-	rpcMu                sync.Mutex
-	rpcs                 map[string]chan []byte
-	rpcSeq               uint64
+	proposeSub *broker.Subscription
 
 	kick chan struct{}
 	done chan struct{}
@@ -72,8 +67,8 @@ type metaGroup struct {
 
 func newMetaGroup(n *Node, host *replica.Host) *metaGroup {
 	return &metaGroup{n: n, log: n.log.With("component", "meta"), host: host, state: meta.New(),
-		waiters: map[string]chan meta.Result{}, rpcs: map[string]chan []byte{},
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		waiters: map[string]chan meta.Result{},
+		kick:    make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // ---------------------------------------------------------------------------------
@@ -100,6 +95,7 @@ func (g *metaGroup) Apply(ents []replica.Entry) error {
 	}
 	if catalogue {
 		g.poke()
+		g.n.catalogueChanged()
 	}
 	return nil
 }
@@ -113,6 +109,7 @@ func (g *metaGroup) Snapshot() ([]byte, error) {
 func (g *metaGroup) Restore(data []byte) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	defer g.n.catalogueChanged()
 	if len(data) == 0 {
 		g.state = meta.New()
 		return nil
@@ -184,7 +181,7 @@ func (g *metaGroup) proposeAt(ctx context.Context, cmd *meta.Command) (meta.Resu
 
 func retryable(err error) bool {
 	return errors.Is(err, replica.ErrNotLeader) || errors.Is(err, replica.ErrProposalDropped) ||
-		errors.Is(err, ErrNoRoute) || errors.Is(err, errForwardTimeout)
+		errors.Is(err, ErrNoRoute) || errors.Is(err, ErrNoResponders) || errors.Is(err, errRequestTimeout)
 }
 
 func (g *metaGroup) proposeLocal(ctx context.Context, id string, data []byte) (meta.Result, uint64, error) {
@@ -273,60 +270,22 @@ func decodeResult(b []byte) (meta.Result, uint64, error) {
 	return r, 0, fmt.Errorf("cluster: meta command failed at the leader: %s", w.Error)
 }
 
-var errForwardTimeout = errors.New("cluster: forwarded meta command got no answer")
-
 // forward sends an encoded command to the named leader and waits for its answer.
 func (g *metaGroup) forward(ctx context.Context, leader string, data []byte) (meta.Result, uint64, error) {
-	g.rpcMu.Lock()
-	g.rpcSeq++
-	token := fmt.Sprintf("%d", g.rpcSeq)
-	ch := make(chan []byte, 1)
-	g.rpcs[token] = ch
-	g.rpcMu.Unlock()
-	defer func() {
-		g.rpcMu.Lock()
-		delete(g.rpcs, token)
-		g.rpcMu.Unlock()
-	}()
-	reply := metaReplyPrefix + g.n.cfg.NodeName + "." + token
-	var p broker.Batch
-	if g.n.cfg.Broker.Publish(&p, &broker.Message{Subject: []byte(metaProposePrefix + leader), Reply: []byte(reply), Payload: data}) == 0 {
-		p.Flush()
-		return meta.Result{}, 0, fmt.Errorf("%w: %s not reachable", ErrNoRoute, leader)
+	b, err := g.n.Request(ctx, metaProposePrefix+leader, data, 2*time.Second)
+	if err != nil {
+		return meta.Result{}, 0, err
 	}
-	p.Flush()
-	t := time.NewTimer(2 * time.Second)
-	defer t.Stop()
-	select {
-	case b := <-ch:
-		return decodeResult(b)
-	case <-t.C:
-		return meta.Result{}, 0, errForwardTimeout
-	case <-ctx.Done():
-		return meta.Result{}, 0, ctx.Err()
-	}
+	return decodeResult(b)
 }
 
-// rpcSink takes the meta group's bus traffic: forwarded commands for this node
-// (answered from a goroutine of their own: a proposal waits for a commit, and the
-// sink runs on a route's reader) and the answers to those this node forwarded.
+// rpcSink takes the commands other nodes forward to this one, each answered from a
+// goroutine of its own: a proposal waits for a commit, and the sink runs on a
+// route's reader.
 type rpcSink struct{ g *metaGroup }
 
-func (s rpcSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+func (s rpcSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	g := s.g
-	if sub == g.replySub {
-		token := string(m.Subject[strings.LastIndexByte(string(m.Subject), '.')+1:])
-		g.rpcMu.Lock()
-		ch := g.rpcs[token]
-		g.rpcMu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- append([]byte(nil), m.Payload...):
-			default:
-			}
-		}
-		return true
-	}
 	if len(m.Reply) == 0 {
 		return true
 	}
@@ -363,12 +322,9 @@ func (rpcSink) Flush() {}
 // start subscribes to the forwarding subjects and runs the loop that forms the
 // group (or restarts it from its storage) and reconciles membership on the leader.
 func (g *metaGroup) start(storage replica.Storage, restarting bool) error {
-	g.replySub = &broker.Subscription{Sink: rpcSink{g}, Subject: metaReplyPrefix + g.n.cfg.NodeName + ".*"}
 	g.proposeSub = &broker.Subscription{Sink: rpcSink{g}, Subject: metaProposePrefix + g.n.cfg.NodeName}
-	for _, sub := range []*broker.Subscription{g.replySub, g.proposeSub} {
-		if err := g.n.cfg.Broker.Subscribe(sub); err != nil {
-			return fmt.Errorf("cluster: meta group: %w", err)
-		}
+	if err := g.n.cfg.Broker.Subscribe(g.proposeSub); err != nil {
+		return fmt.Errorf("cluster: meta group: %w", err)
 	}
 	if restarting {
 		if err := g.host.AddGroup(replica.GroupConfig{ID: meta.MetaGroup, Storage: storage, StateMachine: g}); err != nil {
@@ -385,7 +341,6 @@ func (g *metaGroup) start(storage replica.Storage, restarting bool) error {
 
 func (g *metaGroup) stop() {
 	close(g.done)
-	_ = g.n.cfg.Broker.Unsubscribe(g.replySub)
 	_ = g.n.cfg.Broker.Unsubscribe(g.proposeSub)
 	g.wg.Wait()
 	g.mu.RLock()
@@ -609,12 +564,7 @@ func (g *metaGroup) handOff(limit time.Duration) {
 	if err != nil || st.State != "StateLeader" {
 		return
 	}
-	var to uint64
-	for _, p := range st.Progress {
-		if p.Node != g.host.ID() && !p.Learner && p.RecentActive && (to == 0 || p.Lag == 0) {
-			to = p.Node
-		}
-	}
+	to := handOffTarget(st, g.host.ID())
 	if to == 0 {
 		return
 	}

@@ -112,6 +112,7 @@ func (n *Node) startReplication(raftID uint64) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	n.host = host
+	host.OnLeaderChange(n.leaderChanged)
 	n.routes.HandleRaft(func(from string, batch []byte) error {
 		if err := host.Receive(batch); err != nil && !errors.Is(err, replica.ErrStopped) {
 			return err // malformed: the route closes, and says why in its log
@@ -127,6 +128,9 @@ func (n *Node) startReplication(raftID uint64) error {
 	last, err := st.LastIndex()
 	if err != nil {
 		return fmt.Errorf("cluster: meta group storage: %w", err)
+	}
+	if n.rpc, err = newRequester(n.cfg.Broker, n.cfg.NodeName); err != nil {
+		return err
 	}
 	host.Start()
 	n.meta = newMetaGroup(n, host)

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/monitor"
 )
 
@@ -40,6 +42,15 @@ func (s *Server) startCluster() error {
 			s.mqtt.SetRegistry(reg)
 		}
 	}
+	var replicated *streams.Service
+	if s.streams != nil && node.Replicating() {
+		replicated, err = streams.Start(streams.Config{Node: node, Streams: s.streams, Broker: s.broker,
+			DefaultReplicas: s.cfg.StreamReplicas, Log: s.log})
+		if err != nil {
+			node.Shutdown(time.Second)
+			return err
+		}
+	}
 	changed, stop := node.WatchClientURLs()
 	done := make(chan struct{})
 	go func() {
@@ -50,6 +61,7 @@ func (s *Server) startCluster() error {
 	}()
 	s.mu.Lock()
 	s.cluster = node
+	s.replicated = replicated
 	s.stopURLWatch = func() {
 		stop()
 		<-done

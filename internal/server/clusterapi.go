@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/meta"
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -40,9 +40,9 @@ func (a clusterAPI) handle(op string) []byte {
 	name, isEvict := strings.CutPrefix(op, "EVICT.")
 	switch {
 	case !isEvict || name == "" || strings.Contains(name, "."):
-		return clusterAnswer[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request CLUSTER." + op})
+		return stream.Respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request CLUSTER." + op})
 	case node == nil:
-		return clusterAnswer[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "this server is not a cluster node"})
+		return stream.Respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "this server is not a cluster node"})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -50,7 +50,7 @@ func (a clusterAPI) handle(op string) []byte {
 	var ae *streamapi.APIError
 	switch {
 	case err == nil:
-		return clusterAnswer(&streamapi.ClusterEvicted{Evicted: name}, nil)
+		return stream.Respond(&streamapi.ClusterEvicted{Evicted: name}, nil)
 	case errors.Is(err, meta.ErrNotFound):
 		ae = &streamapi.APIError{Code: streamapi.CodeNotFound, Description: err.Error()}
 	case errors.Is(err, cluster.ErrNodeAlive):
@@ -60,10 +60,5 @@ func (a clusterAPI) handle(op string) []byte {
 	default:
 		ae = &streamapi.APIError{Code: streamapi.CodeInternal, Description: err.Error()}
 	}
-	return clusterAnswer[struct{}](nil, ae)
-}
-
-func clusterAnswer[T any](v *T, err *streamapi.APIError) []byte {
-	b, _ := json.Marshal(streamapi.Response[T]{Value: v, Error: err})
-	return b
+	return stream.Respond[struct{}](nil, ae)
 }

@@ -96,6 +96,9 @@ type Config struct {
 	// ClusterSize is how many nodes the cluster is first started with: replication
 	// (the meta group) forms once that many are members. 0: no replication.
 	ClusterSize int
+	// StreamReplicas is the replica count of a stream created without one, in a
+	// cluster that replicates: 1, 3 or 5.
+	StreamReplicas int
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -145,6 +148,7 @@ func DefaultConfig() Config {
 		ClusterProbeInterval: membership.DefaultProbeInterval,
 		ClusterProbeTimeout:  membership.DefaultProbeTimeout,
 		ClusterSuspicionMult: membership.DefaultSuspicionMult,
+		StreamReplicas:       1,
 	}
 }
 
@@ -250,6 +254,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSuspicionMult, 1, 100) }},
 	{key: "cluster_size", group: groupCluster, help: "how many nodes the cluster is first started with: replication (the meta group, docs/cluster.md) forms once that many nodes are members; 0 = no replication",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSize, 0, 1000) }},
+	{key: "stream_replicas", group: groupCluster, help: "replicas (1, 3 or 5) of a stream created without a count, in a cluster that replicates (cluster_size); more than the nodes there are fails the create",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.StreamReplicas, 1, 5) }},
 
 	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no MQTT)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTPort, -1, anyPort) }},

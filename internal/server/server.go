@@ -21,6 +21,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/native"
 	"github.com/tern-mq/tern/internal/store"
@@ -47,6 +48,8 @@ type Server struct {
 	// when the server runs alone. cluster is the running node, set by Start.
 	interest *interest.Local
 	cluster  *cluster.Node
+	// replicated is the node's share of the cluster's streams (cluster_size).
+	replicated *streams.Service
 	// stopURLWatch ends the passing of connect_urls changes to native clients.
 	stopURLWatch func()
 
@@ -76,6 +79,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	}
 	if cfg.ClusterSize > 0 && (cfg.ClusterPort < 0 || cfg.StoreDir == "") {
 		return nil, errors.New("cluster_size needs a cluster (cluster_port or join) and a store_dir: replication keeps its Raft logs there")
+	}
+	if r := cfg.StreamReplicas; r != 0 && r != 1 && r != 3 && r != 5 {
+		return nil, &OptionError{Key: "stream_replicas", Err: fmt.Errorf("%d: want 1, 3 or 5", r)}
 	}
 	if cfg.ClusterPort >= 0 {
 		if err := checkClusterTiming(cfg); err != nil {
@@ -123,6 +129,8 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		mgr, err := stream.New(stream.Config{
 			Dir: cfg.StoreDir, Sync: policy, SyncInterval: cfg.SyncInterval, MaxPayload: cfg.MaxPayload,
 			MaxStreams: cfg.MaxStreams, MaxConsumers: cfg.MaxConsumers, SegmentBytes: cfg.SegmentSize,
+			// In a cluster that replicates, the catalogue's front answers the API.
+			ExternalAPI: cfg.ClusterSize > 0,
 		}, s.broker, log.With("component", "streams"))
 		if err != nil {
 			return nil, err
@@ -379,6 +387,9 @@ func (s *Server) stopAll(ctx context.Context) error {
 		stopURLWatch()
 	}
 	if node != nil {
+		if s.replicated != nil {
+			s.replicated.Stop()
+		}
 		node.Shutdown(min(timeoutOf(ctx), time.Second))
 	}
 	// In the order opened: the monitoring endpoint last.

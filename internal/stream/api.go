@@ -128,20 +128,20 @@ func (a *apiSink) handle(req apiRequest) []byte {
 		for _, s := range m.Streams() {
 			list.Streams = append(list.Streams, s.Info())
 		}
-		return respond(&list, nil)
+		return Respond(&list, nil)
 	case len(tok) == 3 && tok[0] == "STREAM":
 		name := tok[2]
 		switch tok[1] {
 		case "CREATE", "UPDATE":
 			var cfg streamapi.StreamConfig
-			if err := decode(req.body, &cfg); err != nil {
-				return respond[streamapi.StreamInfo](nil, err)
+			if err := DecodeRequest(req.body, &cfg); err != nil {
+				return Respond[streamapi.StreamInfo](nil, err)
 			}
 			if cfg.Name == "" {
 				cfg.Name = name
 			}
 			if cfg.Name != name {
-				return respond[streamapi.StreamInfo](nil, fmt.Errorf("%w: name %q in the body differs from %q in the subject", ErrBadConfig, cfg.Name, name))
+				return Respond[streamapi.StreamInfo](nil, fmt.Errorf("%w: name %q in the body differs from %q in the subject", ErrBadConfig, cfg.Name, name))
 			}
 			var s *Stream
 			var err error
@@ -151,98 +151,99 @@ func (a *apiSink) handle(req apiRequest) []byte {
 				s, err = m.UpdateStream(cfg)
 			}
 			if err != nil {
-				return respond[streamapi.StreamInfo](nil, err)
+				return Respond[streamapi.StreamInfo](nil, err)
 			}
 			info := s.Info()
-			return respond(&info, nil)
+			return Respond(&info, nil)
 		case "INFO":
 			s, err := m.Stream(name)
 			if err != nil {
-				return respond[streamapi.StreamInfo](nil, err)
+				return Respond[streamapi.StreamInfo](nil, err)
 			}
 			info := s.Info()
-			return respond(&info, nil)
+			return Respond(&info, nil)
 		case "DELETE":
 			if err := m.DeleteStream(name); err != nil {
-				return respond[streamapi.Deleted](nil, err)
+				return Respond[streamapi.Deleted](nil, err)
 			}
-			return respond(&streamapi.Deleted{Deleted: true}, nil)
+			return Respond(&streamapi.Deleted{Deleted: true}, nil)
 		case "PURGE":
 			var pr streamapi.PurgeRequest
-			if err := decode(req.body, &pr); err != nil {
-				return respond[streamapi.PurgeResponse](nil, err)
+			if err := DecodeRequest(req.body, &pr); err != nil {
+				return Respond[streamapi.PurgeResponse](nil, err)
 			}
 			s, err := m.Stream(name)
 			if err != nil {
-				return respond[streamapi.PurgeResponse](nil, err)
+				return Respond[streamapi.PurgeResponse](nil, err)
 			}
 			n, err := s.Purge(pr)
 			if err != nil {
-				return respond[streamapi.PurgeResponse](nil, err)
+				return Respond[streamapi.PurgeResponse](nil, err)
 			}
-			return respond(&streamapi.PurgeResponse{Purged: n}, nil)
+			return Respond(&streamapi.PurgeResponse{Purged: n}, nil)
 		}
 	case len(tok) == 4 && tok[0] == "STREAM" && tok[1] == "MSG" && tok[2] == "GET":
 		var gr streamapi.MsgGetRequest
-		if err := decode(req.body, &gr); err != nil {
-			return respond[streamapi.StoredMsg](nil, err)
+		if err := DecodeRequest(req.body, &gr); err != nil {
+			return Respond[streamapi.StoredMsg](nil, err)
 		}
 		s, err := m.Stream(tok[3])
 		if err != nil {
-			return respond[streamapi.StoredMsg](nil, err)
+			return Respond[streamapi.StoredMsg](nil, err)
 		}
 		msg, err := s.GetMsg(gr)
 		if err != nil {
-			return respond[streamapi.StoredMsg](nil, err)
+			return Respond[streamapi.StoredMsg](nil, err)
 		}
-		return respond(&msg, nil)
+		return Respond(&msg, nil)
 	case len(tok) >= 3 && tok[0] == "CONSUMER":
 		s, err := m.Stream(tok[2])
 		if err != nil {
-			return respond[streamapi.ConsumerInfo](nil, err)
+			return Respond[streamapi.ConsumerInfo](nil, err)
 		}
 		name := arg(3)
 		switch {
 		case tok[1] == "CREATE" && len(tok) <= 4:
 			var cfg streamapi.ConsumerConfig
-			if err := decode(req.body, &cfg); err != nil {
-				return respond[streamapi.ConsumerInfo](nil, err)
+			if err := DecodeRequest(req.body, &cfg); err != nil {
+				return Respond[streamapi.ConsumerInfo](nil, err)
 			}
 			c, err := s.AddConsumer(name, cfg)
 			if err != nil {
-				return respond[streamapi.ConsumerInfo](nil, err)
+				return Respond[streamapi.ConsumerInfo](nil, err)
 			}
 			info := c.Info()
-			return respond(&info, nil)
+			return Respond(&info, nil)
 		case tok[1] == "INFO" && len(tok) == 4:
 			c, err := s.Consumer(name)
 			if err != nil {
-				return respond[streamapi.ConsumerInfo](nil, err)
+				return Respond[streamapi.ConsumerInfo](nil, err)
 			}
 			info := c.Info()
-			return respond(&info, nil)
+			return Respond(&info, nil)
 		case tok[1] == "DELETE" && len(tok) == 4:
 			if err := s.DeleteConsumer(name); err != nil {
-				return respond[streamapi.Deleted](nil, err)
+				return Respond[streamapi.Deleted](nil, err)
 			}
-			return respond(&streamapi.Deleted{Deleted: true}, nil)
+			return Respond(&streamapi.Deleted{Deleted: true}, nil)
 		case tok[1] == "LIST" && len(tok) == 3:
 			list := streamapi.ConsumerList{Consumers: []streamapi.ConsumerInfo{}}
 			for _, c := range s.Consumers() {
 				list.Consumers = append(list.Consumers, c.Info())
 			}
-			return respond(&list, nil)
+			return Respond(&list, nil)
 		case tok[1] == "NEXT" && len(tok) == 4:
 			if _, err := s.Consumer(name); err != nil {
-				return respond[streamapi.ConsumerInfo](nil, err)
+				return Respond[streamapi.ConsumerInfo](nil, err)
 			}
-			return respond[streamapi.ConsumerInfo](nil, fmt.Errorf("%w: pull request body is not a valid JSON PullRequest", ErrBadConfig))
+			return Respond[streamapi.ConsumerInfo](nil, fmt.Errorf("%w: pull request body is not a valid JSON PullRequest", ErrBadConfig))
 		}
 	}
-	return respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request " + op})
+	return Respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request " + op})
 }
 
-func decode(body []byte, v any) error {
+// DecodeRequest decodes a stream API request body; an empty body leaves v as it is.
+func DecodeRequest(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
@@ -254,8 +255,8 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// respond encodes a response with either a value or an error.
-func respond[T any](v *T, err error) []byte {
+// Respond encodes a stream API response with either a value or an error.
+func Respond[T any](v *T, err error) []byte {
 	r := streamapi.Response[T]{Value: v}
 	if err != nil {
 		r.Value = nil
@@ -285,7 +286,7 @@ func apiError(err error) *streamapi.APIError {
 		code = streamapi.CodeBadRequest
 	case errors.Is(err, ErrLimit):
 		code = streamapi.CodeLimits
-	case errors.Is(err, store.ErrNoSpace):
+	case errors.Is(err, store.ErrNoSpace), errors.Is(err, ErrNotLeader):
 		code = streamapi.CodeUnavailable
 	case errors.Is(err, store.ErrNotFound):
 		code = streamapi.CodeNotFound

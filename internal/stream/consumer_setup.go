@@ -36,6 +36,12 @@ func (s *Stream) openConsumers() error {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(s.consumersDir(), e.Name())
+		s.cmu.RLock()
+		open := s.consumers[e.Name()] != nil
+		s.cmu.RUnlock()
+		if open {
+			continue
+		}
 		var def consumerDef
 		if err := readJSON(filepath.Join(dir, "consumer.json"), &def); err != nil {
 			s.m.log.Warn("consumer directory without a readable definition, ignored", "stream", s.name, "dir", dir, "err", err)
@@ -45,7 +51,9 @@ func (s *Stream) openConsumers() error {
 		if err != nil {
 			return err
 		}
+		s.cmu.Lock()
 		s.consumers[def.Name] = c
+		s.cmu.Unlock()
 	}
 	return nil
 }
@@ -53,6 +61,9 @@ func (s *Stream) openConsumers() error {
 // AddConsumer creates a consumer, or returns the existing durable one if the
 // configuration is the same.
 func (s *Stream) AddConsumer(name string, cfg streamapi.ConsumerConfig) (*Consumer, error) {
+	if s.repl != nil && !s.repl.leader.Load() {
+		return nil, fmt.Errorf("stream %q: %w: consumers run on the leader of the stream's group", s.name, ErrNotLeader)
+	}
 	durable := cfg.Durable != ""
 	if durable {
 		if name != "" && name != cfg.Durable {

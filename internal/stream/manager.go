@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,10 @@ type Config struct {
 	// MaxQueued bounds the bytes of captured messages waiting for a stream's writer;
 	// above a quarter of it publishers are slowed down, above it they get errors.
 	MaxQueued int
+	// ExternalAPI leaves the "$TERN.API.>" and "$TERN.ACK.>" subscriptions to the
+	// caller: in a cluster that replicates, a front of the cluster's catalogue
+	// takes every request and hands this node's own to APISink and AckSink.
+	ExternalAPI bool
 }
 
 // Errors callers branch on.
@@ -51,6 +56,7 @@ var (
 	ErrLimit            = errors.New("limit reached")
 	ErrBadConfig        = errors.New("invalid configuration")
 	ErrClosed           = errors.New("stream engine closed")
+	ErrNotLeader        = errors.New("this node does not lead the stream's group")
 )
 
 // Manager owns every stream of a server.
@@ -64,9 +70,18 @@ type Manager struct {
 	streams map[string]*Stream
 	closed  bool
 
-	api  *apiSink
-	acks *ackSink
-	subs []*broker.Subscription
+	api        *apiSink
+	acks       *ackSink
+	apiRunning bool
+	subs       []*broker.Subscription
+
+	describeCluster atomic.Pointer[func(group uint64) *streamapi.StreamCluster]
+}
+
+// SetDescribeCluster sets how Info describes the Raft group of a stream the
+// cluster placed here.
+func (m *Manager) SetDescribeCluster(fn func(group uint64) *streamapi.StreamCluster) {
+	m.describeCluster.Store(&fn)
 }
 
 // New opens the engine's directory and recovers every stream and durable consumer in
@@ -95,6 +110,8 @@ func New(cfg Config, b *broker.Broker, log *slog.Logger) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, broker: b, log: log, streams: make(map[string]*Stream), lock: lock}
+	m.api = newAPISink(m)
+	m.acks = &ackSink{m: m}
 	if err := m.recover(); err != nil {
 		m.Close()
 		return nil, err
@@ -151,8 +168,11 @@ func (m *Manager) Start() error {
 			return err
 		}
 	}
-	m.api = newAPISink(m)
-	m.acks = &ackSink{m: m}
+	m.apiRunning = true
+	go m.api.run()
+	if m.cfg.ExternalAPI {
+		return nil
+	}
 	for _, sub := range []*broker.Subscription{
 		// Each node answers for its own streams: requests and acks are not
 		// forwarded between nodes (docs/cluster.md).
@@ -164,9 +184,20 @@ func (m *Manager) Start() error {
 		}
 		m.subs = append(m.subs, sub)
 	}
-	go m.api.run()
 	return nil
 }
+
+// APISink answers stream API requests ("$TERN.API." subjects) from this node's
+// streams; AckSink applies acknowledgements to them. Manager subscribes them itself
+// unless Config.ExternalAPI.
+func (m *Manager) APISink() broker.Sink { return m.api }
+
+// AckSink: see APISink.
+func (m *Manager) AckSink() broker.Sink { return m.acks }
+
+// Normalise checks a stream configuration and fills in its defaults, as creating
+// the stream would.
+func (m *Manager) Normalise(cfg *streamapi.StreamConfig) error { return m.normalise(cfg) }
 
 // Close stops every stream and consumer and closes their files. Messages already
 // acknowledged to publishers are on disk (per the sync policy); captured messages not
@@ -182,7 +213,10 @@ func (m *Manager) Close() {
 	for _, s := range m.streams {
 		streams = append(streams, s)
 	}
-	api := m.api
+	var api *apiSink
+	if m.apiRunning {
+		api = m.api
+	}
 	for _, sub := range m.subs {
 		_ = m.broker.Unsubscribe(sub)
 	}
@@ -233,6 +267,9 @@ func (m *Manager) Streams() []*Stream {
 // the same.
 func (m *Manager) AddStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	if err := m.normalise(&cfg); err != nil {
+		return nil, err
+	}
+	if err := alone(cfg); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -288,6 +325,11 @@ func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	if s == nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrStreamNotFound)
 	}
+	if s.group == 0 {
+		if err := alone(cfg); err != nil {
+			return nil, err
+		}
+	}
 	old := s.cfg
 	if old.Retention != cfg.Retention || old.Partitions != cfg.Partitions || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
 		return nil, fmt.Errorf("stream %q: %w: retention, partitions, sync and segment size cannot change", cfg.Name, ErrBadConfig)
@@ -299,6 +341,20 @@ func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// CloseStream closes a stream and forgets it, keeping its data.
+func (m *Manager) CloseStream(name string) error {
+	m.mu.Lock()
+	s := m.streams[name]
+	if s == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	}
+	delete(m.streams, name)
+	m.mu.Unlock()
+	s.close(false)
+	return nil
 }
 
 // DeleteStream removes a stream, its consumers and its data.
@@ -313,6 +369,14 @@ func (m *Manager) DeleteStream(name string) error {
 	m.mu.Unlock()
 	s.close(true)
 	m.log.Info("stream deleted", "stream", name)
+	return nil
+}
+
+// alone refuses a configuration a stream of this node alone cannot have.
+func alone(cfg streamapi.StreamConfig) error {
+	if cfg.Replicas > 1 {
+		return fmt.Errorf("stream %q: %w: %d replicas need a cluster that replicates (cluster_size)", cfg.Name, ErrBadConfig, cfg.Replicas)
+	}
 	return nil
 }
 
@@ -378,8 +442,16 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 	if cfg.SegmentBytes < 0 {
 		return bad("segment size must not be negative")
 	}
+	switch cfg.Replicas {
+	case 0, 1, 3, 5:
+	default:
+		return bad("replicas %d: want 1, 3 or 5", cfg.Replicas)
+	}
 	return nil
 }
+
+// Overlaps reports whether two subject filters can match a subject in common.
+func Overlaps(a, b string) bool { return overlaps(a, b) }
 
 // checkOverlap refuses a stream whose subjects overlap another stream's: a message
 // must belong to exactly one stream so that its publish ack is unambiguous.

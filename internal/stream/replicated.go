@@ -372,7 +372,8 @@ func (r *streamRepl) applied(token uint64, res []pubResult) {
 
 // SetLeader tells a replica whether its node leads the stream's group: only the
 // leader captures the stream's subjects (the routes bring it every publish) and
-// proposes them.
+// proposes them, and only the leader runs the stream's consumers (each from what
+// this node's disk holds of it).
 func (s *Stream) SetLeader(leader bool) error {
 	if s.repl == nil || s.repl.leader.Swap(leader) == leader {
 		return nil
@@ -381,19 +382,45 @@ func (s *Stream) SetLeader(leader bool) error {
 	defer s.cfgMu.Unlock()
 	if !leader {
 		s.unsubscribe()
+		s.stopConsumers()
 		return nil
 	}
+	if err := s.openConsumers(); err != nil {
+		return err
+	}
+	s.cmu.RLock()
+	for _, c := range s.consumers {
+		c.start()
+	}
+	s.cmu.RUnlock()
 	return s.subscribe(s.cfg.Subjects)
 }
 
-// OpenReplica opens this node's replica of a replicated stream (one partition) whose
-// log is written by its Raft group, group, through r. It returns the state machine
-// the caller registers with the group; the replica captures nothing until SetLeader.
-func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, group uint64, r Replicator) (*Stream, *partitionMachine, error) {
+// stopConsumers stops and forgets every consumer, keeping their files.
+func (s *Stream) stopConsumers() {
+	s.cmu.Lock()
+	cs := make([]*Consumer, 0, len(s.consumers))
+	for name, c := range s.consumers {
+		cs = append(cs, c)
+		delete(s.consumers, name)
+	}
+	s.cmu.Unlock()
+	for _, c := range cs {
+		c.stop(false)
+	}
+}
+
+// OpenReplica opens this node's replica of a stream the cluster placed in Raft group
+// group. With r set the stream is replicated (one partition): its log is written
+// by the group's machine, returned here for the caller to register with the group,
+// and it captures nothing until SetLeader. With r nil the stream has one replica,
+// this one, and runs as a stream of this node does (machine nil). Either way the
+// stream is not recovered by New: the cluster opens it again after a restart.
+func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, group uint64, r Replicator) (*Stream, replica.StateMachine, error) {
 	if err := m.normalise(&cfg); err != nil {
 		return nil, nil, err
 	}
-	if cfg.Partitions != 1 {
+	if r != nil && cfg.Partitions != 1 {
 		return nil, nil, fmt.Errorf("stream %q: %w: a replicated stream has one partition", cfg.Name, ErrBadConfig)
 	}
 	m.mu.Lock()
@@ -405,6 +432,14 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, gro
 		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrExists)
 	}
 	dir := filepath.Join(m.streamsDir(), cfg.Name)
+	var old streamDef
+	if readJSON(filepath.Join(dir, "stream.json"), &old) == nil && old.Group != group {
+		// A stream of the same name the cluster deleted (and made again) while
+		// this node was away: its data is not the new stream's.
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
+		}
+	}
 	def := streamDef{Config: cfg, Created: created, Group: group}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
@@ -416,12 +451,59 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, gro
 	if err != nil {
 		return nil, nil, err
 	}
-	s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, tokenBase: rand.Uint64() &^ 0xffffffff}
-	s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
+	var machine replica.StateMachine
+	if r != nil {
+		s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, tokenBase: rand.Uint64() &^ 0xffffffff}
+		s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
+		machine = s.repl.machine
+		s.stopConsumers() // until this node leads the group
+	}
 	if err := s.start(); err != nil {
 		s.close(false)
 		return nil, nil, err
 	}
 	m.streams[cfg.Name] = s
-	return s, s.repl.machine, nil
+	return s, machine, nil
 }
+
+// GroupStreams lists the streams found on disk that the cluster placed here (by
+// name, with their groups), opened or not: a node that finds one the catalogue no
+// longer has removes it.
+func (m *Manager) GroupStreams() (map[string]uint64, error) {
+	entries, err := os.ReadDir(m.streamsDir())
+	if err != nil {
+		return nil, fmt.Errorf("stream engine: %w", err)
+	}
+	out := map[string]uint64{}
+	for _, e := range entries {
+		var def streamDef
+		if !e.IsDir() || readJSON(filepath.Join(m.streamsDir(), e.Name(), "stream.json"), &def) != nil {
+			continue
+		}
+		if def.Group != 0 {
+			out[def.Config.Name] = def.Group
+		}
+	}
+	return out, nil
+}
+
+// RemoveGroupStream deletes the data of a stream the cluster placed here that is
+// not open (see GroupStreams).
+func (m *Manager) RemoveGroupStream(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.streams[name] != nil {
+		return fmt.Errorf("stream %q: %w: it is open", name, ErrExists)
+	}
+	if err := streamapi.ValidName("stream", name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	return os.RemoveAll(filepath.Join(m.streamsDir(), name))
+}
+
+// Group is the Raft group the cluster placed the stream in, 0 for a stream of this
+// node alone.
+func (s *Stream) Group() uint64 { return s.group }
+
+// Replicated reports whether the stream's log is written by a Raft group.
+func (s *Stream) Replicated() bool { return s.repl != nil }

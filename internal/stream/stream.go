@@ -25,6 +25,9 @@ type Stream struct {
 	name    string
 	dir     string
 	created time.Time
+	// group is the Raft group the cluster placed the stream in, 0 for a stream of
+	// this node alone.
+	group uint64
 	// retention cannot change after creation, so it is read without a lock.
 	retention streamapi.Retention
 	parts     []*store.Log
@@ -109,7 +112,7 @@ type pendingAck struct {
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 	cfg := def.Config
 	s := &Stream{
-		m: m, name: cfg.Name, dir: dir, created: def.Created, cfg: cfg, retention: cfg.Retention,
+		m: m, name: cfg.Name, dir: dir, created: def.Created, group: def.Group, cfg: cfg, retention: cfg.Retention,
 		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
 		consumers: make(map[string]*Consumer),
 		touched:   make([]bool, cfg.Partitions),
@@ -222,7 +225,7 @@ func (s *Stream) unsubscribe() {
 
 // update applies a changed configuration: new subjects and limits.
 func (s *Stream) update(cfg streamapi.StreamConfig) error {
-	def := streamDef{Config: cfg, Created: s.created}
+	def := streamDef{Config: cfg, Created: s.created, Group: s.group}
 	if err := writeJSON(filepath.Join(s.dir, "stream.json"), def, true); err != nil {
 		return fmt.Errorf("stream %q: %w", s.name, err)
 	}
@@ -240,6 +243,9 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 	})
 	if err != nil {
 		return err
+	}
+	if s.repl != nil && !s.repl.leader.Load() {
+		return nil // a follower captures nothing
 	}
 	return s.subscribe(cfg.Subjects)
 }
@@ -733,13 +739,20 @@ func (s *Stream) state() streamapi.StreamState {
 
 // Info describes the stream.
 func (s *Stream) Info() streamapi.StreamInfo {
-	return streamapi.StreamInfo{Config: s.Config(), Created: s.created, State: s.state(),
+	info := streamapi.StreamInfo{Config: s.Config(), Created: s.created, State: s.state(),
 		Corrupt: append([]string(nil), s.corrupt...)}
+	if describe := s.m.describeCluster.Load(); describe != nil && s.group != 0 {
+		info.Cluster = (*describe)(s.group)
+	}
+	return info
 }
 
 // Purge removes messages; see streamapi.PurgeRequest. It runs on the caller's
 // goroutine but synchronises with the writer through the log.
 func (s *Stream) Purge(req streamapi.PurgeRequest) (uint64, error) {
+	if s.repl != nil {
+		return 0, fmt.Errorf("stream %q: %w: purging a replicated stream is not supported yet", s.name, ErrBadConfig)
+	}
 	var total uint64
 	for i, l := range s.parts {
 		var n uint64

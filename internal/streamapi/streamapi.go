@@ -166,6 +166,10 @@ type StreamConfig struct {
 	// or "never".
 	Sync         string `json:"sync,omitempty"`
 	SegmentBytes int64  `json:"segment_bytes,omitempty"`
+	// Replicas is how many nodes of a cluster keep the stream: 1, 3 or 5 (0: the
+	// server's default, 1 on a single node). More than one needs a cluster that
+	// replicates (cluster_size).
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // StreamState summarises a stream's contents (summed over partitions).
@@ -190,6 +194,30 @@ type StreamInfo struct {
 	State   StreamState  `json:"state"`
 	// Corrupt lists damage recovery found in the stream's logs.
 	Corrupt []string `json:"corrupt,omitempty"`
+	// Cluster is where the stream lives in a cluster that replicates.
+	Cluster *StreamCluster `json:"cluster,omitempty"`
+}
+
+// StreamCluster describes a stream's Raft group as the node that answered sees it
+// (its leader, when it has one).
+type StreamCluster struct {
+	Group   uint64 `json:"group"`
+	Leader  string `json:"leader,omitempty"`
+	Term    uint64 `json:"term,omitempty"`
+	Applied uint64 `json:"applied,omitempty"`
+	// Replicas are the nodes keeping the stream, with the leader's view of each.
+	Replicas []StreamReplica `json:"replicas,omitempty"`
+}
+
+// StreamReplica is one replica of a stream.
+type StreamReplica struct {
+	Node    string `json:"node"`
+	Leader  bool   `json:"leader,omitempty"`
+	Learner bool   `json:"learner,omitempty"`
+	// Lag is how many log entries the replica is behind the leader; Active that
+	// the leader heard from it recently.
+	Lag    uint64 `json:"lag"`
+	Active bool   `json:"active"`
 }
 
 // DeliverPolicy says where a new consumer starts.

@@ -1,0 +1,555 @@
+// Package streams runs a cluster node's share of the cluster's streams when the
+// cluster replicates (cluster_size): it answers the stream API's catalogue requests
+// (create, update, delete, list) through the meta group, opens the stream replicas
+// the catalogue places on this node and starts their Raft groups, and, on the node
+// that leads a stream's group, serves that stream's requests, acks and captured
+// subjects to the whole cluster.
+//
+// Routing needs no forwarding of its own: the leader subscribes to the stream's API
+// and ack subjects as interest like any other, so a request made on any node reaches
+// it over the routes and its answer goes back on the requester's reply subject. The
+// catch-all "$TERN.API.>" of every node (a node-local subscription) leaves requests
+// for the catalogue's streams to that leader and answers the rest: catalogue
+// requests, and streams of the node alone (created before the cluster replicated).
+package streams
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/meta"
+	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/stream"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// Config is what the service runs on.
+type Config struct {
+	Node    *cluster.Node
+	Streams *stream.Manager // started with ExternalAPI
+	Broker  *broker.Broker
+	// DefaultReplicas is the replica count of a stream created without one.
+	DefaultReplicas int
+	Log             *slog.Logger
+}
+
+// Service is the node's share of the cluster's streams.
+type Service struct {
+	cfg  Config
+	log  *slog.Logger
+	self uint64
+
+	// catalogued holds the names of the catalogue's streams, read by the
+	// catch-all on every request.
+	catalogued atomic.Pointer[map[string]struct{}]
+
+	front []*broker.Subscription
+	work  chan apiRequest
+
+	leadersMu sync.Mutex
+	leaders   map[uint64]uint64 // group → leader, as this node's replicas see it
+
+	// Owned by the reconciler.
+	local map[string]*placed
+	swept bool
+
+	kick chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// placed is a stream the catalogue placed on this node.
+type placed struct {
+	s        *stream.Stream
+	group    uint64
+	revision uint64
+	serving  bool // the stream's API and ack subscriptions are this node's
+	subs     []*broker.Subscription
+}
+
+// apiRequest is a catalogue request copied off the publisher's buffers.
+type apiRequest struct {
+	op    string // after "$TERN.API."
+	reply []byte
+	body  []byte
+}
+
+// workers answer catalogue requests concurrently: each waits for the meta group.
+const (
+	workers    = 4
+	maxWaiting = 1024
+)
+
+// Start subscribes the node's catch-all and starts reconciling. The stream engine
+// must have been started with ExternalAPI.
+func Start(cfg Config) (*Service, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DefaultReplicas == 0 {
+		cfg.DefaultReplicas = 1
+	}
+	s := &Service{cfg: cfg, log: cfg.Log.With("component", "streams"), self: cfg.Node.RaftID(),
+		work: make(chan apiRequest, maxWaiting), leaders: map[uint64]uint64{}, local: map[string]*placed{},
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s.catalogued.Store(&map[string]struct{}{})
+	cfg.Streams.SetDescribeCluster(s.describe)
+	cfg.Node.OnLeaderChange(s.leaderChanged)
+	changed, stopWatch := cfg.Node.WatchCatalogue()
+	s.front = []*broker.Subscription{
+		{Sink: frontSink{s}, Subject: streamapi.APIPrefix + ">", NodeLocal: true},
+		{Sink: frontSink{s}, Subject: streamapi.AckPrefix + ">", NodeLocal: true},
+	}
+	for _, sub := range s.front {
+		if err := cfg.Broker.Subscribe(sub); err != nil {
+			stopWatch()
+			return nil, fmt.Errorf("streams: %w", err)
+		}
+	}
+	for range workers {
+		s.wg.Add(1)
+		go s.worker()
+	}
+	s.wg.Add(1)
+	go s.loop(changed, stopWatch)
+	return s, nil
+}
+
+// Stop unsubscribes and stops the reconciler. The streams stay open: the stream
+// engine closes them, and the cluster node their groups.
+func (s *Service) Stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	for _, sub := range s.front {
+		_ = s.cfg.Broker.Unsubscribe(sub)
+	}
+	close(s.done)
+	s.wg.Wait()
+	for _, p := range s.local {
+		s.unserve(p)
+	}
+}
+
+func (s *Service) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) leaderChanged(lc replica.LeaderChange) {
+	if lc.Group == meta.MetaGroup {
+		return
+	}
+	s.leadersMu.Lock()
+	s.leaders[lc.Group] = lc.Leader
+	s.leadersMu.Unlock()
+	s.poke()
+}
+
+func (s *Service) leaderOf(group uint64) uint64 {
+	s.leadersMu.Lock()
+	defer s.leadersMu.Unlock()
+	return s.leaders[group]
+}
+
+func (s *Service) isCatalogued(name []byte) bool {
+	_, ok := (*s.catalogued.Load())[string(name)]
+	return ok
+}
+
+// ---------------------------------------------------------------------------------
+// The catch-all
+
+// frontSink is the node's "$TERN.API.>" and "$TERN.ACK.>" subscription.
+type frontSink struct{ s *Service }
+
+var (
+	apiPrefix     = []byte(streamapi.APIPrefix)
+	ackPrefix     = []byte(streamapi.AckPrefix)
+	clusterPrefix = []byte(streamapi.ClusterPrefix)
+)
+
+func (f frontSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	s := f.s
+	if rest, ok := bytes.CutPrefix(m.Subject, ackPrefix); ok {
+		name, _, _ := bytes.Cut(rest, []byte{'.'})
+		if s.isCatalogued(name) {
+			return true // its leader's subscription has it
+		}
+		return s.cfg.Streams.AckSink().Deliver(sub, m)
+	}
+	if bytes.HasPrefix(m.Subject, clusterPrefix) {
+		return true // the server's to answer
+	}
+	op, ok := bytes.CutPrefix(m.Subject, apiPrefix)
+	if !ok {
+		return true
+	}
+	if catalogueOp(op) {
+		if len(m.Reply) == 0 {
+			return true
+		}
+		select {
+		case s.work <- apiRequest{op: string(op), reply: bytes.Clone(m.Reply), body: bytes.Clone(m.Payload)}:
+			return true
+		default:
+			return false
+		}
+	}
+	if name := streamOf(op); name != nil && s.isCatalogued(name) {
+		return true
+	}
+	return s.cfg.Streams.APISink().Deliver(sub, m)
+}
+
+func (frontSink) Flush() {}
+
+// catalogueOp reports whether an API request changes or lists the catalogue.
+func catalogueOp(op []byte) bool {
+	return string(op) == "STREAM.LIST" || bytes.HasPrefix(op, []byte("STREAM.CREATE.")) ||
+		bytes.HasPrefix(op, []byte("STREAM.UPDATE.")) || bytes.HasPrefix(op, []byte("STREAM.DELETE."))
+}
+
+// streamOf returns the stream an API request is about, nil if none.
+func streamOf(op []byte) []byte {
+	tok := bytes.Split(op, []byte{'.'})
+	switch {
+	case len(tok) == 3 && string(tok[0]) == "STREAM":
+		return tok[2]
+	case len(tok) == 4 && string(tok[0]) == "STREAM" && string(tok[1]) == "MSG":
+		return tok[3]
+	case len(tok) >= 3 && string(tok[0]) == "CONSUMER":
+		return tok[2]
+	}
+	return nil
+}
+
+// serveSubjects are the subjects of one stream's API requests and acks, served by
+// the node leading its group.
+func serveSubjects(name string) (api, acks []string) {
+	p := streamapi.APIPrefix
+	return []string{p + "STREAM.INFO." + name, p + "STREAM.PURGE." + name, p + "STREAM.MSG.GET." + name,
+			p + "CONSUMER.*." + name, p + "CONSUMER.*." + name + ".*"},
+		[]string{streamapi.AckPrefix + name + ".>"}
+}
+
+// ---------------------------------------------------------------------------------
+// Catalogue requests
+
+func (s *Service) worker() {
+	defer s.wg.Done()
+	var b broker.Batch
+	for {
+		select {
+		case <-s.done:
+			return
+		case req := <-s.work:
+			if resp := s.handle(req); resp != nil {
+				s.cfg.Broker.Publish(&b, &broker.Message{Subject: req.reply, Payload: resp})
+				b.Flush()
+			}
+		}
+	}
+}
+
+// opTimeout bounds how long a catalogue request waits for the meta group and then
+// for the stream's leader.
+const opTimeout = 10 * time.Second
+
+// handle answers a catalogue request; nil means the stream engine answers it.
+func (s *Service) handle(req apiRequest) []byte {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if req.op == "STREAM.LIST" {
+		return s.list(ctx)
+	}
+	verb, name, _ := strings.Cut(strings.TrimPrefix(req.op, "STREAM."), ".")
+	if strings.Contains(name, ".") {
+		return stream.Respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request " + req.op})
+	}
+	var known bool
+	s.cfg.Node.Catalogue(func(c *meta.State) { known = c.Stream(name) != nil })
+	if !known {
+		if st, err := s.cfg.Streams.Stream(name); err == nil && st.Group() == 0 {
+			// A stream of this node alone: answered as a single node does.
+			s.cfg.Streams.APISink().Deliver(nil, &broker.Message{Subject: []byte(streamapi.APIPrefix + req.op),
+				Reply: req.reply, Payload: req.body})
+			return nil
+		}
+	}
+	switch verb {
+	case "CREATE":
+		return s.create(ctx, name, req.body)
+	case "UPDATE":
+		return s.update(ctx, name, req.body)
+	default:
+		return s.delete(ctx, name)
+	}
+}
+
+// metaError turns the catalogue's refusals into the stream API's codes.
+func metaError(err error) error {
+	code := streamapi.CodeInternal
+	switch {
+	case errors.Is(err, meta.ErrExists):
+		code = streamapi.CodeConflict
+	case errors.Is(err, meta.ErrNotFound):
+		code = streamapi.CodeStreamNotFound
+	case errors.Is(err, meta.ErrInvalid), errors.Is(err, meta.ErrBadCommand):
+		code = streamapi.CodeBadRequest
+	case errors.Is(err, meta.ErrNoPlacement), errors.Is(err, cluster.ErrNoMetaGroup), errors.Is(err, context.DeadlineExceeded):
+		code = streamapi.CodeUnavailable
+	}
+	return &streamapi.APIError{Code: code, Description: err.Error()}
+}
+
+func badRequest(format string, args ...any) error {
+	return &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
+}
+
+// checkReplicated refuses what a replicated stream cannot do yet: its group's
+// machine writes its log, and only messages are entries so far.
+func checkReplicated(cfg streamapi.StreamConfig) error {
+	if cfg.Replicas <= 1 {
+		return nil
+	}
+	switch {
+	case cfg.Partitions > 1:
+		return badRequest("stream %q: a replicated stream has one partition", cfg.Name)
+	case cfg.Retention != streamapi.RetainLimits:
+		return badRequest("stream %q: retention %s is not supported with replicas yet (limits only)", cfg.Name, cfg.Retention)
+	case cfg.MaxAge > 0:
+		return badRequest("stream %q: max_age is not supported with replicas yet", cfg.Name)
+	}
+	return nil
+}
+
+// checkOverlap refuses subjects another stream of the catalogue, or of this node
+// alone, captures.
+func (s *Service) checkOverlap(cfg streamapi.StreamConfig) error {
+	var err error
+	check := func(other string, subjects []string) {
+		for _, a := range cfg.Subjects {
+			for _, b := range subjects {
+				if err == nil && other != cfg.Name && stream.Overlaps(a, b) {
+					err = &streamapi.APIError{Code: streamapi.CodeConflict,
+						Description: fmt.Sprintf("stream %q: %v: %q of stream %q", cfg.Name, stream.ErrOverlap, b, other)}
+				}
+			}
+		}
+	}
+	s.cfg.Node.Catalogue(func(c *meta.State) {
+		for _, st := range c.Streams() {
+			var oc streamapi.StreamConfig
+			if json.Unmarshal(st.Config, &oc) == nil {
+				check(st.Name, oc.Subjects)
+			}
+		}
+	})
+	for _, st := range s.cfg.Streams.Streams() {
+		if st.Group() == 0 {
+			check(st.Name(), st.Config().Subjects)
+		}
+	}
+	return err
+}
+
+func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
+	var cfg streamapi.StreamConfig
+	if err := stream.DecodeRequest(body, &cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	if cfg.Name == "" {
+		cfg.Name = name
+	}
+	if cfg.Name != name {
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("name %q in the body differs from %q in the subject", cfg.Name, name))
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = s.cfg.DefaultReplicas
+	}
+	if err := s.cfg.Streams.Normalise(&cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	if err := checkReplicated(cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	if err := s.checkOverlap(cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	raw, _ := json.Marshal(cfg)
+	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpAddStream, Stream: name, Config: raw,
+		Replicas: cfg.Replicas, Partitions: 1})
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, metaError(err))
+	}
+	return s.infoFromLeader(ctx, r.Stream, nil)
+}
+
+func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
+	var cfg streamapi.StreamConfig
+	if err := stream.DecodeRequest(body, &cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	if cfg.Name == "" {
+		cfg.Name = name
+	}
+	if cfg.Name != name {
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("name %q in the body differs from %q in the subject", cfg.Name, name))
+	}
+	var old *meta.Stream
+	s.cfg.Node.Catalogue(func(c *meta.State) { old = c.Stream(name) })
+	if old == nil {
+		return stream.Respond[streamapi.StreamInfo](nil, metaError(fmt.Errorf("stream %q: %w", name, meta.ErrNotFound)))
+	}
+	var was streamapi.StreamConfig
+	if err := json.Unmarshal(old.Config, &was); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = was.Replicas
+	}
+	if err := s.cfg.Streams.Normalise(&cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	switch {
+	case cfg.Replicas != was.Replicas:
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: changing the replica count (%d to %d) is not supported yet", name, was.Replicas, cfg.Replicas))
+	case cfg.Retention != was.Retention || cfg.Partitions != was.Partitions || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, partitions, sync and segment size cannot change", name))
+	}
+	if err := checkReplicated(cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	if err := s.checkOverlap(cfg); err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
+	}
+	raw, _ := json.Marshal(cfg)
+	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: name, Config: raw})
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, metaError(err))
+	}
+	return s.infoFromLeader(ctx, r.Stream, &cfg)
+}
+
+func (s *Service) delete(ctx context.Context, name string) []byte {
+	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpDeleteStream, Stream: name})
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return stream.Respond[streamapi.Deleted](nil, metaError(err))
+	}
+	return stream.Respond(&streamapi.Deleted{Deleted: true}, nil)
+}
+
+// infoFromLeader asks the stream's leader for its info, retrying until the leader
+// serves the stream (its group elected it and its subscriptions reached this node)
+// and, with want, shows that configuration. Past the deadline it answers from the
+// catalogue.
+func (s *Service) infoFromLeader(ctx context.Context, st *meta.Stream, want *streamapi.StreamConfig) []byte {
+	for {
+		b, err := s.cfg.Node.Request(ctx, streamapi.StreamInfoSubject(st.Name), nil, 500*time.Millisecond)
+		if err == nil {
+			var r streamapi.Response[streamapi.StreamInfo]
+			if json.Unmarshal(b, &r) == nil && r.Value != nil && (want == nil || sameConfig(r.Value.Config, *want)) {
+				return b
+			}
+		}
+		select {
+		case <-ctx.Done():
+			info := catalogueInfo(st)
+			return stream.Respond(&info, nil)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func sameConfig(a, b streamapi.StreamConfig) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// catalogueInfo is a stream's info as the catalogue has it: no state.
+func catalogueInfo(st *meta.Stream) streamapi.StreamInfo {
+	var cfg streamapi.StreamConfig
+	_ = json.Unmarshal(st.Config, &cfg)
+	info := streamapi.StreamInfo{Config: cfg, Created: time.Unix(0, st.Created).UTC()}
+	if len(st.Groups) > 0 {
+		info.Cluster = &streamapi.StreamCluster{Group: st.Groups[0].ID}
+	}
+	return info
+}
+
+// list answers STREAM.LIST: every stream of the catalogue, each described by its
+// leader (from the catalogue if it does not answer in time), and this node's own.
+func (s *Service) list(ctx context.Context) []byte {
+	var sts []*meta.Stream
+	s.cfg.Node.Catalogue(func(c *meta.State) { sts = c.Streams() })
+	infos := make([]streamapi.StreamInfo, len(sts))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, st := range sts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			infos[i] = catalogueInfo(st)
+			b, err := s.cfg.Node.Request(ctx, streamapi.StreamInfoSubject(st.Name), nil, time.Second)
+			var r streamapi.Response[streamapi.StreamInfo]
+			if err == nil && json.Unmarshal(b, &r) == nil && r.Value != nil {
+				infos[i] = *r.Value
+			}
+		}()
+	}
+	wg.Wait()
+	for _, st := range s.cfg.Streams.Streams() {
+		if st.Group() == 0 {
+			infos = append(infos, st.Info())
+		}
+	}
+	slices.SortFunc(infos, func(a, b streamapi.StreamInfo) int { return strings.Compare(a.Config.Name, b.Config.Name) })
+	return stream.Respond(&streamapi.StreamList{Streams: infos}, nil)
+}
+
+// describe is the stream engine's view of a group, for StreamInfo.
+func (s *Service) describe(group uint64) *streamapi.StreamCluster {
+	gs := s.cfg.Node.GroupStatus(group)
+	if gs == nil {
+		return nil
+	}
+	out := &streamapi.StreamCluster{Group: group, Leader: gs.Leader, Term: gs.Term, Applied: gs.Applied}
+	if !gs.Running {
+		// A stream of one replica: this node is all of it.
+		out.Leader = s.cfg.Node.NodeName(s.self)
+		out.Replicas = []streamapi.StreamReplica{{Node: out.Leader, Leader: true, Active: true}}
+		return out
+	}
+	for _, r := range gs.Replicas {
+		out.Replicas = append(out.Replicas, streamapi.StreamReplica{Node: r.Node, Leader: r.Node == gs.Leader,
+			Learner: r.Learner, Lag: r.Lag, Active: r.Active || r.Node == gs.Leader})
+	}
+	return out
+}
