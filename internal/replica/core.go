@@ -97,6 +97,9 @@ type Stats struct {
 	Quiesces         uint64 // times a group stopped ticking
 	Unquiesces       uint64
 	Snapshots        uint64 // snapshots taken of local state machines
+	// Failed lists the groups whose local replica stopped on an error (see
+	// StateMachine.Apply): the owner removes the group and adds it again.
+	Failed []uint64
 }
 
 type proposal struct {
@@ -215,7 +218,15 @@ func (c *Core) Config() Config { return c.cfg }
 func (c *Core) Ticks() uint64 { return c.ticks }
 
 // Stats returns the counters.
-func (c *Core) Stats() Stats { return c.stats }
+func (c *Core) Stats() Stats {
+	st := c.stats
+	for _, g := range c.sorted {
+		if g.failed != nil {
+			st.Failed = append(st.Failed, g.id)
+		}
+	}
+	return st
+}
 
 // Groups returns the ids of the groups, in order.
 func (c *Core) Groups() []uint64 {

@@ -12,6 +12,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/monitor"
+	"github.com/tern-mq/tern/internal/replica"
 )
 
 // startCluster makes the server a cluster node: its listeners are bound, so the
@@ -31,6 +32,8 @@ func (s *Server) startCluster() error {
 		Membership: membership.Config{ProbeInterval: s.cfg.ClusterProbeInterval, ProbeTimeout: s.cfg.ClusterProbeTimeout,
 			SuspicionMult: s.cfg.ClusterSuspicionMult},
 		DataDir: s.cfg.StoreDir, ClusterSize: s.cfg.ClusterSize, OpenStorage: s.openRaftStorage,
+		Replica: replica.Config{SnapshotEntries: uint64(s.cfg.RaftSnapshotEntries),
+			CompactionOverhead: uint64(s.cfg.RaftSnapshotEntries / 2)},
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/replica"
 )
 
 // Config is the whole configuration of a server process.
@@ -99,6 +100,9 @@ type Config struct {
 	// StreamReplicas is the replica count of a stream created without one, in a
 	// cluster that replicates: 1, 3 or 5.
 	StreamReplicas int
+	// RaftSnapshotEntries: each Raft group snapshots its state after this many
+	// applied entries and keeps half as many behind the snapshot in its log.
+	RaftSnapshotEntries int
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -149,6 +153,7 @@ func DefaultConfig() Config {
 		ClusterProbeTimeout:  membership.DefaultProbeTimeout,
 		ClusterSuspicionMult: membership.DefaultSuspicionMult,
 		StreamReplicas:       1,
+		RaftSnapshotEntries:  replica.DefaultSnapshotEntries,
 	}
 }
 
@@ -254,6 +259,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSuspicionMult, 1, 100) }},
 	{key: "cluster_size", group: groupCluster, help: "how many nodes the cluster is first started with: replication (the meta group, docs/cluster.md) forms once that many nodes are members; 0 = no replication",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSize, 0, 1000) }},
+	{key: "raft_snapshot_entries", group: groupCluster, help: "each Raft group snapshots its state after this many log entries and keeps half as many behind the snapshot: a replica further behind catches up from a snapshot and the leader's stream log instead of the Raft log",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.RaftSnapshotEntries, 10, 10_000_000) }},
 	{key: "stream_replicas", group: groupCluster, help: "replicas (1, 3 or 5) of a stream created without a count, in a cluster that replicates (cluster_size); more than the nodes there are fails the create",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.StreamReplicas, 1, 5) }},
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -133,13 +134,16 @@ type partitionMachine struct {
 	last   uint64
 	lastTS int64 // time of the last batch applied: the duplicate window's clock
 	// done hands a batch's results to the node that proposed it (nil: none here).
-	done    func(token uint64, res []pubResult)
+	done func(token uint64, res []pubResult)
+	// fetch gets the records a snapshot is ahead of the log by (nil: none can be).
+	fetch   Fetcher
+	logger  *slog.Logger
 	results []pubResult
 	batches []appliedBatch
 }
 
 func newPartitionMachine(l *store.Log, window time.Duration, done func(uint64, []pubResult)) *partitionMachine {
-	m := &partitionMachine{log: l, dedup: newDedupWindow(window), done: done}
+	m := &partitionMachine{log: l, dedup: newDedupWindow(window), done: done, logger: slog.New(slog.DiscardHandler)}
 	st := l.State()
 	m.last, m.lastTS = st.LastSeq, st.LastTime
 	m.rebuildDedup()
@@ -274,7 +278,18 @@ func (m *partitionMachine) Restore(data []byte) error {
 		}
 	}
 	if st := m.log.State(); st.LastSeq < snap.Last {
-		return fmt.Errorf("%w: log at %d, snapshot at %d", errBehindSnapshot, st.LastSeq, snap.Last)
+		if m.fetch == nil {
+			return fmt.Errorf("%w: log at %d, snapshot at %d", errBehindSnapshot, st.LastSeq, snap.Last)
+		}
+		// This runs on the Raft loop, which waits: a replica that missed so much
+		// that its group compacted past it is rare, and it cannot apply anything
+		// before it has the messages.
+		start := time.Now()
+		if err := m.catchUp(snap.Last); err != nil {
+			return fmt.Errorf("%w: log at %d, snapshot at %d: %w", errBehindSnapshot, st.LastSeq, snap.Last, err)
+		}
+		m.logger.Info("stream replica caught up from the leader", "from", st.LastSeq+1, "to", snap.Last,
+			"took", time.Since(start).Round(time.Millisecond))
 	}
 	m.last, m.lastTS = snap.Last, snap.LastTS
 	m.rebuildDedup()
@@ -410,13 +425,26 @@ func (s *Stream) stopConsumers() {
 	}
 }
 
-// OpenReplica opens this node's replica of a stream the cluster placed in Raft group
-// group. With r set the stream is replicated (one partition): its log is written
-// by the group's machine, returned here for the caller to register with the group,
-// and it captures nothing until SetLeader. With r nil the stream has one replica,
-// this one, and runs as a stream of this node does (machine nil). Either way the
-// stream is not recovered by New: the cluster opens it again after a restart.
-func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, group uint64, r Replicator) (*Stream, replica.StateMachine, error) {
+// ReplicaConfig places a stream in the cluster.
+type ReplicaConfig struct {
+	// Group is the stream's Raft group.
+	Group uint64
+	// Replicator commits the stream's batches to Group; nil: the stream has one
+	// replica, this one.
+	Replicator Replicator
+	// Fetch gets the records a lagging replica misses from the group's leader.
+	Fetch Fetcher
+}
+
+// OpenReplica opens this node's replica of a stream the cluster placed in a Raft
+// group. With a Replicator the stream is replicated (one partition): its log is
+// written by the group's machine, returned here for the caller to register with the
+// group, and it captures nothing until SetLeader. Without one the stream has one
+// replica, this one, and runs as a stream of this node does (machine nil). Either
+// way the stream is not recovered by New: the cluster opens it again after a
+// restart.
+func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc ReplicaConfig) (*Stream, replica.StateMachine, error) {
+	group, r := rc.Group, rc.Replicator
 	if err := m.normalise(&cfg); err != nil {
 		return nil, nil, err
 	}
@@ -455,6 +483,8 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, gro
 	if r != nil {
 		s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, tokenBase: rand.Uint64() &^ 0xffffffff}
 		s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
+		s.repl.machine.fetch = rc.Fetch
+		s.repl.machine.logger = m.log.With("stream", cfg.Name)
 		machine = s.repl.machine
 		s.stopConsumers() // until this node leads the group
 	}

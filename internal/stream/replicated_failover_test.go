@@ -71,7 +71,7 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 		t.Fatal(err)
 	}
 	n.h = h
-	s, machine, err := m.OpenReplica(cfg, time.Now(), replGroup, h)
+	s, machine, err := m.OpenReplica(cfg, time.Now(), ReplicaConfig{Group: replGroup, Replicator: h})
 	if err != nil {
 		t.Fatal(err)
 	}

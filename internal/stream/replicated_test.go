@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -255,4 +256,133 @@ func TestRestoreBehindSnapshot(t *testing.T) {
 	if err := empty.Restore(snap); !errors.Is(err, errBehindSnapshot) {
 		t.Fatalf("restoring onto an empty log: %v, want errBehindSnapshot", err)
 	}
+}
+
+// leaderFetcher answers fetches from a leader's log, maxBytes at a time, counting
+// them.
+func leaderFetcher(l *store.Log, maxBytes int, calls *int) Fetcher {
+	return func(_ context.Context, from uint64) ([]byte, error) {
+		*calls++
+		return readRecords(l, from, maxBytes)
+	}
+}
+
+// TestRestoreCatchesUp: a replica whose log ends before the snapshot fetches what it
+// misses from the leader, in several answers, and then holds the leader's records
+// under the same sequences and times, its duplicate window included.
+func TestRestoreCatchesUp(t *testing.T) {
+	ents := randomEntries(3, 200)
+	leader := openTestLog(t, t.TempDir())
+	lm := newPartitionMachine(leader, time.Minute, nil)
+	if err := lm.Apply(ents); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := lm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The follower has the first 50 entries only.
+	follower := openTestLog(t, t.TempDir())
+	fm := newPartitionMachine(follower, time.Minute, nil)
+	if err := fm.Apply(ents[:50]); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	fm.fetch = leaderFetcher(leader, 256, &calls)
+	if err := fm.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if calls < 2 {
+		t.Fatalf("caught up in %d fetches; the 256-byte answers should have taken several", calls)
+	}
+	if got, want := logRecords(t, follower), logRecords(t, leader); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the catch-up:\n%v\nwant\n%v", got, want)
+	}
+	// Both go on alike, their duplicate windows included (the ids repeat).
+	next := randomEntries(4, 20)
+	for i := range next {
+		next[i].Index += 1000
+	}
+	if err := lm.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	if err := fm.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logRecords(t, follower), logRecords(t, leader); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after more entries:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestRestoreCatchesUpPastRemoved: records the leader's limits removed are skipped,
+// and the follower's log starts after them as the leader's does.
+func TestRestoreCatchesUpPastRemoved(t *testing.T) {
+	ents := randomEntries(5, 100)
+	leaderLog, _, err := store.Open(store.Config{Dir: t.TempDir(), Name: "p0", Sync: store.SyncNever, MaxMsgs: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leaderLog.Close()
+	lm := newPartitionMachine(leaderLog, time.Minute, nil)
+	if err := lm.Apply(ents); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := lm.Snapshot()
+	followerLog, _, err := store.Open(store.Config{Dir: t.TempDir(), Name: "p0", Sync: store.SyncNever, MaxMsgs: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer followerLog.Close()
+	fm := newPartitionMachine(followerLog, time.Minute, nil)
+	if err := fm.Apply(ents[:3]); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	fm.fetch = leaderFetcher(leaderLog, 1<<20, &calls)
+	if err := fm.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logRecords(t, followerLog), logRecords(t, leaderLog); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the catch-up:\n%v\nwant\n%v", got, want)
+	}
+	if fs, ls := followerLog.State(), leaderLog.State(); fs.FirstSeq != ls.FirstSeq || fs.LastSeq != ls.LastSeq {
+		t.Fatalf("follower holds %d..%d, leader %d..%d", fs.FirstSeq, fs.LastSeq, ls.FirstSeq, ls.LastSeq)
+	}
+}
+
+// FuzzFetchedRecords: a fetch answer comes from another node; any bytes decode to
+// records or errBadEntry, never a panic.
+func FuzzFetchedRecords(f *testing.F) {
+	dir := f.TempDir()
+	l, _, err := store.Open(store.Config{Dir: dir, Name: "p0", Sync: store.SyncNever})
+	if err != nil {
+		f.Fatal(err)
+	}
+	m := newPartitionMachine(l, time.Minute, nil)
+	if err := m.Apply(randomEntries(9, 4)); err != nil {
+		f.Fatal(err)
+	}
+	seed, err := readRecords(l, 1, 1<<20)
+	if err != nil {
+		f.Fatal(err)
+	}
+	_ = l.Close()
+	f.Add(seed)
+	f.Add([]byte{entryRecords, 5, 0})
+	f.Add([]byte{entryRecords, 0, 1, 1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := decodeRecords(b)
+		for n := 0; err == nil; n++ {
+			var ok bool
+			if _, ok, err = fr.next(); !ok {
+				break
+			}
+			if n > len(b) {
+				t.Fatal("more records than bytes")
+			}
+		}
+		if err != nil && !errors.Is(err, errBadEntry) {
+			t.Fatalf("error not errBadEntry: %v", err)
+		}
+	})
 }

@@ -470,6 +470,9 @@ func (n *Node) Terminate() {
 // Cont resumes a stopped process (SIGCONT).
 func (n *Node) Cont() { n.signal(syscall.SIGCONT) }
 
+// Dir is the node's store_dir.
+func (n *Node) Dir() string { return n.dir }
+
 // Output is what the node has logged so far.
 func (n *Node) Output() string {
 	b, _ := os.ReadFile(n.log)

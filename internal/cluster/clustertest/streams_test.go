@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/cluster/clustertest"
+	"github.com/tern-mq/tern/internal/store"
 )
 
 // streamLeader is the leader of a stream's group as its info shows it, "" while
@@ -143,4 +147,94 @@ func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
 			return errors.As(err, &ae) && ae.Code == 10059
 		})
 	}
+}
+
+// storedRecords lists a stopped node's records of a one-partition stream as
+// "seq subject payload time".
+func storedRecords(t *testing.T, n *clustertest.Node, name string) []string {
+	t.Helper()
+	l, _, err := store.Open(store.Config{Dir: filepath.Join(n.Dir(), "streams", name, "p0"), Name: name, Sync: store.SyncNever})
+	if err != nil {
+		t.Fatalf("%s: %v", n.Name, err)
+	}
+	defer l.Close()
+	var out []string
+	r := l.NewReader(1)
+	defer r.Close()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		out = append(out, fmt.Sprintf("%d %s %s %d", rec.Seq, rec.Subject, rec.Payload, rec.Time))
+	}
+}
+
+// TestReplicatedStreamCatchUpBySnapshot: a replica that was down while its group
+// snapshotted and compacted its Raft log past it catches up, once restarted, from
+// the snapshot and the leader's stream log, and ends with the same records as the
+// others under the same sequences.
+func TestReplicatedStreamCatchUpBySnapshot(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string {
+		return []string{"--cluster-size", "3", "--raft-snapshot-entries", "20"}
+	}})
+	waitCatalogue(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := c.Nodes[0].Connect(t, c.Nodes[0].URL()).Streams().AddStream(ctx,
+		tern.StreamConfig{Name: "LOG", Subjects: []string{"log.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nodeNamed(c, info.Cluster.Leader)
+	var away *clustertest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			away = n
+			break
+		}
+	}
+	away.Kill()
+	js := leader.Connect(t, leader.URL()).Streams()
+	const total = 400
+	for i := range total {
+		if _, err := js.Publish(ctx, fmt.Sprintf("log.%d", i%5), fmt.Appendf(nil, "m-%d", i)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	away.Restart(t)
+	c.WaitFor("the restarted replica caught up", 20*time.Second, func() bool {
+		info, err := js.StreamInfo(ctx, "LOG")
+		if err != nil || info.Cluster == nil || len(info.Cluster.Replicas) != 3 {
+			return false
+		}
+		return !slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return !r.Active || r.Lag > 0 })
+	})
+	if !strings.Contains(away.Output(), "caught up from the leader") {
+		t.Fatalf("%s did not catch up from a snapshot (the Raft log should have been compacted past it)", away.Name)
+	}
+	for _, n := range c.Nodes {
+		n.Terminate()
+	}
+	want := storedRecords(t, leader, "LOG")
+	if len(want) != total {
+		t.Fatalf("the leader stored %d records, want %d", len(want), total)
+	}
+	for _, n := range c.Nodes {
+		if got := storedRecords(t, n, "LOG"); !slices.Equal(got, want) {
+			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
+		}
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

@@ -30,7 +30,32 @@ func (s *Service) loop(changed <-chan struct{}, stopWatch func()) {
 		case <-changed:
 		case <-s.kick:
 		case <-tick.C:
+			s.restartFailed()
 		}
+	}
+}
+
+// restartFailed closes the replicas whose group stopped on an error (a catch-up
+// that could not reach the leader, a disk error), so that the next pass opens them
+// again from their disk.
+func (s *Service) restartFailed() {
+	stats, err := s.cfg.Node.Host().Stats()
+	if err != nil || len(stats.Failed) == 0 {
+		return
+	}
+	for name, p := range s.local {
+		if !slices.Contains(stats.Failed, p.group) {
+			continue
+		}
+		s.log.Warn("stream replica failed; opening it again", "stream", name, "group", p.group)
+		s.unserve(p)
+		if err := s.cfg.Node.StopGroup(p.group, false); err != nil {
+			s.log.Warn("stopping a failed stream group", "stream", name, "err", err)
+		}
+		if err := s.cfg.Streams.CloseStream(name); err != nil {
+			s.log.Warn("closing a failed stream replica", "stream", name, "err", err)
+		}
+		delete(s.local, name)
 	}
 }
 
@@ -94,14 +119,15 @@ func (s *Service) open(st *meta.Stream) (*placed, error) {
 	g := st.Groups[0]
 	created := time.Unix(0, st.Created).UTC()
 	if st.Replicas <= 1 {
-		str, _, err := s.cfg.Streams.OpenReplica(cfg, created, g.ID, nil)
+		str, _, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Group: g.ID})
 		if err != nil {
 			return nil, err
 		}
 		s.log.Info("stream opened", "stream", st.Name, "replicas", 1)
 		return &placed{s: str, group: g.ID, revision: st.Revision}, nil
 	}
-	str, machine, err := s.cfg.Streams.OpenReplica(cfg, created, g.ID, s.cfg.Node.Host())
+	str, machine, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Group: g.ID,
+		Replicator: s.cfg.Node.Host(), Fetch: s.fetcher(st.Name)})
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +177,9 @@ func (s *Service) serve(p *placed) {
 	}
 	for _, subj := range acks {
 		p.subs = append(p.subs, &broker.Subscription{Sink: s.cfg.Streams.AckSink(), Subject: subj})
+	}
+	if p.s.Replicated() {
+		p.subs = append(p.subs, &broker.Subscription{Sink: fetchSink{s, p.s}, Subject: fetchPrefix + p.s.Name()})
 	}
 	for _, sub := range p.subs {
 		if err := s.cfg.Broker.Subscribe(sub); err != nil {

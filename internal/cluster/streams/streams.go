@@ -64,9 +64,10 @@ type Service struct {
 	local map[string]*placed
 	swept bool
 
-	kick chan struct{}
-	done chan struct{}
-	wg   sync.WaitGroup
+	readers chan struct{} // fetches being answered
+	kick    chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // placed is a stream the catalogue placed on this node.
@@ -102,7 +103,7 @@ func Start(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log.With("component", "streams"), self: cfg.Node.RaftID(),
 		work: make(chan apiRequest, maxWaiting), leaders: map[uint64]uint64{}, local: map[string]*placed{},
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		readers: make(chan struct{}, fetchReaders), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	s.catalogued.Store(&map[string]struct{}{})
 	cfg.Streams.SetDescribeCluster(s.describe)
 	cfg.Node.OnLeaderChange(s.leaderChanged)
