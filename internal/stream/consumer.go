@@ -29,11 +29,14 @@ const (
 // The lock that acks take is held only for in-memory work: journal writes and
 // fsyncs happen outside it.
 type Consumer struct {
-	s           *Stream
-	name        string
-	cfg         streamapi.ConsumerConfig
-	created     time.Time
-	durable     bool
+	s       *Stream
+	name    string
+	cfg     streamapi.ConsumerConfig
+	created time.Time
+	durable bool
+	// replicated: a durable consumer of a replicated stream, whose journal records
+	// are entries of the stream's group.
+	replicated  bool
 	dir         string
 	filter      string
 	deadLetter  string
@@ -256,11 +259,17 @@ func (c *Consumer) pass() (more bool, wait time.Duration, remove bool) {
 		wait = min(wait, interestPoll)
 	}
 	var journalErr error
-	if c.jr != nil {
+	switch {
+	case c.jr != nil:
 		journalErr = c.writeJournal(records, snap)
 		if c.jr.dirty || journalErr != nil {
 			wait = min(wait, max(c.s.m.cfg.SyncInterval, time.Millisecond))
 		}
+	case c.replicated && len(records) > 0:
+		// Acks confirmed once the group has them; on an error the records are
+		// lost with this node's leadership, and the next leader delivers again
+		// what they would have retired.
+		journalErr = c.proposeJournal(records)
 	}
 	c.confirm(confirms, journalErr)
 	clear(confirms)

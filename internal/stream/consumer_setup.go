@@ -82,22 +82,14 @@ func (s *Stream) AddConsumer(name string, cfg streamapi.ConsumerConfig) (*Consum
 	}
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
-	if c := s.consumers[name]; c != nil {
-		if configsEqualJSON(c.cfg, cfg) {
-			return c, nil
-		}
-		return nil, fmt.Errorf("stream %q: consumer %q: %w", s.name, name, ErrExists)
+	if c, err := s.checkNewConsumer(name, cfg); c != nil || err != nil {
+		return c, err
 	}
-	if s.m.cfg.MaxConsumers > 0 && len(s.consumers) >= s.m.cfg.MaxConsumers {
-		return nil, fmt.Errorf("stream %q: %w: at most %d consumers", s.name, ErrLimit, s.m.cfg.MaxConsumers)
-	}
-	if s.retention == streamapi.RetainWorkQueue {
-		for _, o := range s.consumers {
-			if overlaps(filterOrAll(o.filter), filterOrAll(cfg.FilterSubject)) {
-				return nil, fmt.Errorf("stream %q: consumer %q: %w: a work queue gives each message to one consumer, and %q already takes %q",
-					s.name, name, ErrOverlap, o.name, filterOrAll(o.filter))
-			}
-		}
+	if durable && s.repl != nil {
+		// Created through the group: its Apply starts it here, taking the lock.
+		s.cmu.Unlock()
+		defer s.cmu.Lock()
+		return s.addReplicatedConsumer(cfg)
 	}
 	dir := ""
 	created := time.Now().UTC()
@@ -126,6 +118,29 @@ func (s *Stream) AddConsumer(name string, cfg streamapi.ConsumerConfig) (*Consum
 	s.consumers[name] = c
 	c.start()
 	return c, nil
+}
+
+// checkNewConsumer returns the consumer of that name if it exists with this
+// configuration, or the error creating it would give. s.cmu is held.
+func (s *Stream) checkNewConsumer(name string, cfg streamapi.ConsumerConfig) (*Consumer, error) {
+	if c := s.consumers[name]; c != nil {
+		if configsEqualJSON(c.cfg, cfg) {
+			return c, nil
+		}
+		return nil, fmt.Errorf("stream %q: consumer %q: %w", s.name, name, ErrExists)
+	}
+	if s.m.cfg.MaxConsumers > 0 && len(s.consumers) >= s.m.cfg.MaxConsumers {
+		return nil, fmt.Errorf("stream %q: %w: at most %d consumers", s.name, ErrLimit, s.m.cfg.MaxConsumers)
+	}
+	if s.retention == streamapi.RetainWorkQueue {
+		for _, o := range s.consumers {
+			if overlaps(filterOrAll(o.filter), filterOrAll(cfg.FilterSubject)) {
+				return nil, fmt.Errorf("stream %q: consumer %q: %w: a work queue gives each message to one consumer, and %q already takes %q",
+					s.name, name, ErrOverlap, o.name, filterOrAll(o.filter))
+			}
+		}
+	}
+	return nil, nil
 }
 
 func filterOrAll(f string) string {
@@ -263,11 +278,14 @@ func (s *Stream) startState(cfg streamapi.ConsumerConfig) consumer.State {
 }
 
 // newConsumer builds a consumer from its definition and position. start is nil when
-// recovering a durable consumer, whose position is on disk.
+// recovering a durable consumer, whose position is on disk. A durable consumer of a
+// replicated stream starts from its committed position (start) and proposes its
+// journal records to the stream's group instead of writing them.
 func (s *Stream) newConsumer(name string, cfg streamapi.ConsumerConfig, created time.Time, dir string, start *consumer.State) (*Consumer, error) {
 	durable := dir != ""
+	replicated := durable && s.repl != nil
 	c := &Consumer{
-		s: s, name: name, cfg: cfg, created: created, durable: durable, dir: dir,
+		s: s, name: name, cfg: cfg, created: created, durable: durable, replicated: replicated, dir: dir,
 		filter:      cfg.FilterSubject,
 		deadLetter:  cfg.DeadLetterSubject,
 		deliverSubj: []byte(cfg.DeliverSubject),
@@ -298,7 +316,7 @@ func (s *Stream) newConsumer(name string, cfg streamapi.ConsumerConfig, created 
 	if start != nil {
 		st = *start
 	}
-	if durable {
+	if durable && !replicated {
 		jr, loaded, err := openJournal(dir, len(s.parts), s.syncPolicy(), s.m.cfg.SyncInterval)
 		if err != nil {
 			return nil, fmt.Errorf("stream %q: consumer %q: %w", s.name, name, err)
@@ -375,6 +393,10 @@ func (s *Stream) DeleteConsumer(name string) error {
 	if c == nil {
 		s.cmu.Unlock()
 		return fmt.Errorf("stream %q: consumer %q: %w", s.name, name, ErrConsumerNotFound)
+	}
+	if c.replicated {
+		s.cmu.Unlock()
+		return s.deleteReplicatedConsumer(name)
 	}
 	delete(s.consumers, name)
 	s.cmu.Unlock()

@@ -136,10 +136,13 @@ type partitionMachine struct {
 	// done hands a batch's results to the node that proposed it (nil: none here).
 	done func(token uint64, res []pubResult)
 	// fetch gets the records a snapshot is ahead of the log by (nil: none can be).
-	fetch   Fetcher
-	logger  *slog.Logger
-	results []pubResult
-	batches []appliedBatch
+	fetch  Fetcher
+	logger *slog.Logger
+	// consumers are the stream's durable consumers (nil: entries of consumers
+	// cannot be applied).
+	consumers *consumerSet
+	results   []pubResult
+	batches   []appliedBatch
 }
 
 func newPartitionMachine(l *store.Log, window time.Duration, done func(uint64, []pubResult)) *partitionMachine {
@@ -177,6 +180,15 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 	m.results = m.results[:0]
 	m.batches = m.batches[:0]
 	for _, ent := range ents {
+		if len(ent.Data) > 0 && ent.Data[0] != entryMsgs {
+			if m.consumers == nil {
+				return fmt.Errorf("entry %d: %w: a consumer entry for a stream without consumers", ent.Index, errBadEntry)
+			}
+			if err := m.consumers.apply(ent.Data); err != nil {
+				return fmt.Errorf("entry %d: %w", ent.Index, err)
+			}
+			continue
+		}
 		e, err := decodeMsgEntry(ent.Data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", ent.Index, err)
@@ -199,6 +211,11 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		if err := m.log.Commit(); err != nil {
 			// The entries are committed in the group; this replica could not
 			// store them and must not go on as if it had.
+			return fmt.Errorf("stream replica: %w", err)
+		}
+	}
+	if m.consumers != nil {
+		if err := m.consumers.flush(); err != nil {
 			return fmt.Errorf("stream replica: %w", err)
 		}
 	}
@@ -252,8 +269,9 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 // log ends. The messages themselves are in the replicas' logs; a replica whose log
 // ends before the snapshot's must fetch the rest from another.
 type partitionSnapshot struct {
-	Last   uint64 `json:"last"`
-	LastTS int64  `json:"last_ts"`
+	Last      uint64             `json:"last"`
+	LastTS    int64              `json:"last_ts"`
+	Consumers []snapshotConsumer `json:"consumers,omitempty"`
 }
 
 // Snapshot implements replica.StateMachine. The log is synced first: once the
@@ -262,7 +280,14 @@ func (m *partitionMachine) Snapshot() ([]byte, error) {
 	if err := m.log.Sync(); err != nil {
 		return nil, fmt.Errorf("stream replica: %w", err)
 	}
-	return json.Marshal(partitionSnapshot{Last: m.last, LastTS: m.lastTS})
+	snap := partitionSnapshot{Last: m.last, LastTS: m.lastTS}
+	if m.consumers != nil {
+		var err error
+		if snap.Consumers, err = m.consumers.snapshot(); err != nil {
+			return nil, fmt.Errorf("stream replica: %w", err)
+		}
+	}
+	return json.Marshal(snap)
 }
 
 // errBehindSnapshot is Restore's error for a replica whose log ends before the
@@ -293,6 +318,11 @@ func (m *partitionMachine) Restore(data []byte) error {
 	}
 	m.last, m.lastTS = snap.Last, snap.LastTS
 	m.rebuildDedup()
+	if m.consumers != nil {
+		if err := m.consumers.restore(snap.Consumers); err != nil {
+			return fmt.Errorf("stream replica: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -301,6 +331,9 @@ func (m *partitionMachine) Restore(data []byte) error {
 type Replicator interface {
 	// Propose commits data to group and returns once this node has applied it.
 	Propose(ctx context.Context, group uint64, data []byte) (uint64, error)
+	// ReadIndex returns once this node has applied everything the group had
+	// committed when it was called (this node leading it).
+	ReadIndex(ctx context.Context, group uint64) (uint64, error)
 }
 
 // streamRepl is a stream's replication: its one partition's group, the machine that
@@ -387,27 +420,34 @@ func (r *streamRepl) applied(token uint64, res []pubResult) {
 
 // SetLeader tells a replica whether its node leads the stream's group: only the
 // leader captures the stream's subjects (the routes bring it every publish) and
-// proposes them, and only the leader runs the stream's consumers (each from what
-// this node's disk holds of it).
+// proposes them, and only the leader runs the stream's consumers (each from the
+// position the group's committed records give it). Becoming leader waits for the
+// group's loop to apply what was committed before: never call it from the loop.
 func (s *Stream) SetLeader(leader bool) error {
-	if s.repl == nil || s.repl.leader.Swap(leader) == leader {
+	if s.repl == nil || s.repl.leader.Load() == leader {
 		return nil
+	}
+	if leader {
+		// Consumers start where the committed records leave them: everything the
+		// group committed before this node led is applied first.
+		ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
+		_, err := s.repl.r.ReadIndex(ctx, s.repl.group)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("stream %q: catching up before leading: %w", s.name, err)
+		}
 	}
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
+	s.repl.leader.Store(leader)
 	if !leader {
 		s.unsubscribe()
 		s.stopConsumers()
 		return nil
 	}
-	if err := s.openConsumers(); err != nil {
-		return err
+	for _, name := range s.repl.machine.consumers.names() {
+		s.startReplicaConsumer(name)
 	}
-	s.cmu.RLock()
-	for _, c := range s.consumers {
-		c.start()
-	}
-	s.cmu.RUnlock()
 	return s.subscribe(s.cfg.Subjects)
 }
 
@@ -485,6 +525,11 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 		s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
 		s.repl.machine.fetch = rc.Fetch
 		s.repl.machine.logger = m.log.With("stream", cfg.Name)
+		s.repl.machine.consumers = &consumerSet{s: s}
+		if err := s.repl.machine.consumers.load(); err != nil {
+			s.close(false)
+			return nil, nil, err
+		}
 		machine = s.repl.machine
 		s.stopConsumers() // until this node leads the group
 	}

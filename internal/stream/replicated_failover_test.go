@@ -30,6 +30,9 @@ type replNode struct {
 	s      *Stream
 	inbox  *ackInbox
 	leader sync.Mutex
+
+	changes     chan bool
+	changesDone chan struct{}
 }
 
 // ackInbox collects publish acks.
@@ -76,13 +79,24 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 		t.Fatal(err)
 	}
 	n.s = s
+	// As the cluster's driver does: off the Raft loop (SetLeader waits for it),
+	// in the order the loop reports the changes.
+	changes := make(chan bool, 64)
+	n.changesDone = make(chan struct{})
 	h.OnLeaderChange(func(lc replica.LeaderChange) {
 		if lc.Group == replGroup {
-			if err := s.SetLeader(lc.Leader == id); err != nil {
-				t.Error(err)
-			}
+			changes <- lc.Leader == id
 		}
 	})
+	n.changes = changes
+	go func() {
+		defer close(n.changesDone)
+		for leads := range changes {
+			if err := s.SetLeader(leads); err != nil && leads {
+				t.Logf("node %d: %v", id, err)
+			}
+		}
+	}()
 	if err := h.AddGroup(replica.GroupConfig{ID: replGroup, Storage: memRaftStorage{raft.NewMemoryStorage()},
 		StateMachine: machine, Voters: []uint64{1, 2, 3}}); err != nil {
 		t.Fatal(err)
@@ -98,6 +112,8 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 func (n *replNode) stop(net *replica.LocalNetwork) {
 	net.Detach(n.id)
 	n.h.Stop()
+	close(n.changes)
+	<-n.changesDone
 	n.m.Close()
 }
 

@@ -386,3 +386,34 @@ func FuzzFetchedRecords(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConsumerEntry: consumer entries come from the Raft log, written by other
+// nodes; any bytes decode to an entry or errBadEntry, never a panic.
+func FuzzConsumerEntry(f *testing.F) {
+	f.Add(appendConsumerEntry(nil, entryConsumerAdd, "W", []byte(`{"name":"W"}`), []byte(`{"partitions":[{"next":1}]}`)))
+	f.Add(appendConsumerEntry(nil, entryConsumerDelete, "W"))
+	f.Add(appendConsumerEntry(nil, entryConsumerJournal, "W", []byte{'A', 0, 5}))
+	f.Add([]byte{entryConsumerJournal, 1, 'x', 200})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := decodeConsumerEntry(b)
+		if err != nil {
+			if !errors.Is(err, errBadEntry) {
+				t.Fatalf("error not errBadEntry: %v", err)
+			}
+			return
+		}
+		if again := appendConsumerEntry(nil, e.op, e.name, e.fields[:fieldsOf(e.op)]...); !bytes.Equal(again, b) {
+			t.Fatalf("decoded %+v encodes to %x, not %x", e, again, b)
+		}
+	})
+}
+
+func fieldsOf(op byte) int {
+	switch op {
+	case entryConsumerAdd:
+		return 2
+	case entryConsumerJournal:
+		return 1
+	}
+	return 0
+}
