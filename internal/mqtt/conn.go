@@ -33,9 +33,10 @@ type conn struct {
 	readAt atomic.Int64            // unix nanoseconds of the latest bytes from the client
 	// link is what CONNECT negotiated, kept here for the session machine
 	// (sm.ConnectOpts.Link), which writes it under the session's lock during
-	// CONNECT. Afterwards the connection reads its settings; its table of topic
-	// aliases towards the client is used under the session's lock, where PUBLISH
-	// packets are encoded.
+	// CONNECT. Afterwards the connection reads its settings (QoS 0 deliveries do
+	// so without the session's lock: they reach the connection through a session
+	// view stored after CONNECT); its table of topic aliases towards the client is
+	// used under q's lock, where PUBLISH packets are encoded.
 	link sm.Link
 
 	// q is the outbound queue; its writer runs only while there is something to
@@ -804,20 +805,28 @@ func (c *conn) takenOver() {
 	c.disconnect(packet.SessionTakenOver, "another connection took over the session")
 }
 
-// deliverQoS0 writes a QoS 0 message straight to the outbound queue; it reports false
-// when the message was not queued: the connection is closing, the client is too slow
-// (the slow-consumer policy applied), or the message expired or is too large for it.
-func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expireAt int64, now time.Time) bool {
+// deliverQoS0 writes a QoS 0 message straight to the outbound queue, without the
+// session's lock; v is the view of x it was routed by. It reports whether the message
+// was queued (not when the connection is closing, the client is too slow — the
+// slow-consumer policy applied —, or the message expired or is too large for it),
+// and whether v was still the session's view under the queue's lock. When it was
+// not, nothing is queued and the caller routes again: the session changes its view
+// before it writes an UNSUBACK (or anything else) to the connection, so a message
+// routed by a subscription that has gone is never written after the UNSUBACK.
+func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expireAt int64, now time.Time, x *sessionExtra, v *routeView) (ok, current bool) {
 	var left uint32
 	if expireAt != 0 {
-		var ok bool
 		if left, ok = sm.ExpiryLeft(expireAt, now); !ok {
-			return false
+			return false, true
 		}
 	}
 	b, ok := c.q.Reserve(len(m.Payload) + len(m.Subject) + len(m.Header) + len(m.Reply) + 16 + 5*len(subIDs))
 	if !ok {
-		return false
+		return false, true
+	}
+	if x.view.Load() != v {
+		c.q.Cancel()
+		return false, false
 	}
 	e := c.encoderLocked()
 	e.topic = AppendTopic(e.topic[:0], m.Subject)
@@ -826,7 +835,7 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expi
 		e.reply = AppendTopic(e.reply[:0], m.Reply)
 		reply = bytesString(e.reply)
 	}
-	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subIDs, expireAt != 0, left)
+	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subIDs, expireAt != 0, left), true
 }
 
 // encoder is the scratch a connection encodes deliveries with.
@@ -858,7 +867,9 @@ func (c *conn) writeOut(p *sm.Packet) bool {
 
 // appendPublishLocked encodes a PUBLISH onto b, the queue's buffer from Begin or
 // Reserve, and hands it back, which unlocks the queue. It reports false for a message
-// that exceeds the client's maximum packet size. The session's lock is held.
+// that exceeds the client's maximum packet size. The queue's lock, held throughout,
+// is what guards the encoder and the topic aliases: QoS 0 deliveries come here
+// without the session's lock, the session's own packets with it.
 func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, reply string, qos byte, retain, dup bool, pid uint16, subIDs []uint32, hasExpiry bool, expiryLeft uint32) bool {
 	e := c.encoderLocked()
 	p := &e.pub
@@ -895,10 +906,11 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 		c.q.CountDropped()
 		return false
 	}
-	c.q.Commit(packet.AppendPublish(b, p, c.version), len(payload))
+	b = packet.AppendPublish(b, p, c.version)
 	if alias != 0 {
-		c.link.Aliases.Used(alias, topic, known)
+		c.link.Aliases.Used(alias, topic, known) // before Commit unlocks: in the order of the stream
 	}
+	c.q.Commit(b, len(payload))
 	return true
 }
 

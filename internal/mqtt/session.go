@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"encoding/json"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,21 +23,71 @@ type outMsg = sm.OutMsg
 // to the broker — and arms one timer from the Ready's deadline while the client is
 // away. It is the broker Sink of all its subscriptions, whether its client is
 // connected or not.
+//
+// QoS 0 deliveries take no lock of the session: they route by its view, an
+// immutable picture of its subscriptions and presence replaced under mu whenever
+// those change, and write to the connection under the connection's outbound queue
+// lock, which also guards the encoder and the topic aliases towards the client.
 type session struct {
 	srv  *Server
 	id   string
 	mu   sync.Mutex
 	conn atomic.Pointer[conn] // nil while the client is away; set under mu
-	x    *sessionExtra        // made on first subscription or timer
-	m    sm.Session
+	// x is made on first subscription or timer, under mu, and never replaced;
+	// deliveries read it without the lock.
+	x atomic.Pointer[sessionExtra]
+	m sm.Session
 }
 
 // sessionExtra is what sessions with subscriptions or timers need; many idle
 // devices' sessions have neither.
 type sessionExtra struct {
-	bySub   map[*broker.Subscription]*sm.Sub
+	view    atomic.Pointer[routeView] // stored under mu; nil until the first subscription
 	nextSID uint64
 	timer   *time.Timer
+}
+
+// routeView is what routing a delivery reads of a session, for deliveries made
+// without its lock. It is never changed once stored: a change to the session's
+// subscriptions makes a new map, and one to its connection or presence a new view
+// sharing the map. Changes are events (SUBSCRIBE, UNSUBSCRIBE, a connection bound or
+// gone, the session's end), never deliveries.
+type routeView struct {
+	// conn is the bound connection when the view was made, nil while the client
+	// is away.
+	conn *conn
+	p    sm.Presence
+	// subs maps the session's broker subscriptions to the live machine Subs they
+	// were made for. Without the lock only the Subs' options, which never change,
+	// are read.
+	subs map[*broker.Subscription]*sm.Sub
+}
+
+// bySub is the session's broker subscriptions and their Subs, read-only.
+func (x *sessionExtra) bySub() map[*broker.Subscription]*sm.Sub {
+	if v := x.view.Load(); v != nil {
+		return v.subs
+	}
+	return nil
+}
+
+// route routes m, matched by subs, by the view: the session's subscriptions among
+// subs and its presence go to the machine's rule (sm.RouteLive).
+func (v *routeView) route(subs []*broker.Subscription, m *broker.Message, expireAt int64, now time.Time, ids []uint32) (sm.Verdict, byte, bool, []uint32) {
+	if v == nil {
+		return sm.Refuse, 0, false, ids
+	}
+	var subBuf [4]*sm.Sub
+	es := subBuf[:0]
+	for _, sub := range subs {
+		if e := v.subs[sub]; e != nil {
+			es = append(es, e)
+		}
+	}
+	if len(es) == 0 {
+		return sm.Refuse, 0, false, ids
+	}
+	return sm.RouteLive(v.p, now, es, m.QoS, m.Retain, IsDollar(m.Subject), expireAt, ids)
 }
 
 func newSession(s *Server, id string) *session {
@@ -45,17 +96,71 @@ func newSession(s *Server, id string) *session {
 	return sess
 }
 
+// extra returns the session's sessionExtra, made if needed. mu is held.
 func (s *session) extra() *sessionExtra {
-	if s.x == nil {
-		s.x = &sessionExtra{}
+	x := s.x.Load()
+	if x == nil {
+		x = &sessionExtra{}
+		s.x.Store(x)
 	}
-	return s.x
+	return x
 }
 
-// subChanges are the broker calls a Ready asks for, made outside the session's lock:
-// the broker may deliver to this very session while subscribing.
+// viewLocked stores a new view of the session when its subscriptions, connection or
+// presence differ from the current view's: subs when changed is set, else the
+// current view's subscriptions. With hold the connection is left out: a view online
+// without a connection sends QoS 0 deliveries the way of QoS 1 and 2, through mu. mu
+// is held.
+func (s *session) viewLocked(subs map[*broker.Subscription]*sm.Sub, changed, hold bool) {
+	x := s.x.Load()
+	if x == nil {
+		return // no subscription yet: nothing to route
+	}
+	old := x.view.Load()
+	if !changed {
+		if old == nil {
+			return
+		}
+		subs = old.subs
+	}
+	c, p := s.conn.Load(), s.m.Presence()
+	if hold {
+		c = nil
+	}
+	if !changed && old.conn == c && old.p == p {
+		return
+	}
+	x.view.Store(&routeView{conn: c, p: p, subs: subs})
+}
+
+// unholdLocked lets the connection a Ready bound into the view once the Ready's
+// packets, its CONNACK first, are written. mu is held.
+func (s *session) unholdLocked(sc *subChanges) {
+	if sc.hold {
+		sc.hold = false
+		s.viewLocked(nil, false, false)
+	}
+}
+
+// bindsConn reports whether rd binds a connection to the session: it carries the
+// CONNACK, which must be the connection's first packet.
+func bindsConn(rd *sm.Ready) bool {
+	for i := range rd.Packets {
+		if rd.Packets[i].Type == packet.TypeConnack {
+			return true
+		}
+	}
+	return false
+}
+
+// subChanges are the broker calls a Ready asks for, made outside the session's lock
+// (the broker may deliver to this very session while subscribing), and the view
+// they make.
 type subChanges struct {
 	add, remove []*broker.Subscription
+	subs        map[*broker.Subscription]*sm.Sub // the subscriptions after the Ready, when changed
+	changed     bool
+	hold        bool // the Ready binds a connection, kept out of the view until it is written
 }
 
 // step runs event under the session's lock and applies the Ready it produces.
@@ -76,15 +181,25 @@ func (s *session) stepAt(now time.Time, event func(now time.Time) error) (wrote 
 	err = event(now)
 	rd := s.m.Ready()
 	if rd == nil {
+		s.viewLocked(nil, false, false) // every change of connection or presence makes a Ready; cheap to be sure
 		s.mu.Unlock()
 		return false, err
 	}
 	wrote = len(rd.Packets) > 0
 	s.persistLocked(rd.Persist)
+	// Deliveries route by the new view from here on. It changes before the Ready's
+	// packets are written: a QoS 0 delivery routed by the old view finds it
+	// replaced under the queue's lock and routes again, so nothing reaches the
+	// client for a subscription after its UNSUBACK. A connection just bound is the
+	// exception: its first packet must be its CONNACK, so it joins the view once
+	// the Ready is written; QoS 0 deliveries meanwhile wait for mu.
 	sc := s.bindSubsLocked(rd.Subs)
+	sc.hold = bindsConn(rd)
+	s.viewLocked(sc.subs, sc.changed, sc.hold)
 	late := len(sc.add) > 0
 	if !late {
 		s.writeLocked(rd, now)
+		s.unholdLocked(&sc)
 	}
 	s.armLocked(rd.Deadline)
 	s.mu.Unlock()
@@ -101,9 +216,13 @@ func (s *session) outside(rd *sm.Ready, sc subChanges, late bool, now time.Time)
 			// them: this is a bug, not a client's error.
 			s.srv.log.Error("mqtt subscribe failed", "client_id", s.id, "subject", sub.Subject, "err", err)
 			s.mu.Lock()
+			x := s.x.Load()
+			v := x.view.Load()
+			subs := maps.Clone(v.subs)
 			for _, done := range sc.add[i:] {
-				delete(s.x.bySub, done)
+				delete(subs, done)
 			}
+			x.view.Store(&routeView{conn: v.conn, p: v.p, subs: subs})
 			s.mu.Unlock()
 			break
 		}
@@ -114,6 +233,7 @@ func (s *session) outside(rd *sm.Ready, sc subChanges, late bool, now time.Time)
 	if late {
 		s.mu.Lock()
 		s.writeLocked(rd, now)
+		s.unholdLocked(&sc)
 		s.mu.Unlock()
 	}
 	for i := range rd.Publish {
@@ -158,51 +278,57 @@ func (s *session) persistLocked(ops []sm.Op) {
 }
 
 // bindSubsLocked turns a Ready's subscription changes into broker subscriptions,
-// known to Deliver at once; the broker learns of them outside the lock.
+// known to Deliver once in the view (sc.subs); the broker learns of them outside the
+// lock.
 func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 	var sc subChanges
 	if len(changes) == 0 {
 		return sc
 	}
 	x := s.extra()
+	bySub := maps.Clone(x.bySub()) // the view's map is never changed
 	for _, ch := range changes {
 		if ch.Remove != nil {
-			for sub, e := range x.bySub {
+			for sub, e := range bySub {
 				if e == ch.Remove {
-					delete(x.bySub, sub)
+					delete(bySub, sub)
 					sc.remove = append(sc.remove, sub)
 				}
 			}
 		}
 		if e := ch.Add; e != nil {
-			if x.bySub == nil {
-				x.bySub = make(map[*broker.Subscription]*sm.Sub)
+			if bySub == nil {
+				bySub = make(map[*broker.Subscription]*sm.Sub)
 			}
-			coalesce := s.markOverlapsLocked(e)
+			coalesce := markOverlaps(bySub, e)
 			for _, subj := range e.Subjects {
 				x.nextSID++
 				sub := &broker.Subscription{Sink: s, SID: x.nextSID, Subject: subj, Queue: e.Queue, NoEcho: e.NoLocal}
 				sub.SetCoalesce(coalesce)
-				x.bySub[sub] = e
+				bySub[sub] = e
 				sc.add = append(sc.add, sub)
 			}
 		}
 	}
+	if len(bySub) == 0 {
+		bySub = nil
+	}
+	sc.subs, sc.changed = bySub, true
 	return sc
 }
 
-// markOverlapsLocked has the broker coalesce the deliveries of e's subscriptions with
-// those of every other non-shared subscription whose filter some topic also matches,
-// and reports whether there is any. Subscriptions that overlap nothing, most of them,
-// cost the broker no grouping. Marks stay after the overlapping filter goes: they
-// then cost a little grouping, not a duplicate. The others are marked before e is in
-// the broker, so a message that reaches e finds them marked.
-func (s *session) markOverlapsLocked(e *sm.Sub) bool {
+// markOverlaps has the broker coalesce the deliveries of e's subscriptions with
+// those of every other non-shared subscription of bySub whose filter some topic also
+// matches, and reports whether there is any. Subscriptions that overlap nothing, most
+// of them, cost the broker no grouping. Marks stay after the overlapping filter goes:
+// they then cost a little grouping, not a duplicate. The others are marked before e
+// is in the broker, so a message that reaches e finds them marked.
+func markOverlaps(bySub map[*broker.Subscription]*sm.Sub, e *sm.Sub) bool {
 	if e.Shared {
 		return false
 	}
 	found := false
-	for sub, o := range s.x.bySub {
+	for sub, o := range bySub {
 		if o.Shared || o.Filter == e.Filter || !filtersOverlap(o.Filter, e.Filter) {
 			continue
 		}
@@ -248,8 +374,8 @@ func (s *session) writeLocked(rd *sm.Ready, now time.Time) {
 // connected client's keepalive is its reader's read deadline).
 func (s *session) armLocked(deadline time.Time) {
 	if s.m.Online() || deadline.IsZero() {
-		if s.x != nil && s.x.timer != nil {
-			s.x.timer.Stop()
+		if x := s.x.Load(); x != nil && x.timer != nil {
+			x.timer.Stop()
 		}
 		return
 	}
@@ -272,8 +398,8 @@ func (s *session) tick() {
 func (s *session) stopTimer() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.x != nil && s.x.timer != nil {
-		s.x.timer.Stop()
+	if x := s.x.Load(); x != nil && x.timer != nil {
+		x.timer.Stop()
 	}
 }
 
@@ -317,24 +443,14 @@ func (s *session) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	return s.DeliverMatched(one[:], m)
 }
 
-// DeliverMatched implements broker.MultiSink: the machine's Route makes one copy of
-// a message several of the session's subscriptions match. QoS 0 goes straight to
-// the connection, with what it needs gathered on the stack; QoS 1 and 2 are copied
-// and handed to the machine.
+// DeliverMatched implements broker.MultiSink: the machine's rule (sm.RouteLive)
+// makes one copy of a message several of the session's subscriptions match. It
+// routes by the session's view, without its lock: QoS 0 goes straight to the
+// connection, with what it needs gathered on the stack; QoS 1 and 2 are copied and
+// handed to the machine under the lock (enqueue).
 func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.x == nil {
-		return false
-	}
-	var subBuf [4]*sm.Sub
-	es := subBuf[:0]
-	for _, sub := range subs {
-		if e := s.x.bySub[sub]; e != nil {
-			es = append(es, e)
-		}
-	}
-	if len(es) == 0 {
+	x := s.x.Load()
+	if x == nil {
 		return false
 	}
 	expireAt := expiryOf(m.Header)
@@ -342,15 +458,48 @@ func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message)
 	if expireAt != 0 {
 		now = time.Now()
 	}
+	for {
+		v := x.view.Load()
+		var idBuf [4]uint32
+		verdict, _, retain, ids := v.route(subs, m, expireAt, now, idBuf[:0])
+		switch verdict {
+		case sm.Refuse:
+			return false
+		case sm.Expired:
+			return true
+		case sm.Send:
+			if v.conn == nil {
+				break // a connection being bound: its CONNACK goes first, under mu
+			}
+			if ok, current := v.conn.deliverQoS0(m, retain, ids, expireAt, now, x, v); current {
+				return ok
+			}
+			continue // the view was replaced meanwhile: route by the new one
+		}
+		return s.enqueue(x, subs, m, expireAt, now)
+	}
+}
+
+// enqueue is DeliverMatched for a message that the view routes at QoS 1 or 2, or to
+// a connection being bound. The session may have changed since: under the lock the
+// view is current, and the message is routed again by it.
+func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broker.Message, expireAt int64, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := x.view.Load()
 	var idBuf [4]uint32
-	v, qos, retain, ids := s.m.Route(now, es, m.QoS, m.Retain, IsDollar(m.Subject), expireAt, idBuf[:0])
-	switch v {
+	verdict, qos, retain, ids := v.route(subs, m, expireAt, now, idBuf[:0])
+	switch verdict {
 	case sm.Refuse:
 		return false
 	case sm.Expired:
 		return true
-	case sm.Send:
-		return s.conn.Load().deliverQoS0(m, retain, ids, expireAt, now)
+	case sm.Send: // at QoS 0 after all (the subscription changed, or the connection is bound now)
+		if v.conn == nil {
+			return false // held out by a Ready still being written (never so: CONNECT subscribes nothing)
+		}
+		ok, _ := v.conn.deliverQoS0(m, retain, ids, expireAt, now, x, v) // current: views change under mu
+		return ok
 	}
 	om := &outMsg{Payload: append([]byte(nil), m.Payload...), QoS: qos, Retain: retain, ExpireAt: expireAt}
 	if len(ids) > 0 {

@@ -11,10 +11,12 @@ import "strings"
 // topics that keep being delivered keep their aliases.
 //
 // The table belongs to one network connection (a client that reconnects starts with
-// no aliases) and lives in the session's link. The driver's encoder consults it
-// while it encodes a PUBLISH, under the session's lock, and records an alias only
-// once the packet is committed: the client learns an alias from the PUBLISH that
-// carries it with its topic. Lookups cost a map access; reassigning an alias is
+// no aliases) and lives in the session's link, but the session never looks at it:
+// the driver's encoder consults it while it encodes a PUBLISH and records an alias
+// once the packet is committed to the connection's output, both under whatever
+// serialises that output (QoS 0 deliveries may be encoded without the session's
+// lock), so that aliases are decided in the order the client reads them: the client
+// learns an alias from the PUBLISH that carries it with its topic. Lookups cost a map access; reassigning an alias is
 // O(1) through a list of aliases in order of use kept in ents.
 type OutAliases struct {
 	max     uint16

@@ -26,7 +26,11 @@ owns everything outside the protocol:
     sends QoS 0 straight away (its fast path: Route allocates nothing and changes
     nothing) and gives QoS 1 and 2 messages to Enqueue; it publishes the client's
     PUBLISH packets when Publish says so and reports the outcome with Published;
-    it applies Ready.Subs and publishes Ready.Publish (wills).
+    it applies Ready.Subs and publishes Ready.Publish (wills). A driver that routes
+    without the session's lock keeps its own copy of the live subscriptions (those
+    Ready.Subs adds and has not removed) and of Presence, replaced after each event
+    that changes them, and routes with RouteLive, Route's rule as a pure function;
+    QoS 1 and 2 still go to Enqueue under the lock.
   - Storage. Ready.Persist lists, in order, the records of a persistent session to
     write or delete; the caller picks keys and encodings, and rebuilds a session
     after a restart with Restore, RestoreSub, RestoreMsg, RestoreQoS2 and Restored.

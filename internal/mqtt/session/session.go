@@ -62,7 +62,8 @@ type Sub struct {
 type Link struct {
 	KeepAlive time.Duration
 	// Aliases is the table of topic aliases towards the client, nil when none are
-	// used; the driver's encoder reads and updates it under the session's lock.
+	// used; the driver's encoder reads and updates it where it serialises the
+	// connection's PUBLISH packets (see OutAliases).
 	Aliases     *OutAliases
 	MaxPacket   uint32 // the client's maximum packet size, 0 = protocol limit
 	ReceiveMax  uint16 // the client's
@@ -845,21 +846,47 @@ const (
 	Queue
 )
 
+// Presence is what routing reads of a session besides the subscriptions a message
+// matched: whether a client is connected, and whether the session is over.
+type Presence struct {
+	Online, Ended bool
+}
+
+// Presence returns the session's, for a driver that keeps a copy to route by (see
+// RouteLive); it changes only with Connect, Disconnected, End, Tick and Restored.
+func (s *Session) Presence() Presence { return Presence{Online: s.link != nil, Ended: s.ended} }
+
 // Route decides how a message that subs, one or several of the session's
 // subscriptions, matched reaches the client: the message's QoS, retain flag, whether
 // its subject starts with '$', and its expiry (Unix ns, 0 for none). The client gets
 // one copy (MQTT 5, 3.3.4; 3.1.1 allows it) at the highest QoS the matching
 // subscriptions were granted, with the retain flag if any of them asked for retain as
 // published, and the identifier of each, once: Route appends them to ids and returns
-// it. It changes nothing, so the driver may call it on its QoS 0 fast path with ids
-// on its stack.
+// it. It changes nothing. Subscriptions replaced or removed count for nothing; the
+// rule for the others is RouteLive's.
 func (s *Session) Route(now time.Time, subs []*Sub, qos byte, retain, dollar bool, expireAt int64, ids []uint32) (v Verdict, outQoS byte, outRetain bool, outIDs []uint32) {
-	if s.ended {
+	var buf [8]*Sub
+	live := buf[:0]
+	for _, e := range subs {
+		if e.live {
+			live = append(live, e)
+		}
+	}
+	return RouteLive(s.Presence(), now, live, qos, retain, dollar, expireAt, ids)
+}
+
+// RouteLive is the rule of Route as a pure function: subs are live subscriptions of a
+// session whose presence is p. It reads only what never changes in a Sub once made
+// (its options), so a driver may route without the session's lock from copies of p
+// and of its subscriptions that it replaces whenever they change — its QoS 0 fast
+// path: RouteLive allocates nothing, and ids may be on the caller's stack.
+func RouteLive(p Presence, now time.Time, subs []*Sub, qos byte, retain, dollar bool, expireAt int64, ids []uint32) (v Verdict, outQoS byte, outRetain bool, outIDs []uint32) {
+	if p.Ended {
 		return Refuse, 0, false, ids
 	}
 	found, rap, shared := false, false, true
 	for _, e := range subs {
-		if !e.live || e.DollarGuard && dollar { // a flag, not a map lookup: this is every delivery's path
+		if e.DollarGuard && dollar { // a flag, not a map lookup: this is every delivery's path
 			continue
 		}
 		found = true
@@ -878,11 +905,11 @@ func (s *Session) Route(now time.Time, subs []*Sub, qos byte, retain, dollar boo
 	}
 	outRetain = retain && rap
 	switch {
-	case outQoS == 0 && s.link == nil:
+	case outQoS == 0 && !p.Online:
 		return Refuse, 0, false, ids
 	case outQoS == 0:
 		return Send, 0, outRetain, ids
-	case s.link == nil && shared:
+	case !p.Online && shared:
 		return Refuse, 0, false, ids // let an online member of the group have it
 	}
 	return Queue, outQoS, outRetain, ids

@@ -33,6 +33,10 @@ type harness struct {
 	now   time.Time
 	store storeModel
 	out   strings.Builder
+	// routed is the driver's own record of the live subscriptions, kept from
+	// Ready.Subs alone, as a driver that routes without the session's lock does
+	// (RouteLive).
+	routed map[*Sub]bool
 }
 
 // storeModel is what a driver would have written to its key-value store.
@@ -52,6 +56,7 @@ func newHarness() *harness {
 	h.store.msgs = map[uint64]OutMsg{}
 	h.store.qos2 = map[uint16]bool{}
 	h.s = New(&h.cfg)
+	h.routed = map[*Sub]bool{}
 	return h
 }
 
@@ -329,6 +334,21 @@ func (h *harness) deliver(d *datadriven.TestData) error {
 	}
 	m := h.message(a)
 	v, qos, retain, ids := h.s.Route(h.now, subs, m.QoS, m.Retain, strings.HasPrefix(m.Topic, "$"), m.ExpireAt, nil)
+	// A driver routing from its copy of the live subscriptions and the presence
+	// comes to the same.
+	var live []*Sub
+	for _, e := range subs {
+		if h.routed[e] != e.live {
+			return fmt.Errorf("deliver: %s is live=%v, but Ready.Subs left it routed=%v", e.Filter, e.live, h.routed[e])
+		}
+		if h.routed[e] {
+			live = append(live, e)
+		}
+	}
+	lv, lqos, lretain, lids := RouteLive(h.s.Presence(), h.now, live, m.QoS, m.Retain, strings.HasPrefix(m.Topic, "$"), m.ExpireAt, nil)
+	if lv != v || lqos != qos || lretain != retain || !slices.Equal(lids, ids) {
+		return fmt.Errorf("deliver: RouteLive says %v qos=%d retain=%v ids=%v, Route %v qos=%d retain=%v ids=%v", lv, lqos, lretain, lids, v, qos, retain, ids)
+	}
 	switch v {
 	case Refuse:
 		h.printf("refused")
@@ -377,6 +397,12 @@ func (h *harness) apply(rd *Ready) {
 		h.printf("broker <- %s qos=%d (%s)", m.Subject, m.QoS, m.Payload)
 	}
 	for _, c := range rd.Subs {
+		if c.Remove != nil {
+			delete(h.routed, c.Remove)
+		}
+		if c.Add != nil {
+			h.routed[c.Add] = true
+		}
 		switch {
 		case c.Add != nil && c.Remove != nil:
 			h.printf("subs: replace %s qos=%d", c.Add.Filter, c.Add.QoS)
@@ -505,6 +531,7 @@ func (h *harness) persist(o Op) {
 func (h *harness) restart() {
 	st := &h.store
 	h.s = New(&h.cfg)
+	clear(h.routed)
 	if !st.session {
 		h.printf("(no stored session)")
 		return
@@ -545,4 +572,68 @@ func (h *harness) state() {
 		sort.Ints(ids)
 		h.printf("awaiting pubrel %v", ids)
 	}
+}
+
+// TestRouteLive: Route's rule is RouteLive's, on the live subscriptions and the
+// session's Presence, which follows connections and the session's end.
+func TestRouteLive(t *testing.T) {
+	cfg := Config{MaxInflight: 10, MaxQueued: 10, ReceiveMaximum: 10, MaxPacketSize: 1 << 20}
+	s := New(&cfg)
+	now := epoch
+	if p := s.Presence(); p != (Presence{}) {
+		t.Fatalf("new session: %+v", p)
+	}
+	s.Connect(now, &packet.Connect{ProtocolLevel: packet.V5, ClientID: "c", Props: packet.Properties{SessionExpiry: 60, HasSessionExpiry: true}}, ConnectOpts{})
+	Release(s.Ready())
+	if p := s.Presence(); p != (Presence{Online: true}) {
+		t.Fatalf("connected: %+v", p)
+	}
+	sub := func(pid uint16, e *Sub) {
+		t.Helper()
+		if err := s.Subscribe(now, &packet.Subscribe{PacketID: pid, Subs: []packet.Subscription{{Filter: e.Filter, QoS: e.QoS}}}, []*Sub{e}); err != nil {
+			t.Fatal(err)
+		}
+		Release(s.Ready())
+	}
+	q1 := &Sub{Filter: "a/+", QoS: 1, SubID: 1}
+	sub(1, q1)
+	q0 := &Sub{Filter: "a/+", QoS: 0, SubID: 2, RAP: true} // replaces q1
+	sub(2, q0)
+	wild := &Sub{Filter: "#", QoS: 2, SubID: 3, DollarGuard: true}
+	sub(3, wild)
+
+	type verdict struct {
+		v      Verdict
+		qos    byte
+		retain bool
+		ids    []uint32
+	}
+	check := func(name string, subs, live []*Sub, qos byte, dollar bool, want verdict) {
+		t.Helper()
+		v, q, r, ids := s.Route(now, subs, qos, true, dollar, 0, nil)
+		got := verdict{v, q, r, ids}
+		lv, lq, lr, lids := RouteLive(s.Presence(), now, live, qos, true, dollar, 0, nil)
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(verdict{lv, lq, lr, lids}) != fmt.Sprint(want) {
+			t.Errorf("%s: Route %v, RouteLive %v, want %v", name, got, verdict{lv, lq, lr, lids}, want)
+		}
+	}
+	check("replaced", []*Sub{q1}, nil, 1, false, verdict{Refuse, 0, false, nil})
+	check("replacement", []*Sub{q1, q0}, []*Sub{q0}, 1, false, verdict{Send, 0, true, []uint32{2}})
+	check("overlap", []*Sub{q0, wild}, []*Sub{q0, wild}, 2, false, verdict{Queue, 2, true, []uint32{2, 3}})
+	check("dollar", []*Sub{q0, wild}, []*Sub{q0, wild}, 2, true, verdict{Send, 0, true, []uint32{2}})
+
+	s.Disconnected(now)
+	Release(s.Ready())
+	if p := s.Presence(); p != (Presence{}) {
+		t.Fatalf("disconnected: %+v", p)
+	}
+	check("offline QoS 0", []*Sub{q0}, []*Sub{q0}, 1, false, verdict{Refuse, 0, false, []uint32{2}})
+	check("offline QoS 1", []*Sub{q0, wild}, []*Sub{q0, wild}, 1, false, verdict{Queue, 1, true, []uint32{2, 3}})
+
+	s.End(now)
+	Release(s.Ready())
+	if p := s.Presence(); p != (Presence{Ended: true}) {
+		t.Fatalf("ended: %+v", p)
+	}
+	check("ended", []*Sub{wild}, []*Sub{wild}, 1, false, verdict{Refuse, 0, false, nil})
 }
