@@ -242,6 +242,9 @@ func finish(r *request) (uint64, error) {
 // sync for all of them. Only the leader takes proposals: elsewhere the error is
 // a *NotLeaderError naming the leader. A ctx that ends first leaves the outcome
 // unknown.
+//
+// data belongs to the group from the call on, whatever its outcome: the Raft log
+// keeps it (in memory too) for replicas that ask for it later. Do not reuse it.
 func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (uint64, error) {
 	r := newReq(reqPropose, group)
 	r.data = data

@@ -266,13 +266,22 @@ func (l *Log) rollEmpty() error {
 // ExpireOld removes messages older than MaxAge relative to Config.Now(); the owner calls
 // it periodically (no goroutine needed for it). Returns how many were removed.
 func (l *Log) ExpireOld() (uint64, error) {
+	if l.cfg.MaxAge <= 0 {
+		return 0, nil
+	}
+	return l.ExpireBefore(l.cfg.Now().Add(-l.cfg.MaxAge).UnixNano())
+}
+
+// ExpireBefore removes the messages stored before cutoff (Unix ns), as ExpireOld does
+// for MaxAge: a replica applies the cutoff its leader chose. Returns how many were
+// removed.
+func (l *Log) ExpireBefore(cutoff int64) (uint64, error) {
 	if l.shut.Load() {
 		return 0, ErrClosed
 	}
-	if l.cfg.MaxAge <= 0 || l.first > l.last {
+	if l.first > l.last {
 		return 0, nil
 	}
-	cutoff := l.cfg.Now().Add(-l.cfg.MaxAge).UnixNano()
 	upTo, err := l.timeSeek(cutoff, &l.rc.win)
 	if err != nil {
 		return 0, err

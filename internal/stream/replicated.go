@@ -141,6 +141,7 @@ type partitionMachine struct {
 	// consumers are the stream's durable consumers (nil: entries of consumers
 	// cannot be applied).
 	consumers *consumerSet
+	delSeqs   []uint64 // applyRemoval's scratch
 	results   []pubResult
 	batches   []appliedBatch
 }
@@ -179,7 +180,22 @@ func (m *partitionMachine) rebuildDedup() {
 func (m *partitionMachine) Apply(ents []replica.Entry) error {
 	m.results = m.results[:0]
 	m.batches = m.batches[:0]
+	committed := 0
 	for _, ent := range ents {
+		if len(ent.Data) > 0 && (ent.Data[0] == entryDelete || ent.Data[0] == entryExpire) {
+			// The messages of earlier entries of this batch are committed
+			// first: a removal may name them.
+			if len(m.results) > committed {
+				if err := m.log.Commit(); err != nil {
+					return fmt.Errorf("stream replica: %w", err)
+				}
+				committed = len(m.results)
+			}
+			if err := m.applyRemoval(ent.Data); err != nil {
+				return fmt.Errorf("entry %d: %w", ent.Index, err)
+			}
+			continue
+		}
 		if len(ent.Data) > 0 && ent.Data[0] != entryMsgs {
 			if m.consumers == nil {
 				return fmt.Errorf("entry %d: %w: a consumer entry for a stream without consumers", ent.Index, errBadEntry)
@@ -207,7 +223,7 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		m.lastTS = max(m.lastTS, e.ts)
 		m.batches = append(m.batches, appliedBatch{token: e.token, from: from, to: len(m.results)})
 	}
-	if len(m.results) > 0 {
+	if len(m.results) > committed {
 		if err := m.log.Commit(); err != nil {
 			// The entries are committed in the group; this replica could not
 			// store them and must not go on as if it had.
@@ -350,7 +366,10 @@ type streamRepl struct {
 
 	// Owned by the writer.
 	tokenBase, token uint64
-	buf              []byte
+	// entrySize is the size of the last message entry, the next one's capacity:
+	// an entry's bytes belong to the group once proposed (its Raft log keeps
+	// them), so each proposal gets a buffer of its own.
+	entrySize int
 }
 
 // proposeTimeout bounds how long the leader's writer waits for a batch to commit
@@ -375,12 +394,13 @@ func (s *Stream) replicate(q *inbound) {
 	if len(idx) > 0 {
 		r.token++
 		token := r.tokenBase | r.token&0xffffffff
-		r.buf = appendMsgEntry(r.buf[:0], token, time.Now().UnixNano(), q, idx)
+		entry := appendMsgEntry(make([]byte, 0, r.entrySize), token, time.Now().UnixNano(), q, idx)
+		r.entrySize = len(entry)
 		r.mu.Lock()
 		r.waiting[token] = nil
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
-		_, err := r.r.Propose(ctx, r.group, r.buf)
+		_, err := r.r.Propose(ctx, r.group, entry)
 		cancel()
 		r.mu.Lock()
 		res := r.waiting[token]
@@ -405,6 +425,21 @@ func (s *Stream) replicate(q *inbound) {
 		}
 	}
 	s.answer(q)
+	if s.retention == streamapi.RetainInterest && s.numConsumers() == 0 {
+		// Nobody was interested: the messages were acknowledged and are gone.
+		var seqs []uint64
+		for _, a := range s.acks {
+			if a.code == 0 && !a.dup && a.seq != 0 {
+				seqs = append(seqs, a.seq)
+			}
+		}
+		if len(seqs) > 0 {
+			if err := s.proposeRemoval(appendDeleteEntry(nil, seqs)); err != nil {
+				s.m.log.Warn("removing messages no consumer wants", "stream", s.name, "err", err)
+			}
+		}
+		return
+	}
 	s.notify(0)
 }
 

@@ -417,3 +417,29 @@ func fieldsOf(op byte) int {
 	}
 	return 0
 }
+
+// FuzzRemovalEntry: delete and expire entries come from the Raft log; any bytes
+// decode or give errBadEntry, never a panic.
+func FuzzRemovalEntry(f *testing.F) {
+	f.Add(appendDeleteEntry(nil, []uint64{1, 5, 1 << 40}))
+	f.Add(appendExpireEntry(nil, -1))
+	f.Add([]byte{entryDelete, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		op, seqs, cutoff, err := decodeRemoval(b, nil)
+		if err != nil {
+			if !errors.Is(err, errBadEntry) {
+				t.Fatalf("error not errBadEntry: %v", err)
+			}
+			return
+		}
+		var again []byte
+		if op == entryDelete {
+			again = appendDeleteEntry(nil, seqs)
+		} else {
+			again = appendExpireEntry(nil, cutoff)
+		}
+		if !bytes.Equal(again, b) && len(again) >= len(b) {
+			t.Fatalf("decoded %d %v %d from %x, encodes to %x", op, seqs, cutoff, b, again)
+		}
+	})
+}

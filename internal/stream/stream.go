@@ -410,8 +410,12 @@ func (s *Stream) onWriter(fn func()) error {
 }
 
 func (s *Stream) expire() {
-	if s.Config().MaxAge <= 0 || s.repl != nil {
-		return // a replica's log is written by its group's machine only
+	if s.repl != nil {
+		s.expireReplicated() // a replica's log is written by its group's machine only
+		return
+	}
+	if s.Config().MaxAge <= 0 {
+		return
 	}
 	for i, l := range s.parts {
 		if _, err := l.ExpireOld(); err != nil {
@@ -447,6 +451,7 @@ func (s *Stream) writeBatch() {
 		s.qmu.Unlock()
 
 		if s.repl != nil {
+			s.replicateRemovals(dels, checks)
 			s.replicate(&q)
 		} else {
 			s.applyDeletes(dels)
@@ -472,11 +477,19 @@ func (s *Stream) queueInterestCheck(key partSeq) {
 }
 
 func (s *Stream) checkInterest(keys []partSeq) {
+	for _, k := range s.interestDone(keys) {
+		_ = s.parts[k.part].Delete(k.seq)
+	}
+}
+
+// interestDone returns the messages among keys every consumer is done with.
+func (s *Stream) interestDone(keys []partSeq) []partSeq {
 	if len(keys) == 0 {
-		return
+		return nil
 	}
 	cs := s.Consumers()
 	var buf []byte
+	var out []partSeq
 	for _, k := range keys {
 		rec, b, err := s.parts[k.part].Read(k.seq, buf)
 		buf = b
@@ -484,9 +497,10 @@ func (s *Stream) checkInterest(keys []partSeq) {
 			continue
 		}
 		if s.allAcked(cs, k, string(rec.Subject)) {
-			_ = s.parts[k.part].Delete(k.seq)
+			out = append(out, k)
 		}
 	}
+	return out
 }
 
 func (s *Stream) allAcked(cs []*Consumer, k partSeq, subj string) bool {
@@ -516,6 +530,12 @@ func (s *Stream) sweepInterest() {
 				}
 			}
 			r.Close()
+			if s.repl != nil {
+				if err := s.proposeRemoval(appendDeleteEntry(nil, done)); err != nil {
+					s.m.log.Warn("removing messages no consumer needs", "stream", s.name, "err", err)
+				}
+				continue
+			}
 			for _, seq := range done {
 				_ = l.Delete(seq)
 			}

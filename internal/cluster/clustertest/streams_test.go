@@ -315,3 +315,67 @@ func TestReplicatedConsumerSurvivesLeaderKill(t *testing.T) {
 		t.Fatalf("consumer info after the failover: ack floor %d, %d pending; want %d, 0", ci.Partitions[0].AckFloor, ci.NumAckPending, total)
 	}
 }
+
+// TestReplicatedRemovals: what the leader removes besides the store's limits is
+// removed on every replica: acknowledged messages of a work queue and messages past
+// max_age stay gone after the leader's kill.
+func TestReplicatedRemovals(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js := c.Nodes[0].Connect(t, c.Nodes[0].URL(), tern.MaxReconnects(-1)).Streams()
+	wq, err := js.AddStream(ctx, tern.StreamConfig{Name: "WQ", Subjects: []string{"wq.>"}, Retention: tern.RetainWorkQueue, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(ctx, tern.StreamConfig{Name: "AGE", Subjects: []string{"age.>"}, MaxAge: tern.Duration(time.Second), Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	const total = 50
+	for i := range total {
+		for _, subj := range []string{"wq.x", "age.x"} {
+			if _, err := js.Publish(ctx, subj, fmt.Appendf(nil, "%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := js.AddConsumer(ctx, "WQ", tern.ConsumerConfig{Durable: "W", AckPolicy: tern.AckExplicit}); err != nil {
+		t.Fatal(err)
+	}
+	pull := js.Pull("WQ", "W")
+	for acked := 0; acked < total; {
+		msgs, err := pull.Fetch(ctx, total-acked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := m.AckSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			acked++
+		}
+	}
+	empty := func(name string) bool {
+		info, err := js.StreamInfo(ctx, name)
+		return err == nil && info.State.Msgs == 0 && info.State.LastSeq == total
+	}
+	c.WaitFor("the work queue emptied by its acks", 10*time.Second, func() bool { return empty("WQ") })
+	c.WaitFor("the aged stream emptied", 10*time.Second, func() bool { return empty("AGE") })
+
+	nodeNamed(c, wq.Cluster.Leader).Kill()
+	c.WaitFor("a new leader of WQ", 10*time.Second, func() bool {
+		l := streamLeader(js, "WQ")
+		return l != "" && l != wq.Cluster.Leader
+	})
+	for _, name := range []string{"WQ", "AGE"} {
+		c.WaitFor(name+" served after the kill", 10*time.Second, func() bool { return streamLeader(js, name) != wq.Cluster.Leader && streamLeader(js, name) != "" })
+		info, err := js.StreamInfo(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != 0 || info.State.FirstSeq != total+1 {
+			t.Fatalf("%s after the leader's kill: %d messages from %d, want none (first %d)", name, info.State.Msgs, info.State.FirstSeq, total+1)
+		}
+	}
+}

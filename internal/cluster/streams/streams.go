@@ -323,19 +323,14 @@ func badRequest(format string, args ...any) error {
 	return &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
 }
 
-// checkReplicated refuses what a replicated stream cannot do yet: its group's
-// machine writes its log, and only messages are entries so far.
+// checkReplicated refuses what a replicated stream cannot do yet: one group holds
+// one partition.
 func checkReplicated(cfg streamapi.StreamConfig) error {
 	if cfg.Replicas <= 1 {
 		return nil
 	}
-	switch {
-	case cfg.Partitions > 1:
+	if cfg.Partitions > 1 {
 		return badRequest("stream %q: a replicated stream has one partition", cfg.Name)
-	case cfg.Retention != streamapi.RetainLimits:
-		return badRequest("stream %q: retention %s is not supported with replicas yet (limits only)", cfg.Name, cfg.Retention)
-	case cfg.MaxAge > 0:
-		return badRequest("stream %q: max_age is not supported with replicas yet", cfg.Name)
 	}
 	return nil
 }

@@ -1,0 +1,135 @@
+package stream
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// Removals in a replicated stream. What removes messages besides the store's own
+// limits (which every replica applies alike as it appends) is decided by the
+// leader and applied by every replica from the group's log: acknowledged messages
+// of a work queue, messages every consumer of an interest stream is done with, and
+// messages past max_age by the leader's clock.
+//
+//	op 6 (delete)  count  count times: seq
+//	op 7 (expire)  cutoff (zig-zag varint, Unix ns): remove what was stored before
+const (
+	entryDelete byte = 6
+	entryExpire byte = 7
+)
+
+// maxDeleteSeqs bounds one delete entry.
+const maxDeleteSeqs = 1 << 20
+
+func appendDeleteEntry(dst []byte, seqs []uint64) []byte {
+	dst = append(dst, entryDelete)
+	dst = binary.AppendUvarint(dst, uint64(len(seqs)))
+	for _, s := range seqs {
+		dst = binary.AppendUvarint(dst, s)
+	}
+	return dst
+}
+
+func appendExpireEntry(dst []byte, cutoff int64) []byte {
+	return binary.AppendVarint(append(dst, entryExpire), cutoff)
+}
+
+// decodeRemoval decodes a delete entry into seqs (reusing its array) or an expire
+// entry into cutoff.
+func decodeRemoval(b []byte, seqs []uint64) (op byte, _ []uint64, cutoff int64, err error) {
+	if len(b) == 0 {
+		return 0, seqs, 0, fmt.Errorf("%w: empty", errBadEntry)
+	}
+	op, b = b[0], b[1:]
+	switch op {
+	case entryDelete:
+		count, n := binary.Uvarint(b)
+		if n <= 0 || count > maxDeleteSeqs || count > uint64(len(b)) {
+			return op, seqs, 0, fmt.Errorf("%w: delete count", errBadEntry)
+		}
+		b = b[n:]
+		seqs = seqs[:0]
+		for range count {
+			s, n := binary.Uvarint(b)
+			if n <= 0 {
+				return op, seqs, 0, fmt.Errorf("%w: delete sequence", errBadEntry)
+			}
+			seqs = append(seqs, s)
+			b = b[n:]
+		}
+	case entryExpire:
+		var n int
+		if cutoff, n = binary.Varint(b); n <= 0 {
+			return op, seqs, 0, fmt.Errorf("%w: expire cutoff", errBadEntry)
+		}
+		b = b[n:]
+	default:
+		return op, seqs, 0, fmt.Errorf("%w: unknown op %d", errBadEntry, op)
+	}
+	if len(b) != 0 {
+		return op, seqs, 0, fmt.Errorf("%w: %d bytes after a removal", errBadEntry, len(b))
+	}
+	return op, seqs, cutoff, nil
+}
+
+// applyRemoval applies a delete or expire entry to the replica's log.
+func (m *partitionMachine) applyRemoval(b []byte) error {
+	op, seqs, cutoff, err := decodeRemoval(b, m.delSeqs)
+	m.delSeqs = seqs[:0]
+	if err != nil {
+		return err
+	}
+	if op == entryExpire {
+		_, err = m.log.ExpireBefore(cutoff)
+	} else {
+		_, err = m.log.DeleteMany(seqs)
+	}
+	if err != nil {
+		return fmt.Errorf("stream replica: removing messages: %w", err)
+	}
+	return nil
+}
+
+// replicateRemovals proposes what the leader's writer found to remove: deleted
+// messages of a work queue, messages of an interest stream every consumer is done
+// with. A proposal that fails leaves them: the next leader's consumers decide again.
+func (s *Stream) replicateRemovals(dels []partSeq, checks []partSeq) {
+	seqs := s.delSeqs[:0]
+	for _, d := range dels {
+		seqs = append(seqs, d.seq)
+	}
+	for _, k := range s.interestDone(checks) {
+		seqs = append(seqs, k.seq)
+	}
+	s.delSeqs = seqs
+	if len(seqs) == 0 {
+		return
+	}
+	if err := s.proposeRemoval(appendDeleteEntry(nil, seqs)); err != nil {
+		s.m.log.Warn("removing acknowledged messages", "stream", s.name, "messages", len(seqs), "err", err)
+	}
+}
+
+// expireReplicated proposes, on the leader, removing what is older than max_age by
+// its clock.
+func (s *Stream) expireReplicated() {
+	maxAge := time.Duration(s.Config().MaxAge)
+	if maxAge <= 0 || !s.repl.leader.Load() {
+		return
+	}
+	cutoff := time.Now().Add(-maxAge).UnixNano()
+	if st := s.parts[0].State(); st.Msgs == 0 || st.FirstTime >= cutoff {
+		return
+	}
+	if err := s.proposeRemoval(appendExpireEntry(nil, cutoff)); err != nil {
+		s.m.log.Warn("stream age limit", "stream", s.name, "err", err)
+	}
+}
+
+func (s *Stream) proposeRemoval(entry []byte) error {
+	if !s.repl.leader.Load() {
+		return nil
+	}
+	return s.proposeConsumer(entry)
+}
