@@ -2,7 +2,8 @@
 # Replicated streams on this machine, in one run: a 3-node NATS JetStream cluster
 # with R3 streams (bench/streamvs --replicas 3), then a 3-broker Apache Kafka cluster
 # with replication factor 3 (Kafka's ProducerPerformance and ConsumerPerformance),
-# one after the other, and one report. Tern R3 joins later (see TERN R3 below).
+# one after the other, and one report; Tern R3 (a 3-node cluster with cluster_size 3)
+# runs beside JetStream R3 in the same streamvs run.
 #
 # Installs what is missing (nats-server, pinned in bench/lib.sh, with go install;
 # Kafka's jars from Maven Central, bench/kafka.sh), builds the harnesses, starts each
@@ -30,7 +31,8 @@
 #   STREAM_ROWS (pubasync16,pubasync1k,pubsync,workqueue,workqueue1k,replay1g)
 #                                 streamvs rows run against JetStream R3
 #   SYSTEMS (js,kafka)            which clusters to run
-#   TERN_R3 (0)                   1: Tern R3 as well (not possible yet, see below)
+#   TERN_R3 (1)                   0: no Tern R3 cluster
+#   TERN_BASE (24700)             Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
 #   OUT (bench/out)               results in $OUT/replicated
 # Outputs in $OUT/replicated: results.md and results.json (both systems, one table
 # format), streams.json and streamvs.md (streamvs's own), kafka.json, kafka-tools.log
@@ -66,12 +68,13 @@ awk -v s="$SCALE" 'BEGIN { exit !(s + 0 > 0) }' || { echo "replicated.sh: --scal
 [ -n "$REPLAY_BYTES" ] || REPLAY_BYTES=$(awk -v s="$SCALE" 'BEGIN { b = int(s * 1073741824); if (b < 1048576) b = 1048576; print b }')
 
 JS_BASE=${JS_BASE:-24500}
+TERN_BASE=${TERN_BASE:-24700}
 KAFKA_PARTITIONS=${KAFKA_PARTITIONS:-1}
 KAFKA_ALT_PROPS=${KAFKA_ALT_PROPS-linger.ms=0}
 KAFKA_PACED_RATE=${KAFKA_PACED_RATE:-1000}
 STREAM_ROWS=${STREAM_ROWS:-pubasync16,pubasync1k,pubsync,workqueue,workqueue1k,replay1g}
 SYSTEMS=${SYSTEMS:-js,kafka}
-TERN_R3=${TERN_R3:-0}
+TERN_R3=${TERN_R3:-1}
 OUT=${OUT:-bench/out}
 ROUT=$OUT/replicated
 JS_NODES=3
@@ -103,28 +106,48 @@ if has kafka; then
 	# shellcheck disable=SC2207 # numbers
 	ports+=($(kafka_ports))
 fi
-require_free_ports "JS_BASE / KAFKA_BASE" "${ports[@]}"
+if [ "$TERN_R3" = 1 ]; then
+	for i in 1 2 3; do ports+=($((TERN_BASE + 10 * i)) $((TERN_BASE + 10 * i + 1)) $((TERN_BASE + 10 * i + 2)) $((TERN_BASE + 10 * i + 3))); done
+fi
+require_free_ports "JS_BASE / KAFKA_BASE / TERN_BASE" "${ports[@]}"
 echo "== building bench/streamvs and bench/replicatedvs"
 bench_build "$ROUT/streamvs" ./streamvs
 bench_build "$ROUT/replicatedvs" ./replicatedvs
 
 # --- TERN R3 ---------------------------------------------------------------------------------
-# Where Tern's replicated streams join the comparison, once Tern has them:
-#  1. start_tern_r3 starts a 3-node Tern cluster beside the JetStream one, as
-#     bench/cluster.sh starts its Tern cluster (--server-name, --port, --cluster-port,
-#     --join every node, --cluster-name, --store-dir per node, MQTT and UDP off, on
-#     TERN_BASE+10i), waits until it is meshed and its meta group has a leader, and
-#     adds it to the streamvs run: SV_DRIVERS=js,tern and SV_ARGS+=(--tern-url ...
-#     --tern-version ...);
-#  2. bench/internal/ternstream passes StreamSpec.Replicas on to Tern's stream API
-#     (today it refuses more than one copy);
-# streamvs then runs both clusters' rows alternately, and the report shows Tern R3's
-# columns with its ratios to JetStream R3 and Kafka RF3. Until then no Tern number is
-# reported: the report says Tern R3 was not measured.
+# A 3-node Tern cluster that replicates (--cluster-size 3) on 127.0.0.1, node i on
+# TERN_BASE+10i (client), +1 (routes), +2 (gossip), +3 (monitoring); streamvs runs its
+# rows against it and JetStream R3 alternately (--replicas 3: each stream a Raft group
+# of 3). Tern's default fsync policy, as JetStream's and Kafka's own.
 TERN_R3_PIDS=()
+tern_port() { echo $((TERN_BASE + 10 * $1)); }
 start_tern_r3() {
-	echo "replicated.sh: TERN_R3=1 asks for Tern R3, but Tern has no replicated streams yet (see TERN R3 in bench/replicated.sh)" >&2
-	return 1
+	local i join=""
+	go build -o "$ROUT/tern" ./cmd/tern
+	for i in 1 2 3; do join+="127.0.0.1:$(($(tern_port "$i") + 1)),"; done
+	for i in 1 2 3; do
+		"$ROUT/tern" server --server-name "tern$i" --host 127.0.0.1 --port "$(tern_port "$i")" \
+			--http "127.0.0.1:$(($(tern_port "$i") + 3))" --cluster-name r3 --cluster-port "$(($(tern_port "$i") + 1))" \
+			--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 \
+			--store-dir "$RUN_DIR/tern$i" >"$ROUT/tern-n$i.log" 2>&1 &
+		TERN_R3_PIDS+=($!)
+	done
+	for i in 1 2 3; do wait_port "$(tern_port "$i")" "${TERN_R3_PIDS[$((i - 1))]}" "tern node $i"; done
+	# Ready once a stream of 3 replicas can be made: the meta group has formed and
+	# knows all three nodes.
+	local tries=0
+	until "$ROUT/tern" stream add bench-ready --replicas 3 --server "tern://127.0.0.1:$(tern_port 1)" >/dev/null 2>&1; do
+		tries=$((tries + 1))
+		if [ "$tries" -gt 120 ]; then
+			echo "replicated.sh: the Tern cluster did not get ready in 60 s (see $ROUT/tern-n*.log)" >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+	"$ROUT/tern" stream rm bench-ready --force --server "tern://127.0.0.1:$(tern_port 1)" >/dev/null
+	SV_DRIVERS=${SV_DRIVERS:+$SV_DRIVERS,}tern
+	SV_ARGS+=(--tern-url "tern://127.0.0.1:$(tern_port 1)" --tern-pid "${TERN_R3_PIDS[0]}"
+		--tern-version "$("$ROUT/tern" version | sed -n 's/^tern *//p')")
 }
 stop_tern_r3() {
 	local pid
@@ -227,8 +250,6 @@ if has js; then
 fi
 if [ "$TERN_R3" = 1 ]; then
 	start_tern_r3
-else
-	report_args+=(--not-run "Tern R3: not measured yet. Tern has no replicated streams yet; TERN R3 in bench/replicated.sh is where its cluster will be started and added to the streamvs run")
 fi
 if [ -n "$SV_DRIVERS" ]; then
 	echo "== streamvs --replicas 3 --drivers $SV_DRIVERS (progress on stderr)"

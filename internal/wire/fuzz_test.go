@@ -36,7 +36,7 @@ func reencode(f *Frame) []byte {
 		for q := range f.Queues.All() {
 			queues = append(queues, q)
 		}
-		return AppendRouteMsg(nil, f.Seq, f.Attrs, f.Subject, f.Reply, queues, f.Header, f.Payload)
+		return AppendRouteMsg(nil, f.Seq, f.Attrs, f.Subject, f.Route, f.Reply, queues, f.Header, f.Payload)
 	case TypeRouteAck:
 		return AppendRouteAck(nil, f.Seq)
 	case TypeRouteRaft:
@@ -153,7 +153,7 @@ func FuzzRouteFrames(f *testing.F) {
 				if fr.Flags&FlagSeq != 0 && fr.Seq == 0 {
 					t.Fatal("seq flag with seq 0")
 				}
-				if l := RouteMsgLen(fr.Seq, fr.Subject, fr.Reply, queues, fr.Header, fr.Payload); l != n {
+				if l := RouteMsgLen(fr.Seq, fr.Subject, fr.Route, fr.Reply, queues, fr.Header, fr.Payload); l != n {
 					t.Fatalf("RouteMsgLen %d, frame %d", l, n)
 				}
 			case TypeRouteRefresh:

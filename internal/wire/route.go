@@ -209,15 +209,18 @@ func AppendRouteRaft(dst, batch []byte) []byte {
 }
 
 // RouteMsgLen is the encoded size of the RMSG frame AppendRouteMsg would write.
-func RouteMsgLen[S, Q text](seq uint64, subject, reply S, queues []Q, header Header, payload []byte) int {
-	n := routeMsgBodyLen(seq, subject, reply, queues, header, payload)
+func RouteMsgLen[S, Q text](seq uint64, subject, route, reply S, queues []Q, header Header, payload []byte) int {
+	n := routeMsgBodyLen(seq, subject, route, reply, queues, header, payload)
 	return 1 + uvarintLen(uint64(n)) + n
 }
 
-func routeMsgBodyLen[S, Q text](seq uint64, subject, reply S, queues []Q, header Header, payload []byte) int {
+func routeMsgBodyLen[S, Q text](seq uint64, subject, route, reply S, queues []Q, header Header, payload []byte) int {
 	n := 2 + strLen(subject) + len(payload)
 	if seq != 0 {
 		n += uvarintLen(seq)
+	}
+	if len(route) > 0 {
+		n += strLen(route)
 	}
 	if len(reply) > 0 {
 		n += strLen(reply)
@@ -236,12 +239,17 @@ func routeMsgBodyLen[S, Q text](seq uint64, subject, reply S, queues []Q, header
 
 // AppendRouteMsg appends an RMSG frame forwarding a message to another node. seq 0
 // means the sender does not keep the message for retransmission; attrs holds the
-// QoS and the Attr* bits. queues names the groups the receiver was chosen for: at
-// most MaxRouteQueues, each non-empty, and at least one with AttrGroupOnly.
-func AppendRouteMsg[S, Q text](dst []byte, seq uint64, attrs uint8, subject, reply S, queues []Q, header Header, payload []byte) []byte {
+// QoS and the Attr* bits. route, when not empty, is the subject the message is
+// routed by instead of its own (a stream consumer's delivery to an inbox). queues
+// names the groups the receiver was chosen for: at most MaxRouteQueues, each
+// non-empty, and at least one with AttrGroupOnly.
+func AppendRouteMsg[S, Q text](dst []byte, seq uint64, attrs uint8, subject, route, reply S, queues []Q, header Header, payload []byte) []byte {
 	var flags uint8
 	if seq != 0 {
 		flags |= FlagSeq
+	}
+	if len(route) > 0 {
+		flags |= FlagRoute
 	}
 	if len(reply) > 0 {
 		flags |= FlagReply
@@ -252,12 +260,15 @@ func AppendRouteMsg[S, Q text](dst []byte, seq uint64, attrs uint8, subject, rep
 	if len(header) > 0 {
 		flags |= FlagHeaders
 	}
-	dst = appendHead(dst, TypeRouteMsg, routeMsgBodyLen(seq, subject, reply, queues, header, payload))
+	dst = appendHead(dst, TypeRouteMsg, routeMsgBodyLen(seq, subject, route, reply, queues, header, payload))
 	dst = append(dst, flags, attrs)
 	if seq != 0 {
 		dst = binary.AppendUvarint(dst, seq)
 	}
 	dst = appendStr(dst, subject)
+	if len(route) > 0 {
+		dst = appendStr(dst, route)
+	}
 	if len(reply) > 0 {
 		dst = appendStr(dst, reply)
 	}

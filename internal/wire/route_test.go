@@ -55,12 +55,12 @@ func routeSamples() []struct {
 		{"rint gone", AppendRouteInterest(nil, []byte("a.b"), nil, 0), Frame{Type: TypeRouteInterest, Subject: []byte("a.b")}},
 		{"rrefresh begin", AppendRouteRefresh(nil, RefreshBegin, 1), Frame{Type: TypeRouteRefresh, Phase: RefreshBegin, Generation: 1}},
 		{"rrefresh end", AppendRouteRefresh(nil, RefreshEnd, 1<<40), Frame{Type: TypeRouteRefresh, Phase: RefreshEnd, Generation: 1 << 40}},
-		{"rmsg", AppendRouteMsg[string, string](nil, 0, 0, "a.b", "", nil, nil, []byte("hi")),
+		{"rmsg", AppendRouteMsg[string, string](nil, 0, 0, "a.b", "", "", nil, nil, []byte("hi")),
 			Frame{Type: TypeRouteMsg, Subject: []byte("a.b"), Payload: []byte("hi")}},
-		{"rmsg all fields", AppendRouteMsg(nil, 300, 1|AttrRetain, []byte("a.b"), []byte("r.1"), []string{"g1", "g2"}, h, []byte("x")),
-			Frame{Type: TypeRouteMsg, Flags: FlagSeq | FlagReply | FlagQueues | FlagHeaders, Attrs: 1 | AttrRetain, Seq: 300,
-				Subject: []byte("a.b"), Reply: []byte("r.1"), Queues: qlist("g1", "g2"), Header: h, Payload: []byte("x")}},
-		{"rmsg group only", AppendRouteMsg(nil, 0, AttrGroupOnly, "push.x", "", []string{"deliver"}, nil, nil),
+		{"rmsg all fields", AppendRouteMsg(nil, 300, 1|AttrRetain, []byte("a.b"), []byte("inbox.7"), []byte("r.1"), []string{"g1", "g2"}, h, []byte("x")),
+			Frame{Type: TypeRouteMsg, Flags: FlagSeq | FlagRoute | FlagReply | FlagQueues | FlagHeaders, Attrs: 1 | AttrRetain, Seq: 300,
+				Subject: []byte("a.b"), Route: []byte("inbox.7"), Reply: []byte("r.1"), Queues: qlist("g1", "g2"), Header: h, Payload: []byte("x")}},
+		{"rmsg group only", AppendRouteMsg(nil, 0, AttrGroupOnly, "push.x", "", "", []string{"deliver"}, nil, nil),
 			Frame{Type: TypeRouteMsg, Flags: FlagQueues, Attrs: AttrGroupOnly, Subject: []byte("push.x"), Queues: qlist("deliver")}},
 		{"rack", AppendRouteAck(nil, 300), Frame{Type: TypeRouteAck, Seq: 300}},
 		{"rraft", AppendRouteRaft(nil, []byte{1, 2, 3}), Frame{Type: TypeRouteRaft, Payload: []byte{1, 2, 3}}},
@@ -110,8 +110,8 @@ func TestRouteMsgCombinations(t *testing.T) {
 					continue
 				}
 				name := fmt.Sprintf("fields=%04b attrs=%02x", fields, attrs)
-				enc := AppendRouteMsg(nil, seq, attrs, "a.b", reply, queues, hdr, payload)
-				if l := RouteMsgLen(seq, "a.b", reply, queues, hdr, payload); l != len(enc) {
+				enc := AppendRouteMsg(nil, seq, attrs, "a.b", "", reply, queues, hdr, payload)
+				if l := RouteMsgLen(seq, "a.b", "", reply, queues, hdr, payload); l != len(enc) {
 					t.Fatalf("%s: RouteMsgLen %d, encoded %d", name, l, len(enc))
 				}
 				var f Frame
@@ -143,12 +143,12 @@ func TestRouteQueueLimit(t *testing.T) {
 	for i := range queues {
 		queues[i] = fmt.Sprint("g", i)
 	}
-	enc := AppendRouteMsg(nil, 1, 0, "a", "", queues, nil, nil)
+	enc := AppendRouteMsg(nil, 1, 0, "a", "", "", queues, nil, nil)
 	var f Frame
 	if _, err := f.Decode(enc, 0); err != nil || f.Queues.Len() != MaxRouteQueues {
 		t.Fatalf("%d queues: %v", MaxRouteQueues, err)
 	}
-	enc = AppendRouteMsg(nil, 1, 0, "a", "", append(queues, "one-more"), nil, nil)
+	enc = AppendRouteMsg(nil, 1, 0, "a", "", "", append(queues, "one-more"), nil, nil)
 	if _, err := f.Decode(enc, 0); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("%d queues: %v", MaxRouteQueues+1, err)
 	}
@@ -307,7 +307,7 @@ func TestRouteNoAllocations(t *testing.T) {
 	queues := []string{"g1", "g2", "g3"}
 	hdr := Header(AppendHeader(nil, "k", "v"))
 	payload := make([]byte, 64)
-	rmsg := AppendRouteMsg(nil, 12345, 1|AttrRetain, "a.b", "r", queues, hdr, payload)
+	rmsg := AppendRouteMsg(nil, 12345, 1|AttrRetain, "a.b", "", "r", queues, hdr, payload)
 	rint := AppendRouteInterest(nil, "a.*", "g", 7)
 	rest := append(AppendRouteRefresh(nil, RefreshBegin, 9), AppendRouteAck(nil, 12345)...)
 	dst := make([]byte, 0, 1024)
@@ -323,7 +323,7 @@ func TestRouteNoAllocations(t *testing.T) {
 		if n != 6 || f.Queues.Len() != 3 {
 			t.Fatal("queues")
 		}
-		dst = AppendRouteMsg(dst[:0], f.Seq, f.Attrs, f.Subject, f.Reply, queues, f.Header, f.Payload)
+		dst = AppendRouteMsg(dst[:0], f.Seq, f.Attrs, f.Subject, f.Route, f.Reply, queues, f.Header, f.Payload)
 		if _, err := f.Decode(rint, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +343,7 @@ func TestRouteNoAllocations(t *testing.T) {
 }
 
 func BenchmarkDecodeRouteMsg(b *testing.B) {
-	enc := AppendRouteMsg(nil, 1<<20, 1, "sensors.k1.temp", "", []string{"workers"}, nil, make([]byte, 16))
+	enc := AppendRouteMsg(nil, 1<<20, 1, "sensors.k1.temp", "", "", []string{"workers"}, nil, make([]byte, 16))
 	var f Frame
 	b.ReportAllocs()
 	for b.Loop() {

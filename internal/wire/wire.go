@@ -83,6 +83,7 @@ func (t Type) String() string {
 // one namespace across the client and route protocols.
 const (
 	FlagAck     uint8 = 1 << 0 // PUB, SUB, UNSUB: an ack id follows; the server answers OK or ERR with it
+	FlagRoute   uint8 = 1 << 0 // RMSG: the subject the message is routed by follows its subject
 	FlagReply   uint8 = 1 << 1 // PUB, MSG, RMSG: a reply subject follows the subject
 	FlagHeaders uint8 = 1 << 2 // PUB, MSG, RMSG: a header block precedes the payload
 	FlagQueue   uint8 = 1 << 3 // SUB, RINT: a queue group name follows the subject
@@ -98,7 +99,7 @@ const (
 	subFlags      = FlagAck | FlagQueue | FlagFilter
 	unsubFlags    = FlagAck | FlagMax
 	interestFlags = FlagQueue
-	routeMsgFlags = FlagSeq | FlagReply | FlagQueues | FlagHeaders
+	routeMsgFlags = FlagSeq | FlagRoute | FlagReply | FlagQueues | FlagHeaders
 )
 
 // Connect flags (uvarint in CONNECT).
@@ -161,9 +162,12 @@ type Frame struct {
 	Generation uint64
 
 	Subject []byte
-	Reply   []byte
-	Queue   []byte // SUB, RINT
-	Filter  []byte
+	// Route is the subject an RMSG is routed by when it differs from Subject
+	// (FlagRoute), nil otherwise.
+	Route  []byte
+	Reply  []byte
+	Queue  []byte // SUB, RINT
+	Filter []byte
 	// Queues is the list of queue group names of RMSG (FlagQueues), nil if none; walk
 	// it with QueueList.Next or All.
 	Queues QueueList
@@ -346,6 +350,9 @@ func (f *Frame) parseBody(b []byte) error {
 			}
 		}
 		f.Subject = r.str()
+		if f.Flags&FlagRoute != 0 {
+			f.Route = r.nonEmpty("route subject")
+		}
 		if f.Flags&FlagReply != 0 {
 			f.Reply = r.nonEmpty("reply")
 		}

@@ -58,13 +58,12 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 	if spec.Storage != "" && spec.Storage != streambench.StorageFile {
 		return fmt.Errorf("%w: storage %q", streambench.ErrUnsupported, spec.Storage)
 	}
-	// TERN R3: the client's StreamConfig has no replication factor yet. Once Tern
-	// replicates streams, pass spec.Replicas on here (bench/replicated.sh then runs
-	// streamvs --drivers js,tern --replicas 3 against a Tern cluster).
-	if spec.Replicas > 1 {
-		return fmt.Errorf("%w: %d replicas (Tern's stream API has no replication factor yet)", streambench.ErrUnsupported, spec.Replicas)
-	}
+	// More than one replica needs a Tern cluster that replicates (cluster_size);
+	// bench/replicated.sh starts one.
 	cfg := tern.StreamConfig{Name: spec.Name, Subjects: spec.Subjects, Retention: tern.RetainLimits, Sync: string(spec.Sync)}
+	if spec.Replicas > 1 {
+		cfg.Replicas = spec.Replicas
+	}
 	switch spec.Retention {
 	case streambench.RetainLimits, "":
 	case streambench.RetainWorkQueue:

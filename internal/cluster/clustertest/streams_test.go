@@ -379,3 +379,95 @@ func TestReplicatedRemovals(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatedConsumersThroughAnyNode: consumers of a replicated stream are
+// created and read through a node that does not lead it: an ephemeral pull
+// consumer, a durable one, and a push consumer delivering to a subscriber there
+// (deliveries cross the route under the inbox or deliver subject they are routed
+// by, keeping their own subject).
+func TestReplicatedConsumersThroughAnyNode(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := c.Nodes[0].Connect(t, c.Nodes[0].URL()).Streams().AddStream(ctx,
+		tern.StreamConfig{Name: "R", Subjects: []string{"r.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var far *clustertest.Node
+	for _, n := range c.Nodes {
+		if n.Name != info.Cluster.Leader {
+			far = n
+			break
+		}
+	}
+	nc := far.Connect(t, far.URL())
+	js := nc.Streams()
+	const total = 30
+	for i := range total {
+		if _, err := js.Publish(ctx, fmt.Sprintf("r.%d", i), fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, msgs []*tern.Msg) {
+		t.Helper()
+		if len(msgs) != total {
+			t.Fatalf("%s: %d messages, want %d", what, len(msgs), total)
+		}
+		for i, m := range msgs {
+			if m.Subject != fmt.Sprintf("r.%d", i) || string(m.Data) != fmt.Sprint(i) {
+				t.Fatalf("%s: message %d is %s %q", what, i, m.Subject, m.Data)
+			}
+		}
+	}
+	fetchAll := func(p *tern.Pull) []*tern.Msg {
+		var out []*tern.Msg
+		for len(out) < total {
+			msgs, err := p.Fetch(ctx, total-len(out))
+			if err != nil {
+				t.Fatalf("fetch after %d: %v", len(out), err)
+			}
+			out = append(out, msgs...)
+		}
+		return out
+	}
+	eph, err := js.AddConsumer(ctx, "R", tern.ConsumerConfig{AckPolicy: tern.AckNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("ephemeral pull consumer", fetchAll(js.Pull("R", eph.Name)))
+	if _, err := js.AddConsumer(ctx, "R", tern.ConsumerConfig{Durable: "D", AckPolicy: tern.AckExplicit}); err != nil {
+		t.Fatal(err)
+	}
+	durable := fetchAll(js.Pull("R", "D"))
+	for _, m := range durable {
+		if err := m.AckSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("durable pull consumer", durable)
+
+	got := make(chan *tern.Msg, total)
+	sub, err := nc.Subscribe("deliver.push", func(m *tern.Msg) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddConsumer(ctx, "R", tern.ConsumerConfig{Durable: "P", DeliverSubject: "deliver.push", AckPolicy: tern.AckNone}); err != nil {
+		t.Fatal(err)
+	}
+	var pushed []*tern.Msg
+	for len(pushed) < total {
+		select {
+		case m := <-got:
+			pushed = append(pushed, m)
+		case <-ctx.Done():
+			t.Fatalf("push consumer: %d of %d messages", len(pushed), total)
+		}
+	}
+	check("push consumer", pushed)
+}

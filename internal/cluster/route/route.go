@@ -227,7 +227,7 @@ func (r *Route) deliverIn(f *wire.Frame) {
 	r.inMsgs.Add(1)
 	r.inBytes.Add(uint64(len(f.Payload)))
 	m := &r.msg
-	*m = broker.Message{Subject: f.Subject, Reply: f.Reply, Header: header.Block(f.Header), Payload: f.Payload,
+	*m = broker.Message{Subject: f.Subject, Route: f.Route, Reply: f.Reply, Header: header.Block(f.Header), Payload: f.Payload,
 		QoS: f.Attrs & wire.AttrQoS, Retain: f.Attrs&wire.AttrRetain != 0, FromRoute: true}
 	r.queues = r.queues[:0]
 	for name := range f.Queues.All() {
@@ -344,11 +344,11 @@ func (r *Route) DeliverRemote(m *broker.Message, queues []string) bool {
 		r.excludedDrops.Add(1)
 		return false
 	}
-	b, ok := r.q.Reserve(wire.RouteMsgLen(0, m.Subject, m.Reply, queues, wire.Header(m.Header), m.Payload))
+	b, ok := r.q.Reserve(wire.RouteMsgLen(0, m.Subject, m.Route, m.Reply, queues, wire.Header(m.Header), m.Payload))
 	if !ok {
 		return false
 	}
-	r.q.Commit(wire.AppendRouteMsg(b, 0, attrs, m.Subject, m.Reply, queues, wire.Header(m.Header), m.Payload), len(m.Payload))
+	r.q.Commit(wire.AppendRouteMsg(b, 0, attrs, m.Subject, m.Route, m.Reply, queues, wire.Header(m.Header), m.Payload), len(m.Payload))
 	return true
 }
 

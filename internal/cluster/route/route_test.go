@@ -445,7 +445,7 @@ func TestResentForwardsAreDeliveredOnce(t *testing.T) {
 	p := dialFake(t, a.addr, "z", "z-1")
 	var out []byte
 	for _, seq := range []uint64{1, 2, 3, 2, 3, 4} {
-		out = wire.AppendRouteMsg(out, seq, 1, "q", "", []string(nil), nil, []byte(fmt.Sprint(seq)))
+		out = wire.AppendRouteMsg(out, seq, 1, "q", "", "", []string(nil), nil, []byte(fmt.Sprint(seq)))
 	}
 	p.send(out)
 	waitFor(t, "deliveries", func() bool { return got.count() >= 4 })
@@ -463,13 +463,13 @@ func TestResentForwardsAreDeliveredOnce(t *testing.T) {
 	p.nc.Close()
 	waitFor(t, "route gone", func() bool { return len(a.m.Routes()) == 0 })
 	p = dialFake(t, a.addr, "z", "z-1")
-	p.send(wire.AppendRouteMsg(nil, 4, 1, "q", "", []string(nil), nil, []byte("again")))
-	p.send(wire.AppendRouteMsg(nil, 5, 1, "q", "", []string(nil), nil, []byte("new")))
+	p.send(wire.AppendRouteMsg(nil, 4, 1, "q", "", "", []string(nil), nil, []byte("again")))
+	p.send(wire.AppendRouteMsg(nil, 5, 1, "q", "", "", []string(nil), nil, []byte("new")))
 	waitFor(t, "the new one", func() bool { return got.count() == 5 })
 	p.nc.Close()
 	waitFor(t, "route gone", func() bool { return len(a.m.Routes()) == 0 })
 	p = dialFake(t, a.addr, "z", "z-2")
-	p.send(wire.AppendRouteMsg(nil, 1, 1, "q", "", []string(nil), nil, []byte("restarted")))
+	p.send(wire.AppendRouteMsg(nil, 1, 1, "q", "", "", []string(nil), nil, []byte("restarted")))
 	waitFor(t, "a restarted peer's first", func() bool { return got.count() == 6 })
 }
 

@@ -44,8 +44,8 @@ func (s *outSession) forward(r *Route, m *broker.Message, attrs uint8, queues []
 	defer s.mu.Unlock()
 	s.next++
 	seq := s.next
-	frame := wire.AppendRouteMsg(make([]byte, 0, wire.RouteMsgLen(seq, m.Subject, m.Reply, queues, m.Header, m.Payload)),
-		seq, attrs, m.Subject, m.Reply, queues, m.Header, m.Payload)
+	frame := wire.AppendRouteMsg(make([]byte, 0, wire.RouteMsgLen(seq, m.Subject, m.Route, m.Reply, queues, m.Header, m.Payload)),
+		seq, attrs, m.Subject, m.Route, m.Reply, queues, m.Header, m.Payload)
 	s.unacked = append(s.unacked, kept{seq: seq, frame: frame})
 	s.bytes += len(frame)
 	for len(s.unacked) > maxUnackedMsgs || s.bytes > maxUnackedBytes {
