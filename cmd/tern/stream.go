@@ -24,9 +24,10 @@ subjects into a log on the server's disk (store_dir). See docs/cli-streams.md.`
 func newStreamCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stream <command>",
-		Short: "Manage durable streams (add, ls, info, rm, purge, get)",
+		Short: "Manage durable streams (add, edit, ls, info, rm, purge, get)",
 		Long:  streamLong,
 		Example: `  tern stream add ORDERS --subjects 'orders.>' --max-age 24h
+  tern stream edit ORDERS --max-age 48h
   tern stream ls
   tern stream info ORDERS
   tern stream get ORDERS --seq 1
@@ -34,7 +35,7 @@ func newStreamCmd() *cobra.Command {
 		Args: groupArgs,
 		RunE: showUsage,
 	}
-	cmd.AddCommand(newStreamAddCmd(), newStreamListCmd(), newStreamInfoCmd(), newStreamRemoveCmd(), newStreamPurgeCmd(), newStreamGetCmd())
+	cmd.AddCommand(newStreamAddCmd(), newStreamEditCmd(), newStreamListCmd(), newStreamInfoCmd(), newStreamRemoveCmd(), newStreamPurgeCmd(), newStreamGetCmd())
 	return cmd
 }
 
@@ -189,6 +190,100 @@ func newStreamAddCmd() *cobra.Command {
 	enumFlag(cmd, &cfg.Sync, "sync", "fsync policy of this stream", "always", "interval", "never")
 	_ = fs.SetAnnotation("sync", defaultAnnotation, []string{"the server's"})
 	fs.Var(cliflags.NewByteSize(&segs), "segment-size", "segment file size, e.g. 64MiB (0 = the server's segment_size)")
+	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
+	return cmd
+}
+
+// ---------------------------------------------------------------------------------
+// tern stream edit
+
+func newStreamEditCmd() *cobra.Command {
+	var (
+		cf                   clientFlags
+		subjects, discard    string
+		maxAge, dupeWindow   time.Duration
+		maxBytes, maxMsgSize int64
+		maxMsgs              uint64
+		replicas             int
+		asJSON               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "edit <name> [options]",
+		Short: "Change a stream's subjects, limits or replica count (the options given, the rest as they are)",
+		Example: `  tern stream edit ORDERS --max-age 48h --max-bytes 2GiB
+  tern stream edit ORDERS --subjects 'orders.>,returns.>'
+  tern stream edit ORDERS --replicas 5`,
+		Args: argsBetween(1, 1, "want a stream name"),
+		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
+			ctx, fs := cmd.Context(), cmd.Flags()
+			info, err := js.StreamInfo(ctx, args[0])
+			if err != nil {
+				return streamErr(err, args[0])
+			}
+			cfg := info.Config
+			if fs.Changed("subjects") {
+				cfg.Subjects = nil
+				for _, s := range strings.Split(subjects, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						cfg.Subjects = append(cfg.Subjects, s)
+					}
+				}
+				if len(cfg.Subjects) == 0 {
+					return usageErrorf("--subjects wants at least one subject")
+				}
+			}
+			if fs.Changed("max-age") {
+				if maxAge < 0 {
+					return usageErrorf("--max-age must not be negative")
+				}
+				cfg.MaxAge = tern.Duration(maxAge)
+			}
+			if fs.Changed("dupe-window") {
+				if dupeWindow < 0 {
+					return usageErrorf("--dupe-window must not be negative")
+				}
+				cfg.DuplicateWindow = tern.Duration(dupeWindow)
+			}
+			if fs.Changed("max-bytes") {
+				cfg.MaxBytes = maxBytes
+			}
+			if fs.Changed("max-msgs") {
+				cfg.MaxMsgs = maxMsgs
+			}
+			if fs.Changed("max-msg-size") {
+				cfg.MaxMsgSize = int(maxMsgSize)
+			}
+			if fs.Changed("discard") {
+				cfg.Discard = discard
+			}
+			if fs.Changed("replicas") {
+				if replicas != 1 && replicas != 3 && replicas != 5 {
+					return usageErrorf("--replicas must be 1, 3 or 5")
+				}
+				cfg.Replicas = replicas
+			}
+			updated, err := js.UpdateStream(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("edit stream %q: %w", cfg.Name, streamErr(err, cfg.Name))
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), updated)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Stream %s updated\n\n", updated.Config.Name)
+			printStreamInfo(cmd.OutOrStdout(), updated)
+			return nil
+		}),
+	}
+	cf.register(cmd, "tern-stream")
+	fs := cmd.Flags()
+	fs.StringVar(&subjects, "subjects", "", "comma-separated `subjects` to capture instead of the current ones")
+	fs.DurationVar(&maxAge, "max-age", 0, "remove messages older than this, e.g. 1h (0 = no limit)")
+	fs.Var(cliflags.NewByteSize(&maxBytes), "max-bytes", "size limit over all partitions, e.g. 1GiB (0 = no limit)")
+	fs.Uint64Var(&maxMsgs, "max-msgs", 0, "message count limit over all partitions (0 = no limit)")
+	fs.Var(cliflags.NewByteSize(&maxMsgSize), "max-msg-size", "largest payload accepted, e.g. 64KiB (0 = the server's max_payload)")
+	enumFlag(cmd, &discard, "discard", "at a limit: old removes the oldest messages, new refuses new ones", "old", "new")
+	fs.DurationVar(&dupeWindow, "dupe-window", 0, "how long message ids are remembered (0 = 2m)")
+	fs.IntVar(&replicas, "replicas", 0, "nodes of the cluster that keep the stream: 3 or 5 (a stream of 1 stays 1)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
 }

@@ -2,9 +2,11 @@ package clustertest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,14 +16,21 @@ import (
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/cluster/clustertest"
 	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
 )
+
+// infoOf asks for a stream's info, giving up after 2 s: a request made while the
+// stream's leadership moves may be lost, and a poll asks again.
+func infoOf(js *tern.Streams, name string) (*tern.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return js.StreamInfo(ctx, name)
+}
 
 // streamLeader is the leader of a stream's group as its info shows it, "" while
 // the stream cannot be described or has no leader.
 func streamLeader(js *tern.Streams, name string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	info, err := js.StreamInfo(ctx, name)
+	info, err := infoOf(js, name)
 	if err != nil || info.Cluster == nil {
 		return ""
 	}
@@ -128,7 +137,7 @@ func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
 	// The killed node restarts from its disk and catches up with the group.
 	killed.Restart(t)
 	c.WaitFor("the restarted replica caught up", 20*time.Second, func() bool {
-		info, err := pjs.StreamInfo(ctx, "ORDERS")
+		info, err := infoOf(pjs, "ORDERS")
 		if err != nil || info.Cluster == nil || len(info.Cluster.Replicas) != 3 {
 			return false
 		}
@@ -142,7 +151,7 @@ func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
 	for _, n := range c.Nodes {
 		js := n.Connect(t, n.URL()).Streams()
 		c.WaitFor("the stream gone on "+n.Name, 5*time.Second, func() bool {
-			_, err := js.StreamInfo(ctx, "ORDERS")
+			_, err := infoOf(js, "ORDERS")
 			var ae *tern.APIError
 			return errors.As(err, &ae) && ae.Code == 10059
 		})
@@ -207,7 +216,7 @@ func TestReplicatedStreamCatchUpBySnapshot(t *testing.T) {
 	}
 	away.Restart(t)
 	c.WaitFor("the restarted replica caught up", 20*time.Second, func() bool {
-		info, err := js.StreamInfo(ctx, "LOG")
+		info, err := infoOf(js, "LOG")
 		if err != nil || info.Cluster == nil || len(info.Cluster.Replicas) != 3 {
 			return false
 		}
@@ -357,7 +366,7 @@ func TestReplicatedRemovals(t *testing.T) {
 		}
 	}
 	empty := func(name string) bool {
-		info, err := js.StreamInfo(ctx, name)
+		info, err := infoOf(js, name)
 		return err == nil && info.State.Msgs == 0 && info.State.LastSeq == total
 	}
 	c.WaitFor("the work queue emptied by its acks", 10*time.Second, func() bool { return empty("WQ") })
@@ -470,4 +479,105 @@ func TestReplicatedConsumersThroughAnyNode(t *testing.T) {
 		}
 	}
 	check("push consumer", pushed)
+}
+
+// TestReplicatedStreamMembership: a stream's replica count changes with an edit (3
+// to 5: two replicas join, catch up and vote; 5 to 3: two leave and delete their
+// copy), and a node evicted for good is taken out of the stream's group; through it
+// all the stream keeps its messages.
+func TestReplicatedStreamMembership(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 5, Args: func(int) []string { return []string{"--cluster-size", "5"} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	nc := c.Nodes[0].Connect(t, c.Nodes[0].URL(), tern.MaxReconnects(-1))
+	js := nc.Streams()
+	var info *tern.StreamInfo
+	c.WaitFor("a stream of 3 replicas made (the catalogue knowing the nodes)", 20*time.Second, func() bool {
+		var err error
+		info, err = js.AddStream(ctx, tern.StreamConfig{Name: "M", Subjects: []string{"m.>"}, Replicas: 3})
+		return err == nil
+	})
+	const total = 100
+	for i := range total {
+		if _, err := js.Publish(ctx, "m.x", fmt.Appendf(nil, "%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// settled waits until the leader shows n voting replicas, all caught up.
+	settled := func(n int) []string {
+		var names []string
+		last := ""
+		defer func() {
+			if t.Failed() {
+				t.Logf("last stream info: %s", last)
+			}
+		}()
+		c.WaitFor(fmt.Sprintf("%d replicas in the group, caught up", n), 30*time.Second, func() bool {
+			in, err := infoOf(js, "M")
+			if err != nil {
+				last = err.Error()
+				return false
+			}
+			b, _ := json.Marshal(in.Cluster)
+			last = fmt.Sprintf("%s, %d messages", b, in.State.Msgs)
+			if in.Cluster == nil || len(in.Cluster.Replicas) != n || in.State.Msgs != total {
+				return false
+			}
+			names = names[:0]
+			for _, r := range in.Cluster.Replicas {
+				if r.Learner || !r.Active || r.Lag > 0 {
+					return false
+				}
+				names = append(names, r.Node)
+			}
+			return true
+		})
+		return names
+	}
+	settled(3)
+	if _, err := js.UpdateStream(ctx, tern.StreamConfig{Name: "M", Subjects: []string{"m.>"}, Replicas: 5}); err != nil {
+		t.Fatalf("scaling to 5: %v", err)
+	}
+	settled(5)
+
+	// A node killed for good and evicted leaves the group; no node is left to
+	// take its place, so the stream goes on with 4.
+	leader := streamLeader(js, "M")
+	var gone *clustertest.Node
+	for _, n := range c.Nodes[1:] {
+		if n.Name != leader {
+			gone = n
+			break
+		}
+	}
+	gone.Kill()
+	c.WaitFor(gone.Name+" gone from membership", 15*time.Second, func() bool {
+		st, err := c.Nodes[0].Status()
+		return err == nil && !clustertest.Alive(st, gone.Name)
+	})
+	msg, err := nc.Request(ctx, streamapi.ClusterEvictSubject(gone.Name), nil)
+	if err != nil || !strings.Contains(string(msg.Data), `"evicted"`) {
+		t.Fatalf("evicting %s: %v %s", gone.Name, err, msg.Data)
+	}
+	if names := settled(4); slices.Contains(names, gone.Name) {
+		t.Fatalf("the evicted %s is still a replica: %v", gone.Name, names)
+	}
+
+	// Down to 3: the two replicas dropped delete their copy once out of the group.
+	if _, err := js.UpdateStream(ctx, tern.StreamConfig{Name: "M", Subjects: []string{"m.>"}, Replicas: 3}); err != nil {
+		t.Fatalf("scaling to 3: %v", err)
+	}
+	kept := settled(3)
+	for _, n := range c.Nodes {
+		if n == gone || slices.Contains(kept, n.Name) {
+			continue
+		}
+		c.WaitFor(n.Name+" deleting its copy", 15*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(n.Dir(), "streams", "M"))
+			return errors.Is(err, os.ErrNotExist)
+		})
+	}
+	if info.Config.Replicas != 3 {
+		t.Fatalf("created with %d replicas", info.Config.Replicas)
+	}
 }

@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster/meta"
+	"github.com/tern-mq/tern/internal/replica"
 	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
@@ -67,8 +69,10 @@ func (s *Service) reconcile() {
 	s.cfg.Node.Catalogue(func(c *meta.State) { streams = c.Streams() })
 	names := make(map[string]struct{}, len(streams))
 	want := map[string]*meta.Stream{}
+	all := make(map[string]*meta.Stream, len(streams))
 	for _, st := range streams {
 		names[st.Name] = struct{}{}
+		all[st.Name] = st
 		if len(st.Groups) > 0 && slices.Contains(st.Groups[0].Replicas, s.self) {
 			want[st.Name] = st
 		}
@@ -76,9 +80,34 @@ func (s *Service) reconcile() {
 	s.catalogued.Store(&names)
 
 	for name, p := range s.local {
-		if st := want[name]; st == nil || st.Groups[0].ID != p.group {
-			s.remove(name, p)
+		st := want[name]
+		if st != nil && st.Groups[0].ID == p.group {
+			continue
 		}
+		if cur := all[name]; cur != nil && cur.Groups[0].ID == p.group && p.s.Replicated() {
+			// Moved off this node: the replica stays until the group's leader
+			// has taken it out of the group, which needs a majority of the
+			// replicas it had. Leading it, this node hands the group over.
+			leads := s.leaderOf(p.group) == s.self
+			if err := p.s.SetLeader(leads); err != nil {
+				s.log.Error("stream leadership", "stream", name, "leader", leads, "err", err)
+				continue
+			}
+			if leads {
+				if !p.serving {
+					s.serve(p)
+				}
+				s.changeMembers(p, cur.Groups[0].Replicas)
+				continue
+			}
+			if p.serving {
+				s.unserve(p)
+			}
+			if !s.leftGroup(name, p) {
+				continue
+			}
+		}
+		s.remove(name, p)
 	}
 	for name, st := range want {
 		p := s.local[name]
@@ -103,6 +132,11 @@ func (s *Service) reconcile() {
 			s.serve(p)
 		case !leads && p.serving:
 			s.unserve(p)
+		}
+		if !leads {
+			p.membersAt = 0
+		} else if p.s.Replicated() && p.membersAt != st.Revision && s.changeMembers(p, st.Groups[0].Replicas) {
+			p.membersAt = st.Revision
 		}
 	}
 	if !s.swept {
@@ -191,10 +225,109 @@ func (s *Service) serve(p *placed) {
 }
 
 func (s *Service) unserve(p *placed) {
+	if !p.serving {
+		return
+	}
 	for _, sub := range p.subs {
 		_ = s.cfg.Broker.Unsubscribe(sub)
 	}
 	p.subs, p.serving = nil, false
+	s.log.Info("stopped serving stream", "stream", p.s.Name(), "group", p.group)
+}
+
+// changeMembers brings the group of a stream this node leads in line with the
+// replicas the catalogue places it on, one change per pass: a new replica joins as
+// a learner and becomes a voter once it has caught up, and a replica moved off is
+// removed (the leader itself hands its leadership over first). It reports whether
+// the group was in line already.
+func (s *Service) changeMembers(p *placed, want []uint64) bool {
+	host := s.cfg.Node.Host()
+	st, err := host.Status(p.group)
+	if err != nil || st.State != "StateLeader" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	in := map[uint64]bool{}
+	for _, id := range st.Voters {
+		in[id] = true
+	}
+	for _, id := range st.Learners {
+		in[id] = true
+	}
+	name := p.s.Name()
+	for _, id := range want {
+		if !in[id] {
+			if _, err := host.AddLearner(ctx, p.group, id); err != nil {
+				s.log.Debug("adding a stream replica", "stream", name, "node", s.cfg.Node.NodeName(id), "err", err)
+			} else {
+				s.log.Info("stream replica added as a learner", "stream", name, "node", s.cfg.Node.NodeName(id))
+			}
+			return false
+		}
+	}
+	waiting := false // a learner still catching up
+	for _, pr := range st.Progress {
+		if pr.Learner && slices.Contains(want, pr.Node) && !(pr.RecentActive && pr.Lag == 0) {
+			waiting = true
+		}
+		if pr.Learner && slices.Contains(want, pr.Node) && pr.RecentActive && pr.Lag == 0 {
+			if _, err := host.Promote(ctx, p.group, pr.Node); err != nil {
+				s.log.Debug("promoting a stream replica", "stream", name, "node", s.cfg.Node.NodeName(pr.Node), "err", err)
+			} else {
+				s.log.Info("stream replica promoted to voter", "stream", name, "node", s.cfg.Node.NodeName(pr.Node))
+			}
+			return false
+		}
+	}
+	for id := range in {
+		if slices.Contains(want, id) {
+			continue
+		}
+		if id == s.self {
+			if to := handOffTo(st, want); to != 0 {
+				_ = host.TransferLeadership(ctx, p.group, to)
+			}
+			return false
+		}
+		if _, err := host.RemoveReplica(ctx, p.group, id); err != nil {
+			s.log.Debug("removing a stream replica", "stream", name, "node", s.cfg.Node.NodeName(id), "err", err)
+		} else {
+			s.log.Info("stream replica removed from the group", "stream", name, "node", s.cfg.Node.NodeName(id))
+		}
+		return false
+	}
+	return !waiting
+}
+
+// handOffTo picks a caught-up voter among want to lead instead of this node.
+func handOffTo(st replica.Status, want []uint64) uint64 {
+	for _, pr := range st.Progress {
+		if !pr.Learner && pr.Node != st.Node && slices.Contains(want, pr.Node) && pr.RecentActive && pr.Lag == 0 {
+			return pr.Node
+		}
+	}
+	return 0
+}
+
+// leftGroup reports whether the group of a stream moved off this node has let this
+// replica go: its leader (another node) no longer lists it.
+func (s *Service) leftGroup(name string, p *placed) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b, err := s.cfg.Node.Request(ctx, streamapi.StreamInfoSubject(name), nil, time.Second)
+	if err != nil {
+		return false
+	}
+	var r streamapi.Response[streamapi.StreamInfo]
+	if json.Unmarshal(b, &r) != nil || r.Value == nil || r.Value.Cluster == nil || r.Value.Cluster.Group != p.group {
+		return false
+	}
+	self := s.cfg.Node.NodeName(s.self)
+	if r.Value.Cluster.Leader == "" || r.Value.Cluster.Leader == self {
+		return false
+	}
+	return !slices.ContainsFunc(r.Value.Cluster.Replicas, func(rp streamapi.StreamReplica) bool { return rp.Node == self })
 }
 
 // sweep removes, once, what a stream the catalogue deleted while this node was

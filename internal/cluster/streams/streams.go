@@ -77,6 +77,9 @@ type placed struct {
 	revision uint64
 	serving  bool // the stream's API and ack subscriptions are this node's
 	subs     []*broker.Subscription
+	// membersAt is the catalogue revision the group's members were last found in
+	// line with, while this node leads it (0: not checked since it leads).
+	membersAt uint64
 }
 
 // apiRequest is a catalogue request copied off the publisher's buffers.
@@ -427,8 +430,8 @@ func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	switch {
-	case cfg.Replicas != was.Replicas:
-		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: changing the replica count (%d to %d) is not supported yet", name, was.Replicas, cfg.Replicas))
+	case cfg.Replicas != was.Replicas && (cfg.Replicas == 1 || was.Replicas == 1):
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: a stream of one replica is not replicated, and cannot become so (nor the other way): %d to %d replicas", name, was.Replicas, cfg.Replicas))
 	case cfg.Retention != was.Retention || cfg.Partitions != was.Partitions || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, partitions, sync and segment size cannot change", name))
 	}
@@ -439,7 +442,7 @@ func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: name, Config: raw})
+	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: name, Config: raw, Replicas: cfg.Replicas})
 	if err == nil {
 		err = r.Err
 	}
