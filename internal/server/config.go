@@ -260,7 +260,7 @@ var options = []option{
 	{key: "cluster_size", group: groupCluster, help: "how many nodes the cluster is first started with: replication (the meta group, docs/cluster.md) forms once that many nodes are members; 0 = no replication",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.ClusterSize, 0, 1000) }},
 	{key: "raft_snapshot_entries", group: groupCluster, help: "each Raft group snapshots its state after this many log entries and keeps half as many behind the snapshot: a replica further behind catches up from a snapshot and the leader's stream log instead of the Raft log",
-		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.RaftSnapshotEntries, 10, 10_000_000) }},
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.RaftSnapshotEntries, 2, 10_000_000) }},
 	{key: "stream_replicas", group: groupCluster, help: "replicas (1, 3 or 5) of a stream created without a count, in a cluster that replicates (cluster_size); more than the nodes there are fails the create",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.StreamReplicas, 1, 5) }},
 

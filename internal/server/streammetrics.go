@@ -19,11 +19,18 @@ var (
 	consumerAckPendingDesc  = prometheus.NewDesc("tern_consumer_ack_pending", "Messages delivered and not yet acknowledged.", []string{"stream", "consumer"}, nil)
 	consumerRedeliveredDesc = prometheus.NewDesc("tern_consumer_redelivered_total", "Redeliveries by a consumer.", []string{"stream", "consumer"}, nil)
 	consumerWaitingDesc     = prometheus.NewDesc("tern_consumer_waiting_pulls", "Pull requests waiting for messages.", []string{"stream", "consumer"}, nil)
+
+	streamLeaderDesc        = prometheus.NewDesc("tern_stream_raft_leader", "1 if this node leads the stream's Raft group.", []string{"stream"}, nil)
+	streamTermDesc          = prometheus.NewDesc("tern_stream_raft_term", "Raft term of the stream's group as this node sees it.", []string{"stream"}, nil)
+	streamAppliedDesc       = prometheus.NewDesc("tern_stream_raft_applied", "Last Raft index this node's replica of the stream applied.", []string{"stream"}, nil)
+	streamReplicaLagDesc    = prometheus.NewDesc("tern_stream_replica_lag", "Raft entries a replica of the stream is behind its leader (reported by the leader).", []string{"stream", "replica"}, nil)
+	streamReplicaActiveDesc = prometheus.NewDesc("tern_stream_replica_active", "1 if the stream's leader heard from the replica recently (reported by the leader).", []string{"stream", "replica"}, nil)
 )
 
 func (c streamCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{streamMsgsDesc, streamBytesDesc, streamLastSeqDesc, streamCorruptDesc,
-		consumerPendingDesc, consumerAckPendingDesc, consumerRedeliveredDesc, consumerWaitingDesc} {
+		consumerPendingDesc, consumerAckPendingDesc, consumerRedeliveredDesc, consumerWaitingDesc,
+		streamLeaderDesc, streamTermDesc, streamAppliedDesc, streamReplicaLagDesc, streamReplicaActiveDesc} {
 		ch <- d
 	}
 }
@@ -38,6 +45,16 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(streamBytesDesc, float64(info.State.Bytes), s.Name())
 		gauge(streamLastSeqDesc, float64(info.State.LastSeq), s.Name())
 		gauge(streamCorruptDesc, float64(len(info.Corrupt)), s.Name())
+		if cl := info.Cluster; cl != nil && s.Replicated() {
+			// Only the leader knows its replicas' progress: its view lists them.
+			for _, r := range cl.Replicas {
+				gauge(streamReplicaLagDesc, float64(r.Lag), s.Name(), r.Node)
+				gauge(streamReplicaActiveDesc, b2f(r.Active), s.Name(), r.Node)
+			}
+			gauge(streamLeaderDesc, b2f(len(cl.Replicas) > 0), s.Name())
+			gauge(streamTermDesc, float64(cl.Term), s.Name())
+			gauge(streamAppliedDesc, float64(cl.Applied), s.Name())
+		}
 		for _, cons := range s.Consumers() {
 			ci := cons.Info()
 			gauge(consumerPendingDesc, float64(ci.NumPending), s.Name(), ci.Name)
@@ -46,4 +63,11 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(consumerWaitingDesc, float64(ci.NumWaiting), s.Name(), ci.Name)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

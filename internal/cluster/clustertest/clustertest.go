@@ -470,6 +470,20 @@ func (n *Node) Terminate() {
 // Cont resumes a stopped process (SIGCONT).
 func (n *Node) Cont() { n.signal(syscall.SIGCONT) }
 
+// Get fetches path from the node's monitoring endpoint.
+func (n *Node) Get(path string) (string, error) {
+	resp, err := n.httpc.Get("http://" + net.JoinHostPort(n.Host, strconv.Itoa(n.HTTPPort)) + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return string(b), err
+}
+
 // Dir is the node's store_dir.
 func (n *Node) Dir() string { return n.dir }
 

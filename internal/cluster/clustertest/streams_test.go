@@ -60,10 +60,27 @@ func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
 	leader := info.Cluster.Leader
 	t.Logf("stream ORDERS led by %s", leader)
 
-	// Every node answers for the stream, whichever it is connected to.
+	// Every node answers for the stream, whichever it is connected to, and its
+	// metrics say whether it leads the stream's group.
 	for _, n := range c.Nodes {
 		js := n.Connect(t, n.URL()).Streams()
 		c.WaitFor("the stream described through "+n.Name, 5*time.Second, func() bool { return streamLeader(js, "ORDERS") == leader })
+		metrics, err := n.Get("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `tern_stream_raft_leader{stream="ORDERS"} 0`
+		if n.Name == leader {
+			want = `tern_stream_raft_leader{stream="ORDERS"} 1`
+			for _, r := range c.Nodes {
+				if line := fmt.Sprintf(`tern_stream_replica_active{replica=%q,stream="ORDERS"} 1`, r.Name); !strings.Contains(metrics, line) {
+					t.Errorf("the leader's metrics lack %s", line)
+				}
+			}
+		}
+		if !strings.Contains(metrics, want) {
+			t.Errorf("%s's metrics lack %s", n.Name, want)
+		}
 	}
 
 	var pubNode *clustertest.Node
