@@ -136,7 +136,9 @@ type partitionMachine struct {
 	// done hands a batch's results to the node that proposed it (nil: none here).
 	done func(token uint64, res []pubResult)
 	// fetch gets the records a snapshot is ahead of the log by (nil: none can be).
-	fetch  Fetcher
+	fetch Fetcher
+	// purged hands a purge's count to the node that proposed it (nil: none here).
+	purged func(token, n uint64, err error)
 	logger *slog.Logger
 	// consumers are the stream's durable consumers (nil: entries of consumers
 	// cannot be applied).
@@ -182,7 +184,7 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 	m.batches = m.batches[:0]
 	committed := 0
 	for _, ent := range ents {
-		if len(ent.Data) > 0 && (ent.Data[0] == entryDelete || ent.Data[0] == entryExpire) {
+		if len(ent.Data) > 0 && (ent.Data[0] == entryDelete || ent.Data[0] == entryExpire || ent.Data[0] == entryPurge) {
 			// The messages of earlier entries of this batch are committed
 			// first: a removal may name them.
 			if len(m.results) > committed {
@@ -191,7 +193,11 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 				}
 				committed = len(m.results)
 			}
-			if err := m.applyRemoval(ent.Data); err != nil {
+			apply := m.applyRemoval
+			if ent.Data[0] == entryPurge {
+				apply = m.applyPurge
+			}
+			if err := apply(ent.Data); err != nil {
 				return fmt.Errorf("entry %d: %w", ent.Index, err)
 			}
 			continue
@@ -361,8 +367,10 @@ type streamRepl struct {
 	machine *partitionMachine
 	leader  atomic.Bool
 
-	mu      sync.Mutex
-	waiting map[uint64][]pubResult // by token; nil value: applied results not in yet
+	mu       sync.Mutex
+	waiting  map[uint64][]pubResult  // by token; nil value: applied results not in yet
+	purges   map[uint64]*purgeResult // likewise, for purges
+	purgeSeq atomic.Uint64           // purge tokens: bit 31 set, apart from the writer's
 
 	// Owned by the writer.
 	tokenBase, token uint64
@@ -393,7 +401,7 @@ func (s *Stream) replicate(q *inbound) {
 	}
 	if len(idx) > 0 {
 		r.token++
-		token := r.tokenBase | r.token&0xffffffff
+		token := r.tokenBase | r.token&0x7fffffff
 		entry := appendMsgEntry(make([]byte, 0, r.entrySize), token, time.Now().UnixNano(), q, idx)
 		r.entrySize = len(entry)
 		r.mu.Lock()
@@ -556,9 +564,11 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 	}
 	var machine replica.StateMachine
 	if r != nil {
-		s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, tokenBase: rand.Uint64() &^ 0xffffffff}
+		s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, purges: map[uint64]*purgeResult{},
+			tokenBase: rand.Uint64() &^ 0xffffffff}
 		s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
 		s.repl.machine.fetch = rc.Fetch
+		s.repl.machine.purged = s.repl.purgeApplied
 		s.repl.machine.logger = m.log.With("stream", cfg.Name)
 		s.repl.machine.consumers = &consumerSet{s: s}
 		if err := s.repl.machine.consumers.load(); err != nil {

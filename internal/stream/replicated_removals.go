@@ -2,8 +2,11 @@ package stream
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/tern-mq/tern/internal/streamapi"
 )
 
 // Removals in a replicated stream. What removes messages besides the store's own
@@ -14,9 +17,15 @@ import (
 //
 //	op 6 (delete)  count  count times: seq
 //	op 7 (expire)  cutoff (zig-zag varint, Unix ns): remove what was stored before
+//	op 8 (purge)   token  request (JSON streamapi.PurgeRequest)
+//
+// A purge is decided on each replica's log from the request: the logs are alike at
+// that point of the group's log, so every replica removes the same messages. The
+// proposer's token gets it the count.
 const (
 	entryDelete byte = 6
 	entryExpire byte = 7
+	entryPurge  byte = 8
 )
 
 // maxDeleteSeqs bounds one delete entry.
@@ -33,6 +42,83 @@ func appendDeleteEntry(dst []byte, seqs []uint64) []byte {
 
 func appendExpireEntry(dst []byte, cutoff int64) []byte {
 	return binary.AppendVarint(append(dst, entryExpire), cutoff)
+}
+
+func appendPurgeEntry(dst []byte, token uint64, req []byte) []byte {
+	dst = binary.AppendUvarint(append(dst, entryPurge), token)
+	return append(dst, req...)
+}
+
+func decodePurgeEntry(b []byte) (token uint64, req streamapi.PurgeRequest, err error) {
+	if len(b) == 0 || b[0] != entryPurge {
+		return 0, req, fmt.Errorf("%w: not a purge", errBadEntry)
+	}
+	token, n := binary.Uvarint(b[1:])
+	if n <= 0 {
+		return 0, req, fmt.Errorf("%w: purge token", errBadEntry)
+	}
+	if err := json.Unmarshal(b[1+n:], &req); err != nil {
+		return 0, req, fmt.Errorf("%w: purge request: %v", errBadEntry, err)
+	}
+	return token, req, nil
+}
+
+// applyPurge applies a purge entry and hands its count to its proposer.
+func (m *partitionMachine) applyPurge(b []byte) error {
+	token, req, err := decodePurgeEntry(b)
+	if err != nil {
+		return err
+	}
+	n, perr := purgeLog(m.log, req)
+	if m.purged != nil {
+		m.purged(token, n, perr)
+	}
+	return nil // a refused purge is the proposer's answer, alike on every replica
+}
+
+// purgeReplicated purges through the group and returns what this node's replica
+// removed once it applied the purge.
+func (s *Stream) purgeReplicated(req streamapi.PurgeRequest) (uint64, error) {
+	r := s.repl
+	body, _ := json.Marshal(req)
+	token := r.tokenBase | 1<<31 | r.purgeSeq.Add(1)&0x7fffffff
+	r.mu.Lock()
+	r.purges[token] = nil
+	r.mu.Unlock()
+	err := s.proposeConsumer(appendPurgeEntry(nil, token, body))
+	r.mu.Lock()
+	res := r.purges[token]
+	delete(r.purges, token)
+	r.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if res == nil {
+		return 0, fmt.Errorf("stream %q: purge applied without a result", s.name)
+	}
+	if res.err != nil {
+		return res.n, fmt.Errorf("stream %q: purge: %w", s.name, res.err)
+	}
+	s.cmu.RLock()
+	for _, c := range s.consumers {
+		c.purged()
+	}
+	s.cmu.RUnlock()
+	return res.n, nil
+}
+
+// purgeResult is what applying a purge gave, for its proposer.
+type purgeResult struct {
+	n   uint64
+	err error
+}
+
+func (r *streamRepl) purgeApplied(token uint64, n uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.purges[token]; ok {
+		r.purges[token] = &purgeResult{n: n, err: err}
+	}
 }
 
 // decodeRemoval decodes a delete entry into seqs (reusing its array) or an expire

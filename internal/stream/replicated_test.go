@@ -443,3 +443,16 @@ func FuzzRemovalEntry(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPurgeEntry: purge entries come from the Raft log; any bytes decode or give
+// errBadEntry, never a panic.
+func FuzzPurgeEntry(f *testing.F) {
+	f.Add(appendPurgeEntry(nil, 7, []byte(`{"keep":5,"filter":"a.b"}`)))
+	f.Add(appendPurgeEntry(nil, 1<<40, []byte(`{}`)))
+	f.Add([]byte{entryPurge, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, _, err := decodePurgeEntry(b); err != nil && !errors.Is(err, errBadEntry) {
+			t.Fatalf("error not errBadEntry: %v", err)
+		}
+	})
+}

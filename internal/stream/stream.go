@@ -771,22 +771,13 @@ func (s *Stream) Info() streamapi.StreamInfo {
 // goroutine but synchronises with the writer through the log.
 func (s *Stream) Purge(req streamapi.PurgeRequest) (uint64, error) {
 	if s.repl != nil {
-		return 0, fmt.Errorf("stream %q: %w: purging a replicated stream is not supported yet", s.name, ErrBadConfig)
+		return s.purgeReplicated(req)
 	}
 	var total uint64
 	for i, l := range s.parts {
 		var n uint64
 		var err error
-		purge := func() {
-			upTo := req.UpTo
-			if req.Keep > 0 {
-				var keepAll bool
-				if upTo, keepAll, err = keepFrom(l, req.Keep, req.Subject); err != nil || keepAll {
-					return
-				}
-			}
-			n, err = l.Purge(upTo, req.Subject)
-		}
+		purge := func() { n, err = purgeLog(l, req) }
 		if werr := s.onWriter(purge); werr != nil {
 			return total, werr
 		}
@@ -801,6 +792,20 @@ func (s *Stream) Purge(req streamapi.PurgeRequest) (uint64, error) {
 	}
 	s.cmu.RUnlock()
 	return total, nil
+}
+
+// purgeLog applies a purge request to one log and returns how many messages it
+// removed.
+func purgeLog(l *store.Log, req streamapi.PurgeRequest) (uint64, error) {
+	upTo := req.UpTo
+	if req.Keep > 0 {
+		var keepAll bool
+		var err error
+		if upTo, keepAll, err = keepFrom(l, req.Keep, req.Subject); err != nil || keepAll {
+			return 0, err
+		}
+	}
+	return l.Purge(upTo, req.Subject)
 }
 
 // keepFrom finds the sequence of the keep-th last live message (with the given

@@ -151,6 +151,16 @@ func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
 		}
 	}
 
+	// A purge goes through the group: every replica removes the same messages.
+	n, err := pjs.PurgeStream(ctx, "ORDERS", &tern.PurgeRequest{UpTo: 101})
+	if err != nil || n != 100 {
+		t.Fatalf("purging below 101: %d messages, %v; want 100", n, err)
+	}
+	info, err = pjs.StreamInfo(ctx, "ORDERS")
+	if err != nil || info.State.Msgs != total-100 || info.State.FirstSeq != 101 {
+		t.Fatalf("after the purge: %+v %v", info, err)
+	}
+
 	// The killed node restarts from its disk and catches up with the group.
 	killed.Restart(t)
 	c.WaitFor("the restarted replica caught up", 20*time.Second, func() bool {
@@ -242,12 +252,22 @@ func TestReplicatedStreamCatchUpBySnapshot(t *testing.T) {
 	if !strings.Contains(away.Output(), "caught up from the leader") {
 		t.Fatalf("%s did not catch up from a snapshot (the Raft log should have been compacted past it)", away.Name)
 	}
+	// A purge keeping the newest 50 is decided by each replica on its own log,
+	// the caught-up one included: they end alike.
+	if n, err := js.PurgeStream(ctx, "LOG", &tern.PurgeRequest{Keep: 50}); err != nil || n != total-50 {
+		t.Fatalf("purge keeping 50: %d removed, %v; want %d", n, err, total-50)
+	}
+	c.WaitFor("every replica applied the purge", 10*time.Second, func() bool {
+		info, err := infoOf(js, "LOG")
+		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
+			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return r.Lag > 0 })
+	})
 	for _, n := range c.Nodes {
 		n.Terminate()
 	}
 	want := storedRecords(t, leader, "LOG")
-	if len(want) != total {
-		t.Fatalf("the leader stored %d records, want %d", len(want), total)
+	if len(want) != 50 || !strings.HasPrefix(want[0], fmt.Sprint(total-49, " ")) {
+		t.Fatalf("the leader keeps %d records from %v, want the last 50", len(want), want[:min(1, len(want))])
 	}
 	for _, n := range c.Nodes {
 		if got := storedRecords(t, n, "LOG"); !slices.Equal(got, want) {
