@@ -210,6 +210,15 @@ func (c *Consumer) run() {
 // more to do at once, else how long until the next timed event, and whether an idle
 // ephemeral consumer should be removed.
 func (c *Consumer) pass() (more bool, wait time.Duration, remove bool) {
+	if c.s.repl != nil {
+		// A leader paused (or cut off) and resumed believes it leads until it
+		// hears otherwise, and its consumers would deliver again what the new
+		// leader's had acknowledged meanwhile: deliver only once a quorum has
+		// just confirmed this node's leadership (a read index).
+		if err := c.s.confirmLeader(); err != nil {
+			return false, 100 * time.Millisecond, false
+		}
+	}
 	c.mu.Lock()
 	now := time.Now()
 	push := len(c.deliverSubj) > 0

@@ -359,6 +359,17 @@ func (cs *consumerSet) names() []string {
 // ---------------------------------------------------------------------------------
 // The leader's side
 
+// confirmLeader returns once a quorum of the group has confirmed this node leads it
+// and this node has applied everything committed until then.
+func (s *Stream) confirmLeader() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.repl.r.ReadIndex(ctx, s.repl.group); err != nil {
+		return fmt.Errorf("stream %q: %w: %w", s.name, ErrNotLeader, err)
+	}
+	return nil
+}
+
 // proposeConsumer commits a consumer entry and returns once this node applied it.
 func (s *Stream) proposeConsumer(entry []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)

@@ -1,0 +1,222 @@
+package clustertest_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/cluster/clustertest"
+)
+
+// nemesisFaults is how many faults a nemesis round injects: a few in the suite,
+// TERN_NEMESIS_FAULTS in make nemesis.
+func nemesisFaults() int {
+	if n, err := strconv.Atoi(os.Getenv("TERN_NEMESIS_FAULTS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// TestNemesisReplicatedStream runs an idempotent producer and an acking consumer
+// against a stream of 3 replicas on 3 nodes while, at random (seeded), a node is
+// killed with SIGKILL and restarted, or paused with SIGSTOP and resumed. After the
+// faults it checks that every acknowledged publish is in the stream exactly once, in
+// the order acknowledged, and that no message the consumer acknowledged (and had
+// confirmed) came to it again.
+func TestNemesisReplicatedStream(t *testing.T) {
+	for seed := uint64(1); seed <= seeds(); seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { nemesisRound(t, seed) })
+	}
+}
+
+func nemesisRound(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 16))
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	all := c.Nodes[0].URL() + "," + c.Nodes[1].URL() + "," + c.Nodes[2].URL()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := c.Nodes[0].Connect(t, all, tern.MaxReconnects(-1))
+	if _, err := admin.Streams().AddStream(ctx, tern.StreamConfig{Name: "NEM", Subjects: []string{"nem.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Streams().AddConsumer(ctx, "NEM", tern.ConsumerConfig{Durable: "C", AckPolicy: tern.AckExplicit,
+		AckWait: tern.Duration(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The producer publishes ids in order, each retried (same id) until
+	// acknowledged; the consumer acknowledges synchronously what it gets.
+	const total = 600
+	var (
+		mu        sync.Mutex
+		published = map[string]uint64{} // id → sequence acknowledged
+		consumed  = map[uint64]int{}    // sequence → confirmed acks
+		unsure    = map[uint64]bool{}   // acked without a confirmation (it may or may not count)
+		again     []uint64              // sequences delivered after a confirmed ack
+	)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		js := c.Nodes[1].Connect(t, all, tern.MaxReconnects(-1)).Streams()
+		pace := rand.New(rand.NewPCG(seed, 17))
+		for i := range total {
+			id := fmt.Sprintf("n-%d", i)
+			for {
+				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+				ack, err := js.Publish(pctx, "nem.x", []byte(id), tern.MsgID(id))
+				pcancel()
+				if err == nil {
+					mu.Lock()
+					if prev, ok := published[id]; ok && prev != ack.Seq {
+						t.Errorf("%s acknowledged at %d and at %d", id, prev, ack.Seq)
+					}
+					published[id] = ack.Seq
+					mu.Unlock()
+					break
+				}
+				if ctx.Err() != nil {
+					t.Errorf("publishing %s: %v", id, err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(time.Duration(pace.IntN(3)) * time.Millisecond)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		cjs := c.Nodes[2].Connect(t, all, tern.MaxReconnects(-1)).Streams()
+		pull := cjs.Pull("NEM", "C")
+		for {
+			mu.Lock()
+			seen := len(consumed)+len(unsure) >= total
+			mu.Unlock()
+			if seen {
+				// Every message was acknowledged, some without a confirmation:
+				// done once the consumer's position says so (an ack that was
+				// lost brings its message again).
+				ictx, icancel := context.WithTimeout(ctx, time.Second)
+				ci, err := cjs.ConsumerInfo(ictx, "NEM", "C")
+				icancel()
+				if err == nil && ci.Partitions[0].AckFloor == total && ci.NumAckPending == 0 {
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			default:
+			}
+			fctx, fcancel := context.WithTimeout(ctx, time.Second)
+			msgs, _ := pull.Fetch(fctx, 20)
+			fcancel()
+			for _, m := range msgs {
+				md, err := m.Metadata()
+				if err != nil {
+					t.Errorf("metadata: %v", err)
+					continue
+				}
+				mu.Lock()
+				if consumed[md.StreamSeq] > 0 {
+					again = append(again, md.StreamSeq)
+				}
+				mu.Unlock()
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				err = m.AckSync(actx)
+				acancel()
+				mu.Lock()
+				if err == nil {
+					consumed[md.StreamSeq]++
+					delete(unsure, md.StreamSeq)
+				} else if consumed[md.StreamSeq] == 0 {
+					unsure[md.StreamSeq] = true
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+
+	// The nemesis: faults one at a time, each followed by the cluster's recovery.
+	for range nemesisFaults() {
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		victim := c.Nodes[rng.IntN(len(c.Nodes))]
+		if rng.IntN(2) == 0 {
+			t.Logf("kill -9 %s", victim.Name)
+			victim.Kill()
+			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+			victim.Restart(t)
+		} else {
+			pause := time.Duration(500+rng.IntN(2000)) * time.Millisecond
+			t.Logf("SIGSTOP %s for %v", victim.Name, pause)
+			victim.Stop()
+			time.Sleep(pause)
+			victim.Cont()
+		}
+		c.WaitFor("the mesh after the fault", 20*time.Second, func() bool { return c.MeshOf(c.Nodes...) })
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(time.Minute):
+		mu.Lock()
+		p, cn := len(published), len(consumed)
+		mu.Unlock()
+		in, err := infoOf(admin.Streams(), "NEM")
+		ictx, icancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ci, cerr := admin.Streams().ConsumerInfo(ictx, "NEM", "C")
+		icancel()
+		t.Fatalf("a minute after the last fault: %d of %d published, %d consumed; stream %+v %v; consumer %+v %v",
+			p, total, cn, in, err, ci, cerr)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(published) != total {
+		t.Fatalf("%d of %d publishes acknowledged", len(published), total)
+	}
+	// Every acknowledged publish is stored exactly once, in the order of its
+	// acknowledgement: sequences 1..total, one per id.
+	bySeq := map[uint64]string{}
+	for id, seq := range published {
+		if other, ok := bySeq[seq]; ok {
+			t.Fatalf("sequence %d acknowledged for %s and %s", seq, id, other)
+		}
+		bySeq[seq] = id
+	}
+	for i := range total {
+		if id := bySeq[uint64(i+1)]; id != fmt.Sprintf("n-%d", i) {
+			t.Fatalf("sequence %d holds %q, want n-%d (stored out of order or twice)", i+1, id, i)
+		}
+	}
+	js := admin.Streams()
+	var info *tern.StreamInfo
+	c.WaitFor("the stream described after the faults", 20*time.Second, func() bool {
+		var err error
+		info, err = infoOf(js, "NEM")
+		return err == nil
+	})
+	if info.State.Msgs != total || info.State.LastSeq != total {
+		t.Fatalf("the stream holds %d messages up to %d, want %d", info.State.Msgs, info.State.LastSeq, total)
+	}
+	if len(consumed)+len(unsure) != total {
+		t.Fatalf("the consumer acknowledged %d of %d messages (%d unconfirmed)", len(consumed)+len(unsure), total, len(unsure))
+	}
+	c.WaitFor("the consumer's position: everything acknowledged", 20*time.Second, func() bool {
+		ictx, icancel := context.WithTimeout(ctx, 2*time.Second)
+		ci, err := js.ConsumerInfo(ictx, "NEM", "C")
+		icancel()
+		return err == nil && ci.Partitions[0].AckFloor == total && ci.NumAckPending == 0
+	})
+	if len(again) > 0 {
+		t.Fatalf("%d messages came again after a confirmed ack (first: %d)", len(again), again[0])
+	}
+}
