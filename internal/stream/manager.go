@@ -345,31 +345,35 @@ func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 
 // CloseStream closes a stream and forgets it, keeping its data.
 func (m *Manager) CloseStream(name string) error {
-	m.mu.Lock()
-	s := m.streams[name]
-	if s == nil {
-		m.mu.Unlock()
-		return fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	s, err := m.forget(name)
+	if err != nil {
+		return err
 	}
-	delete(m.streams, name)
-	m.mu.Unlock()
 	s.close(false)
 	return nil
 }
 
 // DeleteStream removes a stream, its consumers and its data.
 func (m *Manager) DeleteStream(name string) error {
-	m.mu.Lock()
-	s := m.streams[name]
-	if s == nil {
-		m.mu.Unlock()
-		return fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	s, err := m.forget(name)
+	if err != nil {
+		return err
 	}
-	delete(m.streams, name)
-	m.mu.Unlock()
 	s.close(true)
 	m.log.Info("stream deleted", "stream", name)
 	return nil
+}
+
+// forget takes the named stream out of the manager, for its caller to close.
+func (m *Manager) forget(name string) (*Stream, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.streams[name]
+	if s == nil {
+		return nil, fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	}
+	delete(m.streams, name)
+	return s, nil
 }
 
 // alone refuses a configuration a stream of this node alone cannot have.

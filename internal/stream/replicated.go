@@ -40,6 +40,25 @@ const (
 // errBadEntry marks an entry that does not decode: a replica cannot follow such a log.
 var errBadEntry = errors.New("stream: malformed replicated entry")
 
+// appendField appends a length-prefixed field of an entry.
+func appendField(dst, f []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(f))), f...)
+}
+
+// readFields reads len(fields) length-prefixed fields off the front of b and returns
+// what follows them; a field that does not fit is errBadEntry naming what.
+func readFields(b []byte, what string, fields ...*[]byte) ([]byte, error) {
+	for _, f := range fields {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return b, fmt.Errorf("%w: %s field", errBadEntry, what)
+		}
+		*f = b[n : n+int(l) : n+int(l)]
+		b = b[n+int(l):]
+	}
+	return b, nil
+}
+
 // appendMsgEntry appends a message batch of the items of q to dst.
 func appendMsgEntry(dst []byte, token uint64, ts int64, q *inbound, items []int) []byte {
 	dst = append(dst, entryMsgs)
@@ -49,8 +68,7 @@ func appendMsgEntry(dst []byte, token uint64, ts int64, q *inbound, items []int)
 	for _, i := range items {
 		it := &q.items[i]
 		for _, b := range [3][]byte{q.get(it.subj), q.get(it.hdr), q.get(it.data)} {
-			dst = binary.AppendUvarint(dst, uint64(len(b)))
-			dst = append(dst, b...)
+			dst = appendField(dst, b)
 		}
 	}
 	return dst
@@ -96,17 +114,11 @@ func (e *msgEntry) next() (subj, hdr, data []byte, ok bool, err error) {
 		}
 		return nil, nil, nil, false, nil
 	}
-	var parts [3][]byte
-	for i := range parts {
-		l, n := binary.Uvarint(e.rest)
-		if n <= 0 || l > uint64(len(e.rest)-n) {
-			return nil, nil, nil, false, fmt.Errorf("%w: message field", errBadEntry)
-		}
-		parts[i] = e.rest[n : n+int(l) : n+int(l)]
-		e.rest = e.rest[n+int(l):]
+	if e.rest, err = readFields(e.rest, "message", &subj, &hdr, &data); err != nil {
+		return nil, nil, nil, false, err
 	}
 	e.count--
-	return parts[0], parts[1], parts[2], true, nil
+	return subj, hdr, data, true, nil
 }
 
 // pubResult is what applying one message of a batch gave: its sequence, or that it
@@ -184,7 +196,15 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 	m.batches = m.batches[:0]
 	committed := 0
 	for _, ent := range ents {
-		if len(ent.Data) > 0 && (ent.Data[0] == entryDelete || ent.Data[0] == entryExpire || ent.Data[0] == entryPurge) {
+		var op byte
+		if len(ent.Data) > 0 {
+			op = ent.Data[0]
+		}
+		var err error
+		switch op {
+		case entryMsgs:
+			err = m.applyMsgs(ent.Data)
+		case entryDelete, entryExpire, entryPurge:
 			// The messages of earlier entries of this batch are committed
 			// first: a removal may name them.
 			if len(m.results) > committed {
@@ -193,41 +213,21 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 				}
 				committed = len(m.results)
 			}
-			apply := m.applyRemoval
-			if ent.Data[0] == entryPurge {
-				apply = m.applyPurge
+			if op == entryPurge {
+				err = m.applyPurge(ent.Data)
+			} else {
+				err = m.applyRemoval(ent.Data)
 			}
-			if err := apply(ent.Data); err != nil {
-				return fmt.Errorf("entry %d: %w", ent.Index, err)
-			}
-			continue
-		}
-		if len(ent.Data) > 0 && ent.Data[0] != entryMsgs {
+		default:
 			if m.consumers == nil {
-				return fmt.Errorf("entry %d: %w: a consumer entry for a stream without consumers", ent.Index, errBadEntry)
+				err = fmt.Errorf("%w: a consumer entry for a stream without consumers", errBadEntry)
+			} else {
+				err = m.consumers.apply(ent.Data)
 			}
-			if err := m.consumers.apply(ent.Data); err != nil {
-				return fmt.Errorf("entry %d: %w", ent.Index, err)
-			}
-			continue
 		}
-		e, err := decodeMsgEntry(ent.Data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", ent.Index, err)
 		}
-		from := len(m.results)
-		for {
-			subj, hdr, data, ok, err := e.next()
-			if err != nil {
-				return fmt.Errorf("entry %d: %w", ent.Index, err)
-			}
-			if !ok {
-				break
-			}
-			m.results = append(m.results, m.store(e.ts, subj, hdr, data))
-		}
-		m.lastTS = max(m.lastTS, e.ts)
-		m.batches = append(m.batches, appliedBatch{token: e.token, from: from, to: len(m.results)})
 	}
 	if len(m.results) > committed {
 		if err := m.log.Commit(); err != nil {
@@ -246,6 +246,29 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 			m.done(b.token, m.results[b.from:b.to])
 		}
 	}
+	return nil
+}
+
+// applyMsgs stores the messages of one message batch; its results go after the
+// others of this Apply.
+func (m *partitionMachine) applyMsgs(b []byte) error {
+	e, err := decodeMsgEntry(b)
+	if err != nil {
+		return err
+	}
+	from := len(m.results)
+	for {
+		subj, hdr, data, ok, err := e.next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		m.results = append(m.results, m.store(e.ts, subj, hdr, data))
+	}
+	m.lastTS = max(m.lastTS, e.ts)
+	m.batches = append(m.batches, appliedBatch{token: e.token, from: from, to: len(m.results)})
 	return nil
 }
 

@@ -67,8 +67,7 @@ func readRecords(l *store.Log, from uint64, maxBytes int) ([]byte, error) {
 		body = binary.AppendUvarint(body, rec.Seq)
 		body = binary.AppendVarint(body, rec.Time)
 		for _, b := range [3][]byte{rec.Subject, rec.Header, rec.Payload} {
-			body = binary.AppendUvarint(body, uint64(len(b)))
-			body = append(body, b...)
+			body = appendField(body, b)
 		}
 		count++
 	}
@@ -119,16 +118,10 @@ func (f *fetchedRecords) next() (store.Record, bool, error) {
 		return rec, false, fmt.Errorf("%w: record time", errBadEntry)
 	}
 	f.rest = f.rest[n:]
-	var parts [3][]byte
-	for i := range parts {
-		l, n := binary.Uvarint(f.rest)
-		if n <= 0 || l > uint64(len(f.rest)-n) {
-			return rec, false, fmt.Errorf("%w: record field", errBadEntry)
-		}
-		parts[i] = f.rest[n : n+int(l) : n+int(l)]
-		f.rest = f.rest[n+int(l):]
+	var err error
+	if f.rest, err = readFields(f.rest, "record", &rec.Subject, &rec.Header, &rec.Payload); err != nil {
+		return rec, false, err
 	}
-	rec.Subject, rec.Header, rec.Payload = parts[0], parts[1], parts[2]
 	f.count--
 	return rec, true, nil
 }

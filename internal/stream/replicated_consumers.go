@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,12 +37,9 @@ const (
 
 // appendConsumerEntry encodes a consumer entry of op with its fields.
 func appendConsumerEntry(dst []byte, op byte, name string, fields ...[]byte) []byte {
-	dst = append(dst, op)
-	dst = binary.AppendUvarint(dst, uint64(len(name)))
-	dst = append(dst, name...)
+	dst = appendField(append(dst, op), []byte(name))
 	for _, f := range fields {
-		dst = binary.AppendUvarint(dst, uint64(len(f)))
-		dst = append(dst, f...)
+		dst = appendField(dst, f)
 	}
 	return dst
 }
@@ -71,16 +67,8 @@ func decodeConsumerEntry(b []byte) (consumerEntry, error) {
 	default:
 		return e, fmt.Errorf("%w: unknown op %d", errBadEntry, e.op)
 	}
-	field := func() ([]byte, error) {
-		l, k := binary.Uvarint(b)
-		if k <= 0 || l > uint64(len(b)-k) {
-			return nil, fmt.Errorf("%w: consumer entry field", errBadEntry)
-		}
-		f := b[k : k+int(l) : k+int(l)]
-		b = b[k+int(l):]
-		return f, nil
-	}
-	name, err := field()
+	var name []byte
+	b, err := readFields(b, "consumer entry", &name)
 	if err != nil {
 		return e, err
 	}
@@ -89,7 +77,7 @@ func decodeConsumerEntry(b []byte) (consumerEntry, error) {
 	}
 	e.name = string(name)
 	for i := range n {
-		if e.fields[i], err = field(); err != nil {
+		if b, err = readFields(b, "consumer entry", &e.fields[i]); err != nil {
 			return e, err
 		}
 	}
@@ -216,7 +204,7 @@ func (cs *consumerSet) create(def consumerDef, st consumer.State) (*replicaConsu
 	if err := cs.writeState(dir, def, st); err != nil {
 		return nil, err
 	}
-	jr, loaded, err := openJournal(dir, len(cs.s.parts), cs.s.syncPolicy(), cs.s.m.cfg.SyncInterval)
+	jr, _, err := openJournal(dir, len(cs.s.parts), cs.s.syncPolicy(), cs.s.m.cfg.SyncInterval)
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: consumer %q: %w", cs.s.name, def.Name, err)
 	}
@@ -224,7 +212,6 @@ func (cs *consumerSet) create(def consumerDef, st consumer.State) (*replicaConsu
 		_ = jr.close()
 		return nil, fmt.Errorf("stream %q: consumer %q: %w", cs.s.name, def.Name, err)
 	}
-	_ = loaded
 	return &replicaConsumer{def: def, st: st, jr: jr}, nil
 }
 
@@ -370,8 +357,9 @@ func (s *Stream) confirmLeader() error {
 	return nil
 }
 
-// proposeConsumer commits a consumer entry and returns once this node applied it.
-func (s *Stream) proposeConsumer(entry []byte) error {
+// proposeEntry commits an entry of the stream's group (consumers, removals, purges)
+// and returns once this node applied it.
+func (s *Stream) proposeEntry(entry []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
 	if _, err := s.repl.r.Propose(ctx, s.repl.group, entry); err != nil {
@@ -387,7 +375,7 @@ func (s *Stream) addReplicatedConsumer(cfg streamapi.ConsumerConfig) (*Consumer,
 	start := s.startState(cfg)
 	defJSON, _ := json.Marshal(def)
 	startJSON, _ := json.Marshal(start)
-	if err := s.proposeConsumer(appendConsumerEntry(nil, entryConsumerAdd, cfg.Name, defJSON, startJSON)); err != nil {
+	if err := s.proposeEntry(appendConsumerEntry(nil, entryConsumerAdd, cfg.Name, defJSON, startJSON)); err != nil {
 		return nil, err
 	}
 	s.cmu.RLock()
@@ -447,10 +435,10 @@ func (s *Stream) startReplicaConsumer(name string) {
 // deleteReplicatedConsumer removes a durable consumer of a replicated stream through
 // its group.
 func (s *Stream) deleteReplicatedConsumer(name string) error {
-	return s.proposeConsumer(appendConsumerEntry(nil, entryConsumerDelete, name))
+	return s.proposeEntry(appendConsumerEntry(nil, entryConsumerDelete, name))
 }
 
 // proposeJournal commits a replicated consumer's journal records.
 func (c *Consumer) proposeJournal(records []byte) error {
-	return c.s.proposeConsumer(appendConsumerEntry(nil, entryConsumerJournal, c.name, records))
+	return c.s.proposeEntry(appendConsumerEntry(nil, entryConsumerJournal, c.name, records))
 }

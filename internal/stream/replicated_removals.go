@@ -85,7 +85,7 @@ func (s *Stream) purgeReplicated(req streamapi.PurgeRequest) (uint64, error) {
 	r.mu.Lock()
 	r.purges[token] = nil
 	r.mu.Unlock()
-	err := s.proposeConsumer(appendPurgeEntry(nil, token, body))
+	err := s.proposeEntry(appendPurgeEntry(nil, token, body))
 	r.mu.Lock()
 	res := r.purges[token]
 	delete(r.purges, token)
@@ -217,5 +217,5 @@ func (s *Stream) proposeRemoval(entry []byte) error {
 	if !s.repl.leader.Load() {
 		return nil
 	}
-	return s.proposeConsumer(entry)
+	return s.proposeEntry(entry)
 }

@@ -88,22 +88,11 @@ func (s *Service) reconcile() {
 			// Moved off this node: the replica stays until the group's leader
 			// has taken it out of the group, which needs a majority of the
 			// replicas it had. Leading it, this node hands the group over.
-			leads := s.leaderOf(p.group) == s.self
-			if err := p.s.SetLeader(leads); err != nil {
-				s.log.Error("stream leadership", "stream", name, "leader", leads, "err", err)
-				continue
-			}
-			if leads {
-				if !p.serving {
-					s.serve(p)
-				}
+			leads, ok := s.follow(p)
+			if ok && leads {
 				s.changeMembers(p, cur.Groups[0].Replicas)
-				continue
 			}
-			if p.serving {
-				s.unserve(p)
-			}
-			if !s.leftGroup(name, p) {
+			if !ok || leads || !s.leftGroup(name, p) {
 				continue
 			}
 		}
@@ -122,16 +111,9 @@ func (s *Service) reconcile() {
 		if st.Revision != p.revision {
 			s.reconfigure(p, st)
 		}
-		leads := !p.s.Replicated() || s.leaderOf(p.group) == s.self
-		if err := p.s.SetLeader(leads); err != nil {
-			s.log.Error("stream leadership", "stream", name, "leader", leads, "err", err)
+		leads, ok := s.follow(p)
+		if !ok {
 			continue
-		}
-		switch {
-		case leads && !p.serving:
-			s.serve(p)
-		case !leads && p.serving:
-			s.unserve(p)
 		}
 		if !leads {
 			p.membersAt = 0
@@ -142,6 +124,24 @@ func (s *Service) reconcile() {
 	if !s.swept {
 		s.sweep(names)
 	}
+}
+
+// follow makes the replica lead (capture, run consumers, serve the stream's API) if
+// and only if its group elected this node; ok is false when that failed, to be
+// tried again.
+func (s *Service) follow(p *placed) (leads, ok bool) {
+	leads = !p.s.Replicated() || s.leaderOf(p.group) == s.self
+	if err := p.s.SetLeader(leads); err != nil {
+		s.log.Error("stream leadership", "stream", p.s.Name(), "leader", leads, "err", err)
+		return leads, false
+	}
+	switch {
+	case leads && !p.serving:
+		s.serve(p)
+	case !leads && p.serving:
+		s.unserve(p)
+	}
+	return leads, true
 }
 
 // open opens this node's replica of st and starts its group.

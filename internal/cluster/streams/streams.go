@@ -368,16 +368,47 @@ func (s *Service) checkOverlap(cfg streamapi.StreamConfig) error {
 	return err
 }
 
-func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
+// decodeConfig decodes the stream configuration of a create or update of name.
+func decodeConfig(name string, body []byte) (streamapi.StreamConfig, error) {
 	var cfg streamapi.StreamConfig
 	if err := stream.DecodeRequest(body, &cfg); err != nil {
-		return stream.Respond[streamapi.StreamInfo](nil, err)
+		return cfg, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = name
 	}
 	if cfg.Name != name {
-		return stream.Respond[streamapi.StreamInfo](nil, badRequest("name %q in the body differs from %q in the subject", cfg.Name, name))
+		return cfg, badRequest("name %q in the body differs from %q in the subject", cfg.Name, name)
+	}
+	return cfg, nil
+}
+
+// checkConfig refuses what no stream of the catalogue may have: see
+// checkReplicated and checkOverlap.
+func (s *Service) checkConfig(cfg streamapi.StreamConfig) error {
+	if err := checkReplicated(cfg); err != nil {
+		return err
+	}
+	return s.checkOverlap(cfg)
+}
+
+// commit proposes cmd to the meta group; a refusal is an error with the stream
+// API's code.
+func (s *Service) commit(ctx context.Context, cmd *meta.Command) (meta.Result, error) {
+	r, err := s.cfg.Node.ProposeMeta(ctx, cmd)
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return r, metaError(err)
+	}
+	return r, nil
+}
+
+func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
+	cfg, err := decodeConfig(name, body)
+	if err != nil {
+		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = s.cfg.DefaultReplicas
@@ -385,34 +416,21 @@ func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
 	if err := s.cfg.Streams.Normalise(&cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
-	if err := checkReplicated(cfg); err != nil {
-		return stream.Respond[streamapi.StreamInfo](nil, err)
-	}
-	if err := s.checkOverlap(cfg); err != nil {
+	if err := s.checkConfig(cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpAddStream, Stream: name, Config: raw,
-		Replicas: cfg.Replicas, Partitions: 1})
-	if err == nil {
-		err = r.Err
-	}
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: name, Config: raw, Replicas: cfg.Replicas, Partitions: 1})
 	if err != nil {
-		return stream.Respond[streamapi.StreamInfo](nil, metaError(err))
+		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	return s.infoFromLeader(ctx, r.Stream, nil)
 }
 
 func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
-	var cfg streamapi.StreamConfig
-	if err := stream.DecodeRequest(body, &cfg); err != nil {
+	cfg, err := decodeConfig(name, body)
+	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
-	}
-	if cfg.Name == "" {
-		cfg.Name = name
-	}
-	if cfg.Name != name {
-		return stream.Respond[streamapi.StreamInfo](nil, badRequest("name %q in the body differs from %q in the subject", cfg.Name, name))
 	}
 	var old *meta.Stream
 	s.cfg.Node.Catalogue(func(c *meta.State) { old = c.Stream(name) })
@@ -435,30 +453,20 @@ func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
 	case cfg.Retention != was.Retention || cfg.Partitions != was.Partitions || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, partitions, sync and segment size cannot change", name))
 	}
-	if err := checkReplicated(cfg); err != nil {
-		return stream.Respond[streamapi.StreamInfo](nil, err)
-	}
-	if err := s.checkOverlap(cfg); err != nil {
+	if err := s.checkConfig(cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: name, Config: raw, Replicas: cfg.Replicas})
-	if err == nil {
-		err = r.Err
-	}
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: name, Config: raw, Replicas: cfg.Replicas})
 	if err != nil {
-		return stream.Respond[streamapi.StreamInfo](nil, metaError(err))
+		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	return s.infoFromLeader(ctx, r.Stream, &cfg)
 }
 
 func (s *Service) delete(ctx context.Context, name string) []byte {
-	r, err := s.cfg.Node.ProposeMeta(ctx, &meta.Command{Op: meta.OpDeleteStream, Stream: name})
-	if err == nil {
-		err = r.Err
-	}
-	if err != nil {
-		return stream.Respond[streamapi.Deleted](nil, metaError(err))
+	if _, err := s.commit(ctx, &meta.Command{Op: meta.OpDeleteStream, Stream: name}); err != nil {
+		return stream.Respond[streamapi.Deleted](nil, err)
 	}
 	return stream.Respond(&streamapi.Deleted{Deleted: true}, nil)
 }
