@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
@@ -66,6 +67,9 @@ type Config struct {
 	Replica replica.Config
 	// OpenStorage opens the durable Raft storage of one group in dir.
 	OpenStorage func(dir string) (Storage, error)
+	// MQTTState is this node's replica of the MQTT group's state (persistent
+	// sessions and retained messages), nil for a cluster without MQTT state.
+	MQTTState replica.StateMachine
 }
 
 // Storage is a group's durable Raft storage, closed at Shutdown.
@@ -90,6 +94,10 @@ type Node struct {
 	meta        *metaGroup
 	metaStorage Storage
 	groups      groupSet
+	// The MQTT group (mqttgroup.go), when Config.MQTTState is set.
+	mqttStorage Storage
+	mqttSub     *broker.Subscription
+	mqttStarted atomic.Bool
 	rpc         *requester
 
 	done chan struct{}
@@ -221,6 +229,7 @@ func (n *Node) Shutdown(leaveTimeout time.Duration) {
 		if n.meta != nil {
 			n.handOffGroups(leaveTimeout)
 			n.meta.handOff(leaveTimeout)
+			n.meta.handOffGroup(meta.MQTTGroup, n.mqttStarted.Load(), leaveTimeout)
 		}
 		n.routes.StopDialing()
 		if err := n.ms.Leave(leaveTimeout); err != nil {
@@ -234,6 +243,14 @@ func (n *Node) Shutdown(leaveTimeout time.Duration) {
 			n.closeGroups()
 			if err := n.metaStorage.Close(); err != nil {
 				n.log.Warn("cluster: closing the meta group's storage", "err", err)
+			}
+			if n.mqttStorage != nil {
+				if n.mqttSub != nil {
+					_ = n.cfg.Broker.Unsubscribe(n.mqttSub)
+				}
+				if err := n.mqttStorage.Close(); err != nil {
+					n.log.Warn("cluster: closing the mqtt group's storage", "err", err)
+				}
 			}
 		}
 		_ = n.ms.Shutdown()
@@ -254,6 +271,8 @@ type Status struct {
 	Interest  int          `json:"local_interest"`
 	// Meta is this node's view of the meta group, nil when it replicates nothing.
 	Meta *GroupStatus `json:"meta,omitempty"`
+	// MQTT is this node's view of the MQTT group, nil without one.
+	MQTT *GroupStatus `json:"mqtt,omitempty"`
 }
 
 // MemberInfo is one member as membership sees it.
@@ -278,6 +297,7 @@ func (n *Node) Status() Status {
 	}
 	if n.meta != nil {
 		st.Meta = n.groupStatus(meta.MetaGroup, n.meta.started.Load())
+		st.MQTT = n.MQTTStatus()
 	}
 	return st
 }

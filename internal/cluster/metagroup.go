@@ -84,7 +84,7 @@ func (g *metaGroup) Apply(ents []replica.Entry) error {
 		if r.Err != nil && !errors.Is(r.Err, meta.ErrBadCommand) {
 			g.log.Debug("meta command refused", "index", e.Index, "err", r.Err)
 		}
-		if r.Client != "" && r.Previous == self && r.Node != self && g.clients != nil {
+		if r.Client != "" && r.Node != self && g.clients != nil {
 			g.clients.movedAway(r.Client, e.Index)
 		}
 		catalogue = catalogue || r.Client == ""
@@ -331,6 +331,9 @@ func (g *metaGroup) start(storage replica.Storage, restarting bool) error {
 			return fmt.Errorf("cluster: meta group: %w", err)
 		}
 		g.started.Store(true)
+		if err := g.n.addMQTTGroup(nil); err != nil {
+			return err
+		}
 		g.announce()
 		g.log.Info("meta group restarted from storage")
 	}
@@ -382,6 +385,7 @@ func (g *metaGroup) loop(storage replica.Storage) {
 			}
 		}
 		g.reconcile()
+		g.reconcileMQTT()
 	}
 }
 
@@ -441,6 +445,10 @@ func (g *metaGroup) form(storage replica.Storage) {
 		return
 	}
 	g.started.Store(true)
+	// The MQTT group is founded by the same founders, at the same time.
+	if err := g.n.addMQTTGroup(gc.Voters); err != nil {
+		g.log.Error("mqtt group could not start", "err", err)
+	}
 	if self {
 		g.announce()
 		g.log.Info("meta group formed", "voters", len(voters))
@@ -502,6 +510,33 @@ func (g *metaGroup) reconcile() {
 		}
 	}
 
+	g.reconcileMembers(ctx, meta.MetaGroup, st, members)
+}
+
+// reconcileMQTT keeps the MQTT group's members in line with membership, as
+// reconcile does the meta group's, on the node that leads the MQTT group.
+func (g *metaGroup) reconcileMQTT() {
+	if !g.n.mqttStarted.Load() {
+		return
+	}
+	st, err := g.host.Status(meta.MQTTGroup)
+	if err != nil || st.State != "StateLeader" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	g.reconcileMembers(ctx, meta.MQTTGroup, st, g.replicating())
+}
+
+// reconcileMembers makes one membership change of group, led here, at a time:
+// evicted nodes leave, members join as learners, learners caught up become voters
+// while voters are fewer than the target (the largest odd number up to
+// MaxMetaVoters that the members allow).
+func (g *metaGroup) reconcileMembers(ctx context.Context, group uint64, st replica.Status, members []membership.Node) {
+	what := "the meta group"
+	if group == meta.MQTTGroup {
+		what = "the mqtt group"
+	}
 	in := map[uint64]bool{}
 	for _, id := range st.Voters {
 		in[id] = true
@@ -518,19 +553,19 @@ func (g *metaGroup) reconcile() {
 		}
 	})
 	for _, id := range evicted {
-		if _, err := g.host.RemoveReplica(ctx, meta.MetaGroup, id); err != nil {
-			g.log.Debug("removing an evicted node from the meta group", "node", g.n.tr.name(id), "err", err)
+		if _, err := g.host.RemoveReplica(ctx, group, id); err != nil {
+			g.log.Debug("removing an evicted node from "+what, "node", g.n.tr.name(id), "err", err)
 		} else {
-			g.log.Info("evicted node removed from the meta group", "node", g.n.tr.name(id))
+			g.log.Info("evicted node removed from "+what, "node", g.n.tr.name(id))
 		}
 		return // one membership change at a time
 	}
 	for _, m := range members {
 		if !in[m.RaftID] && !g.evicted(m.RaftID) {
-			if _, err := g.host.AddLearner(ctx, meta.MetaGroup, m.RaftID); err != nil {
-				g.log.Debug("adding a learner to the meta group", "node", m.Name, "err", err)
+			if _, err := g.host.AddLearner(ctx, group, m.RaftID); err != nil {
+				g.log.Debug("adding a learner to "+what, "node", m.Name, "err", err)
 			} else {
-				g.log.Info("node added to the meta group as a learner", "node", m.Name)
+				g.log.Info("node added as a learner to "+what, "node", m.Name)
 			}
 			return // one membership change at a time
 		}
@@ -544,10 +579,10 @@ func (g *metaGroup) reconcile() {
 	}
 	for _, p := range st.Progress {
 		if p.Learner && p.RecentActive && p.Lag == 0 {
-			if _, err := g.host.Promote(ctx, meta.MetaGroup, p.Node); err != nil {
-				g.log.Debug("promoting a learner of the meta group", "node", g.n.tr.name(p.Node), "err", err)
+			if _, err := g.host.Promote(ctx, group, p.Node); err != nil {
+				g.log.Debug("promoting a learner of "+what, "node", g.n.tr.name(p.Node), "err", err)
 			} else {
-				g.log.Info("node promoted to voter of the meta group", "node", g.n.tr.name(p.Node))
+				g.log.Info("node promoted to voter of "+what, "node", g.n.tr.name(p.Node))
 			}
 			return
 		}
@@ -575,6 +610,27 @@ func (g *metaGroup) handOff(limit time.Duration) {
 		return
 	}
 	g.log.Info("meta group: leadership handed off before shutdown", "to", g.n.tr.name(to))
+}
+
+// handOffGroup is handOff for another group that follows the meta group's
+// membership (the MQTT group), when running is set.
+func (g *metaGroup) handOffGroup(group uint64, running bool, limit time.Duration) {
+	if !running {
+		return
+	}
+	st, err := g.host.Status(group)
+	if err != nil || st.State != "StateLeader" {
+		return
+	}
+	to := handOffTarget(st, g.host.ID())
+	if to == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	if err := g.host.TransferLeadership(ctx, group, to); err != nil {
+		g.log.Warn("leadership not handed off before shutdown", "group", group, "to", g.n.tr.name(to), "err", err)
+	}
 }
 
 // ErrNodeAlive is Evict's answer for a node that is still a member: only a node

@@ -132,6 +132,14 @@ func (n *Node) startReplication(raftID uint64) error {
 	if n.rpc, err = newRequester(n.cfg.Broker, n.cfg.NodeName); err != nil {
 		return err
 	}
+	if n.cfg.MQTTState != nil {
+		if n.mqttStorage, err = n.cfg.OpenStorage(filepath.Join(n.cfg.DataDir, "raft", "mqtt")); err != nil {
+			return fmt.Errorf("cluster: mqtt group storage: %w", err)
+		}
+		if err := n.startMQTTGroup(); err != nil {
+			return err
+		}
+	}
 	host.Start()
 	n.meta = newMetaGroup(n, host)
 	return n.meta.start(st, last > 0)

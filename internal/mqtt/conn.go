@@ -562,6 +562,18 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 			return c.protocolError(reason, "%v", err)
 		}
 	}
+	if p.QoS > 0 && c.srv.state != nil {
+		c.afterCommit(p, reason, func() {
+			_, _ = sess.stepAt(time.Now(), func(time.Time) error {
+				if sess.conn.Load() != c {
+					return errTakenOver
+				}
+				sess.m.Published(&packet.Publish{QoS: p.QoS, PacketID: p.PacketID}, reason)
+				return nil
+			})
+		})
+		return nil
+	}
 	if p.QoS > 0 {
 		return c.step(func(time.Time) error {
 			sess.m.Published(p, reason)
@@ -569,6 +581,32 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 		})
 	}
 	return nil
+}
+
+// afterCommit, in a cluster that replicates MQTT state, acknowledges a QoS 1 or 2
+// PUBLISH once the MQTT group has committed it (ack queues the PUBACK or PUBREC):
+// from then on it is stored on a quorum of nodes for every persistent session it
+// matches. A QoS 2 publish of a persistent session is marked received in the same
+// entry. Acknowledgements keep the order of their PUBLISH packets, whatever the
+// outcome: one that is refused waits its turn in the same queue.
+func (c *conn) afterCommit(p *packet.Publish, reason packet.ReasonCode, ack func()) {
+	done := func(err error) {
+		if err != nil {
+			c.close(fmt.Errorf("%w: publish not replicated: %w", errClosedByServer, err))
+			return
+		}
+		ack()
+		c.Flush()
+	}
+	if reason != packet.Success {
+		c.srv.kv.enqueue(kvOp{done: done})
+		return
+	}
+	var pid uint16
+	if p.QoS == 2 && c.sess().persistent() {
+		pid = p.PacketID
+	}
+	c.srv.proposePublish(&c.rd.in.pub, c.sess().id, pid, done)
 }
 
 // publishQoS1 publishes a QoS 1 PUBLISH and queues its PUBACK.
@@ -585,6 +623,13 @@ func (c *conn) publishQoS1(topic string, p *packet.Publish) error {
 			}
 			reason = packet.TopicNameInvalid
 		}
+	}
+	if c.srv.state != nil {
+		pid := p.PacketID
+		c.afterCommit(p, reason, func() {
+			c.queuePacket(&packet.Ack{Type: packet.TypePuback, PacketID: pid, Reason: reason})
+		})
+		return nil
 	}
 	c.queuePacket(&packet.Ack{Type: packet.TypePuback, PacketID: p.PacketID, Reason: reason})
 	c.ownFlush = true

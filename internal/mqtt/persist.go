@@ -22,8 +22,15 @@ import (
 // batch that queued it costs nothing), one commit, one DeleteMany, so one fsync each
 // under sync=always.
 type kvStore struct {
-	log    *store.Log
+	log    *store.Log // nil when the records go to the cluster's MQTT group
 	logger *slog.Logger
+
+	// In a cluster, each wake-up's records and published messages are proposed
+	// to the MQTT group as one entry instead (proposeBatch); nothing is proposed
+	// before the proposer is set.
+	prop    Proposer
+	state   *State
+	propSet chan struct{}
 
 	mu    sync.Mutex
 	ops   []kvOp
@@ -41,6 +48,29 @@ type kvStore struct {
 type kvOp struct {
 	key string
 	val []byte // nil: delete
+	// In a cluster: pub is a published message instead of a record, and done,
+	// when set, is called once the op is committed (with the error that kept it
+	// from being committed before shutdown). An op without key and pub is a
+	// barrier (sync).
+	pub  *pubItem
+	done func(error)
+}
+
+// newReplicatedKV makes the store of a server whose state lives in the cluster's
+// MQTT group; it proposes nothing until setProposer.
+func newReplicatedKV(logger *slog.Logger) *kvStore {
+	k := &kvStore{logger: logger, wake: make(chan struct{}, 1), done: make(chan struct{}), propSet: make(chan struct{})}
+	go k.run()
+	return k
+}
+
+func (k *kvStore) setProposer(st *State, p Proposer) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.prop == nil {
+		k.prop, k.state = p, st
+		close(k.propSet)
+	}
 }
 
 // openKV opens (recovering) the log in dir and returns its live contents.
@@ -90,17 +120,22 @@ func (k *kvStore) put(key string, val []byte) {
 	if val == nil {
 		val = []byte{}
 	}
-	k.enqueue(kvOp{key, val})
+	k.enqueue(kvOp{key: key, val: val})
 }
 
 func (k *kvStore) del(key string) { k.enqueue(kvOp{key: key}) }
 
 func (k *kvStore) enqueue(op kvOp) {
 	k.mu.Lock()
-	if !k.quit {
+	quit := k.quit
+	if !quit {
 		k.ops = append(k.ops, op)
 	}
 	k.mu.Unlock()
+	if quit && op.done != nil {
+		op.done(errServerClosing)
+		return
+	}
 	select {
 	case k.wake <- struct{}{}:
 	default:
@@ -115,13 +150,56 @@ func (k *kvStore) run() {
 		ops, quit := k.ops, k.quit
 		k.ops = k.spare[:0]
 		k.mu.Unlock()
-		k.apply(ops)
+		if k.log == nil {
+			k.replicate(ops, quit)
+		} else {
+			k.apply(ops)
+		}
 		clear(ops)
 		k.mu.Lock()
 		k.spare = ops[:0]
 		k.mu.Unlock()
 		if quit {
 			return
+		}
+	}
+}
+
+// errServerClosing is what an op queued while the store closes is told.
+var errServerClosing = errors.New("mqtt state: closing")
+
+// replicate proposes a batch once the proposer is set; a store closed before that
+// proposes nothing.
+func (k *kvStore) replicate(ops []kvOp, quit bool) {
+	if len(ops) == 0 {
+		return
+	}
+	select {
+	case <-k.propSet:
+		k.proposeBatch(ops)
+		return
+	default:
+	}
+	if !quit {
+		// Not set yet: wait for it, or for close.
+		for {
+			select {
+			case <-k.propSet:
+				k.proposeBatch(ops)
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			k.mu.Lock()
+			quit = k.quit
+			k.mu.Unlock()
+			if quit {
+				break
+			}
+		}
+	}
+	for i := range ops {
+		if ops[i].done != nil {
+			ops[i].done(errServerClosing)
 		}
 	}
 }
@@ -135,6 +213,13 @@ func (k *kvStore) apply(ops []kvOp) {
 	for i, op := range ops {
 		k.last[op.key] = i
 	}
+	defer func() {
+		for _, op := range ops {
+			if op.done != nil {
+				op.done(nil)
+			}
+		}
+	}()
 	k.dels = k.dels[:0]
 	for i, op := range ops {
 		if k.last[op.key] != i {
@@ -178,6 +263,9 @@ func (k *kvStore) close() error {
 	default:
 	}
 	<-k.done
+	if k.log == nil {
+		return nil
+	}
 	return k.log.Close()
 }
 

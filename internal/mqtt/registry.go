@@ -40,6 +40,9 @@ func (s *Server) claimLocked(c *conn, clientID string) {
 			e.order = order
 			s.claims[clientID] = e
 		}
+		if sess := c.sess(); sess != nil {
+			defer sess.noteClaim(order) // after s.mu: a session's lock is never taken under it here
+		}
 	})
 }
 
@@ -57,17 +60,36 @@ func (s *Server) releaseLocked(c *conn) {
 
 // ClaimedElsewhere is the registry telling this server that another node recorded
 // clientID's connection at order: the connection here ends (reason 0x8E, session
-// taken over) if it was recorded before that. A connection whose own record is not
+// taken over) if it was recorded before that. In a cluster that replicates MQTT
+// state, the session here, connected or not, is let go (disown) for that node to
+// host. A connection whose own record is not
 // committed yet stays: its record comes later in the log, so it is the newer one.
 func (s *Server) ClaimedElsewhere(clientID string, order uint64) {
 	s.mu.Lock()
 	e, ok := s.claims[clientID]
-	if !ok || e.order == 0 || e.order >= order {
+	if ok && (e.order == 0 || e.order >= order) {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.claims, clientID)
+	if ok {
+		delete(s.claims, clientID)
+	}
+	var sess *session
+	if s.state != nil {
+		// The other node hosts the session from now on, rebuilt from the MQTT
+		// group, unless this node's own claim of it is the newer.
+		if sess = s.sessions[clientID]; sess != nil && sess.claimedAt() < order {
+			delete(s.sessions, clientID)
+		} else {
+			sess = nil
+		}
+	}
 	s.mu.Unlock()
-	s.log.Info("mqtt client connected to another node: closing its connection here", "client_id", clientID)
-	e.c.takenOver()
+	if sess != nil {
+		sess.disown()
+	}
+	if ok {
+		s.log.Info("mqtt client connected to another node: closing its connection here", "client_id", clientID)
+		e.c.takenOver()
+	}
 }

@@ -57,6 +57,22 @@ func (r *retainStore) set(m *broker.Message) {
 	r.mu.Unlock()
 }
 
+// replicated applies what the cluster's MQTT group committed: del are subjects
+// whose retained message went, set the retained messages now kept.
+func (r *retainStore) replicated(set []*retainedMsg, del []string) {
+	if len(set) == 0 && len(del) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, subj := range del {
+		delete(r.m, subj)
+	}
+	for _, rm := range set {
+		r.m[rm.subject] = rm
+	}
+}
+
 // setVolatile keeps m retained in memory without writing it to storage.
 func (r *retainStore) setVolatile(m *broker.Message) {
 	rm := &retainedMsg{subject: string(m.Subject), payload: append([]byte(nil), m.Payload...), qos: m.QoS}

@@ -74,6 +74,10 @@ type Config struct {
 	StoreDir     string
 	Sync         store.SyncPolicy
 	SyncInterval time.Duration
+	// Replicated: the server is a cluster node and keeps persistent sessions and
+	// retained messages in the cluster's MQTT group (SetReplication), not in
+	// StoreDir.
+	Replicated bool
 	// SysInterval is how often the $SYS/broker/... topics are published; 0 means
 	// every 10 s, negative never.
 	SysInterval time.Duration
@@ -174,7 +178,8 @@ type Server struct {
 	start  time.Time
 
 	retained *retainStore
-	kv       *kvStore // nil without a store directory
+	kv       *kvStore // nil without a store directory or cluster
+	state    *State   // the cluster's MQTT group, nil alone
 
 	mu        sync.Mutex
 	sessions  map[string]*session
@@ -233,7 +238,11 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 		TopicAliasMaximum: cfg.TopicAliasMaximum, OutboundTopicAliases: cfg.OutboundTopicAliases,
 		MaxSessionExpiry: cfg.MaxSessionExpiry, MaxKeepAlive: cfg.MaxKeepAlive,
 	}
-	if cfg.StoreDir != "" {
+	if cfg.Replicated {
+		s.kv = newReplicatedKV(log)
+		s.smCfg.Persist, s.smCfg.StoredElsewhere = true, true
+		s.retained.kv = s.kv
+	} else if cfg.StoreDir != "" {
 		kv, data, err := openKV(cfg.StoreDir, cfg.Sync, cfg.SyncInterval, log)
 		if err != nil {
 			return nil, err
@@ -579,7 +588,13 @@ func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.Con
 	}
 	sess := s.sessions[clientID]
 	if sess == nil || sess.ended() {
-		sess = newSession(s, clientID)
+		sess = nil
+		if s.state != nil {
+			sess = s.replicatedSession(clientID)
+		}
+		if sess == nil {
+			sess = newSession(s, clientID)
+		}
 		s.sessions[clientID] = sess
 	}
 	c.readAt.Store(time.Now().UnixNano())
@@ -605,6 +620,9 @@ func (s *Server) publish(m *broker.Message) {
 	var b broker.Batch
 	if m.Retain {
 		s.retained.set(m)
+	}
+	if s.state != nil && m.QoS > 0 {
+		s.proposePublish(m, "", 0, nil)
 	}
 	s.broker.Publish(&b, m)
 	b.Flush()

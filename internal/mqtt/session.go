@@ -45,6 +45,15 @@ type sessionExtra struct {
 	view    atomic.Pointer[routeView] // stored under mu; nil until the first subscription
 	nextSID uint64
 	timer   *time.Timer
+	// In a cluster (Server.state set), under mu: fedMID is the highest MID of the
+	// messages the MQTT group stored for this session that the session has (a
+	// message read when the session was rebuilt is not fed again); disowned is set
+	// once the client connected to another node, which hosts the session from then
+	// on: this copy writes nothing more; claimOrder is the order of this node's
+	// last committed claim of the client id in the cluster's registry.
+	fedMID     uint64
+	disowned   bool
+	claimOrder uint64
 }
 
 // routeView is what routing a delivery reads of a session, for deliveries made
@@ -231,12 +240,20 @@ func (s *session) outside(rd *sm.Ready, sc subChanges, late bool, now time.Time)
 		_ = s.srv.broker.Unsubscribe(sub)
 	}
 	if late {
+		if s.srv.state != nil && len(rd.Persist) > 0 {
+			// The subscriptions must be in the MQTT group before the SUBACK: a
+			// message published after it is stored for them on every node.
+			s.srv.kv.sync()
+		}
 		s.mu.Lock()
 		s.writeLocked(rd, now)
 		s.unholdLocked(&sc)
 		s.mu.Unlock()
 	}
 	for i := range rd.Publish {
+		if s.srv.state != nil && s.isDisowned() {
+			break // the client is on another node now: its will is not for this copy to send
+		}
 		w := &rd.Publish[i]
 		s.srv.publish(&broker.Message{Subject: w.Subject, Payload: w.Payload, Header: w.Header, Reply: w.Reply, QoS: w.QoS, Retain: w.Retain})
 	}
@@ -251,11 +268,16 @@ func (s *session) outside(rd *sm.Ready, sc subChanges, late bool, now time.Time)
 // persistLocked writes a Ready's records to the store.
 func (s *session) persistLocked(ops []sm.Op) {
 	kv := s.srv.kv
-	if kv == nil {
+	if kv == nil || s.disownedLocked() {
 		return
 	}
 	for _, o := range ops {
 		switch o.Kind {
+		case sm.OpSaveQoS2:
+			if s.srv.state != nil {
+				continue // marked by the entry that carries the message (proposePublish)
+			}
+			kv.put(qos2Key(s.id, o.PID), nil)
 		case sm.OpSaveSession:
 			rec := sessionRecord{Expiry: int64(s.m.Expiry())}
 			s.m.Subs(func(e *sm.Sub) {
@@ -269,8 +291,6 @@ func (s *session) persistLocked(ops []sm.Op) {
 			kv.put(msgKey(s.id, o.MID), encodeOutMsg(o.Msg))
 		case sm.OpDeleteMsg:
 			kv.del(msgKey(s.id, o.MID))
-		case sm.OpSaveQoS2:
-			kv.put(qos2Key(s.id, o.PID), nil)
 		case sm.OpDeleteQoS2:
 			kv.del(qos2Key(s.id, o.PID))
 		}
@@ -403,6 +423,42 @@ func (s *session) stopTimer() {
 	}
 }
 
+// persistent reports whether the session outlives its connection.
+func (s *session) persistent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Expiry() != 0
+}
+
+func (s *session) isDisowned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.disownedLocked()
+}
+
+func (s *session) disownedLocked() bool {
+	x := s.x.Load()
+	return x != nil && x.disowned
+}
+
+// noteClaim records the order of this node's committed claim of the client id.
+func (s *session) noteClaim(order uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.extra()
+	x.claimOrder = max(x.claimOrder, order)
+}
+
+// claimedAt is the order of this node's last committed claim of the client id.
+func (s *session) claimedAt() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x := s.x.Load(); x != nil {
+		return x.claimOrder
+	}
+	return 0
+}
+
 func (s *session) ended() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -501,6 +557,9 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 		ok, _ := v.conn.deliverQoS0(m, retain, ids, expireAt, now, x, v) // current: views change under mu
 		return ok
 	}
+	if s.storedByGroup(v, subs, m) {
+		return true
+	}
 	om := &outMsg{Payload: append([]byte(nil), m.Payload...), QoS: qos, Retain: retain, ExpireAt: expireAt}
 	if len(ids) > 0 {
 		om.SubIDs = make([]uint32, len(ids)) // not a slice of ids: idBuf would escape
@@ -529,6 +588,73 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 		sm.Release(rd)
 	}
 	return ok
+}
+
+// storedByGroup reports whether the cluster's MQTT group stores m for this session
+// itself (and hands it to enqueueStored): every QoS 1 and 2 message an MQTT client
+// publishes in a cluster goes through the group, which stores it for each
+// persistent session whose subscriptions, other than shared ones, match it. mu is
+// held.
+func (s *session) storedByGroup(v *routeView, subs []*broker.Subscription, m *broker.Message) bool {
+	if s.srv.state == nil || m.QoS == 0 || s.m.Expiry() == 0 {
+		return false
+	}
+	for _, sub := range subs {
+		if e := v.subs[sub]; e != nil && !e.Shared {
+			return true
+		}
+	}
+	return false
+}
+
+// enqueueStored gives the session a message the MQTT group stored for it.
+func (s *session) enqueueStored(m *outMsg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.extra()
+	if x.disowned || m.MID <= x.fedMID {
+		return
+	}
+	x.fedMID = m.MID
+	var now time.Time
+	if m.ExpireAt != 0 {
+		now = time.Now()
+	}
+	if !s.m.Enqueue(now, m) && !s.m.Ended() {
+		s.srv.queueDrops.Add(1)
+	}
+	if rd := s.m.Ready(); rd != nil {
+		s.persistLocked(rd.Persist)
+		s.writeLocked(rd, now)
+		s.armLocked(rd.Deadline)
+		sm.Release(rd)
+		if c := s.conn.Load(); c != nil {
+			defer c.Flush() // after the unlock: nothing else will flush it
+		}
+	}
+}
+
+// disown lets another node host the session: its client connected there. The
+// broker subscriptions and the timer go; the records stay, the other node's now.
+func (s *session) disown() {
+	s.mu.Lock()
+	s.extra().disowned = true
+	var subs []*broker.Subscription
+	if x := s.x.Load(); x != nil {
+		if x.timer != nil {
+			x.timer.Stop()
+		}
+		if v := x.view.Load(); v != nil {
+			for sub := range v.subs {
+				subs = append(subs, sub)
+			}
+			x.view.Store(&routeView{p: sm.Presence{Ended: true}})
+		}
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		_ = s.srv.broker.Unsubscribe(sub)
+	}
 }
 
 // deliverRetained sends the retained messages new subscriptions match.

@@ -24,7 +24,7 @@ func (s *Server) startCluster() error {
 			join = append(join, j)
 		}
 	}
-	node, err := cluster.Start(cluster.Config{
+	ccfg := cluster.Config{
 		NodeName: s.cfg.ServerName, Cluster: s.cfg.ClusterName, Host: s.cfg.Host,
 		RoutePort: s.cfg.ClusterPort, GossipPort: s.cfg.GossipPort, Advertise: s.cfg.ClusterAdvertise,
 		Join: join, ClientURLs: s.clientURLs(), Version: Version, Broker: s.broker,
@@ -34,7 +34,11 @@ func (s *Server) startCluster() error {
 		DataDir: s.cfg.StoreDir, ClusterSize: s.cfg.ClusterSize, OpenStorage: s.openRaftStorage,
 		Replica: replica.Config{SnapshotEntries: uint64(s.cfg.RaftSnapshotEntries),
 			CompactionOverhead: uint64(s.cfg.RaftSnapshotEntries / 2)},
-	})
+	}
+	if s.mqttState != nil {
+		ccfg.MQTTState = s.mqttState
+	}
+	node, err := cluster.Start(ccfg)
 	if err != nil {
 		return err
 	}
@@ -43,6 +47,10 @@ func (s *Server) startCluster() error {
 		// id connecting here closes its connection on another node.
 		if reg := node.ClientRegistry(s.mqtt.ClaimedElsewhere); reg != nil {
 			s.mqtt.SetRegistry(reg)
+		}
+		// Persistent sessions and retained messages live in the MQTT group.
+		if s.mqttState != nil && node.Replicating() {
+			s.mqtt.SetReplication(s.mqttState, node)
 		}
 	}
 	var replicated *streams.Service

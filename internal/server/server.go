@@ -44,6 +44,8 @@ type Server struct {
 	native  *native.Server
 	streams *stream.Manager // nil when streams are disabled
 	mqtt    *mqtt.Server    // nil when MQTT is disabled
+	// mqttState is this node's replica of the cluster's MQTT group, nil alone.
+	mqttState *mqtt.State
 	// interest counts local subscriptions for the cluster from the first one; nil
 	// when the server runs alone. cluster is the running node, set by Start.
 	interest *interest.Local
@@ -157,6 +159,8 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			}
 			mcfg.StoreDir, mcfg.Sync, mcfg.SyncInterval = filepath.Join(cfg.StoreDir, "mqtt"), policy, cfg.SyncInterval
 		}
+		// A cluster keeps MQTT state in its MQTT group (startCluster), not in StoreDir.
+		mcfg.Replicated = cfg.ClusterSize > 0
 		ms, err := mqtt.NewServer(mcfg, s.broker, log.With("proto", "mqtt"))
 		if err != nil {
 			if s.streams != nil {
@@ -165,6 +169,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			return nil, err
 		}
 		s.mqtt = ms
+	}
+	if cfg.ClusterSize > 0 {
+		s.mqttState = mqtt.NewState(cfg.MQTT.MaxQueued, log.With("proto", "mqtt"))
 	}
 	return s, nil
 }

@@ -10,10 +10,11 @@ import (
 	"strings"
 )
 
-// MetaGroup is the Raft group id of the meta group; stream partitions' groups are
-// numbered from FirstStreamGroup.
+// MetaGroup is the Raft group id of the meta group, MQTTGroup the MQTT state's;
+// stream partitions' groups are numbered from FirstStreamGroup.
 const (
 	MetaGroup        uint64 = 1
+	MQTTGroup        uint64 = 2 // persistent MQTT sessions and retained messages
 	FirstStreamGroup uint64 = 16
 )
 

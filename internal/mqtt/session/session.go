@@ -37,6 +37,13 @@ type Config struct {
 	// Persist: the driver keeps persistent sessions in storage, so Ready lists the
 	// records to write.
 	Persist bool
+	// StoredElsewhere: the QoS 1 and 2 messages the session stores come to
+	// Enqueue already stored, under the MID they carry (a cluster's MQTT group
+	// stores every message it routes to a persistent session as it commits it);
+	// the session writes a message again only when its QoS 2 packet id is
+	// assigned, and deletes it when its exchange ends. A message without a MID
+	// (a retained message a new subscription gets) is kept in memory only.
+	StoredElsewhere bool
 }
 
 // Sub is one MQTT subscription of a session: a filter and its options. A Sub is not
@@ -296,7 +303,7 @@ func (s *Session) storeAll() {
 	}
 	s.saveSession()
 	for _, m := range s.fl.all() {
-		if m.MID == 0 { // stored already otherwise
+		if m.MID == 0 && !s.cfg.StoredElsewhere { // stored already otherwise
 			s.aux().nextMID++
 			m.MID = s.x.nextMID
 			s.saveMsg(m)
@@ -923,25 +930,36 @@ func (s *Session) Enqueue(now time.Time, m *OutMsg) bool {
 	if s.ended {
 		return false
 	}
-	if s.stored() {
+	switch {
+	case s.cfg.StoredElsewhere && !s.stored():
+		s.forgetMsg(m) // stored for a session that no longer persists
+	case s.cfg.StoredElsewhere:
+	case s.stored():
 		s.aux().nextMID++
 		m.MID = s.x.nextMID
 	}
 	if s.link != nil && s.fl.canSend(s.window()) {
 		s.fl.start(m)
-		s.saveMsg(m)
+		if !s.cfg.StoredElsewhere || m.QoS == 2 {
+			s.saveMsg(m)
+		}
 		s.emit(now, m, false)
 		return true
 	}
 	evicted, ok := s.fl.enqueue(m, s.cfg.MaxQueued, s.cfg.DropOld)
 	if !ok {
+		if s.cfg.StoredElsewhere {
+			s.forgetMsg(m)
+		}
 		m.MID = 0
 		return false
 	}
 	if evicted != nil {
 		s.forgetMsg(evicted)
 	}
-	s.saveMsg(m)
+	if !s.cfg.StoredElsewhere {
+		s.saveMsg(m)
+	}
 	if m.ExpireAt != 0 && s.link == nil {
 		x := s.aux()
 		if x.msgExpAt == 0 || m.ExpireAt < x.msgExpAt {

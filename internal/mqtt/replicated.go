@@ -1,0 +1,669 @@
+package mqtt
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	sm "github.com/tern-mq/tern/internal/mqtt/session"
+	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/subject"
+)
+
+// Proposer commits an entry of the cluster's MQTT group from any node (the cluster
+// forwards it to the group's leader) and returns its index once committed.
+type Proposer interface {
+	ProposeMQTT(ctx context.Context, data []byte) (uint64, error)
+}
+
+// State is a node's replica of the cluster's MQTT group: every persistent session
+// (its record, the QoS 1 and 2 messages stored for it, the QoS 2 publishes it
+// received and did not release) and every retained message, as the records of the
+// single-node store (kvStore keys and encodings). Every node applies the group's
+// entries, so a client whose node died resumes its session on any other node.
+//
+// Besides records, an entry carries the QoS 1 and 2 messages MQTT clients published:
+// applying one stores it, under a MID made of its position in the log, for every
+// persistent session whose subscriptions match it then — the same sessions on every
+// replica — and hands it to those of the sessions this node hosts. A publisher's
+// PUBACK (PUBREC) waits for that commit, so a message acknowledged to its publisher
+// is on a quorum of nodes for every persistent subscriber, wherever that subscriber
+// is connected, or not connected at all.
+type State struct {
+	log       *slog.Logger
+	maxQueued int
+
+	mu       sync.RWMutex
+	sessions map[string]*storedSession
+	retained map[string][]byte
+	applied  uint64
+	appliedC chan struct{} // closed and replaced when applied moves
+
+	srv *Server // the node's MQTT server, nil when it runs none
+}
+
+// storedSession is one client's records in the replicated state.
+type storedSession struct {
+	rec  []byte              // the session record, nil when only messages remain
+	subs []*sm.Sub           // parsed from rec
+	msgs map[uint64][]byte   // MID → encoded outMsg
+	qos2 map[uint16]struct{} // QoS 2 publishes received and not released
+}
+
+func (ss *storedSession) empty() bool {
+	return ss.rec == nil && len(ss.msgs) == 0 && len(ss.qos2) == 0
+}
+
+// NewState makes an empty replica of the MQTT group. maxQueued bounds the messages
+// stored for one session (as Config.MaxQueued; newer ones are refused).
+func NewState(maxQueued int, log *slog.Logger) *State {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if maxQueued <= 0 {
+		maxQueued = DefaultConfig().MaxQueued
+	}
+	return &State{log: log, maxQueued: maxQueued, sessions: map[string]*storedSession{}, retained: map[string][]byte{},
+		appliedC: make(chan struct{})}
+}
+
+var _ replica.StateMachine = (*State)(nil)
+
+// Entry items. An entry is a count then that many items, each a kind byte and its
+// fields (length-prefixed bytes, uvarints).
+const (
+	itemPut     = 1 // key, value
+	itemDel     = 2 // key
+	itemPublish = 3 // subject, payload, header, reply, flags (QoS | retain<<2), origin client, QoS 2 packet id
+)
+
+// maxEntryItems bounds the items of one entry: a message's MID is its entry's index
+// times this plus its position.
+const maxEntryItems = 1 << 16
+
+// pubItem is a QoS 1 or 2 message an MQTT client (or a will) published.
+type pubItem struct {
+	subject, payload, header, reply []byte
+	qos                             byte
+	retain                          bool
+	origin                          string // the publishing client, for No Local
+	qos2PID                         uint16 // the origin's QoS 2 packet id, marked received in the same entry
+}
+
+func appendItem(b []byte, op *kvOp) []byte {
+	switch {
+	case op.pub != nil:
+		p := op.pub
+		b = append(b, itemPublish)
+		b = appendBytes(b, p.subject)
+		b = appendBytes(b, p.payload)
+		b = appendBytes(b, p.header)
+		b = appendBytes(b, p.reply)
+		flags := uint64(p.qos)
+		if p.retain {
+			flags |= 4
+		}
+		b = binary.AppendUvarint(b, flags)
+		b = appendBytes(b, []byte(p.origin))
+		return binary.AppendUvarint(b, uint64(p.qos2PID))
+	case op.val != nil:
+		b = append(b, itemPut)
+		b = appendBytes(b, []byte(op.key))
+		return appendBytes(b, op.val)
+	default:
+		b = append(b, itemDel)
+		return appendBytes(b, []byte(op.key))
+	}
+}
+
+// decodedItem is one item of an entry; its slices point into the entry.
+type decodedItem struct {
+	kind     byte
+	key, val []byte
+	pub      pubItem
+}
+
+var errBadEntry = errors.New("mqtt group: bad entry")
+
+// decodeEntry reads an entry of the MQTT group; it never panics on any input.
+func decodeEntry(b []byte) ([]decodedItem, error) {
+	r := &byteReader{b: b}
+	n := r.uvarint()
+	if r.err != nil || n > maxEntryItems || n > uint64(len(r.b)) {
+		return nil, fmt.Errorf("%w: item count", errBadEntry)
+	}
+	items := make([]decodedItem, 0, n)
+	for i := range n {
+		if len(r.b) == 0 {
+			return nil, fmt.Errorf("%w: item %d of %d missing", errBadEntry, i, n)
+		}
+		it := decodedItem{kind: r.b[0]}
+		r.b = r.b[1:]
+		switch it.kind {
+		case itemPut:
+			it.key, it.val = r.bytes(), r.bytes()
+		case itemDel:
+			it.key = r.bytes()
+		case itemPublish:
+			p := &it.pub
+			p.subject, p.payload, p.header, p.reply = r.bytes(), r.bytes(), r.bytes(), r.bytes()
+			flags := r.uvarint()
+			p.origin = string(r.bytes())
+			pid := r.uvarint()
+			if r.err == nil && (flags&^7 != 0 || flags&3 == 0 || flags&3 == 3 || pid > math.MaxUint16) {
+				return nil, fmt.Errorf("%w: publish flags %#x, packet id %d", errBadEntry, flags, pid)
+			}
+			p.qos, p.retain, p.qos2PID = byte(flags&3), flags&4 != 0, uint16(pid)
+			if r.err == nil && len(p.subject) == 0 {
+				return nil, fmt.Errorf("%w: publish without a subject", errBadEntry)
+			}
+		default:
+			return nil, fmt.Errorf("%w: item kind %d", errBadEntry, it.kind)
+		}
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: item %d: %w", errBadEntry, i, r.err)
+		}
+		items = append(items, it)
+	}
+	if len(r.b) > 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errBadEntry, len(r.b))
+	}
+	return items, nil
+}
+
+// feed is a stored message for a session this node may host, handed to it once the
+// state's lock is released.
+type feed struct {
+	client string
+	msg    *outMsg
+}
+
+// Apply implements replica.StateMachine.
+func (st *State) Apply(ents []replica.Entry) error {
+	var feeds []feed
+	var retainedSet, retainedDel []string
+	st.mu.Lock()
+	for _, e := range ents {
+		items, err := decodeEntry(e.Data)
+		if err != nil {
+			// Every replica refuses the same bytes the same way: skipping keeps them equal.
+			st.log.Error("mqtt group: entry skipped", "index", e.Index, "err", err)
+			continue
+		}
+		for i := range items {
+			it := &items[i]
+			switch it.kind {
+			case itemPut:
+				if st.putLocked(string(it.key), it.val) && strings.HasPrefix(string(it.key), kvRetained) {
+					retainedSet = append(retainedSet, string(it.key[len(kvRetained):]))
+				}
+			case itemDel:
+				if st.delLocked(string(it.key)) && strings.HasPrefix(string(it.key), kvRetained) {
+					retainedDel = append(retainedDel, string(it.key[len(kvRetained):]))
+				}
+			case itemPublish:
+				feeds = st.routeLocked(e.Index*maxEntryItems+uint64(i), &it.pub, feeds)
+			}
+		}
+		st.applied = e.Index
+	}
+	close(st.appliedC)
+	st.appliedC = make(chan struct{})
+	srv := st.srv
+	var set []*retainedMsg
+	for _, subj := range retainedSet {
+		if b, ok := st.retained[subj]; ok {
+			if rm, err := decodeRetained(subj, b); err == nil {
+				set = append(set, rm)
+			}
+		}
+	}
+	st.mu.Unlock()
+	if srv != nil {
+		srv.retained.replicated(set, retainedDel)
+		for _, f := range feeds {
+			srv.feedStored(f.client, f.msg)
+		}
+	}
+	return nil
+}
+
+// putLocked applies one record; it reports whether the key was a known kind.
+func (st *State) putLocked(key string, val []byte) bool {
+	if len(key) < 2 {
+		return false
+	}
+	kind, rest := key[:2], key[2:]
+	switch kind {
+	case kvRetained:
+		st.retained[rest] = append([]byte(nil), val...)
+	case kvSession:
+		var rec sessionRecord
+		if err := json.Unmarshal(val, &rec); err != nil {
+			st.log.Error("mqtt group: bad session record ignored", "client_id", rest, "err", err)
+			return false
+		}
+		ss := st.session(rest)
+		ss.rec = append([]byte(nil), val...)
+		ss.subs = ss.subs[:0]
+		for _, sr := range rec.Subs {
+			if e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID); err == nil {
+				ss.subs = append(ss.subs, e)
+			}
+		}
+	case kvMessage, kvQoS2:
+		client, n, ok := parseIDKey(kind, rest)
+		if !ok {
+			return false
+		}
+		ss := st.session(client)
+		if kind == kvQoS2 {
+			ss.qos2[uint16(n)] = struct{}{}
+		} else {
+			ss.msgs[n] = append([]byte(nil), val...)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func (st *State) delLocked(key string) bool {
+	if len(key) < 2 {
+		return false
+	}
+	kind, rest := key[:2], key[2:]
+	switch kind {
+	case kvRetained:
+		delete(st.retained, rest)
+		return true
+	case kvSession:
+		if ss := st.sessions[rest]; ss != nil {
+			ss.rec, ss.subs = nil, nil
+			st.dropIfEmpty(rest, ss)
+		}
+		return true
+	case kvMessage, kvQoS2:
+		client, n, ok := parseIDKey(kind, rest)
+		if !ok {
+			return false
+		}
+		if ss := st.sessions[client]; ss != nil {
+			if kind == kvQoS2 {
+				delete(ss.qos2, uint16(n))
+			} else {
+				delete(ss.msgs, n)
+			}
+			st.dropIfEmpty(client, ss)
+		}
+		return true
+	}
+	return false
+}
+
+func (st *State) session(client string) *storedSession {
+	ss := st.sessions[client]
+	if ss == nil {
+		ss = &storedSession{msgs: map[uint64][]byte{}, qos2: map[uint16]struct{}{}}
+		st.sessions[client] = ss
+	}
+	return ss
+}
+
+func (st *State) dropIfEmpty(client string, ss *storedSession) {
+	if ss.empty() {
+		delete(st.sessions, client)
+	}
+}
+
+// parseIDKey splits the rest of a message or QoS 2 key into its client and id, as
+// msgKey and qos2Key write them.
+func parseIDKey(kind, rest string) (string, uint64, bool) {
+	client, id, ok := strings.Cut(rest, "\x00")
+	n, err := strconv.ParseUint(id, 10, 64)
+	if !ok || err != nil || id != strconv.FormatUint(n, 10) || (kind == kvQoS2 && (n == 0 || n > math.MaxUint16)) {
+		return "", 0, false
+	}
+	return client, n, true
+}
+
+// routeLocked stores p, under mid, for every stored session whose subscriptions
+// match it, by the rule a session applies to a delivery (sm.RouteLive) for a client
+// that is away: the highest QoS granted, retain as published, every subscription
+// identifier once. Shared subscriptions are left to the broker, which picks one
+// member of the group. The origin's QoS 2 packet id is marked received.
+func (st *State) routeLocked(mid uint64, p *pubItem, feeds []feed) []feed {
+	if p.qos2PID != 0 && p.origin != "" {
+		st.session(p.origin).qos2[p.qos2PID] = struct{}{}
+	}
+	subj := string(p.subject)
+	dollar := IsDollar(p.subject)
+	expireAt := expiryOf(p.header)
+	var topic, reply string
+	for client, ss := range st.sessions {
+		if ss.rec == nil || len(ss.subs) == 0 {
+			continue
+		}
+		var qos byte
+		found, rap := false, false
+		var ids []uint32
+		for _, e := range ss.subs {
+			if e.Shared || (e.DollarGuard && dollar) || (e.NoLocal && client == p.origin) || !matchesAny(e.Subjects, subj) {
+				continue
+			}
+			found = true
+			qos = max(qos, min(p.qos, e.QoS))
+			rap = rap || e.RAP
+			if e.SubID != 0 && !slices.Contains(ids, e.SubID) {
+				ids = append(ids, e.SubID)
+			}
+		}
+		if !found || qos == 0 {
+			continue // QoS 0 goes the broker's way, to a connected client only
+		}
+		if len(ss.msgs) >= st.maxQueued {
+			st.log.Debug("mqtt group: session queue full, message refused", "client_id", client)
+			continue
+		}
+		if topic == "" {
+			topic = string(AppendTopic(nil, p.subject))
+			if len(p.reply) > 0 {
+				reply = string(AppendTopic(nil, p.reply))
+			}
+		}
+		m := &outMsg{MID: mid, Topic: topic, Reply: reply, QoS: qos, Retain: p.retain && rap, ExpireAt: expireAt, SubIDs: ids}
+		if len(p.header) > 0 {
+			m.Header = append([]byte(nil), p.header...)
+		}
+		m.Payload = append([]byte(nil), p.payload...)
+		ss.msgs[mid] = encodeOutMsg(m)
+		feeds = append(feeds, feed{client: client, msg: m})
+	}
+	return feeds
+}
+
+func matchesAny(filters []string, subj string) bool {
+	for _, f := range filters {
+		if subject.Matches(f, subj) {
+			return true
+		}
+	}
+	return false
+}
+
+// Snapshot implements replica.StateMachine: every record, as key and value pairs.
+func (st *State) Snapshot() ([]byte, error) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var b []byte
+	n := 0
+	put := func(key string, val []byte) {
+		b = appendBytes(b, []byte(key))
+		b = appendBytes(b, val)
+		n++
+	}
+	for _, subj := range slices.Sorted(maps.Keys(st.retained)) {
+		put(kvRetained+subj, st.retained[subj])
+	}
+	for _, client := range slices.Sorted(maps.Keys(st.sessions)) {
+		ss := st.sessions[client]
+		if ss.rec != nil {
+			put(kvSession+client, ss.rec)
+		}
+		for _, mid := range slices.Sorted(maps.Keys(ss.msgs)) {
+			put(msgKey(client, mid), ss.msgs[mid])
+		}
+		for _, pid := range slices.Sorted(maps.Keys(ss.qos2)) {
+			put(qos2Key(client, pid), []byte{})
+		}
+	}
+	return append(binary.AppendUvarint(make([]byte, 0, len(b)+10), uint64(n)), b...), nil
+}
+
+// Restore implements replica.StateMachine.
+func (st *State) Restore(data []byte) error {
+	st.mu.Lock()
+	old := slices.Collect(maps.Keys(st.retained))
+	st.sessions, st.retained = map[string]*storedSession{}, map[string][]byte{}
+	var err error
+	if len(data) > 0 {
+		r := &byteReader{b: data}
+		n := r.uvarint()
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			key, val := r.bytes(), r.bytes()
+			if r.err == nil {
+				st.putLocked(string(key), val)
+			}
+		}
+		err = r.err
+		if err == nil && len(r.b) > 0 {
+			err = fmt.Errorf("%d trailing bytes", len(r.b))
+		}
+	}
+	var set []*retainedMsg
+	for subj, b := range st.retained {
+		if rm, derr := decodeRetained(subj, b); derr == nil {
+			set = append(set, rm)
+		}
+	}
+	srv := st.srv
+	st.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mqtt group: snapshot: %w", err)
+	}
+	if srv != nil {
+		srv.retained.replicated(set, old)
+	}
+	return nil
+}
+
+// waitApplied returns once the state has applied index, or ctx ends.
+func (st *State) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		st.mu.RLock()
+		applied, ch := st.applied, st.appliedC
+		st.mu.RUnlock()
+		if applied >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// storedOf returns a copy of client's stored session: its record, messages by MID
+// and unreleased QoS 2 packet ids; ok is false when it has no record.
+func (st *State) storedOf(client string) (rec sessionRecord, msgs []*outMsg, qos2 []uint16, ok bool) {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	ss := st.sessions[client]
+	if ss == nil || ss.rec == nil {
+		return rec, nil, nil, false
+	}
+	if err := json.Unmarshal(ss.rec, &rec); err != nil {
+		return rec, nil, nil, false
+	}
+	for _, mid := range slices.Sorted(maps.Keys(ss.msgs)) {
+		m, err := decodeOutMsg(ss.msgs[mid])
+		if err != nil {
+			st.log.Error("mqtt group: bad stored message skipped", "client_id", client, "err", err)
+			continue
+		}
+		m.MID = mid
+		msgs = append(msgs, m)
+	}
+	qos2 = slices.Sorted(maps.Keys(ss.qos2))
+	return rec, msgs, qos2, true
+}
+
+// ---------------------------------------------------------------------------------
+// The server's side.
+
+// SetReplication makes the server keep its persistent sessions and retained
+// messages in the cluster's MQTT group: st is this node's replica, p commits
+// entries. Call it before the first client connects; the server must have been made
+// with Config.Replicated.
+func (s *Server) SetReplication(st *State, p Proposer) {
+	st.mu.Lock()
+	st.srv = s
+	var set []*retainedMsg
+	for subj, b := range st.retained {
+		if rm, err := decodeRetained(subj, b); err == nil {
+			set = append(set, rm)
+		}
+	}
+	st.mu.Unlock()
+	s.retained.replicated(set, nil)
+	s.state = st
+	s.kv.setProposer(st, p)
+}
+
+// replicatedSession rebuilds the session of clientID from the MQTT group, for a
+// client that connects here while its session was hosted by another node (or by
+// none, since that node died): nil when the group has no session of it. s.mu is
+// held, so that every message the group stores for the client from now on finds
+// the session (feedStored) or is in what was read.
+func (s *Server) replicatedSession(clientID string) *session {
+	rec, msgs, qos2, ok := s.state.storedOf(clientID)
+	if !ok {
+		return nil
+	}
+	sess := newSession(s, clientID)
+	sess.m.Restore(time.Duration(rec.Expiry))
+	for _, sr := range rec.Subs {
+		e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
+		if err != nil {
+			continue
+		}
+		sess.m.RestoreSub(e)
+	}
+	x := sess.extra()
+	for _, m := range msgs {
+		sess.m.RestoreMsg(m)
+		x.fedMID = max(x.fedMID, m.MID)
+	}
+	for _, pid := range qos2 {
+		sess.m.RestoreQoS2(pid)
+	}
+	_ = sess.step(func(now time.Time) error {
+		sess.m.Restored(now)
+		return nil
+	})
+	s.log.Info("mqtt session resumed from the cluster", "client_id", clientID, "messages", len(msgs))
+	return sess
+}
+
+// feedStored hands a message the group stored for client to its session, if this
+// node hosts it.
+func (s *Server) feedStored(client string, m *outMsg) {
+	s.mu.Lock()
+	sess := s.sessions[client]
+	s.mu.Unlock()
+	if sess != nil {
+		sess.enqueueStored(m)
+	}
+}
+
+// proposePublish commits a QoS 1 or 2 message a client (origin) published, with
+// the QoS 2 packet id to mark received, and calls done once it is committed.
+func (s *Server) proposePublish(m *broker.Message, origin string, qos2PID uint16, done func(error)) {
+	p := &pubItem{subject: clone(m.Subject), payload: clone(m.Payload), header: clone(m.Header), reply: clone(m.Reply),
+		qos: m.QoS, retain: m.Retain, origin: origin, qos2PID: qos2PID}
+	s.kv.enqueue(kvOp{pub: p, done: done})
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// replicatedTimeout bounds one attempt to commit an entry; the writer tries again
+// until it succeeds or the server stops.
+const replicatedTimeout = 5 * time.Second
+
+// proposeBatch commits ops through the group as entries of at most maxEntryItems
+// items and about 1 MiB, in order, each attempt retried until it commits or the
+// store closes; then calls every op's done.
+func (k *kvStore) proposeBatch(ops []kvOp) {
+	for len(ops) > 0 {
+		n, size := 0, 0
+		for n < len(ops) && n < maxEntryItems-1 && size < 1<<20 {
+			size += len(ops[n].key) + len(ops[n].val) + 16
+			if p := ops[n].pub; p != nil {
+				size += len(p.subject) + len(p.payload) + len(p.header) + len(p.reply)
+			}
+			n++
+		}
+		batch := ops[:n]
+		ops = ops[n:]
+		items := 0
+		for i := range batch {
+			if batch[i].pub != nil || batch[i].key != "" {
+				items++
+			}
+		}
+		var err error
+		if items > 0 {
+			data := binary.AppendUvarint(make([]byte, 0, size+8), uint64(items))
+			for i := range batch {
+				if batch[i].pub != nil || batch[i].key != "" {
+					data = appendItem(data, &batch[i])
+				}
+			}
+			err = k.commit(data)
+		}
+		for i := range batch {
+			if batch[i].done != nil {
+				batch[i].done(err)
+			}
+		}
+	}
+}
+
+// commit proposes one entry until it is committed and applied here.
+func (k *kvStore) commit(data []byte) error {
+	backoff := 20 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), replicatedTimeout)
+		index, err := k.prop.ProposeMQTT(ctx, data)
+		if err == nil {
+			err = k.state.waitApplied(ctx, index)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		k.mu.Lock()
+		quit := k.quit
+		k.mu.Unlock()
+		if quit {
+			return fmt.Errorf("mqtt group: not committed before shutdown: %w", err)
+		}
+		k.logger.Warn("mqtt group: entry not committed yet, trying again", "err", err)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// sync returns once every record queued before it is committed.
+func (k *kvStore) sync() {
+	done := make(chan struct{})
+	k.enqueue(kvOp{done: func(error) { close(done) }})
+	<-done
+}
