@@ -28,6 +28,7 @@
 #   TERN_BASE (25700)    Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
 #   JS_BASE (25500)      JetStream node i: client JS_BASE+10i, route +1, monitoring +2
 #   SYSTEMS (tern,js)    which clusters to run
+#   TERN_ARGS            more tern server options for every Tern node (e.g. "--sync never")
 #   OUT (bench/out)      results in $OUT/idlegroups
 # Outputs in $OUT/idlegroups: results.md (the tables), runs.jsonl (every run, one
 # JSON object a line), summary.json, every node's log (<system>-r<run>-n<i>.log).

@@ -11,6 +11,8 @@
 #   REPLICAVS, REPLICATEDVS   the harnesses (readiness waits)
 #   TERN_BASE, JS_BASE        node i: client BASE+10i, route +1, then Tern: gossip +2,
 #                             monitoring +3; JetStream: monitoring +2
+# and may set TERN_ARGS: more `tern server` options for every Tern node (split on
+# spaces), e.g. "--sync never".
 
 R3_PIDS=() # the running cluster's nodes, node order
 R3_SYS=    # tern or js
@@ -45,8 +47,10 @@ r3_list() { # what (urls|names|pids|monitors): of the running cluster, comma-sep
 }
 
 r3_start() { # sys tag: start a fresh cluster and wait until it is ready
-	local sys=$1 i j join="" routes="" conf
+	local sys=$1 i j join="" routes="" conf extra=()
 	R3_SYS=$sys R3_TAG=$2 R3_PIDS=()
+	# shellcheck disable=SC2206 # split on spaces, as documented
+	[ -z "${TERN_ARGS:-}" ] || extra=($TERN_ARGS)
 	case "$sys" in
 	tern)
 		for i in 1 2 3; do join+="127.0.0.1:$(($(r3_port tern "$i") + 1)),"; done
@@ -55,7 +59,7 @@ r3_start() { # sys tag: start a fresh cluster and wait until it is ready
 			"$TERN_BIN" server --server-name "tern$i" --host 127.0.0.1 --port "$(r3_port tern "$i")" \
 				--http "127.0.0.1:$(r3_monitor_port tern "$i")" --cluster-name r3 --cluster-port "$(($(r3_port tern "$i") + 1))" \
 				--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 \
-				--store-dir "$RUN_DIR/$R3_TAG-n$i" >"$ROUT/$R3_TAG-n$i.log" 2>&1 &
+				--store-dir "$RUN_DIR/$R3_TAG-n$i" "${extra[@]}" >"$ROUT/$R3_TAG-n$i.log" 2>&1 &
 			R3_PIDS+=($!)
 		done
 		;;
