@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# What many idle replicated streams cost, Tern beside NATS JetStream, on this
+# machine. Per run and system: a fresh 3-node cluster (Tern: tern server with
+# --cluster-size 3, built from this tree; JetStream: nats-server pinned in
+# bench/lib.sh); its nodes' CPU and memory with no stream (the baseline), then
+# --streams streams of 3 replicas made through the stream API (--concurrency
+# requests at a time), a wait until every one has a leader and all its replicas
+# current, --settle, and each node's CPU use (utime+stime of /proc/<pid>/stat, in %
+# of one core) over --window of idleness and its RSS (/proc/<pid>/status) at the end
+# (bench/replicavs idle).
+#
+# Installs nats-server if missing, builds tern and the harnesses, starts each
+# cluster on loopback on non-default ports, stops exactly the processes it started,
+# by pid, on EXIT, INT and TERM; the stores live in a temporary directory that is
+# deleted.
+#
+# Usage: bench/idlegroups.sh [options]
+#   --streams N          streams of 3 replicas (default 1000)
+#   --window D           idle window measured (default 60s)
+#   --baseline D         window measured before any stream exists (default 30s; 0: none)
+#   --settle D           wait after every stream is led, before the window (default 15s)
+#   --runs N             runs per system (default 1)
+#   --concurrency N      create requests in flight (default 16)
+#   --create-timeout D   bound on making the streams (default 10m)
+#   --quiet-wait D       before each run, wait up to D for other processes' CPU use to
+#                        settle (default 30s; 0: not at all)
+# Environment:
+#   TERN_BASE (25700)    Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
+#   JS_BASE (25500)      JetStream node i: client JS_BASE+10i, route +1, monitoring +2
+#   SYSTEMS (tern,js)    which clusters to run
+#   TERN_ARGS            more tern server options for every Tern node (e.g. "--sync never")
+#   OUT (bench/out)      results in $OUT/idlegroups
+# Outputs in $OUT/idlegroups: results.md (the tables), runs.jsonl (every run, one
+# JSON object a line), summary.json, every node's log (<system>-r<run>-n<i>.log).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+STREAMS=1000
+WINDOW=60s
+BASELINE=30s
+SETTLE=15s
+RUNS=1
+CONC=16
+CREATE_TIMEOUT=10m
+QUIET=30s
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-h | -help | --help) usage; exit 0 ;;
+	--streams) STREAMS=$2; shift 2 ;;
+	--window) WINDOW=$2; shift 2 ;;
+	--baseline) BASELINE=$2; shift 2 ;;
+	--settle) SETTLE=$2; shift 2 ;;
+	--runs) RUNS=$2; shift 2 ;;
+	--concurrency) CONC=$2; shift 2 ;;
+	--create-timeout) CREATE_TIMEOUT=$2; shift 2 ;;
+	--quiet-wait) QUIET=$2; shift 2 ;;
+	--*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+	*) echo "idlegroups.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+case "$RUNS" in '' | *[!0-9]* | 0) echo "idlegroups.sh: --runs wants a positive number" >&2; exit 2 ;; esac
+case "$STREAMS" in '' | *[!0-9]* | 0) echo "idlegroups.sh: --streams wants a positive number" >&2; exit 2 ;; esac
+
+TERN_BASE=${TERN_BASE:-25700}
+JS_BASE=${JS_BASE:-25500}
+SYSTEMS=${SYSTEMS:-tern,js}
+OUT=${OUT:-bench/out}
+ROUT=$OUT/idlegroups
+SYS_LIST=()
+for s in ${SYSTEMS//,/ }; do
+	case "$s" in tern | js) SYS_LIST+=("$s") ;; *) echo "idlegroups.sh: SYSTEMS: unknown system $s (tern, js)" >&2; exit 2 ;; esac
+done
+
+mkdir -p "$ROUT"
+BENCH=idlegroups.sh BENCH_LOGS=$ROUT
+. bench/lib.sh
+. bench/r3clusters.sh
+
+# --- install, check ports, build ---------------------------------------------------------
+NATS_SERVER=$(go_tool nats-server)
+ports=()
+for s in "${SYS_LIST[@]}"; do
+	# shellcheck disable=SC2207 # numbers
+	ports+=($(r3_all_ports "$s"))
+done
+require_free_ports "TERN_BASE / JS_BASE" "${ports[@]}"
+echo "== building tern, bench/replicavs and bench/replicatedvs"
+TERN_BIN=$ROUT/tern
+REPLICAVS=$ROUT/replicavs
+REPLICATEDVS=$ROUT/replicatedvs
+go build -o "$TERN_BIN" ./cmd/tern
+bench_build "$REPLICAVS" ./replicavs
+bench_build "$REPLICATEDVS" ./replicatedvs
+
+# --- processes started here; stopped by pid ------------------------------------------------
+RUN_DIR=$(mktemp -d /tmp/sbench-idlegroups.XXXXXX)
+JOB= # the harness being waited for
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$JOB" ] && stop_pid "$JOB" harness 30
+	r3_stop
+	rm -rf "$RUN_DIR"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+run_job() { # command...: in the background, waited for, so a signal is handled at once
+	"$@" &
+	JOB=$!
+	local rc=0
+	wait "$JOB" || rc=$?
+	JOB=
+	return "$rc"
+}
+
+# --- machine ---------------------------------------------------------------------------------
+echo "== machine"
+echo "nproc:        $(nproc)"
+echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
+echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+echo "kernel:       $(uname -sr)"
+echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stores in $RUN_DIR)"
+echo "go:           $(go version | awk '{print $3, $4}')"
+echo "tern:         $("$TERN_BIN" version | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "nats-server:  $("$NATS_SERVER" --version 2>&1)"
+echo "load:         $(uptime | sed 's/.*load average/load average/')"
+echo
+
+RUNS_FILE=$ROUT/runs.jsonl
+rm -f "$RUNS_FILE"
+failed=
+echo "== $RUNS run(s) per system: $STREAMS streams of 3 replicas, ${WINDOW} idle window"
+for r in $(seq 1 "$RUNS"); do
+	order=("${SYS_LIST[@]}")
+	if [ $((r % 2)) -eq 0 ] && [ "${#order[@]}" -gt 1 ]; then order=("${order[1]}" "${order[0]}"); fi
+	for s in "${order[@]}"; do
+		r3_start "$s" "$s-r$r"
+		run_job "$REPLICAVS" idle --system "$s" --urls "$(r3_list urls)" --names "$(r3_list names)" \
+			--pids "$(r3_list pids)" --run "$r" --streams "$STREAMS" --concurrency "$CONC" \
+			--create-timeout "$CREATE_TIMEOUT" --baseline "$BASELINE" --settle "$SETTLE" --window "$WINDOW" \
+			--clk-tck "$(getconf CLK_TCK)" --quiet-wait "$QUIET" --out "$RUNS_FILE" || failed=1
+		r3_stop
+	done
+done
+
+# --- report --------------------------------------------------------------------------------------
+"$REPLICAVS" report idle --in "$RUNS_FILE" --json "$ROUT/summary.json" >"$ROUT/results.md"
+echo
+cat "$ROUT/results.md"
+echo "== written: $ROUT/results.md, $ROUT/summary.json, $RUNS_FILE"
+[ -z "$failed" ]
