@@ -86,6 +86,19 @@ func (n *Node) StartGroup(id uint64, machine replica.StateMachine, founders []ui
 	}
 	n.groups.storages[id] = st
 	n.groups.mu.Unlock()
+	if gc.Voters != nil && founders[0] == n.host.ID() {
+		// The first founder stands at once rather than after an election
+		// timeout: a stream is answered as created once its group has a leader.
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := n.host.Campaign(ctx, id); err != nil {
+				n.log.Debug("group: first founder's campaign", "group", id, "err", err)
+			}
+		}()
+	}
 	return nil
 }
 

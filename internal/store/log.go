@@ -100,9 +100,8 @@ type Log struct {
 	dirty    []*os.File
 	spare    []*os.File // the other half of dirty, so that Sync does not allocate
 	dirDirty bool
-	syncs    atomic.Int64 // fsyncs of data and tombstone files, for tests
-	stop     chan struct{}
-	done     chan struct{}
+	syncs    atomic.Int64  // fsyncs of data and tombstone files, for tests
+	isync    *IntervalSync // under SyncInterval when the log syncs itself
 }
 
 func (l *Log) active() *segment { return l.segs[len(l.segs)-1] }
@@ -246,10 +245,14 @@ func (l *Log) markDirty(f *os.File, dir bool) {
 	}
 	l.dirDirty = l.dirDirty || dir
 	l.syncMu.Unlock()
+	if l.isync != nil {
+		l.isync.Dirty()
+	}
 }
 
 // Sync forces everything committed so far to stable storage. Safe to call from
-// any goroutine; the SyncInterval goroutine calls it.
+// any goroutine; under SyncInterval the shared interval timer calls it
+// (IntervalSync).
 func (l *Log) Sync() error {
 	l.syncRun.Lock()
 	defer l.syncRun.Unlock()
@@ -285,29 +288,10 @@ func (l *Log) Sync() error {
 	return errors.Join(errs...)
 }
 
-func (l *Log) syncLoop(every time.Duration) {
-	defer close(l.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-			// A failure leaves the files dirty; the next tick (or Close) retries.
-			_ = l.Sync()
-		}
-	}
-}
-
 // Close syncs and closes the log. Readers get ErrClosed afterwards.
 func (l *Log) Close() error {
 	if l.shut.Swap(true) {
 		return nil
-	}
-	if l.stop != nil {
-		close(l.stop)
-		<-l.done
 	}
 	l.batch, l.parts, l.npend, l.pendBytes = nil, nil, 0, 0
 	var errs []error

@@ -48,8 +48,12 @@ func Open(cfg Config) (*Log, Report, error) {
 	rep.Msgs = l.msgs
 	rep.Duration = time.Since(start)
 	if cfg.Sync == SyncInterval && !cfg.OwnerSyncs {
-		l.stop, l.done = make(chan struct{}), make(chan struct{})
-		go l.syncLoop(cfg.SyncInterval)
+		l.isync = NewIntervalSync(cfg.SyncInterval, func() error {
+			if l.shut.Load() {
+				return nil // Close synced it
+			}
+			return l.Sync()
+		})
 	}
 	return l, rep, nil
 }

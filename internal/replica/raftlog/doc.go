@@ -49,7 +49,7 @@
 //
 // Config.Sync is a store.SyncPolicy. Under SyncAlways every Append,
 // SetHardState and Compact is fsynced before it returns. Under SyncInterval a
-// goroutine of the Log calls Sync every SyncInterval; under SyncNever only
+// timer shared by every log of the process (store.IntervalSync) calls Sync within SyncInterval of a write; under SyncNever only
 // Sync and Close do. Sync fsyncs each segment file written since the last Sync,
 // then the hard state (fsync, rename, fsync of the directory): entries first,
 // so a hard state on disk never commits entries that are not. A host that must

@@ -109,8 +109,9 @@ type Log struct {
 	broken error // a write failed half way: the log refuses writes until opened again
 
 	meta []byte // one entry header, reused by Append
-	stop chan struct{}
-	done chan struct{}
+	// isync schedules Sync under store.SyncInterval (nil otherwise): Append and
+	// SetHardState mark the log dirty.
+	isync *store.IntervalSync
 }
 
 func (l *Log) path(name string) string { return filepath.Join(l.cfg.Dir, name) }
@@ -201,8 +202,12 @@ func Open(cfg Config) (*Log, Report, error) {
 	}
 	l.meta = make([]byte, 0, metaSize)
 	if cfg.Sync == store.SyncInterval {
-		l.stop, l.done = make(chan struct{}), make(chan struct{})
-		go l.syncLoop()
+		l.isync = store.NewIntervalSync(cfg.SyncInterval, func() error {
+			if err := l.Sync(); err != nil && !errors.Is(err, ErrClosed) {
+				return err
+			}
+			return nil
+		})
 	}
 	rep.Entries = l.last - l.dummy
 	rep.Duration = time.Since(start)
@@ -291,20 +296,6 @@ func (l *Log) ioErr(op, path string, err error) error {
 	return fmt.Errorf("raftlog %q: %s %s: %w", l.cfg.Name, op, path, err)
 }
 
-func (l *Log) syncLoop() {
-	defer close(l.done)
-	t := time.NewTicker(l.cfg.SyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-			_ = l.Sync() // a failure leaves things dirty; the next tick tries again
-		}
-	}
-}
-
 // Sync makes everything written so far durable: one fsync of each entry file
 // written since the last Sync, then the hard state (fsync, rename, fsync of
 // the directory) when it changed. Entries go first, so a hard state on disk
@@ -351,13 +342,6 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		return nil
 	}
-	stop := l.stop
-	l.mu.Unlock()
-	if stop != nil {
-		close(stop)
-		<-l.done
-	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.syncLocked()
 	l.closed = true

@@ -19,6 +19,13 @@ import (
 func entryCost(e *pb.Entry) int { return len(e.Data) + 64 }
 
 // writable reports why the log takes no writes, if it does not.
+// dirty schedules a Sync under store.SyncInterval.
+func (l *Log) dirty() {
+	if l.isync != nil {
+		l.isync.Dirty()
+	}
+}
+
 func (l *Log) writable() error {
 	if l.closed {
 		return ErrClosed
@@ -76,6 +83,7 @@ func (l *Log) Append(ents []*pb.Entry) error {
 	if err := l.st.Commit(); err != nil {
 		return fmt.Errorf("raftlog %q: %w", l.cfg.Name, err)
 	}
+	l.dirty()
 	for _, e := range ents {
 		l.terms.add(e.GetIndex(), e.GetTerm())
 	}
@@ -157,6 +165,7 @@ func (l *Log) SetHardState(st *pb.HardState) error {
 		if _, err := l.hsTmp.WriteAt(b, 0); err != nil {
 			return l.ioErr("write", l.path(hsTmpFile), err)
 		}
+		l.dirty()
 	}
 	if st == nil {
 		l.hs = nil
