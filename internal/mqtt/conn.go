@@ -563,12 +563,15 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 		}
 	}
 	if p.QoS > 0 && c.srv.state != nil {
+		// p is the reader's, reused for the next packet: the acknowledgement
+		// keeps copies of what it needs.
+		acked := &packet.Publish{QoS: p.QoS, PacketID: p.PacketID}
 		c.afterCommit(p, reason, func() {
 			_, _ = sess.stepAt(time.Now(), func(time.Time) error {
 				if sess.conn.Load() != c {
 					return errTakenOver
 				}
-				sess.m.Published(&packet.Publish{QoS: p.QoS, PacketID: p.PacketID}, reason)
+				sess.m.Published(acked, reason)
 				return nil
 			})
 		})

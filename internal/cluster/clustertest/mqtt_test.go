@@ -12,9 +12,10 @@ import (
 // TestMQTTSessionsSurviveNodeKills runs paho-mqtt clients against three nodes that
 // replicate MQTT state: a persistent-session subscriber and a publisher on different
 // nodes. The subscriber's node is killed (-9) under QoS 1 load, and the subscriber
-// resumes its session on another node; then a QoS 2 publisher publishes to it
-// there. Every message a publisher got its PUBACK or PUBCOMP for must reach the
-// subscriber; QoS 2 ones exactly once.
+// resumes its session on another node; then, with QoS 2, the publisher's node is
+// killed and the publisher resumes its exchanges on another node. Every message a
+// publisher got its PUBACK or PUBCOMP for must reach the subscriber; QoS 2 ones
+// exactly once.
 func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 	py := python(t)
 	c := clustertest.Start(t, clustertest.Options{N: 3, MQTT: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
@@ -67,8 +68,19 @@ func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 	waitAcks(pub, 400, 60*time.Second)
 	phase1 := len(acked)
 
-	// Phase 2: QoS 2 from n1 again, to the subscriber now on n3: exactly once.
+	// n2 comes back, so that the groups keep a majority when n1 goes.
+	c.Nodes[1].Restart(t)
+	c.WaitFor("n2 back in the mqtt group", 30*time.Second, func() bool {
+		st, err := c.Nodes[1].Status()
+		return err == nil && st.MQTT != nil && st.MQTT.Running && st.MQTT.Leader != "" && st.MQTT.Applied > 0
+	})
+
+	// Phase 2: QoS 2 from n1 to the subscriber, now on n3; n1, the publisher's
+	// node, is killed after 100 completions, and the publisher resumes its
+	// exchanges on n3: every message exactly once.
 	pub2 := startLines(t, py, "-c", pahoRetryingPublisher, ports(0, 2), "pub2", "cl/q2", "2", "300")
+	waitAcks(pub2, phase1+100, 30*time.Second)
+	c.Nodes[0].Kill()
 	waitAcks(pub2, phase1+300, 60*time.Second)
 
 	deadline := time.Now().Add(60 * time.Second)
