@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/cluster/meta"
 	"github.com/tern-mq/tern/internal/replica"
 )
@@ -154,4 +155,27 @@ func (n *Node) MQTTStatus() *GroupStatus {
 		return nil
 	}
 	return n.groupStatus(meta.MQTTGroup, n.mqttStarted.Load())
+}
+
+// LeadsMQTT reports whether this node leads the MQTT group.
+func (n *Node) LeadsMQTT() bool {
+	if !n.mqttStarted.Load() {
+		return false
+	}
+	st, err := n.host.Status(meta.MQTTGroup)
+	return err == nil && st.State == "StateLeader"
+}
+
+// Alive reports whether the named node is this one or a member membership sees
+// alive.
+func (n *Node) Alive(name string) bool {
+	if name == n.cfg.NodeName {
+		return true
+	}
+	for _, m := range n.ms.Members() {
+		if m.Name == name {
+			return m.State == membership.StateAlive
+		}
+	}
+	return false
 }

@@ -292,6 +292,9 @@ func qos2Key(client string, pid uint16) string {
 type sessionRecord struct {
 	Expiry int64       `json:"expiry_ns"` // <0: never
 	Subs   []subRecord `json:"subs,omitempty"`
+	// Host is the cluster node that hosts the session (runs its expiry, takes
+	// what the MQTT group stores for it); "" alone.
+	Host string `json:"host,omitempty"`
 }
 
 type subRecord struct {

@@ -1,5 +1,7 @@
 package mqtt
 
+import "time"
+
 // Registry is the cluster's record of which node each client id is connected to (the
 // meta group's client registry, internal/cluster), so that a client id connecting to
 // one node ends its connection on another, as a session takeover does on one node.
@@ -58,6 +60,21 @@ func (s *Server) releaseLocked(c *conn) {
 	}
 }
 
+// noteDisownedLocked remembers when this node let clientID's session go, and
+// forgets what is older than disownedGrace. s.mu is held.
+func (s *Server) noteDisownedLocked(clientID string) {
+	now := time.Now()
+	if s.disowned == nil {
+		s.disowned = make(map[string]time.Time)
+	}
+	for id, at := range s.disowned {
+		if now.Sub(at) >= disownedGrace {
+			delete(s.disowned, id)
+		}
+	}
+	s.disowned[clientID] = now
+}
+
 // ClaimedElsewhere is the registry telling this server that another node recorded
 // clientID's connection at order: the connection here ends (reason 0x8E, session
 // taken over) if it was recorded before that. In a cluster that replicates MQTT
@@ -80,6 +97,7 @@ func (s *Server) ClaimedElsewhere(clientID string, order uint64) {
 		// group, unless this node's own claim of it is the newer.
 		if sess = s.sessions[clientID]; sess != nil && sess.claimedAt() < order {
 			delete(s.sessions, clientID)
+			s.noteDisownedLocked(clientID)
 		} else {
 			sess = nil
 		}

@@ -517,7 +517,8 @@ func (st *State) storedOf(client string) (rec sessionRecord, msgs []*outMsg, qos
 // messages in the cluster's MQTT group: st is this node's replica, p commits
 // entries. Call it before the first client connects; the server must have been made
 // with Config.Replicated.
-func (s *Server) SetReplication(st *State, p Proposer) {
+func (s *Server) SetReplication(st *State, p Proposer, nodeName string) {
+	s.nodeName = nodeName
 	st.mu.Lock()
 	st.srv = s
 	var set []*retainedMsg
@@ -566,6 +567,62 @@ func (s *Server) replicatedSession(clientID string) *session {
 	s.log.Info("mqtt session resumed from the cluster", "client_id", clientID, "messages", len(msgs))
 	return sess
 }
+
+// AdoptOrphans hosts here the persistent sessions of the MQTT group that no node
+// hosts: those whose host is a node that is not alive (killed, or gone for good),
+// when adopt is set (the cluster sets it on the MQTT group's leader), and those
+// whose host is this node but which it does not hold (it restarted). They wait
+// offline here, take what the group stores for them, and end when their expiry
+// passes, as on the node that hosted them. A client that connects to another node
+// later takes its session there (ClaimedElsewhere lets it go here). It returns how
+// many sessions it took.
+func (s *Server) AdoptOrphans(adopt bool, alive func(node string) bool) int {
+	if s.state == nil {
+		return 0
+	}
+	var orphans []string
+	s.state.mu.RLock()
+	for client, ss := range s.state.sessions {
+		if ss.rec == nil {
+			continue
+		}
+		var rec sessionRecord
+		if json.Unmarshal(ss.rec, &rec) != nil || rec.Host == "" {
+			continue
+		}
+		if rec.Host == s.nodeName || (adopt && !alive(rec.Host)) {
+			orphans = append(orphans, client)
+		}
+	}
+	s.state.mu.RUnlock()
+	n := 0
+	now := time.Now()
+	for _, client := range orphans {
+		s.mu.Lock()
+		if s.closing || s.sessions[client] != nil || now.Sub(s.disowned[client]) < disownedGrace {
+			s.mu.Unlock()
+			continue
+		}
+		sess := s.replicatedSession(client)
+		if sess != nil {
+			s.sessions[client] = sess
+			sess.mu.Lock()
+			sess.saveRecordLocked()
+			sess.mu.Unlock()
+			n++
+		}
+		s.mu.Unlock()
+	}
+	if n > 0 {
+		s.log.Info("mqtt sessions of nodes that are gone now hosted here", "sessions", n)
+	}
+	return n
+}
+
+// disownedGrace is how long a session this node let go is not taken back on the
+// strength of a record naming this node as its host: the new host's record may
+// not be committed yet.
+const disownedGrace = time.Minute
 
 // feedStored hands a message the group stored for client to its session, if this
 // node hosts it.

@@ -180,6 +180,10 @@ type Server struct {
 	retained *retainStore
 	kv       *kvStore // nil without a store directory or cluster
 	state    *State   // the cluster's MQTT group, nil alone
+	nodeName string   // this cluster node's name, "" alone
+	// disowned is when this node let each session go to another node (guarded
+	// by mu; AdoptOrphans leaves them alone a while).
+	disowned map[string]time.Time
 
 	mu        sync.Mutex
 	sessions  map[string]*session
@@ -591,6 +595,11 @@ func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.Con
 		sess = nil
 		if s.state != nil {
 			sess = s.replicatedSession(clientID)
+			if sess != nil {
+				sess.mu.Lock()
+				sess.saveRecordLocked() // hosted here from now on
+				sess.mu.Unlock()
+			}
 		}
 		if sess == nil {
 			sess = newSession(s, clientID)
@@ -612,6 +621,9 @@ func (s *Server) forget(sess *session) {
 	defer s.mu.Unlock()
 	if s.sessions[sess.id] == sess && sess.ended() {
 		delete(s.sessions, sess.id)
+		if s.state != nil {
+			s.noteDisownedLocked(sess.id) // its record's delete may not be committed yet
+		}
 	}
 }
 

@@ -279,12 +279,7 @@ func (s *session) persistLocked(ops []sm.Op) {
 			}
 			kv.put(qos2Key(s.id, o.PID), nil)
 		case sm.OpSaveSession:
-			rec := sessionRecord{Expiry: int64(s.m.Expiry())}
-			s.m.Subs(func(e *sm.Sub) {
-				rec.Subs = append(rec.Subs, subRecord{Filter: e.Filter, QoS: e.QoS, NoLocal: e.NoLocal, RAP: e.RAP, SubID: e.SubID})
-			})
-			b, _ := json.Marshal(rec)
-			kv.put(kvSession+s.id, b)
+			s.saveRecordLocked()
 		case sm.OpDeleteSession:
 			kv.del(kvSession + s.id)
 		case sm.OpSaveMsg:
@@ -295,6 +290,17 @@ func (s *session) persistLocked(ops []sm.Op) {
 			kv.del(qos2Key(s.id, o.PID))
 		}
 	}
+}
+
+// saveRecordLocked writes the session record: expiry, subscriptions and, in a
+// cluster, this node as the session's host. mu is held.
+func (s *session) saveRecordLocked() {
+	rec := sessionRecord{Expiry: int64(s.m.Expiry()), Host: s.srv.nodeName}
+	s.m.Subs(func(e *sm.Sub) {
+		rec.Subs = append(rec.Subs, subRecord{Filter: e.Filter, QoS: e.QoS, NoLocal: e.NoLocal, RAP: e.RAP, SubID: e.SubID})
+	})
+	b, _ := json.Marshal(rec)
+	s.srv.kv.put(kvSession+s.id, b)
 }
 
 // bindSubsLocked turns a Ready's subscription changes into broker subscriptions,

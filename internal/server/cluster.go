@@ -50,7 +50,7 @@ func (s *Server) startCluster() error {
 		}
 		// Persistent sessions and retained messages live in the MQTT group.
 		if s.mqttState != nil && node.Replicating() {
-			s.mqtt.SetReplication(s.mqttState, node)
+			s.mqtt.SetReplication(s.mqttState, node, s.cfg.ServerName)
 		}
 	}
 	var replicated *streams.Service
@@ -70,12 +70,34 @@ func (s *Server) startCluster() error {
 			s.native.ConnectURLsChanged()
 		}
 	}()
+	adoptDone, adoptStop := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(adoptDone)
+		if s.mqtt == nil || s.mqttState == nil {
+			return
+		}
+		// Sessions no node hosts are taken: this node's own after a restart,
+		// and, on the MQTT group's leader, those of nodes that are gone, so
+		// that they expire and take their messages until their clients return.
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-adoptStop:
+				return
+			case <-t.C:
+				s.mqtt.AdoptOrphans(node.LeadsMQTT(), node.Alive)
+			}
+		}
+	}()
 	s.mu.Lock()
 	s.cluster = node
 	s.replicated = replicated
 	s.stopURLWatch = func() {
 		stop()
 		<-done
+		close(adoptStop)
+		<-adoptDone
 	}
 	s.mu.Unlock()
 	// Routes that came up while the node joined, before the watch began.

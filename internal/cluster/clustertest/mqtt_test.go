@@ -47,6 +47,13 @@ func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 		}
 	}
 
+	// A v5 client with a 3 s session expiry, on n2 too, which never comes back
+	// after n2 dies: its session must end all the same.
+	brief := startLines(t, py, "-c", pahoExpiringSession, port(1), "brief", "subscribe")
+	if l := brief.next(t, 20*time.Second); l != "session_present=False" {
+		t.Fatalf("brief client: %q", l)
+	}
+
 	// Phase 1: QoS 1 from n1; n2, the subscriber's node, is killed after 150 acks.
 	pub := startLines(t, py, "-c", pahoRetryingPublisher, ports(0, 2), "pub1", "cl/q1", "1", "400")
 	acked := map[string]bool{}
@@ -108,6 +115,14 @@ func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 		}
 	}
 	t.Logf("acknowledged %d (QoS 1: %d, QoS 2: %d); received %d distinct", len(acked), phase1, len(acked)-phase1, len(got))
+
+	// The brief client's session, hosted by no node since n2 died (and by n2
+	// after its restart, or by the MQTT group's leader), has ended by now: it
+	// expired 3 s after its node's death was noticed.
+	clustertest.WaitFor(t, "the brief client's session to expire", 30*time.Second, func() bool {
+		check := startLines(t, py, "-c", pahoExpiringSession, port(2), "brief", "check")
+		return check.next(t, 20*time.Second) == "session_present=False"
+	})
 }
 
 // pahoSessionSubscriber connects with a persistent session (clean session off, MQTT
@@ -185,5 +200,35 @@ for n in range(count):
 deadline = time.time() + 60
 while names and time.time() < deadline:
     time.sleep(0.1)
+c.loop_stop()
+`
+
+// pahoExpiringSession connects an MQTT 5 client with clean start off to the port
+// given and prints "session_present=<flag>" from its CONNACK; with "subscribe"
+// (session expiry 3 s) it then subscribes at QoS 1 and stays connected until its
+// connection is lost, with "check" (session expiry 0, so that checking leaves no
+// session) it disconnects.
+const pahoExpiringSession = `
+import sys, threading
+import paho.mqtt.client as mqtt
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+port, cid, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+done = threading.Event()
+def on_connect(c, u, flags, rc, props=None):
+    print("session_present=%s" % bool(flags.session_present), flush=True)
+    if mode == "subscribe":
+        c.subscribe("cl/brief", qos=1)
+    else:
+        c.disconnect()
+def on_disconnect(c, u, flags, rc=None, props=None):
+    done.set()
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=mqtt.MQTTv5)
+c.on_connect, c.on_disconnect = on_connect, on_disconnect
+p = Properties(PacketTypes.CONNECT)
+p.SessionExpiryInterval = 3 if mode == "subscribe" else 0  # a check leaves no session behind
+c.connect("127.0.0.1", port, keepalive=2, clean_start=False, properties=p)
+c.loop_start()
+done.wait(120)
 c.loop_stop()
 `
