@@ -164,6 +164,21 @@ func (n *Node) Catalogue(f func(*meta.State)) {
 	n.meta.read(f)
 }
 
+// ReadCatalogue runs f on the catalogue once it holds every change committed
+// before the call (a read index of the meta group, confirmed by a quorum): a
+// linearizable read, from any node. It fails when the meta group has no quorum
+// within ctx.
+func (n *Node) ReadCatalogue(ctx context.Context, f func(*meta.State)) error {
+	if n.meta == nil || !n.meta.started.Load() {
+		return ErrNoMetaGroup
+	}
+	if _, err := n.host.ReadIndex(ctx, meta.MetaGroup); err != nil {
+		return fmt.Errorf("cluster: reading the catalogue: %w", err)
+	}
+	n.meta.read(f)
+	return nil
+}
+
 // WatchCatalogue signals (coalesced) each change of the catalogue's nodes, streams
 // and consumers as this node applies it. stop ends the watch.
 func (n *Node) WatchCatalogue() (ch <-chan struct{}, stop func()) {

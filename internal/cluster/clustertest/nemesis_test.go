@@ -51,19 +51,60 @@ func nemesisRound(t *testing.T, seed uint64) {
 		urls = append(urls, n.URL())
 	}
 	all := strings.Join(urls, ",")
+	connect := func(i int) *tern.Conn { return c.Nodes[i].Connect(t, all, tern.MaxReconnects(-1)) }
+	fault := func(rng *rand.Rand) {
+		victim := c.Nodes[rng.IntN(len(c.Nodes))]
+		if nodes == 5 && rng.IntN(3) == 0 {
+			// Two of five at once, a minority: one killed, another paused.
+			other := c.Nodes[(slices.Index(c.Nodes, victim)+1+rng.IntN(4))%5]
+			pause := time.Duration(500+rng.IntN(1500)) * time.Millisecond
+			t.Logf("kill -9 %s and SIGSTOP %s for %v", victim.Name, other.Name, pause)
+			victim.Kill()
+			other.Stop()
+			time.Sleep(pause)
+			other.Cont()
+			victim.Restart(t)
+		} else if rng.IntN(2) == 0 {
+			t.Logf("kill -9 %s", victim.Name)
+			victim.Kill()
+			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+			victim.Restart(t)
+		} else {
+			pause := time.Duration(500+rng.IntN(2000)) * time.Millisecond
+			t.Logf("SIGSTOP %s for %v", victim.Name, pause)
+			victim.Stop()
+			time.Sleep(pause)
+			victim.Cont()
+		}
+	}
+	nemesisWorkload(t, c, rng, nodes, connect, fault)
+}
+
+// nemesisWorkload runs the nemesis rounds' producer and consumer on a stream of
+// as many replicas as nodes, injects nemesisFaults faults (fault, each followed by
+// the mesh forming again) and checks what must hold after them. connect(i) makes
+// a client connection through node i.
+func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes int, connect func(i int) *tern.Conn, fault func(rng *rand.Rand)) {
+	seed := rng.Uint64()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	admin := c.Nodes[0].Connect(t, all, tern.MaxReconnects(-1))
+	admin := connect(0)
 	c.WaitFor("a stream on every node (the catalogue knowing them all)", 30*time.Second, func() bool {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		defer acancel()
 		_, err := admin.Streams().AddStream(actx, tern.StreamConfig{Name: "NEM", Subjects: []string{"nem.>"}, Replicas: nodes})
 		return err == nil
 	})
-	if _, err := admin.Streams().AddConsumer(ctx, "NEM", tern.ConsumerConfig{Durable: "C", AckPolicy: tern.AckExplicit,
-		AckWait: tern.Duration(2 * time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	c.WaitFor("the consumer made", 30*time.Second, func() bool {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		_, err := admin.Streams().AddConsumer(actx, "NEM", tern.ConsumerConfig{Durable: "C", AckPolicy: tern.AckExplicit,
+			AckWait: tern.Duration(2 * time.Second)})
+		if err != nil {
+			t.Logf("making the consumer: %v", err)
+		}
+		return err == nil
+	})
 
 	// The producer publishes ids in order, each retried (same id) until
 	// acknowledged; the consumer acknowledges synchronously what it gets.
@@ -79,7 +120,7 @@ func nemesisRound(t *testing.T, seed uint64) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		js := c.Nodes[1].Connect(t, all, tern.MaxReconnects(-1)).Streams()
+		js := connect(1).Streams()
 		pace := rand.New(rand.NewPCG(seed, 17))
 		for i := range total {
 			id := fmt.Sprintf("n-%d", i)
@@ -107,7 +148,7 @@ func nemesisRound(t *testing.T, seed uint64) {
 	}()
 	go func() {
 		defer wg.Done()
-		cjs := c.Nodes[2].Connect(t, all, tern.MaxReconnects(-1)).Streams()
+		cjs := connect(2).Streams()
 		pull := cjs.Pull("NEM", "C")
 		for {
 			mu.Lock()
@@ -161,29 +202,7 @@ func nemesisRound(t *testing.T, seed uint64) {
 	// The nemesis: faults one at a time, each followed by the cluster's recovery.
 	for range nemesisFaults() {
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
-		victim := c.Nodes[rng.IntN(len(c.Nodes))]
-		if nodes == 5 && rng.IntN(3) == 0 {
-			// Two of five at once, a minority: one killed, another paused.
-			other := c.Nodes[(slices.Index(c.Nodes, victim)+1+rng.IntN(4))%5]
-			pause := time.Duration(500+rng.IntN(1500)) * time.Millisecond
-			t.Logf("kill -9 %s and SIGSTOP %s for %v", victim.Name, other.Name, pause)
-			victim.Kill()
-			other.Stop()
-			time.Sleep(pause)
-			other.Cont()
-			victim.Restart(t)
-		} else if rng.IntN(2) == 0 {
-			t.Logf("kill -9 %s", victim.Name)
-			victim.Kill()
-			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
-			victim.Restart(t)
-		} else {
-			pause := time.Duration(500+rng.IntN(2000)) * time.Millisecond
-			t.Logf("SIGSTOP %s for %v", victim.Name, pause)
-			victim.Stop()
-			time.Sleep(pause)
-			victim.Cont()
-		}
+		fault(rng)
 		c.WaitFor("the mesh after the fault", 60*time.Second, func() bool { return c.MeshOf(c.Nodes...) })
 	}
 	waited := make(chan struct{})

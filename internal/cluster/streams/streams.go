@@ -514,7 +514,15 @@ func catalogueInfo(st *meta.Stream) streamapi.StreamInfo {
 // leader (from the catalogue if it does not answer in time), and this node's own.
 func (s *Service) list(ctx context.Context) []byte {
 	var sts []*meta.Stream
-	s.cfg.Node.Catalogue(func(c *meta.State) { sts = c.Streams() })
+	// A linearizable read: a stream whose create was acknowledged before the
+	// request is listed, one whose delete was is not, whichever node answers.
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	err := s.cfg.Node.ReadCatalogue(rctx, func(c *meta.State) { sts = c.Streams() })
+	rcancel()
+	if err != nil {
+		return stream.Respond[streamapi.StreamList](nil, &streamapi.APIError{Code: streamapi.CodeUnavailable,
+			Description: "the catalogue cannot be read: " + err.Error()})
+	}
 	infos := make([]streamapi.StreamInfo, len(sts))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
