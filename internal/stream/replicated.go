@@ -585,6 +585,19 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 	if err != nil {
 		return nil, nil, err
 	}
+	if r != nil && s.damagedFrom > 0 {
+		// Records of this replica were damaged on disk (a flipped byte, a bad
+		// sector): everything from the first of them goes, and comes back from
+		// the group — replayed from the Raft log, or fetched from the leader when
+		// the group has compacted past it (Restore).
+		lastSeq := s.parts[0].State().LastSeq
+		if err := s.parts[0].TruncateAfter(s.damagedFrom - 1); err != nil {
+			s.close(false)
+			return nil, nil, fmt.Errorf("stream %q: dropping damaged records: %w", cfg.Name, err)
+		}
+		m.log.Error("stream replica damaged on disk: its records from the damage on are dropped and fetched again from the group",
+			"stream", cfg.Name, "from", s.damagedFrom, "to", lastSeq)
+	}
 	var machine replica.StateMachine
 	if r != nil {
 		s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, purges: map[uint64]*purgeResult{},

@@ -32,6 +32,10 @@ type Stream struct {
 	retention streamapi.Retention
 	parts     []*store.Log
 	corrupt   []string
+	// damagedFrom is the first sequence of partition 0 that recovery found
+	// damaged (0: none); a replica of a replicated stream gets it back from the
+	// others (OpenReplica).
+	damagedFrom uint64
 
 	cfgMu sync.RWMutex
 	cfg   streamapi.StreamConfig
@@ -129,6 +133,9 @@ func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 		}
 		for _, c := range rep.Corrupt {
 			s.corrupt = append(s.corrupt, c.Error())
+			if c.FirstSeq > 0 && i == 0 && (s.damagedFrom == 0 || c.FirstSeq < s.damagedFrom) {
+				s.damagedFrom = c.FirstSeq
+			}
 		}
 		s.parts = append(s.parts, l)
 	}

@@ -1,6 +1,7 @@
 package clustertest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -616,5 +617,87 @@ func TestReplicatedStreamMembership(t *testing.T) {
 	}
 	if info.Config.Replicas != 3 {
 		t.Fatalf("created with %d replicas", info.Config.Replicas)
+	}
+}
+
+// TestReplicaRepairsDamagedRecords: a byte flipped on disk in one replica's stream
+// log (as a bad sector would) is reported when the replica opens, and the records
+// from the damaged one on come back from the group, so that every replica ends
+// with the same records and nothing acknowledged is lost.
+func TestReplicaRepairsDamagedRecords(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string {
+		return []string{"--cluster-size", "3", "--raft-snapshot-entries", "20"}
+	}})
+	waitCatalogue(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := c.Nodes[0].Connect(t, c.Nodes[0].URL()).Streams().AddStream(ctx,
+		tern.StreamConfig{Name: "DMG", Subjects: []string{"dmg.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nodeNamed(c, info.Cluster.Leader)
+	js := leader.Connect(t, leader.URL()).Streams()
+	const total = 300
+	for i := range total {
+		if _, err := js.Publish(ctx, "dmg.x", fmt.Appendf(nil, "message-number-%04d", i)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	var victim *clustertest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			victim = n
+			break
+		}
+	}
+	c.WaitFor("every replica has every message", 10*time.Second, func() bool {
+		info, err := infoOf(js, "DMG")
+		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
+			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return r.Lag > 0 })
+	})
+	victim.Terminate()
+	segs, _ := filepath.Glob(filepath.Join(victim.Dir(), "streams", "DMG", "p0", "*.log"))
+	flipped := false
+	for _, seg := range segs {
+		b, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := bytes.Index(b, []byte("message-number-0150")); at >= 0 {
+			b[at+len("message-number-")] ^= 0x40
+			if err := os.WriteFile(seg, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			flipped = true
+		}
+	}
+	if !flipped {
+		t.Fatalf("message 150 not found in %s's segments %v", victim.Name, segs)
+	}
+	victim.Restart(t)
+	c.WaitFor("the damaged replica to report the damage", 20*time.Second, func() bool {
+		return strings.Contains(victim.Output(), "damaged on disk")
+	})
+	// Then a message more, so that the leader's view of the replica is fresh.
+	if _, err := js.Publish(ctx, "dmg.x", fmt.Appendf(nil, "message-number-%04d", total)); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor("the damaged replica repaired", 20*time.Second, func() bool {
+		info, err := infoOf(js, "DMG")
+		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
+			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return !r.Active || r.Lag > 0 })
+	})
+	for _, n := range c.Nodes {
+		n.Terminate()
+	}
+	want := storedRecords(t, leader, "DMG")
+	if len(want) != total+1 {
+		t.Fatalf("the leader holds %d records, want %d", len(want), total+1)
+	}
+	for _, n := range c.Nodes {
+		if got := storedRecords(t, n, "DMG"); !slices.Equal(got, want) {
+			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
+		}
 	}
 }
