@@ -145,6 +145,9 @@ type partitionMachine struct {
 	dedup  *dedupWindow
 	last   uint64
 	lastTS int64 // time of the last batch applied: the duplicate window's clock
+	// failed is set by store when this replica could not store a message (its
+	// disk, not the stream's limits): the Apply under way fails.
+	failed error
 	// done hands a batch's results to the node that proposed it (nil: none here).
 	done func(token uint64, res []pubResult)
 	// fetch gets the records a snapshot is ahead of the log by (nil: none can be).
@@ -266,6 +269,12 @@ func (m *partitionMachine) applyMsgs(b []byte) error {
 			break
 		}
 		m.results = append(m.results, m.store(e.ts, subj, hdr, data))
+		if m.failed != nil {
+			err := m.failed
+			m.failed = nil
+			m.log.Rollback()
+			return err
+		}
 	}
 	m.lastTS = max(m.lastTS, e.ts)
 	m.batches = append(m.batches, appliedBatch{token: e.token, from: from, to: len(m.results)})
@@ -298,6 +307,13 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 	}
 	got, err := m.log.Append(subj, hdr, data, ts)
 	if err != nil {
+		if !errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrTooLarge) {
+			// Not a refusal every replica makes alike (those are the limits) but
+			// this replica's disk failing (full, an I/O error): it must not go
+			// on without the message, or its sequences would part from the
+			// others'. Apply fails; the replica is opened again and replays.
+			m.failed = fmt.Errorf("storing message %d: %w", seq, err)
+		}
 		return pubResult{code: errorCode(err), err: err.Error()}
 	}
 	if got != seq {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"strconv"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -697,6 +699,101 @@ func TestReplicaRepairsDamagedRecords(t *testing.T) {
 	}
 	for _, n := range c.Nodes {
 		if got := storedRecords(t, n, "DMG"); !slices.Equal(got, want) {
+			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
+		}
+	}
+}
+
+// TestReplicaRecoversFromFullDisk: one replica's stream disk fills up (a tmpfs of
+// its own, which needs root: TERN_NO_NETNS=1 skips it with the other root tests) while
+// publishes go on: the replica reports it and stops storing, the stream goes on
+// with the others, and once there is room again the replica catches up and holds
+// the same records as the others.
+func TestReplicaRecoversFromFullDisk(t *testing.T) {
+	skipWithoutNetns(t)
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string {
+		return []string{"--cluster-size", "3", "--segment-size", "1MiB"}
+	}})
+	waitCatalogue(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	info, err := c.Nodes[0].Connect(t, c.Nodes[0].URL()).Streams().AddStream(ctx,
+		tern.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nodeNamed(c, info.Cluster.Leader)
+	js := leader.Connect(t, leader.URL()).Streams()
+	var victim *clustertest.Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			victim = n
+			break
+		}
+	}
+	payload := bytes.Repeat([]byte("x"), 8<<10)
+	publish := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := js.Publish(ctx, "full.x", append(fmt.Appendf(nil, "%06d ", i), payload...)); err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+		}
+	}
+	publish(0, 50)
+
+	// The victim's stream logs move to a tmpfs with a few MiB to spare (its log
+	// file and Raft logs stay where they are).
+	victim.Terminate()
+	dir := filepath.Join(victim.Dir(), "streams")
+	saved := t.TempDir()
+	if out, err := exec.Command("cp", "-a", dir+"/.", saved).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	used, err := exec.Command("du", "-sk", dir).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kib, _ := strconv.Atoi(strings.Fields(string(used))[0])
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dk", kib+3072), "tern-full", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	if out, err := exec.Command("cp", "-a", saved+"/.", dir).CombinedOutput(); err != nil {
+		t.Fatalf("cp back: %v: %s", err, out)
+	}
+	victim.Restart(t)
+
+	// 8 KiB messages until the victim's disk is full: publishes go on (a
+	// majority stores them) and the victim says why it cannot.
+	next := 50
+	c.WaitFor("the victim's disk to fill", 40*time.Second, func() bool {
+		publish(next, next+50)
+		next += 50
+		return strings.Contains(victim.Output(), "no space left on device")
+	})
+	publish(next, next+100)
+	next += 100
+
+	if out, err := exec.Command("mount", "-o", "remount,size=256m", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount: %v: %s", err, out)
+	}
+	publish(next, next+1)
+	next++
+	c.WaitFor("the victim caught up", 60*time.Second, func() bool {
+		info, err := infoOf(js, "FULL")
+		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
+			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return !r.Active || r.Lag > 0 })
+	})
+	for _, n := range c.Nodes {
+		n.Terminate()
+	}
+	want := storedRecords(t, leader, "FULL")
+	if len(want) != next {
+		t.Fatalf("the leader holds %d records, want %d", len(want), next)
+	}
+	for _, n := range c.Nodes {
+		if got := storedRecords(t, n, "FULL"); !slices.Equal(got, want) {
 			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
 		}
 	}

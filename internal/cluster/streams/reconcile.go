@@ -49,7 +49,11 @@ func (s *Service) restartFailed() {
 		if !slices.Contains(stats.Failed, p.group) {
 			continue
 		}
-		s.log.Warn("stream replica failed; opening it again", "stream", name, "group", p.group)
+		var why error
+		if st, err := s.cfg.Node.Host().Status(p.group); err == nil {
+			why = st.Failed
+		}
+		s.log.Warn("stream replica failed; opening it again", "stream", name, "group", p.group, "err", why)
 		s.unserve(p)
 		if err := s.cfg.Node.StopGroup(p.group, false); err != nil {
 			s.log.Warn("stopping a failed stream group", "stream", name, "err", err)
