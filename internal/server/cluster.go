@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tern-mq/tern/internal/cluster"
@@ -93,11 +94,14 @@ func (s *Server) startCluster() error {
 	s.mu.Lock()
 	s.cluster = node
 	s.replicated = replicated
+	var stopOnce sync.Once
 	s.stopURLWatch = func() {
-		stop()
-		<-done
-		close(adoptStop)
-		<-adoptDone
+		stopOnce.Do(func() {
+			stop()
+			<-done
+			close(adoptStop)
+			<-adoptDone
+		})
 	}
 	s.mu.Unlock()
 	// Routes that came up while the node joined, before the watch began.

@@ -52,7 +52,8 @@ type Server struct {
 	cluster  *cluster.Node
 	// replicated is the node's share of the cluster's streams (cluster_size).
 	replicated *streams.Service
-	// stopURLWatch ends the passing of connect_urls changes to native clients.
+	// stopURLWatch ends the passing of connect_urls changes to native clients and
+	// the taking of MQTT sessions no node hosts; safe to call twice.
 	stopURLWatch func()
 
 	// The protocol servers shut down once, by whichever front end or stopAll
