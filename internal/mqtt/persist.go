@@ -278,6 +278,9 @@ const (
 	kvMessage  = "m\x00" // + client id + "\x00" + message id → encoded outMsg
 	kvQoS2     = "q\x00" // + client id + "\x00" + packet id → empty
 	kvRetained = "r\x00" // + subject → encoded retainedMsg
+	// kvSeen is the MQTT group's snapshot record of the publication ids it
+	// applied last (State.seenOrder), uvarints.
+	kvSeen = "x\x00seen"
 )
 
 func msgKey(client string, mid uint64) string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"math"
 	"slices"
 	"strconv"
@@ -51,6 +52,11 @@ type State struct {
 	appliedC chan struct{} // closed and replaced when applied moves
 
 	srv *Server // the node's MQTT server, nil when it runs none
+
+	// The ids of the last seenWindow publications applied, oldest first: part of
+	// the state (and of snapshots), so every replica skips the same repeats.
+	seen      map[uint64]struct{}
+	seenOrder []uint64
 }
 
 // storedSession is one client's records in the replicated state.
@@ -85,7 +91,7 @@ var _ replica.StateMachine = (*State)(nil)
 const (
 	itemPut     = 1 // key, value
 	itemDel     = 2 // key
-	itemPublish = 3 // subject, payload, header, reply, flags (QoS | retain<<2), origin client, QoS 2 packet id
+	itemPublish = 3 // id, subject, payload, header, reply, flags (QoS | retain<<2), origin client, QoS 2 packet id
 )
 
 // maxEntryItems bounds the items of one entry: a message's MID is its entry's index
@@ -99,6 +105,9 @@ type pubItem struct {
 	retain                          bool
 	origin                          string // the publishing client, for No Local
 	qos2PID                         uint16 // the origin's QoS 2 packet id, marked received in the same entry
+	// id is unique to this publication (its node's random prefix and a count):
+	// an entry proposed again — its first commit's answer was lost — applies once.
+	id uint64
 }
 
 func appendItem(b []byte, op *kvOp) []byte {
@@ -106,6 +115,7 @@ func appendItem(b []byte, op *kvOp) []byte {
 	case op.pub != nil:
 		p := op.pub
 		b = append(b, itemPublish)
+		b = binary.AppendUvarint(b, p.id)
 		b = appendBytes(b, p.subject)
 		b = appendBytes(b, p.payload)
 		b = appendBytes(b, p.header)
@@ -157,6 +167,7 @@ func decodeEntry(b []byte) ([]decodedItem, error) {
 			it.key = r.bytes()
 		case itemPublish:
 			p := &it.pub
+			p.id = r.uvarint()
 			p.subject, p.payload, p.header, p.reply = r.bytes(), r.bytes(), r.bytes(), r.bytes()
 			flags := r.uvarint()
 			p.origin = string(r.bytes())
@@ -213,6 +224,9 @@ func (st *State) Apply(ents []replica.Entry) error {
 					retainedDel = append(retainedDel, string(it.key[len(kvRetained):]))
 				}
 			case itemPublish:
+				if st.seenLocked(it.pub.id) {
+					continue // proposed again after its first commit
+				}
 				feeds = st.routeLocked(e.Index*maxEntryItems+uint64(i), &it.pub, feeds)
 			}
 		}
@@ -338,6 +352,30 @@ func parseIDKey(kind, rest string) (string, uint64, bool) {
 	return client, n, true
 }
 
+// seenWindow is how many publication ids the state remembers to apply each once.
+const seenWindow = 1 << 16
+
+// seenLocked reports whether publication id was applied already, and remembers
+// it otherwise (0: an item without an id, always applied).
+func (st *State) seenLocked(id uint64) bool {
+	if id == 0 {
+		return false
+	}
+	if _, ok := st.seen[id]; ok {
+		return true
+	}
+	if st.seen == nil {
+		st.seen = make(map[uint64]struct{})
+	}
+	if len(st.seenOrder) >= seenWindow {
+		delete(st.seen, st.seenOrder[0])
+		st.seenOrder = st.seenOrder[1:]
+	}
+	st.seen[id] = struct{}{}
+	st.seenOrder = append(st.seenOrder, id)
+	return false
+}
+
 // routeLocked stores p, under mid, for every stored session whose subscriptions
 // match it, by the rule a session applies to a delivery (sm.RouteLive) for a client
 // that is away: the highest QoS granted, retain as published, every subscription
@@ -413,6 +451,13 @@ func (st *State) Snapshot() ([]byte, error) {
 		b = appendBytes(b, val)
 		n++
 	}
+	if len(st.seenOrder) > 0 {
+		var ids []byte
+		for _, id := range st.seenOrder {
+			ids = binary.AppendUvarint(ids, id)
+		}
+		put(kvSeen, ids)
+	}
 	for _, subj := range slices.Sorted(maps.Keys(st.retained)) {
 		put(kvRetained+subj, st.retained[subj])
 	}
@@ -436,13 +481,20 @@ func (st *State) Restore(data []byte) error {
 	st.mu.Lock()
 	old := slices.Collect(maps.Keys(st.retained))
 	st.sessions, st.retained = map[string]*storedSession{}, map[string][]byte{}
+	st.seen, st.seenOrder = nil, nil
 	var err error
 	if len(data) > 0 {
 		r := &byteReader{b: data}
 		n := r.uvarint()
 		for i := uint64(0); i < n && r.err == nil; i++ {
 			key, val := r.bytes(), r.bytes()
-			if r.err == nil {
+			if r.err == nil && string(key) == kvSeen {
+				ids := &byteReader{b: val}
+				for len(ids.b) > 0 && ids.err == nil {
+					st.seenLocked(ids.uvarint())
+				}
+				err = ids.err
+			} else if r.err == nil {
 				st.putLocked(string(key), val)
 			}
 		}
@@ -519,6 +571,7 @@ func (st *State) storedOf(client string) (rec sessionRecord, msgs []*outMsg, qos
 // with Config.Replicated.
 func (s *Server) SetReplication(st *State, p Proposer, nodeName string) {
 	s.nodeName = nodeName
+	s.pubIDs.Store(rand.Uint64() | 1<<63) // never 0, which is no id
 	st.mu.Lock()
 	st.srv = s
 	var set []*retainedMsg
@@ -638,7 +691,7 @@ func (s *Server) feedStored(client string, m *outMsg) {
 // proposePublish commits a QoS 1 or 2 message a client (origin) published, with
 // the QoS 2 packet id to mark received, and calls done once it is committed.
 func (s *Server) proposePublish(m *broker.Message, origin string, qos2PID uint16, done func(error)) {
-	p := &pubItem{subject: clone(m.Subject), payload: clone(m.Payload), header: clone(m.Header), reply: clone(m.Reply),
+	p := &pubItem{id: s.pubIDs.Add(1), subject: clone(m.Subject), payload: clone(m.Payload), header: clone(m.Header), reply: clone(m.Reply),
 		qos: m.QoS, retain: m.Retain, origin: origin, qos2PID: qos2PID}
 	s.kv.enqueue(kvOp{pub: p, done: done})
 }

@@ -65,8 +65,31 @@ func TestMQTTGroupStoresForMatchingSessions(t *testing.T) {
 	if _, msgs, _, _ := st.storedOf("other"); len(msgs) != 0 {
 		t.Fatalf("other: %d messages for a filter that does not match", len(msgs))
 	}
-	del := appendItem(binary.AppendUvarint(nil, 1), &kvOp{key: msgKey("sub", 3*maxEntryItems+3)})
-	if err := st.Apply([]replica.Entry{{Index: 4, Data: del}}); err != nil {
+	// The same publication proposed again (its first answer lost) applies once,
+	// also on a replica that restored a snapshot taken between the two.
+	again := appendItem(binary.AppendUvarint(nil, 1), &kvOp{pub: &pubItem{id: 77, subject: []byte("a.b"), payload: []byte("x"), qos: 1}})
+	if err := st.Apply([]replica.Entry{{Index: 4, Data: again}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := NewState(100, nil)
+	if err := restored.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*State{st, restored} {
+		if err := s.Apply([]replica.Entry{{Index: 5, Data: again}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, msgs, _, _ := s.storedOf("sub"); len(msgs) != 2 {
+			t.Fatalf("a publication applied twice: %d messages stored, want 2", len(msgs))
+		}
+	}
+	del := appendItem(binary.AppendUvarint(nil, 2), &kvOp{key: msgKey("sub", 3*maxEntryItems+3)})
+	del = appendItem(del, &kvOp{key: msgKey("sub", 4*maxEntryItems)})
+	if err := st.Apply([]replica.Entry{{Index: 6, Data: del}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, msgs, _, _ := st.storedOf("sub"); len(msgs) != 0 {

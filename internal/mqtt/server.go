@@ -181,6 +181,9 @@ type Server struct {
 	kv       *kvStore // nil without a store directory or cluster
 	state    *State   // the cluster's MQTT group, nil alone
 	nodeName string   // this cluster node's name, "" alone
+	// pubIDs numbers the publications proposed to the MQTT group, from a random
+	// start in the high half, so that ids of different nodes and lives differ.
+	pubIDs atomic.Uint64
 	// disowned is when this node let each session go to another node (guarded
 	// by mu; AdoptOrphans leaves them alone a while).
 	disowned map[string]time.Time
