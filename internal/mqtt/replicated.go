@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +48,9 @@ type State struct {
 	mu       sync.RWMutex
 	sessions map[string]*storedSession
 	retained map[string][]byte
+	// subs indexes the stored sessions' subscriptions (shared ones excepted) by
+	// their broker subjects, for the publications applied.
+	subs     *subject.Sublist[*storedSub]
 	applied  uint64
 	appliedC chan struct{} // closed and replaced when applied moves
 
@@ -59,10 +62,16 @@ type State struct {
 	seenOrder []uint64
 }
 
+// storedSub is one subscription of a stored session, in State.subs.
+type storedSub struct {
+	client string
+	sub    *sm.Sub
+}
+
 // storedSession is one client's records in the replicated state.
 type storedSession struct {
 	rec  []byte              // the session record, nil when only messages remain
-	subs []*sm.Sub           // parsed from rec
+	subs []*storedSub        // parsed from rec, indexed in State.subs
 	msgs map[uint64][]byte   // MID → encoded outMsg
 	qos2 map[uint16]struct{} // QoS 2 publishes received and not released
 }
@@ -81,7 +90,7 @@ func NewState(maxQueued int, log *slog.Logger) *State {
 		maxQueued = DefaultConfig().MaxQueued
 	}
 	return &State{log: log, maxQueued: maxQueued, sessions: map[string]*storedSession{}, retained: map[string][]byte{},
-		appliedC: make(chan struct{})}
+		subs: subject.NewSublist[*storedSub](), appliedC: make(chan struct{})}
 }
 
 var _ replica.StateMachine = (*State)(nil)
@@ -270,10 +279,14 @@ func (st *State) putLocked(key string, val []byte) bool {
 		}
 		ss := st.session(rest)
 		ss.rec = append([]byte(nil), val...)
-		ss.subs = ss.subs[:0]
+		st.unindexLocked(ss)
 		for _, sr := range rec.Subs {
-			if e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID); err == nil {
-				ss.subs = append(ss.subs, e)
+			if e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID); err == nil && !e.Shared {
+				x := &storedSub{client: rest, sub: e}
+				ss.subs = append(ss.subs, x)
+				for _, f := range e.Subjects {
+					_ = st.subs.Insert(f, "", x) // valid: newSub made them
+				}
 			}
 		}
 	case kvMessage, kvQoS2:
@@ -304,7 +317,8 @@ func (st *State) delLocked(key string) bool {
 		return true
 	case kvSession:
 		if ss := st.sessions[rest]; ss != nil {
-			ss.rec, ss.subs = nil, nil
+			ss.rec = nil
+			st.unindexLocked(ss)
 			st.dropIfEmpty(rest, ss)
 		}
 		return true
@@ -324,6 +338,16 @@ func (st *State) delLocked(key string) bool {
 		return true
 	}
 	return false
+}
+
+// unindexLocked takes a session's subscriptions out of the index.
+func (st *State) unindexLocked(ss *storedSession) {
+	for _, x := range ss.subs {
+		for _, f := range x.sub.Subjects {
+			_ = st.subs.Remove(f, "", x)
+		}
+	}
+	ss.subs = nil
 }
 
 func (st *State) session(client string) *storedSession {
@@ -385,28 +409,40 @@ func (st *State) routeLocked(mid uint64, p *pubItem, feeds []feed) []feed {
 	if p.qos2PID != 0 && p.origin != "" {
 		st.session(p.origin).qos2[p.qos2PID] = struct{}{}
 	}
-	subj := string(p.subject)
 	dollar := IsDollar(p.subject)
 	expireAt := expiryOf(p.header)
 	var topic, reply string
-	for client, ss := range st.sessions {
-		if ss.rec == nil || len(ss.subs) == 0 {
+	matched := st.subs.Match(p.subject).Plain
+	// One copy per session, from all its matching subscriptions (sm.RouteLive's
+	// rule), in the order of each client's first match.
+	type route struct {
+		qos        byte
+		found, rap bool
+		ids        []uint32
+	}
+	byClient := make(map[string]*route, len(matched))
+	var order []string
+	for _, x := range matched {
+		r := byClient[x.client]
+		if r == nil {
+			r = &route{}
+			byClient[x.client] = r
+			order = append(order, x.client)
+		}
+		e := x.sub
+		if (e.DollarGuard && dollar) || (e.NoLocal && x.client == p.origin) {
 			continue
 		}
-		var qos byte
-		found, rap := false, false
-		var ids []uint32
-		for _, e := range ss.subs {
-			if e.Shared || (e.DollarGuard && dollar) || (e.NoLocal && client == p.origin) || !matchesAny(e.Subjects, subj) {
-				continue
-			}
-			found = true
-			qos = max(qos, min(p.qos, e.QoS))
-			rap = rap || e.RAP
-			if e.SubID != 0 && !slices.Contains(ids, e.SubID) {
-				ids = append(ids, e.SubID)
-			}
+		r.found = true
+		r.qos = max(r.qos, min(p.qos, e.QoS))
+		r.rap = r.rap || e.RAP
+		if e.SubID != 0 && !slices.Contains(r.ids, e.SubID) {
+			r.ids = append(r.ids, e.SubID)
 		}
+	}
+	for _, client := range order {
+		r, ss := byClient[client], st.sessions[client]
+		found, qos, rap, ids := r.found && ss != nil, r.qos, r.rap, r.ids
 		if !found || qos == 0 {
 			continue // QoS 0 goes the broker's way, to a connected client only
 		}
@@ -429,15 +465,6 @@ func (st *State) routeLocked(mid uint64, p *pubItem, feeds []feed) []feed {
 		feeds = append(feeds, feed{client: client, msg: m})
 	}
 	return feeds
-}
-
-func matchesAny(filters []string, subj string) bool {
-	for _, f := range filters {
-		if subject.Matches(f, subj) {
-			return true
-		}
-	}
-	return false
 }
 
 // Snapshot implements replica.StateMachine: every record, as key and value pairs.
@@ -481,6 +508,7 @@ func (st *State) Restore(data []byte) error {
 	st.mu.Lock()
 	old := slices.Collect(maps.Keys(st.retained))
 	st.sessions, st.retained = map[string]*storedSession{}, map[string][]byte{}
+	st.subs = subject.NewSublist[*storedSub]()
 	st.seen, st.seenOrder = nil, nil
 	var err error
 	if len(data) > 0 {
