@@ -91,20 +91,24 @@ type Conn struct {
 	writeMu sync.Mutex
 	spare   []byte
 
-	mu       sync.Mutex
-	wcond    *sync.Cond // publishers waiting for buffer room
-	status   Status
-	nc       net.Conn
-	udpLink  *udp.Conn // the latest reliable-UDP link, for TransportStats
-	url      string
-	info     ServerInfo
-	epoch    uint64 // increments per physical connection
-	bw       []byte // frames waiting for the socket (or for the reconnect)
-	hdrBuf   []byte // scratch for encoding headers
-	pings    int    // PINGs to append at the next write
-	pongs    []chan error
-	pingOut  int
-	acks     map[uint64]chan error
+	mu      sync.Mutex
+	wcond   *sync.Cond // publishers waiting for buffer room
+	status  Status
+	nc      net.Conn
+	udpLink *udp.Conn // the latest reliable-UDP link, for TransportStats
+	url     string
+	info    ServerInfo
+	epoch   uint64 // increments per physical connection
+	bw      []byte // frames waiting for the socket (or for the reconnect)
+	hdrBuf  []byte // scratch for encoding headers
+	pings   int    // PINGs to append at the next write
+	pongs   []chan error
+	pingOut int
+	acks    map[uint64]chan error
+	// onLost are called (outside mu) each time the connection is lost: the
+	// stream API fails its async publishes in flight at once, for their callers to
+	// retry, rather than after their timeout.
+	onLost   []func()
 	ackID    uint64
 	lastErr  error
 	fatalErr error // a fatal ERR the server sent before closing the link
@@ -822,6 +826,12 @@ func (c *Conn) lost(epoch uint64, cause error) {
 	// Publishes that never reached the socket are sent after reconnecting; what was
 	// handed to the broken socket may be lost (at-most-once).
 	c.bw = keepPublishes(c.bw)
+	hooks := c.onLost
+	defer func() {
+		for _, f := range hooks {
+			f()
+		}
+	}()
 	if !c.opts.AllowReconnect || c.status == Draining {
 		c.bw = c.bw[:0]
 		c.log.Warn("connection lost", "server", c.url, "err", cause)
@@ -837,6 +847,13 @@ func (c *Conn) lost(epoch uint64, cause error) {
 		c.event(func() { h(c, cause) })
 	}
 	go c.reconnect(url)
+}
+
+// whenLost registers f to be called each time the connection is lost.
+func (c *Conn) whenLost(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onLost = append(c.onLost, f)
 }
 
 // reconnect dials the servers in turn, starting after the one that failed, with

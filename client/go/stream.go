@@ -426,7 +426,23 @@ func (s *Streams) ensureAckSub() error {
 		return err
 	}
 	s.ackSub = sub
+	s.c.whenLost(func() { s.failPending(fmt.Errorf("publish acknowledgement: %w", ErrConnectionLost)) })
 	return nil
+}
+
+// failPending fails every async publish awaiting its acknowledgement: the
+// connection they went out on is gone, and their acknowledgements with it (a
+// caller retrying with the same message id stores each message once).
+func (s *Streams) failPending(err error) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.futures))
+	for id := range s.futures {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.resolve(id, nil, err)
+	}
 }
 
 // onAck runs in the connection's reader for every publish acknowledgement.
@@ -474,7 +490,7 @@ func (s *Streams) resolve(id string, ack *PubAck, err error) {
 // sweep fails async publishes whose acknowledgement is overdue (lost with a broken
 // connection, say); it runs while any are outstanding.
 func (s *Streams) sweep() {
-	t := time.NewTicker(max(s.timeout/4, 10*time.Millisecond))
+	t := time.NewTicker(max(s.timeout/20, 10*time.Millisecond))
 	defer t.Stop()
 	for range t.C {
 		now := time.Now()
