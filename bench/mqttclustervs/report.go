@@ -162,6 +162,10 @@ func commas(n int64) string {
 	return s
 }
 
+// otherCoresNoted: runs during which other processes used more of the CPUs are
+// listed under the throughput table.
+const otherCoresNoted = 0.1
+
 // throughputSummary is one row of one system over its completed runs.
 type throughputSummary struct {
 	System string       `json:"system"`
@@ -238,6 +242,15 @@ func throughputReport(runs []throughputResult) (string, []throughputSummary) {
 			}
 		}
 		b.WriteString("| " + strings.Join(line, " | ") + " |\n")
+	}
+	var busy []string
+	for _, r := range runs {
+		if r.Error == "" && r.OtherCores > otherCoresNoted {
+			busy = append(busy, fmt.Sprintf("%s %s run %d: %.2f", systemNames[r.System], r.Row.Key, r.Run, r.OtherCores))
+		}
+	}
+	if len(busy) > 0 {
+		fmt.Fprintf(&b, "\nRuns during which other processes used more than %.2f of a core (counted in the medians): %s.\n", otherCoresNoted, strings.Join(busy, "; "))
 	}
 	if len(failed) > 0 {
 		b.WriteString("\nFailed runs (left out of the medians):\n\n")

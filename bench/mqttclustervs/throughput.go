@@ -14,6 +14,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/mqttload"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 )
@@ -109,8 +110,11 @@ type throughputResult struct {
 	P99us  float64 `json:"p99_us"`
 	MaxUs  float64 `json:"max_us"`
 	ProbeS float64 `json:"probe_s"` // until the subscriber got the first probe
-	Busy   bool    `json:"busy,omitempty"`
-	Error  string  `json:"error,omitempty"`
+	// OtherCores: what processes other than the cluster's nodes and the harness used
+	// of the CPUs while the run published and received, in cores (-1: unknown).
+	OtherCores float64 `json:"other_cores"`
+	Busy       bool    `json:"busy,omitempty"`
+	Error      string  `json:"error,omitempty"`
 }
 
 func cmdThroughput(ctx context.Context, args []string, stderr io.Writer) error {
@@ -157,8 +161,8 @@ func cmdThroughput(ctx context.Context, args []string, stderr io.Writer) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			line := fmt.Sprintf("[%d/%d] %s %-7s run %d/%d: %.0f msgs/s, %d of %d received (%d duplicates) in %.2fs, latency p50 %.0fµs p99 %.0fµs",
-				i+1, len(sel), c.System, r.Key, k, *runs, res.Rate, res.Received, r.Msgs, res.Duplicates, res.TookS, res.P50us, res.P99us)
+			line := fmt.Sprintf("[%d/%d] %s %-7s run %d/%d: %.0f msgs/s, %d of %d received (%d duplicates) in %.2fs, latency p50 %.0fµs p99 %.0fµs; other processes %.2f cores",
+				i+1, len(sel), c.System, r.Key, k, *runs, res.Rate, res.Received, r.Msgs, res.Duplicates, res.TookS, res.P50us, res.P99us, res.OtherCores)
 			if res.Error != "" {
 				line += "  FAILED: " + res.Error
 			}
@@ -285,6 +289,7 @@ func throughput(ctx context.Context, c cluster, r row, window int, idle, limit t
 	var acked atomic.Int64
 	pubErr := make(chan error, r.Pubs)
 	var wg sync.WaitGroup
+	meter := host.StartMeter(c.PIDs)
 	start := time.Now()
 	for i, p := range pubs {
 		wg.Add(1)
@@ -322,6 +327,7 @@ wait:
 			break
 		}
 	}
+	res.OtherCores = meter.OtherCores()
 	stop.Store(true)
 	for _, p := range pubs {
 		p.Close() // ends a publisher waiting for acknowledgements
