@@ -12,7 +12,9 @@
 #   TERN_BASE, JS_BASE        node i: client BASE+10i, route +1, then Tern: gossip +2,
 #                             monitoring +3; JetStream: monitoring +2
 # and may set TERN_ARGS: more `tern server` options for every Tern node (split on
-# spaces), e.g. "--sync never".
+# spaces), e.g. "--sync never", and R3_MQTT=1: MQTT on every node (Tern: MQTT port
+# BASE+10i+4; JetStream: an mqtt block on BASE+10i+3 with stream_replicas 3, so its
+# MQTT sessions and QoS 1 messages live in streams of 3 replicas).
 
 R3_PIDS=() # the running cluster's nodes, node order
 R3_SYS=    # tern or js
@@ -24,6 +26,9 @@ r3_port() { # sys node: client port
 r3_monitor_port() {
 	case "$1" in tern) echo $((TERN_BASE + 10 * $2 + 3)) ;; js) echo $((JS_BASE + 10 * $2 + 2)) ;; esac
 }
+r3_mqtt_port() { # sys node: MQTT port (with R3_MQTT=1)
+	case "$1" in tern) echo $((TERN_BASE + 10 * $2 + 4)) ;; js) echo $((JS_BASE + 10 * $2 + 3)) ;; esac
+}
 r3_all_ports() { # sys: every port its nodes use
 	local i
 	for i in 1 2 3; do
@@ -31,9 +36,10 @@ r3_all_ports() { # sys: every port its nodes use
 		tern) echo $((TERN_BASE + 10 * i)) $((TERN_BASE + 10 * i + 1)) $((TERN_BASE + 10 * i + 2)) $((TERN_BASE + 10 * i + 3)) ;;
 		js) echo $((JS_BASE + 10 * i)) $((JS_BASE + 10 * i + 1)) $((JS_BASE + 10 * i + 2)) ;;
 		esac
+		[ "${R3_MQTT:-0}" != 1 ] || r3_mqtt_port "$1" "$i"
 	done
 }
-r3_list() { # what (urls|names|pids|monitors): of the running cluster, comma-separated
+r3_list() { # what (urls|names|pids|monitors|mqtt): of the running cluster, comma-separated
 	local i out=""
 	for i in 1 2 3; do
 		case "$1" in
@@ -41,13 +47,14 @@ r3_list() { # what (urls|names|pids|monitors): of the running cluster, comma-sep
 		names) out+="$R3_SYS$i," ;;
 		pids) out+="${R3_PIDS[$((i - 1))]}," ;;
 		monitors) out+="http://127.0.0.1:$(r3_monitor_port "$R3_SYS" "$i")," ;;
+		mqtt) out+="127.0.0.1:$(r3_mqtt_port "$R3_SYS" "$i")," ;;
 		esac
 	done
 	echo "${out%,}"
 }
 
 r3_start() { # sys tag: start a fresh cluster and wait until it is ready
-	local sys=$1 i j join="" routes="" conf extra=()
+	local sys=$1 i j join="" routes="" conf extra=() mqtt_port mqtt_conf
 	R3_SYS=$sys R3_TAG=$2 R3_PIDS=()
 	# shellcheck disable=SC2206 # split on spaces, as documented
 	[ -z "${TERN_ARGS:-}" ] || extra=($TERN_ARGS)
@@ -55,10 +62,12 @@ r3_start() { # sys tag: start a fresh cluster and wait until it is ready
 	tern)
 		for i in 1 2 3; do join+="127.0.0.1:$(($(r3_port tern "$i") + 1)),"; done
 		for i in 1 2 3; do
+			mqtt_port=-1
+			[ "${R3_MQTT:-0}" != 1 ] || mqtt_port=$(r3_mqtt_port tern "$i")
 			# Defaults otherwise: fsync every 100 ms (sync interval), as replicated.sh.
 			"$TERN_BIN" server --server-name "tern$i" --host 127.0.0.1 --port "$(r3_port tern "$i")" \
 				--http "127.0.0.1:$(r3_monitor_port tern "$i")" --cluster-name r3 --cluster-port "$(($(r3_port tern "$i") + 1))" \
-				--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 \
+				--join "${join%,}" --cluster-size 3 --mqtt-port "$mqtt_port" --mqtt-ws-port -1 --udp-port -1 \
 				--store-dir "$RUN_DIR/$R3_TAG-n$i" "${extra[@]}" >"$ROUT/$R3_TAG-n$i.log" 2>&1 &
 			R3_PIDS+=($!)
 		done
@@ -67,6 +76,13 @@ r3_start() { # sys tag: start a fresh cluster and wait until it is ready
 		for j in 1 2 3; do routes+="nats-route://127.0.0.1:$(($(r3_port js "$j") + 1)), "; done
 		for i in 1 2 3; do
 			conf=$ROUT/nats-n$i.conf
+			mqtt_conf=""
+			if [ "${R3_MQTT:-0}" = 1 ]; then
+				mqtt_conf="mqtt {
+  listen: 127.0.0.1:$(r3_mqtt_port js "$i")
+  stream_replicas: 3
+}"
+			fi
 			# nats-server's defaults otherwise (sync_interval 2m, three pooled routes),
 			# as replicated.sh.
 			cat >"$conf" <<-EOF
@@ -81,6 +97,7 @@ r3_start() { # sys tag: start a fresh cluster and wait until it is ready
 				  listen: 127.0.0.1:$(($(r3_port js "$i") + 1))
 				  routes: [${routes%, }]
 				}
+				$mqtt_conf
 			EOF
 			"$NATS_SERVER" -c "$conf" >"$ROUT/$R3_TAG-n$i.log" 2>&1 &
 			R3_PIDS+=($!)

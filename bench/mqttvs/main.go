@@ -1,7 +1,7 @@
-// Command mqttvs drives MQTT brokers with one load client (its own, built on Tern's
-// MQTT codec, speaking plain MQTT 3.1.1 so every broker gets the same bytes) and
-// prints their throughput, latency and idle-connection memory side by side:
-// bench/mqtt.sh runs it against Mosquitto, Mochi and Tern.
+// Command mqttvs drives MQTT brokers with one load client (the bench module's own,
+// bench/internal/mqttload, built on Tern's MQTT codec and speaking plain MQTT 3.1.1
+// so every broker gets the same bytes) and prints their throughput, latency and
+// idle-connection memory side by side: bench/mqtt.sh runs it against Mosquitto, Mochi and Tern.
 package main
 
 import (
@@ -21,6 +21,8 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/tern-mq/tern/bench/internal/mqttload"
 )
 
 type broker struct {
@@ -98,14 +100,14 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 	id := runSeq.Add(1)
 	prefix := fmt.Sprintf("bench/%d", id)
 	var got, last atomic.Int64
-	subs := make([]*client, 0, r.subs)
+	subs := make([]*mqttload.Client, 0, r.subs)
 	defer func() {
 		for _, c := range subs {
-			c.close()
+			c.Close()
 		}
 	}()
 	for i := range r.subs {
-		c, err := dial(b.addr, fmt.Sprintf("sub-%d-%d", id, i), nil)
+		c, err := mqttload.Dial(b.addr, fmt.Sprintf("sub-%d-%d", id, i), nil)
 		if err != nil {
 			return result{err: err}
 		}
@@ -117,19 +119,19 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 		case r.pubs == r.subs:
 			filter = fmt.Sprintf("%s/t%d", prefix, i)
 		}
-		if err := c.subscribe(filter, r.qos); err != nil {
+		if err := c.Subscribe(filter, r.qos); err != nil {
 			return result{err: err}
 		}
-		go func() { _ = c.receive(&got, &last, nil) }()
+		go func() { _ = c.Receive(&got, &last, nil) }()
 	}
-	pubs := make([]*client, 0, r.pubs)
+	pubs := make([]*mqttload.Client, 0, r.pubs)
 	defer func() {
 		for _, c := range pubs {
-			c.close()
+			c.Close()
 		}
 	}()
 	for i := range r.pubs {
-		c, err := dial(b.addr, fmt.Sprintf("pub-%d-%d", id, i), nil)
+		c, err := mqttload.Dial(b.addr, fmt.Sprintf("pub-%d-%d", id, i), nil)
 		if err != nil {
 			return result{err: err}
 		}
@@ -158,7 +160,7 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.publish(topic, r.qos, n, r.size, w, 0, &stop); err != nil {
+			if err := c.Publish(topic, r.qos, n, r.size, w, 0, &stop); err != nil {
 				errs <- err
 			}
 		}()
@@ -202,32 +204,32 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 func latencyRun(b broker, qos byte, rate float64, d time.Duration) (*hdrhistogram.Histogram, int, error) {
 	id := runSeq.Add(1)
 	topic := fmt.Sprintf("lat/%d", id)
-	sub, err := dial(b.addr, fmt.Sprintf("lsub-%d", id), nil)
+	sub, err := mqttload.Dial(b.addr, fmt.Sprintf("lsub-%d", id), nil)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer sub.close()
-	if err := sub.subscribe(topic, qos); err != nil {
+	defer sub.Close()
+	if err := sub.Subscribe(topic, qos); err != nil {
 		return nil, 0, err
 	}
 	h := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
 	var mu sync.Mutex
 	var got, last atomic.Int64
 	go func() {
-		_ = sub.receive(&got, &last, func(l time.Duration) {
+		_ = sub.Receive(&got, &last, func(l time.Duration) {
 			mu.Lock()
 			_ = h.RecordValue(max(1, l.Microseconds()))
 			mu.Unlock()
 		})
 	}()
-	pub, err := dial(b.addr, fmt.Sprintf("lpub-%d", id), nil)
+	pub, err := mqttload.Dial(b.addr, fmt.Sprintf("lpub-%d", id), nil)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer pub.close()
+	defer pub.Close()
 	n := int(rate * d.Seconds())
 	var stop atomic.Bool
-	if err := pub.publish(topic, qos, n, 32, 1024, rate, &stop); err != nil {
+	if err := pub.Publish(topic, qos, n, 32, 1024, rate, &stop); err != nil {
 		return nil, 0, err
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -250,10 +252,10 @@ func idleMemory(b broker, n int) (perConn float64, before, after int64, err erro
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	conns := make([]*client, 0, n)
+	conns := make([]*mqttload.Client, 0, n)
 	defer func() {
 		for _, c := range conns {
-			c.close()
+			c.Close()
 		}
 	}()
 	id := runSeq.Add(1)
@@ -271,7 +273,7 @@ func idleMemory(b broker, n int) (perConn float64, before, after int64, err erro
 					return
 				}
 				local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%8))}
-				c, err := dial(b.addr, fmt.Sprintf("idle-%d-%d", id, i), local)
+				c, err := mqttload.Dial(b.addr, fmt.Sprintf("idle-%d-%d", id, i), local)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {

@@ -99,3 +99,71 @@ func WaitQuiet(ctx context.Context, max time.Duration, threshold float64) bool {
 		}
 	}
 }
+
+// Meter measures what other processes use of the CPUs over a window: the whole
+// machine's busy time (/proc/stat) minus that of the processes measured and of
+// this one (/proc/<pid>/stat utime+stime). Both count in the kernel's clock ticks.
+type Meter struct {
+	pids  []int
+	busy0 uint64
+	own0  []uint64
+	t0    time.Time
+	ok    bool
+}
+
+// StartMeter starts a window over the processes pids (and this one).
+func StartMeter(pids []int) *Meter {
+	m := &Meter{pids: append([]int{os.Getpid()}, pids...), t0: time.Now()}
+	busy, _, ok := cpuTimes()
+	m.busy0, m.ok = busy, ok
+	for _, p := range m.pids {
+		t, _ := procTicks(p)
+		m.own0 = append(m.own0, t)
+	}
+	return m
+}
+
+// OtherCores is what other processes used since StartMeter, in cores (1 = one
+// core busy the whole window), assuming 100 clock ticks a second (Linux's
+// USER_HZ); -1 without /proc. A process that ended meanwhile counts as idle since
+// the start, so its use shows as other processes'.
+func (m *Meter) OtherCores() float64 {
+	busy, _, ok := cpuTimes()
+	secs := time.Since(m.t0).Seconds()
+	if !m.ok || !ok || secs <= 0 {
+		return -1
+	}
+	own := uint64(0)
+	for i, p := range m.pids {
+		if t, err := procTicks(p); err == nil && t >= m.own0[i] {
+			own += t - m.own0[i]
+		}
+	}
+	other := float64(busy-m.busy0) - float64(own)
+	return max(0, other/100/secs)
+}
+
+// procTicks is a process's utime+stime in clock ticks.
+func procTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	// The command name (field 2) is in parentheses and may hold spaces: utime and
+	// stime are fields 14 and 15, the 12th and 13th after its closing parenthesis.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')'", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
+	}
+	return u + st, nil
+}

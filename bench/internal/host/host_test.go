@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -30,5 +31,23 @@ func TestWaitQuiet(t *testing.T) {
 	// Nothing is below 0 % busy: it gives up at max and says so.
 	if runtime.GOOS == "linux" && WaitQuiet(context.Background(), 300*time.Millisecond, -1) {
 		t.Fatal("quiet under a negative threshold")
+	}
+}
+
+func TestMeter(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	m := StartMeter(nil)
+	// Busy in this process: not counted as other processes'.
+	end := time.Now().Add(300 * time.Millisecond)
+	for x := 0; time.Now().Before(end); x++ {
+		_ = x * x
+	}
+	if o := m.OtherCores(); o < 0 || o > float64(runtime.NumCPU()) {
+		t.Fatalf("other processes used %.2f cores", o)
+	}
+	if _, err := procTicks(os.Getpid()); err != nil {
+		t.Fatal(err)
 	}
 }
