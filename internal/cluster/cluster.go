@@ -98,7 +98,13 @@ type Node struct {
 	mqttStorage Storage
 	mqttSub     *broker.Subscription
 	mqttStarted atomic.Bool
-	rpc         *requester
+	// mqttLeader.ch is closed (and replaced) when the MQTT group's leadership
+	// changes, to cancel forwards to the leader that was.
+	mqttLeader struct {
+		mu sync.Mutex
+		ch chan struct{}
+	}
+	rpc *requester
 
 	done chan struct{}
 	wg   sync.WaitGroup

@@ -31,6 +31,15 @@ func (n *Node) startMQTTGroup() error {
 	if n.cfg.MQTTState == nil {
 		return nil
 	}
+	n.mqttLeader.ch = make(chan struct{})
+	n.OnLeaderChange(func(lc replica.LeaderChange) {
+		if lc.Group == meta.MQTTGroup {
+			n.mqttLeader.mu.Lock()
+			close(n.mqttLeader.ch)
+			n.mqttLeader.ch = make(chan struct{})
+			n.mqttLeader.mu.Unlock()
+		}
+	})
 	n.mqttSub = &broker.Subscription{Sink: mqttForwardSink{n}, Subject: mqttProposePrefix + n.cfg.NodeName}
 	if err := n.cfg.Broker.Subscribe(n.mqttSub); err != nil {
 		return fmt.Errorf("cluster: mqtt group: %w", err)
@@ -64,7 +73,7 @@ func (n *Node) ProposeMQTT(ctx context.Context, data []byte) (uint64, error) {
 			var nl *replica.NotLeaderError
 			if errors.As(err, &nl) && nl.Leader != 0 && nl.Leader != n.host.ID() {
 				if name := n.tr.name(nl.Leader); name != "" {
-					index, err = n.forwardMQTT(ctx, name, data)
+					index, err = n.forwardWhileLeader(ctx, name, data)
 				}
 			}
 		}
@@ -82,6 +91,30 @@ func (n *Node) ProposeMQTT(ctx context.Context, data []byte) (uint64, error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// forwardWhileLeader forwards an entry to leader, giving up as soon as this node
+// learns that the group's leadership changed: a leader that died takes its answer
+// with it, and the entry is proposed again (to the next leader; the group applies
+// a publication once) rather than after the request's whole time limit.
+func (n *Node) forwardWhileLeader(ctx context.Context, leader string, data []byte) (uint64, error) {
+	n.mqttLeader.mu.Lock()
+	changed := n.mqttLeader.ch
+	n.mqttLeader.mu.Unlock()
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	index, err := n.forwardMQTT(fctx, leader, data)
+	if err != nil && ctx.Err() == nil && fctx.Err() != nil {
+		return 0, fmt.Errorf("%w (the leader changed while forwarding)", replica.ErrNotLeader)
+	}
+	return index, err
 }
 
 // Answers of the forwarding: ok and the index, or an error and its text.
