@@ -225,7 +225,7 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 			if m.consumers == nil {
 				err = fmt.Errorf("%w: a consumer entry for a stream without consumers", errBadEntry)
 			} else {
-				err = m.consumers.apply(ent.Data)
+				err = m.consumers.apply(ent.Index, ent.Data)
 			}
 		}
 		if err != nil {

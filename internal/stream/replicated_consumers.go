@@ -94,6 +94,8 @@ type replicaConsumer struct {
 	st      consumer.State
 	jr      *journal
 	pending [][]byte // records applied in this Apply, written at its end
+	// pendingTo is the group log index of the last entry in pending.
+	pendingTo uint64
 }
 
 // consumerSet is a replicated stream's durable consumers on one replica; the Raft
@@ -140,7 +142,7 @@ func (cs *consumerSet) closeAll() {
 }
 
 // apply applies one consumer entry; journal records are kept for flush.
-func (cs *consumerSet) apply(b []byte) error {
+func (cs *consumerSet) apply(index uint64, b []byte) error {
 	e, err := decodeConsumerEntry(b)
 	if err != nil {
 		return err
@@ -188,8 +190,13 @@ func (cs *consumerSet) apply(b []byte) error {
 			return fmt.Errorf("stream %q: removing consumer %q: %w", cs.s.name, e.name, err)
 		}
 	case entryConsumerJournal:
-		if rc != nil { // records of a consumer deleted since are dropped
+		// Records of a consumer deleted since are dropped, and so are those its
+		// journal holds already: after a restart the group's log is applied again
+		// from its last snapshot, and a delivery record applied again after its
+		// ack would make the message pending again.
+		if rc != nil && index > rc.st.Applied && index > rc.pendingTo {
 			rc.pending = append(rc.pending, e.fields[0])
+			rc.pendingTo = index
 		}
 	}
 	return nil
@@ -241,6 +248,11 @@ func (cs *consumerSet) flush() error {
 		for _, r := range rc.pending {
 			all = append(all, r...)
 		}
+		// The chunk ends with the index it brings the consumer to, in the same
+		// write: a chunk is applied whole or not at all.
+		last := consumer.AppendRecord(nil, consumer.RecApplied, rc.pendingTo)
+		consumer.Replay(&rc.st, [][]byte{last})
+		all = append(all, last...)
 		rc.pending = rc.pending[:0]
 		if err := rc.jr.flush(all); err != nil {
 			return fmt.Errorf("stream %q: consumer %q: %w", cs.s.name, name, err)

@@ -9,6 +9,10 @@ const (
 	RecAckedUpTo   = 'L' // partition, seq: nothing up to seq is pending
 	RecNext        = 'N' // partition, next: first delivery has passed everything below next
 	RecConsumerSeq = 'C' // consumer sequence, redelivered count
+	// RecApplied closes the records a replicated stream's group applied up to a
+	// log index: index. A replica replaying its group's log after a restart skips
+	// the entries its journal already holds (State.Applied).
+	RecApplied = 'I'
 )
 
 // State is the snapshot of a consumer's position.
@@ -16,6 +20,9 @@ type State struct {
 	ConsumerSeq uint64      `json:"consumer_seq"`
 	Redelivered uint64      `json:"redelivered"`
 	Parts       []PartState `json:"partitions"`
+	// Applied is the last group log index whose records the state holds (a
+	// replicated stream's consumer; 0 otherwise).
+	Applied uint64 `json:"applied,omitempty"`
 }
 
 // PartState is one partition's position.
@@ -87,11 +94,19 @@ func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
 			v, ok = next(3)
 		case RecAcked, RecAckedUpTo, RecNext, RecConsumerSeq:
 			v, ok = next(2)
+		case RecApplied:
+			v, ok = next(1)
 		default:
 			return false
 		}
 		if !ok {
 			return false
+		}
+		if typ == RecApplied {
+			if pending != nil {
+				st.Applied = max(st.Applied, v[0])
+			}
+			continue
 		}
 		if typ == RecConsumerSeq {
 			if pending != nil {
