@@ -235,7 +235,6 @@ func (n *Node) Shutdown(leaveTimeout time.Duration) {
 		if n.meta != nil {
 			n.handOffGroups(leaveTimeout)
 			n.meta.handOff(leaveTimeout)
-			n.meta.handOffGroup(meta.MQTTGroup, n.mqttStarted.Load(), leaveTimeout)
 		}
 		n.routes.StopDialing()
 		if err := n.ms.Leave(leaveTimeout); err != nil {

@@ -217,14 +217,18 @@ func (n *Node) ProposeMeta(ctx context.Context, cmd *meta.Command) (meta.Result,
 }
 
 // handOffGroups moves the leadership of every group this node leads, other than the
-// meta group, to an up-to-date voter before the node goes.
+// meta group, to an up-to-date voter before the node goes: the stream groups and
+// the MQTT group.
 func (n *Node) handOffGroups(limit time.Duration) {
 	n.groups.mu.Lock()
-	ids := make([]uint64, 0, len(n.groups.storages))
+	ids := make([]uint64, 0, len(n.groups.storages)+1)
 	for id := range n.groups.storages {
 		ids = append(ids, id)
 	}
 	n.groups.mu.Unlock()
+	if n.mqttStarted.Load() {
+		ids = append(ids, meta.MQTTGroup)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var wg sync.WaitGroup

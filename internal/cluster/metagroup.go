@@ -612,27 +612,6 @@ func (g *metaGroup) handOff(limit time.Duration) {
 	g.log.Info("meta group: leadership handed off before shutdown", "to", g.n.tr.name(to))
 }
 
-// handOffGroup is handOff for another group that follows the meta group's
-// membership (the MQTT group), when running is set.
-func (g *metaGroup) handOffGroup(group uint64, running bool, limit time.Duration) {
-	if !running {
-		return
-	}
-	st, err := g.host.Status(group)
-	if err != nil || st.State != "StateLeader" {
-		return
-	}
-	to := handOffTarget(st, g.host.ID())
-	if to == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	if err := g.host.TransferLeadership(ctx, group, to); err != nil {
-		g.log.Warn("leadership not handed off before shutdown", "group", group, "to", g.n.tr.name(to), "err", err)
-	}
-}
-
 // ErrNodeAlive is Evict's answer for a node that is still a member: only a node
 // that is gone may be removed for good.
 var ErrNodeAlive = errors.New("cluster: the node is alive; stop it before evicting it")

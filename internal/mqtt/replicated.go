@@ -244,14 +244,7 @@ func (st *State) Apply(ents []replica.Entry) error {
 	close(st.appliedC)
 	st.appliedC = make(chan struct{})
 	srv := st.srv
-	var set []*retainedMsg
-	for _, subj := range retainedSet {
-		if b, ok := st.retained[subj]; ok {
-			if rm, err := decodeRetained(subj, b); err == nil {
-				set = append(set, rm)
-			}
-		}
-	}
+	set := st.retainedLocked(retainedSet)
 	st.mu.Unlock()
 	if srv != nil {
 		srv.retained.replicated(set, retainedDel)
@@ -260,6 +253,20 @@ func (st *State) Apply(ents []replica.Entry) error {
 		}
 	}
 	return nil
+}
+
+// retainedLocked decodes the retained messages of subjects that the state holds,
+// for the server's retained store.
+func (st *State) retainedLocked(subjects []string) []*retainedMsg {
+	var out []*retainedMsg
+	for _, subj := range subjects {
+		if b, ok := st.retained[subj]; ok {
+			if rm, err := decodeRetained(subj, b); err == nil {
+				out = append(out, rm)
+			}
+		}
+	}
+	return out
 }
 
 // putLocked applies one record; it reports whether the key was a known kind.
@@ -531,12 +538,7 @@ func (st *State) Restore(data []byte) error {
 			err = fmt.Errorf("%d trailing bytes", len(r.b))
 		}
 	}
-	var set []*retainedMsg
-	for subj, b := range st.retained {
-		if rm, derr := decodeRetained(subj, b); derr == nil {
-			set = append(set, rm)
-		}
-	}
+	set := st.retainedLocked(slices.Collect(maps.Keys(st.retained)))
 	srv := st.srv
 	st.mu.Unlock()
 	if err != nil {
@@ -602,12 +604,7 @@ func (s *Server) SetReplication(st *State, p Proposer, nodeName string) {
 	s.pubIDs.Store(rand.Uint64() | 1<<63) // never 0, which is no id
 	st.mu.Lock()
 	st.srv = s
-	var set []*retainedMsg
-	for subj, b := range st.retained {
-		if rm, err := decodeRetained(subj, b); err == nil {
-			set = append(set, rm)
-		}
-	}
+	set := st.retainedLocked(slices.Collect(maps.Keys(st.retained)))
 	st.mu.Unlock()
 	s.retained.replicated(set, nil)
 	s.state = st

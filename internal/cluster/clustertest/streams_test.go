@@ -212,6 +212,35 @@ func storedRecords(t *testing.T, n *clustertest.Node, name string) []string {
 	}
 }
 
+// replicasCurrent reports whether the leader of stream name sees all three replicas
+// with nothing to catch up, and, with active, each heard from lately.
+func replicasCurrent(js *tern.Streams, name string, active bool) func() bool {
+	return func() bool {
+		info, err := infoOf(js, name)
+		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
+			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return (active && !r.Active) || r.Lag > 0 })
+	}
+}
+
+// sameRecordsEverywhere stops every node and checks that each holds the leader's
+// records of stream name, total of them (0: any number), and returns them.
+func sameRecordsEverywhere(t *testing.T, c *clustertest.Cluster, leader *clustertest.Node, name string, total int) []string {
+	t.Helper()
+	for _, n := range c.Nodes {
+		n.Terminate()
+	}
+	want := storedRecords(t, leader, name)
+	if total > 0 && len(want) != total {
+		t.Fatalf("the leader holds %d records, want %d", len(want), total)
+	}
+	for _, n := range c.Nodes {
+		if got := storedRecords(t, n, name); !slices.Equal(got, want) {
+			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
+		}
+	}
+	return want
+}
+
 // TestReplicatedStreamCatchUpBySnapshot: a replica that was down while its group
 // snapshotted and compacted its Raft log past it catches up, once restarted, from
 // the snapshot and the leader's stream log, and ends with the same records as the
@@ -260,11 +289,7 @@ func TestReplicatedStreamCatchUpBySnapshot(t *testing.T) {
 	if n, err := js.PurgeStream(ctx, "LOG", &tern.PurgeRequest{Keep: 50}); err != nil || n != total-50 {
 		t.Fatalf("purge keeping 50: %d removed, %v; want %d", n, err, total-50)
 	}
-	c.WaitFor("every replica applied the purge", 10*time.Second, func() bool {
-		info, err := infoOf(js, "LOG")
-		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
-			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return r.Lag > 0 })
-	})
+	c.WaitFor("every replica applied the purge", 10*time.Second, replicasCurrent(js, "LOG", false))
 	for _, n := range c.Nodes {
 		n.Terminate()
 	}
@@ -653,11 +678,7 @@ func TestReplicaRepairsDamagedRecords(t *testing.T) {
 			break
 		}
 	}
-	c.WaitFor("every replica has every message", 10*time.Second, func() bool {
-		info, err := infoOf(js, "DMG")
-		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
-			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return r.Lag > 0 })
-	})
+	c.WaitFor("every replica has every message", 10*time.Second, replicasCurrent(js, "DMG", false))
 	victim.Terminate()
 	segs, _ := filepath.Glob(filepath.Join(victim.Dir(), "streams", "DMG", "p0", "*.log"))
 	flipped := false
@@ -685,23 +706,8 @@ func TestReplicaRepairsDamagedRecords(t *testing.T) {
 	if _, err := js.Publish(ctx, "dmg.x", fmt.Appendf(nil, "message-number-%04d", total)); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitFor("the damaged replica repaired", 20*time.Second, func() bool {
-		info, err := infoOf(js, "DMG")
-		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
-			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return !r.Active || r.Lag > 0 })
-	})
-	for _, n := range c.Nodes {
-		n.Terminate()
-	}
-	want := storedRecords(t, leader, "DMG")
-	if len(want) != total+1 {
-		t.Fatalf("the leader holds %d records, want %d", len(want), total+1)
-	}
-	for _, n := range c.Nodes {
-		if got := storedRecords(t, n, "DMG"); !slices.Equal(got, want) {
-			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
-		}
-	}
+	c.WaitFor("the damaged replica repaired", 20*time.Second, replicasCurrent(js, "DMG", true))
+	sameRecordsEverywhere(t, c, leader, "DMG", total+1)
 }
 
 // TestReplicaRecoversFromFullDisk: one replica's stream disk fills up (a tmpfs of
@@ -780,21 +786,6 @@ func TestReplicaRecoversFromFullDisk(t *testing.T) {
 	}
 	publish(next, next+1)
 	next++
-	c.WaitFor("the victim caught up", 60*time.Second, func() bool {
-		info, err := infoOf(js, "FULL")
-		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
-			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return !r.Active || r.Lag > 0 })
-	})
-	for _, n := range c.Nodes {
-		n.Terminate()
-	}
-	want := storedRecords(t, leader, "FULL")
-	if len(want) != next {
-		t.Fatalf("the leader holds %d records, want %d", len(want), next)
-	}
-	for _, n := range c.Nodes {
-		if got := storedRecords(t, n, "FULL"); !slices.Equal(got, want) {
-			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
-		}
-	}
+	c.WaitFor("the victim caught up", 60*time.Second, replicasCurrent(js, "FULL", true))
+	sameRecordsEverywhere(t, c, leader, "FULL", next)
 }
