@@ -267,6 +267,12 @@ func MsgID(id string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.Head
 // Key sets the partition key: messages with one key go to one partition, in order.
 func Key(key string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderKey, key) } }
 
+// ToPartition puts the message in partition p (from 0) of a partitioned stream,
+// whatever its key; a partition the stream does not have is ignored.
+func ToPartition(p int) PubOpt {
+	return func(m *Msg) { setHeader(m, streamapi.HeaderToPartition, strconv.Itoa(p)) }
+}
+
 func setHeader(m *Msg, k, v string) {
 	if m.Header == nil {
 		m.Header = Header{}

@@ -679,11 +679,17 @@ func errorCode(err error) int {
 	return streamapi.CodeInternal
 }
 
-// partitionOf chooses a message's partition: by its key header, else its subject.
+// partitionOf chooses a message's partition: the one it names, else by its key
+// header, else by its subject.
 func (s *Stream) partitionOf(subj []byte, hdr header.Block) int {
 	n := len(s.parts)
 	if n == 1 {
 		return 0
+	}
+	if to, ok := hdr.Lookup(streamapi.HeaderToPartition); ok {
+		if p, err := strconv.Atoi(to); err == nil && p >= 0 && p < n {
+			return p
+		}
 	}
 	h := fnv.New32a()
 	if key, ok := hdr.Lookup(streamapi.HeaderKey); ok {

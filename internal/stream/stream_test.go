@@ -779,6 +779,24 @@ func TestPartitionsKeepKeyOrder(t *testing.T) {
 	}
 }
 
+func TestPublisherChoosesPartition(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "chosen", Subjects: []string{"chosen"}, Partitions: 3})
+	for i := range 9 {
+		want := i % 3
+		ack := e.publish("chosen", strconv.Itoa(i), tern.Key("one key"), tern.ToPartition(want))
+		if ack.Partition != want {
+			t.Fatalf("message %d asked partition %d, went to %d", i, want, ack.Partition)
+		}
+	}
+	keyed := e.publish("chosen", "x", tern.Key("one key"))
+	for _, bad := range []int{3, -1} {
+		if ack := e.publish("chosen", "y", tern.Key("one key"), tern.ToPartition(bad)); ack.Partition != keyed.Partition {
+			t.Fatalf("partition %d out of range: went to %d, the key's is %d", bad, ack.Partition, keyed.Partition)
+		}
+	}
+}
+
 func TestConsumerGroupRebalances(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "grp", Partitions: 4})

@@ -71,6 +71,10 @@ const (
 	// HeaderKey chooses the partition of a partitioned stream; without it the subject
 	// is hashed.
 	HeaderKey = "Tern-Key"
+	// HeaderToPartition puts the message in that partition (a number from 0) of a
+	// partitioned stream, whatever its key: for publishers that partition
+	// themselves, as Kafka producers do. Out of range, it is ignored.
+	HeaderToPartition = "Tern-To-Partition"
 	// HeaderStream, HeaderSeq, HeaderPartition, HeaderConsumer, HeaderDeliveries and
 	// HeaderReason describe a dead-lettered message's origin.
 	HeaderStream     = "Tern-Stream"
