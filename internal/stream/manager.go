@@ -514,6 +514,9 @@ type streamDef struct {
 	// of this node alone. A replica is opened by the cluster (OpenReplica), not
 	// recovered at start.
 	Group uint64 `json:"group,omitempty"`
+	// Groups are the groups of every partition, Group first, when there are
+	// more than one.
+	Groups []uint64 `json:"groups,omitempty"`
 }
 
 func readJSON(path string, v any) error {

@@ -141,6 +141,7 @@ type pubResult struct {
 // sequence the log already holds was stored before the restart and is not stored
 // twice.
 type partitionMachine struct {
+	part   int // the partition's index in its stream
 	log    *store.Log
 	dedup  *dedupWindow
 	last   uint64
@@ -187,7 +188,7 @@ func (m *partitionMachine) rebuildDedup() {
 			return
 		}
 		if id, ok := header.Block(rec.Header).Lookup(streamapi.HeaderMsgID); ok && id != "" {
-			m.dedup.add(string([]byte(id)), 0, rec.Seq, rec.Time)
+			m.dedup.add(string([]byte(id)), m.part, rec.Seq, rec.Time)
 		}
 	}
 }
@@ -301,7 +302,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 		// Stored before a restart: this entry is being applied again.
 		m.last = seq
 		if hasID && id != "" {
-			m.dedup.add(string([]byte(id)), 0, seq, ts)
+			m.dedup.add(string([]byte(id)), m.part, seq, ts)
 		}
 		return pubResult{seq: seq}
 	}
@@ -321,7 +322,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 	}
 	m.last = seq
 	if hasID && id != "" {
-		m.dedup.add(string([]byte(id)), 0, seq, ts)
+		m.dedup.add(string([]byte(id)), m.part, seq, ts)
 	}
 	return pubResult{seq: seq}
 }
@@ -397,14 +398,19 @@ type Replicator interface {
 	ReadIndex(ctx context.Context, group uint64) (uint64, error)
 }
 
-// streamRepl is a stream's replication: its one partition's group, the machine that
+// streamRepl is a stream's replication: each partition's group and the machine that
 // applies the group's entries to the partition's log, and the results of this
-// node's proposals, which the machine hands over as it applies them.
+// node's proposals, which the machines hand over as they apply them.
+//
+// Partition 0's group is the stream's own: its entries carry the consumers' state
+// besides partition 0's messages, and its leader leads the stream (the cluster
+// keeps every partition's group led by that node). Each other group carries its
+// partition's messages and removals only.
 type streamRepl struct {
-	r       Replicator
-	group   uint64
-	machine *partitionMachine
-	leader  atomic.Bool
+	r        Replicator
+	groups   []uint64
+	machines []*partitionMachine
+	leader   atomic.Bool
 
 	mu       sync.Mutex
 	waiting  map[uint64][]pubResult  // by token; nil value: applied results not in yet
@@ -417,77 +423,117 @@ type streamRepl struct {
 	// an entry's bytes belong to the group once proposed (its Raft log keeps
 	// them), so each proposal gets a buffer of its own.
 	entrySize int
+	proposals []partProposal // by partition
 }
+
+// partProposal is one partition's share of a captured batch.
+type partProposal struct {
+	items []int // indexes into the batch
+	entry []byte
+	token uint64
+	res   []pubResult
+	err   error
+}
+
+// consumers is the machine holding the stream's consumers: partition 0's.
+func (r *streamRepl) consumers() *consumerSet { return r.machines[0].consumers }
 
 // proposeTimeout bounds how long the leader's writer waits for a batch to commit
 // before answering its publishers with an error they retry on.
 const proposeTimeout = 5 * time.Second
 
-// replicate proposes q's messages to the group as one entry and answers their
-// publishers from what applying it gave (acks only once a quorum has the batch).
+// replicate proposes q's messages to their partitions' groups, one entry per
+// partition (proposed side by side), and answers their publishers from what
+// applying them gave (acks only once a quorum has the batch).
 func (s *Stream) replicate(q *inbound) {
 	r := s.repl
 	s.acks = s.acks[:0]
-	var idx []int
+	for p := range r.proposals {
+		r.proposals[p].items = r.proposals[p].items[:0]
+	}
 	for i := range q.items {
 		it := &q.items[i]
+		a := pendingAck{reply: it.reply, part: -1}
 		if it.tooBig {
-			s.acks = append(s.acks, pendingAck{reply: it.reply, part: -1, code: streamapi.CodeTooLarge,
-				err: "message larger than the stream's max_msg_size"})
+			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
+		} else {
+			a.part = s.partitionOf(q.get(it.subj), header.Block(q.get(it.hdr)))
+			r.proposals[a.part].items = append(r.proposals[a.part].items, i)
+		}
+		s.acks = append(s.acks, a)
+	}
+	now := time.Now().UnixNano()
+	var touched []int
+	for p := range r.proposals {
+		pp := &r.proposals[p]
+		if len(pp.items) == 0 {
 			continue
 		}
-		idx = append(idx, i)
-	}
-	if len(idx) > 0 {
 		r.token++
-		token := r.tokenBase | r.token&0x7fffffff
-		entry := appendMsgEntry(make([]byte, 0, r.entrySize), token, time.Now().UnixNano(), q, idx)
-		r.entrySize = len(entry)
-		r.mu.Lock()
-		r.waiting[token] = nil
-		r.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
-		_, err := r.r.Propose(ctx, r.group, entry)
-		cancel()
-		r.mu.Lock()
-		res := r.waiting[token]
-		delete(r.waiting, token)
-		r.mu.Unlock()
-		if err == nil && len(res) != len(idx) {
-			err = fmt.Errorf("%d results for %d messages", len(res), len(idx))
+		pp.token = r.tokenBase | r.token&0x7fffffff
+		pp.entry = appendMsgEntry(make([]byte, 0, r.entrySize), pp.token, now, q, pp.items)
+		r.entrySize = len(pp.entry)
+		touched = append(touched, p)
+	}
+	if len(touched) == 1 {
+		r.propose(touched[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, p := range touched {
+			wg.Go(func() { r.propose(p) })
 		}
-		for j, i := range idx {
-			a := pendingAck{reply: q.items[i].reply, part: 0}
+		wg.Wait()
+	}
+	for _, p := range touched {
+		pp := &r.proposals[p]
+		for j, i := range pp.items {
+			a := &s.acks[i]
 			switch {
-			case err != nil:
+			case pp.err != nil:
 				// Not committed here (no leader, a new one, too slow): the
 				// publisher retries, with its message id if it has one.
-				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, err)
-			case res[j].code != 0:
-				a.code, a.err = res[j].code, res[j].err
+				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+			case pp.res[j].code != 0:
+				a.code, a.err = pp.res[j].code, pp.res[j].err
 			default:
-				a.seq, a.dup = res[j].seq, res[j].dup
+				a.seq, a.dup = pp.res[j].seq, pp.res[j].dup
 			}
-			s.acks = append(s.acks, a)
 		}
+		pp.entry, pp.res = nil, nil
 	}
 	s.answer(q)
 	if s.retention == streamapi.RetainInterest && s.numConsumers() == 0 {
 		// Nobody was interested: the messages were acknowledged and are gone.
-		var seqs []uint64
+		var gone []partSeq
 		for _, a := range s.acks {
 			if a.code == 0 && !a.dup && a.seq != 0 {
-				seqs = append(seqs, a.seq)
+				gone = append(gone, partSeq{a.part, a.seq})
 			}
 		}
-		if len(seqs) > 0 {
-			if err := s.proposeRemoval(appendDeleteEntry(nil, seqs)); err != nil {
-				s.m.log.Warn("removing messages no consumer wants", "stream", s.name, "err", err)
-			}
-		}
+		s.replicateRemovals(gone, nil)
 		return
 	}
-	s.notify(0)
+	for _, p := range touched {
+		s.notify(p)
+	}
+}
+
+// propose commits partition p's share of a batch and collects its results.
+func (r *streamRepl) propose(p int) {
+	pp := &r.proposals[p]
+	r.mu.Lock()
+	r.waiting[pp.token] = nil
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
+	_, pp.err = r.r.Propose(ctx, r.groups[p], pp.entry)
+	cancel()
+	r.mu.Lock()
+	pp.res = r.waiting[pp.token]
+	delete(r.waiting, pp.token)
+	r.mu.Unlock()
+	if pp.err == nil && len(pp.res) != len(pp.items) {
+		pp.err = fmt.Errorf("partition %d: %d results for %d messages", p, len(pp.res), len(pp.items))
+	}
 }
 
 // applied is the machine's hand-over of a batch's results: kept for the writer
@@ -511,12 +557,13 @@ func (s *Stream) SetLeader(leader bool) error {
 	}
 	if leader {
 		// Consumers start where the committed records leave them: everything the
-		// group committed before this node led is applied first.
+		// groups committed before this node led is applied first.
 		ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
-		_, err := s.repl.r.ReadIndex(ctx, s.repl.group)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("stream %q: catching up before leading: %w", s.name, err)
+		defer cancel()
+		for p, g := range s.repl.groups {
+			if _, err := s.repl.r.ReadIndex(ctx, g); err != nil {
+				return fmt.Errorf("stream %q: partition %d: catching up before leading: %w", s.name, p, err)
+			}
 		}
 	}
 	s.cfgMu.Lock()
@@ -527,7 +574,7 @@ func (s *Stream) SetLeader(leader bool) error {
 		s.stopConsumers()
 		return nil
 	}
-	for _, name := range s.repl.machine.consumers.names() {
+	for _, name := range s.repl.consumers().names() {
 		s.startReplicaConsumer(name)
 	}
 	return s.subscribe(s.cfg.Subjects)
@@ -549,30 +596,32 @@ func (s *Stream) stopConsumers() {
 
 // ReplicaConfig places a stream in the cluster.
 type ReplicaConfig struct {
-	// Group is the stream's Raft group.
-	Group uint64
-	// Replicator commits the stream's batches to Group; nil: the stream has one
-	// replica, this one.
+	// Groups are the Raft groups of the stream's partitions, one each.
+	Groups []uint64
+	// Replicator commits the stream's batches to its groups; nil: the stream has
+	// one replica, this one.
 	Replicator Replicator
-	// Fetch gets the records a lagging replica misses from the group's leader.
-	Fetch Fetcher
+	// Fetch gets the records a lagging replica of a partition misses from its
+	// group's leader.
+	Fetch func(part int) Fetcher
 }
 
-// OpenReplica opens this node's replica of a stream the cluster placed in a Raft
-// group. With a Replicator the stream is replicated (one partition): its log is
-// written by the group's machine, returned here for the caller to register with the
-// group, and it captures nothing until SetLeader. Without one the stream has one
-// replica, this one, and runs as a stream of this node does (machine nil). Either
-// way the stream is not recovered by New: the cluster opens it again after a
-// restart.
-func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc ReplicaConfig) (*Stream, replica.StateMachine, error) {
-	group, r := rc.Group, rc.Replicator
+// OpenReplica opens this node's replica of a stream the cluster placed in Raft
+// groups, one per partition. With a Replicator the stream is replicated: each
+// partition's log is written by its group's machine, returned here (in partition
+// order) for the caller to register with the groups, and it captures nothing until
+// SetLeader. Without one the stream has one replica, this one, and runs as a stream
+// of this node does (no machines). Either way the stream is not recovered by New:
+// the cluster opens it again after a restart.
+func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc ReplicaConfig) (*Stream, []replica.StateMachine, error) {
+	r := rc.Replicator
 	if err := m.normalise(&cfg); err != nil {
 		return nil, nil, err
 	}
-	if r != nil && cfg.Partitions != 1 {
-		return nil, nil, fmt.Errorf("stream %q: %w: a replicated stream has one partition", cfg.Name, ErrBadConfig)
+	if len(rc.Groups) != cfg.Partitions {
+		return nil, nil, fmt.Errorf("stream %q: %w: %d groups for %d partitions", cfg.Name, ErrBadConfig, len(rc.Groups), cfg.Partitions)
 	}
+	group := rc.Groups[0]
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -591,6 +640,9 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 		}
 	}
 	def := streamDef{Config: cfg, Created: created, Group: group}
+	if len(rc.Groups) > 1 {
+		def.Groups = rc.Groups
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
 	}
@@ -601,59 +653,78 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 	if err != nil {
 		return nil, nil, err
 	}
-	if r != nil && s.damagedFrom > 0 {
-		// Records of this replica were damaged on disk (a flipped byte, a bad
-		// sector): everything from the first of them goes, and comes back from
-		// the group — replayed from the Raft log, or fetched from the leader when
-		// the group has compacted past it (Restore).
-		lastSeq := s.parts[0].State().LastSeq
-		if err := s.parts[0].TruncateAfter(s.damagedFrom - 1); err != nil {
-			s.close(false)
-			return nil, nil, fmt.Errorf("stream %q: dropping damaged records: %w", cfg.Name, err)
-		}
-		m.log.Error("stream replica damaged on disk: its records from the damage on are dropped and fetched again from the group",
-			"stream", cfg.Name, "from", s.damagedFrom, "to", lastSeq)
-	}
-	var machine replica.StateMachine
+	var machines []replica.StateMachine
 	if r != nil {
-		s.repl = &streamRepl{r: r, group: group, waiting: map[uint64][]pubResult{}, purges: map[uint64]*purgeResult{},
-			tokenBase: rand.Uint64() &^ 0xffffffff}
-		s.repl.machine = newPartitionMachine(s.parts[0], time.Duration(cfg.DuplicateWindow), s.repl.applied)
-		s.repl.machine.fetch = rc.Fetch
-		s.repl.machine.purged = s.repl.purgeApplied
-		s.repl.machine.logger = m.log.With("stream", cfg.Name)
-		s.repl.machine.consumers = &consumerSet{s: s}
-		if err := s.repl.machine.consumers.load(); err != nil {
+		if err := s.dropDamaged(); err != nil {
 			s.close(false)
 			return nil, nil, err
 		}
-		machine = s.repl.machine
-		s.stopConsumers() // until this node leads the group
+		s.repl = &streamRepl{r: r, groups: rc.Groups, waiting: map[uint64][]pubResult{}, purges: map[uint64]*purgeResult{},
+			tokenBase: rand.Uint64() &^ 0xffffffff, proposals: make([]partProposal, len(s.parts))}
+		for p, l := range s.parts {
+			pm := newPartitionMachine(l, time.Duration(cfg.DuplicateWindow), s.repl.applied)
+			pm.part = p
+			if rc.Fetch != nil {
+				pm.fetch = rc.Fetch(p)
+			}
+			pm.purged = s.repl.purgeApplied
+			pm.logger = m.log.With("stream", cfg.Name, "partition", p)
+			s.repl.machines = append(s.repl.machines, pm)
+			machines = append(machines, pm)
+		}
+		s.repl.machines[0].consumers = &consumerSet{s: s}
+		if err := s.repl.consumers().load(); err != nil {
+			s.close(false)
+			return nil, nil, err
+		}
+		s.stopConsumers() // until this node leads the groups
 	}
 	if err := s.start(); err != nil {
 		s.close(false)
 		return nil, nil, err
 	}
 	m.streams[cfg.Name] = s
-	return s, machine, nil
+	return s, machines, nil
+}
+
+// dropDamaged drops, in each partition, the records recovery found damaged on
+// disk (a flipped byte, a bad sector) and everything after them: they come back
+// from the partition's group, replayed from its Raft log or fetched from its
+// leader when the group has compacted past them (Restore).
+func (s *Stream) dropDamaged() error {
+	for p, from := range s.damagedFrom {
+		if from == 0 {
+			continue
+		}
+		lastSeq := s.parts[p].State().LastSeq
+		if err := s.parts[p].TruncateAfter(from - 1); err != nil {
+			return fmt.Errorf("stream %q: partition %d: dropping damaged records: %w", s.name, p, err)
+		}
+		s.m.log.Error("stream replica damaged on disk: its records from the damage on are dropped and fetched again from the group",
+			"stream", s.name, "partition", p, "from", from, "to", lastSeq)
+	}
+	return nil
 }
 
 // GroupStreams lists the streams found on disk that the cluster placed here (by
-// name, with their groups), opened or not: a node that finds one the catalogue no
-// longer has removes it.
-func (m *Manager) GroupStreams() (map[string]uint64, error) {
+// name, with their partitions' groups), opened or not: a node that finds one the
+// catalogue no longer has removes it.
+func (m *Manager) GroupStreams() (map[string][]uint64, error) {
 	entries, err := os.ReadDir(m.streamsDir())
 	if err != nil {
 		return nil, fmt.Errorf("stream engine: %w", err)
 	}
-	out := map[string]uint64{}
+	out := map[string][]uint64{}
 	for _, e := range entries {
 		var def streamDef
 		if !e.IsDir() || readJSON(filepath.Join(m.streamsDir(), e.Name(), "stream.json"), &def) != nil {
 			continue
 		}
-		if def.Group != 0 {
-			out[def.Config.Name] = def.Group
+		switch {
+		case len(def.Groups) > 0:
+			out[def.Config.Name] = def.Groups
+		case def.Group != 0:
+			out[def.Config.Name] = []uint64{def.Group}
 		}
 	}
 	return out, nil
@@ -673,9 +744,21 @@ func (m *Manager) RemoveGroupStream(name string) error {
 	return os.RemoveAll(filepath.Join(m.streamsDir(), name))
 }
 
-// Group is the Raft group the cluster placed the stream in, 0 for a stream of this
-// node alone.
+// Group is the Raft group the cluster placed the stream (its partition 0) in, 0 for
+// a stream of this node alone.
 func (s *Stream) Group() uint64 { return s.group }
+
+// Groups are the Raft groups of the stream's partitions, in partition order; nil for
+// a stream of this node alone.
+func (s *Stream) Groups() []uint64 {
+	if len(s.groups) > 0 {
+		return s.groups
+	}
+	if s.group != 0 {
+		return []uint64{s.group}
+	}
+	return nil
+}
 
 // Replicated reports whether the stream's log is written by a Raft group.
 func (s *Stream) Replicated() bool { return s.repl != nil }

@@ -39,12 +39,15 @@ const (
 // answer ReadRecords made).
 type Fetcher func(ctx context.Context, from uint64) ([]byte, error)
 
-// ReadRecords encodes the stream's records from seq on, about maxBytes of them, for
-// a replica catching up (see Fetcher). The stream has one partition.
-func (s *Stream) ReadRecords(from uint64, maxBytes int) ([]byte, error) {
-	b, err := readRecords(s.parts[0], from, maxBytes)
+// ReadRecords encodes partition part's records from seq on, about maxBytes of them,
+// for a replica catching up (see Fetcher).
+func (s *Stream) ReadRecords(part int, from uint64, maxBytes int) ([]byte, error) {
+	if part < 0 || part >= len(s.parts) {
+		return nil, fmt.Errorf("stream %q: %w: no partition %d", s.name, ErrBadConfig, part)
+	}
+	b, err := readRecords(s.parts[part], from, maxBytes)
 	if err != nil {
-		return nil, fmt.Errorf("stream %q: %w", s.name, err)
+		return nil, fmt.Errorf("stream %q: partition %d: %w", s.name, part, err)
 	}
 	return b, nil
 }

@@ -363,18 +363,27 @@ func (cs *consumerSet) names() []string {
 func (s *Stream) confirmLeader() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := s.repl.r.ReadIndex(ctx, s.repl.group); err != nil {
+	if _, err := s.repl.r.ReadIndex(ctx, s.repl.groups[0]); err != nil {
 		return fmt.Errorf("stream %q: %w: %w", s.name, ErrNotLeader, err)
 	}
 	return nil
 }
 
-// proposeEntry commits an entry of the stream's group (consumers, removals, purges)
-// and returns once this node applied it.
+// proposeEntry commits an entry of the stream's own group, partition 0's
+// (consumers), and returns once this node applied it.
 func (s *Stream) proposeEntry(entry []byte) error {
+	return s.proposeTo(0, entry)
+}
+
+// proposeTo commits an entry of partition p's group (removals, purges) and returns
+// once this node applied it.
+func (s *Stream) proposeTo(p int, entry []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
-	if _, err := s.repl.r.Propose(ctx, s.repl.group, entry); err != nil {
+	if _, err := s.repl.r.Propose(ctx, s.repl.groups[p], entry); err != nil {
+		if len(s.repl.groups) > 1 {
+			return fmt.Errorf("stream %q: partition %d: %w: %w", s.name, p, ErrNotLeader, err)
+		}
 		return fmt.Errorf("stream %q: %w: %w", s.name, ErrNotLeader, err)
 	}
 	return nil
@@ -426,7 +435,7 @@ func (s *Stream) replicaConsumerRemoved(name string) {
 // startReplicaConsumer starts a durable consumer of a replicated stream from its
 // committed position, unless it runs already.
 func (s *Stream) startReplicaConsumer(name string) {
-	def, st, ok := s.repl.machine.consumers.position(name)
+	def, st, ok := s.repl.consumers().position(name)
 	if !ok {
 		return
 	}

@@ -1,7 +1,10 @@
 package stream
 
 import (
+	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,32 +77,69 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 		t.Fatal(err)
 	}
 	n.h = h
-	s, machine, err := m.OpenReplica(cfg, time.Now(), ReplicaConfig{Group: replGroup, Replicator: h})
+	groups := make([]uint64, max(cfg.Partitions, 1))
+	for p := range groups {
+		groups[p] = replGroup + uint64(p)
+	}
+	s, machines, err := m.OpenReplica(cfg, time.Now(), ReplicaConfig{Groups: groups, Replicator: h})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.s = s
 	// As the cluster's driver does: off the Raft loop (SetLeader waits for it),
-	// in the order the loop reports the changes.
+	// the node leading partition 0's group leads the stream once it leads every
+	// partition's group, and it asks for those it does not lead.
 	changes := make(chan bool, 64)
 	n.changesDone = make(chan struct{})
 	h.OnLeaderChange(func(lc replica.LeaderChange) {
-		if lc.Group == replGroup {
-			changes <- lc.Leader == id
+		if lc.Group >= replGroup && lc.Group < replGroup+uint64(len(groups)) {
+			select {
+			case changes <- true:
+			default:
+			}
 		}
 	})
 	n.changes = changes
 	go func() {
 		defer close(n.changesDone)
-		for leads := range changes {
-			if err := s.SetLeader(leads); err != nil && leads {
-				t.Logf("node %d: %v", id, err)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		leads := false
+		for {
+			select {
+			case _, ok := <-changes:
+				if !ok {
+					return
+				}
+			case <-tick.C:
 			}
+			all := true
+			for p, g := range groups {
+				st, err := h.Status(g)
+				if err != nil || st.Leader != id {
+					all = false
+					if p > 0 && leads0(h, groups[0], id) {
+						ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+						_ = h.TransferLeadership(ctx, g, id)
+						cancel()
+					}
+				}
+			}
+			if all == leads {
+				continue
+			}
+			if err := s.SetLeader(all); err != nil {
+				t.Logf("node %d: %v", id, err)
+				continue
+			}
+			leads = all
 		}
 	}()
-	if err := h.AddGroup(replica.GroupConfig{ID: replGroup, Storage: memRaftStorage{raft.NewMemoryStorage()},
-		StateMachine: machine, Voters: []uint64{1, 2, 3}}); err != nil {
-		t.Fatal(err)
+	for p, g := range groups {
+		if err := h.AddGroup(replica.GroupConfig{ID: g, Storage: memRaftStorage{raft.NewMemoryStorage()},
+			StateMachine: machines[p], Voters: []uint64{1, 2, 3}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := n.b.Subscribe(&broker.Subscription{Sink: n.inbox, Subject: "_ACK.>"}); err != nil {
 		t.Fatal(err)
@@ -107,6 +147,11 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 	net.Attach(h)
 	h.Start()
 	return n
+}
+
+func leads0(h *replica.Host, group, id uint64) bool {
+	st, err := h.Status(group)
+	return err == nil && st.Leader == id
 }
 
 func (n *replNode) stop(net *replica.LocalNetwork) {
@@ -122,7 +167,7 @@ func (n *replNode) publish(t *testing.T, i int) string {
 	t.Helper()
 	reply := fmt.Sprintf("_ACK.%d.%d", n.id, i)
 	var p broker.Batch
-	n.b.Publish(&p, &broker.Message{Subject: []byte(fmt.Sprintf("orders.%d", i%3)), Reply: []byte(reply),
+	n.b.Publish(&p, &broker.Message{Subject: []byte(fmt.Sprintf("orders.%d", i%7)), Reply: []byte(reply),
 		Header: header.Append(nil, streamapi.HeaderMsgID, fmt.Sprint("m", i)), Payload: []byte(fmt.Sprint("order ", i))})
 	p.Flush()
 	deadline := time.Now().Add(10 * time.Second)
@@ -201,6 +246,93 @@ func TestReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 			rec, _, err := n.s.parts[0].Read(seq, nil)
 			if err != nil || string(rec.Payload) != fmt.Sprint("order ", seq) {
 				t.Fatalf("node %d, seq %d: %q %v", n.id, seq, rec.Payload, err)
+			}
+		}
+	}
+}
+
+// TestPartitionedReplicatedStreamSurvivesLeaderLoss: each partition of an R3 stream
+// is a group of its own, all led by the stream's leader; after the leader goes,
+// every acknowledged message is in its partition on every replica left, under the
+// sequence it was acknowledged with, and a retried publish is a duplicate.
+func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
+	net := replica.NewLocalNetwork()
+	const parts = 3
+	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Partitions: parts}
+	var nodes []*replNode
+	for id := uint64(1); id <= 3; id++ {
+		nodes = append(nodes, startReplNode(t, net, id, cfg))
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.stop(net)
+		}
+	}()
+	type at struct {
+		part int
+		seq  uint64
+	}
+	acked := map[int]at{}
+	last := make([]uint64, parts)
+	publishAll := func(n *replNode, from, to int) {
+		for i := from; i <= to; i++ {
+			a := n.publish(t, i)
+			f := strings.Fields(a)
+			if len(f) < 4 || f[0] != "+OK" || f[1] != "ORDERS" {
+				t.Fatalf("ack of message %d: %q", i, a)
+			}
+			p, _ := strconv.Atoi(f[2])
+			seq, _ := strconv.ParseUint(f[3], 10, 64)
+			dup := strings.Join(f[4:], " ")
+			if prev, ok := acked[i]; ok {
+				if prev != (at{p, seq}) || dup != "dup" {
+					t.Fatalf("message %d again: %q, first acknowledged at %v", i, a, prev)
+				}
+				continue
+			}
+			if seq != last[p]+1 {
+				t.Fatalf("message %d: %q, partition %d was at %d", i, a, p, last[p])
+			}
+			last[p] = seq
+			acked[i] = at{p, seq}
+		}
+	}
+	leader := leaderOf(t, nodes)
+	for g := replGroup; g < replGroup+parts; g++ {
+		if st, err := leader.h.Status(uint64(g)); err != nil || st.Leader != leader.id {
+			t.Fatalf("group %d led by %d, the stream by %d (%v)", g, st.Leader, leader.id, err)
+		}
+	}
+	publishAll(leader, 1, 150)
+	for p, n := range last {
+		if n == 0 {
+			t.Fatalf("partition %d got nothing: the subjects do not spread (%v)", p, last)
+		}
+	}
+	leader.stop(net)
+	var rest []*replNode
+	for _, n := range nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	nodes = rest
+	next := leaderOf(t, rest)
+	publishAll(next, 140, 200) // 140..150 again: duplicates
+	for _, n := range rest {
+		for i, want := range acked {
+			deadline := time.Now().Add(5 * time.Second)
+			for n.s.parts[want.part].State().LastSeq < want.seq && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			rec, _, err := n.s.parts[want.part].Read(want.seq, nil)
+			if err != nil || string(rec.Payload) != fmt.Sprint("order ", i) {
+				t.Fatalf("node %d, message %d at %v: %q %v", n.id, i, want, rec.Payload, err)
+			}
+		}
+		for p := range parts {
+			if got := n.s.parts[p].State().LastSeq; got != last[p] {
+				t.Fatalf("node %d: partition %d ends at %d, want %d", n.id, p, got, last[p])
 			}
 		}
 	}

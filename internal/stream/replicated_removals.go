@@ -76,16 +76,34 @@ func (m *partitionMachine) applyPurge(b []byte) error {
 	return nil // a refused purge is the proposer's answer, alike on every replica
 }
 
-// purgeReplicated purges through the group and returns what this node's replica
-// removed once it applied the purge.
+// purgeReplicated purges every partition through its group and returns what this
+// node's replica removed once it applied the purges.
 func (s *Stream) purgeReplicated(req streamapi.PurgeRequest) (uint64, error) {
-	r := s.repl
 	body, _ := json.Marshal(req)
+	var total uint64
+	for p := range s.repl.groups {
+		n, err := s.purgePartition(p, body)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	s.cmu.RLock()
+	for _, c := range s.consumers {
+		c.purged()
+	}
+	s.cmu.RUnlock()
+	return total, nil
+}
+
+// purgePartition purges partition p through its group.
+func (s *Stream) purgePartition(p int, req []byte) (uint64, error) {
+	r := s.repl
 	token := r.tokenBase | 1<<31 | r.purgeSeq.Add(1)&0x7fffffff
 	r.mu.Lock()
 	r.purges[token] = nil
 	r.mu.Unlock()
-	err := s.proposeEntry(appendPurgeEntry(nil, token, body))
+	err := s.proposeTo(p, appendPurgeEntry(nil, token, req))
 	r.mu.Lock()
 	res := r.purges[token]
 	delete(r.purges, token)
@@ -94,16 +112,11 @@ func (s *Stream) purgeReplicated(req streamapi.PurgeRequest) (uint64, error) {
 		return 0, err
 	}
 	if res == nil {
-		return 0, fmt.Errorf("stream %q: purge applied without a result", s.name)
+		return 0, fmt.Errorf("stream %q: partition %d: purge applied without a result", s.name, p)
 	}
 	if res.err != nil {
-		return res.n, fmt.Errorf("stream %q: purge: %w", s.name, res.err)
+		return res.n, fmt.Errorf("stream %q: partition %d: purge: %w", s.name, p, res.err)
 	}
-	s.cmu.RLock()
-	for _, c := range s.consumers {
-		c.purged()
-	}
-	s.cmu.RUnlock()
 	return res.n, nil
 }
 
@@ -177,23 +190,34 @@ func (m *partitionMachine) applyRemoval(b []byte) error {
 	return nil
 }
 
-// replicateRemovals proposes what the leader's writer found to remove: deleted
-// messages of a work queue, messages of an interest stream every consumer is done
-// with. A proposal that fails leaves them: the next leader's consumers decide again.
+// replicateRemovals proposes what the leader's writer found to remove, one entry
+// per partition: deleted messages of a work queue, messages of an interest stream
+// every consumer is done with. A proposal that fails leaves them: the next leader's
+// consumers decide again.
 func (s *Stream) replicateRemovals(dels []partSeq, checks []partSeq) {
-	seqs := s.delSeqs[:0]
-	for _, d := range dels {
-		seqs = append(seqs, d.seq)
-	}
-	for _, k := range s.interestDone(checks) {
-		seqs = append(seqs, k.seq)
-	}
-	s.delSeqs = seqs
-	if len(seqs) == 0 {
+	if len(dels) == 0 && len(checks) == 0 {
 		return
 	}
-	if err := s.proposeRemoval(appendDeleteEntry(nil, seqs)); err != nil {
-		s.m.log.Warn("removing acknowledged messages", "stream", s.name, "messages", len(seqs), "err", err)
+	done := s.interestDone(checks)
+	for p := range s.parts {
+		seqs := s.delSeqs[:0]
+		for _, d := range dels {
+			if d.part == p {
+				seqs = append(seqs, d.seq)
+			}
+		}
+		for _, k := range done {
+			if k.part == p {
+				seqs = append(seqs, k.seq)
+			}
+		}
+		s.delSeqs = seqs
+		if len(seqs) == 0 {
+			continue
+		}
+		if err := s.proposeRemoval(p, appendDeleteEntry(nil, seqs)); err != nil {
+			s.m.log.Warn("removing acknowledged messages", "stream", s.name, "partition", p, "messages", len(seqs), "err", err)
+		}
 	}
 }
 
@@ -205,17 +229,19 @@ func (s *Stream) expireReplicated() {
 		return
 	}
 	cutoff := time.Now().Add(-maxAge).UnixNano()
-	if st := s.parts[0].State(); st.Msgs == 0 || st.FirstTime >= cutoff {
-		return
-	}
-	if err := s.proposeRemoval(appendExpireEntry(nil, cutoff)); err != nil {
-		s.m.log.Warn("stream age limit", "stream", s.name, "err", err)
+	for p, l := range s.parts {
+		if st := l.State(); st.Msgs == 0 || st.FirstTime >= cutoff {
+			continue
+		}
+		if err := s.proposeRemoval(p, appendExpireEntry(nil, cutoff)); err != nil {
+			s.m.log.Warn("stream age limit", "stream", s.name, "partition", p, "err", err)
+		}
 	}
 }
 
-func (s *Stream) proposeRemoval(entry []byte) error {
+func (s *Stream) proposeRemoval(p int, entry []byte) error {
 	if !s.repl.leader.Load() {
 		return nil
 	}
-	return s.proposeEntry(entry)
+	return s.proposeTo(p, entry)
 }

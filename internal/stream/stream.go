@@ -25,17 +25,19 @@ type Stream struct {
 	name    string
 	dir     string
 	created time.Time
-	// group is the Raft group the cluster placed the stream in, 0 for a stream of
-	// this node alone.
-	group uint64
+	// group is the Raft group the cluster placed the stream (its partition 0)
+	// in, 0 for a stream of this node alone; groups has every partition's, when
+	// there are more than one.
+	group  uint64
+	groups []uint64
 	// retention cannot change after creation, so it is read without a lock.
 	retention streamapi.Retention
 	parts     []*store.Log
 	corrupt   []string
-	// damagedFrom is the first sequence of partition 0 that recovery found
-	// damaged (0: none); a replica of a replicated stream gets it back from the
-	// others (OpenReplica).
-	damagedFrom uint64
+	// damagedFrom is, per partition, the first sequence recovery found damaged
+	// (0: none); a replica of a replicated stream gets it back from the others
+	// (OpenReplica).
+	damagedFrom []uint64
 
 	cfgMu sync.RWMutex
 	cfg   streamapi.StreamConfig
@@ -116,10 +118,11 @@ type pendingAck struct {
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 	cfg := def.Config
 	s := &Stream{
-		m: m, name: cfg.Name, dir: dir, created: def.Created, group: def.Group, cfg: cfg, retention: cfg.Retention,
+		m: m, name: cfg.Name, dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
 		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
-		consumers: make(map[string]*Consumer),
-		touched:   make([]bool, cfg.Partitions),
+		consumers:   make(map[string]*Consumer),
+		touched:     make([]bool, cfg.Partitions),
+		damagedFrom: make([]uint64, cfg.Partitions),
 	}
 	for i := 0; i < cfg.Partitions; i++ {
 		lc := s.logConfig(i)
@@ -133,8 +136,8 @@ func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 		}
 		for _, c := range rep.Corrupt {
 			s.corrupt = append(s.corrupt, c.Error())
-			if c.FirstSeq > 0 && i == 0 && (s.damagedFrom == 0 || c.FirstSeq < s.damagedFrom) {
-				s.damagedFrom = c.FirstSeq
+			if c.FirstSeq > 0 && (s.damagedFrom[i] == 0 || c.FirstSeq < s.damagedFrom[i]) {
+				s.damagedFrom[i] = c.FirstSeq
 			}
 		}
 		s.parts = append(s.parts, l)
@@ -232,7 +235,7 @@ func (s *Stream) unsubscribe() {
 
 // update applies a changed configuration: new subjects and limits.
 func (s *Stream) update(cfg streamapi.StreamConfig) error {
-	def := streamDef{Config: cfg, Created: s.created, Group: s.group}
+	def := streamDef{Config: cfg, Created: s.created, Group: s.group, Groups: s.groups}
 	if err := writeJSON(filepath.Join(s.dir, "stream.json"), def, true); err != nil {
 		return fmt.Errorf("stream %q: %w", s.name, err)
 	}
@@ -538,8 +541,11 @@ func (s *Stream) sweepInterest() {
 			}
 			r.Close()
 			if s.repl != nil {
-				if err := s.proposeRemoval(appendDeleteEntry(nil, done)); err != nil {
-					s.m.log.Warn("removing messages no consumer needs", "stream", s.name, "err", err)
+				if len(done) == 0 {
+					continue
+				}
+				if err := s.proposeRemoval(p, appendDeleteEntry(nil, done)); err != nil {
+					s.m.log.Warn("removing messages no consumer needs", "stream", s.name, "partition", p, "err", err)
 				}
 				continue
 			}
@@ -776,6 +782,13 @@ func (s *Stream) Info() streamapi.StreamInfo {
 		Corrupt: append([]string(nil), s.corrupt...)}
 	if describe := s.m.describeCluster.Load(); describe != nil && s.group != 0 {
 		info.Cluster = (*describe)(s.group)
+		if info.Cluster != nil && len(s.groups) > 1 {
+			for _, g := range s.groups {
+				if pc := (*describe)(g); pc != nil {
+					info.Cluster.Partitions = append(info.Cluster.Partitions, *pc)
+				}
+			}
+		}
 	}
 	return info
 }

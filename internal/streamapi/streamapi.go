@@ -211,6 +211,9 @@ type StreamCluster struct {
 	Applied uint64 `json:"applied,omitempty"`
 	// Replicas are the nodes keeping the stream, with the leader's view of each.
 	Replicas []StreamReplica `json:"replicas,omitempty"`
+	// Partitions describe each partition's group, when the stream has more than
+	// one (the fields above are partition 0's, whose leader leads the stream).
+	Partitions []StreamCluster `json:"partitions,omitempty"`
 }
 
 // StreamReplica is one replica of a stream.

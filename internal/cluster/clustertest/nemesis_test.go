@@ -80,10 +80,20 @@ func nemesisRound(t *testing.T, seed uint64) {
 	nemesisWorkload(t, c, rng, nodes, connect, fault)
 }
 
+// nemParts is the partition count of the nemesis's stream: each partition is a Raft
+// group of its own.
+const nemParts = 3
+
+// partSeq is where a message is stored.
+type partSeq struct {
+	part int
+	seq  uint64
+}
+
 // nemesisWorkload runs the nemesis rounds' producer and consumer on a stream of
-// as many replicas as nodes, injects nemesisFaults faults (fault, each followed by
-// the mesh forming again) and checks what must hold after them. connect(i) makes
-// a client connection through node i.
+// as many replicas as nodes and nemParts partitions, injects nemesisFaults faults
+// (fault, each followed by the mesh forming again) and checks what must hold after
+// them. connect(i) makes a client connection through node i.
 func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes int, connect func(i int) *tern.Conn, fault func(rng *rand.Rand)) {
 	seed := rng.Uint64()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -92,7 +102,8 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 	c.WaitFor("a stream on every node (the catalogue knowing them all)", 30*time.Second, func() bool {
 		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 		defer acancel()
-		_, err := admin.Streams().AddStream(actx, tern.StreamConfig{Name: "NEM", Subjects: []string{"nem.>"}, Replicas: nodes})
+		_, err := admin.Streams().AddStream(actx, tern.StreamConfig{Name: "NEM", Subjects: []string{"nem.>"}, Replicas: nodes,
+			Partitions: nemParts})
 		return err == nil
 	})
 	c.WaitFor("the consumer made", 30*time.Second, func() bool {
@@ -107,15 +118,22 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 	})
 
 	// The producer publishes ids in order, each retried (same id) until
-	// acknowledged; the consumer acknowledges synchronously what it gets.
+	// acknowledged, keyed so that they spread over the partitions; the consumer
+	// acknowledges synchronously what it gets.
 	const total = 600
 	var (
 		mu        sync.Mutex
-		published = map[string]uint64{} // id → sequence acknowledged
-		consumed  = map[uint64]int{}    // sequence → confirmed acks
-		unsure    = map[uint64]bool{}   // acked without a confirmation (it may or may not count)
-		again     []uint64              // sequences delivered after a confirmed ack
+		published = map[string]partSeq{} // id → where it was acknowledged
+		consumed  = map[partSeq]int{}    // confirmed acks
+		unsure    = map[partSeq]bool{}   // acked without a confirmation (it may or may not count)
+		again     []partSeq              // delivered after a confirmed ack
 	)
+	ackFloors := func(ci *tern.ConsumerInfo) (floor uint64) {
+		for _, p := range ci.Partitions {
+			floor += p.AckFloor
+		}
+		return floor
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -126,14 +144,15 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 			id := fmt.Sprintf("n-%d", i)
 			for {
 				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-				ack, err := js.Publish(pctx, "nem.x", []byte(id), tern.MsgID(id))
+				ack, err := js.Publish(pctx, "nem.x", []byte(id), tern.MsgID(id), tern.Key(fmt.Sprint("k", i%8)))
 				pcancel()
 				if err == nil {
+					at := partSeq{ack.Partition, ack.Seq}
 					mu.Lock()
-					if prev, ok := published[id]; ok && prev != ack.Seq {
-						t.Errorf("%s acknowledged at %d and at %d", id, prev, ack.Seq)
+					if prev, ok := published[id]; ok && prev != at {
+						t.Errorf("%s acknowledged at %v and at %v", id, prev, at)
 					}
-					published[id] = ack.Seq
+					published[id] = at
 					mu.Unlock()
 					break
 				}
@@ -161,7 +180,7 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 				ictx, icancel := context.WithTimeout(ctx, time.Second)
 				ci, err := cjs.ConsumerInfo(ictx, "NEM", "C")
 				icancel()
-				if err == nil && ci.Partitions[0].AckFloor == total && ci.NumAckPending == 0 {
+				if err == nil && ackFloors(ci) == total && ci.NumAckPending == 0 {
 					return
 				}
 			}
@@ -179,9 +198,10 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 					t.Errorf("metadata: %v", err)
 					continue
 				}
+				at := partSeq{md.Partition, md.StreamSeq}
 				mu.Lock()
-				if consumed[md.StreamSeq] > 0 {
-					again = append(again, md.StreamSeq)
+				if consumed[at] > 0 {
+					again = append(again, at)
 				}
 				mu.Unlock()
 				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
@@ -189,10 +209,10 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 				acancel()
 				mu.Lock()
 				if err == nil {
-					consumed[md.StreamSeq]++
-					delete(unsure, md.StreamSeq)
-				} else if consumed[md.StreamSeq] == 0 {
-					unsure[md.StreamSeq] = true
+					consumed[at]++
+					delete(unsure, at)
+				} else if consumed[at] == 0 {
+					unsure[at] = true
 				}
 				mu.Unlock()
 			}
@@ -227,17 +247,26 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 		t.Fatalf("%d of %d publishes acknowledged", len(published), total)
 	}
 	// Every acknowledged publish is stored exactly once, in the order of its
-	// acknowledgement: sequences 1..total, one per id.
-	bySeq := map[uint64]string{}
-	for id, seq := range published {
-		if other, ok := bySeq[seq]; ok {
-			t.Fatalf("sequence %d acknowledged for %s and %s", seq, id, other)
+	// acknowledgement within its partition: sequences 1, 2, ... of each
+	// partition, one per id, in the order the ids were published.
+	bySeq := map[partSeq]string{}
+	for id, at := range published {
+		if other, ok := bySeq[at]; ok {
+			t.Fatalf("%v acknowledged for %s and %s", at, id, other)
 		}
-		bySeq[seq] = id
+		bySeq[at] = id
 	}
+	next := make([]uint64, nemParts)
 	for i := range total {
-		if id := bySeq[uint64(i+1)]; id != fmt.Sprintf("n-%d", i) {
-			t.Fatalf("sequence %d holds %q, want n-%d (stored out of order or twice)", i+1, id, i)
+		at := published[fmt.Sprintf("n-%d", i)]
+		next[at.part]++
+		if at.seq != next[at.part] {
+			t.Fatalf("n-%d acknowledged at sequence %d of partition %d, want %d (stored out of order or twice)", i, at.seq, at.part, next[at.part])
+		}
+	}
+	for p, n := range next {
+		if n == 0 {
+			t.Fatalf("partition %d got none of the %d messages: the keys do not spread", p, total)
 		}
 	}
 	js := admin.Streams()
@@ -247,8 +276,13 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 		info, err = infoOf(js, "NEM")
 		return err == nil
 	})
-	if info.State.Msgs != total || info.State.LastSeq != total {
-		t.Fatalf("the stream holds %d messages up to %d, want %d", info.State.Msgs, info.State.LastSeq, total)
+	if info.State.Msgs != total || len(info.State.Parts) != nemParts {
+		t.Fatalf("the stream holds %d messages in %d partitions, want %d in %d", info.State.Msgs, len(info.State.Parts), total, nemParts)
+	}
+	for p, ps := range info.State.Parts {
+		if ps.LastSeq != next[p] {
+			t.Fatalf("partition %d ends at %d, want %d", p, ps.LastSeq, next[p])
+		}
 	}
 	if len(consumed)+len(unsure) != total {
 		t.Fatalf("the consumer acknowledged %d of %d messages (%d unconfirmed)", len(consumed)+len(unsure), total, len(unsure))
@@ -257,9 +291,9 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 		ictx, icancel := context.WithTimeout(ctx, 2*time.Second)
 		ci, err := js.ConsumerInfo(ictx, "NEM", "C")
 		icancel()
-		return err == nil && ci.Partitions[0].AckFloor == total && ci.NumAckPending == 0
+		return err == nil && ackFloors(ci) == total && ci.NumAckPending == 0
 	})
 	if len(again) > 0 {
-		t.Fatalf("%d messages came again after a confirmed ack (first: %d)", len(again), again[0])
+		t.Fatalf("%d messages came again after a confirmed ack (first: %v)", len(again), again[0])
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,7 +193,13 @@ func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
 // "seq subject payload time".
 func storedRecords(t *testing.T, n *clustertest.Node, name string) []string {
 	t.Helper()
-	l, _, err := store.Open(store.Config{Dir: filepath.Join(n.Dir(), "streams", name, "p0"), Name: name, Sync: store.SyncNever})
+	return storedPartRecords(t, n, name, 0)
+}
+
+// storedPartRecords is storedRecords of partition part.
+func storedPartRecords(t *testing.T, n *clustertest.Node, name string, part int) []string {
+	t.Helper()
+	l, _, err := store.Open(store.Config{Dir: filepath.Join(n.Dir(), "streams", name, fmt.Sprint("p", part)), Name: name, Sync: store.SyncNever})
 	if err != nil {
 		t.Fatalf("%s: %v", n.Name, err)
 	}
@@ -213,12 +220,17 @@ func storedRecords(t *testing.T, n *clustertest.Node, name string) []string {
 }
 
 // replicasCurrent reports whether the leader of stream name sees all three replicas
-// with nothing to catch up, and, with active, each heard from lately.
+// of every partition with nothing to catch up, and, with active, each heard from
+// lately.
 func replicasCurrent(js *tern.Streams, name string, active bool) func() bool {
+	current := func(c tern.StreamCluster) bool {
+		return len(c.Replicas) == 3 &&
+			!slices.ContainsFunc(c.Replicas, func(r tern.StreamReplica) bool { return (active && !r.Active) || r.Lag > 0 })
+	}
 	return func() bool {
 		info, err := infoOf(js, name)
-		return err == nil && info.Cluster != nil && len(info.Cluster.Replicas) == 3 &&
-			!slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return (active && !r.Active) || r.Lag > 0 })
+		return err == nil && info.Cluster != nil && current(*info.Cluster) &&
+			!slices.ContainsFunc(info.Cluster.Partitions, func(c tern.StreamCluster) bool { return !current(c) })
 	}
 }
 
@@ -253,7 +265,7 @@ func TestReplicatedStreamCatchUpBySnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	info, err := c.Nodes[0].Connect(t, c.Nodes[0].URL()).Streams().AddStream(ctx,
-		tern.StreamConfig{Name: "LOG", Subjects: []string{"log.>"}, Replicas: 3})
+		tern.StreamConfig{Name: "LOG", Subjects: []string{"log.>"}, Replicas: 3, Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,37 +281,35 @@ func TestReplicatedStreamCatchUpBySnapshot(t *testing.T) {
 	js := leader.Connect(t, leader.URL()).Streams()
 	const total = 400
 	for i := range total {
-		if _, err := js.Publish(ctx, fmt.Sprintf("log.%d", i%5), fmt.Appendf(nil, "m-%d", i)); err != nil {
+		if _, err := js.Publish(ctx, fmt.Sprintf("log.%d", i%5), fmt.Appendf(nil, "m-%d", i), tern.ToPartition(i%2)); err != nil {
 			t.Fatalf("publish %d: %v", i, err)
 		}
 	}
 	away.Restart(t)
-	c.WaitFor("the restarted replica caught up", 20*time.Second, func() bool {
-		info, err := infoOf(js, "LOG")
-		if err != nil || info.Cluster == nil || len(info.Cluster.Replicas) != 3 {
-			return false
+	c.WaitFor("the restarted replica caught up", 20*time.Second, replicasCurrent(js, "LOG", true))
+	for part := range 2 {
+		if !regexp.MustCompile(fmt.Sprint("caught up from the leader.* partition=", part, " from=")).MatchString(away.Output()) {
+			t.Fatalf("%s did not catch up partition %d from a snapshot (the Raft log should have been compacted past it)", away.Name, part)
 		}
-		return !slices.ContainsFunc(info.Cluster.Replicas, func(r tern.StreamReplica) bool { return !r.Active || r.Lag > 0 })
-	})
-	if !strings.Contains(away.Output(), "caught up from the leader") {
-		t.Fatalf("%s did not catch up from a snapshot (the Raft log should have been compacted past it)", away.Name)
 	}
-	// A purge keeping the newest 50 is decided by each replica on its own log,
-	// the caught-up one included: they end alike.
-	if n, err := js.PurgeStream(ctx, "LOG", &tern.PurgeRequest{Keep: 50}); err != nil || n != total-50 {
-		t.Fatalf("purge keeping 50: %d removed, %v; want %d", n, err, total-50)
+	// A purge keeping the newest 50 of each partition is decided by each replica
+	// on its own log, the caught-up one included: they end alike.
+	if n, err := js.PurgeStream(ctx, "LOG", &tern.PurgeRequest{Keep: 50}); err != nil || n != total-100 {
+		t.Fatalf("purge keeping 50: %d removed, %v; want %d", n, err, total-100)
 	}
 	c.WaitFor("every replica applied the purge", 10*time.Second, replicasCurrent(js, "LOG", false))
 	for _, n := range c.Nodes {
 		n.Terminate()
 	}
-	want := storedRecords(t, leader, "LOG")
-	if len(want) != 50 || !strings.HasPrefix(want[0], fmt.Sprint(total-49, " ")) {
-		t.Fatalf("the leader keeps %d records from %v, want the last 50", len(want), want[:min(1, len(want))])
-	}
-	for _, n := range c.Nodes {
-		if got := storedRecords(t, n, "LOG"); !slices.Equal(got, want) {
-			t.Fatalf("%s holds %d records, the leader %d; first difference at %d", n.Name, len(got), len(want), firstDiff(got, want))
+	for part := range 2 {
+		want := storedPartRecords(t, leader, "LOG", part)
+		if len(want) != 50 || !strings.HasPrefix(want[0], fmt.Sprint(total/2-49, " ")) {
+			t.Fatalf("partition %d: the leader keeps %d records from %v, want the last 50", part, len(want), want[:min(1, len(want))])
+		}
+		for _, n := range c.Nodes {
+			if got := storedPartRecords(t, n, "LOG", part); !slices.Equal(got, want) {
+				t.Fatalf("%s holds %d records of partition %d, the leader %d; first difference at %d", n.Name, len(got), part, len(want), firstDiff(got, want))
+			}
 		}
 	}
 }

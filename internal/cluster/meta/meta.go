@@ -85,7 +85,8 @@ type Node struct {
 }
 
 // Group is one stream partition's Raft group and the nodes of its replicas, the
-// preferred leader first. Founders are the replicas it was created with, never
+// preferred leader first. Every partition of a stream has the same replicas: the
+// node leading the stream leads each of its partitions' groups. Founders are the replicas it was created with, never
 // changed: a founder with no Raft state starts the group with them as its voters, and
 // any other node starts empty and waits to be added (founders computed from Replicas
 // after an eviction would start a second group beside the first).
@@ -242,18 +243,14 @@ func (s *State) evictNode(index uint64, c *Command) Result {
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.streams)) {
 		st := s.streams[name]
-		for i := range st.Groups {
-			g := &st.Groups[i]
-			at := slices.Index(g.Replicas, n.ID)
-			if at < 0 {
-				continue
-			}
-			g.Replicas = slices.Delete(g.Replicas, at, at+1)
-			if add := s.choose(st.Tags, 1, g.Replicas); len(add) == 1 {
-				g.Replicas = append(g.Replicas, add[0])
-			}
-			st.Revision = index
+		at := slices.Index(st.Groups[0].Replicas, n.ID)
+		if at < 0 {
+			continue
 		}
+		replicas := slices.Delete(slices.Clone(st.Groups[0].Replicas), at, at+1)
+		replicas = append(replicas, s.choose(st.Tags, 1, replicas)...)
+		st.setReplicas(replicas)
+		st.Revision = index
 	}
 	return Result{}
 }
@@ -279,19 +276,16 @@ func (s *State) addStream(index uint64, c *Command) Result {
 		Created: c.Time, Revision: index}
 	// In the catalogue from the start, so each partition placed counts in the load
 	// the next one sees; taken out again if one cannot be placed.
-	s.streams[c.Stream] = st
-	first := s.nextGroup
+	nodes := s.choose(st.Tags, c.Replicas, nil)
+	if len(nodes) < c.Replicas {
+		return Result{Err: fmt.Errorf("stream %q: %d replicas, %d qualifying nodes: %w", c.Stream, c.Replicas, len(nodes), ErrNoPlacement)}
+	}
+	nodes = s.leaderFirst(nodes)
 	for range parts {
-		nodes := s.choose(st.Tags, c.Replicas, nil)
-		if len(nodes) < c.Replicas {
-			delete(s.streams, c.Stream)
-			s.nextGroup = first
-			return Result{Err: fmt.Errorf("stream %q: %d replicas, %d qualifying nodes: %w", c.Stream, c.Replicas, len(nodes), ErrNoPlacement)}
-		}
-		nodes = s.leaderFirst(nodes)
-		st.Groups = append(st.Groups, Group{ID: s.nextGroup, Replicas: nodes, Founders: slices.Clone(nodes)})
+		st.Groups = append(st.Groups, Group{ID: s.nextGroup, Replicas: slices.Clone(nodes), Founders: slices.Clone(nodes)})
 		s.nextGroup++
 	}
+	s.streams[c.Stream] = st
 	return Result{Stream: st.clone()}
 }
 
@@ -303,10 +297,14 @@ func (s *State) updateStream(index uint64, c *Command) Result {
 	if c.Replicas != 0 && !validReplicas(c.Replicas) {
 		return Result{Err: fmt.Errorf("stream %q: replicas %d: %w (1, 3 or 5)", c.Stream, c.Replicas, ErrInvalid)}
 	}
-	if c.Replicas > st.Replicas {
-		// Check every partition first: an update applies whole or not at all.
-		for _, g := range st.Groups {
-			if add := s.choose(st.Tags, c.Replicas-len(g.Replicas), g.Replicas); len(g.Replicas)+len(add) < c.Replicas {
+	replicas := st.Groups[0].Replicas
+	if c.Replicas != 0 && c.Replicas != st.Replicas {
+		if len(replicas) > c.Replicas {
+			replicas = slices.Clone(replicas[:c.Replicas]) // the preferred leader stays
+		} else {
+			have := slices.Clone(replicas)
+			replicas = append(have, s.choose(st.Tags, c.Replicas-len(have), have)...)
+			if len(replicas) < c.Replicas {
 				return Result{Err: fmt.Errorf("stream %q: %d replicas: %w", c.Stream, c.Replicas, ErrNoPlacement)}
 			}
 		}
@@ -316,14 +314,7 @@ func (s *State) updateStream(index uint64, c *Command) Result {
 	}
 	if c.Replicas != 0 && c.Replicas != st.Replicas {
 		st.Replicas = c.Replicas
-		for i := range st.Groups {
-			g := &st.Groups[i]
-			if len(g.Replicas) > c.Replicas {
-				g.Replicas = g.Replicas[:c.Replicas] // the preferred leader stays
-				continue
-			}
-			g.Replicas = append(g.Replicas, s.choose(st.Tags, c.Replicas-len(g.Replicas), g.Replicas)...)
-		}
+		st.setReplicas(replicas)
 	}
 	st.Revision = index
 	return Result{Stream: st.clone()}
@@ -445,6 +436,13 @@ func (s *State) leaderFirst(nodes []uint64) []uint64 {
 	return nodes
 }
 
+// setReplicas places every partition of the stream on replicas.
+func (st *Stream) setReplicas(replicas []uint64) {
+	for i := range st.Groups {
+		st.Groups[i].Replicas = slices.Clone(replicas)
+	}
+}
+
 func (st *Stream) clone() *Stream {
 	cp := *st
 	cp.Config = bytes.Clone(st.Config)
@@ -542,6 +540,9 @@ func (s *State) Restore(data []byte) error {
 	for _, st := range snap.Streams {
 		if st == nil || st.Name == "" {
 			return errors.New("meta: snapshot: a stream without a name")
+		}
+		if len(st.Groups) == 0 {
+			return fmt.Errorf("meta: snapshot: stream %q has no group", st.Name)
 		}
 		for _, g := range st.Groups {
 			if g.ID >= n.nextGroup {

@@ -45,8 +45,9 @@ func (a *applier) nodes(n int, zone func(i int) string) {
 func TestPlacementSpreadsReplicasAndLeaders(t *testing.T) {
 	a := newApplier(t)
 	a.nodes(3, nil)
+	// A stream's partitions are groups of their own, on the same replicas with
+	// the same preferred leader: one node leads the stream.
 	r := a.must(Command{Op: OpAddStream, Stream: "orders", Config: []byte(`{"subjects":["orders.>"]}`), Replicas: 3, Partitions: 3})
-	leaders := map[uint64]int{}
 	for i, g := range r.Stream.Groups {
 		if g.ID != FirstStreamGroup+uint64(i) {
 			t.Errorf("partition %d: group %d, want %d", i, g.ID, FirstStreamGroup+uint64(i))
@@ -54,10 +55,19 @@ func TestPlacementSpreadsReplicasAndLeaders(t *testing.T) {
 		if s := slices.Sorted(slices.Values(g.Replicas)); !slices.Equal(s, []uint64{1, 2, 3}) {
 			t.Errorf("partition %d: replicas %v, want every node once", i, g.Replicas)
 		}
-		leaders[g.Replicas[0]]++
+		if !slices.Equal(g.Replicas, r.Stream.Groups[0].Replicas) || !slices.Equal(g.Founders, g.Replicas) {
+			t.Errorf("partition %d: replicas %v, founders %v; partition 0's %v", i, g.Replicas, g.Founders, r.Stream.Groups[0].Replicas)
+		}
+	}
+	// Streams' leaders spread: three more R3 streams are preferably led by the
+	// two nodes that do not lead the first.
+	leaders := map[uint64]int{r.Stream.Groups[0].Replicas[0]: 1}
+	for i := range 2 {
+		r := a.must(Command{Op: OpAddStream, Stream: fmt.Sprintf("r3-%d", i), Config: []byte(`{}`), Replicas: 3})
+		leaders[r.Stream.Groups[0].Replicas[0]]++
 	}
 	if len(leaders) != 3 {
-		t.Errorf("preferred leaders %v: want one partition led by each node", leaders)
+		t.Errorf("preferred leaders %v: want one stream led by each node", leaders)
 	}
 
 	// Six R1 streams on three nodes: two each.

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,25 +13,48 @@ import (
 
 // fetchPrefix is the subject a lagging replica asks the stream's leader for the
 // records it misses on: "$TERN.SYS.STREAM.FETCH.<stream>", the body the first
-// sequence wanted in decimal, the answer as stream.ReadRecords makes it (or, when
-// the leader cannot read, a text starting "error: ").
+// sequence wanted in decimal, then for a partition other than 0 a space and the
+// partition; the answer as stream.ReadRecords makes it (or, when the leader cannot
+// read, a text starting "error: ").
 const fetchPrefix = "$TERN.SYS.STREAM.FETCH."
 
 // fetchReaders bounds the fetches a leader answers at once.
 const fetchReaders = 4
 
-// fetcher is how a replica of the named stream catches up: from its group's leader.
-func (s *Service) fetcher(name string) stream.Fetcher {
-	return func(ctx context.Context, from uint64) ([]byte, error) {
-		b, err := s.cfg.Node.Request(ctx, fetchPrefix+name, strconv.AppendUint(nil, from, 10), stream.FetchTimeout)
-		if err != nil {
-			return nil, err
+// fetcher is how a replica of a partition of the named stream catches up: from the
+// stream's leader.
+func (s *Service) fetcher(name string) func(part int) stream.Fetcher {
+	return func(part int) stream.Fetcher {
+		return func(ctx context.Context, from uint64) ([]byte, error) {
+			body := strconv.AppendUint(nil, from, 10)
+			if part > 0 {
+				body = strconv.AppendInt(append(body, ' '), int64(part), 10)
+			}
+			b, err := s.cfg.Node.Request(ctx, fetchPrefix+name, body, stream.FetchTimeout)
+			if err != nil {
+				return nil, err
+			}
+			if msg, ok := strings.CutPrefix(string(b), "error: "); ok {
+				return nil, fmt.Errorf("stream %q: partition %d: the leader could not read from %d: %s", name, part, from, msg)
+			}
+			return b, nil
 		}
-		if msg, ok := strings.CutPrefix(string(b), "error: "); ok {
-			return nil, fmt.Errorf("stream %q: the leader could not read from %d: %s", name, from, msg)
-		}
-		return b, nil
 	}
+}
+
+// parseFetch reads a fetch's body: the first sequence wanted, then the partition
+// if not 0.
+func parseFetch(body []byte) (part int, from uint64, err error) {
+	seq, p, hasPart := strings.Cut(string(body), " ")
+	if from, err = strconv.ParseUint(seq, 10, 64); err != nil {
+		return 0, 0, errors.New("the body does not start with a sequence")
+	}
+	if hasPart {
+		if part, err = strconv.Atoi(p); err != nil || part < 0 {
+			return 0, 0, errors.New("the partition is not a number")
+		}
+	}
+	return part, from, nil
 }
 
 // fetchSink answers fetches for one stream this node leads, reading on a goroutine:
@@ -44,7 +68,7 @@ func (f fetchSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	if len(m.Reply) == 0 {
 		return true
 	}
-	from, err := strconv.ParseUint(string(m.Payload), 10, 64)
+	part, from, err := parseFetch(m.Payload)
 	reply := string(m.Reply)
 	select {
 	case f.s.readers <- struct{}{}:
@@ -56,8 +80,8 @@ func (f fetchSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		defer func() { <-f.s.readers; f.s.wg.Done() }()
 		var out []byte
 		if err != nil {
-			out = []byte("error: the body is not a sequence")
-		} else if out, err = f.str.ReadRecords(from, stream.FetchBytes); err != nil {
+			out = []byte("error: " + err.Error())
+		} else if out, err = f.str.ReadRecords(part, from, stream.FetchBytes); err != nil {
 			out = []byte("error: " + err.Error())
 		}
 		var p broker.Batch

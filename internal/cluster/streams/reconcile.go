@@ -46,17 +46,20 @@ func (s *Service) restartFailed() {
 		return
 	}
 	for name, p := range s.local {
-		if !slices.Contains(stats.Failed, p.group) {
+		at := slices.IndexFunc(p.groups, func(g uint64) bool { return slices.Contains(stats.Failed, g) })
+		if at < 0 {
 			continue
 		}
 		var why error
-		if st, err := s.cfg.Node.Host().Status(p.group); err == nil {
+		if st, err := s.cfg.Node.Host().Status(p.groups[at]); err == nil {
 			why = st.Failed
 		}
-		s.log.Warn("stream replica failed; opening it again", "stream", name, "group", p.group, "err", why)
+		s.log.Warn("stream replica failed; opening it again", "stream", name, "partition", at, "group", p.groups[at], "err", why)
 		s.unserve(p)
-		if err := s.cfg.Node.StopGroup(p.group, false); err != nil {
-			s.log.Warn("stopping a failed stream group", "stream", name, "err", err)
+		for _, g := range p.groups {
+			if err := s.cfg.Node.StopGroup(g, false); err != nil {
+				s.log.Warn("stopping a failed stream group", "stream", name, "group", g, "err", err)
+			}
 		}
 		if err := s.cfg.Streams.CloseStream(name); err != nil {
 			s.log.Warn("closing a failed stream replica", "stream", name, "err", err)
@@ -131,10 +134,21 @@ func (s *Service) reconcile() {
 }
 
 // follow makes the replica lead (capture, run consumers, serve the stream's API) if
-// and only if its group elected this node; ok is false when that failed, to be
-// tried again.
+// and only if its groups elected this node; ok is false when that failed, to be
+// tried again. The node its partition 0's group elects leads the stream, and asks
+// for the leadership of every other partition's group: a stream is served by one
+// node, which must lead all of them.
 func (s *Service) follow(p *placed) (leads, ok bool) {
 	leads = !p.s.Replicated() || s.leaderOf(p.group) == s.self
+	if leads && p.s.Replicated() {
+		for _, g := range p.groups[1:] {
+			if s.leaderOf(g) != s.self {
+				leads = false
+				s.pullLeadership(p, g)
+				break
+			}
+		}
+	}
 	if err := p.s.SetLeader(leads); err != nil {
 		s.log.Error("stream leadership", "stream", p.s.Name(), "leader", leads, "err", err)
 		return leads, false
@@ -148,33 +162,58 @@ func (s *Service) follow(p *placed) (leads, ok bool) {
 	return leads, true
 }
 
-// open opens this node's replica of st and starts its group.
+// pullLeadership asks, in the background, for the leadership of group (a partition
+// of a stream this node leads) for this node.
+func (s *Service) pullLeadership(p *placed, group uint64) {
+	if !p.pulling.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Go(func() {
+		defer p.pulling.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.cfg.Node.Host().TransferLeadership(ctx, group, s.self); err != nil {
+			s.log.Debug("taking a partition's leadership", "stream", p.s.Name(), "group", group, "err", err)
+		}
+		s.poke()
+	})
+}
+
+// open opens this node's replica of st and starts its groups, one per partition.
 func (s *Service) open(st *meta.Stream) (*placed, error) {
 	var cfg streamapi.StreamConfig
 	if err := json.Unmarshal(st.Config, &cfg); err != nil {
 		return nil, err
 	}
-	g := st.Groups[0]
+	groups := make([]uint64, len(st.Groups))
+	for i, g := range st.Groups {
+		groups[i] = g.ID
+	}
 	created := time.Unix(0, st.Created).UTC()
 	if st.Replicas <= 1 {
-		str, _, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Group: g.ID})
+		str, _, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Groups: groups})
 		if err != nil {
 			return nil, err
 		}
 		s.log.Info("stream opened", "stream", st.Name, "replicas", 1)
-		return &placed{s: str, group: g.ID, revision: st.Revision}, nil
+		return &placed{s: str, group: groups[0], groups: groups, revision: st.Revision}, nil
 	}
-	str, machine, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Group: g.ID,
+	str, machines, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Groups: groups,
 		Replicator: s.cfg.Node.Host(), Fetch: s.fetcher(st.Name)})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Node.StartGroup(g.ID, machine, g.Founders); err != nil {
-		_ = s.cfg.Streams.CloseStream(st.Name)
-		return nil, err
+	for i, g := range st.Groups {
+		if err := s.cfg.Node.StartGroup(g.ID, machines[i], g.Founders); err != nil {
+			for _, started := range st.Groups[:i] {
+				_ = s.cfg.Node.StopGroup(started.ID, false)
+			}
+			_ = s.cfg.Streams.CloseStream(st.Name)
+			return nil, err
+		}
 	}
-	s.log.Info("stream replica opened", "stream", st.Name, "replicas", st.Replicas, "group", g.ID)
-	return &placed{s: str, group: g.ID, revision: st.Revision}, nil
+	s.log.Info("stream replica opened", "stream", st.Name, "replicas", st.Replicas, "groups", groups)
+	return &placed{s: str, group: groups[0], groups: groups, revision: st.Revision}, nil
 }
 
 // remove stops serving a stream the catalogue took off this node (or deleted) and
@@ -182,8 +221,10 @@ func (s *Service) open(st *meta.Stream) (*placed, error) {
 func (s *Service) remove(name string, p *placed) {
 	s.unserve(p)
 	if p.s.Replicated() {
-		if err := s.cfg.Node.StopGroup(p.group, true); err != nil {
-			s.log.Warn("stopping a stream's group", "stream", name, "group", p.group, "err", err)
+		for _, g := range p.groups {
+			if err := s.cfg.Node.StopGroup(g, true); err != nil {
+				s.log.Warn("stopping a stream's group", "stream", name, "group", g, "err", err)
+			}
 		}
 	}
 	if err := s.cfg.Streams.DeleteStream(name); err != nil && !errors.Is(err, stream.ErrStreamNotFound) {
@@ -239,14 +280,25 @@ func (s *Service) unserve(p *placed) {
 	s.log.Info("stopped serving stream", "stream", p.s.Name(), "group", p.group)
 }
 
-// changeMembers brings the group of a stream this node leads in line with the
-// replicas the catalogue places it on, one change per pass: a new replica joins as
-// a learner and becomes a voter once it has caught up, and a replica moved off is
-// removed (the leader itself hands its leadership over first). It reports whether
-// the group was in line already.
+// changeMembers brings the groups of a stream this node leads in line with the
+// replicas the catalogue places it on, one change per group and pass: a new replica
+// joins as a learner and becomes a voter once it has caught up, and a replica moved
+// off is removed (the leader itself hands its leadership over first). It reports
+// whether every group was in line already.
 func (s *Service) changeMembers(p *placed, want []uint64) bool {
+	inLine := true
+	for part, g := range p.groups {
+		if !s.changeGroupMembers(p, part, g, want) {
+			inLine = false
+		}
+	}
+	return inLine
+}
+
+// changeGroupMembers is changeMembers for partition part's group.
+func (s *Service) changeGroupMembers(p *placed, part int, group uint64, want []uint64) bool {
 	host := s.cfg.Node.Host()
-	st, err := host.Status(p.group)
+	st, err := host.Status(group)
 	if err != nil || st.State != "StateLeader" {
 		return false
 	}
@@ -262,10 +314,10 @@ func (s *Service) changeMembers(p *placed, want []uint64) bool {
 	name := p.s.Name()
 	for _, id := range want {
 		if !in[id] {
-			if _, err := host.AddLearner(ctx, p.group, id); err != nil {
-				s.log.Debug("adding a stream replica", "stream", name, "node", s.cfg.Node.NodeName(id), "err", err)
+			if _, err := host.AddLearner(ctx, group, id); err != nil {
+				s.log.Debug("adding a stream replica", "stream", name, "partition", part, "node", s.cfg.Node.NodeName(id), "err", err)
 			} else {
-				s.log.Info("stream replica added as a learner", "stream", name, "node", s.cfg.Node.NodeName(id))
+				s.log.Info("stream replica added as a learner", "stream", name, "partition", part, "node", s.cfg.Node.NodeName(id))
 			}
 			return false
 		}
@@ -276,10 +328,10 @@ func (s *Service) changeMembers(p *placed, want []uint64) bool {
 			waiting = true
 		}
 		if pr.Learner && slices.Contains(want, pr.Node) && pr.RecentActive && pr.Lag == 0 {
-			if _, err := host.Promote(ctx, p.group, pr.Node); err != nil {
-				s.log.Debug("promoting a stream replica", "stream", name, "node", s.cfg.Node.NodeName(pr.Node), "err", err)
+			if _, err := host.Promote(ctx, group, pr.Node); err != nil {
+				s.log.Debug("promoting a stream replica", "stream", name, "partition", part, "node", s.cfg.Node.NodeName(pr.Node), "err", err)
 			} else {
-				s.log.Info("stream replica promoted to voter", "stream", name, "node", s.cfg.Node.NodeName(pr.Node))
+				s.log.Info("stream replica promoted to voter", "stream", name, "partition", part, "node", s.cfg.Node.NodeName(pr.Node))
 			}
 			return false
 		}
@@ -290,14 +342,14 @@ func (s *Service) changeMembers(p *placed, want []uint64) bool {
 		}
 		if id == s.self {
 			if to := handOffTo(st, want); to != 0 {
-				_ = host.TransferLeadership(ctx, p.group, to)
+				_ = host.TransferLeadership(ctx, group, to)
 			}
 			return false
 		}
-		if _, err := host.RemoveReplica(ctx, p.group, id); err != nil {
-			s.log.Debug("removing a stream replica", "stream", name, "node", s.cfg.Node.NodeName(id), "err", err)
+		if _, err := host.RemoveReplica(ctx, group, id); err != nil {
+			s.log.Debug("removing a stream replica", "stream", name, "partition", part, "node", s.cfg.Node.NodeName(id), "err", err)
 		} else {
-			s.log.Info("stream replica removed from the group", "stream", name, "node", s.cfg.Node.NodeName(id))
+			s.log.Info("stream replica removed from the group", "stream", name, "partition", part, "node", s.cfg.Node.NodeName(id))
 		}
 		return false
 	}
@@ -349,7 +401,7 @@ func (s *Service) sweep(names map[string]struct{}) {
 		s.log.Warn("looking for stream replicas left behind", "err", err)
 		return
 	}
-	for name, group := range found {
+	for name, groups := range found {
 		if _, ok := names[name]; ok || s.local[name] != nil {
 			continue
 		}
@@ -357,7 +409,9 @@ func (s *Service) sweep(names map[string]struct{}) {
 			s.log.Warn("removing a stream the catalogue deleted", "stream", name, "err", err)
 			continue
 		}
-		_ = s.cfg.Node.StopGroup(group, true)
-		s.log.Info("removed a stream the catalogue deleted while this node was away", "stream", name, "group", group)
+		for _, g := range groups {
+			_ = s.cfg.Node.StopGroup(g, true)
+		}
+		s.log.Info("removed a stream the catalogue deleted while this node was away", "stream", name, "groups", groups)
 	}
 }

@@ -73,10 +73,14 @@ type Service struct {
 // placed is a stream the catalogue placed on this node.
 type placed struct {
 	s        *stream.Stream
-	group    uint64
+	group    uint64   // partition 0's, the stream's own
+	groups   []uint64 // every partition's, group first
 	revision uint64
-	serving  bool // the stream's API and ack subscriptions are this node's
-	subs     []*broker.Subscription
+	// pulling is set while this node, leading the stream's group, asks for the
+	// leadership of a partition's group it does not lead.
+	pulling atomic.Bool
+	serving bool // the stream's API and ack subscriptions are this node's
+	subs    []*broker.Subscription
 	// membersAt is the catalogue revision the group's members were last found in
 	// line with, while this node leads it (0: not checked since it leads).
 	membersAt uint64
@@ -326,18 +330,6 @@ func badRequest(format string, args ...any) error {
 	return &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
 }
 
-// checkReplicated refuses what a replicated stream cannot do yet: one group holds
-// one partition.
-func checkReplicated(cfg streamapi.StreamConfig) error {
-	if cfg.Replicas <= 1 {
-		return nil
-	}
-	if cfg.Partitions > 1 {
-		return badRequest("stream %q: a replicated stream has one partition", cfg.Name)
-	}
-	return nil
-}
-
 // checkOverlap refuses subjects another stream of the catalogue, or of this node
 // alone, captures.
 func (s *Service) checkOverlap(cfg streamapi.StreamConfig) error {
@@ -383,15 +375,6 @@ func decodeConfig(name string, body []byte) (streamapi.StreamConfig, error) {
 	return cfg, nil
 }
 
-// checkConfig refuses what no stream of the catalogue may have: see
-// checkReplicated and checkOverlap.
-func (s *Service) checkConfig(cfg streamapi.StreamConfig) error {
-	if err := checkReplicated(cfg); err != nil {
-		return err
-	}
-	return s.checkOverlap(cfg)
-}
-
 // commit proposes cmd to the meta group; a refusal is an error with the stream
 // API's code.
 func (s *Service) commit(ctx context.Context, cmd *meta.Command) (meta.Result, error) {
@@ -416,11 +399,11 @@ func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
 	if err := s.cfg.Streams.Normalise(&cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
-	if err := s.checkConfig(cfg); err != nil {
+	if err := s.checkOverlap(cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: name, Config: raw, Replicas: cfg.Replicas, Partitions: 1})
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: name, Config: raw, Replicas: cfg.Replicas, Partitions: cfg.Partitions})
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
@@ -453,7 +436,7 @@ func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
 	case cfg.Retention != was.Retention || cfg.Partitions != was.Partitions || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, partitions, sync and segment size cannot change", name))
 	}
-	if err := s.checkConfig(cfg); err != nil {
+	if err := s.checkOverlap(cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
