@@ -417,26 +417,37 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	if cl := info.Cluster; cl != nil {
 		fmt.Fprintf(tw, "Cluster\n")
 		fmt.Fprintf(tw, "  replicas:\t%d\n", max(c.Replicas, 1))
-		fmt.Fprintf(tw, "  group:\t%016x\n", cl.Group)
-		fmt.Fprintf(tw, "  leader:\t%s (term %d, applied %d)\n", orDefault(cl.Leader, "none"), cl.Term, cl.Applied)
-		for _, r := range cl.Replicas {
-			state := "current"
-			switch {
-			case !r.Active:
-				state = "not responding"
-			case r.Lag > 0:
-				state = fmt.Sprintf("%d entries behind", r.Lag)
-			}
-			role := "follower"
-			if r.Leader {
-				role = "leader"
-			} else if r.Learner {
-				role = "learner"
-			}
-			fmt.Fprintf(tw, "  %s:\t%s, %s\n", r.Node, role, state)
+		if len(cl.Partitions) == 0 {
+			printGroup(tw, "  ", *cl)
+		}
+		for i, pc := range cl.Partitions {
+			fmt.Fprintf(tw, "  partition %d:\n", i)
+			printGroup(tw, "    ", pc)
 		}
 	}
 	_ = tw.Flush()
+}
+
+// printGroup prints one partition's Raft group as the stream's leader sees it.
+func printGroup(tw io.Writer, indent string, cl tern.StreamCluster) {
+	fmt.Fprintf(tw, "%sgroup:\t%016x\n", indent, cl.Group)
+	fmt.Fprintf(tw, "%sleader:\t%s (term %d, applied %d)\n", indent, orDefault(cl.Leader, "none"), cl.Term, cl.Applied)
+	for _, r := range cl.Replicas {
+		state := "current"
+		switch {
+		case !r.Active:
+			state = "not responding"
+		case r.Lag > 0:
+			state = fmt.Sprintf("%d entries behind", r.Lag)
+		}
+		role := "follower"
+		if r.Leader {
+			role = "leader"
+		} else if r.Learner {
+			role = "learner"
+		}
+		fmt.Fprintf(tw, "%s%s:\t%s, %s\n", indent, r.Node, role, state)
+	}
 }
 
 // ---------------------------------------------------------------------------------
