@@ -146,6 +146,11 @@ func (n *Node) OnLeaderChange(fn func(replica.LeaderChange)) {
 }
 
 func (n *Node) leaderChanged(lc replica.LeaderChange) {
+	if lc.Leader == n.RaftID() {
+		// One line per group and term this node led: the record a check of "one
+		// leader per term" reads.
+		n.log.Info("leading group", "group", lc.Group, "term", lc.Term)
+	}
 	n.groups.mu.Lock()
 	fns := n.groups.leaderFns
 	n.groups.mu.Unlock()

@@ -2,9 +2,12 @@ package clustertest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,5 +298,55 @@ func nemesisWorkload(t *testing.T, c *clustertest.Cluster, rng *rand.Rand, nodes
 	})
 	if len(again) > 0 {
 		t.Fatalf("%d messages came again after a confirmed ack (first: %v)", len(again), again[0])
+	}
+	outputs := map[string]string{}
+	for _, n := range c.Nodes {
+		outputs[n.Name] = n.Output()
+	}
+	if err := oneLeaderPerTerm(outputs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leadingLine is what a node logs for each group and term it leads.
+var leadingLine = regexp.MustCompile(`msg="leading group" group=(\d+) term=(\d+)`)
+
+// oneLeaderPerTerm checks, from every node's log (by node name), that no two nodes
+// led one group in one term: only a leader accepts writes, so two in a term could
+// both have had writes committed.
+func oneLeaderPerTerm(outputs map[string]string) error {
+	type groupTerm struct{ group, term string }
+	leader := map[groupTerm]string{}
+	for _, node := range slices.Sorted(maps.Keys(outputs)) {
+		for _, m := range leadingLine.FindAllStringSubmatch(outputs[node], -1) {
+			gt := groupTerm{m[1], m[2]}
+			if other, ok := leader[gt]; ok && other != node {
+				return fmt.Errorf("group %s had two leaders in term %s: %s and %s", gt.group, gt.term, other, node)
+			}
+			leader[gt] = node
+		}
+	}
+	if len(leader) == 0 {
+		return errors.New("no node logged leading a group: the check has nothing to check")
+	}
+	return nil
+}
+
+// TestOneLeaderPerTermCheck: the check finds two leaders of a group in one term, and
+// lets one node lead many terms and many groups.
+func TestOneLeaderPerTermCheck(t *testing.T) {
+	line := func(group, term int) string {
+		return fmt.Sprintf("time=x level=INFO msg=\"leading group\" group=%d term=%d\n", group, term)
+	}
+	ok := map[string]string{"n1": line(1, 2) + line(16, 2) + line(1, 7), "n2": line(1, 3) + line(16, 3)}
+	if err := oneLeaderPerTerm(ok); err != nil {
+		t.Fatalf("one leader per term: %v", err)
+	}
+	two := map[string]string{"n1": line(1, 2) + line(16, 4), "n2": line(16, 3), "n3": line(16, 4)}
+	if err := oneLeaderPerTerm(two); err == nil || !strings.Contains(err.Error(), "group 16 had two leaders in term 4") {
+		t.Fatalf("two leaders of group 16 in term 4: %v", err)
+	}
+	if err := oneLeaderPerTerm(map[string]string{"n1": "nothing"}); err == nil {
+		t.Fatal("no leadership logged at all passed the check")
 	}
 }
