@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,8 +61,23 @@ func readFields(b []byte, what string, fields ...*[]byte) ([]byte, error) {
 	return b, nil
 }
 
+// msgEntrySize is the size appendMsgEntry makes of the items of q.
+func msgEntrySize(token uint64, ts int64, q *inbound, items []int) int {
+	n := 1 + uvarintLen(token) + uvarintLen(uint64(ts<<1^ts>>63)) + uvarintLen(uint64(len(items)))
+	for _, i := range items {
+		it := &q.items[i]
+		for _, f := range [3]span{it.subj, it.hdr, it.data} {
+			n += uvarintLen(uint64(f.n)) + f.n
+		}
+	}
+	return n
+}
+
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
 // appendMsgEntry appends a message batch of the items of q to dst.
 func appendMsgEntry(dst []byte, token uint64, ts int64, q *inbound, items []int) []byte {
+	dst = slices.Grow(dst, msgEntrySize(token, ts, q, items))
 	dst = append(dst, entryMsgs)
 	dst = binary.AppendUvarint(dst, token)
 	dst = binary.AppendVarint(dst, ts)
@@ -419,11 +436,7 @@ type streamRepl struct {
 
 	// Owned by the writer.
 	tokenBase, token uint64
-	// entrySize is the size of the last message entry, the next one's capacity:
-	// an entry's bytes belong to the group once proposed (its Raft log keeps
-	// them), so each proposal gets a buffer of its own.
-	entrySize int
-	proposals []partProposal // by partition
+	proposals        []partProposal // by partition
 }
 
 // partProposal is one partition's share of a captured batch.
@@ -471,8 +484,9 @@ func (s *Stream) replicate(q *inbound) {
 		}
 		r.token++
 		pp.token = r.tokenBase | r.token&0x7fffffff
-		pp.entry = appendMsgEntry(make([]byte, 0, r.entrySize), pp.token, now, q, pp.items)
-		r.entrySize = len(pp.entry)
+		// Each entry gets a buffer of its own: its bytes belong to the group once
+		// proposed (its Raft log keeps them).
+		pp.entry = appendMsgEntry(nil, pp.token, now, q, pp.items)
 		touched = append(touched, p)
 	}
 	if len(touched) == 1 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,11 @@ func msgEntryOf(token uint64, ts int64, msgs ...testMsg) []byte {
 		idx = append(idx, len(q.items))
 		q.items = append(q.items, it)
 	}
-	return appendMsgEntry(nil, token, ts, &q, idx)
+	b := appendMsgEntry(nil, token, ts, &q, idx)
+	if n := msgEntrySize(token, ts, &q, idx); n != len(b) {
+		panic(fmt.Sprintf("entry of %d bytes, sized %d", len(b), n))
+	}
+	return b
 }
 
 func openTestLog(t *testing.T, dir string) *store.Log {
@@ -63,6 +68,13 @@ func logRecords(t *testing.T, l *store.Log) []string {
 }
 
 func TestMsgEntryRoundTrip(t *testing.T) {
+	// Sizes around the varints' steps: msgEntryOf checks the entry is sized
+	// exactly.
+	for _, n := range []int{0, 127, 128, 16383, 16384} {
+		for _, ts := range []int64{0, -1, 63, -64, 64, 1 << 62, -1 << 63} {
+			msgEntryOf(uint64(n)<<20, ts, testMsg{"s", "", strings.Repeat("x", n)})
+		}
+	}
 	b := msgEntryOf(42, -7, testMsg{"a.b", "id-1", "hello"}, testMsg{"c", "", ""})
 	e, err := decodeMsgEntry(b)
 	if err != nil || e.token != 42 || e.ts != -7 || e.count != 2 {
