@@ -2,7 +2,9 @@ package mqtt
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,14 @@ type session struct {
 	m sm.Session
 }
 
+// heldWrite is a Ready's packets waiting for the MQTT group.
+type heldWrite struct {
+	seq     uint64
+	c       *conn // the connection they are for; nothing is written to another
+	packets []sm.Packet
+	sc      subChanges
+}
+
 // sessionExtra is what sessions with subscriptions or timers need; many idle
 // devices' sessions have neither.
 type sessionExtra struct {
@@ -54,6 +64,11 @@ type sessionExtra struct {
 	fedMID     uint64
 	disowned   bool
 	claimOrder uint64
+	// held are Readies waiting, in order, for their records to be committed by
+	// the MQTT group before their packets are written (see mustHold); heldSeq
+	// numbers them.
+	held    []heldWrite
+	heldSeq uint64
 }
 
 // routeView is what routing a delivery reads of a session, for deliveries made
@@ -207,13 +222,92 @@ func (s *session) stepAt(now time.Time, event func(now time.Time) error) (wrote 
 	s.viewLocked(sc.subs, sc.changed, sc.hold)
 	late := len(sc.add) > 0
 	if !late {
-		s.writeLocked(rd, now)
-		s.unholdLocked(&sc)
+		s.writeOrHoldLocked(rd, sc, now)
 	}
 	s.armLocked(rd.Deadline)
 	s.mu.Unlock()
 	s.outside(rd, sc, late, now)
 	return wrote, err
+}
+
+// writeOrHoldLocked writes a Ready's packets, or holds them until the MQTT group
+// has committed its records (mustHold).
+func (s *session) writeOrHoldLocked(rd *sm.Ready, sc subChanges, now time.Time) {
+	if s.mustHold(rd) {
+		s.holdLocked(rd, sc)
+		return
+	}
+	s.writeLocked(rd, now)
+	s.unholdLocked(&sc)
+}
+
+// mustHold reports whether a Ready's packets must wait until the MQTT group has
+// committed its records (in a cluster that replicates MQTT state): a PUBCOMP
+// until the packet id it releases is forgotten (or the publisher could reuse the
+// id for a new message that a node restored from the group would drop as a
+// duplicate), and a QoS 2 PUBLISH until its packet id is stored (or a node taking
+// over the session would send the message again under another id). Once one
+// Ready waits, every later one does, so that packets keep their order.
+func (s *session) mustHold(rd *sm.Ready) bool {
+	if s.srv.state == nil || len(rd.Packets) == 0 {
+		return false
+	}
+	if x := s.x.Load(); x != nil && len(x.held) > 0 {
+		return true
+	}
+	if len(rd.Persist) == 0 {
+		return false
+	}
+	for i := range rd.Packets {
+		p := &rd.Packets[i]
+		if p.Type == packet.TypePubcomp || p.Type == packet.TypePublish && p.Msg != nil && p.Msg.QoS == 2 {
+			return true
+		}
+	}
+	return false
+}
+
+// holdLocked keeps a Ready's packets for writeHeld, called once the MQTT group has
+// committed what is queued for it now: the Ready's records among it.
+func (s *session) holdLocked(rd *sm.Ready, sc subChanges) {
+	x := s.extra()
+	x.heldSeq++
+	seq := x.heldSeq
+	x.held = append(x.held, heldWrite{seq: seq, c: s.conn.Load(), packets: slices.Clone(rd.Packets), sc: sc})
+	s.srv.kv.enqueue(kvOp{done: func(err error) { s.writeHeld(seq, err) }})
+}
+
+// writeHeld writes, in order, the held packets up to number upTo, once the MQTT
+// group has committed what was queued before (err: it could not, and the
+// connection closes: its client resumes the session elsewhere).
+func (s *session) writeHeld(upTo uint64, err error) {
+	s.mu.Lock()
+	x := s.extra()
+	var flush []*conn
+	for len(x.held) > 0 && x.held[0].seq <= upTo {
+		h := x.held[0]
+		x.held = x.held[1:]
+		if c := s.conn.Load(); err == nil && c != nil && c == h.c {
+			s.writeLocked(&sm.Ready{Packets: h.packets}, time.Now())
+			if !slices.Contains(flush, c) {
+				flush = append(flush, c)
+			}
+		}
+		s.unholdLocked(&h.sc)
+	}
+	if len(x.held) == 0 {
+		x.held = nil
+	}
+	s.mu.Unlock()
+	if err != nil {
+		if c := s.conn.Load(); c != nil {
+			c.close(fmt.Errorf("%w: session state not replicated: %w", errClosedByServer, err))
+		}
+		return
+	}
+	for _, c := range flush {
+		c.Flush()
+	}
 }
 
 // outside applies what a Ready asks outside the session's lock.
@@ -589,7 +683,7 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 	// applied here, under the lock the broker's delivery holds.
 	if rd := s.m.Ready(); rd != nil {
 		s.persistLocked(rd.Persist)
-		s.writeLocked(rd, now)
+		s.writeOrHoldLocked(rd, subChanges{}, now)
 		s.armLocked(rd.Deadline)
 		sm.Release(rd)
 	}
@@ -631,7 +725,7 @@ func (s *session) enqueueStored(m *outMsg) {
 	}
 	if rd := s.m.Ready(); rd != nil {
 		s.persistLocked(rd.Persist)
-		s.writeLocked(rd, now)
+		s.writeOrHoldLocked(rd, subChanges{}, now)
 		s.armLocked(rd.Deadline)
 		sm.Release(rd)
 		if c := s.conn.Load(); c != nil {
