@@ -57,6 +57,9 @@ type conn struct {
 	parked                       atomic.Bool
 	fd                           int32
 	pollAdded, pollGone, dormant bool
+	// willRecorded: the connection's will is a record of the MQTT group
+	// (wills.go), deleted when the connection ends. Set and read by its reader.
+	willRecorded bool
 
 	version  byte
 	ownFlush bool // packets queued since the last flushBatch (reader)
@@ -412,6 +415,10 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 			return fmt.Errorf("%w: will: %w", errClosedByServer, err)
 		}
 		opts.Will = w
+		if err := c.srv.recordWill(c, clientID, w, sessionExpiry(p)); err != nil {
+			c.connack(false, packet.ServerUnavailable, nil)
+			return fmt.Errorf("%w: %w", errClosedByServer, err)
+		}
 	}
 	sess, err := c.srv.attach(c, clientID, p, opts)
 	if err != nil {
@@ -423,6 +430,23 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive())
 	}
 	return nil
+}
+
+// sessionExpiry is the session expiry a CONNECT asks for (<0: never), before the
+// server's cap.
+func sessionExpiry(p *packet.Connect) time.Duration {
+	switch {
+	case p.ProtocolLevel != packet.V5:
+		if p.CleanStart {
+			return 0
+		}
+		return -1
+	case !p.Props.HasSessionExpiry:
+		return 0
+	case p.Props.SessionExpiry == 0xFFFFFFFF:
+		return -1
+	}
+	return time.Duration(p.Props.SessionExpiry) * time.Second
 }
 
 func (c *conn) makeWill(p *packet.Connect) (*sm.Will, error) {
@@ -999,6 +1023,7 @@ func (c *conn) close(reason error) {
 func (c *conn) cleanup() {
 	if sess := c.sess(); sess != nil {
 		sess.disconnected(c)
+		c.srv.forgetWill(c, sess.id)
 	}
 	// Counted as connected until its session is detached, so that a connection
 	// count of zero means every session is offline.

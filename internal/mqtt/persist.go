@@ -278,6 +278,7 @@ const (
 	kvMessage  = "m\x00" // + client id + "\x00" + message id → encoded outMsg
 	kvQoS2     = "q\x00" // + client id + "\x00" + packet id → empty
 	kvRetained = "r\x00" // + subject → encoded retainedMsg
+	kvWill     = "w\x00" // + client id + "\x00" + connection → willRecord (JSON), in a cluster only
 	// kvSeen is the MQTT group's snapshot record of the publication ids it
 	// applied last (State.seenOrder), uvarints.
 	kvSeen = "x\x00seen"

@@ -48,6 +48,8 @@ type State struct {
 	mu       sync.RWMutex
 	sessions map[string]*storedSession
 	retained map[string][]byte
+	// wills are the wills of connections with one, by key after kvWill (wills.go).
+	wills map[string][]byte
 	// subs indexes the stored sessions' subscriptions (shared ones excepted) by
 	// their broker subjects, for the publications applied.
 	subs     *subject.Sublist[*storedSub]
@@ -89,7 +91,7 @@ func NewState(maxQueued int, log *slog.Logger) *State {
 	if maxQueued <= 0 {
 		maxQueued = DefaultConfig().MaxQueued
 	}
-	return &State{log: log, maxQueued: maxQueued, sessions: map[string]*storedSession{}, retained: map[string][]byte{},
+	return &State{log: log, maxQueued: maxQueued, sessions: map[string]*storedSession{}, retained: map[string][]byte{}, wills: map[string][]byte{},
 		subs: subject.NewSublist[*storedSub](), appliedC: make(chan struct{})}
 }
 
@@ -278,6 +280,8 @@ func (st *State) putLocked(key string, val []byte) bool {
 	switch kind {
 	case kvRetained:
 		st.retained[rest] = append([]byte(nil), val...)
+	case kvWill:
+		st.wills[rest] = append([]byte(nil), val...)
 	case kvSession:
 		var rec sessionRecord
 		if err := json.Unmarshal(val, &rec); err != nil {
@@ -321,6 +325,9 @@ func (st *State) delLocked(key string) bool {
 	switch kind {
 	case kvRetained:
 		delete(st.retained, rest)
+		return true
+	case kvWill:
+		delete(st.wills, rest)
 		return true
 	case kvSession:
 		if ss := st.sessions[rest]; ss != nil {
@@ -495,6 +502,9 @@ func (st *State) Snapshot() ([]byte, error) {
 	for _, subj := range slices.Sorted(maps.Keys(st.retained)) {
 		put(kvRetained+subj, st.retained[subj])
 	}
+	for _, rest := range slices.Sorted(maps.Keys(st.wills)) {
+		put(kvWill+rest, st.wills[rest])
+	}
 	for _, client := range slices.Sorted(maps.Keys(st.sessions)) {
 		ss := st.sessions[client]
 		if ss.rec != nil {
@@ -514,7 +524,7 @@ func (st *State) Snapshot() ([]byte, error) {
 func (st *State) Restore(data []byte) error {
 	st.mu.Lock()
 	old := slices.Collect(maps.Keys(st.retained))
-	st.sessions, st.retained = map[string]*storedSession{}, map[string][]byte{}
+	st.sessions, st.retained, st.wills = map[string]*storedSession{}, map[string][]byte{}, map[string][]byte{}
 	st.subs = subject.NewSublist[*storedSub]()
 	st.seen, st.seenOrder = nil, nil
 	var err error
@@ -602,6 +612,8 @@ func (st *State) storedOf(client string) (rec sessionRecord, msgs []*outMsg, qos
 func (s *Server) SetReplication(st *State, p Proposer, nodeName string) {
 	s.nodeName = nodeName
 	s.pubIDs.Store(rand.Uint64() | 1<<63) // never 0, which is no id
+	s.life = strconv.FormatUint(rand.Uint64(), 36)
+	s.orphanWills = map[string]time.Time{}
 	st.mu.Lock()
 	st.srv = s
 	set := st.retainedLocked(slices.Collect(maps.Keys(st.retained)))
@@ -658,6 +670,7 @@ func (s *Server) AdoptOrphans(adopt bool, alive func(node string) bool) int {
 	if s.state == nil {
 		return 0
 	}
+	s.publishOrphanWills(adopt, alive, time.Now())
 	var orphans []string
 	s.state.mu.RLock()
 	for client, ss := range s.state.sessions {

@@ -184,6 +184,11 @@ type Server struct {
 	// pubIDs numbers the publications proposed to the MQTT group, from a random
 	// start in the high half, so that ids of different nodes and lives differ.
 	pubIDs atomic.Uint64
+	// life tells this run of the node from its earlier ones (wills.go);
+	// orphanWills is when each will record nobody will publish was found (owned
+	// by AdoptOrphans' caller).
+	life        string
+	orphanWills map[string]time.Time
 	// disowned is when this node let each session go to another node (guarded
 	// by mu; AdoptOrphans leaves them alone a while).
 	disowned map[string]time.Time

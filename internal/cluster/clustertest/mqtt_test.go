@@ -54,6 +54,19 @@ func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 		t.Fatalf("brief client: %q", l)
 	}
 
+	// Wills on n2: one of a client still connected when n2 dies, which the
+	// cluster must publish, one of a client that said goodbye, which nobody may.
+	willful := startLines(t, py, "-c", pahoWillClient, port(1), "willful", "cl/will", "last words", "stay")
+	polite := startLines(t, py, "-c", pahoWillClient, port(1), "polite", "cl/will", "never said", "leave")
+	for _, w := range []*lineProc{willful, polite} {
+		if l := w.next(t, 20*time.Second); l != "connected" {
+			t.Fatalf("will client: %q", l)
+		}
+	}
+	if l := polite.next(t, 20*time.Second); l != "disconnected" {
+		t.Fatalf("polite client: %q", l)
+	}
+
 	// Phase 1: QoS 1 from n1; n2, the subscriber's node, is killed after 150 acks.
 	pub := startLines(t, py, "-c", pahoRetryingPublisher, ports(0, 2), "pub1", "cl/q1", "1", "400")
 	acked := map[string]bool{}
@@ -115,6 +128,12 @@ func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 		}
 	}
 	t.Logf("acknowledged %d (QoS 1: %d, QoS 2: %d); received %d distinct", len(acked), phase1, len(acked)-phase1, len(got))
+	if got["last words"] == 0 {
+		t.Error("the will of the client connected to n2 when it was killed never came")
+	}
+	if got["never said"] != 0 {
+		t.Error("the will of a client that disconnected properly was published")
+	}
 
 	// The brief client's session, hosted by no node since n2 died (and by n2
 	// after its restart, or by the MQTT group's leader), has ended by now: it
@@ -124,6 +143,31 @@ func TestMQTTSessionsSurviveNodeKills(t *testing.T) {
 		return check.next(t, 20*time.Second) == "session_present=False"
 	})
 }
+
+// pahoWillClient connects (MQTT 3.1.1, clean session) with a QoS 1 will of the
+// topic and payload given and prints "connected"; "stay" then waits until it is
+// killed, "leave" disconnects properly (the will is discarded) and prints
+// "disconnected".
+const pahoWillClient = `
+import sys, threading
+import paho.mqtt.client as mqtt
+port, cid, topic, payload, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+done = threading.Event()
+def on_connect(c, u, flags, rc, props=None):
+    print("connected", flush=True)
+    if mode == "leave":
+        c.disconnect()
+def on_disconnect(c, u, flags, rc=None, props=None):
+    print("disconnected", flush=True)
+    done.set()
+c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, clean_session=True, protocol=mqtt.MQTTv311)
+c.on_connect, c.on_disconnect = on_connect, on_disconnect
+c.will_set(topic, payload, qos=1)
+c.connect("127.0.0.1", port, keepalive=30)
+c.loop_start()
+done.wait(300)
+c.loop_stop()
+`
 
 // pahoSessionSubscriber connects with a persistent session (clean session off, MQTT
 // 3.1.1) to the first of the ports given, subscribes once at the QoS given, prints
