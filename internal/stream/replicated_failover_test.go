@@ -149,6 +149,18 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 	return n
 }
 
+// stopNode stops n and returns the other nodes.
+func stopNode(net *replica.LocalNetwork, nodes []*replNode, n *replNode) []*replNode {
+	n.stop(net)
+	var rest []*replNode
+	for _, o := range nodes {
+		if o != n {
+			rest = append(rest, o)
+		}
+	}
+	return rest
+}
+
 func leads0(h *replica.Host, group, id uint64) bool {
 	st, err := h.Status(group)
 	return err == nil && st.Leader == id
@@ -218,13 +230,7 @@ func TestReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 			t.Fatalf("ack of message %d: %s", i, a)
 		}
 	}
-	leader.stop(net)
-	var rest []*replNode
-	for _, n := range nodes {
-		if n != leader {
-			rest = append(rest, n)
-		}
-	}
+	rest := stopNode(net, nodes, leader)
 	nodes = rest
 	next := leaderOf(t, rest)
 	// Retried publish of an acknowledged message: a duplicate, not a new message.
@@ -309,13 +315,7 @@ func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 			t.Fatalf("partition %d got nothing: the subjects do not spread (%v)", p, last)
 		}
 	}
-	leader.stop(net)
-	var rest []*replNode
-	for _, n := range nodes {
-		if n != leader {
-			rest = append(rest, n)
-		}
-	}
+	rest := stopNode(net, nodes, leader)
 	nodes = rest
 	next := leaderOf(t, rest)
 	publishAll(next, 140, 200) // 140..150 again: duplicates
