@@ -13,17 +13,17 @@ type apiRange struct{ key, min, max int16 }
 // the oldest Kafka 4 serves (older clients are long gone), the newest is kmsg's.
 // ApiVersions answers with exactly this list.
 var apis = []apiRange{
-	{0, 3, 13},  // Produce (v3+: record batch v2)
-	{1, 4, 18},  // Fetch
-	{2, 1, 11},  // ListOffsets
-	{3, 0, 13},  // Metadata
-	{18, 0, 5},  // ApiVersions
-	{19, 2, 7},  // CreateTopics
-	{20, 1, 6},  // DeleteTopics
-	{22, 0, 5},  // InitProducerID (idempotent producers; no transactions)
-	{32, 1, 4},  // DescribeConfigs
-	{37, 0, 3},  // CreatePartitions
-	{60, 0, 2},  // DescribeCluster
+	{0, 3, 13}, // Produce (v3+: record batch v2)
+	{1, 4, 18}, // Fetch
+	{2, 1, 11}, // ListOffsets
+	{3, 0, 13}, // Metadata
+	{18, 0, 5}, // ApiVersions
+	{19, 2, 7}, // CreateTopics
+	{20, 1, 6}, // DeleteTopics
+	{22, 0, 5}, // InitProducerID (idempotent producers; no transactions)
+	{32, 1, 4}, // DescribeConfigs
+	{37, 0, 3}, // CreatePartitions
+	{60, 0, 2}, // DescribeCluster
 }
 
 func supported(key, version int16) bool {

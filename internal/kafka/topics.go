@@ -447,9 +447,9 @@ func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeC
 }
 
 type configEntry struct {
-	name, value    string
-	def, readOnly  bool
-	typ            kmsg.ConfigType
+	name, value   string
+	def, readOnly bool
+	typ           kmsg.ConfigType
 }
 
 // topicConfigEntries describes a stream's limits as Kafka topic configs.
