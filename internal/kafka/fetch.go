@@ -128,6 +128,7 @@ func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16,
 			op := kmsg.NewFetchResponseTopicPartition()
 			op.Partition = rp.Partition
 			op.HighWatermark, op.LastStableOffset, op.LogStartOffset = -1, -1, -1
+			op.RecordBatches = []byte{} // empty, not null: clients read a null as a bad size
 			t := topics[i]
 			switch {
 			case codes[i] != 0:
