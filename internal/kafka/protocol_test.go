@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"context"
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tern-mq/tern/internal/server"
 )
 
 // makeBatch encodes an uncompressed v2 record batch of values, from an idempotent
@@ -204,5 +207,33 @@ func TestIdempotentSequences(t *testing.T) {
 	st, _ := s.Streams().Stream("idem")
 	if n := st.Info().State.Msgs; n != 4 {
 		t.Fatalf("stream holds %d messages, want 4", n)
+	}
+}
+
+// TestIdempotentRetryAfterRestart: the producer state is in memory, but a batch
+// retried after a restart is still stored once: its records' message ids
+// (Tern-Msg-Id) are in the stream's duplicate window.
+func TestIdempotentRetryAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*server.Server, string) {
+		return startTern(t, func(c *server.Config) { c.StoreDir = dir })
+	}
+	s, addr := start()
+	batch := makeBatch(777, 0, 0, "once", "only")
+	if p := producePart(t, dialRaw(t, addr), produceReq("restart", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("first: error %d base %d", p.ErrorCode, p.BaseOffset)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, addr = start()
+	if p := producePart(t, dialRaw(t, addr), produceReq("restart", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("retry after restart: error %d base %d, want success at 0", p.ErrorCode, p.BaseOffset)
+	}
+	st, _ := s.Streams().Stream("restart")
+	if n := st.Info().State.Msgs; n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
 	}
 }
