@@ -189,7 +189,7 @@ func (c *conn) handle(frame []byte) error {
 			return fmt.Errorf("%w: request header tags", errBadFrame)
 		}
 	}
-	if err := req.ReadFrom(r.Src); err != nil {
+	if err := decode(req, r.Src); err != nil {
 		return fmt.Errorf("%w: %s v%d: %w", errBadFrame, kmsg.NameForKey(key), version, err)
 	}
 	resp, err := c.dispatch(req)
@@ -200,6 +200,17 @@ func (c *conn) handle(frame []byte) error {
 		c.send(corr, resp)
 	}
 	return nil
+}
+
+// decode reads a request's body. The decoder is generated code outside Tern: should
+// some input make it panic, that input closes its connection and nothing else.
+func decode(req kmsg.Request, body []byte) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoder panic: %v", p)
+		}
+	}()
+	return req.ReadFrom(body)
 }
 
 // send queues resp as the answer to request corr.
