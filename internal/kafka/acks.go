@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"strconv"
 	"sync"
 
@@ -20,6 +21,11 @@ type inbox struct {
 	b      *broker.Broker
 	prefix []byte // "_INBOX.kafka-<random>."
 	sub    *broker.Subscription
+
+	// The subscription is made by the first produce that waits for acks, so a
+	// server no Kafka producer uses has none.
+	subOnce sync.Once
+	subErr  error
 
 	mu      sync.Mutex
 	next    uint64
@@ -49,13 +55,21 @@ func newInbox(b *broker.Broker) (*inbox, error) {
 	_, _ = rand.Read(r[:])
 	in := &inbox{b: b, prefix: []byte("_INBOX.kafka-" + hex.EncodeToString(r[:]) + "."), waiting: make(map[uint64]*ackWait)}
 	in.sub = &broker.Subscription{Sink: in, Subject: string(in.prefix) + "*.*"}
-	if err := b.Subscribe(in.sub); err != nil {
-		return nil, err
-	}
 	return in, nil
 }
 
-func (in *inbox) close() { _ = in.b.Unsubscribe(in.sub) }
+// subscribe makes the inbox's subscription once.
+func (in *inbox) subscribe() error {
+	in.subOnce.Do(func() { in.subErr = in.b.Subscribe(in.sub) })
+	return in.subErr
+}
+
+func (in *inbox) close() {
+	in.subOnce.Do(func() { in.subErr = net.ErrClosed }) // none made after this
+	if in.subErr == nil {
+		_ = in.b.Unsubscribe(in.sub)
+	}
+}
 
 // open starts waiting for n acks.
 func (in *inbox) open(n int) *ackWait {

@@ -85,15 +85,33 @@ func (c *conn) run() {
 			c.q.Flush()
 			return
 		}
-		if cap(c.body) > keepBody {
-			c.body = nil
-		}
+		c.trim()
 		if c.br.Buffered() == 0 {
 			c.q.Flush() // once per read: pipelined requests share a write
 		}
 		if !c.waitWritten() {
 			return
 		}
+	}
+}
+
+// trim lets go of buffers a big request or answer grew; the answer is queued by
+// now.
+func (c *conn) trim() {
+	if cap(c.body) > keepBody {
+		c.body = nil
+	}
+	ps := &c.prod
+	for i, b := range ps.bufs {
+		if cap(b) > keepBody {
+			ps.bufs[i] = nil
+		}
+	}
+	if cap(ps.hdr) > keepBody {
+		ps.hdr = nil
+	}
+	if cap(c.fetch.buf) > 8*keepBody {
+		c.fetch.buf = nil
 	}
 }
 

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 	"unsafe"
@@ -76,6 +77,14 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	nbuf := 0
 	resp := kmsg.NewPtrProduceResponse()
 	resp.Version = req.Version
+	if req.Acks != 0 && req.Acks != 1 && req.Acks != -1 {
+		return c.refuseProduce(req, resp, kerr.InvalidRequiredAcks.Code, "acks must be 0, 1 or -1"), nil
+	}
+	if req.Acks != 0 {
+		if err := c.s.acks.subscribe(); err != nil {
+			return nil, fmt.Errorf("kafka: ack inbox: %w", err)
+		}
+	}
 	for ti := range req.Topics {
 		rt := &req.Topics[ti]
 		var t *topic
@@ -144,6 +153,22 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	c.s.acks.cancel(w)
 	c.answerProduce(req, resp, w)
 	return resp, nil
+}
+
+// refuseProduce answers every partition of req with code.
+func (c *conn) refuseProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, code int16, msg string) *kmsg.ProduceResponse {
+	for _, rt := range req.Topics {
+		ot := kmsg.NewProduceResponseTopic()
+		ot.Topic, ot.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewProduceResponseTopicPartition()
+			p.Partition, p.ErrorCode, p.ErrorMessage = rp.Partition, code, kmsg.StringPtr(msg)
+			p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
+			ot.Partitions = append(ot.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, ot)
+	}
+	return resp
 }
 
 // decodePartition checks and decodes a partition's record batches and queues
