@@ -123,7 +123,7 @@ start_servers() {
 	MOCHI_PID=$!
 	PIDS+=("$MOCHI_PID")
 	rm -rf "$RUN_DIR/tern"
-	"$MOUT/tern" server --host 127.0.0.1 --port "$TERN_NATIVE_PORT" --mqtt-port "$TERN_PORT" --mqtt-ws-port -1 --udp-port -1 \
+	"$MOUT/tern" server --host 127.0.0.1 --port "$TERN_NATIVE_PORT" --mqtt-port "$TERN_PORT" --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
 		--http "" --store-dir "$RUN_DIR/tern" --mqtt-max-queued 1000000 >>"$MOUT/tern-server.log" 2>&1 &
 	TERN_PID=$!
 	PIDS+=("$TERN_PID")

@@ -63,7 +63,7 @@ wait_port "$NATS_PORT" "${PIDS[-1]}" nats-server
 if [ -n "${TERN_CPUPROFILE:-}" ]; then
 	"$OUT/ternserve" --cpuprofile "$TERN_CPUPROFILE" --host 127.0.0.1 --port "$TERN_PORT" --http "" --store-dir "$OUT/tern-store" >"$OUT/tern-server.log" 2>&1 &
 else
-	"$OUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --mqtt-port -1 --udp-port -1 --http "" --store-dir "$OUT/tern-store" >"$OUT/tern-server.log" 2>&1 &
+	"$OUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --mqtt-port -1 --kafka-port -1 --udp-port -1 --http "" --store-dir "$OUT/tern-store" >"$OUT/tern-server.log" 2>&1 &
 fi
 PIDS+=($!)
 wait_port "$TERN_PORT" "${PIDS[-1]}" "tern server"

@@ -143,7 +143,7 @@ args=(--js-url "nats://127.0.0.1:$JS_PORT" --js-pid "$JS_PID" --js-version "$nat
 drivers=js
 
 if [ -n "$TERN" ]; then
-	start_server tern "$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --mqtt-port -1 --udp-port -1 --http "" --store-dir "$RUN_DIR/tern" $TERN_ARGS >"$SOUT/tern-server.log" 2>&1
+	start_server tern "$SOUT/tern" server --host 127.0.0.1 --port "$TERN_PORT" --mqtt-port -1 --kafka-port -1 --udp-port -1 --http "" --store-dir "$RUN_DIR/tern" $TERN_ARGS >"$SOUT/tern-server.log" 2>&1
 	TERN_PID=$!
 	PIDS+=("$TERN_PID")
 	wait_port "$TERN_PORT" "$TERN_PID" "tern server"

@@ -29,6 +29,8 @@ go_tool nats-server >/dev/null
 need iptables iptables
 # MQTT clients Tern did not write, for the MQTT interoperability tests.
 need mosquitto_pub mosquitto-clients
+# kcat (librdkafka inside), a Kafka client Tern did not write, for the Kafka API tests.
+need kcat kcat
 need python3 python3
 # paho-mqtt from PyPI in the project's own virtual environment (.venv, not committed);
 # the MQTT tests run .venv/bin/python.

@@ -20,7 +20,7 @@ func exampleServer() (*server.Server, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg.StoreDir = dir
+	cfg.StoreDir, cfg.KafkaPort = dir, 0
 	s, err := server.New(cfg, nil)
 	if err != nil {
 		log.Fatal(err)

@@ -19,7 +19,7 @@ func startUDPServer(t *testing.T, port int, dir string) *server.Server {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = "127.0.0.1", port, "", -1, -1, 0
-	cfg.StoreDir = dir
+	cfg.StoreDir, cfg.KafkaPort = dir, -1
 	s, err := server.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package cliflags holds the typed option values (pflag.Value) that the server's
 // configuration and the command-line client share: byte sizes, enumerations,
-// bounded integers, non-negative durations and plain strings, each with an error
+// booleans, bounded integers, non-negative durations and plain strings, each with an error
 // that names the value given and what is accepted. It also accepts the single-dash
 // long options (-count 5) that Tern's commands took before they moved to pflag.
 //
@@ -183,6 +183,25 @@ func (d *Duration) Set(v string) error {
 		return &ValueError{v, DurationWant}
 	}
 	*d.p = x
+	return nil
+}
+
+// Bool is a true/false option; like every option it takes a value (--flag false),
+// also 1/0, t/f in any case.
+type Bool struct{ p *bool }
+
+// NewBool binds a boolean option to *p, whose value is its default.
+func NewBool(p *bool) *Bool { return &Bool{p} }
+
+func (b *Bool) String() string { return strconv.FormatBool(*b.p) }
+func (b *Bool) Type() string   { return "bool" }
+
+func (b *Bool) Set(v string) error {
+	x, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return &ValueError{v, "is not a boolean (want true or false)"}
+	}
+	*b.p = x
 	return nil
 }
 

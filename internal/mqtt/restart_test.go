@@ -17,6 +17,7 @@ func startAtDir(t *testing.T, dir string) (*server.Server, string) {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", 0, -1, dir, -1
+	cfg.KafkaPort = -1
 	s, err := server.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,14 @@ type Config struct {
 	// MQTTWSPort is the MQTT-over-WebSocket port; 0 picks a free port, -1 disables it.
 	MQTTWSPort int
 	MQTT       mqtt.Config
+	// KafkaPort is the Kafka API's TCP port; 0 picks a free port, -1 disables it.
+	KafkaPort int
+	// KafkaAdvertise is the host:port Metadata tells Kafka clients to connect to;
+	// "" means the listener's own address (127.0.0.1 when bound to 0.0.0.0).
+	KafkaAdvertise string
+	// KafkaAutoCreate creates a topic's stream on the first Produce or Metadata
+	// request that names it.
+	KafkaAutoCreate bool
 	// ClusterPort is the port of the routes to other cluster nodes; -1 (the
 	// default) runs the server alone, 0 picks a free port.
 	ClusterPort int
@@ -146,6 +154,8 @@ func DefaultConfig() Config {
 		MQTTPort:           1883,
 		MQTTWSPort:         8083,
 		MQTT:               mqtt.DefaultConfig(),
+		KafkaPort:          9092,
+		KafkaAutoCreate:    true,
 		ClusterPort:        -1,
 		ClusterName:        "tern",
 
@@ -164,6 +174,7 @@ const (
 	groupKeepTime = "Keepalive and timeouts"
 	groupStorage  = "Storage"
 	groupMQTT     = "MQTT"
+	groupKafka    = "Kafka"
 	groupUDP      = "UDP"
 	groupLogging  = "Logging"
 	groupCluster  = "Cluster"
@@ -284,6 +295,13 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTT.OutboundTopicAliases, 0, 65535) }},
 	{key: "mqtt_max_keepalive", group: groupMQTT, help: "largest keepalive granted to MQTT 5 clients (0 = what the client asks)",
 		bind: func(c *Config) pflag.Value { return dur(&c.MQTT.MaxKeepAlive) }},
+
+	{key: "kafka_port", group: groupKafka, help: "Kafka API TCP port (docs/kafka.md; 0 = any free port, -1 = no Kafka API)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.KafkaPort, -1, anyPort) }},
+	{key: "kafka_advertise", group: groupKafka, help: "host:port Kafka clients are told to connect to (Metadata); empty = the listener's address, 127.0.0.1 when host is 0.0.0.0",
+		bind: func(c *Config) pflag.Value { return str(&c.KafkaAdvertise) }},
+	{key: "kafka_auto_create", group: groupKafka, help: "create a topic (a stream of the same name capturing that subject) on the first Produce or Metadata request naming it",
+		bind: func(c *Config) pflag.Value { return cliflags.NewBool(&c.KafkaAutoCreate) }},
 
 	{key: "udp_port", group: groupUDP, help: "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.UDPPort, -1, anyPort) }},

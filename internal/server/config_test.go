@@ -95,6 +95,11 @@ func sample(t *testing.T, o OptionInfo) (in, out string) {
 		return "1m30s", "1m30s"
 	case o.Type == "string":
 		return "some value", "some value"
+	case o.Type == "bool":
+		if DefaultConfigValue(t, o.Key) == "true" {
+			return "FALSE", "false"
+		}
+		return "TRUE", "true"
 	}
 	t.Fatalf("option %s: no sample for type %s", o.Key, o.Type)
 	return

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tern-mq/tern/internal/kafka"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/native"
@@ -15,12 +16,12 @@ import (
 )
 
 // Frontend is one listener of the server: native TCP, native UDP, MQTT, MQTT over
-// WebSocket, monitoring (and the cluster's routes and the Kafka API after them).
+// WebSocket, the Kafka API, monitoring (and the cluster's routes after them).
 // Adding a listener means adding a Frontend; Start, Shutdown, /status and
 // /connections treat them all alike.
 type Frontend interface {
 	// Name is the listener's name in /status ("native", "udp", "mqtt", "mqtt_ws",
-	// "http").
+	// "kafka", "http").
 	Name() string
 	// Addr is the address the listener is bound to.
 	Addr() net.Addr
@@ -155,6 +156,41 @@ func (f *mqttFrontend) Connections() []monitor.ConnInfo {
 			Subscriptions: c.Subscriptions, InMsgs: c.InMsgs, OutMsgs: c.OutMsgs,
 			InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending, Dropped: c.Dropped,
 			SlowConsumer: c.SlowConsumer,
+		}
+	}
+	return out
+}
+
+// kafkaFrontend is the Kafka API listener.
+type kafkaFrontend struct {
+	ln  net.Listener
+	srv *kafka.Server
+}
+
+func (f *kafkaFrontend) Name() string   { return "kafka" }
+func (f *kafkaFrontend) Addr() net.Addr { return f.ln.Addr() }
+
+func (f *kafkaFrontend) Serve() error {
+	if err := f.srv.Serve(f.ln); !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+func (f *kafkaFrontend) Shutdown(ctx context.Context) error {
+	_ = f.ln.Close()
+	return f.srv.Shutdown(timeoutOf(ctx))
+}
+
+func (f *kafkaFrontend) Stats() monitor.ListenerStats { return listenerStats(f.srv.Stats()) }
+
+func (f *kafkaFrontend) Connections() []monitor.ConnInfo {
+	conns := f.srv.Connections()
+	out := make([]monitor.ConnInfo, len(conns))
+	for i, c := range conns {
+		out[i] = monitor.ConnInfo{
+			ID: c.ID, Name: c.ClientID, Remote: c.Remote, Protocol: "kafka", Transport: "tcp", Start: c.Start,
+			InMsgs: c.InMsgs, OutMsgs: c.OutMsgs, InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending,
 		}
 	}
 	return out

@@ -41,6 +41,7 @@ func TestFailedStartLeavesNothingRunning(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Host = "127.0.0.1"
 	cfg.Port, cfg.UDPPort, cfg.MQTTPort, cfg.MQTTWSPort = freePort(t), 0, freePort(t), freePort(t)
+	cfg.KafkaPort = freePort(t)
 	cfg.HTTPAddr = taken.Addr().String() // the monitoring listener, opened last, fails
 	cfg.StoreDir = dir
 	before := runtime.NumGoroutine()

@@ -17,7 +17,7 @@ func startServer(t testing.TB, mutate func(*Config)) *Server {
 	cfg := DefaultConfig()
 	cfg.Host = "127.0.0.1"
 	cfg.Port = 0
-	cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = 0, 0, -1
+	cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort, cfg.KafkaPort = 0, 0, -1, 0
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.StoreDir = t.TempDir()
 	if mutate != nil {

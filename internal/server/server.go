@@ -22,6 +22,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/cluster/streams"
+	"github.com/tern-mq/tern/internal/kafka"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/native"
 	"github.com/tern-mq/tern/internal/store"
@@ -44,6 +45,7 @@ type Server struct {
 	native  *native.Server
 	streams *stream.Manager // nil when streams are disabled
 	mqtt    *mqtt.Server    // nil when MQTT is disabled
+	kafka   *kafka.Server   // nil when the Kafka API is disabled or streams are
 	// mqttState is this node's replica of the cluster's MQTT group, nil alone.
 	mqttState *mqtt.State
 	// interest counts local subscriptions for the cluster from the first one; nil
@@ -171,6 +173,30 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		}
 		s.mqtt = ms
 	}
+	switch {
+	case cfg.KafkaPort < 0:
+	case s.interest != nil:
+		// The Kafka API serves one node's streams for now: a cluster node runs it
+		// once it reports the cluster's brokers and leaders (docs/kafka.md).
+		log.Info("Kafka API off on a cluster node: it serves a single node for now")
+	case s.streams == nil:
+		log.Warn("Kafka API off: it serves streams, and streams are off (store_dir is empty)")
+	default:
+		ks, err := kafka.NewServer(kafka.Config{
+			Advertise: cfg.KafkaAdvertise, AutoCreate: cfg.KafkaAutoCreate, MaxConnections: cfg.MaxConnections,
+			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload,
+			MaxPending: cfg.MaxPending, SlowConsumerPolicy: cfg.SlowConsumerPolicy, WriteTimeout: cfg.WriteTimeout,
+			NotSentLowat: cfg.TCPNotSentLowat,
+		}, s.broker, s.streams, log.With("proto", "kafka"))
+		if err != nil {
+			if s.mqtt != nil {
+				_ = s.mqtt.Shutdown(0)
+			}
+			s.streams.Close()
+			return nil, err
+		}
+		s.kafka = ks
+	}
 	if cfg.ClusterSize > 0 {
 		s.mqttState = mqtt.NewState(cfg.MQTT.MaxQueued, log.With("proto", "mqtt"))
 	}
@@ -281,6 +307,13 @@ func (s *Server) openFrontends() ([]Frontend, error) {
 			fes = append(fes, &mqttFrontend{name: "mqtt_ws", transport: "ws", ln: wl, srv: s.mqtt, ws: hs, stop: mqttStop})
 		}
 	}
+	if s.kafka != nil {
+		kl, err := listen("kafka", s.cfg.KafkaPort)
+		if err != nil {
+			return fes, err
+		}
+		fes = append(fes, &kafkaFrontend{ln: kl, srv: s.kafka})
+	}
 	if s.cfg.HTTPAddr != "" {
 		hl, err := net.Listen("tcp", s.cfg.HTTPAddr)
 		if err != nil {
@@ -328,6 +361,9 @@ func (s *Server) MQTTAddr() net.Addr { return s.addrOf("mqtt") }
 
 // MQTTWebSocketAddr is the MQTT-over-WebSocket listener's address, or nil.
 func (s *Server) MQTTWebSocketAddr() net.Addr { return s.addrOf("mqtt_ws") }
+
+// KafkaAddr is the Kafka API listener's address, or nil when it is off.
+func (s *Server) KafkaAddr() net.Addr { return s.addrOf("kafka") }
 
 // UDPAddr is the native-over-UDP listener's address, or nil when it is off.
 func (s *Server) UDPAddr() net.Addr { return s.addrOf("udp") }
@@ -406,6 +442,9 @@ func (s *Server) stopAll(ctx context.Context) error {
 	}
 	if s.mqtt != nil {
 		note(s.mqttStop.do(func() error { return s.mqtt.Shutdown(timeoutOf(ctx)) }))
+	}
+	if s.kafka != nil {
+		note(s.kafka.Shutdown(timeoutOf(ctx))) // again if its front end did: a no-op
 	}
 	note(s.nativeStop.do(func() error { return s.native.Shutdown(timeoutOf(ctx)) }))
 	if s.streams != nil {

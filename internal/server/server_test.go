@@ -465,7 +465,7 @@ func TestStoreDirTakenOnce(t *testing.T) {
 	dir := t.TempDir()
 	cfg := func() Config {
 		c := DefaultConfig()
-		c.Host, c.Port, c.MQTTPort, c.StoreDir = "127.0.0.1", 0, 0, dir
+		c.Host, c.Port, c.MQTTPort, c.StoreDir, c.KafkaPort = "127.0.0.1", 0, 0, dir, 0
 		return c
 	}
 	first, err := New(cfg(), nil)

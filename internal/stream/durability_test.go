@@ -26,6 +26,7 @@ func startAt(t *testing.T, dir string, mutate func(*server.Config)) *server.Serv
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = "127.0.0.1", 0, "", dir, 0, 0, -1
+	cfg.KafkaPort = -1
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -68,6 +68,8 @@ type Stream struct {
 
 	cmu       sync.RWMutex
 	consumers map[string]*Consumer
+	// appendWatch wakes readers by position (partition_read.go) after commits.
+	appendWatch appendWatchers
 
 	// repl is set on a replica of a replicated stream (replicated.go).
 	repl *streamRepl
@@ -708,6 +710,7 @@ func (s *Stream) partitionOf(subj []byte, hdr header.Block) int {
 
 // notify wakes every consumer after new messages were committed to partition p.
 func (s *Stream) notify(p int) {
+	s.appendWatch.wake(p)
 	s.cmu.RLock()
 	for _, c := range s.consumers {
 		c.wake()

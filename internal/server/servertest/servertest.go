@@ -13,7 +13,7 @@ import (
 	"github.com/tern-mq/tern/internal/server"
 )
 
-// Start runs a server on 127.0.0.1 with free native and MQTT ports, no HTTP listener and its streams
+// Start runs a server on 127.0.0.1 with free native, MQTT and Kafka ports, no HTTP listener and its streams
 // in a temporary directory, after
 // letting mutate adjust the configuration (it may be nil). The server is shut down
 // when the test ends.
@@ -21,6 +21,7 @@ func Start(t testing.TB, mutate func(*server.Config)) *server.Server {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = "127.0.0.1", 0, "", 0, 0, -1
+	cfg.KafkaPort = 0
 	cfg.StoreDir = t.TempDir()
 	if mutate != nil {
 		mutate(&cfg)
@@ -87,6 +88,7 @@ func StartCluster(t testing.TB, n int, mutate func(i int, c *server.Config)) []*
 		cfg := server.DefaultConfig()
 		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
 		cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
+		cfg.KafkaPort = -1 // the Kafka API does not know clusters yet
 		cfg.ServerName = fmt.Sprintf("n%d", i+1)
 		cfg.ClusterPort, cfg.Join, cfg.ClusterName = ports[i], join, "test-"+t.Name()
 		if mutate != nil {

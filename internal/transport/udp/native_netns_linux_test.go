@@ -33,6 +33,7 @@ func TestNativeBlackout(t *testing.T) {
 	if err := netns.In(path.B, func() error {
 		cfg := server.DefaultConfig()
 		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = path.AddrB, port, "", -1, -1, 0
+		cfg.KafkaPort = -1
 		cfg.StoreDir = t.TempDir()
 		if srv, err = server.New(cfg, nil); err != nil {
 			return err

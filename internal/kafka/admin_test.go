@@ -1,0 +1,125 @@
+package kafka_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tern-mq/tern/internal/server"
+)
+
+// TestAdmin drives topic administration through franz-go's admin client:
+// CreateTopics (with retention configs), DescribeConfigs, ListOffsets (earliest,
+// latest, by time), CreatePartitions (refused), DescribeCluster and DeleteTopics.
+func TestAdmin(t *testing.T) {
+	s, addr := startTern(t, nil)
+	adm := kadm.NewClient(newClient(t, addr))
+	ctx := ctxT(t)
+
+	created, err := adm.CreateTopic(ctx, 3, -1, map[string]*string{"retention.ms": kadm.StringPtr("3600000")}, "events")
+	if err != nil || created.Err != nil {
+		t.Fatalf("create: %v %v", err, created.Err)
+	}
+	st, err := s.Streams().Stream("events")
+	if err != nil || st.Partitions() != 3 || time.Duration(st.Config().MaxAge) != time.Hour {
+		t.Fatalf("stream after create: %v, %+v", err, st)
+	}
+	if r, _ := adm.CreateTopic(ctx, 1, -1, nil, "events"); !kerrIs(r.Err, kerr.TopicAlreadyExists) {
+		t.Fatalf("create again: %v", r.Err)
+	}
+	if r, _ := adm.CreateTopic(ctx, 1, -1, nil, "bad.name"); !kerrIs(r.Err, kerr.InvalidTopicException) {
+		t.Fatalf("create bad.name: %v", r.Err)
+	}
+	if r, _ := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "compacted"); !kerrIs(r.Err, kerr.InvalidConfig) {
+		t.Fatalf("create compacted: %v", r.Err)
+	}
+
+	cfgs, err := adm.DescribeTopicConfigs(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := cfgs.On("events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rc.Configs {
+		if c.Key == "retention.ms" && c.MaybeValue() == "3600000" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("retention.ms not in %+v", rc.Configs)
+	}
+
+	cl := newClient(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	before := time.Now()
+	for i := range 3 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "events", Partition: 1, Value: []byte{byte('a' + i)}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mid := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "events", Partition: 1, Value: []byte("d")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	start, err := adm.ListStartOffsets(ctx, "events")
+	end, err2 := adm.ListEndOffsets(ctx, "events")
+	if err != nil || err2 != nil {
+		t.Fatal(err, err2)
+	}
+	if o, _ := start.Lookup("events", 1); o.Offset != 0 {
+		t.Fatalf("earliest %d", o.Offset)
+	}
+	if o, _ := end.Lookup("events", 1); o.Offset != 4 {
+		t.Fatalf("latest %d", o.Offset)
+	}
+	if o, _ := end.Lookup("events", 0); o.Offset != 0 {
+		t.Fatalf("latest of an empty partition %d", o.Offset)
+	}
+	byTime, err := adm.ListOffsetsAfterMilli(ctx, mid.UnixMilli(), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := byTime.Lookup("events", 1); o.Offset != 3 {
+		t.Fatalf("offset after %v: %d, want 3", mid.Sub(before), o.Offset)
+	}
+
+	up, err := adm.UpdatePartitions(ctx, 5, "events")
+	if err != nil || !kerrIs(up["events"].Err, kerr.InvalidPartitions) || !strings.Contains(up["events"].ErrMessage, "cannot change") {
+		t.Fatalf("create partitions: %v %+v", err, up)
+	}
+
+	meta, err := adm.BrokerMetadata(ctx)
+	if err != nil || len(meta.Brokers) != 1 || meta.Controller != 0 || meta.Brokers[0].Port == 0 {
+		t.Fatalf("cluster: %+v %v", meta, err)
+	}
+
+	del, err := adm.DeleteTopics(ctx, "events")
+	if err != nil || del["events"].Err != nil {
+		t.Fatalf("delete: %v %+v", err, del)
+	}
+	if _, err := s.Streams().Stream("events"); err == nil {
+		t.Fatal("stream still there after DeleteTopics")
+	}
+}
+
+// TestAutoCreateOff: with kafka_auto_create off, producing to an unknown topic
+// fails with UNKNOWN_TOPIC_OR_PARTITION and creates nothing.
+func TestAutoCreateOff(t *testing.T) {
+	s, addr := startTern(t, func(c *server.Config) { c.KafkaAutoCreate = false })
+	cl := newClient(t, addr, kgo.RecordRetries(1), kgo.RecordDeliveryTimeout(2*time.Second))
+	err := cl.ProduceSync(ctxT(t), &kgo.Record{Topic: "nope", Value: []byte("x")}).FirstErr()
+	if err == nil {
+		t.Fatal("produce to an unknown topic succeeded")
+	}
+	if _, serr := s.Streams().Stream("nope"); serr == nil {
+		t.Fatalf("topic created with auto-create off (produce said %v)", err)
+	}
+}

@@ -1,0 +1,77 @@
+package kafka
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const apiVersionsKey = 18
+
+// apiRange is the versions of one API this server serves.
+type apiRange struct{ key, min, max int16 }
+
+// apis lists every API served and its versions: the oldest each is served from is
+// the oldest Kafka 4 serves (older clients are long gone), the newest is kmsg's.
+// ApiVersions answers with exactly this list.
+var apis = []apiRange{
+	{0, 3, 13}, // Produce (v3+: record batch v2)
+	{1, 4, 18}, // Fetch
+	{2, 1, 11}, // ListOffsets
+	{3, 0, 13}, // Metadata
+	{18, 0, 5}, // ApiVersions
+	{19, 2, 7}, // CreateTopics
+	{20, 1, 6}, // DeleteTopics
+	{22, 0, 5}, // InitProducerID (idempotent producers; no transactions)
+	{32, 1, 4}, // DescribeConfigs
+	{37, 0, 3}, // CreatePartitions
+	{60, 0, 2}, // DescribeCluster
+}
+
+func supported(key, version int16) bool {
+	for _, a := range apis {
+		if a.key == key {
+			return version >= a.min && version <= a.max
+		}
+	}
+	return false
+}
+
+// dispatch answers a decoded request. A nil answer sends nothing (Produce with
+// acks=0); an error closes the connection.
+func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
+	switch r := req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return apiVersionsResponse(r.Version), nil
+	case *kmsg.MetadataRequest:
+		return c.metadata(r), nil
+	case *kmsg.ProduceRequest:
+		return c.produce(r)
+	case *kmsg.FetchRequest:
+		return c.fetchRecords(r), nil
+	case *kmsg.ListOffsetsRequest:
+		return c.listOffsets(r), nil
+	case *kmsg.CreateTopicsRequest:
+		return c.createTopics(r), nil
+	case *kmsg.DeleteTopicsRequest:
+		return c.deleteTopics(r), nil
+	case *kmsg.CreatePartitionsRequest:
+		return c.createPartitions(r), nil
+	case *kmsg.InitProducerIDRequest:
+		return c.initProducerID(r), nil
+	case *kmsg.DescribeConfigsRequest:
+		return c.describeConfigs(r), nil
+	case *kmsg.DescribeClusterRequest:
+		return c.describeCluster(r), nil
+	}
+	return unsupported(req), nil // not reached: supported() lists only the above
+}
+
+func apiVersionsResponse(version int16) *kmsg.ApiVersionsResponse {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.Version = version
+	for _, a := range apis {
+		k := kmsg.NewApiVersionsResponseApiKey()
+		k.ApiKey, k.MinVersion, k.MaxVersion = a.key, a.min, a.max
+		resp.ApiKeys = append(resp.ApiKeys, k)
+	}
+	return resp
+}

@@ -1,0 +1,350 @@
+package kafka
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// fetchScratch is a connection's reusable fetch state.
+type fetchScratch struct {
+	w     batchWriter
+	buf   []byte // the answer's record batches, one after another
+	spans []fetchSpan
+	rec   kmsg.Record
+	hdrs  []kmsg.Header
+	wake  chan struct{}
+}
+
+// fetchSpan is where one partition's batches sit in fetchScratch.buf.
+type fetchSpan struct{ topic, part, from, to int }
+
+// maxFetchWait bounds a fetch's max.wait.ms: a client asking for more waits this.
+const maxFetchWait = 30 * time.Second
+
+// fetchRecords answers a Fetch. Each partition is read from the offset asked, its
+// records encoded as one v2 batch; when the answer holds less than min.bytes, the
+// request waits up to max.wait.ms for commits to any of its partitions (the
+// stream's writer wakes it) and reads again.
+func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
+	resp := kmsg.NewPtrFetchResponse()
+	resp.Version = req.Version
+	if req.SessionID != 0 {
+		// This server keeps no fetch sessions (KIP-227): it never hands out an id,
+		// so a client naming one is told it is unknown and fetches in full.
+		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		return resp
+	}
+	// Topics resolved once; a topic deleted meanwhile fails its reads.
+	topics := make([]*topic, len(req.Topics))
+	codes := make([]int16, len(req.Topics))
+	for i := range req.Topics {
+		if req.Version >= 13 {
+			topics[i], codes[i] = c.s.lookupID(req.Topics[i].TopicID)
+		} else {
+			topics[i], codes[i], _ = c.s.lookup(req.Topics[i].Topic, false)
+		}
+	}
+	wait := min(time.Duration(max(req.MaxWaitMillis, 0))*time.Millisecond, c.s.maxWait)
+	deadline := time.Now().Add(wait)
+	var timer *time.Timer
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	fs := &c.fetch
+	for {
+		total, failed := c.readFetch(req, topics, codes, resp)
+		if total >= int(req.MinBytes) || failed || wait <= 0 || !time.Now().Before(deadline) {
+			break
+		}
+		if stops == nil {
+			// Watch, then read once more: a commit between the read and the watch
+			// must not be slept through.
+			if fs.wake == nil {
+				fs.wake = make(chan struct{}, 1)
+			}
+			select {
+			case <-fs.wake: // a stale wake-up from an earlier fetch
+			default:
+			}
+			for i, t := range topics {
+				if t == nil {
+					continue
+				}
+				for _, p := range req.Topics[i].Partitions {
+					if p.Partition >= 0 && int(p.Partition) < t.s.Partitions() {
+						stops = append(stops, t.s.WatchAppends(int(p.Partition), fs.wake))
+					}
+				}
+			}
+			timer = time.NewTimer(time.Until(deadline))
+			continue
+		}
+		select {
+		case <-fs.wake:
+		case <-timer.C:
+		case <-c.s.done:
+			wait = 0 // shutting down: answer with what there is
+		}
+	}
+	// The batches' bytes are placed once the buffer no longer grows.
+	for _, sp := range fs.spans {
+		resp.Topics[sp.topic].Partitions[sp.part].RecordBatches = fs.buf[sp.from:sp.to]
+	}
+	return resp
+}
+
+// readFetch reads every partition of req into resp (replacing what an earlier
+// read put there). It returns the record bytes read and whether a partition failed
+// for another reason than having no new data.
+func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16, resp *kmsg.FetchResponse) (total int, failed bool) {
+	fs := &c.fetch
+	fs.buf, fs.spans = fs.buf[:0], fs.spans[:0]
+	resp.Topics = resp.Topics[:0]
+	budget := int(req.MaxBytes)
+	if req.Version < 3 || budget <= 0 {
+		budget = 50 << 20
+	}
+	for i := range req.Topics {
+		rt := &req.Topics[i]
+		ot := kmsg.NewFetchResponseTopic()
+		ot.Topic, ot.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewFetchResponseTopicPartition()
+			op.Partition = rp.Partition
+			op.HighWatermark, op.LastStableOffset, op.LogStartOffset = -1, -1, -1
+			op.RecordBatches = []byte{} // empty, not null: clients read a null as a bad size
+			t := topics[i]
+			switch {
+			case codes[i] != 0:
+				op.ErrorCode = codes[i]
+			case rp.Partition < 0 || int(rp.Partition) >= t.s.Partitions():
+				op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			default:
+				from := len(fs.buf)
+				limit := min(int(rp.PartitionMaxBytes), budget)
+				var n int
+				op.ErrorCode, op.HighWatermark, op.LogStartOffset, n = c.readPartition(t, int(rp.Partition), rp.FetchOffset, limit, total == 0)
+				op.LastStableOffset = op.HighWatermark
+				if n > 0 {
+					fs.spans = append(fs.spans, fetchSpan{topic: len(resp.Topics), part: len(ot.Partitions), from: from, to: len(fs.buf)})
+					total += n
+					budget -= n
+				}
+			}
+			if op.ErrorCode != 0 {
+				failed = true
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, ot)
+	}
+	return total, failed
+}
+
+// readPartition appends to c.fetch.buf one record batch of partition p from offset
+// on, of at most limit bytes unless first (an answer's first batch goes whole, so a
+// record larger than the limits still gets through, as in Kafka). It returns the
+// bytes appended.
+func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first bool) (code int16, hwm, logStart int64, n int) {
+	fs := &c.fetch
+	st, err := t.s.PartitionState(p)
+	if err != nil {
+		return kerr.UnknownTopicOrPartition.Code, -1, -1, 0
+	}
+	hwm, logStart = int64(st.LastSeq), int64(st.FirstSeq)-1
+	if offset < logStart || offset > hwm {
+		return kerr.OffsetOutOfRange.Code, hwm, logStart, 0
+	}
+	if offset == hwm || (limit <= 0 && !first) {
+		return 0, hwm, logStart, 0
+	}
+	r, err := t.s.PartitionReader(p, uint64(offset)+1)
+	if err != nil {
+		return kerr.UnknownTopicOrPartition.Code, hwm, logStart, 0
+	}
+	defer r.Close()
+	start := len(fs.buf)
+	count := 0
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var corr *store.Corruption
+		if errors.As(err, &corr) {
+			c.s.log.Error("fetch skips damaged records", "topic", t.name, "partition", p, "err", err)
+			continue
+		}
+		if err != nil {
+			if count == 0 {
+				return kerr.KafkaStorageError.Code, hwm, logStart, 0
+			}
+			break
+		}
+		c.kafkaRecord(t, &rec)
+		ts := recordTime(&rec)
+		size := int(recordLength(&fs.rec)) + 5
+		if count == 0 {
+			size += batchHeaderLen
+		}
+		if len(fs.buf)-start+size > limit && (count > 0 || !first) {
+			break
+		}
+		if count == 0 {
+			fs.w.begin(fs.buf, int64(rec.Seq)-1, ts)
+		}
+		fs.w.add(&fs.rec, int64(rec.Seq)-1, ts)
+		fs.buf = fs.w.buf
+		count++
+		if len(fs.buf)-start >= limit {
+			break
+		}
+	}
+	if count == 0 {
+		return 0, hwm, logStart, 0
+	}
+	fs.buf = fs.w.end()
+	c.outMsgs.Add(uint64(count))
+	c.outByte.Add(uint64(len(fs.buf) - start))
+	return 0, hwm, logStart, len(fs.buf) - start
+}
+
+// kafkaRecord turns a stored message into c.fetch.rec: Tern-Key becomes the key,
+// the other headers Kafka headers, except those the Kafka API wrote for itself.
+func (c *conn) kafkaRecord(t *topic, rec *store.Record) {
+	fs := &c.fetch
+	out := &fs.rec
+	out.Key, out.Value, out.Attributes = nil, rec.Payload, 0
+	if out.Value == nil {
+		out.Value = []byte{}
+	}
+	fs.hdrs = fs.hdrs[:0]
+	header.Block(rec.Header).Each(func(k, v []byte) bool {
+		switch unsafeString(k) {
+		case streamapi.HeaderKey:
+			out.Key = v
+			if out.Key == nil {
+				out.Key = []byte{}
+			}
+			return true
+		case streamapi.HeaderToPartition, HeaderTimestamp:
+			return true
+		case streamapi.HeaderMsgID:
+			if strings.HasPrefix(unsafeString(v), msgIDPrefix) {
+				return true
+			}
+		}
+		fs.hdrs = append(fs.hdrs, kmsg.Header{Key: unsafeString(k), Value: v})
+		return true
+	})
+	if t.subject == "" {
+		fs.hdrs = append(fs.hdrs, kmsg.Header{Key: HeaderSubject, Value: rec.Subject})
+	}
+	out.Headers = fs.hdrs
+}
+
+// recordTime is a stored message's Kafka timestamp: the producer's, when a Kafka
+// producer gave one, else when the stream stored it (unix milliseconds).
+func recordTime(rec *store.Record) int64 {
+	if v, ok := header.Block(rec.Header).Lookup(HeaderTimestamp); ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return ms
+		}
+	}
+	return rec.Time / int64(time.Millisecond)
+}
+
+// ---------------------------------------------------------------------------------
+// ListOffsets
+
+// Special timestamps of ListOffsets.
+const (
+	offsetLatest        = -1
+	offsetEarliest      = -2
+	offsetMaxTimestamp  = -3
+	offsetEarliestLocal = -4
+	offsetTiered        = -5
+)
+
+func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsResponse {
+	resp := kmsg.NewPtrListOffsetsResponse()
+	resp.Version = req.Version
+	for _, rt := range req.Topics {
+		ot := kmsg.NewListOffsetsResponseTopic()
+		ot.Topic = rt.Topic
+		t, code, _ := c.s.lookup(rt.Topic, false)
+		for _, rp := range rt.Partitions {
+			op := kmsg.NewListOffsetsResponseTopicPartition()
+			op.Partition, op.Timestamp, op.Offset, op.LeaderEpoch = rp.Partition, -1, -1, 0
+			switch {
+			case code != 0:
+				op.ErrorCode = code
+			case rp.Partition < 0 || int(rp.Partition) >= t.s.Partitions():
+				op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			default:
+				op.ErrorCode, op.Offset, op.Timestamp = c.offsetFor(t, int(rp.Partition), rp.Timestamp)
+			}
+			ot.Partitions = append(ot.Partitions, op)
+		}
+		resp.Topics = append(resp.Topics, ot)
+	}
+	return resp
+}
+
+// offsetFor finds the offset ListOffsets asks for with ts.
+func (c *conn) offsetFor(t *topic, p int, ts int64) (code int16, offset, at int64) {
+	st, err := t.s.PartitionState(p)
+	if err != nil {
+		return kerr.UnknownTopicOrPartition.Code, -1, -1
+	}
+	hwm, logStart := int64(st.LastSeq), int64(st.FirstSeq)-1
+	switch {
+	case ts == offsetLatest:
+		return 0, hwm, -1
+	case ts == offsetEarliest || ts == offsetEarliestLocal:
+		return 0, logStart, -1
+	case ts == offsetTiered:
+		return 0, -1, -1 // nothing is tiered
+	case ts == offsetMaxTimestamp:
+		if st.Msgs == 0 {
+			return 0, -1, -1
+		}
+		return 0, hwm - 1, st.LastTime / int64(time.Millisecond)
+	case ts < 0:
+		return kerr.InvalidRequest.Code, -1, -1
+	}
+	// By time: the first message stored at or after ts (the time Tern stored it).
+	seq, err := t.s.PartitionSeqForTime(p, ts*int64(time.Millisecond))
+	if err != nil {
+		return kerr.KafkaStorageError.Code, -1, -1
+	}
+	if seq > st.LastSeq {
+		return 0, -1, -1
+	}
+	r, err := t.s.PartitionReader(p, seq)
+	if err != nil {
+		return kerr.UnknownTopicOrPartition.Code, -1, -1
+	}
+	defer r.Close()
+	rec, err := r.Next()
+	if err != nil {
+		return 0, int64(seq) - 1, -1
+	}
+	return 0, int64(rec.Seq) - 1, rec.Time / int64(time.Millisecond)
+}

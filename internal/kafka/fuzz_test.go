@@ -1,0 +1,190 @@
+package kafka
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/stream"
+)
+
+// seedRequests are well-formed requests (frames without their size) of every API
+// served, for the fuzz targets' corpus.
+func seedRequests() [][]byte {
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("seed"))
+	frame := func(r kmsg.Request) []byte { return f.AppendRequest(nil, r, 7)[4:] }
+	var out [][]byte
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	out = append(out, frame(av))
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 12
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("fz")
+	md.Topics, md.AllowAutoTopicCreation = append(md.Topics, mt), true
+	out = append(out, frame(md))
+	for _, codec := range []int16{0, 1, 2, 3, 4} {
+		pr := kmsg.NewPtrProduceRequest()
+		pr.Version, pr.Acks, pr.TimeoutMillis = 9, -1, 1000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "fz"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = seedBatch(codec)
+		rt.Partitions = append(rt.Partitions, rp)
+		pr.Topics = append(pr.Topics, rt)
+		out = append(out, frame(pr))
+	}
+	fr := kmsg.NewPtrFetchRequest()
+	fr.Version, fr.MaxWaitMillis, fr.MinBytes, fr.MaxBytes, fr.SessionEpoch = 11, 0, 1, 1<<20, -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "fz"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	fr.Topics = append(fr.Topics, ft)
+	out = append(out, frame(fr))
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lo.Version = 7
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = "fz"
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Timestamp = -2
+	lt.Partitions = append(lt.Partitions, lp)
+	lo.Topics = append(lo.Topics, lt)
+	out = append(out, frame(lo))
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	ct.Version = 5
+	ctt := kmsg.NewCreateTopicsRequestTopic()
+	ctt.Topic, ctt.NumPartitions, ctt.ReplicationFactor = "fz2", 2, 1
+	ct.Topics = append(ct.Topics, ctt)
+	out = append(out, frame(ct))
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.Version = 4
+	out = append(out, frame(ip))
+	dc := kmsg.NewPtrDescribeConfigsRequest()
+	dc.Version = 4
+	dr := kmsg.NewDescribeConfigsRequestResource()
+	dr.ResourceType, dr.ResourceName = kmsg.ConfigResourceTypeTopic, "fz"
+	dc.Resources = append(dc.Resources, dr)
+	out = append(out, frame(dc))
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.Version, dt.TopicNames = 4, []string{"fz2"}
+	out = append(out, frame(dt))
+	return out
+}
+
+// seedBatch is a record batch of two records compressed with codec.
+func seedBatch(codec int16) []byte {
+	var recs []byte
+	for i, v := range []string{"one", "two"} {
+		r := kmsg.Record{OffsetDelta: int32(i), Key: []byte("k"), Value: []byte(v),
+			Headers: []kmsg.Header{{Key: "h", Value: []byte("v")}}}
+		r.Length = recordLength(&r)
+		recs = r.AppendTo(recs)
+	}
+	recs = compress(codec, recs)
+	b := kmsg.RecordBatch{Magic: 2, Attributes: codec, LastOffsetDelta: 1, FirstTimestamp: 1, MaxTimestamp: 1,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 2, Records: recs}
+	b.Length = int32(batchLenAfter + len(recs))
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[batchCRCAt:], crc32.Checksum(out[batchAttrsAt:], crc32c))
+	return out
+}
+
+// TestWriteFuzzCorpus writes the seed requests into testdata/fuzz when
+// TERN_WRITE_CORPUS is set.
+func TestWriteFuzzCorpus(t *testing.T) {
+	if os.Getenv("TERN_WRITE_CORPUS") == "" {
+		t.Skip("set TERN_WRITE_CORPUS=1 to write the fuzz seed corpus")
+	}
+	write := func(target string, seeds [][]byte) {
+		dir := filepath.Join("testdata", "fuzz", target)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range seeds {
+			body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("FuzzRequest", seedRequests())
+	var batches [][]byte
+	for _, c := range []int16{0, 1, 2, 3, 4} {
+		batches = append(batches, seedBatch(c))
+	}
+	write("FuzzRecordBatch", batches)
+}
+
+// FuzzRequest feeds a request frame (what follows the size) to a connection of a
+// server with real streams: it must answer, or close the connection, and never
+// panic.
+func FuzzRequest(f *testing.F) {
+	for _, s := range seedRequests() {
+		f.Add(s)
+	}
+	dir := f.TempDir()
+	b := broker.New()
+	m, err := stream.New(stream.Config{Dir: dir, Sync: store.SyncNever}, b, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := m.Start(); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(m.Close)
+	s, err := NewServer(Config{AutoCreate: true, MaxPayload: 1 << 20}, b, m, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s.maxWait = 0
+	f.Cleanup(func() { _ = s.Shutdown(time.Second) })
+	client, srv := net.Pipe()
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	f.Cleanup(func() { client.Close(); srv.Close() })
+	c := newConn(s, 1, srv)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) > maxOtherRequest {
+			return
+		}
+		_ = c.handle(frame)
+		c.q.Flush()
+	})
+}
+
+// FuzzRecordBatch decodes a partition's record data as Produce does: framing, CRC,
+// decompression (bounded), records. It must refuse what is wrong, never panic.
+func FuzzRecordBatch(f *testing.F) {
+	for _, c := range []int16{0, 1, 2, 3, 4} {
+		f.Add(seedBatch(c))
+	}
+	var rec kmsg.Record
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for len(data) > 0 {
+			batch, rest, err := nextBatch(data)
+			if err != nil {
+				return
+			}
+			data = rest
+			body, err := decompress(&batch, nil, 1<<20)
+			if err != nil {
+				continue
+			}
+			if len(body) > 1<<20 {
+				t.Fatalf("decompressed %d bytes past the limit", len(body))
+			}
+			_ = eachRecord(body, batch.NumRecords, &rec, func(int, *kmsg.Record) error { return nil })
+		}
+	})
+}

@@ -1,0 +1,415 @@
+package kafka
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/streamapi"
+	"github.com/tern-mq/tern/internal/subject"
+)
+
+// Headers the Kafka API writes and reads besides the stream engine's.
+const (
+	// HeaderTimestamp keeps a produced record's timestamp (Kafka's CreateTime), in
+	// unix milliseconds; Fetch gives it back as the record's timestamp.
+	HeaderTimestamp = "Tern-Timestamp"
+	// HeaderSubject names the subject a record is published on, for a topic whose
+	// stream does not capture exactly one literal subject; Fetch sets it on records
+	// of such topics.
+	HeaderSubject = "Tern-Subject"
+	// msgIDPrefix starts the message ids of idempotent producers' records.
+	msgIDPrefix = "kafka:"
+)
+
+// produceScratch is a connection's reusable produce state.
+type produceScratch struct {
+	hdr    []byte // header blocks of the records, one after another
+	reply  []byte
+	num    []byte
+	bufs   [][]byte // decompression buffers, one per compressed batch
+	msgs   []outMsg
+	parts  []partOut
+	idem   []idemBatch
+	rec    kmsg.Record
+	bm     broker.Message
+	errIdx []kmsg.ProduceResponseTopicPartitionErrorRecord
+}
+
+// outMsg is a record ready to publish.
+type outMsg struct {
+	subj         []byte
+	hdrFrom, hdr int // span in produceScratch.hdr
+	value        []byte
+	part         int // index in produceScratch.parts
+}
+
+// partOut is one partition of the request and what its answer says.
+type partOut struct {
+	ti         int // the request's topic
+	t          *topic
+	partition  int32
+	code       int16
+	msg        string
+	first, n   int   // its records' indexes in the ack wait
+	dupBase    int64 // >= 0: the whole partition's data was a retried batch stored at this offset
+	recordErrs []kmsg.ProduceResponseTopicPartitionErrorRecord
+}
+
+// idemBatch is an idempotent batch to record as stored once acknowledged.
+type idemBatch struct {
+	part        int
+	id          int64
+	epoch       int16
+	first, last int32
+	from, n     int // its records' indexes in the ack wait
+}
+
+func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
+	ps := &c.prod
+	ps.hdr, ps.msgs, ps.parts, ps.idem = ps.hdr[:0], ps.msgs[:0], ps.parts[:0], ps.idem[:0]
+	nbuf := 0
+	resp := kmsg.NewPtrProduceResponse()
+	resp.Version = req.Version
+	if req.Acks != 0 && req.Acks != 1 && req.Acks != -1 {
+		return c.refuseProduce(req, resp, kerr.InvalidRequiredAcks.Code, "acks must be 0, 1 or -1"), nil
+	}
+	if req.Acks != 0 {
+		if err := c.s.acks.subscribe(); err != nil {
+			return nil, fmt.Errorf("kafka: ack inbox: %w", err)
+		}
+	}
+	for ti := range req.Topics {
+		rt := &req.Topics[ti]
+		var t *topic
+		var code int16
+		var msg string
+		if req.Version >= 13 {
+			t, code = c.s.lookupID(rt.TopicID)
+		} else {
+			t, code, msg = c.s.lookup(rt.Topic, true)
+		}
+		for pi := range rt.Partitions {
+			rp := &rt.Partitions[pi]
+			po := partOut{ti: ti, t: t, partition: rp.Partition, code: code, msg: msg, dupBase: -1, first: len(ps.msgs)}
+			switch {
+			case req.TransactionID != nil:
+				po.code, po.msg = kerr.TransactionalIDAuthorizationFailed.Code, "transactions are not supported yet"
+			case po.code == 0 && (rp.Partition < 0 || int(rp.Partition) >= t.s.Partitions()):
+				po.code = kerr.UnknownTopicOrPartition.Code
+			}
+			ps.parts = append(ps.parts, po)
+			if po.code != 0 {
+				continue
+			}
+			nbuf = c.decodePartition(len(ps.parts)-1, rp.Records, nbuf)
+		}
+	}
+	// Publish every record, each with its own reply subject.
+	var w *ackWait
+	if req.Acks != 0 {
+		w = c.s.acks.open(len(ps.msgs))
+	}
+	bm := &ps.bm
+	for i := range ps.msgs {
+		m := &ps.msgs[i]
+		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}
+		if w != nil {
+			ps.reply = c.s.acks.appendReply(ps.reply[:0], w, i)
+			bm.Reply = ps.reply
+		}
+		if c.s.broker.Publish(&c.batch, bm) == 0 && w != nil {
+			c.s.acks.fail(w, i, streamapi.CodeNotFound, "no stream captures subject "+string(m.subj))
+		}
+		c.inBytes.Add(uint64(len(m.value)))
+	}
+	c.inMsgs.Add(uint64(len(ps.msgs)))
+	c.batch.Flush()
+	c.batch.WaitStalled(time.Second)
+	if req.Acks == 0 {
+		for i := range ps.parts {
+			if ps.parts[i].code != 0 {
+				// As Kafka: the client cannot be told, so it is made to notice and
+				// refresh its metadata.
+				return nil, &batchError{code: ps.parts[i].code, msg: "acks=0 produce refused: " + ps.parts[i].msg}
+			}
+		}
+		return nil, nil
+	}
+	timeout := time.Duration(max(req.TimeoutMillis, 1000)) * time.Millisecond
+	timer := time.NewTimer(timeout)
+	select {
+	case <-w.done:
+	case <-timer.C:
+	case <-c.s.done:
+	}
+	timer.Stop()
+	c.s.acks.cancel(w)
+	c.answerProduce(req, resp, w)
+	return resp, nil
+}
+
+// refuseProduce answers every partition of req with code.
+func (c *conn) refuseProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, code int16, msg string) *kmsg.ProduceResponse {
+	for _, rt := range req.Topics {
+		ot := kmsg.NewProduceResponseTopic()
+		ot.Topic, ot.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewProduceResponseTopicPartition()
+			p.Partition, p.ErrorCode, p.ErrorMessage = rp.Partition, code, kmsg.StringPtr(msg)
+			p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
+			ot.Partitions = append(ot.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, ot)
+	}
+	return resp
+}
+
+// decodePartition checks and decodes a partition's record batches and queues
+// their records for publishing; a batch refused refuses the partition.
+func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
+	ps := &c.prod
+	po := &ps.parts[pi]
+	t := po.t
+	var num, tsNum [20]byte
+	partText := strconv.AppendInt(num[:0], int64(po.partition), 10)
+	fail := func(err error) int {
+		po.code, po.msg = errorCode(err)
+		ps.msgs = ps.msgs[:po.first]
+		ps.idem = trimIdem(ps.idem, pi)
+		return nbuf
+	}
+	for len(data) > 0 {
+		batch, rest, err := nextBatch(data)
+		if err != nil {
+			return fail(err)
+		}
+		data = rest
+		if batch.Attributes&(attrTransactional|attrControl) != 0 {
+			return fail(badBatch(kerr.InvalidTxnState.Code, "transactional batches are not supported yet"))
+		}
+		if batch.NumRecords < 0 {
+			return fail(badBatch(kerr.CorruptMessage.Code, "record batch with %d records", batch.NumRecords))
+		}
+		idem := batch.ProducerID >= 0 && batch.FirstSequence >= 0
+		var last int32
+		if idem {
+			last = nextSeq(batch.FirstSequence, int64(batch.NumRecords)-1)
+			k := partKey{t.name, po.partition}
+			base, dup, code := c.s.prods.check(batch.ProducerID, batch.ProducerEpoch, k, batch.FirstSequence, last)
+			if code != 0 {
+				return fail(badBatch(code, "producer %d epoch %d: batch sequences %d to %d refused", batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence, last))
+			}
+			if dup {
+				po.dupBase = base // answered from what was stored the first time
+				continue
+			}
+		}
+		if nbuf == len(ps.bufs) {
+			ps.bufs = append(ps.bufs, nil)
+		}
+		body, err := decompress(&batch, ps.bufs[nbuf], c.s.cfg.MaxRequestSize)
+		if err != nil {
+			return fail(err)
+		}
+		if batch.Attributes&attrCodec != codecNone {
+			ps.bufs[nbuf] = body
+			nbuf++
+		}
+		from := len(ps.msgs)
+		err = eachRecord(body, batch.NumRecords, &ps.rec, func(i int, rec *kmsg.Record) error {
+			subj, err := recordSubject(t, rec)
+			if err != nil {
+				po.recordErrs = append(po.recordErrs, kmsg.ProduceResponseTopicPartitionErrorRecord{
+					RelativeOffset: int32(i), ErrorMessage: kmsg.StringPtr(err.Error())})
+				return nil
+			}
+			m := outMsg{subj: subj, hdrFrom: len(ps.hdr), value: rec.Value, part: pi}
+			h := header.Append(ps.hdr, streamapi.HeaderToPartition, unsafeString(partText))
+			if rec.Key != nil {
+				h = header.Append(h, streamapi.HeaderKey, unsafeString(rec.Key))
+			}
+			ts := batch.FirstTimestamp + rec.TimestampDelta64
+			h = header.Append(h, HeaderTimestamp, unsafeString(strconv.AppendInt(tsNum[:0], ts, 10)))
+			if idem {
+				h = appendMsgID(h, batch.ProducerID, batch.ProducerEpoch, po.partition, nextSeq(batch.FirstSequence, int64(i)))
+			}
+			for j := range rec.Headers {
+				if hk := rec.Headers[j].Key; hk != "" && hk != HeaderSubject {
+					h = header.Append(h, hk, unsafeString(rec.Headers[j].Value))
+				}
+			}
+			ps.hdr, m.hdr = h, len(h)
+			ps.msgs = append(ps.msgs, m)
+			return nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if len(po.recordErrs) > 0 {
+			// Kafka stores none of a batch with an invalid record.
+			po.code, po.msg = kerr.InvalidRecord.Code, *po.recordErrs[0].ErrorMessage
+			ps.msgs = ps.msgs[:po.first]
+			ps.idem = trimIdem(ps.idem, pi)
+			return nbuf
+		}
+		if idem {
+			ps.idem = append(ps.idem, idemBatch{part: pi, id: batch.ProducerID, epoch: batch.ProducerEpoch,
+				first: batch.FirstSequence, last: last, from: from, n: len(ps.msgs) - from})
+		}
+	}
+	po.n = len(ps.msgs) - po.first
+	return nbuf
+}
+
+func trimIdem(idem []idemBatch, part int) []idemBatch {
+	out := idem[:0]
+	for _, b := range idem {
+		if b.part != part {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// recordSubject is the subject a record is published on: the topic's subject, or,
+// for a stream without exactly one literal subject, the record's Tern-Subject
+// header, which must be a subject the stream captures.
+func recordSubject(t *topic, rec *kmsg.Record) ([]byte, error) {
+	if t.subject != "" {
+		return unsafeBytes(t.subject), nil
+	}
+	for i := range rec.Headers {
+		if rec.Headers[i].Key != HeaderSubject {
+			continue
+		}
+		subj := rec.Headers[i].Value
+		if subject.ValidatePublish(subj) != nil {
+			return nil, errRecord("header " + HeaderSubject + " " + strconv.Quote(string(subj)) + " is not a valid subject")
+		}
+		for _, f := range t.s.Config().Subjects {
+			if subject.Matches(f, string(subj)) {
+				return subj, nil
+			}
+		}
+		return nil, errRecord("subject " + strconv.Quote(string(subj)) + " is not one stream " + t.name + " captures")
+	}
+	return nil, errRecord("stream " + t.name + " captures several subjects or wildcards: name the record's subject in a " + HeaderSubject + " header")
+}
+
+type errRecord string
+
+func (e errRecord) Error() string { return string(e) }
+
+// appendMsgID appends the Tern-Msg-Id header of an idempotent producer's record.
+func appendMsgID(h []byte, id int64, epoch int16, part, seq int32) []byte {
+	var b [80]byte
+	v := append(b[:0], msgIDPrefix...)
+	v = strconv.AppendInt(v, id, 10)
+	v = append(v, ':')
+	v = strconv.AppendInt(v, int64(epoch), 10)
+	v = append(v, ':')
+	v = strconv.AppendInt(v, int64(part), 10)
+	v = append(v, ':')
+	v = strconv.AppendInt(v, int64(seq), 10)
+	return header.Append(h, streamapi.HeaderMsgID, unsafeString(v))
+}
+
+// answerProduce fills the answer from the stream's acks.
+func (c *conn) answerProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, w *ackWait) {
+	ps := &c.prod
+	now := time.Now()
+	// Acks all in (or the wait given up): record the idempotent batches stored.
+	for _, b := range ps.idem {
+		ok := b.n > 0
+		for i := b.from; i < b.from+b.n; i++ {
+			if r := w.results[i]; !r.got || r.code != 0 {
+				ok = false
+			}
+		}
+		if ok {
+			po := &ps.parts[b.part]
+			c.s.prods.stored(b.id, b.epoch, partKey{po.t.name, po.partition}, b.first, b.last, int64(w.results[b.from].seq)-1, now)
+		}
+	}
+	var rt *kmsg.ProduceResponseTopic
+	lastTi := -1
+	for i := range ps.parts {
+		po := &ps.parts[i]
+		if po.ti != lastTi {
+			lastTi = po.ti
+			resp.Topics = append(resp.Topics, kmsg.NewProduceResponseTopic())
+			rt = &resp.Topics[len(resp.Topics)-1]
+			rt.Topic, rt.TopicID = req.Topics[po.ti].Topic, req.Topics[po.ti].TopicID
+		}
+		p := kmsg.NewProduceResponseTopicPartition()
+		p.Partition = po.partition
+		p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
+		code, msg := po.code, po.msg
+		if code == 0 {
+			if po.n > 0 {
+				p.BaseOffset = int64(w.results[po.first].seq) - 1
+				for j := po.first; j < po.first+po.n; j++ {
+					r := w.results[j]
+					if !r.got {
+						code, msg = kerr.RequestTimedOut.Code, "the stream did not acknowledge in time"
+						break
+					}
+					if r.code != 0 {
+						code, msg = pubErrorCode(r.code), r.err
+						break
+					}
+				}
+			} else if po.dupBase >= 0 {
+				p.BaseOffset = po.dupBase
+			}
+			if st, err := po.t.s.PartitionState(int(po.partition)); err == nil {
+				p.LogStartOffset = int64(st.FirstSeq) - 1
+			}
+		}
+		if code != 0 {
+			p.ErrorCode = code
+			p.BaseOffset = -1
+			if msg != "" {
+				p.ErrorMessage = kmsg.StringPtr(msg)
+			}
+			p.ErrorRecords = po.recordErrs
+		}
+		rt.Partitions = append(rt.Partitions, p)
+	}
+}
+
+// pubErrorCode maps the stream's answer to a failed publish to Kafka's code.
+func pubErrorCode(code int) int16 {
+	switch code {
+	case streamapi.CodeTooLarge:
+		return kerr.MessageTooLarge.Code
+	case streamapi.CodeLimits:
+		return kerr.PolicyViolation.Code
+	case streamapi.CodeUnavailable:
+		return kerr.KafkaStorageError.Code
+	case streamapi.CodeNotFound:
+		return kerr.UnknownTopicOrPartition.Code
+	}
+	return kerr.UnknownServerError.Code
+}
+
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+func unsafeBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}

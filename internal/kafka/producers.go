@@ -1,0 +1,166 @@
+package kafka
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Idempotent producers. InitProducerID hands out a producer id; each batch a
+// producer sends carries that id, an epoch and the sequence of its first record,
+// counted per partition. Kafka's rules, as its brokers apply them:
+//
+//   - a batch equal to one of the last five of its partition (same epoch, first and
+//     last sequence) is a retry: it is answered with the first one's offset and not
+//     stored again (Kafka answers success, not DUPLICATE_SEQUENCE_NUMBER);
+//   - otherwise its first sequence must follow the last one stored, or be 0 for a new
+//     epoch: else OUT_OF_ORDER_SEQUENCE_NUMBER;
+//   - an epoch older than the producer's latest is INVALID_PRODUCER_EPOCH;
+//   - a producer or partition of which nothing is known (the server restarted, or
+//     the producer was forgotten) is taken at any sequence, as Kafka takes one whose
+//     state retention removed.
+//
+// That state lives in memory. What makes a retry safe across a restart too is that
+// every record of an idempotent producer is published with the message id
+// "kafka:<producer id>:<epoch>:<partition>:<sequence>" (the Tern-Msg-Id header),
+// which the stream's duplicate window (2 minutes by default) drops when it comes
+// again.
+
+const (
+	keepBatches  = 5 // as Kafka's max.in.flight for idempotence
+	producerIdle = 24 * time.Hour
+)
+
+type producers struct {
+	mu   sync.Mutex
+	next int64
+	byID map[int64]*producer
+}
+
+type producer struct {
+	epoch int16
+	used  time.Time
+	parts map[partKey]*seqState
+}
+
+type partKey struct {
+	topic string
+	part  int32
+}
+
+// seqState is what is known of one producer's batches to one partition.
+type seqState struct {
+	epoch   int16
+	lastSeq int32
+	batches [keepBatches]batchMeta
+	n       int // batches recorded, up to keepBatches
+	at      int // where the next one goes
+}
+
+type batchMeta struct {
+	epoch       int16
+	first, last int32
+	base        int64
+}
+
+func newProducers() *producers {
+	// Ids that no earlier run of this server handed out, so that message ids made
+	// from them are new within the streams' duplicate windows.
+	return &producers{next: time.Now().UnixMicro(), byID: make(map[int64]*producer)}
+}
+
+// init hands out a new producer id with epoch 0.
+func (p *producers) init(now time.Time) (int64, int16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, pr := range p.byID {
+		if now.Sub(pr.used) > producerIdle {
+			delete(p.byID, id)
+		}
+	}
+	p.next++
+	p.byID[p.next] = &producer{used: now, parts: make(map[partKey]*seqState)}
+	return p.next, 0
+}
+
+// check applies the sequence rules to a batch of records first..last. A duplicate
+// returns its first offset (dup true); an error code refuses the batch.
+func (p *producers) check(id int64, epoch int16, k partKey, first, last int32) (base int64, dup bool, code int16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr := p.byID[id]
+	if pr == nil {
+		return 0, false, 0
+	}
+	if epoch < pr.epoch {
+		return 0, false, kerr.InvalidProducerEpoch.Code
+	}
+	st := pr.parts[k]
+	if st == nil {
+		return 0, false, 0
+	}
+	for i := 0; i < st.n; i++ {
+		if b := st.batches[i]; b.epoch == epoch && b.first == first && b.last == last {
+			return b.base, true, 0
+		}
+	}
+	if epoch != st.epoch {
+		if first != 0 {
+			return 0, false, kerr.OutOfOrderSequenceNumber.Code
+		}
+		return 0, false, 0
+	}
+	if first != nextSeq(st.lastSeq, 1) {
+		return 0, false, kerr.OutOfOrderSequenceNumber.Code
+	}
+	return 0, false, 0
+}
+
+// stored records a batch that was stored with its first record at offset base.
+func (p *producers) stored(id int64, epoch int16, k partKey, first, last int32, base int64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr := p.byID[id]
+	if pr == nil {
+		// Not handed out by this run: remember it from now on.
+		pr = &producer{epoch: epoch, parts: make(map[partKey]*seqState)}
+		p.byID[id] = pr
+	}
+	pr.used = now
+	pr.epoch = max(pr.epoch, epoch)
+	st := pr.parts[k]
+	if st == nil {
+		st = &seqState{}
+		pr.parts[k] = st
+	}
+	if epoch != st.epoch {
+		st.n, st.at = 0, 0
+	}
+	st.epoch, st.lastSeq = epoch, last
+	st.batches[st.at] = batchMeta{epoch: epoch, first: first, last: last, base: base}
+	st.at = (st.at + 1) % keepBatches
+	st.n = min(st.n+1, keepBatches)
+}
+
+// nextSeq is seq advanced by n, wrapping past the largest int32 to 0 as Kafka's
+// sequences do.
+func nextSeq(seq int32, n int64) int32 {
+	return int32((int64(seq) + n) % (math.MaxInt32 + 1))
+}
+
+func (c *conn) initProducerID(req *kmsg.InitProducerIDRequest) *kmsg.InitProducerIDResponse {
+	resp := kmsg.NewPtrInitProducerIDResponse()
+	resp.Version = req.Version
+	if req.TransactionalID != nil {
+		// Transactions come later: a transactional producer learns now that this
+		// server does not serve them.
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		resp.ProducerID, resp.ProducerEpoch = -1, -1
+		return resp
+	}
+	resp.ProducerID, resp.ProducerEpoch = c.s.prods.init(time.Now())
+	return resp
+}

@@ -1,0 +1,239 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tern-mq/tern/internal/server"
+)
+
+// makeBatch encodes an uncompressed v2 record batch of values, from an idempotent
+// producer when pid >= 0.
+func makeBatch(pid int64, epoch int16, firstSeq int32, values ...string) []byte {
+	var recs []byte
+	for i, v := range values {
+		r := kmsg.Record{OffsetDelta: int32(i), Value: []byte(v)}
+		body := r.AppendTo(nil)[1:] // after a zero Length
+		recs = append(kbin.AppendVarint(recs, int32(len(body))), body...)
+	}
+	now := time.Now().UnixMilli()
+	b := kmsg.RecordBatch{Magic: 2, LastOffsetDelta: int32(len(values) - 1), FirstTimestamp: now, MaxTimestamp: now,
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: firstSeq, NumRecords: int32(len(values)), Records: recs}
+	if pid < 0 {
+		b.ProducerEpoch, b.FirstSequence = -1, -1
+	}
+	b.Length = int32(49 + len(recs))
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
+}
+
+func produceReq(topic string, partition int32, batch []byte) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 9, -1, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = partition, batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+func producePart(t *testing.T, r *raw, req *kmsg.ProduceRequest) kmsg.ProduceResponseTopicPartition {
+	t.Helper()
+	resp := r.do(req).(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("produce answer %+v", resp)
+	}
+	return resp.Topics[0].Partitions[0]
+}
+
+// TestUnsupportedAPIsAndVersions: an API nobody knows, an API Tern does not serve
+// and a version it does not serve each get UNSUPPORTED_VERSION, and the
+// connection goes on serving.
+func TestUnsupportedAPIsAndVersions(t *testing.T) {
+	_, addr := startTern(t, nil)
+	r := dialRaw(t, addr)
+
+	// ApiVersions at a version from the future: a v0 answer with the error and the
+	// versions served (KIP-511).
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 99
+	corr := r.send(av)
+	got, body, err := r.readFrame()
+	if err != nil || got != corr {
+		t.Fatalf("ApiVersions v99: answer %d (want %d), %v", got, corr, err)
+	}
+	v0 := kmsg.NewPtrApiVersionsResponse()
+	if err := v0.ReadFrom(body); err != nil {
+		t.Fatal(err)
+	}
+	if v0.ErrorCode != kerr.UnsupportedVersion.Code || len(v0.ApiKeys) == 0 {
+		t.Fatalf("ApiVersions v99: error %d with %d APIs", v0.ErrorCode, len(v0.ApiKeys))
+	}
+
+	// An unknown API key: just the error code.
+	r.corr++
+	frame := kbin.AppendInt16(nil, 200)
+	frame = kbin.AppendInt16(frame, 0)
+	frame = kbin.AppendInt32(frame, r.corr)
+	frame = kbin.AppendNullableString(frame, nil)
+	r.write(append(kbin.AppendInt32(nil, int32(len(frame))), frame...))
+	got, body, err = r.readFrame()
+	if err != nil || got != r.corr || len(body) != 2 || int16(binary.BigEndian.Uint16(body)) != kerr.UnsupportedVersion.Code {
+		t.Fatalf("unknown API: answer %d %x, %v", got, body, err)
+	}
+
+	// An API Tern does not serve yet (JoinGroup): its answer, with the error.
+	jg := kmsg.NewPtrJoinGroupRequest()
+	jg.Version, jg.Group, jg.ProtocolType = 5, "g", "consumer"
+	if resp := r.do(jg).(*kmsg.JoinGroupResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("JoinGroup: error %d", resp.ErrorCode)
+	}
+
+	// A version of a served API below what Tern serves (Produce v2, message sets).
+	pr := produceReq("old", 0, nil)
+	pr.Version = 2
+	if resp := r.do(pr).(*kmsg.ProduceResponse); len(resp.Topics) != 0 {
+		t.Fatalf("Produce v2 answered %+v", resp)
+	}
+
+	// Still serving.
+	av = kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	resp := r.do(av).(*kmsg.ApiVersionsResponse)
+	if resp.ErrorCode != 0 {
+		t.Fatalf("ApiVersions v3: error %d", resp.ErrorCode)
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == 11 {
+			t.Fatal("JoinGroup advertised")
+		}
+	}
+}
+
+// TestMalformedFrames: a request whose body does not decode, a size over the limit
+// and a negative size each close the connection; other connections are served.
+func TestMalformedFrames(t *testing.T) {
+	_, addr := startTern(t, nil)
+	cases := map[string][]byte{
+		// Metadata v1 with a topic array claiming 1000 entries and no bytes for them.
+		"truncated body": {0, 0, 0, 14, 0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0, 0, 3, 0xe8},
+		"over the limit": {0x7f, 0, 0, 0, 0, 0, 0, 1},
+		"negative size":  {0xff, 0xff, 0xff, 0xf0},
+		"too short":      {0, 0, 0, 2, 0, 3},
+	}
+	for name, frame := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := dialRaw(t, addr)
+			r.write(frame)
+			if !r.closed() {
+				t.Fatal("connection still open")
+			}
+			ok := dialRaw(t, addr)
+			req := kmsg.NewPtrApiVersionsRequest()
+			if resp := ok.do(req).(*kmsg.ApiVersionsResponse); resp.ErrorCode != 0 {
+				t.Fatalf("another connection: ApiVersions error %d", resp.ErrorCode)
+			}
+		})
+	}
+}
+
+// TestBadCRC: a batch whose CRC does not match is refused with CORRUPT_MESSAGE and
+// nothing is stored; the same batch with its CRC right is stored.
+func TestBadCRC(t *testing.T) {
+	s, addr := startTern(t, nil)
+	r := dialRaw(t, addr)
+	batch := makeBatch(-1, 0, 0, "one", "two")
+	bad := append([]byte(nil), batch...)
+	bad[len(bad)-1] ^= 0xff // a value byte: the CRC no longer matches
+	if p := producePart(t, r, produceReq("crc", 0, bad)); p.ErrorCode != kerr.CorruptMessage.Code {
+		t.Fatalf("bad CRC: error %d, want CORRUPT_MESSAGE", p.ErrorCode)
+	}
+	if p := producePart(t, r, produceReq("crc", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("good batch: error %d base offset %d", p.ErrorCode, p.BaseOffset)
+	}
+	st, err := s.Streams().Stream("crc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Info().State.Msgs; n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+// TestIdempotentSequences: a retried batch is answered with the first one's offset
+// and not stored twice; a gap in sequences and an old epoch are refused as Kafka
+// refuses them.
+func TestIdempotentSequences(t *testing.T) {
+	s, addr := startTern(t, nil)
+	r := dialRaw(t, addr)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.Version = 4
+	init := r.do(ip).(*kmsg.InitProducerIDResponse)
+	if init.ErrorCode != 0 || init.ProducerID < 0 {
+		t.Fatalf("InitProducerID: %+v", init)
+	}
+	pid, epoch := init.ProducerID, init.ProducerEpoch
+	first := producePart(t, r, produceReq("idem", 0, makeBatch(pid, epoch, 0, "a", "b", "c")))
+	if first.ErrorCode != 0 || first.BaseOffset != 0 {
+		t.Fatalf("first batch: error %d base %d", first.ErrorCode, first.BaseOffset)
+	}
+	second := producePart(t, r, produceReq("idem", 0, makeBatch(pid, epoch, 3, "d")))
+	if second.ErrorCode != 0 || second.BaseOffset != 3 {
+		t.Fatalf("second batch: error %d base %d", second.ErrorCode, second.BaseOffset)
+	}
+	// The first batch again, as a producer retries one whose answer it lost.
+	retry := producePart(t, r, produceReq("idem", 0, makeBatch(pid, epoch, 0, "a", "b", "c")))
+	if retry.ErrorCode != 0 || retry.BaseOffset != 0 {
+		t.Fatalf("retried batch: error %d base %d, want success at 0", retry.ErrorCode, retry.BaseOffset)
+	}
+	gap := producePart(t, r, produceReq("idem", 0, makeBatch(pid, epoch, 9, "x")))
+	if gap.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("sequence gap: error %d, want OUT_OF_ORDER_SEQUENCE_NUMBER", gap.ErrorCode)
+	}
+	newEpoch := producePart(t, r, produceReq("idem", 0, makeBatch(pid, epoch+1, 5, "x")))
+	if newEpoch.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("new epoch not from 0: error %d, want OUT_OF_ORDER_SEQUENCE_NUMBER", newEpoch.ErrorCode)
+	}
+	st, _ := s.Streams().Stream("idem")
+	if n := st.Info().State.Msgs; n != 4 {
+		t.Fatalf("stream holds %d messages, want 4", n)
+	}
+}
+
+// TestIdempotentRetryAfterRestart: the producer state is in memory, but a batch
+// retried after a restart is still stored once: its records' message ids
+// (Tern-Msg-Id) are in the stream's duplicate window.
+func TestIdempotentRetryAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*server.Server, string) {
+		return startTern(t, func(c *server.Config) { c.StoreDir = dir })
+	}
+	s, addr := start()
+	batch := makeBatch(777, 0, 0, "once", "only")
+	if p := producePart(t, dialRaw(t, addr), produceReq("restart", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("first: error %d base %d", p.ErrorCode, p.BaseOffset)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, addr = start()
+	if p := producePart(t, dialRaw(t, addr), produceReq("restart", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("retry after restart: error %d base %d, want success at 0", p.ErrorCode, p.BaseOffset)
+	}
+	st, _ := s.Streams().Stream("restart")
+	if n := st.Info().State.Msgs; n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}

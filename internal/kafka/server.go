@@ -1,0 +1,311 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/stream"
+)
+
+// DefaultMaxRequestSize is the largest request accepted by default, as Kafka's
+// socket.request.max.bytes.
+const DefaultMaxRequestSize = 100 << 20
+
+// maxOtherRequest bounds every request but Produce: none needs more, and a small
+// bound keeps what a malformed request can make the decoder allocate small.
+const maxOtherRequest = 8 << 20
+
+// Config is the Kafka front end's configuration.
+type Config struct {
+	// Advertise is the host:port Metadata gives clients; "" means the listener's
+	// address, with 127.0.0.1 for an unspecified host.
+	Advertise string
+	// AutoCreate creates a topic's stream on the first Produce or Metadata request
+	// that names a topic that does not exist.
+	AutoCreate bool
+	// MaxRequestSize bounds a request's size; a larger one closes the connection,
+	// as Kafka does. 0 means DefaultMaxRequestSize.
+	MaxRequestSize int
+	// MaxConnections bounds the connections at once; 0 means no limit.
+	MaxConnections int
+	// ClusterID is the cluster id Metadata and DescribeCluster report.
+	ClusterID string
+	// MaxPayload is the server's largest message, reported as the broker's
+	// message.max.bytes.
+	MaxPayload int
+	// Outbound limits shared with the other front ends.
+	MaxPending         int64
+	SlowConsumerPolicy string
+	WriteTimeout       time.Duration
+	NotSentLowat       int
+}
+
+// Server serves Kafka clients from the streams of one node.
+type Server struct {
+	cfg     Config
+	broker  *broker.Broker
+	streams *stream.Manager
+	log     *slog.Logger
+	group   *outbound.Group
+	acks    *inbox
+	prods   *producers
+
+	advertise atomic.Pointer[string] // host:port, set by Serve
+	maxWait   time.Duration          // bounds a fetch's max.wait.ms
+
+	// createMu serialises topic creation, so that concurrent auto-creations of one
+	// topic make it once.
+	createMu sync.Mutex
+	// ids caches topic ids to names (topics.go).
+	idMu sync.Mutex
+	ids  map[[16]byte]string
+
+	// Records fetched (and their batches' bytes) by connections that have gone.
+	goneOut, goneOutBytes atomic.Uint64
+
+	mu        sync.Mutex
+	conns     map[uint64]*conn
+	listeners []net.Listener
+	closing   bool
+	wg        sync.WaitGroup
+	done      chan struct{} // closed at Shutdown: waiting fetches and produces end
+}
+
+// NewServer returns a Kafka front end publishing through b and serving the streams
+// of m.
+func NewServer(cfg Config, b *broker.Broker, m *stream.Manager, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		return nil, errors.New("kafka: the Kafka API needs streams (store_dir)")
+	}
+	if cfg.MaxRequestSize <= 0 {
+		cfg.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if cfg.ClusterID == "" {
+		cfg.ClusterID = "tern"
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 64 << 20
+	}
+	if cfg.SlowConsumerPolicy == "" {
+		cfg.SlowConsumerPolicy = outbound.PolicyDrop.String()
+	}
+	if cfg.Advertise != "" {
+		if _, _, err := splitHostPort(cfg.Advertise); err != nil {
+			return nil, fmt.Errorf("kafka: advertise %q: %w", cfg.Advertise, err)
+		}
+	}
+	policy, err := outbound.ParsePolicy(cfg.SlowConsumerPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	// A response is never refused as a slow consumer's delivery would be: pending
+	// bytes bound how far a connection reads ahead instead (conn.go).
+	g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy,
+		WriteTimeout: cfg.WriteTimeout, NotSentLowat: cfg.NotSentLowat}, log)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	s := &Server{cfg: cfg, broker: b, streams: m, log: log, group: g,
+		prods: newProducers(), ids: make(map[[16]byte]string),
+		conns: make(map[uint64]*conn), done: make(chan struct{}), maxWait: maxFetchWait}
+	s.acks, err = newInbox(b)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return s, nil
+}
+
+func splitHostPort(hp string) (string, int32, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q: want 1 to 65535", p)
+	}
+	return host, int32(port), nil
+}
+
+// advertised is the host and port Metadata gives clients.
+func (s *Server) advertised() (string, int32) {
+	if p := s.advertise.Load(); p != nil {
+		if h, port, err := splitHostPort(*p); err == nil {
+			return h, port
+		}
+	}
+	return "127.0.0.1", 9092
+}
+
+// Serve accepts connections on l until l is closed or the server shuts down.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.listeners = append(s.listeners, l)
+	s.mu.Unlock()
+	adv := s.cfg.Advertise
+	if adv == "" {
+		adv = l.Addr().String()
+		if a, ok := l.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+			adv = net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+		}
+	}
+	s.advertise.CompareAndSwap(nil, &adv)
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Error("accept", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("kafka: accept on %s: %w", l.Addr(), err)
+		}
+		backoff = 0
+		s.serveConn(nc)
+	}
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	c := newConn(s, outbound.NextConnID(), nc)
+	s.mu.Lock()
+	if s.closing || (s.cfg.MaxConnections > 0 && len(s.conns) >= s.cfg.MaxConnections) {
+		closing := s.closing
+		s.mu.Unlock()
+		if !closing {
+			s.log.Warn("connection refused: limit reached", "remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections)
+		}
+		_ = nc.Close() // Kafka has no way to say why before a request
+		return
+	}
+	s.conns[c.id] = c
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.group.Opened(nc)
+	go func() {
+		defer s.wg.Done()
+		c.run()
+	}()
+}
+
+func (s *Server) remove(c *conn) {
+	s.mu.Lock()
+	s.group.Retire(&c.q, c.inMsgs.Load(), c.inBytes.Load())
+	s.goneOut.Add(c.outMsgs.Load())
+	s.goneOutBytes.Add(c.outByte.Load())
+	delete(s.conns, c.id)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes every connection (requests being handled are
+// answered first) and waits for them up to timeout.
+func (s *Server) Shutdown(timeout time.Duration) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	close(s.done)
+	for _, l := range s.listeners {
+		_ = l.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.q.Close(errServerClosing)
+	}
+	waited := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(waited)
+	}()
+	var err error
+	select {
+	case <-waited:
+	case <-time.After(timeout):
+		err = fmt.Errorf("kafka: %d connections still open after %v", len(conns), timeout)
+		for _, c := range conns {
+			_ = c.nc.Close()
+		}
+	}
+	s.acks.close()
+	return err
+}
+
+var errServerClosing = errors.New("server shutting down")
+
+// Stats are the counters of the Kafka connections, live and gone: InMsgs counts
+// records produced, OutMsgs records fetched.
+func (s *Server) Stats() outbound.Totals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t outbound.Totals
+	s.group.AddGone(&t)
+	t.OutMsgs += s.goneOut.Load()
+	t.OutBytes += s.goneOutBytes.Load()
+	for _, c := range s.conns {
+		t.AddLive(&c.q, c.inMsgs.Load(), c.inBytes.Load())
+		t.OutMsgs += c.outMsgs.Load()
+		t.OutBytes += c.outByte.Load()
+	}
+	return t
+}
+
+// ConnInfo describes one live connection.
+type ConnInfo struct {
+	ID                uint64
+	ClientID          string
+	Remote            string
+	Start             time.Time
+	InMsgs, InBytes   uint64
+	OutMsgs, OutBytes uint64
+	Pending           int
+}
+
+// Connections describes the live connections in id order.
+func (s *Server) Connections() []ConnInfo {
+	s.mu.Lock()
+	out := make([]ConnInfo, 0, len(s.conns))
+	for _, c := range s.conns {
+		out = append(out, ConnInfo{ID: c.id, ClientID: c.clientID(), Remote: c.remote, Start: c.start,
+			InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outByte.Load(),
+			Pending: c.q.Pending()})
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

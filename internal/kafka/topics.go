@@ -1,0 +1,482 @@
+package kafka
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/stream"
+	"github.com/tern-mq/tern/internal/streamapi"
+	"github.com/tern-mq/tern/internal/subject"
+)
+
+// nodeID is this node's broker id in Metadata: the only broker, leader of every
+// partition.
+const nodeID = 0
+
+// topic is a stream seen as a Kafka topic.
+type topic struct {
+	s    *stream.Stream
+	name string
+	id   [16]byte
+	// subject is what Produce publishes on: the stream's one subject when it has a
+	// single literal one, else "" (records then name theirs, see produce.go).
+	subject string
+}
+
+// topicID is a topic's Kafka id: derived from the stream's name and creation time,
+// so it is stable across restarts and a topic deleted and made again gets a new one.
+func topicID(name string, created time.Time) [16]byte {
+	h := sha256.New()
+	h.Write([]byte(name))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(created.UnixNano())))
+	var id [16]byte
+	copy(id[:], h.Sum(nil))
+	id[6] = id[6]&0x0f | 0x40 // a version 4 UUID's layout, as Kafka's ids have
+	id[8] = id[8]&0x3f | 0x80
+	return id
+}
+
+func topicOf(s *stream.Stream) *topic {
+	t := &topic{s: s, name: s.Name(), id: topicID(s.Name(), s.Created())}
+	if subs := s.Config().Subjects; len(subs) == 1 && subject.ValidatePublish([]byte(subs[0])) == nil {
+		t.subject = subs[0]
+	}
+	return t
+}
+
+// validTopic reports why a topic name cannot be a stream's, as Kafka's
+// INVALID_TOPIC_EXCEPTION.
+func validTopic(name string) error {
+	if err := streamapi.ValidName("topic", name); err != nil {
+		return fmt.Errorf("%w (a topic is a Tern stream: '.' is not allowed, at most 64 characters)", err)
+	}
+	return nil
+}
+
+// lookup finds the topic called name; a missing one is made when create is set
+// and the server auto-creates topics. The error code is Kafka's.
+func (s *Server) lookup(name string, create bool) (*topic, int16, string) {
+	if err := validTopic(name); err != nil {
+		return nil, kerr.InvalidTopicException.Code, err.Error()
+	}
+	st, err := s.streams.Stream(name)
+	if err == nil {
+		return topicOf(st), 0, ""
+	}
+	if !create || !s.cfg.AutoCreate {
+		return nil, kerr.UnknownTopicOrPartition.Code, ""
+	}
+	st, code, msg := s.createTopic(name, 1, streamapi.StreamConfig{})
+	if code != 0 {
+		return nil, code, msg
+	}
+	return topicOf(st), 0, ""
+}
+
+// lookupID finds the topic with the given id.
+func (s *Server) lookupID(id [16]byte) (*topic, int16) {
+	s.idMu.Lock()
+	name, ok := s.ids[id]
+	s.idMu.Unlock()
+	if ok {
+		if st, err := s.streams.Stream(name); err == nil {
+			if t := topicOf(st); t.id == id {
+				return t, 0
+			}
+		}
+	}
+	for _, st := range s.streams.Streams() {
+		t := topicOf(st)
+		s.noteID(t)
+		if t.id == id {
+			return t, 0
+		}
+	}
+	return nil, kerr.UnknownTopicID.Code
+}
+
+func (s *Server) noteID(t *topic) {
+	s.idMu.Lock()
+	if len(s.ids) > 100_000 {
+		clear(s.ids)
+	}
+	s.ids[t.id] = t.name
+	s.idMu.Unlock()
+}
+
+// createTopic makes the stream of a topic: its name, capturing the subject of the
+// same name, with partitions partitions and cfg's limits.
+func (s *Server) createTopic(name string, partitions int, cfg streamapi.StreamConfig) (*stream.Stream, int16, string) {
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if st, err := s.streams.Stream(name); err == nil {
+		return st, kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", name)
+	}
+	cfg.Name, cfg.Subjects, cfg.Partitions = name, []string{name}, partitions
+	st, err := s.streams.AddStream(cfg)
+	if err != nil {
+		return nil, streamErrorCode(err), err.Error()
+	}
+	s.log.Info("topic created", "topic", name, "partitions", partitions)
+	return st, 0, ""
+}
+
+// streamErrorCode is the Kafka error code of a stream engine error.
+func streamErrorCode(err error) int16 {
+	switch {
+	case errors.Is(err, stream.ErrStreamNotFound):
+		return kerr.UnknownTopicOrPartition.Code
+	case errors.Is(err, stream.ErrExists):
+		return kerr.TopicAlreadyExists.Code
+	case errors.Is(err, stream.ErrOverlap), errors.Is(err, stream.ErrLimit):
+		return kerr.PolicyViolation.Code
+	case errors.Is(err, stream.ErrBadConfig):
+		return kerr.InvalidConfig.Code
+	case errors.Is(err, store.ErrNoSpace):
+		return kerr.KafkaStorageError.Code
+	}
+	return kerr.UnknownServerError.Code
+}
+
+// ---------------------------------------------------------------------------------
+// Metadata
+
+func (c *conn) metadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
+	s := c.s
+	resp := kmsg.NewPtrMetadataResponse()
+	resp.Version = req.Version
+	host, port := s.advertised()
+	b := kmsg.NewMetadataResponseBroker()
+	b.NodeID, b.Host, b.Port = nodeID, host, port
+	resp.Brokers = append(resp.Brokers, b)
+	resp.ClusterID = &s.cfg.ClusterID
+	resp.ControllerID = nodeID
+	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
+	if all {
+		for _, st := range s.streams.Streams() {
+			resp.Topics = append(resp.Topics, metadataTopic(topicOf(st), 0))
+		}
+		return resp
+	}
+	// Before v4 a client could not say no, and Kafka created the topics it named.
+	create := req.AllowAutoTopicCreation || req.Version < 4
+	for _, rt := range req.Topics {
+		var t *topic
+		var code int16
+		name := ""
+		if rt.Topic != nil {
+			name = *rt.Topic
+			t, code, _ = s.lookup(name, create)
+		} else {
+			t, code = s.lookupID(rt.TopicID)
+		}
+		if code != 0 {
+			mt := kmsg.NewMetadataResponseTopic()
+			mt.ErrorCode, mt.Topic, mt.TopicID = code, rt.Topic, rt.TopicID
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		resp.Topics = append(resp.Topics, metadataTopic(t, 0))
+	}
+	return resp
+}
+
+func metadataTopic(t *topic, code int16) kmsg.MetadataResponseTopic {
+	mt := kmsg.NewMetadataResponseTopic()
+	name := t.name
+	mt.Topic, mt.TopicID, mt.ErrorCode = &name, t.id, code
+	for p := range t.s.Partitions() {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition, mp.Leader, mp.LeaderEpoch = int32(p), nodeID, 0
+		mp.Replicas, mp.ISR = []int32{nodeID}, []int32{nodeID}
+		mt.Partitions = append(mt.Partitions, mp)
+	}
+	return mt
+}
+
+// ---------------------------------------------------------------------------------
+// Topic administration
+
+func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsResponse {
+	resp := kmsg.NewPtrCreateTopicsResponse()
+	resp.Version = req.Version
+	for _, rt := range req.Topics {
+		out := kmsg.NewCreateTopicsResponseTopic()
+		out.Topic = rt.Topic
+		fail := func(code int16, msg string) {
+			out.ErrorCode, out.ErrorMessage = code, &msg
+		}
+		parts := int(rt.NumPartitions)
+		cfg, err := topicConfig(rt.Configs)
+		switch {
+		case validTopic(rt.Topic) != nil:
+			fail(kerr.InvalidTopicException.Code, validTopic(rt.Topic).Error())
+		case len(rt.ReplicaAssignment) > 0:
+			fail(kerr.InvalidReplicaAssignment.Code, "replica assignments are not supported: Tern places partitions itself")
+		case rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
+			fail(kerr.InvalidReplicationFactor.Code, fmt.Sprintf("replication factor %d: this node alone has only 1", rt.ReplicationFactor))
+		case parts == 0 || parts < -1 || parts > 1024:
+			fail(kerr.InvalidPartitions.Code, fmt.Sprintf("%d partitions: want 1 to 1024 (or -1 for 1)", parts))
+		case err != nil:
+			fail(kerr.InvalidConfig.Code, err.Error())
+		}
+		if parts == -1 {
+			parts = 1
+		}
+		if out.ErrorCode == 0 {
+			if req.ValidateOnly {
+				c2 := cfg
+				c2.Name, c2.Subjects, c2.Partitions = rt.Topic, []string{rt.Topic}, parts
+				if err := c.s.streams.Normalise(&c2); err != nil {
+					fail(kerr.InvalidConfig.Code, err.Error())
+				} else if _, err := c.s.streams.Stream(rt.Topic); err == nil {
+					fail(kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", rt.Topic))
+				}
+			} else if st, code, msg := c.s.createTopic(rt.Topic, parts, cfg); code != 0 {
+				fail(code, msg)
+			} else {
+				out.TopicID = topicOf(st).id
+			}
+		}
+		if out.ErrorCode == 0 {
+			out.NumPartitions, out.ReplicationFactor = int32(parts), 1
+		} else {
+			out.NumPartitions, out.ReplicationFactor = -1, -1
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
+// retention.bytes, max.message.bytes, segment.bytes and cleanup.policy=delete.
+func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig) (streamapi.StreamConfig, error) {
+	var cfg streamapi.StreamConfig
+	for _, kv := range configs {
+		if kv.Value == nil {
+			continue
+		}
+		v := *kv.Value
+		num := func() (int64, error) {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("config %s=%q: not a number", kv.Name, v)
+			}
+			return n, nil
+		}
+		switch kv.Name {
+		case "retention.ms":
+			n, err := num()
+			if err != nil {
+				return cfg, err
+			}
+			if n > 0 {
+				cfg.MaxAge = streamapi.Duration(time.Duration(n) * time.Millisecond)
+			}
+		case "retention.bytes":
+			n, err := num()
+			if err != nil {
+				return cfg, err
+			}
+			if n > 0 {
+				cfg.MaxBytes = n
+			}
+		case "max.message.bytes":
+			n, err := num()
+			if err != nil {
+				return cfg, err
+			}
+			if n > 0 && n < 1<<31 {
+				cfg.MaxMsgSize = int(n)
+			}
+		case "segment.bytes":
+			n, err := num()
+			if err != nil {
+				return cfg, err
+			}
+			if n > 0 {
+				cfg.SegmentBytes = n
+			}
+		case "cleanup.policy":
+			if v != "delete" {
+				return cfg, fmt.Errorf("config cleanup.policy=%q: Tern streams only delete (no compaction)", v)
+			}
+		default:
+			return cfg, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, cleanup.policy=delete)", kv.Name)
+		}
+	}
+	return cfg, nil
+}
+
+func (c *conn) deleteTopics(req *kmsg.DeleteTopicsRequest) *kmsg.DeleteTopicsResponse {
+	resp := kmsg.NewPtrDeleteTopicsResponse()
+	resp.Version = req.Version
+	type named struct {
+		name *string
+		id   [16]byte
+	}
+	var todo []named
+	for _, n := range req.TopicNames {
+		todo = append(todo, named{name: &n})
+	}
+	for _, t := range req.Topics {
+		todo = append(todo, named{name: t.Topic, id: t.TopicID})
+	}
+	for _, n := range todo {
+		out := kmsg.NewDeleteTopicsResponseTopic()
+		out.Topic, out.TopicID = n.name, n.id
+		var t *topic
+		var code int16
+		if n.name != nil {
+			t, code, _ = c.s.lookup(*n.name, false)
+		} else {
+			t, code = c.s.lookupID(n.id)
+		}
+		if code == 0 {
+			out.TopicID = t.id
+			if err := c.s.streams.DeleteStream(t.name); err != nil {
+				code = streamErrorCode(err)
+				msg := err.Error()
+				out.ErrorMessage = &msg
+			} else {
+				c.s.log.Info("topic deleted", "topic", t.name)
+			}
+		}
+		out.ErrorCode = code
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (c *conn) createPartitions(req *kmsg.CreatePartitionsRequest) *kmsg.CreatePartitionsResponse {
+	resp := kmsg.NewPtrCreatePartitionsResponse()
+	resp.Version = req.Version
+	for _, rt := range req.Topics {
+		out := kmsg.NewCreatePartitionsResponseTopic()
+		out.Topic = rt.Topic
+		t, code, _ := c.s.lookup(rt.Topic, false)
+		var msg string
+		switch {
+		case code != 0:
+			out.ErrorCode = code
+		case int(rt.Count) == t.s.Partitions():
+			out.ErrorCode, msg = kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q already has %d partitions", rt.Topic, rt.Count)
+		default:
+			out.ErrorCode = kerr.InvalidPartitions.Code
+			msg = fmt.Sprintf("topic %q has %d partitions and Tern cannot change a stream's partition count: make a new topic", rt.Topic, t.s.Partitions())
+		}
+		if msg != "" {
+			out.ErrorMessage = &msg
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// ---------------------------------------------------------------------------------
+// Cluster and configuration description
+
+func (c *conn) describeCluster(req *kmsg.DescribeClusterRequest) *kmsg.DescribeClusterResponse {
+	resp := kmsg.NewPtrDescribeClusterResponse()
+	resp.Version = req.Version
+	if req.EndpointType > 1 { // 1 is brokers; controllers are not exposed
+		msg := "only broker endpoints (1) are described"
+		resp.ErrorCode, resp.ErrorMessage = kerr.UnsupportedEndpointType.Code, &msg
+		return resp
+	}
+	resp.EndpointType = 1
+	resp.ClusterID = c.s.cfg.ClusterID
+	resp.ControllerID = nodeID
+	host, port := c.s.advertised()
+	b := kmsg.NewDescribeClusterResponseBroker()
+	b.NodeID, b.Host, b.Port = nodeID, host, port
+	resp.Brokers = append(resp.Brokers, b)
+	return resp
+}
+
+func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeConfigsResponse {
+	resp := kmsg.NewPtrDescribeConfigsResponse()
+	resp.Version = req.Version
+	for _, r := range req.Resources {
+		out := kmsg.NewDescribeConfigsResponseResource()
+		out.ResourceType, out.ResourceName = r.ResourceType, r.ResourceName
+		var entries []configEntry
+		switch r.ResourceType {
+		case kmsg.ConfigResourceTypeTopic:
+			t, code, _ := c.s.lookup(r.ResourceName, false)
+			if code != 0 {
+				out.ErrorCode = code
+				resp.Resources = append(resp.Resources, out)
+				continue
+			}
+			entries = topicConfigEntries(t.s.Config())
+		case kmsg.ConfigResourceTypeBroker:
+			entries = []configEntry{{name: "message.max.bytes", value: strconv.Itoa(c.s.cfg.MaxPayload), def: true, readOnly: true}}
+		default:
+			msg := "only topic and broker configs are described"
+			out.ErrorCode, out.ErrorMessage = kerr.InvalidRequest.Code, &msg
+			resp.Resources = append(resp.Resources, out)
+			continue
+		}
+		for _, e := range entries {
+			if len(r.ConfigNames) > 0 && !contains(r.ConfigNames, e.name) {
+				continue
+			}
+			ce := kmsg.NewDescribeConfigsResponseResourceConfig()
+			v := e.value
+			ce.Name, ce.Value, ce.ReadOnly, ce.IsDefault = e.name, &v, e.readOnly, e.def
+			ce.Source = kmsg.ConfigSourceDynamicTopicConfig
+			if e.def {
+				ce.Source = kmsg.ConfigSourceDefaultConfig
+			}
+			ce.ConfigType = e.typ
+			out.Configs = append(out.Configs, ce)
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+type configEntry struct {
+	name, value   string
+	def, readOnly bool
+	typ           kmsg.ConfigType
+}
+
+// topicConfigEntries describes a stream's limits as Kafka topic configs.
+func topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
+	ms := int64(-1)
+	if cfg.MaxAge > 0 {
+		ms = time.Duration(cfg.MaxAge).Milliseconds()
+	}
+	bytes := int64(-1)
+	if cfg.MaxBytes > 0 {
+		bytes = cfg.MaxBytes
+	}
+	return []configEntry{
+		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
+		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
+		{name: "max.message.bytes", value: strconv.Itoa(cfg.MaxMsgSize), typ: kmsg.ConfigTypeInt},
+		{name: "cleanup.policy", value: "delete", def: true, readOnly: true, typ: kmsg.ConfigTypeList},
+		{name: "tern.subjects", value: strings.Join(cfg.Subjects, ","), readOnly: true, typ: kmsg.ConfigTypeList},
+		{name: "tern.retention", value: string(cfg.Retention), readOnly: true, typ: kmsg.ConfigTypeString},
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
