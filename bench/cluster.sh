@@ -152,7 +152,7 @@ start_node() { # system node nodes
 		for j in $(seq 1 "$n"); do join+="127.0.0.1:$(route_port tern "$j"),"; done
 		"$OUT/tern" server --server-name "tern$i" --host 127.0.0.1 --port "$(client_port tern "$i")" \
 			--http "127.0.0.1:$(monitor_port tern "$i")" --cluster-name bench --cluster-port "$(route_port tern "$i")" \
-			--join "${join%,}" --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 --store-dir "$OUT/tern-store/n$i" \
+			--join "${join%,}" --mqtt-port -1 --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 --store-dir "$OUT/tern-store/n$i" \
 			>>"$OUT/tern-n$i.log" 2>&1 &
 		;;
 	esac

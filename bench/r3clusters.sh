@@ -67,7 +67,7 @@ r3_start() { # sys tag: start a fresh cluster and wait until it is ready
 			# Defaults otherwise: fsync every 100 ms (sync interval), as replicated.sh.
 			"$TERN_BIN" server --server-name "tern$i" --host 127.0.0.1 --port "$(r3_port tern "$i")" \
 				--http "127.0.0.1:$(r3_monitor_port tern "$i")" --cluster-name r3 --cluster-port "$(($(r3_port tern "$i") + 1))" \
-				--join "${join%,}" --cluster-size 3 --mqtt-port "$mqtt_port" --mqtt-ws-port -1 --udp-port -1 \
+				--join "${join%,}" --cluster-size 3 --mqtt-port "$mqtt_port" --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
 				--store-dir "$RUN_DIR/$R3_TAG-n$i" "${extra[@]}" >"$ROUT/$R3_TAG-n$i.log" 2>&1 &
 			R3_PIDS+=($!)
 		done

@@ -9,8 +9,9 @@
 #
 # Node i (1..N) listens on PORT_BASE + 10*(i-1) + 0 (native TCP and UDP), + 1
 # (cluster routes), + 2 (gossip), PORT_BASE + 80 + 10*(i-1) (monitoring HTTP) and
-# MQTT_BASE + i - 1 (MQTT); MQTT over WebSocket is off. With the defaults n1 is on
-# 7400, 7401, 7402, HTTP 7480, MQTT 1883; n2 on 7410, ..., HTTP 7490, MQTT 1884.
+# MQTT_BASE + i - 1 (MQTT) and KAFKA_BASE + i - 1 (the Kafka API); MQTT over
+# WebSocket is off. With the defaults n1 is on 7400, 7401, 7402, HTTP 7480, MQTT
+# 1883, Kafka 9092; n2 on 7410, ..., HTTP 7490, MQTT 1884, Kafka 9093.
 # Eight nodes at most, so that no node's native port lands on n1's HTTP port.
 #
 # State lives in $TERN_CLUSTER_DIR (default ./.cluster): per node nI.pid, nI.log and
@@ -19,7 +20,7 @@
 # Remove the directory for a fresh cluster.
 #
 # Environment: TERN_CLUSTER_DIR, TERN_CLUSTER_NAME (default local),
-# TERN_CLUSTER_PORT_BASE (7400), TERN_CLUSTER_MQTT_BASE (1883),
+# TERN_CLUSTER_PORT_BASE (7400), TERN_CLUSTER_MQTT_BASE (1883), TERN_CLUSTER_KAFKA_BASE (9092),
 # TERN_CLUSTER_ARGS (more `tern server` options for every node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ dir=${TERN_CLUSTER_DIR:-.cluster}
 name=${TERN_CLUSTER_NAME:-local}
 base=${TERN_CLUSTER_PORT_BASE:-7400}
 mqtt_base=${TERN_CLUSTER_MQTT_BASE:-1883}
+kafka_base=${TERN_CLUSTER_KAFKA_BASE:-9092}
 bin=bin/tern
 max_nodes=8
 
@@ -37,6 +39,7 @@ native_port() { echo $((base + 10 * ($1 - 1))); }
 route_port() { echo $((base + 10 * ($1 - 1) + 1)); }
 http_port() { echo $((base + 80 + 10 * ($1 - 1))); }
 mqtt_port() { echo $((mqtt_base + $1 - 1)); }
+kafka_port() { echo $((kafka_base + $1 - 1)); }
 monitor_url() { echo "http://127.0.0.1:$(http_port "$1")"; }
 
 # ours PID: the process is alive and is one of the nodes this script started (a pid
@@ -92,7 +95,7 @@ start() {
 		# shellcheck disable=SC2086 # TERN_CLUSTER_ARGS is a list of options
 		nohup "$bin" server --server-name "n$i" --host 127.0.0.1 \
 			--port "$(native_port "$i")" --http "127.0.0.1:$(http_port "$i")" \
-			--mqtt-port "$(mqtt_port "$i")" --mqtt-ws-port -1 \
+			--mqtt-port "$(mqtt_port "$i")" --mqtt-ws-port -1 --kafka-port "$(kafka_port "$i")" \
 			--cluster-port "$(route_port "$i")" --cluster-name "$name" --join "$join" \
 			--store-dir "$dir/n$i" ${TERN_CLUSTER_ARGS:-} >>"$dir/n$i.log" 2>&1 </dev/null &
 		echo $! >"$dir/n$i.pid"
@@ -119,7 +122,7 @@ status() {
 	for i in $(recorded); do
 		any=1
 		if pid=$(node_pid "$i") && [ -n "$pid" ]; then
-			echo "n$i running (pid $pid): tern://127.0.0.1:$(native_port "$i"), $(monitor_url "$i"), mqtt 127.0.0.1:$(mqtt_port "$i")"
+			echo "n$i running (pid $pid): tern://127.0.0.1:$(native_port "$i"), $(monitor_url "$i"), mqtt 127.0.0.1:$(mqtt_port "$i"), kafka 127.0.0.1:$(kafka_port "$i")"
 		else
 			echo "n$i not running (see $dir/n$i.log)"
 		fi

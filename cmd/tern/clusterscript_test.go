@@ -27,7 +27,8 @@ func TestClusterScript(t *testing.T) {
 	dir := t.TempDir()
 	base, mqttBase := freePortBase(t, 2)
 	env := append(os.Environ(), "TERN_CLUSTER_DIR="+dir, "TERN_CLUSTER_NAME=script-test",
-		"TERN_CLUSTER_PORT_BASE="+strconv.Itoa(base), "TERN_CLUSTER_MQTT_BASE="+strconv.Itoa(mqttBase))
+		"TERN_CLUSTER_PORT_BASE="+strconv.Itoa(base), "TERN_CLUSTER_MQTT_BASE="+strconv.Itoa(mqttBase),
+		"TERN_CLUSTER_KAFKA_BASE="+strconv.Itoa(mqttBase+kafkaOffset))
 	script := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("../../scripts/cluster.sh", args...)
@@ -70,7 +71,8 @@ func TestClusterScript(t *testing.T) {
 	out = script("start", "2")
 	wantLine(t, out, `^n1 already running \(pid `+strconv.Itoa(started[0])+`\)$`)
 	wantLine(t, out, `^n2 already running \(pid `+strconv.Itoa(started[1])+`\)$`)
-	wantLine(t, script("status"), `^n2 running \(pid \d+\): tern://127\.0\.0\.1:`+strconv.Itoa(base+10)+`, http://127\.0\.0\.1:`+strconv.Itoa(base+90)+`, mqtt 127\.0\.0\.1:`+strconv.Itoa(mqttBase+1)+`$`)
+	wantLine(t, script("status"), `^n2 running \(pid \d+\): tern://127\.0\.0\.1:`+strconv.Itoa(base+10)+`, http://127\.0\.0\.1:`+strconv.Itoa(base+90)+`, mqtt 127\.0\.0\.1:`+strconv.Itoa(mqttBase+1)+
+		`, kafka 127\.0\.0\.1:`+strconv.Itoa(mqttBase+kafkaOffset+1)+`$`)
 
 	out = script("stop")
 	for i, pid := range started {
@@ -101,6 +103,9 @@ func TestClusterScript(t *testing.T) {
 // freePortBase finds a port base for cluster.sh with n nodes whose every port is
 // free: base+10i+{0,1,2} and base+80+10i over TCP (and UDP for the native and
 // gossip ports), and mqttBase+i.
+// kafkaOffset puts the nodes' Kafka ports above their MQTT ports.
+const kafkaOffset = 20
+
 func freePortBase(t *testing.T, n int) (base, mqttBase int) {
 	t.Helper()
 	free := func(network string, port int) bool {
@@ -126,7 +131,7 @@ func freePortBase(t *testing.T, n int) (base, mqttBase int) {
 		for i := 0; i < n && ok; i++ {
 			p := base + 10*i
 			ok = free("tcp", p) && free("udp", p) && free("tcp", p+1) && free("tcp", p+2) && free("udp", p+2) &&
-				free("tcp", base+80+10*i) && free("tcp", mqttBase+i)
+				free("tcp", base+80+10*i) && free("tcp", mqttBase+i) && free("tcp", mqttBase+kafkaOffset+i)
 		}
 		if ok {
 			return base, mqttBase

@@ -83,7 +83,7 @@ func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 			default:
 			}
 			for i, t := range topics {
-				if t == nil {
+				if t == nil || t.s == nil {
 					continue
 				}
 				for _, p := range req.Topics[i].Partitions {
@@ -133,8 +133,10 @@ func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16,
 			switch {
 			case codes[i] != 0:
 				op.ErrorCode = codes[i]
-			case rp.Partition < 0 || int(rp.Partition) >= t.s.Partitions():
+			case rp.Partition < 0 || int(rp.Partition) >= t.parts:
 				op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case t.s == nil:
+				op.ErrorCode = kerr.NotLeaderForPartition.Code // another node leads it: Metadata says which
 			default:
 				from := len(fs.buf)
 				limit := min(int(rp.PartitionMaxBytes), budget)
@@ -295,8 +297,10 @@ func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsRespon
 			switch {
 			case code != 0:
 				op.ErrorCode = code
-			case rp.Partition < 0 || int(rp.Partition) >= t.s.Partitions():
+			case rp.Partition < 0 || int(rp.Partition) >= t.parts:
 				op.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case t.s == nil:
+				op.ErrorCode = kerr.NotLeaderForPartition.Code
 			default:
 				op.ErrorCode, op.Offset, op.Timestamp = c.offsetFor(t, int(rp.Partition), rp.Timestamp)
 			}

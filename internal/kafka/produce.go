@@ -101,7 +101,7 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 			switch {
 			case req.TransactionID != nil:
 				po.code, po.msg = kerr.TransactionalIDAuthorizationFailed.Code, "transactions are not supported yet"
-			case po.code == 0 && (rp.Partition < 0 || int(rp.Partition) >= t.s.Partitions()):
+			case po.code == 0 && (rp.Partition < 0 || int(rp.Partition) >= t.parts):
 				po.code = kerr.UnknownTopicOrPartition.Code
 			}
 			ps.parts = append(ps.parts, po)
@@ -293,7 +293,7 @@ func recordSubject(t *topic, rec *kmsg.Record) ([]byte, error) {
 		if subject.ValidatePublish(subj) != nil {
 			return nil, errRecord("header " + HeaderSubject + " " + strconv.Quote(string(subj)) + " is not a valid subject")
 		}
-		for _, f := range t.s.Config().Subjects {
+		for _, f := range t.cfg.Subjects {
 			if subject.Matches(f, string(subj)) {
 				return subj, nil
 			}
@@ -369,8 +369,10 @@ func (c *conn) answerProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceRespons
 			} else if po.dupBase >= 0 {
 				p.BaseOffset = po.dupBase
 			}
-			if st, err := po.t.s.PartitionState(int(po.partition)); err == nil {
-				p.LogStartOffset = int64(st.FirstSeq) - 1
+			if po.t.s != nil {
+				if st, err := po.t.s.PartitionState(int(po.partition)); err == nil {
+					p.LogStartOffset = int64(st.FirstSeq) - 1
+				}
 			}
 		}
 		if code != 0 {

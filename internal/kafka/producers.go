@@ -72,6 +72,16 @@ func newProducers() *producers {
 	return &producers{next: time.Now().UnixMicro(), byID: make(map[int64]*producer)}
 }
 
+// onNode makes the ids handed out from now on carry the broker id of this node (17
+// bits of it) above a 46-bit count, so that nodes of a cluster never hand out the
+// same id: a producer's message ids must be its own on every node.
+func (p *producers) onNode(broker int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	const countBits = 46
+	p.next = int64(broker&(1<<17-1))<<countBits | time.Now().UnixMicro()&(1<<countBits-1)
+}
+
 // init hands out a new producer id with epoch 0.
 func (p *producers) init(now time.Time) (int64, int16) {
 	p.mu.Lock()

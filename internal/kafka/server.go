@@ -60,6 +60,7 @@ type Server struct {
 	prods   *producers
 
 	advertise atomic.Pointer[string] // host:port, set by Serve
+	clusterOf atomic.Pointer[Cluster] // set by SetCluster
 	maxWait   time.Duration          // bounds a fetch's max.wait.ms
 
 	// createMu serialises topic creation, so that concurrent auto-creations of one

@@ -18,15 +18,23 @@ import (
 	"github.com/tern-mq/tern/internal/subject"
 )
 
-// nodeID is this node's broker id in Metadata: the only broker, leader of every
+// nodeID is a single node's broker id in Metadata: the only broker, leader of every
 // partition.
 const nodeID = 0
 
 // topic is a stream seen as a Kafka topic.
 type topic struct {
-	s    *stream.Stream
-	name string
-	id   [16]byte
+	name  string
+	id    [16]byte
+	cfg   streamapi.StreamConfig
+	parts int
+	// s is this node's replica of the stream when this node serves it (always on
+	// a single node; in a cluster, while it leads the stream), else nil: fetches
+	// go to the leader.
+	s *stream.Stream
+	// placement is each partition's leader and replicas in a cluster; nil on a
+	// single node (this node, nodeID).
+	placement []PartitionInfo
 	// subject is what Produce publishes on: the stream's one subject when it has a
 	// single literal one, else "" (records then name theirs, see produce.go).
 	subject string
@@ -46,11 +54,17 @@ func topicID(name string, created time.Time) [16]byte {
 }
 
 func topicOf(s *stream.Stream) *topic {
-	t := &topic{s: s, name: s.Name(), id: topicID(s.Name(), s.Created())}
-	if subs := s.Config().Subjects; len(subs) == 1 && subject.ValidatePublish([]byte(subs[0])) == nil {
-		t.subject = subs[0]
+	cfg := s.Config()
+	return &topic{s: s, name: s.Name(), id: topicID(s.Name(), s.Created()), cfg: cfg, parts: s.Partitions(),
+		subject: singleSubject(cfg.Subjects)}
+}
+
+// singleSubject is a stream's one subject when it has a single literal one, else "".
+func singleSubject(subs []string) string {
+	if len(subs) == 1 && subject.ValidatePublish([]byte(subs[0])) == nil {
+		return subs[0]
 	}
-	return t
+	return ""
 }
 
 // validTopic reports why a topic name cannot be a stream's, as Kafka's
@@ -68,18 +82,21 @@ func (s *Server) lookup(name string, create bool) (*topic, int16, string) {
 	if err := validTopic(name); err != nil {
 		return nil, kerr.InvalidTopicException.Code, err.Error()
 	}
-	st, err := s.streams.Stream(name)
-	if err == nil {
+	if c := s.cluster(); c != nil {
+		if ti, ok := c.Topic(name); ok {
+			return s.clusterTopic(ti), 0, ""
+		}
+	} else if st, err := s.streams.Stream(name); err == nil {
 		return topicOf(st), 0, ""
 	}
 	if !create || !s.cfg.AutoCreate {
 		return nil, kerr.UnknownTopicOrPartition.Code, ""
 	}
-	st, code, msg := s.createTopic(name, 1, streamapi.StreamConfig{})
-	if code != 0 {
-		return nil, code, msg
+	t, code, msg := s.createTopic(name, 1, streamapi.StreamConfig{})
+	if code == kerr.TopicAlreadyExists.Code { // made meanwhile
+		return s.lookup(name, false)
 	}
-	return topicOf(st), 0, ""
+	return t, code, msg
 }
 
 // lookupID finds the topic with the given id.
@@ -88,20 +105,32 @@ func (s *Server) lookupID(id [16]byte) (*topic, int16) {
 	name, ok := s.ids[id]
 	s.idMu.Unlock()
 	if ok {
-		if st, err := s.streams.Stream(name); err == nil {
-			if t := topicOf(st); t.id == id {
-				return t, 0
-			}
+		if t, code, _ := s.lookup(name, false); code == 0 && t.id == id {
+			return t, 0
 		}
 	}
-	for _, st := range s.streams.Streams() {
-		t := topicOf(st)
+	for _, t := range s.allTopics() {
 		s.noteID(t)
 		if t.id == id {
 			return t, 0
 		}
 	}
 	return nil, kerr.UnknownTopicID.Code
+}
+
+// allTopics lists every topic: the cluster's streams, or this node's.
+func (s *Server) allTopics() []*topic {
+	var out []*topic
+	if c := s.cluster(); c != nil {
+		for _, ti := range c.Topics() {
+			out = append(out, s.clusterTopic(ti))
+		}
+		return out
+	}
+	for _, st := range s.streams.Streams() {
+		out = append(out, topicOf(st))
+	}
+	return out
 }
 
 func (s *Server) noteID(t *topic) {
@@ -114,20 +143,57 @@ func (s *Server) noteID(t *topic) {
 }
 
 // createTopic makes the stream of a topic: its name, capturing the subject of the
-// same name, with partitions partitions and cfg's limits.
-func (s *Server) createTopic(name string, partitions int, cfg streamapi.StreamConfig) (*stream.Stream, int16, string) {
+// same name, with partitions partitions and cfg's limits (and replicas, in a
+// cluster: 0 for the cluster's default).
+func (s *Server) createTopic(name string, partitions int, cfg streamapi.StreamConfig) (*topic, int16, string) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
-	if st, err := s.streams.Stream(name); err == nil {
-		return st, kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", name)
-	}
 	cfg.Name, cfg.Subjects, cfg.Partitions = name, []string{name}, partitions
+	if c := s.cluster(); c != nil {
+		if _, ok := c.Topic(name); ok {
+			return nil, kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", name)
+		}
+		if err := c.CreateStream(cfg); err != nil {
+			return nil, apiErrorCode(err), err.Error()
+		}
+		ti, ok := s.waitTopic(c, name)
+		if !ok {
+			return nil, kerr.RequestTimedOut.Code, fmt.Sprintf("topic %q made, but not yet known here", name)
+		}
+		s.log.Info("topic created", "topic", name, "partitions", partitions, "replicas", cfg.Replicas)
+		return s.clusterTopic(ti), 0, ""
+	}
+	if _, err := s.streams.Stream(name); err == nil {
+		return nil, kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", name)
+	}
 	st, err := s.streams.AddStream(cfg)
 	if err != nil {
 		return nil, streamErrorCode(err), err.Error()
 	}
 	s.log.Info("topic created", "topic", name, "partitions", partitions)
-	return st, 0, ""
+	return topicOf(st), 0, ""
+}
+
+// apiErrorCode is the Kafka error code of the stream API's refusal err.
+func apiErrorCode(err error) int16 {
+	var ae *streamapi.APIError
+	if !errors.As(err, &ae) {
+		return kerr.UnknownServerError.Code
+	}
+	switch ae.Code {
+	case streamapi.CodeConflict:
+		if strings.Contains(ae.Description, "overlap") {
+			return kerr.PolicyViolation.Code
+		}
+		return kerr.TopicAlreadyExists.Code
+	case streamapi.CodeStreamNotFound:
+		return kerr.UnknownTopicOrPartition.Code
+	case streamapi.CodeBadRequest:
+		return kerr.InvalidConfig.Code
+	case streamapi.CodeUnavailable:
+		return kerr.RequestTimedOut.Code
+	}
+	return kerr.UnknownServerError.Code
 }
 
 // streamErrorCode is the Kafka error code of a stream engine error.
@@ -154,16 +220,18 @@ func (c *conn) metadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 	s := c.s
 	resp := kmsg.NewPtrMetadataResponse()
 	resp.Version = req.Version
-	host, port := s.advertised()
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID, b.Host, b.Port = nodeID, host, port
-	resp.Brokers = append(resp.Brokers, b)
+	self, brokers := s.brokers()
+	for _, br := range brokers {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = br.ID, br.Host, br.Port
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	resp.ClusterID = &s.cfg.ClusterID
-	resp.ControllerID = nodeID
+	resp.ControllerID = self
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
-		for _, st := range s.streams.Streams() {
-			resp.Topics = append(resp.Topics, metadataTopic(topicOf(st), 0))
+		for _, t := range s.allTopics() {
+			resp.Topics = append(resp.Topics, metadataTopic(t, 0))
 		}
 		return resp
 	}
@@ -194,13 +262,29 @@ func metadataTopic(t *topic, code int16) kmsg.MetadataResponseTopic {
 	mt := kmsg.NewMetadataResponseTopic()
 	name := t.name
 	mt.Topic, mt.TopicID, mt.ErrorCode = &name, t.id, code
-	for p := range t.s.Partitions() {
+	for p := range t.parts {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition, mp.Leader, mp.LeaderEpoch = int32(p), nodeID, 0
 		mp.Replicas, mp.ISR = []int32{nodeID}, []int32{nodeID}
+		if t.placement != nil {
+			pl := t.placement[p]
+			mp.Leader, mp.Replicas, mp.ISR = pl.Leader, pl.Replicas, pl.Replicas
+			if pl.Leader < 0 {
+				mp.ErrorCode = kerr.LeaderNotAvailable.Code
+			}
+		}
 		mt.Partitions = append(mt.Partitions, mp)
 	}
 	return mt
+}
+
+// brokers lists the nodes serving the Kafka API, and this one's id.
+func (s *Server) brokers() (self int32, brokers []Broker) {
+	if c := s.cluster(); c != nil {
+		return c.Brokers()
+	}
+	host, port := s.advertised()
+	return nodeID, []Broker{{ID: nodeID, Host: host, Port: port}}
 }
 
 // ---------------------------------------------------------------------------------
@@ -222,8 +306,10 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 			fail(kerr.InvalidTopicException.Code, validTopic(rt.Topic).Error())
 		case len(rt.ReplicaAssignment) > 0:
 			fail(kerr.InvalidReplicaAssignment.Code, "replica assignments are not supported: Tern places partitions itself")
-		case rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
+		case c.s.cluster() == nil && rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
 			fail(kerr.InvalidReplicationFactor.Code, fmt.Sprintf("replication factor %d: this node alone has only 1", rt.ReplicationFactor))
+		case rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1 && rt.ReplicationFactor != 3 && rt.ReplicationFactor != 5:
+			fail(kerr.InvalidReplicationFactor.Code, fmt.Sprintf("replication factor %d: a stream has 1, 3 or 5 replicas", rt.ReplicationFactor))
 		case parts == 0 || parts < -1 || parts > 1024:
 			fail(kerr.InvalidPartitions.Code, fmt.Sprintf("%d partitions: want 1 to 1024 (or -1 for 1)", parts))
 		case err != nil:
@@ -232,23 +318,30 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 		if parts == -1 {
 			parts = 1
 		}
+		if rt.ReplicationFactor > 0 {
+			cfg.Replicas = int(rt.ReplicationFactor)
+		}
 		if out.ErrorCode == 0 {
 			if req.ValidateOnly {
 				c2 := cfg
 				c2.Name, c2.Subjects, c2.Partitions = rt.Topic, []string{rt.Topic}, parts
 				if err := c.s.streams.Normalise(&c2); err != nil {
 					fail(kerr.InvalidConfig.Code, err.Error())
-				} else if _, err := c.s.streams.Stream(rt.Topic); err == nil {
+				} else if _, code, _ := c.s.lookup(rt.Topic, false); code == 0 {
 					fail(kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", rt.Topic))
 				}
-			} else if st, code, msg := c.s.createTopic(rt.Topic, parts, cfg); code != 0 {
+			} else if t, code, msg := c.s.createTopic(rt.Topic, parts, cfg); code != 0 {
 				fail(code, msg)
 			} else {
-				out.TopicID = topicOf(st).id
+				out.TopicID = t.id
+				if t.placement != nil {
+					out.ReplicationFactor = int16(len(t.placement[0].Replicas))
+				}
 			}
 		}
 		if out.ErrorCode == 0 {
-			out.NumPartitions, out.ReplicationFactor = int32(parts), 1
+			out.NumPartitions = int32(parts)
+			out.ReplicationFactor = max(out.ReplicationFactor, 1)
 		} else {
 			out.NumPartitions, out.ReplicationFactor = -1, -1
 		}
@@ -343,8 +436,15 @@ func (c *conn) deleteTopics(req *kmsg.DeleteTopicsRequest) *kmsg.DeleteTopicsRes
 		}
 		if code == 0 {
 			out.TopicID = t.id
-			if err := c.s.streams.DeleteStream(t.name); err != nil {
+			var err error
+			if cl := c.s.cluster(); cl != nil {
+				if err = cl.DeleteStream(t.name); err != nil {
+					code = apiErrorCode(err)
+				}
+			} else if err = c.s.streams.DeleteStream(t.name); err != nil {
 				code = streamErrorCode(err)
+			}
+			if err != nil {
 				msg := err.Error()
 				out.ErrorMessage = &msg
 			} else {
@@ -368,11 +468,11 @@ func (c *conn) createPartitions(req *kmsg.CreatePartitionsRequest) *kmsg.CreateP
 		switch {
 		case code != 0:
 			out.ErrorCode = code
-		case int(rt.Count) == t.s.Partitions():
+		case int(rt.Count) == t.parts:
 			out.ErrorCode, msg = kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q already has %d partitions", rt.Topic, rt.Count)
 		default:
 			out.ErrorCode = kerr.InvalidPartitions.Code
-			msg = fmt.Sprintf("topic %q has %d partitions and Tern cannot change a stream's partition count: make a new topic", rt.Topic, t.s.Partitions())
+			msg = fmt.Sprintf("topic %q has %d partitions and Tern cannot change a stream's partition count: make a new topic", rt.Topic, t.parts)
 		}
 		if msg != "" {
 			out.ErrorMessage = &msg
@@ -395,11 +495,13 @@ func (c *conn) describeCluster(req *kmsg.DescribeClusterRequest) *kmsg.DescribeC
 	}
 	resp.EndpointType = 1
 	resp.ClusterID = c.s.cfg.ClusterID
-	resp.ControllerID = nodeID
-	host, port := c.s.advertised()
-	b := kmsg.NewDescribeClusterResponseBroker()
-	b.NodeID, b.Host, b.Port = nodeID, host, port
-	resp.Brokers = append(resp.Brokers, b)
+	self, brokers := c.s.brokers()
+	resp.ControllerID = self
+	for _, br := range brokers {
+		b := kmsg.NewDescribeClusterResponseBroker()
+		b.NodeID, b.Host, b.Port = br.ID, br.Host, br.Port
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	return resp
 }
 
@@ -418,7 +520,7 @@ func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeC
 				resp.Resources = append(resp.Resources, out)
 				continue
 			}
-			entries = topicConfigEntries(t.s.Config())
+			entries = topicConfigEntries(t.cfg)
 		case kmsg.ConfigResourceTypeBroker:
 			entries = []configEntry{{name: "message.max.bytes", value: strconv.Itoa(c.s.cfg.MaxPayload), def: true, readOnly: true}}
 		default:

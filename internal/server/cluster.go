@@ -62,6 +62,10 @@ func (s *Server) startCluster() error {
 			node.Shutdown(time.Second)
 			return err
 		}
+		if s.kafka != nil {
+			// Topics are the cluster's streams, served by their leaders.
+			s.kafka.SetCluster(&kafkaCluster{s: s, node: node, leaders: map[string]cachedLeader{}})
+		}
 	}
 	changed, stop := node.WatchClientURLs()
 	done := make(chan struct{})
@@ -143,20 +147,23 @@ func checkClusterTiming(cfg Config) error {
 	return nil
 }
 
-// clientURLs are the native protocol URLs clients of other nodes may move to.
+// clientURLs are the URLs clients of other nodes may move to: native ("tern://"),
+// and the Kafka API ("kafka://"), which other nodes list as a broker in Metadata.
 func (s *Server) clientURLs() []string {
-	a, ok := s.Addr().(*net.TCPAddr)
-	if !ok {
-		return nil
+	var urls []string
+	if a, ok := s.Addr().(*net.TCPAddr); ok {
+		host := s.cfg.ClusterAdvertise
+		if host == "" && !a.IP.IsUnspecified() {
+			host = a.IP.String()
+		}
+		if host != "" { // bound to every interface with nothing advertised: no address to give
+			urls = append(urls, "tern://"+net.JoinHostPort(host, strconv.Itoa(a.Port)))
+		}
 	}
-	host := s.cfg.ClusterAdvertise
-	if host == "" && !a.IP.IsUnspecified() {
-		host = a.IP.String()
+	if u := s.kafkaURL(); u != "" {
+		urls = append(urls, u)
 	}
-	if host == "" {
-		return nil // bound to every interface with nothing advertised: no address to give
-	}
-	return []string{"tern://" + net.JoinHostPort(host, strconv.Itoa(a.Port))}
+	return urls
 }
 
 // Cluster implements monitor.ClusterSource.

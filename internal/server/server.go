@@ -175,10 +175,6 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	}
 	switch {
 	case cfg.KafkaPort < 0:
-	case s.interest != nil:
-		// The Kafka API serves one node's streams for now: a cluster node runs it
-		// once it reports the cluster's brokers and leaders (docs/kafka.md).
-		log.Info("Kafka API off on a cluster node: it serves a single node for now")
 	case s.streams == nil:
 		log.Warn("Kafka API off: it serves streams, and streams are off (store_dir is empty)")
 	default:

@@ -776,3 +776,7 @@ func (s *Stream) Groups() []uint64 {
 
 // Replicated reports whether the stream's log is written by a Raft group.
 func (s *Stream) Replicated() bool { return s.repl != nil }
+
+// Leads reports whether this replica serves the stream: always for a stream of
+// this node alone, for a replicated one while this node leads its groups.
+func (s *Stream) Leads() bool { return s.repl == nil || s.repl.leader.Load() }

@@ -42,6 +42,7 @@ const (
 	nsRoutePort = 7401 // gossip on 7402
 	nsHTTPPort  = 7480
 	nsMQTTPort  = 1883
+	nsKafkaPort = 9092
 )
 
 // Options describe a cluster to start.
@@ -51,6 +52,8 @@ type Options struct {
 	UDP bool
 	// MQTT opens an MQTT listener on every node.
 	MQTT bool
+	// Kafka opens a Kafka API listener on every node.
+	Kafka bool
 	// Bridge runs node i in namespace Bridge.Hosts[i] at Bridge.Addrs[i]; nil runs
 	// every node on 127.0.0.1.
 	Bridge *netns.Bridge
@@ -74,6 +77,7 @@ type Node struct {
 	RoutePort int
 	HTTPPort  int
 	MQTTPort  int // 0 when off
+	KafkaPort int // 0 when off
 	UDP       bool
 
 	args   []string
@@ -152,11 +156,17 @@ func Start(t testing.TB, opts Options) *Cluster {
 			if opts.MQTT {
 				n.MQTTPort = nsMQTTPort
 			}
+			if opts.Kafka {
+				n.KafkaPort = nsKafkaPort
+			}
 		} else {
 			n.Host = "127.0.0.1"
 			n.Port, n.RoutePort, n.HTTPPort = ports.one(opts.UDP), ports.routePair(), ports.one(false)
 			if opts.MQTT {
 				n.MQTTPort = ports.one(false)
+			}
+			if opts.Kafka {
+				n.KafkaPort = ports.one(false)
 			}
 		}
 		n.httpc = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.dial, MaxIdleConnsPerHost: 1}}
@@ -167,16 +177,19 @@ func Start(t testing.TB, opts Options) *Cluster {
 		join = append(join, net.JoinHostPort(n.Host, strconv.Itoa(n.RoutePort)))
 	}
 	for i, n := range c.Nodes {
-		udp, mqtt := "-1", "-1"
+		udp, mqtt, kafka := "-1", "-1", "-1"
 		if n.UDP {
 			udp = "0"
 		}
 		if n.MQTTPort != 0 {
 			mqtt = strconv.Itoa(n.MQTTPort)
 		}
+		if n.KafkaPort != 0 {
+			kafka = strconv.Itoa(n.KafkaPort)
+		}
 		n.args = []string{"server", "--server-name", n.Name, "--host", n.Host, "--port", strconv.Itoa(n.Port),
 			"--http", net.JoinHostPort(n.Host, strconv.Itoa(n.HTTPPort)), "--udp-port", udp,
-			"--mqtt-port", mqtt, "--mqtt-ws-port", "-1", "--store-dir", n.dir,
+			"--mqtt-port", mqtt, "--mqtt-ws-port", "-1", "--kafka-port", kafka, "--store-dir", n.dir,
 			"--cluster-port", strconv.Itoa(n.RoutePort), "--join", strings.Join(join, ","),
 			"--cluster-name", c.Name}
 		if opts.Args != nil {

@@ -1,0 +1,176 @@
+package clustertest_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tern-mq/tern/internal/cluster/clustertest"
+)
+
+// TestKafkaOnReplicatedCluster: on three nodes with replication, every node serves
+// the Kafka API and lists all three as brokers; a topic made through Kafka's admin
+// API with replication factor 3 is a stream of 3 replicas whose partitions the
+// stream's leader leads. franz-go's idempotent producer (acks=all) keeps producing
+// while that leader is killed (-9): every record acknowledged before or after is
+// read back exactly once, in its partition's order.
+func TestKafkaOnReplicatedCluster(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	var seeds []string
+	for _, n := range c.Nodes {
+		seeds = append(seeds, net.JoinHostPort(n.Host, strconv.Itoa(n.KafkaPort)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	const topic, parts = "orders", 3
+	c.WaitFor("the topic made through the admin API", 30*time.Second, func() bool {
+		r, err := adm.CreateTopic(ctx, parts, 3, nil, topic)
+		if err != nil {
+			t.Logf("create topic: %v", err)
+		}
+		return err == nil && (r.Err == nil || r.ErrMessage == "")
+	})
+	var leader int32
+	c.WaitFor("metadata: 3 brokers, each partition on 3 replicas with one leader", 30*time.Second, func() bool {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil || len(md.Brokers) != 3 {
+			return false
+		}
+		td, ok := md.Topics[topic]
+		if !ok || td.Err != nil || len(td.Partitions) != parts {
+			return false
+		}
+		leader = td.Partitions[0].Leader
+		for _, p := range td.Partitions {
+			if p.Err != nil || p.Leader < 0 || p.Leader != leader || len(p.Replicas) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	const total = 600
+	var (
+		mu    sync.Mutex
+		acked = map[string][2]int64{} // value → partition, offset
+		wg    sync.WaitGroup
+	)
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			wg.Add(1)
+			r := &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i%11), Value: fmt.Appendf(nil, "v%d", i)}
+			producer.Produce(ctx, r, func(r *kgo.Record, err error) {
+				defer wg.Done()
+				if err != nil {
+					t.Errorf("record %s: %v", r.Value, err)
+					return
+				}
+				mu.Lock()
+				acked[string(r.Value)] = [2]int64{int64(r.Partition), r.Offset}
+				mu.Unlock()
+			})
+		}
+	}
+	produce(0, total/3)
+	if err := producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	killed := killKafkaLeader(t, c, adm, topic, leader)
+	produce(total/3, total)
+	if err := producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	mu.Lock()
+	if len(acked) != total {
+		t.Fatalf("%d of %d records acknowledged", len(acked), total)
+	}
+	mu.Unlock()
+
+	var live []string
+	for i, n := range c.Nodes {
+		if n != killed {
+			live = append(live, seeds[i])
+		}
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(live...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	seen := map[string]int{}
+	last := map[int32]int64{}
+	for len(seen) < total && ctx.Err() == nil {
+		fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+		fs := consumer.PollFetches(fctx)
+		fcancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			if prev, ok := last[r.Partition]; ok && r.Offset <= prev {
+				t.Errorf("partition %d: offset %d after %d", r.Partition, r.Offset, prev)
+			}
+			last[r.Partition] = r.Offset
+			seen[string(r.Value)]++
+			if at, ok := acked[string(r.Value)]; ok && at != [2]int64{int64(r.Partition), r.Offset} {
+				t.Errorf("%s read at %d/%d, acknowledged at %v", r.Value, r.Partition, r.Offset, at)
+			}
+		})
+	}
+	for v := range acked {
+		if seen[v] != 1 {
+			t.Errorf("%s read %d times", v, seen[v])
+		}
+	}
+	if len(seen) != total {
+		t.Fatalf("read %d distinct records, want %d", len(seen), total)
+	}
+	t.Logf("%d records over %d partitions, leader %s killed after %d", total, parts, killed.Name, total/3)
+}
+
+// killKafkaLeader kills (-9) the node whose broker id leads the topic and waits
+// until another node leads every partition.
+func killKafkaLeader(t *testing.T, c *clustertest.Cluster, adm *kadm.Client, topic string, leader int32) *clustertest.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	md, err := adm.Metadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed *clustertest.Node
+	for _, b := range md.Brokers {
+		if b.NodeID != leader {
+			continue
+		}
+		for _, n := range c.Nodes {
+			if n.KafkaPort == int(b.Port) {
+				killed = n
+			}
+		}
+	}
+	if killed == nil {
+		t.Fatalf("no node is broker %d: %+v", leader, md.Brokers)
+	}
+	killed.Kill()
+	return killed
+}

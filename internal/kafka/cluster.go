@@ -1,0 +1,86 @@
+package kafka
+
+import (
+	"time"
+
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// Cluster is what the front end needs of a cluster that replicates streams: which
+// nodes serve the Kafka API, where each topic's partitions are led, and the
+// cluster's catalogue for topic administration. The server wires it in
+// (SetCluster); without one, the front end serves this node's streams alone.
+type Cluster interface {
+	// Brokers lists the nodes that serve the Kafka API, this one (self) among them.
+	Brokers() (self int32, brokers []Broker)
+	// Topics lists the cluster's streams, in name order; Topic finds one.
+	Topics() []TopicInfo
+	Topic(name string) (TopicInfo, bool)
+	// CreateStream and DeleteStream change the cluster's catalogue; a refusal is
+	// a *streamapi.APIError.
+	CreateStream(cfg streamapi.StreamConfig) error
+	DeleteStream(name string) error
+}
+
+// Broker is a node serving the Kafka API.
+type Broker struct {
+	ID   int32
+	Host string
+	Port int32
+}
+
+// TopicInfo is a stream of the cluster as Metadata describes it.
+type TopicInfo struct {
+	Name    string
+	Created time.Time
+	Config  streamapi.StreamConfig
+	// Partitions has each partition's leader (-1: none now) and replicas.
+	Partitions []PartitionInfo
+}
+
+// PartitionInfo places one partition.
+type PartitionInfo struct {
+	Leader   int32
+	Replicas []int32
+}
+
+// SetCluster makes the front end serve a cluster's streams.
+func (s *Server) SetCluster(c Cluster) {
+	self, _ := c.Brokers()
+	s.prods.onNode(self)
+	s.clusterOf.Store(&c)
+}
+
+func (s *Server) cluster() Cluster {
+	if p := s.clusterOf.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// clusterTopic is a cluster's stream as a topic: served from this node's replica
+// when this node leads it.
+func (s *Server) clusterTopic(ti TopicInfo) *topic {
+	t := &topic{name: ti.Name, id: topicID(ti.Name, ti.Created), cfg: ti.Config, parts: len(ti.Partitions),
+		placement: ti.Partitions}
+	t.subject = singleSubject(ti.Config.Subjects)
+	if st, err := s.streams.Stream(ti.Name); err == nil && st.Leads() && st.Partitions() == t.parts {
+		t.s = st
+	}
+	return t
+}
+
+// waitTopic waits for a topic just made through the catalogue to show in this
+// node's copy of it.
+func (s *Server) waitTopic(c Cluster, name string) (TopicInfo, bool) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if ti, ok := c.Topic(name); ok {
+			return ti, true
+		}
+		if time.Now().After(deadline) {
+			return TopicInfo{}, false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

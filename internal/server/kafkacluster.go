@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tern-mq/tern/internal/cluster"
+	"github.com/tern-mq/tern/internal/cluster/meta"
+	"github.com/tern-mq/tern/internal/kafka"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// kafkaCluster is the Kafka front end's view of a cluster that replicates streams
+// (kafka.Cluster): the nodes that serve the Kafka API come from the routes (each
+// node's client URLs carry its "kafka://host:port"), topics from the catalogue,
+// and the leader of a stream from its group as this node sees it, or from its
+// leader's stream info when this node keeps no replica of it.
+type kafkaCluster struct {
+	s    *Server
+	node *cluster.Node
+
+	mu      sync.Mutex
+	leaders map[string]cachedLeader // stream → leader asked of the cluster
+}
+
+type cachedLeader struct {
+	node string
+	at   time.Time
+}
+
+// leaderTTL bounds how long a leader learned by asking is believed: a client
+// sent to an old leader is told NOT_LEADER and asks Metadata again.
+const leaderTTL = time.Second
+
+// kafkaBrokerID is a node's broker id: the same on every node, from its name.
+func kafkaBrokerID(name string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return int32(h.Sum32() & 0x7fffffff)
+}
+
+// kafkaURL is this node's Kafka listener as other nodes pass it on to clients:
+// kafka_advertise, else the listener's host (cluster_advertise when bound to
+// every interface).
+func (s *Server) kafkaURL() string {
+	if s.kafka == nil {
+		return ""
+	}
+	if s.cfg.KafkaAdvertise != "" {
+		return "kafka://" + s.cfg.KafkaAdvertise
+	}
+	a, ok := s.KafkaAddr().(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	host := s.cfg.ClusterAdvertise
+	if host == "" && !a.IP.IsUnspecified() {
+		host = a.IP.String()
+	}
+	if host == "" {
+		return ""
+	}
+	return "kafka://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+func parseKafkaURL(u, node string) (kafka.Broker, bool) {
+	hp, ok := strings.CutPrefix(u, "kafka://")
+	if !ok {
+		return kafka.Broker{}, false
+	}
+	host, p, err := net.SplitHostPort(hp)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || port <= 0 || port > 65535 {
+		return kafka.Broker{}, false
+	}
+	return kafka.Broker{ID: kafkaBrokerID(node), Host: host, Port: int32(port)}, true
+}
+
+func (k *kafkaCluster) Brokers() (int32, []kafka.Broker) {
+	self := kafkaBrokerID(k.s.cfg.ServerName)
+	var out []kafka.Broker
+	if b, ok := parseKafkaURL(k.s.kafkaURL(), k.s.cfg.ServerName); ok {
+		out = append(out, b)
+	}
+	for _, r := range k.node.Status().Routes {
+		for _, u := range r.ClientURLs {
+			if b, ok := parseKafkaURL(u, r.Node); ok && !slices.ContainsFunc(out, func(o kafka.Broker) bool { return o.ID == b.ID }) {
+				out = append(out, b)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b kafka.Broker) int { return int(a.ID) - int(b.ID) })
+	return self, out
+}
+
+func (k *kafkaCluster) Topics() []kafka.TopicInfo {
+	var sts []*meta.Stream
+	k.node.Catalogue(func(c *meta.State) { sts = c.Streams() })
+	out := make([]kafka.TopicInfo, 0, len(sts))
+	for _, st := range sts {
+		if ti, ok := k.topicInfo(st); ok {
+			out = append(out, ti)
+		}
+	}
+	return out
+}
+
+func (k *kafkaCluster) Topic(name string) (kafka.TopicInfo, bool) {
+	var st *meta.Stream
+	k.node.Catalogue(func(c *meta.State) { st = c.Stream(name) })
+	if st == nil {
+		return kafka.TopicInfo{}, false
+	}
+	return k.topicInfo(st)
+}
+
+func (k *kafkaCluster) topicInfo(st *meta.Stream) (kafka.TopicInfo, bool) {
+	var cfg streamapi.StreamConfig
+	if json.Unmarshal(st.Config, &cfg) != nil || len(st.Groups) == 0 {
+		return kafka.TopicInfo{}, false
+	}
+	ti := kafka.TopicInfo{Name: st.Name, Created: time.Unix(0, st.Created).UTC(), Config: cfg}
+	leader := int32(-1)
+	if name := k.leaderOf(st); name != "" {
+		leader = kafkaBrokerID(name)
+	}
+	for _, g := range st.Groups {
+		pi := kafka.PartitionInfo{Leader: leader}
+		for _, id := range g.Replicas {
+			if name := k.node.NodeName(id); name != "" {
+				pi.Replicas = append(pi.Replicas, kafkaBrokerID(name))
+			}
+		}
+		ti.Partitions = append(ti.Partitions, pi)
+	}
+	return ti, true
+}
+
+// leaderOf names the node serving st: its one replica's, or its group's leader.
+func (k *kafkaCluster) leaderOf(st *meta.Stream) string {
+	if st.Replicas <= 1 {
+		return k.node.NodeName(st.Groups[0].Replicas[0])
+	}
+	if gs := k.node.GroupStatus(st.Groups[0].ID); gs != nil && gs.Running && gs.Leader != "" {
+		return gs.Leader
+	}
+	k.mu.Lock()
+	c, ok := k.leaders[st.Name]
+	k.mu.Unlock()
+	if ok && time.Since(c.at) < leaderTTL {
+		return c.node
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	leader := ""
+	if b, err := k.node.Request(ctx, streamapi.StreamInfoSubject(st.Name), nil, 500*time.Millisecond); err == nil {
+		var r streamapi.Response[streamapi.StreamInfo]
+		if json.Unmarshal(b, &r) == nil && r.Value != nil && r.Value.Cluster != nil {
+			leader = r.Value.Cluster.Leader
+		}
+	}
+	k.mu.Lock()
+	if len(k.leaders) > 10_000 {
+		clear(k.leaders)
+	}
+	k.leaders[st.Name] = cachedLeader{node: leader, at: time.Now()}
+	k.mu.Unlock()
+	return leader
+}
+
+func (k *kafkaCluster) CreateStream(cfg streamapi.StreamConfig) error {
+	body, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return k.request(streamapi.StreamCreateSubject(cfg.Name), body)
+}
+
+func (k *kafkaCluster) DeleteStream(name string) error {
+	return k.request(streamapi.StreamDeleteSubject(name), nil)
+}
+
+// request makes a stream API request through the catalogue and returns its refusal.
+func (k *kafkaCluster) request(subject string, body []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	b, err := k.node.Request(ctx, subject, body, 15*time.Second)
+	if err != nil {
+		return &streamapi.APIError{Code: streamapi.CodeUnavailable, Description: err.Error()}
+	}
+	var r streamapi.Response[json.RawMessage]
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("stream api answer: %w", err)
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	return nil
+}
