@@ -59,9 +59,9 @@ type Server struct {
 	acks    *inbox
 	prods   *producers
 
-	advertise atomic.Pointer[string] // host:port, set by Serve
+	advertise atomic.Pointer[string]  // host:port, set by Serve
 	clusterOf atomic.Pointer[Cluster] // set by SetCluster
-	maxWait   time.Duration          // bounds a fetch's max.wait.ms
+	maxWait   time.Duration           // bounds a fetch's max.wait.ms
 
 	// createMu serialises topic creation, so that concurrent auto-creations of one
 	// topic make it once.
