@@ -128,7 +128,7 @@ start_tern_r3() {
 	for i in 1 2 3; do
 		"$ROUT/tern" server --server-name "tern$i" --host 127.0.0.1 --port "$(tern_port "$i")" \
 			--http "127.0.0.1:$(($(tern_port "$i") + 3))" --cluster-name r3 --cluster-port "$(($(tern_port "$i") + 1))" \
-			--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 \
+			--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
 			--store-dir "$RUN_DIR/tern$i" >"$ROUT/tern-n$i.log" 2>&1 &
 		TERN_R3_PIDS+=($!)
 	done
