@@ -20,9 +20,12 @@ var apis = []apiRange{
 	{18, 0, 5}, // ApiVersions
 	{19, 2, 7}, // CreateTopics
 	{20, 1, 6}, // DeleteTopics
+	{21, 0, 2}, // DeleteRecords
 	{22, 0, 5}, // InitProducerID (idempotent producers; no transactions)
 	{32, 1, 4}, // DescribeConfigs
+	{33, 0, 2}, // AlterConfigs
 	{37, 0, 3}, // CreatePartitions
+	{44, 0, 1}, // IncrementalAlterConfigs
 	{60, 0, 2}, // DescribeCluster
 }
 
@@ -59,6 +62,12 @@ func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
 		return c.initProducerID(r), nil
 	case *kmsg.DescribeConfigsRequest:
 		return c.describeConfigs(r), nil
+	case *kmsg.AlterConfigsRequest:
+		return c.alterConfigs(r), nil
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return c.incrementalAlterConfigs(r), nil
+	case *kmsg.DeleteRecordsRequest:
+		return c.deleteRecords(r), nil
 	case *kmsg.DescribeClusterRequest:
 		return c.describeCluster(r), nil
 	}

@@ -16,9 +16,10 @@ type Cluster interface {
 	// Topics lists the cluster's streams, in name order; Topic finds one.
 	Topics() []TopicInfo
 	Topic(name string) (TopicInfo, bool)
-	// CreateStream and DeleteStream change the cluster's catalogue; a refusal is
-	// a *streamapi.APIError.
+	// CreateStream, UpdateStream and DeleteStream change the cluster's catalogue;
+	// a refusal is a *streamapi.APIError.
 	CreateStream(cfg streamapi.StreamConfig) error
+	UpdateStream(cfg streamapi.StreamConfig) error
 	DeleteStream(name string) error
 }
 

@@ -77,10 +77,35 @@ func seedRequests() [][]byte {
 	dr.ResourceType, dr.ResourceName = kmsg.ConfigResourceTypeTopic, "fz"
 	dc.Resources = append(dc.Resources, dr)
 	out = append(out, frame(dc))
+	out = append(out, alterSeeds(frame)...)
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.Version, dt.TopicNames = 4, []string{"fz2"}
 	out = append(out, frame(dt))
 	return out
+}
+
+// alterSeeds are requests that change topics: their configs and their records.
+func alterSeeds(frame func(kmsg.Request) []byte) [][]byte {
+	ac := kmsg.NewPtrAlterConfigsRequest()
+	ac.Version = 2
+	ar := kmsg.NewAlterConfigsRequestResource()
+	ar.ResourceType, ar.ResourceName = kmsg.ConfigResourceTypeTopic, "fz"
+	ar.Configs = []kmsg.AlterConfigsRequestResourceConfig{{Name: "retention.ms", Value: kmsg.StringPtr("60000")}}
+	ac.Resources = append(ac.Resources, ar)
+	ic := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	ic.Version = 1
+	ir := kmsg.NewIncrementalAlterConfigsRequestResource()
+	ir.ResourceType, ir.ResourceName = kmsg.ConfigResourceTypeTopic, "fz"
+	ir.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "retention.bytes", Op: kmsg.IncrementalAlterConfigOpSet,
+		Value: kmsg.StringPtr("1048576")}, {Name: "retention.ms", Op: kmsg.IncrementalAlterConfigOpDelete}}
+	ic.Resources = append(ic.Resources, ir)
+	dr := kmsg.NewPtrDeleteRecordsRequest()
+	dr.Version = 2
+	drt := kmsg.NewDeleteRecordsRequestTopic()
+	drt.Topic = "fz"
+	drt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 1}}
+	dr.Topics = append(dr.Topics, drt)
+	return [][]byte{frame(ac), frame(ic), frame(dr)}
 }
 
 // seedBatch is a record batch of two records compressed with codec.

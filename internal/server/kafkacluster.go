@@ -184,6 +184,14 @@ func (k *kafkaCluster) CreateStream(cfg streamapi.StreamConfig) error {
 	return k.request(streamapi.StreamCreateSubject(cfg.Name), body)
 }
 
+func (k *kafkaCluster) UpdateStream(cfg streamapi.StreamConfig) error {
+	body, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return k.request(streamapi.StreamUpdateSubject(cfg.Name), body)
+}
+
 func (k *kafkaCluster) DeleteStream(name string) error {
 	return k.request(streamapi.StreamDeleteSubject(name), nil)
 }

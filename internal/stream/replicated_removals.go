@@ -82,6 +82,9 @@ func (s *Stream) purgeReplicated(req streamapi.PurgeRequest) (uint64, error) {
 	body, _ := json.Marshal(req)
 	var total uint64
 	for p := range s.repl.groups {
+		if req.Partition != nil && *req.Partition != p {
+			continue
+		}
 		n, err := s.purgePartition(p, body)
 		total += n
 		if err != nil {

@@ -799,11 +799,17 @@ func (s *Stream) Info() streamapi.StreamInfo {
 // Purge removes messages; see streamapi.PurgeRequest. It runs on the caller's
 // goroutine but synchronises with the writer through the log.
 func (s *Stream) Purge(req streamapi.PurgeRequest) (uint64, error) {
+	if p := req.Partition; p != nil && (*p < 0 || *p >= len(s.parts)) {
+		return 0, fmt.Errorf("stream %q: %w: no partition %d", s.name, ErrBadConfig, *p)
+	}
 	if s.repl != nil {
 		return s.purgeReplicated(req)
 	}
 	var total uint64
 	for i, l := range s.parts {
+		if req.Partition != nil && *req.Partition != i {
+			continue
+		}
 		var n uint64
 		var err error
 		purge := func() { n, err = purgeLog(l, req) }

@@ -797,6 +797,27 @@ func TestPublisherChoosesPartition(t *testing.T) {
 	}
 }
 
+func TestPurgeOnePartition(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "pp", Subjects: []string{"pp"}, Partitions: 2})
+	for i := range 10 {
+		e.publish("pp", strconv.Itoa(i), tern.ToPartition(i%2))
+	}
+	one := 1
+	n, err := e.js.PurgeStream(e.ctx, "pp", &tern.PurgeRequest{UpTo: 4, Partition: &one})
+	if err != nil || n != 3 {
+		t.Fatalf("purge below 4 in partition 1: %d %v, want 3", n, err)
+	}
+	st := e.streamInfo("pp").State
+	if st.Parts[0].Msgs != 5 || st.Parts[1].Msgs != 2 || st.Parts[1].FirstSeq != 4 {
+		t.Fatalf("after the purge: %+v", st.Parts)
+	}
+	two := 2
+	if _, err := e.js.PurgeStream(e.ctx, "pp", &tern.PurgeRequest{Partition: &two}); err == nil {
+		t.Fatal("purge of a partition the stream does not have succeeded")
+	}
+}
+
 func TestConsumerGroupRebalances(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "grp", Partitions: 4})

@@ -328,6 +328,8 @@ type PurgeRequest struct {
 	Subject string `json:"filter,omitempty"`
 	Keep    uint64 `json:"keep,omitempty"`
 	UpTo    uint64 `json:"seq,omitempty"` // purge below this sequence (per partition)
+	// Partition limits the purge to one partition; nil: every partition.
+	Partition *int `json:"partition,omitempty"`
 }
 
 // PurgeResponse reports how many messages a purge removed.
