@@ -12,11 +12,17 @@ import (
 // a randomized ElectionTicks..2×ElectionTicks ticks (400–800 ms), and with PreVote
 // the election then needs two round trips plus the first commit of the new term.
 const (
-	DefaultTickInterval       = 50 * time.Millisecond
-	DefaultElectionTicks      = 8 // 400 ms: the base election timeout
-	DefaultHeartbeatTicks     = 2 // 100 ms between (coalesced) heartbeats
-	DefaultMaxSizePerMsg      = 1 << 20
-	DefaultMaxInflightMsgs    = 256
+	DefaultTickInterval    = 50 * time.Millisecond
+	DefaultElectionTicks   = 8 // 400 ms: the base election timeout
+	DefaultHeartbeatTicks  = 2 // 100 ms between (coalesced) heartbeats
+	DefaultMaxSizePerMsg   = 1 << 20
+	DefaultMaxInflightMsgs = 256
+	// DefaultMaxInflightBytes keeps what one group has in flight to a follower
+	// under the route's backlog limit (4 MiB, internal/cluster/route): a follower
+	// slower than its leader's disk (a busy machine) is fed at its own pace
+	// instead of filling the route until it is excluded and the group, missing
+	// its heartbeats, elects again.
+	DefaultMaxInflightBytes   = 2 << 20
 	DefaultMaxUncommittedSize = 64 << 20
 	DefaultSnapshotEntries    = 10000
 	DefaultCompactionOverhead = 5000
@@ -45,8 +51,10 @@ type Config struct {
 
 	// MaxSizePerMsg limits the entries of one append message (bytes).
 	MaxSizePerMsg uint64
-	// MaxInflightMsgs limits the append messages in flight to one follower.
-	MaxInflightMsgs int
+	// MaxInflightMsgs limits the append messages in flight to one follower,
+	// MaxInflightBytes their bytes (one message at least is always in flight).
+	MaxInflightMsgs  int
+	MaxInflightBytes uint64
 	// MaxUncommittedSize limits a leader's uncommitted entries (bytes) per group;
 	// past it proposals fail with ErrProposalDropped.
 	MaxUncommittedSize uint64
@@ -101,6 +109,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxInflightMsgs <= 0 {
 		cfg.MaxInflightMsgs = DefaultMaxInflightMsgs
+	}
+	if cfg.MaxInflightBytes == 0 {
+		cfg.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if cfg.MaxUncommittedSize == 0 {
 		cfg.MaxUncommittedSize = DefaultMaxUncommittedSize

@@ -313,6 +313,7 @@ func (c *Core) AddGroup(gc GroupConfig) error {
 		MaxCommittedSizePerReady:  c.cfg.MaxSizePerMsg * 4,
 		MaxUncommittedEntriesSize: c.cfg.MaxUncommittedSize,
 		MaxInflightMsgs:           c.cfg.MaxInflightMsgs,
+		MaxInflightBytes:          c.cfg.MaxInflightBytes,
 		CheckQuorum:               !c.cfg.DisableCheckQuorum,
 		PreVote:                   !c.cfg.DisablePreVote,
 		DisableProposalForwarding: true,

@@ -42,7 +42,9 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// ExcludeBacklog: a route with more bytes than this waiting for its socket, or
 	// with bytes waiting and no progress for ExcludeAfter, gets no traffic until
-	// its backlog falls under a quarter of it. Defaults 4 MiB and 500 ms.
+	// its backlog falls under a quarter of it (Raft's only while it makes no
+	// progress: Raft bounds what it has in flight itself, and a group missing its
+	// heartbeats would elect again). Defaults 32 MiB and 500 ms.
 	ExcludeBacklog int
 	ExcludeAfter   time.Duration
 	// RedialMin and RedialMax bound the backoff between dials of a wanted node.
@@ -93,13 +95,15 @@ func (m *Manager) HandleRaft(h RaftHandler) { m.raft.Store(&h) }
 
 // SendRaft queues an RRAFT frame carrying batch (copied) to the named node and wakes
 // the route's writer. It reports false, having sent nothing, when there is no route
-// to the node or the route is excluded for being behind or stalled: Raft repeats
-// what matters, and piling up behind a stalled peer only delays it.
+// to the node, or the route is excluded and makes no progress: Raft repeats what
+// matters, and piling up behind a stalled peer only delays it. A route excluded
+// for its backlog alone still carries Raft: each group bounds what it has in
+// flight, and dropping its heartbeats would make the group elect again.
 func (m *Manager) SendRaft(node string, batch []byte) bool {
 	m.mu.Lock()
 	r := m.routes[node]
 	m.mu.Unlock()
-	if r == nil || r.excluded.Load() {
+	if r == nil || r.stalled.Load() {
 		return false
 	}
 	if !r.q.Append(func(b []byte) []byte { return wire.AppendRouteRaft(b, batch) }) {
@@ -142,7 +146,10 @@ func NewManager(cfg Config) (*Manager, error) {
 		cfg.RedialMax = max(2*time.Second, cfg.RedialMin)
 	}
 	if cfg.ExcludeBacklog <= 0 {
-		cfg.ExcludeBacklog = 4 << 20
+		// Well above what a busy node falls behind by for a moment (50 ms of
+		// 1 KiB publishes at 80 MB/s is 4 MiB): a peer that still reads is
+		// excluded only far behind; one that stops is caught by ExcludeAfter.
+		cfg.ExcludeBacklog = 32 << 20
 	}
 	if cfg.ExcludeAfter <= 0 {
 		cfg.ExcludeAfter = 500 * time.Millisecond
@@ -486,8 +493,12 @@ func (m *Manager) checkHealth(r *Route, now time.Time) {
 	}
 	r.lastPending = pending
 	stalled := pending > 0 && now.Sub(r.progressAt) > m.cfg.ExcludeAfter
+	if r.excluded.Load() {
+		r.stalled.Store(stalled)
+	}
 	if !r.excluded.Load() {
 		if pending > m.cfg.ExcludeBacklog || stalled {
+			r.stalled.Store(stalled)
 			r.excluded.Store(true)
 			r.exclusions.Add(1)
 			m.log.Warn("route excluded: peer behind", "node", r.peer.NodeName, "pending_bytes", pending, "stalled", stalled)

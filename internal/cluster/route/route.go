@@ -57,7 +57,10 @@ type Route struct {
 	inMsgs, inBytes atomic.Uint64
 	// excluded: the peer is behind or stalled, so it gets no traffic until it
 	// drains (fast exclusion, before membership would call it dead).
-	excluded      atomic.Bool
+	excluded atomic.Bool
+	// stalled: excluded for making no progress at all (not just for a backlog):
+	// then Raft traffic is dropped too (Raft sends it again).
+	stalled       atomic.Bool
 	interestDirty atomic.Bool // interest frames queued and not flushed yet
 	exclusions    atomic.Uint64
 	excludedDrops atomic.Uint64

@@ -105,6 +105,7 @@ func (s *outSession) readmit(r *Route) {
 		s.queueAllLocked(&r.q)
 	}
 	r.excluded.Store(false)
+	r.stalled.Store(false)
 	r.q.Flush()
 }
 
