@@ -81,7 +81,11 @@ func (c *conn) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoord
 // the rebalance timeout (plus an empty group's initial delay) or the session
 // timeout, whichever applies; this only guards against a lost answer.
 func (c *conn) parkBound(session, rebalance time.Duration) time.Duration {
-	return max(session, rebalance) + max(c.s.groups.cfg.InitialRebalanceDelay, group.DefaultInitialRebalanceDelay) + 10*time.Second
+	d := max(session, rebalance) + max(c.s.groups.cfg.InitialRebalanceDelay, group.DefaultInitialRebalanceDelay) + 10*time.Second
+	if c.s.parkMax > 0 {
+		d = min(d, c.s.parkMax)
+	}
+	return d
 }
 
 func (c *conn) joinGroup(req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {

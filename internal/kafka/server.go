@@ -71,6 +71,7 @@ type Server struct {
 
 	advertise atomic.Pointer[string] // host:port, set by Serve
 	maxWait   time.Duration          // bounds a fetch's max.wait.ms
+	parkMax   time.Duration          // when set, bounds a parked join or sync (the fuzz target's)
 
 	// createMu serialises topic creation, so that concurrent auto-creations of one
 	// topic make it once.
