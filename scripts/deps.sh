@@ -32,18 +32,27 @@ need mosquitto_pub mosquitto-clients
 # kcat (librdkafka inside), a Kafka client Tern did not write, for the Kafka API tests.
 need kcat kcat
 need python3 python3
-# paho-mqtt from PyPI in the project's own virtual environment (.venv, not committed);
-# the MQTT tests run .venv/bin/python.
-paho_version=2.1.0
-if ! .venv/bin/python -c "import paho.mqtt, sys; sys.exit(paho.mqtt.__version__ != '$paho_version')" 2>/dev/null; then
+# Python clients from PyPI in the project's own virtual environment (.venv, not
+# committed), each installed unless that version is there: paho-mqtt for the MQTT
+# tests, kafka-python and confluent-kafka (librdkafka inside its wheel) for the Kafka
+# tests, which run .venv/bin/python.
+if ! .venv/bin/python -c 'import sys' 2>/dev/null; then
 	if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
 		apt_pkg "python$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-venv"
 	fi
-	echo "deps: installing paho-mqtt $paho_version into .venv"
 	rm -rf .venv
 	python3 -m venv .venv
-	.venv/bin/python -m pip install -q --disable-pip-version-check "paho-mqtt==$paho_version"
 fi
+# pypi DIST VERSION: installs DIST==VERSION into .venv unless it is there.
+pypi() {
+	if [ "$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null)" != "$2" ]; then
+		echo "deps: installing $1 $2 into .venv"
+		.venv/bin/python -m pip install -q --disable-pip-version-check "$1==$2"
+	fi
+}
+pypi paho-mqtt 2.1.0
+pypi kafka-python 3.0.12
+pypi confluent-kafka 2.16.1
 
 # MQTT.js from npm, the MQTT client of browser applications, for the MQTT-over-WebSocket
 # test (run by node, with .node/node_modules as its module path; not committed).

@@ -17,6 +17,15 @@ var apis = []apiRange{
 	{1, 4, 18}, // Fetch
 	{2, 1, 11}, // ListOffsets
 	{3, 0, 13}, // Metadata
+	{8, 2, 10}, // OffsetCommit
+	{9, 1, 10}, // OffsetFetch (v8+: several groups)
+	{10, 0, 6}, // FindCoordinator (v4+: several keys)
+	{11, 0, 9}, // JoinGroup
+	{12, 0, 4}, // Heartbeat
+	{13, 0, 5}, // LeaveGroup (v3+: several members)
+	{14, 0, 5}, // SyncGroup
+	{15, 0, 6}, // DescribeGroups
+	{16, 0, 5}, // ListGroups
 	{18, 0, 5}, // ApiVersions
 	{19, 2, 7}, // CreateTopics
 	{20, 1, 6}, // DeleteTopics
@@ -25,6 +34,7 @@ var apis = []apiRange{
 	{32, 1, 4}, // DescribeConfigs
 	{33, 0, 2}, // AlterConfigs
 	{37, 0, 3}, // CreatePartitions
+	{42, 0, 3}, // DeleteGroups
 	{44, 0, 1}, // IncrementalAlterConfigs
 	{60, 0, 2}, // DescribeCluster
 }
@@ -70,6 +80,26 @@ func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
 		return c.deleteRecords(r), nil
 	case *kmsg.DescribeClusterRequest:
 		return c.describeCluster(r), nil
+	case *kmsg.FindCoordinatorRequest:
+		return c.findCoordinator(r), nil
+	case *kmsg.JoinGroupRequest:
+		return c.joinGroup(r), nil
+	case *kmsg.SyncGroupRequest:
+		return c.syncGroup(r), nil
+	case *kmsg.HeartbeatRequest:
+		return c.heartbeat(r), nil
+	case *kmsg.LeaveGroupRequest:
+		return c.leaveGroup(r), nil
+	case *kmsg.OffsetCommitRequest:
+		return c.offsetCommit(r), nil
+	case *kmsg.OffsetFetchRequest:
+		return c.offsetFetch(r), nil
+	case *kmsg.DescribeGroupsRequest:
+		return c.describeGroups(r), nil
+	case *kmsg.ListGroupsRequest:
+		return c.listGroups(r), nil
+	case *kmsg.DeleteGroupsRequest:
+		return c.deleteGroups(r), nil
 	}
 	return unsupported(req), nil // not reached: supported() lists only the above
 }

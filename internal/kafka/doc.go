@@ -18,9 +18,20 @@
 // the stream's commit wakes (stream.Stream.WatchAppends), never polling. Topic
 // administration calls the stream engine (stream.Manager).
 //
+// Consumer groups: the coordinator's logic of each group is the pure state
+// machine of package group, driven here (coordinator.go) by the group requests
+// and one timer per group; which node coordinates a group is the Coordinators
+// interface's choice (this node alone, by default). A group's committed offsets
+// are the positions of a durable stream consumer named after it (offsets.go),
+// read and set through the stream API over the broker (CONSUMER.INFO,
+// CONSUMER.SEEK), as any client would, so that any node can.
+//
 // What it must not touch: the broker's routing, the stream engine's writer and
 // logs' append side, and the cluster. The core never imports this package.
 //
 // Goroutines: one per connection, reading a request, handling it and queueing the
 // answer on the connection's outbound queue (internal/outbound), which writes it.
+// A JoinGroup or SyncGroup holds its connection's goroutine until the group
+// machine answers it (bounded by the rebalance or session timeout), as a Kafka
+// broker holds the connection; each group's timer runs on its own.
 package kafka

@@ -78,6 +78,7 @@ func seedRequests() [][]byte {
 	dc.Resources = append(dc.Resources, dr)
 	out = append(out, frame(dc))
 	out = append(out, alterSeeds(frame)...)
+	out = append(out, seedGroupRequests(frame)...)
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.Version, dt.TopicNames = 4, []string{"fz2"}
 	out = append(out, frame(dt))
@@ -106,6 +107,80 @@ func alterSeeds(frame func(kmsg.Request) []byte) [][]byte {
 	drt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 1}}
 	dr.Topics = append(dr.Topics, drt)
 	return [][]byte{frame(ac), frame(ic), frame(dr)}
+}
+
+// seedGroupRequests are the consumer group APIs' requests, in the forms clients
+// send: FindCoordinator with one key and with several, a join without and with a
+// member id, sync, heartbeat, commit, fetch of one group and of several, leave of
+// several members, describe, list, delete.
+func seedGroupRequests(frame func(kmsg.Request) []byte) [][]byte {
+	var out [][]byte
+	for _, v := range []int16{3, 4} {
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.Version, fc.CoordinatorKey, fc.CoordinatorKeys = v, "fg", []string{"fg", "fh"}
+		out = append(out, frame(fc))
+	}
+	for _, member := range []string{"", "seed-1"} {
+		jg := kmsg.NewPtrJoinGroupRequest()
+		jg.Version, jg.Group, jg.MemberID, jg.ProtocolType = 9, "fg", member, "consumer"
+		jg.SessionTimeoutMillis, jg.RebalanceTimeoutMillis = 10_000, 10_000
+		inst := "i1"
+		jg.InstanceID = &inst
+		p := kmsg.NewJoinGroupRequestProtocol()
+		p.Name, p.Metadata = "range", []byte{0, 3, 0, 0, 0, 1, 0, 2, 'f', 'z', 0, 0, 0, 0}
+		jg.Protocols = append(jg.Protocols, p)
+		out = append(out, frame(jg))
+	}
+	sg := kmsg.NewPtrSyncGroupRequest()
+	sg.Version, sg.Group, sg.MemberID, sg.Generation = 5, "fg", "seed-1", 1
+	a := kmsg.NewSyncGroupRequestGroupAssignment()
+	a.MemberID, a.MemberAssignment = "seed-1", []byte{0, 3, 0, 0, 0, 0}
+	sg.GroupAssignment = append(sg.GroupAssignment, a)
+	out = append(out, frame(sg))
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Version, hb.Group, hb.MemberID, hb.Generation = 4, "fg", "seed-1", 1
+	out = append(out, frame(hb))
+	oc := kmsg.NewPtrOffsetCommitRequest()
+	oc.Version, oc.Group, oc.Generation = 9, "fg", -1
+	ot := kmsg.NewOffsetCommitRequestTopic()
+	ot.Topic = "fz"
+	op := kmsg.NewOffsetCommitRequestTopicPartition()
+	op.Offset = 1
+	ot.Partitions = append(ot.Partitions, op)
+	oc.Topics = append(oc.Topics, ot)
+	out = append(out, frame(oc))
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Version, of.Group = 7, "fg"
+	ft := kmsg.NewOffsetFetchRequestTopic()
+	ft.Topic, ft.Partitions = "fz", []int32{0}
+	of.Topics = append(of.Topics, ft)
+	out = append(out, frame(of))
+	of8 := kmsg.NewPtrOffsetFetchRequest()
+	of8.Version = 9
+	for _, g := range []string{"fg", "fh"} {
+		rg := kmsg.NewOffsetFetchRequestGroup()
+		rg.Group = g
+		of8.Groups = append(of8.Groups, rg)
+	}
+	out = append(out, frame(of8))
+	lg := kmsg.NewPtrLeaveGroupRequest()
+	lg.Version, lg.Group = 5, "fg"
+	for _, id := range []string{"seed-1", "seed-2"} {
+		m := kmsg.NewLeaveGroupRequestMember()
+		m.MemberID = id
+		lg.Members = append(lg.Members, m)
+	}
+	out = append(out, frame(lg))
+	dg := kmsg.NewPtrDescribeGroupsRequest()
+	dg.Version, dg.Groups = 5, []string{"fg", "fh"}
+	out = append(out, frame(dg))
+	lgr := kmsg.NewPtrListGroupsRequest()
+	lgr.Version, lgr.StatesFilter = 5, []string{"Stable"}
+	out = append(out, frame(lgr))
+	del := kmsg.NewPtrDeleteGroupsRequest()
+	del.Version, del.Groups = 2, []string{"fg"}
+	out = append(out, frame(del))
+	return out
 }
 
 // seedBatch is a record batch of two records compressed with codec.
@@ -174,6 +249,7 @@ func FuzzRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	s.maxWait = 0
+	s.parkMax = time.Millisecond // a join waiting for others would hold the fuzzer
 	f.Cleanup(func() { _ = s.Shutdown(time.Second) })
 	client, srv := net.Pipe()
 	go func() { _, _ = io.Copy(io.Discard, client) }()

@@ -92,11 +92,11 @@ func TestUnsupportedAPIsAndVersions(t *testing.T) {
 		t.Fatalf("unknown API: answer %d %x, %v", got, body, err)
 	}
 
-	// An API Tern does not serve yet (JoinGroup): its answer, with the error.
-	jg := kmsg.NewPtrJoinGroupRequest()
-	jg.Version, jg.Group, jg.ProtocolType = 5, "g", "consumer"
-	if resp := r.do(jg).(*kmsg.JoinGroupResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("JoinGroup: error %d", resp.ErrorCode)
+	// An API Tern does not serve (OffsetDelete): its answer, with the error.
+	od := kmsg.NewPtrOffsetDeleteRequest()
+	od.Group = "g"
+	if resp := r.do(od).(*kmsg.OffsetDeleteResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("OffsetDelete: error %d", resp.ErrorCode)
 	}
 
 	// A version of a served API below what Tern serves (Produce v2, message sets).
@@ -114,8 +114,8 @@ func TestUnsupportedAPIsAndVersions(t *testing.T) {
 		t.Fatalf("ApiVersions v3: error %d", resp.ErrorCode)
 	}
 	for _, k := range resp.ApiKeys {
-		if k.ApiKey == 11 {
-			t.Fatal("JoinGroup advertised")
+		if k.ApiKey == 47 {
+			t.Fatal("OffsetDelete advertised")
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/kafka/group"
 	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/stream"
 )
@@ -42,6 +43,12 @@ type Config struct {
 	// MaxPayload is the server's largest message, reported as the broker's
 	// message.max.bytes.
 	MaxPayload int
+	// Coordinators chooses each consumer group's coordinator; nil: this node
+	// coordinates every group.
+	Coordinators Coordinators
+	// Groups bounds the consumer groups' session timeouts and sets their initial
+	// rebalance delay (zero fields: Kafka's defaults).
+	Groups group.Config
 	// Outbound limits shared with the other front ends.
 	MaxPending         int64
 	SlowConsumerPolicy string
@@ -58,10 +65,14 @@ type Server struct {
 	group   *outbound.Group
 	acks    *inbox
 	prods   *producers
+	api     *apiClient // stream API requests (committed offsets)
+	coords  Coordinators
+	groups  *groups
 
 	advertise atomic.Pointer[string]  // host:port, set by Serve
 	clusterOf atomic.Pointer[Cluster] // set by SetCluster
 	maxWait   time.Duration           // bounds a fetch's max.wait.ms
+	parkMax   time.Duration           // when set, bounds a parked join or sync (the fuzz target's)
 
 	// createMu serialises topic creation, so that concurrent auto-creations of one
 	// topic make it once.
@@ -128,6 +139,12 @@ func NewServer(cfg Config, b *broker.Broker, m *stream.Manager, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
+	s.api = newAPIClient(b)
+	s.coords = cfg.Coordinators
+	if s.coords == nil {
+		s.coords = nodeCoordinators{s}
+	}
+	s.groups = newGroups(s, cfg.Groups)
 	return s, nil
 }
 
@@ -264,6 +281,8 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 		}
 	}
 	s.acks.close()
+	s.groups.close()
+	s.api.close()
 	return err
 }
 

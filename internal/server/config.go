@@ -84,6 +84,9 @@ type Config struct {
 	// KafkaAutoCreate creates a topic's stream on the first Produce or Metadata
 	// request that names it.
 	KafkaAutoCreate bool
+	// KafkaGroupInitialDelay holds an empty consumer group's first rebalance this
+	// long (Kafka's group.initial.rebalance.delay.ms); negative: no delay.
+	KafkaGroupInitialDelay time.Duration
 	// ClusterPort is the port of the routes to other cluster nodes; -1 (the
 	// default) runs the server alone, 0 picks a free port.
 	ClusterPort int
@@ -129,35 +132,36 @@ func DefaultStoreDir() string {
 // everything on its default port on all interfaces.
 func DefaultConfig() Config {
 	return Config{
-		Host:               "0.0.0.0",
-		Port:               7400,
-		HTTPAddr:           "0.0.0.0:7480",
-		MaxPayload:         1 << 20,
-		MaxConnections:     65536,
-		MaxSubscriptions:   0,
-		MaxPending:         64 << 20,
-		SlowConsumerPolicy: outbound.PolicyDrop.String(),
-		PingInterval:       2 * time.Minute,
-		UDPIdleTimeout:     30 * time.Second,
-		UDPMTU:             1200,
-		UDPBundleDelay:     time.Millisecond,
-		MaxPingsOut:        2,
-		WriteTimeout:       10 * time.Second,
-		TCPNotSentLowat:    128 << 10,
-		ConnectTimeout:     2 * time.Second,
-		LogLevel:           "info",
-		LogFormat:          "text",
-		StoreDir:           DefaultStoreDir(),
-		Sync:               "interval",
-		SyncInterval:       100 * time.Millisecond,
-		SegmentSize:        64 << 20,
-		MQTTPort:           1883,
-		MQTTWSPort:         8083,
-		MQTT:               mqtt.DefaultConfig(),
-		KafkaPort:          9092,
-		KafkaAutoCreate:    true,
-		ClusterPort:        -1,
-		ClusterName:        "tern",
+		Host:                   "0.0.0.0",
+		Port:                   7400,
+		HTTPAddr:               "0.0.0.0:7480",
+		MaxPayload:             1 << 20,
+		MaxConnections:         65536,
+		MaxSubscriptions:       0,
+		MaxPending:             64 << 20,
+		SlowConsumerPolicy:     outbound.PolicyDrop.String(),
+		PingInterval:           2 * time.Minute,
+		UDPIdleTimeout:         30 * time.Second,
+		UDPMTU:                 1200,
+		UDPBundleDelay:         time.Millisecond,
+		MaxPingsOut:            2,
+		WriteTimeout:           10 * time.Second,
+		TCPNotSentLowat:        128 << 10,
+		ConnectTimeout:         2 * time.Second,
+		LogLevel:               "info",
+		LogFormat:              "text",
+		StoreDir:               DefaultStoreDir(),
+		Sync:                   "interval",
+		SyncInterval:           100 * time.Millisecond,
+		SegmentSize:            64 << 20,
+		MQTTPort:               1883,
+		MQTTWSPort:             8083,
+		MQTT:                   mqtt.DefaultConfig(),
+		KafkaPort:              9092,
+		KafkaAutoCreate:        true,
+		KafkaGroupInitialDelay: 3 * time.Second,
+		ClusterPort:            -1,
+		ClusterName:            "tern",
 
 		ClusterProbeInterval: membership.DefaultProbeInterval,
 		ClusterProbeTimeout:  membership.DefaultProbeTimeout,
@@ -302,6 +306,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.KafkaAdvertise) }},
 	{key: "kafka_auto_create", group: groupKafka, help: "create a topic (a stream of the same name capturing that subject) on the first Produce or Metadata request naming it",
 		bind: func(c *Config) pflag.Value { return cliflags.NewBool(&c.KafkaAutoCreate) }},
+	{key: "kafka_group_initial_delay", group: groupKafka, help: "how long an empty consumer group's first rebalance waits for more members to join (Kafka's group.initial.rebalance.delay.ms; 0 = none)",
+		bind: func(c *Config) pflag.Value { return dur(&c.KafkaGroupInitialDelay) }},
 
 	{key: "udp_port", group: groupUDP, help: "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.UDPPort, -1, anyPort) }},

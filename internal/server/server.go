@@ -23,6 +23,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/kafka"
+	"github.com/tern-mq/tern/internal/kafka/group"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/native"
 	"github.com/tern-mq/tern/internal/store"
@@ -183,6 +184,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload,
 			MaxPending: cfg.MaxPending, SlowConsumerPolicy: cfg.SlowConsumerPolicy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.TCPNotSentLowat,
+			Groups:       group.Config{InitialRebalanceDelay: kafkaDelay(cfg.KafkaGroupInitialDelay)},
 		}, s.broker, s.streams, log.With("proto", "kafka"))
 		if err != nil {
 			if s.mqtt != nil {
@@ -510,4 +512,13 @@ func NewLogger(cfg Config, w *os.File) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("log format %q: want text or json", cfg.LogFormat)
+}
+
+// kafkaDelay is the group machine's initial delay for the configured one: its
+// zero means the default, so a configured 0 (no delay) becomes negative.
+func kafkaDelay(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

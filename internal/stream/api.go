@@ -94,8 +94,9 @@ func (a *apiSink) run() {
 	for {
 		select {
 		case req := <-a.reqs:
-			resp := a.handle(req)
-			a.m.broker.Publish(&a.batch, &broker.Message{Subject: req.reply, Payload: resp})
+			if resp := a.handle(req); resp != nil { // nil: answered later (seek)
+				a.m.broker.Publish(&a.batch, &broker.Message{Subject: req.reply, Payload: resp})
+			}
 			if len(a.reqs) == 0 {
 				a.batch.Flush()
 			}
@@ -232,6 +233,8 @@ func (a *apiSink) handle(req apiRequest) []byte {
 				list.Consumers = append(list.Consumers, c.Info())
 			}
 			return Respond(&list, nil)
+		case tok[1] == "SEEK" && len(tok) == 4:
+			return a.seekRequest(tok[2], name, req.body, req.reply)
 		case tok[1] == "NEXT" && len(tok) == 4:
 			if _, err := s.Consumer(name); err != nil {
 				return Respond[streamapi.ConsumerInfo](nil, err)

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,7 @@ type Consumer struct {
 	m        *consumer.Machine
 	src      source
 	confirms [][]byte // replies of synchronous acks, answered once the journal has them
+	seeks    [][]byte // replies of seek requests, answered likewise (seek.go)
 	closed   bool
 	running  bool
 
@@ -101,13 +103,19 @@ func (c *Consumer) stop(remove bool) {
 	records := rd.Journal
 	c.m.Advance()
 	c.src.close()
+	seeks := c.seeks
+	c.seeks = nil
 	c.mu.Unlock()
+	var journalErr error
 	if c.jr != nil {
-		_ = c.jr.flush(append(c.jretry, records...))
+		journalErr = c.jr.flush(append(c.jretry, records...))
 		if err := c.jr.close(); err != nil {
 			c.s.m.log.Error("closing consumer journal", "stream", c.s.name, "consumer", c.name, "err", err)
 		}
+	} else if c.replicated && len(seeks) > 0 {
+		journalErr = fmt.Errorf("%w: the consumer stopped", ErrNotLeader)
 	}
+	c.answerSeeks(seeks, journalErr)
 	c.batch.Flush()
 	if remove && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
@@ -254,6 +262,8 @@ func (c *Consumer) pass() (more bool, wait time.Duration, remove bool) {
 	}
 	confirms := c.confirms
 	c.confirms, c.spareConfirm = c.spareConfirm[:0], confirms
+	seeks := c.seeks
+	c.seeks = nil
 	c.m.Advance()
 	c.mu.Unlock()
 
@@ -282,6 +292,7 @@ func (c *Consumer) pass() (more bool, wait time.Duration, remove bool) {
 	}
 	c.confirm(confirms, journalErr)
 	clear(confirms)
+	c.answerSeeks(seeks, journalErr)
 	return more, wait, false
 }
 

@@ -47,7 +47,8 @@
 //
 // Every change a durable consumer must survive a restart with is appended to the
 // Ready's Journal as a record (a type byte and uvarints): Delivered, Acked,
-// AckedUpTo, Next and ConsumerSeq. State is the snapshot form; ApplyRecords replays
+// AckedUpTo, Next, Seek and ConsumerSeq. State is the snapshot form; ApplyRecords replays
 // records over a State, and replaying a record twice gives the same state, so a
-// snapshot followed by a journal that overlaps it restores correctly.
+// snapshot followed by a journal that overlaps it restores correctly (a Seek sets
+// its partition whole, and the records after it rebuild what followed).
 package consumer

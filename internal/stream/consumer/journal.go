@@ -9,6 +9,9 @@ const (
 	RecAckedUpTo   = 'L' // partition, seq: nothing up to seq is pending
 	RecNext        = 'N' // partition, next: first delivery has passed everything below next
 	RecConsumerSeq = 'C' // consumer sequence, redelivered count
+	// RecSeek sets a partition's position exactly, forward or back, and forgets
+	// its pending messages (Machine.Seek): partition, next.
+	RecSeek = 'S'
 	// RecApplied closes the records a replicated stream's group applied up to a
 	// log index: index. A replica replaying its group's log after a restart skips
 	// the entries its journal already holds (State.Applied).
@@ -92,7 +95,7 @@ func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
 		switch typ {
 		case RecDelivered:
 			v, ok = next(3)
-		case RecAcked, RecAckedUpTo, RecNext, RecConsumerSeq:
+		case RecAcked, RecAckedUpTo, RecNext, RecConsumerSeq, RecSeek:
 			v, ok = next(2)
 		case RecApplied:
 			v, ok = next(1)
@@ -135,6 +138,9 @@ func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
 			}
 		case RecNext:
 			st.Parts[p].Next = max(st.Parts[p].Next, v[1])
+		case RecSeek:
+			st.Parts[p].Next = max(v[1], 1)
+			clear(pending[p])
 		}
 	}
 	return true

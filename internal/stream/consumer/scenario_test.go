@@ -1,8 +1,10 @@
 package consumer
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,6 +52,8 @@ type scenario struct {
 	log   *memLog
 	start time.Time
 	now   time.Time
+	// journal is every record the machine wrote, for "replay".
+	journal []byte
 }
 
 // TestScenarios runs testdata/*.txt: each command is an event at the virtual time
@@ -211,6 +215,21 @@ func (sc *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		d.MaybeScanArgs(t, "part", &part)
 		d.ScanArgs(t, "first", &first)
 		sc.m.Purged(part, uint64(first))
+	case "seek":
+		// seek [part=P] next=N: the position is set from outside (a Kafka commit)
+		part, next := 0, 0
+		d.MaybeScanArgs(t, "part", &part)
+		d.ScanArgs(t, "next", &next)
+		sc.m.Seek(part, uint64(next))
+	case "replay":
+		// replay: the state a restart rebuilds from the snapshot taken at "new"
+		// and every journal record printed since, compared with the machine's own.
+		st := State{Parts: make([]PartState, len(sc.m.parts))}
+		Replay(&st, [][]byte{sc.journal})
+		for i, p := range st.Parts {
+			fmt.Fprintf(&out, "partition %d: next %d pending %v\n", i, p.Next, sortedPending(p.Pending))
+		}
+		return out.String()
 	case "close":
 		sc.m.Close()
 	case "state":
@@ -251,6 +270,7 @@ func (sc *scenario) ready(out *strings.Builder) {
 		out.WriteString("\n")
 	}
 	if len(rd.Journal) > 0 {
+		sc.journal = append(sc.journal, rd.Journal...)
 		fmt.Fprintf(out, "journal %s\n", decodeJournal(rd.Journal))
 	}
 	if rd.Members != nil {
@@ -284,6 +304,11 @@ func decodeJournal(b []byte) string {
 		recs = append(recs, string(typ)+"("+strings.Join(vals, ",")+")")
 	}
 	return strings.Join(recs, " ")
+}
+
+func sortedPending(p [][2]uint64) [][2]uint64 {
+	slices.SortFunc(p, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	return p
 }
 
 func atoi(t *testing.T, s string) int {

@@ -1,0 +1,332 @@
+package kafka_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tern-mq/tern/internal/server"
+)
+
+// fastGroups makes group tests quick: a short initial rebalance delay.
+func fastGroups(c *server.Config) { c.KafkaGroupInitialDelay = 50 * time.Millisecond }
+
+// createTopic makes a topic with n partitions through the admin API.
+func createTopic(t *testing.T, adm *kadm.Client, topic string, n int32) {
+	t.Helper()
+	resp, err := adm.CreateTopics(ctxT(t), n, 1, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// produceN produces n keyed records to topic, numbered from first.
+func produceN(t *testing.T, cl *kgo.Client, topic string, first, n int) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i := first; i < first+n; i++ {
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+	}
+	if err := cl.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// groupMember is a franz-go group consumer that commits what it processed before
+// any rebalance can take its partitions (BlockRebalanceOnPoll), and so, leaving
+// cleanly, never hands a record to another member twice.
+type groupMember struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// seen counts deliveries per record value.
+type seen struct {
+	mu sync.Mutex
+	n  map[string]int
+	by map[string]map[int32]bool // member → partitions it consumed from
+}
+
+func (s *seen) total() (distinct, dups int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.n {
+		distinct++
+		dups += c - 1
+	}
+	return
+}
+
+func startMember(t *testing.T, addr, topic, grp, name string, balancer kgo.GroupBalancer, rec *seen) *groupMember {
+	t.Helper()
+	cl := newClient(t, addr, kgo.ConsumerGroup(grp), kgo.ConsumeTopics(topic), kgo.Balancers(balancer),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		kgo.HeartbeatInterval(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(name))
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &groupMember{cl: cl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				rec.mu.Lock()
+				rec.n[string(r.Value)]++
+				if rec.by[name] == nil {
+					rec.by[name] = map[int32]bool{}
+				}
+				rec.by[name][r.Partition] = true
+				rec.mu.Unlock()
+			})
+			if err := cl.CommitUncommittedOffsets(context.Background()); err != nil {
+				t.Logf("%s commit: %v", name, err)
+			}
+			cl.AllowRebalance()
+		}
+	}()
+	return m
+}
+
+// leave stops polling and leaves the group (LeaveGroup), after committing.
+func (m *groupMember) leave() {
+	m.cancel()
+	<-m.done
+	m.cl.AllowRebalance()
+	m.cl.Close()
+}
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFranzGroupRebalance: franz-go group consumers with each assignor (range,
+// round-robin, cooperative-sticky) share a topic's partitions while members join
+// and leave cleanly, and every record is consumed exactly once across the group;
+// DescribeGroups shows the stable group with its three members' assignments.
+func TestFranzGroupRebalance(t *testing.T) {
+	balancers := map[string]kgo.GroupBalancer{"range": kgo.RangeBalancer(), "roundrobin": kgo.RoundRobinBalancer(),
+		"cooperative-sticky": kgo.CooperativeStickyBalancer()}
+	for name, bal := range balancers {
+		t.Run(name, func(t *testing.T) {
+			_, addr := startTern(t, fastGroups)
+			prod := newClient(t, addr)
+			adm := kadm.NewClient(prod)
+			topic, grp := "reb-"+name, "g-"+name
+			createTopic(t, adm, topic, 6)
+			rec := &seen{n: map[string]int{}, by: map[string]map[int32]bool{}}
+			produceN(t, prod, topic, 0, 300)
+			a := startMember(t, addr, topic, grp, "a", bal, rec)
+			waitUntil(t, "a's first records", 20*time.Second, func() bool { d, _ := rec.total(); return d > 0 })
+			b := startMember(t, addr, topic, grp, "b", bal, rec)
+			c := startMember(t, addr, topic, grp, "c", bal, rec)
+			// Three members, each with partitions.
+			waitUntil(t, "a stable group of three, each with partitions", 30*time.Second, func() bool {
+				dg, err := adm.DescribeGroups(ctxT(t), grp)
+				if err != nil {
+					return false
+				}
+				g := dg[grp]
+				if g.State != "Stable" || len(g.Members) != 3 {
+					return false
+				}
+				for _, m := range g.Members {
+					ca, ok := m.Assigned.AsConsumer()
+					if !ok || len(ca.Topics) != 1 || len(ca.Topics[0].Partitions) != 2 {
+						return false
+					}
+				}
+				return true
+			})
+			produceN(t, prod, topic, 300, 300)
+			waitUntil(t, "600 records", 30*time.Second, func() bool { d, _ := rec.total(); return d == 600 })
+			b.leave()
+			produceN(t, prod, topic, 600, 300)
+			waitUntil(t, "900 records", 30*time.Second, func() bool { d, _ := rec.total(); return d == 900 })
+			c.leave()
+			produceN(t, prod, topic, 900, 300)
+			waitUntil(t, "1200 records", 30*time.Second, func() bool { d, _ := rec.total(); return d == 1200 })
+			a.leave()
+			if d, dups := rec.total(); d != 1200 || dups != 0 {
+				t.Fatalf("%d distinct records, %d duplicates; want 1200 and 0", d, dups)
+			}
+			rec.mu.Lock()
+			for _, m := range []string{"a", "b", "c"} {
+				if len(rec.by[m]) == 0 {
+					t.Errorf("member %s consumed nothing", m)
+				}
+			}
+			rec.mu.Unlock()
+			// Everything is committed: the group's offsets are the partitions' ends.
+			offs, err := adm.FetchOffsets(ctxT(t), grp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends, err := adm.ListEndOffsets(ctxT(t), topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ends.Each(func(e kadm.ListedOffset) {
+				o, ok := offs.Lookup(topic, e.Partition)
+				if !ok || o.At != e.Offset {
+					t.Errorf("partition %d: committed %v, end %d", e.Partition, o.At, e.Offset)
+				}
+			})
+		})
+	}
+}
+
+// TestGroupOffsetsSurviveRestart: offsets a group committed are there after the
+// server restarts on the same store, where a new member resumes from them; the
+// group's offsets are the position of the durable consumer named after it, which
+// the native API shows.
+func TestGroupOffsetsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*server.Server, string) {
+		return startTern(t, func(c *server.Config) { fastGroups(c); c.StoreDir = dir })
+	}
+	s, addr := start()
+	prod := newClient(t, addr)
+	createTopic(t, kadm.NewClient(prod), "durable", 2)
+	produceN(t, prod, "durable", 0, 10)
+	rec := &seen{n: map[string]int{}, by: map[string]map[int32]bool{}}
+	m := startMember(t, addr, "durable", "keeper", "a", kgo.RangeBalancer(), rec)
+	waitUntil(t, "10 records", 20*time.Second, func() bool { d, _ := rec.total(); return d == 10 })
+	m.leave()
+	offs, err := kadm.NewClient(prod).FetchOffsets(ctxT(t), "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) { want[o.Partition] = o.At })
+	if want[0]+want[1] != 10 {
+		t.Fatalf("committed %v, want 10 records' worth", want)
+	}
+	// The native view: consumer "keeper" of stream "durable".
+	info, err := native(t, s).Streams().ConsumerInfo(ctxT(t), "durable", "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range info.Partitions {
+		if int64(p.AckFloor) != want[int32(p.Partition)] {
+			t.Fatalf("native partition %d ack floor %d, Kafka offset %d", p.Partition, p.AckFloor, want[int32(p.Partition)])
+		}
+	}
+	prod.Close()
+	if err := s.Shutdown(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	_, addr = start()
+	prod = newClient(t, addr)
+	offs, err = kadm.NewClient(prod).FetchOffsets(ctxT(t), "keeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.At != want[o.Partition] {
+			t.Errorf("partition %d: committed %d after the restart, was %d", o.Partition, o.At, want[o.Partition])
+		}
+	})
+	produceN(t, prod, "durable", 10, 10)
+	m = startMember(t, addr, "durable", "keeper", "b", kgo.RangeBalancer(), rec)
+	waitUntil(t, "20 records", 20*time.Second, func() bool { d, _ := rec.total(); return d == 20 })
+	m.leave()
+	if d, dups := rec.total(); d != 20 || dups != 0 {
+		t.Fatalf("%d distinct, %d duplicates after the restart; want 20 and 0", d, dups)
+	}
+}
+
+// TestKadmGroups: ListGroups, DescribeGroups, FetchOffsets, CommitOffsets (a
+// consumer assigning partitions itself) and DeleteGroups through franz-go's admin
+// client.
+func TestKadmGroups(t *testing.T) {
+	_, addr := startTern(t, fastGroups)
+	prod := newClient(t, addr)
+	adm := kadm.NewClient(prod)
+	createTopic(t, adm, "adm", 3)
+	produceN(t, prod, "adm", 0, 30)
+	rec := &seen{n: map[string]int{}, by: map[string]map[int32]bool{}}
+	m := startMember(t, addr, "adm", "live", "a", kgo.RoundRobinBalancer(), rec)
+	waitUntil(t, "30 records", 20*time.Second, func() bool { d, _ := rec.total(); return d == 30 })
+
+	// A group with offsets only, committed by a consumer outside any group.
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: "adm", Partition: 1, At: 4, LeaderEpoch: -1})
+	if r, err := adm.CommitOffsets(ctxT(t), "manual.group", os); err != nil || r.Error() != nil {
+		t.Fatalf("commit: %v %v", err, r.Error())
+	}
+	if f, err := adm.FetchOffsets(ctxT(t), "manual.group"); err != nil {
+		t.Fatal(err)
+	} else if o, _ := f.Lookup("adm", 1); o.At != 4 {
+		t.Fatalf("fetched %+v, want 4", o)
+	}
+
+	listed, err := adm.ListGroups(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := listed["live"]; !ok || g.State != "Stable" || g.ProtocolType != "consumer" {
+		t.Fatalf("listed %+v", listed)
+	}
+	if g, ok := listed["manual.group"]; !ok || g.State != "Empty" {
+		t.Fatalf("listed %+v", listed)
+	}
+	dg, err := adm.DescribeGroups(ctxT(t), "live", "manual.group", "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := dg["live"]; g.State != "Stable" || g.Protocol != "roundrobin" || len(g.Members) != 1 || g.Members[0].ClientID != "a" {
+		t.Fatalf("live: %+v", g)
+	}
+	if g := dg["manual.group"]; g.State != "Empty" {
+		t.Fatalf("manual.group: %+v", g)
+	}
+	if g := dg["nobody"]; g.State != "Dead" {
+		t.Fatalf("nobody: %+v", g)
+	}
+
+	// A group with members cannot be deleted; once they left, it can, offsets
+	// and all.
+	del, err := adm.DeleteGroups(ctxT(t), "live", "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if del["live"].Err == nil || del["nobody"].Err == nil {
+		t.Fatalf("delete while live: %+v", del)
+	}
+	m.leave()
+	waitUntil(t, "the group empty", 10*time.Second, func() bool {
+		dg, err := adm.DescribeGroups(ctxT(t), "live")
+		return err == nil && dg["live"].State == "Empty"
+	})
+	del, err = adm.DeleteGroups(ctxT(t), "live", "manual.group")
+	if err != nil || del["live"].Err != nil || del["manual.group"].Err != nil {
+		t.Fatalf("delete: %v %+v", err, del)
+	}
+	f, err := adm.FetchOffsets(ctxT(t), "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f) != 0 {
+		t.Fatalf("offsets after the delete: %v", f)
+	}
+	listed, _ = adm.ListGroups(ctxT(t))
+	if len(listed) != 0 {
+		t.Fatalf("groups after the deletes: %v", listed)
+	}
+}
