@@ -20,7 +20,9 @@ import (
 // API with replication factor 3 is a stream of 3 replicas whose partitions the
 // stream's leader leads. franz-go's idempotent producer (acks=all) keeps producing
 // while that leader is killed (-9): every record acknowledged before or after is
-// read back exactly once, in its partition's order.
+// read back exactly once, in its partition's order, by a consumer group (its
+// coordinator one of the surviving nodes), whose committed offsets are then the
+// partitions' ends.
 func TestKafkaOnReplicatedCluster(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	waitCatalogue(c)
@@ -114,7 +116,8 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 			live = append(live, seeds[i])
 		}
 	}
-	consumer, err := kgo.NewClient(kgo.SeedBrokers(live...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(live...), kgo.ConsumeTopics(topic), kgo.ConsumerGroup("readers"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +147,22 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 	if len(seen) != total {
 		t.Fatalf("read %d distinct records, want %d", len(seen), total)
 	}
+	if err := consumer.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	c.WaitFor("the group's committed offsets at the partitions' ends", 20*time.Second, func() bool {
+		offs, err := adm.FetchOffsets(ctx, "readers")
+		if err != nil {
+			return false
+		}
+		for p, end := range last {
+			o, ok := offs.Lookup(topic, p)
+			if !ok || o.Err != nil || o.At != end+1 {
+				return false
+			}
+		}
+		return true
+	})
 	t.Logf("%d records over %d partitions, leader %s killed after %d", total, parts, killed.Name, total/3)
 }
 
