@@ -321,3 +321,72 @@ func TestJavaConsumerPerformance(t *testing.T) {
 		t.Fatalf("ConsumerPerformance timed out:\n%s", errOut)
 	}
 }
+
+// TestJavaConfigAndRecordsTools: Kafka's ConfigCommand changes a topic's retention
+// and record size limit (IncrementalAlterConfigs), shows them (DescribeConfigs) and
+// deletes one back to its default; GetOffsetShell lists the partition's end and start
+// offsets (ListOffsets); DeleteRecordsCommand removes the records below an offset,
+// which the stream and a franz-go consumer see.
+func TestJavaConfigAndRecordsTools(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	ctx := ctxT(t)
+	const topic = "java-configs"
+	cl := newClient(t, addr, kgo.AllowAutoTopicCreation())
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: fmt.Appendf(nil, "record %d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tool := func(class string, args ...string) string {
+		t.Helper()
+		out, errOut, err := kafkaTool(t, 60*time.Second, "", class, append([]string{"--bootstrap-server", addr}, args...)...)
+		if err != nil {
+			t.Fatalf("%s %s: %v\nstdout: %s\nstderr: %s", class, strings.Join(args, " "), err, out, errOut)
+		}
+		return out
+	}
+	const configs = "org.apache.kafka.tools.ConfigCommand"
+
+	out := tool(configs, "--alter", "--entity-type", "topics", "--entity-name", topic, "--add-config", "retention.ms=7200000,max.message.bytes=500000")
+	if !strings.Contains(out, "Completed updating config for topic "+topic+".") {
+		t.Fatalf("alter: %s", out)
+	}
+	info, err := nc.Streams().StreamInfo(ctx, topic)
+	if err != nil || time.Duration(info.Config.MaxAge) != 2*time.Hour || info.Config.MaxMsgSize != 500000 {
+		t.Fatalf("stream after alter: %v %+v", err, info)
+	}
+	out = tool(configs, "--describe", "--entity-type", "topics", "--entity-name", topic)
+	for _, want := range []string{"  retention.ms=7200000 ", "  max.message.bytes=500000 "} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("describe lacks %q:\n%s", want, out)
+		}
+	}
+	tool(configs, "--alter", "--entity-type", "topics", "--entity-name", topic, "--delete-config", "retention.ms")
+	if info, err = nc.Streams().StreamInfo(ctx, topic); err != nil || info.Config.MaxAge != 0 || info.Config.MaxMsgSize != 500000 {
+		t.Fatalf("stream after deleting retention.ms: %v %+v", err, info)
+	}
+
+	if out := tool("org.apache.kafka.tools.GetOffsetShell", "--topic", topic); out != topic+":0:10\n" {
+		t.Fatalf("end offsets: %q", out)
+	}
+	offsets := filepath.Join(t.TempDir(), "offsets.json")
+	if err := os.WriteFile(offsets, fmt.Appendf(nil, `{"version":1,"partitions":[{"topic":%q,"partition":0,"offset":4}]}`, topic), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := tool("org.apache.kafka.tools.DeleteRecordsCommand", "--offset-json-file", offsets); !strings.Contains(out, "partition: "+topic+"-0\tlow_watermark: 4") {
+		t.Fatalf("delete records: %s", out)
+	}
+	if info, err = nc.Streams().StreamInfo(ctx, topic); err != nil || info.State.FirstSeq != 5 || info.State.Msgs != 6 {
+		t.Fatalf("stream after deleting records: %v %+v", err, info.State)
+	}
+	if out := tool("org.apache.kafka.tools.GetOffsetShell", "--topic", topic, "--time", "-2"); out != topic+":0:4\n" {
+		t.Fatalf("start offsets: %q", out)
+	}
+	got := consume(t, addr, topic, 6)
+	for i, r := range got {
+		if r.Offset != int64(i+4) || string(r.Value) != fmt.Sprintf("record %d", i+4) {
+			t.Fatalf("record %d after deleting records: offset %d value %q", i, r.Offset, r.Value)
+		}
+	}
+}
