@@ -3,7 +3,9 @@
 # of KRaft brokers on loopback. Nothing here runs when the file is sourced.
 #
 #   kafka_install                 the jars into bench/.tools/kafka-$KAFKA_VERSION/libs,
-#                                 unless they are there already (then a no-op)
+#                                 unless they are there already, and a Java 17 runtime
+#                                 unless java on PATH is 17 or newer (then a no-op);
+#                                 scripts/deps.sh uses it too, for the Kafka API tests
 #   kafka_start_cluster DIR LOGS  format and start KAFKA_NODES brokers, each also a
 #                                 controller of the KRaft quorum, data in DIR, logs and
 #                                 configs in LOGS; their pids in KAFKA_PIDS
@@ -46,12 +48,26 @@ kafka_ports() {
 	for i in $(seq 1 "$KAFKA_NODES"); do echo "$(kafka_port "$i") $(kafka_controller_port "$i")"; done
 }
 
+# The major version of the java on PATH (0 if there is none): "1.8.0_x" is 8, "17.0.15" is 17.
+kafka_java_major() {
+	command -v java >/dev/null 2>&1 || { echo 0; return; }
+	java -version 2>&1 | awk -F'"' 'NR == 1 { split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]) + 0; exit }'
+}
+
 kafka_install() {
 	local marker=$KAFKA_LIBS/.installed want="kafka $KAFKA_VERSION log4j-slf4j-impl $KAFKA_LOG4J_VERSION"
+	# Kafka 4's brokers and tools need Java 17 or newer.
+	if [ "$(kafka_java_major)" -lt 17 ]; then
+		echo "== installing a Java 17 runtime for Kafka" >&2
+		apt_install openjdk-17-jre-headless
+		if [ "$(kafka_java_major)" -lt 17 ]; then
+			echo "$BENCH: java on PATH is still older than 17 ($(command -v java)); select Java 17 (update-alternatives --config java)" >&2
+			return 1
+		fi
+	fi
 	if [ -f "$marker" ] && [ "$(cat "$marker")" = "$want" ]; then
 		return 0
 	fi
-	command -v java >/dev/null 2>&1 || { echo "== installing a Java runtime for Kafka" >&2; apt_install openjdk-17-jre-headless; }
 	command -v mvn >/dev/null 2>&1 || { echo "== installing maven (to fetch Kafka's jars)" >&2; apt_install maven; }
 	echo "== fetching Apache Kafka $KAFKA_VERSION's jars from Maven Central into ${KAFKA_LIBS#"$PWD"/}" >&2
 	mkdir -p "$KAFKA_HOME"

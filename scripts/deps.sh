@@ -63,3 +63,20 @@ if [ "$(node -p "require('./.node/node_modules/mqtt/package.json').version" 2>/d
 	echo "deps: installing MQTT.js $mqttjs_version into .node"
 	npm install --silent --no-audit --no-fund --prefix .node "mqtt@$mqttjs_version" >/dev/null
 fi
+
+# Kafka clients Tern did not write, for the Kafka API tests (internal/kafka): Kafka's own
+# Java tools (kafka-tools 4.4.0's console producer and consumer, topic admin and perf
+# tools), with the jars and Java 17 runtime the benchmarks use (bench/kafka.sh's
+# kafka_install: into bench/.tools/kafka-4.4.0/libs, a no-op when there); and kafkajs
+# from npm at the version internal/kafka/testdata/js/package-lock.json pins, into that
+# directory's node_modules (not committed), reinstalled when the lock file changes.
+. bench/kafka.sh
+kafka_install
+kafkajs_dir=internal/kafka/testdata/js
+if ! cmp -s "$kafkajs_dir/package-lock.json" "$kafkajs_dir/node_modules/.installed-lock.json"; then
+	need node nodejs
+	need npm npm
+	echo "deps: installing kafkajs into $kafkajs_dir/node_modules (npm ci)"
+	(cd "$kafkajs_dir" && npm ci --silent --no-audit --no-fund >/dev/null)
+	cp "$kafkajs_dir/package-lock.json" "$kafkajs_dir/node_modules/.installed-lock.json"
+fi
