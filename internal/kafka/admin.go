@@ -146,7 +146,7 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 	if code != 0 {
 		return code, nil
 	}
-	set, err := topicConfig(configsFor(t.cfg))
+	set, err := topicConfig(configsFor(t.cfg), c.s.cfg.MaxPayload)
 	if err != nil {
 		return fail(kerr.InvalidConfig.Code, err.Error())
 	}

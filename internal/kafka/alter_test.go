@@ -58,6 +58,12 @@ func TestAlterConfigsAndDeleteRecords(t *testing.T) {
 	if err != nil || len(rs) != 1 || !kerrIs(rs[0].Err, kerr.InvalidConfig) {
 		t.Fatalf("changing segment.bytes: %v %+v", err, rs)
 	}
+	// The server's max_payload (1 MiB here) bounds every message: a larger
+	// max.message.bytes would not be kept, so it is refused.
+	rs, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "max.message.bytes", Value: kadm.StringPtr("2000000")}}, "logs")
+	if err != nil || len(rs) != 1 || !kerrIs(rs[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("max.message.bytes above max_payload: %v %+v", err, rs)
+	}
 
 	cl := newClient(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	for i := range 10 {

@@ -300,7 +300,7 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 			out.ErrorCode, out.ErrorMessage = code, &msg
 		}
 		parts := int(rt.NumPartitions)
-		cfg, err := topicConfig(rt.Configs)
+		cfg, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload)
 		switch {
 		case validTopic(rt.Topic) != nil:
 			fail(kerr.InvalidTopicException.Code, validTopic(rt.Topic).Error())
@@ -329,10 +329,15 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 					fail(kerr.InvalidConfig.Code, err.Error())
 				} else if _, code, _ := c.s.lookup(rt.Topic, false); code == 0 {
 					fail(kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", rt.Topic))
+				} else {
+					out.Configs = createdConfigs(c2)
 				}
 			} else if t, code, msg := c.s.createTopic(rt.Topic, parts, cfg); code != 0 {
 				fail(code, msg)
 			} else {
+				// Kafka's Java admin client reads the configs of every topic
+				// made (v5+): never null.
+				out.Configs = createdConfigs(t.cfg)
 				out.TopicID = t.id
 				if t.placement != nil {
 					out.ReplicationFactor = int16(len(t.placement[0].Replicas))
@@ -352,7 +357,7 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 
 // topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
 // retention.bytes, max.message.bytes, segment.bytes and cleanup.policy=delete.
-func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig) (streamapi.StreamConfig, error) {
+func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int) (streamapi.StreamConfig, error) {
 	var cfg streamapi.StreamConfig
 	for _, kv := range configs {
 		if kv.Value == nil {
@@ -387,6 +392,9 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig) (streamapi.Strea
 			n, err := num()
 			if err != nil {
 				return cfg, err
+			}
+			if maxPayload > 0 && n > int64(maxPayload) {
+				return cfg, fmt.Errorf("config max.message.bytes=%d: above the server's max_payload (%d), which bounds every message", n, maxPayload)
 			}
 			if n > 0 && n < 1<<31 {
 				cfg.MaxMsgSize = int(n)
@@ -552,6 +560,22 @@ type configEntry struct {
 	name, value   string
 	def, readOnly bool
 	typ           kmsg.ConfigType
+}
+
+// createdConfigs is a made topic's configuration as CreateTopics answers it.
+func createdConfigs(cfg streamapi.StreamConfig) []kmsg.CreateTopicsResponseTopicConfig {
+	out := []kmsg.CreateTopicsResponseTopicConfig{}
+	for _, e := range topicConfigEntries(cfg) {
+		c := kmsg.NewCreateTopicsResponseTopicConfig()
+		v := e.value
+		c.Name, c.Value, c.ReadOnly = e.name, &v, e.readOnly
+		c.Source = int8(kmsg.ConfigSourceDynamicTopicConfig)
+		if e.def {
+			c.Source = int8(kmsg.ConfigSourceDefaultConfig)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // topicConfigEntries describes a stream's limits as Kafka topic configs.
