@@ -2,8 +2,8 @@ package kafka
 
 import (
 	"crypto/rand"
-	"hash/fnv"
 	"encoding/hex"
+	"hash/fnv"
 	"sort"
 	"sync"
 	"sync/atomic"
