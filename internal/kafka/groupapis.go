@@ -252,9 +252,11 @@ func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitRes
 				code = g.CheckCommit(now, req.MemberID, str(req.InstanceID), req.Generation)
 			})
 		} else if req.Generation >= 0 {
-			// No such group here (a restart ends every membership): the member
-			// joins again.
+			// No such group here (a restart ends every membership, as does the
+			// coordinator moving here): the member joins again.
 			code = kerr.IllegalGeneration.Code
+			c.s.log.Info("offset commit for a group this node has no members of: the member joins again",
+				"group", req.Group, "member", req.MemberID, "generation", req.Generation)
 		}
 	}
 	for _, rt := range req.Topics {
@@ -276,7 +278,7 @@ func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitRes
 			switch {
 			case tcode != 0:
 				codes[i] = tcode
-			case p.Partition < 0 || int(p.Partition) >= t.s.Partitions():
+			case p.Partition < 0 || int(p.Partition) >= t.parts:
 				codes[i] = kerr.UnknownTopicOrPartition.Code
 			case p.Metadata != nil && len(*p.Metadata) > maxOffsetMetadata:
 				codes[i] = kerr.OffsetMetadataTooLarge.Code

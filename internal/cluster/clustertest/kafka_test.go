@@ -116,6 +116,20 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 			live = append(live, seeds[i])
 		}
 	}
+	// Every surviving node lists the same two brokers (and so names the same
+	// coordinator for the group) before the group forms: a coordinator that
+	// moves rebalances the group, as in Kafka.
+	for _, seed := range live {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.WaitFor("two brokers in "+seed+"'s metadata", 20*time.Second, func() bool {
+			md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+			return err == nil && len(md.Brokers) == 2
+		})
+		cl.Close()
+	}
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(live...), kgo.ConsumeTopics(topic), kgo.ConsumerGroup("readers"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	if err != nil {
