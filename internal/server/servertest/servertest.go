@@ -88,7 +88,7 @@ func StartCluster(t testing.TB, n int, mutate func(i int, c *server.Config)) []*
 		cfg := server.DefaultConfig()
 		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
 		cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
-		cfg.KafkaPort = -1 // the Kafka API does not know clusters yet
+		cfg.KafkaPort = -1 // off: tests of the Kafka API on a cluster start their own ports
 		cfg.ServerName = fmt.Sprintf("n%d", i+1)
 		cfg.ClusterPort, cfg.Join, cfg.ClusterName = ports[i], join, "test-"+t.Name()
 		if mutate != nil {
