@@ -38,11 +38,17 @@ const maxFetchWait = 30 * time.Second
 func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 	resp := kmsg.NewPtrFetchResponse()
 	resp.Version = req.Version
-	if req.SessionID != 0 {
-		// This server keeps no fetch sessions (KIP-227): it never hands out an id,
-		// so a client naming one is told it is unknown and fetches in full.
-		resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+	sess, incremental, code := c.s.fetchSessions.begin(req, time.Now())
+	if code != 0 {
+		resp.ErrorCode = code
 		return resp
+	}
+	if sess != nil {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		sess.update(req, incremental)
+		defer sess.answered(resp, req.Version, incremental)
+		req = sess.fullRequest(req)
 	}
 	// Topics resolved once; a topic deleted meanwhile fails its reads.
 	topics := make([]*topic, len(req.Topics))

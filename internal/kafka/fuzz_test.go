@@ -78,11 +78,31 @@ func seedRequests() [][]byte {
 	dc.Resources = append(dc.Resources, dr)
 	out = append(out, frame(dc))
 	out = append(out, alterSeeds(frame)...)
+	out = append(out, fetchSessionSeeds(frame)...)
 	out = append(out, seedGroupRequests(frame)...)
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.Version, dt.TopicNames = 4, []string{"fz2"}
 	out = append(out, frame(dt))
 	return out
+}
+
+// fetchSessionSeeds open an incremental fetch session and use one, forgetting a
+// partition.
+func fetchSessionSeeds(frame func(kmsg.Request) []byte) [][]byte {
+	open := kmsg.NewPtrFetchRequest()
+	open.Version, open.MaxWaitMillis, open.MaxBytes, open.SessionEpoch = 12, 0, 1<<20, 0
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "fz"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	open.Topics = append(open.Topics, ft)
+	inc := kmsg.NewPtrFetchRequest()
+	inc.Version, inc.MaxWaitMillis, inc.MaxBytes, inc.SessionID, inc.SessionEpoch = 12, 0, 1<<20, 1, 1
+	fg := kmsg.NewFetchRequestForgottenTopic()
+	fg.Topic, fg.Partitions = "fz", []int32{0}
+	inc.ForgottenTopics = append(inc.ForgottenTopics, fg)
+	return [][]byte{frame(open), frame(inc)}
 }
 
 // alterSeeds are requests that change topics: their configs and their records.

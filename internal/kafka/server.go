@@ -65,9 +65,11 @@ type Server struct {
 	group   *outbound.Group
 	acks    *inbox
 	prods   *producers
-	api     *apiClient // stream API requests (committed offsets)
-	coords  Coordinators
-	groups  *groups
+	// fetchSessions are the incremental fetch sessions of every connection.
+	fetchSessions fetchSessions
+	api           *apiClient // stream API requests (committed offsets)
+	coords        Coordinators
+	groups        *groups
 
 	advertise atomic.Pointer[string]  // host:port, set by Serve
 	clusterOf atomic.Pointer[Cluster] // set by SetCluster
