@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 // Apache Kafka's own tools (kafka-tools, Java) against Tern. scripts/deps.sh installs
@@ -25,18 +26,8 @@ import (
 // bench/kafka.sh's kafka_install, the version being that file's KAFKA_VERSION, and a
 // Java 17 runtime.
 
-// repoRoot is the repository's root: the tests run in internal/kafka.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("repository root not found from the test's directory: %v", err)
-	}
-	return root
-}
+// repoRoot is the repository's root.
+func repoRoot(t *testing.T) string { return testenv.Root(t) }
 
 // kafkaLibs is the directory of Kafka's jars that bench/kafka.sh installs.
 func kafkaLibs(t *testing.T) string {

@@ -3,41 +3,20 @@ package kafka_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 // python is the project's virtual environment's interpreter, where scripts/deps.sh
 // installs kafka-python and confluent-kafka.
-func python(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	py := filepath.Join(dir, ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("%s missing: run scripts/deps.sh to install kafka-python and confluent-kafka", py)
-	}
-	return py
-}
+func python(t *testing.T) string { return testenv.Python(t, "kafka-python and confluent-kafka") }
 
 // Each script consumes N records of topic T in group G from the group's committed
 // offsets (the topic's start when it has none), prints their values, commits

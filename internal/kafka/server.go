@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/acceptloop"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/kafka/group"
 	"github.com/tern-mq/tern/internal/outbound"
@@ -189,28 +190,16 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 	}
 	s.advertise.CompareAndSwap(nil, &adv)
-	var backoff time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Error("accept", "err", err, "retry_in", backoff)
-				time.Sleep(backoff)
-				continue
-			}
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("kafka: accept on %s: %w", l.Addr(), err)
-		}
-		backoff = 0
-		s.serveConn(nc)
+	if err := acceptloop.Run(l, s.log, s.isClosing, s.serveConn); err != nil {
+		return fmt.Errorf("kafka: accept on %s: %w", l.Addr(), err)
 	}
+	return nil
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
 }
 
 func (s *Server) serveConn(nc net.Conn) {

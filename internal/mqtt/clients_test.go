@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 // These helpers drive MQTT clients Tern did not write: mosquitto_pub and mosquitto_sub
@@ -129,28 +129,7 @@ func waitSubs(t *testing.T, s *server.Server, n int) {
 }
 
 // python returns the interpreter of the project's virtual environment.
-func python(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	py := filepath.Join(dir, ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("%s missing: run scripts/deps.sh to install paho-mqtt", py)
-	}
-	return py
-}
+func python(t *testing.T) string { return testenv.Python(t, "paho-mqtt") }
 
 // runPaho runs a Python script using paho-mqtt with PORT in its environment and
 // returns its standard output; a failing script fails the test.

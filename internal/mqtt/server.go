@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/acceptloop"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	sm "github.com/tern-mq/tern/internal/mqtt/session"
@@ -406,27 +407,15 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.lns = append(s.lns, l)
 	s.mu.Unlock()
-	var backoff time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
-		}
-		backoff = 0
-		s.ServeConn(nc)
+	closing := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closing
 	}
+	if err := acceptloop.Run(l, s.log, closing, s.ServeConn); err != nil {
+		return err
+	}
+	return ErrServerClosed
 }
 
 // ServeConn serves one connection (any net.Conn: TCP, WebSocket) in new goroutines.

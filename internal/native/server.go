@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tern-mq/tern/internal/acceptloop"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/wire"
@@ -126,29 +127,15 @@ func (s *Server) Serve(l net.Listener) error {
 	if l.Addr().Network() == "udp" {
 		transport = "udp"
 	}
-	var backoff time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Out of file descriptors and the like: back off, keep serving.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Error("accept", "err", err, "retry_in", backoff)
-				time.Sleep(backoff)
-				continue
-			}
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("accept on %s: %w", l.Addr(), err)
-		}
-		backoff = 0
-		s.serveConn(nc, transport)
+	closing := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closing
 	}
+	if err := acceptloop.Run(l, s.log, closing, func(nc net.Conn) { s.serveConn(nc, transport) }); err != nil {
+		return fmt.Errorf("accept on %s: %w", l.Addr(), err)
+	}
+	return nil
 }
 
 // ServeConn serves one already-established connection in its own goroutine.

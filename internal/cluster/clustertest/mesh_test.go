@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/cluster/clustertest"
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 // TestFiveNodeMesh starts five nodes, waits for the full mesh, and makes one
@@ -313,25 +313,4 @@ func runToolStdin(t *testing.T, stdin, name string, args ...string) string {
 
 // python returns the interpreter of the project's virtual environment, which has
 // paho-mqtt (scripts/deps.sh).
-func python(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	py := filepath.Join(dir, ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("%s missing: run scripts/deps.sh to install paho-mqtt", py)
-	}
-	return py
-}
+func python(t *testing.T) string { return testenv.Python(t, "paho-mqtt") }

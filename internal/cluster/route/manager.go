@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/acceptloop"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/outbound"
@@ -189,27 +190,25 @@ func (m *Manager) Serve(l net.Listener) error {
 	m.mu.Lock()
 	m.ln = l
 	m.mu.Unlock()
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			select {
-			case <-m.done:
-				return nil
-			default:
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			return fmt.Errorf("route: accept: %w", err)
+	closed := func() bool {
+		select {
+		case <-m.done:
+			return true
+		default:
+			return false
 		}
+	}
+	err := acceptloop.Run(l, m.log, closed, func(nc net.Conn) {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			m.serveRoute(nc, false)
 		}()
+	})
+	if err != nil {
+		return fmt.Errorf("route: accept: %w", err)
 	}
+	return nil
 }
 
 // Want tells the manager node name is a member reachable at addr: the node whose

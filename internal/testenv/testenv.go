@@ -1,0 +1,42 @@
+// Package testenv finds, for tests, what scripts/deps.sh installs in the repository:
+// the repository's root and the interpreter of its Python virtual environment.
+// Only tests import it.
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Root is the repository's root: the nearest directory above the test's working
+// directory that holds go.mod.
+func Root(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// Python is the interpreter of the project's virtual environment (.venv), where
+// scripts/deps.sh installs what tests need (forWhat names it, for the message when
+// it is missing).
+func Python(t testing.TB, forWhat string) string {
+	t.Helper()
+	py := filepath.Join(Root(t), ".venv", "bin", "python")
+	if _, err := os.Stat(py); err != nil {
+		t.Fatalf("%s missing: run scripts/deps.sh to install %s", py, forWhat)
+	}
+	return py
+}
