@@ -44,7 +44,7 @@ func apiMatrix(scale float64, e2eRates []int, e2eSize int) []kafkaRow {
 	for _, s := range []struct {
 		size int
 		msgs int
-	}{{100, 1_500_000}, {kib, 400_000}} {
+	}{{100, 1_000_000}, {kib, 250_000}} {
 		for _, acks := range []string{"1", "all"} {
 			rows = append(rows, kafkaRow{Key: fmt.Sprintf("produce%s-acks%s", sizeKey(s.size), acks),
 				Workload: "ProducerPerformance, acks=" + acks + ", unthrottled", Kind: kindProduce, Size: s.size,
@@ -55,7 +55,7 @@ func apiMatrix(scale float64, e2eRates []int, e2eSize int) []kafkaRow {
 		rows[i].Warmup = warmupOf(rows[i].Msgs)
 	}
 	rows = append(rows, kafkaRow{Key: "consume1k", Workload: "ConsumerPerformance, one group member, pre-filled topic from the start",
-		Kind: kindReplay, Size: kib, Msgs: n(600_000)})
+		Kind: kindReplay, Size: kib, Msgs: n(400_000)})
 	for _, r := range e2eRates {
 		m := n(r * 10)
 		rows = append(rows, kafkaRow{Key: fmt.Sprintf("e2e%s-%d", sizeKey(e2eSize), r),
