@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -376,7 +377,15 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			}
 			load := loadAvg1()
 			rep.LoadAvg = append(rep.LoadAvg, load)
-			res, err := k.apiOnce(ctx, r, n, pids)
+			var res kafkaResult
+			var err error
+			if gone := exited(pids); len(gone) > 0 {
+				// A server that died makes every later run fail slowly (timeouts):
+				// say so at once.
+				err = fmt.Errorf("server process(es) %v exited; see their logs", gone)
+			} else {
+				res, err = k.apiOnce(ctx, r, n, pids)
+			}
 			res.LoadAvg1 = load
 			status := ""
 			if err != nil {
@@ -475,4 +484,15 @@ func (k *kafkaRunner) deleteTopicAdmin(ctx context.Context, topic string) {
 	if err != nil {
 		fmt.Fprintf(k.progress, "deleting topic %s: %v\n", topic, err)
 	}
+}
+
+// exited is the processes of pids that are gone (signal 0 fails).
+func exited(pids []int) []int {
+	var gone []int
+	for _, p := range pids {
+		if syscall.Kill(p, 0) != nil {
+			gone = append(gone, p)
+		}
+	}
+	return gone
 }

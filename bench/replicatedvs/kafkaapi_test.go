@@ -49,6 +49,9 @@ func TestHWM(t *testing.T) {
 		t.Fatalf("VmHWM %d %v", sum, each)
 	}
 	resetHWM([]int{pid}) // may be refused; readHWM must still work
+	if g := exited([]int{pid, 1 << 30}); len(g) != 1 || g[0] != 1<<30 {
+		t.Errorf("exited: %v", g)
+	}
 	if s, _ := readHWM([]int{pid, 1 << 30}); s <= 0 {
 		t.Fatalf("VmHWM with a missing pid: %d", s)
 	}
