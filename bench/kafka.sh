@@ -15,7 +15,10 @@
 #
 # Environment: KAFKA_BASE (29100): node i listens for clients on KAFKA_BASE+10i and
 # for the controller quorum on KAFKA_BASE+10i+1; KAFKA_HEAP ("-Xmx1G -Xms1G") each
-# broker's heap, as Kafka's kafka-server-start.sh sets it.
+# broker's heap, as Kafka's kafka-server-start.sh sets it. KAFKA_NODES (3) may be set
+# (also between two clusters) to 1: a single broker, whose internal topics and
+# default replication factor are 1 and min.insync.replicas 1; with 3 or more the
+# defaults are replication factor 3 and min.insync.replicas 2.
 #
 # Kafka's release tarball is not fetched: the jars come from Maven Central through
 # `mvn dependency:copy-dependencies` (kafka_2.13, kafka-tools and kafka-storage, and
@@ -28,7 +31,7 @@ KAFKA_HOME=$PWD/bench/.tools/kafka-$KAFKA_VERSION
 KAFKA_LIBS=$KAFKA_HOME/libs
 KAFKA_M2=$PWD/bench/.tools/m2 # Maven's cache for this, not ~/.m2
 KAFKA_BASE=${KAFKA_BASE:-29100}
-KAFKA_NODES=3
+KAFKA_NODES=${KAFKA_NODES:-3}
 KAFKA_HEAP=${KAFKA_HEAP:-"-Xmx1G -Xms1G"}
 # What Kafka's own scripts give every JVM (kafka-run-class.sh's
 # KAFKA_JVM_PERFORMANCE_OPTS); the locale keeps the tools' decimal points dots.
@@ -123,7 +126,8 @@ kafka_java() { # args...: java with the jars and the tools' options (-Xmx512M, a
 }
 
 kafka_start_cluster() { # data-dir logs-dir
-	local dir=$1 logs=$2 i voters="" cid conf
+	local dir=$1 logs=$2 i voters="" cid conf rf=3 isr=2
+	[ "$KAFKA_NODES" -ge 3 ] || rf=1 isr=1
 	mkdir -p "$dir" "$logs"
 	KAFKA_TOOLS_LOG4J=$dir/log4j2-tools.properties
 	kafka_log4j "$KAFKA_TOOLS_LOG4J" WARN SYSTEM_ERR
@@ -144,11 +148,11 @@ kafka_start_cluster() { # data-dir logs-dir
 			inter.broker.listener.name=PLAINTEXT
 			listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 			log.dirs=$dir/n$i
-			default.replication.factor=3
-			min.insync.replicas=2
-			offsets.topic.replication.factor=3
-			transaction.state.log.replication.factor=3
-			transaction.state.log.min.isr=2
+			default.replication.factor=$rf
+			min.insync.replicas=$isr
+			offsets.topic.replication.factor=$rf
+			transaction.state.log.replication.factor=$rf
+			transaction.state.log.min.isr=$isr
 			auto.create.topics.enable=false
 			group.initial.rebalance.delay.ms=0
 		EOF

@@ -14,7 +14,8 @@
 # and may set TERN_ARGS: more `tern server` options for every Tern node (split on
 # spaces), e.g. "--sync never", and R3_MQTT=1: MQTT on every node (Tern: MQTT port
 # BASE+10i+4; JetStream: an mqtt block on BASE+10i+3 with stream_replicas 3, so its
-# MQTT sessions and QoS 1 messages live in streams of 3 replicas).
+# MQTT sessions and QoS 1 messages live in streams of 3 replicas), and R3_KAFKA=1:
+# Tern's Kafka API on every Tern node, on BASE+10i+5 (each node its own port).
 
 R3_PIDS=() # the running cluster's nodes, node order
 R3_SYS=    # tern or js
@@ -29,6 +30,9 @@ r3_monitor_port() {
 r3_mqtt_port() { # sys node: MQTT port (with R3_MQTT=1)
 	case "$1" in tern) echo $((TERN_BASE + 10 * $2 + 4)) ;; js) echo $((JS_BASE + 10 * $2 + 3)) ;; esac
 }
+r3_kafka_port() { # node: Tern's Kafka API port (with R3_KAFKA=1)
+	echo $((TERN_BASE + 10 * $1 + 5))
+}
 r3_all_ports() { # sys: every port its nodes use
 	local i
 	for i in 1 2 3; do
@@ -37,9 +41,10 @@ r3_all_ports() { # sys: every port its nodes use
 		js) echo $((JS_BASE + 10 * i)) $((JS_BASE + 10 * i + 1)) $((JS_BASE + 10 * i + 2)) ;;
 		esac
 		[ "${R3_MQTT:-0}" != 1 ] || r3_mqtt_port "$1" "$i"
+		[ "${R3_KAFKA:-0}" != 1 ] || [ "$1" != tern ] || r3_kafka_port "$i"
 	done
 }
-r3_list() { # what (urls|names|pids|monitors|mqtt): of the running cluster, comma-separated
+r3_list() { # what (urls|names|pids|monitors|mqtt|kafka): of the running cluster, comma-separated
 	local i out=""
 	for i in 1 2 3; do
 		case "$1" in
@@ -48,13 +53,14 @@ r3_list() { # what (urls|names|pids|monitors|mqtt): of the running cluster, comm
 		pids) out+="${R3_PIDS[$((i - 1))]}," ;;
 		monitors) out+="http://127.0.0.1:$(r3_monitor_port "$R3_SYS" "$i")," ;;
 		mqtt) out+="127.0.0.1:$(r3_mqtt_port "$R3_SYS" "$i")," ;;
+		kafka) out+="127.0.0.1:$(r3_kafka_port "$i")," ;;
 		esac
 	done
 	echo "${out%,}"
 }
 
 r3_start() { # sys tag: start a fresh cluster and wait until it is ready
-	local sys=$1 i j join="" routes="" conf extra=() mqtt_port mqtt_conf
+	local sys=$1 i j join="" routes="" conf extra=() mqtt_port mqtt_conf kafka_port
 	R3_SYS=$sys R3_TAG=$2 R3_PIDS=()
 	# shellcheck disable=SC2206 # split on spaces, as documented
 	[ -z "${TERN_ARGS:-}" ] || extra=($TERN_ARGS)
@@ -64,10 +70,12 @@ r3_start() { # sys tag: start a fresh cluster and wait until it is ready
 		for i in 1 2 3; do
 			mqtt_port=-1
 			[ "${R3_MQTT:-0}" != 1 ] || mqtt_port=$(r3_mqtt_port tern "$i")
+			kafka_port=-1
+			[ "${R3_KAFKA:-0}" != 1 ] || kafka_port=$(r3_kafka_port "$i")
 			# Defaults otherwise: fsync every 100 ms (sync interval), as replicated.sh.
 			"$TERN_BIN" server --server-name "tern$i" --host 127.0.0.1 --port "$(r3_port tern "$i")" \
 				--http "127.0.0.1:$(r3_monitor_port tern "$i")" --cluster-name r3 --cluster-port "$(($(r3_port tern "$i") + 1))" \
-				--join "${join%,}" --cluster-size 3 --mqtt-port "$mqtt_port" --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
+				--join "${join%,}" --cluster-size 3 --mqtt-port "$mqtt_port" --mqtt-ws-port -1 --kafka-port "$kafka_port" --udp-port -1 \
 				--store-dir "$RUN_DIR/$R3_TAG-n$i" "${extra[@]}" >"$ROUT/$R3_TAG-n$i.log" 2>&1 &
 			R3_PIDS+=($!)
 		done

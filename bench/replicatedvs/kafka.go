@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/stats"
 	"github.com/tern-mq/tern/internal/loadgen"
@@ -114,6 +116,18 @@ type kafkaResult struct {
 	TotalMsgsPerSec float64 `json:"total_msgs_per_sec,omitempty"`
 	RebalanceMs     float64 `json:"rebalance_ms,omitempty"`
 	PrefillSeconds  float64 `json:"prefill_seconds,omitempty"`
+	// The e2e rows (kafkaapi): publish → receive of each measured record, in µs,
+	// and records received more than once.
+	E2EP50US   float64 `json:"e2e_p50_us,omitempty"`
+	E2EP99US   float64 `json:"e2e_p99_us,omitempty"`
+	E2EP999US  float64 `json:"e2e_p999_us,omitempty"`
+	E2EMaxUS   float64 `json:"e2e_max_us,omitempty"`
+	Duplicates int64   `json:"duplicates,omitempty"`
+	// kafkaapi: the servers' peak RSS (VmHWM) over the run, summed and each, KiB;
+	// the machine's 1-minute load average before the run.
+	HWMKiB     int64   `json:"hwm_kib,omitempty"`
+	HWMEachKiB []int64 `json:"hwm_each_kib,omitempty"`
+	LoadAvg1   float64 `json:"load_avg1,omitempty"`
 	// Summary is the tool's result line(s), verbatim.
 	Summary string `json:"summary"`
 }
@@ -333,6 +347,10 @@ type kafkaRunner struct {
 	rf        int
 	minISR    int
 	progress  io.Writer
+	// admin, when set, makes and deletes topics through the Kafka admin API
+	// (franz-go's kadm: CreateTopics, Metadata, DeleteTopics) instead of a
+	// TopicCommand JVM each (kafkaapi: the same requests to Kafka and to Tern).
+	admin *kadm.Client
 }
 
 const adminTimeout = 90 * time.Second
@@ -359,9 +377,15 @@ func (k *kafkaRunner) waitBrokers(ctx context.Context, timeout time.Duration) er
 // createTopic creates topic and waits until every partition has a leader and a
 // full ISR; it returns partition 0's leader.
 func (k *kafkaRunner) createTopic(ctx context.Context, topic string) (int, error) {
-	_, err := k.tool.run(ctx, adminTimeout, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", k.bootstrap, "--create",
-		"--topic", topic, "--partitions", strconv.Itoa(k.parts), "--replication-factor", strconv.Itoa(k.rf),
-		"--config", "min.insync.replicas="+strconv.Itoa(k.minISR))
+	if k.admin != nil {
+		return k.createTopicAdmin(ctx, topic)
+	}
+	args := []string{"--bootstrap-server", k.bootstrap, "--create",
+		"--topic", topic, "--partitions", strconv.Itoa(k.parts), "--replication-factor", strconv.Itoa(k.rf)}
+	if k.minISR > 0 { // else the brokers' default (kafkaapi: the same call for Kafka and Tern)
+		args = append(args, "--config", "min.insync.replicas="+strconv.Itoa(k.minISR))
+	}
+	_, err := k.tool.run(ctx, adminTimeout, "org.apache.kafka.tools.TopicCommand", args...)
 	if err != nil {
 		return 0, err
 	}
@@ -390,6 +414,10 @@ func (k *kafkaRunner) createTopic(ctx context.Context, topic string) (int, error
 func (k *kafkaRunner) deleteTopic(ctx context.Context, topic string) {
 	if ctx.Err() != nil {
 		return // the run is being stopped; the brokers go with it
+	}
+	if k.admin != nil {
+		k.deleteTopicAdmin(ctx, topic)
+		return
 	}
 	if _, err := k.tool.run(ctx, adminTimeout, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", k.bootstrap, "--delete", "--topic", topic); err != nil {
 		fmt.Fprintf(k.progress, "kafka: deleting topic %s: %v\n", topic, err)

@@ -8,6 +8,9 @@
 //	replicatedvs wait-js   wait until every JetStream node agrees on a meta leader
 //	replicatedvs kafka     the Kafka rows, against running brokers; JSON out
 //	replicatedvs report    one Markdown and JSON report from streamvs's and kafka's JSON
+//	replicatedvs kafkaapi  the Kafka API rows (bench/kafkaapi.sh) against one running
+//	                       system, Kafka or Tern, with the same Kafka clients; JSON out
+//	replicatedvs kafkaapi-report  Tern beside Kafka from kafkaapi's JSON files
 package main
 
 import (
@@ -35,7 +38,7 @@ func main() {
 	}
 }
 
-const usage = `Usage: replicatedvs wait-js|kafka|report [options]
+const usage = `Usage: replicatedvs wait-js|kafka|report|kafkaapi|kafkaapi-report [options]
 
   wait-js   wait until every node of a JetStream cluster names the same meta
             leader and the leader sees every other node as current
@@ -43,9 +46,13 @@ const usage = `Usage: replicatedvs wait-js|kafka|report [options]
             running brokers, --runs times each, and write their results as JSON
   report    one Markdown report (stdout or --md) and JSON (--json) from
             streamvs's --json file and kafka's
+  kafkaapi  the Kafka API rows (ProducerPerformance, ConsumerPerformance, a
+            franz-go end-to-end latency harness) against one running system,
+            Kafka or Tern, --runs times each, with each run's server peak RSS
+  kafkaapi-report  Tern beside Kafka, one node and three, from kafkaapi's JSON
 
-"replicatedvs COMMAND --help" lists a command's options. bench/replicated.sh starts
-the clusters and runs these.
+"replicatedvs COMMAND --help" lists a command's options. bench/replicated.sh and
+bench/kafkaapi.sh start the systems and run these.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,6 +67,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdKafka(ctx, args[1:], stdout, stderr)
 	case "report":
 		return cmdReport(args[1:], stdout, stderr)
+	case "kafkaapi":
+		return cmdKafkaAPI(ctx, args[1:], stdout, stderr)
+	case "kafkaapi-report":
+		return cmdKafkaAPIReport(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tern-mq/tern/bench/internal/host"
+	"github.com/tern-mq/tern/bench/internal/stats"
+	"github.com/tern-mq/tern/internal/loadgen"
+)
+
+// The Kafka API comparison (bench/kafkaapi.sh): the same Kafka clients — Kafka's
+// ProducerPerformance and ConsumerPerformance, and a franz-go end-to-end latency
+// harness (e2e.go) — against one running system at a time, Apache Kafka or Tern's
+// Kafka API. "replicatedvs kafkaapi" runs the rows against one system and writes its
+// JSON; "replicatedvs kafkaapi-report" puts the JSON files of both systems, on one
+// node and on three, into one table with Tern's ratios over Kafka.
+
+// kindE2E is the paced end-to-end latency row: a franz-go producer at a fixed rate
+// and a consumer in the same process (e2e.go).
+const kindE2E = "e2e"
+
+// apiMatrix is the Kafka API matrix. The counts are sized so that, at scale 1, an
+// unthrottled producer row takes several seconds on this 2-CPU machine, and a paced
+// row 10 s.
+func apiMatrix(scale float64, e2eRates []int, e2eSize int) []kafkaRow {
+	n := func(v int) int { return max(1, int(float64(v)*scale)) }
+	var rows []kafkaRow
+	for _, s := range []struct {
+		size int
+		msgs int
+	}{{100, 1_000_000}, {kib, 250_000}} {
+		for _, acks := range []string{"1", "all"} {
+			rows = append(rows, kafkaRow{Key: fmt.Sprintf("produce%s-acks%s", sizeKey(s.size), acks),
+				Workload: "ProducerPerformance, acks=" + acks + ", unthrottled", Kind: kindProduce, Size: s.size,
+				Msgs: n(s.msgs), Throughput: -1, Props: []string{"acks=" + acks}})
+		}
+	}
+	for i := range rows {
+		rows[i].Warmup = warmupOf(rows[i].Msgs)
+	}
+	rows = append(rows, kafkaRow{Key: "consume1k", Workload: "ConsumerPerformance, one group member, pre-filled topic from the start",
+		Kind: kindReplay, Size: kib, Msgs: n(400_000)})
+	for _, r := range e2eRates {
+		m := n(r * 10)
+		rows = append(rows, kafkaRow{Key: fmt.Sprintf("e2e%s-%d", sizeKey(e2eSize), r),
+			Workload: fmt.Sprintf("franz-go, acks=all, linger 0, paced at %s records/s, publish → receive", loadgen.Commas(float64(r))),
+			Kind:     kindE2E, Size: e2eSize, Msgs: m, Throughput: r, Warmup: min(r, max(100, m/10))})
+	}
+	return rows
+}
+
+func sizeKey(n int) string {
+	if n >= kib && n%kib == 0 {
+		return fmt.Sprintf("%dk", n/kib)
+	}
+	return strconv.Itoa(n)
+}
+
+// apiOutcome is one row's runs against one system.
+type apiOutcome struct {
+	kafkaRow
+	Results    []kafkaResult `json:"results"`
+	Failures   []string      `json:"failures,omitempty"`
+	MsgsPerSec stats.Spread  `json:"msgs_per_sec"`
+	MBPerSec   stats.Spread  `json:"mb_per_sec"`
+	// Latency in µs: send → ack (ProducerPerformance, whole ms) for producer rows,
+	// publish → receive for the e2e rows; none for the consumer row.
+	P50US  stats.Spread `json:"p50_us"`
+	P99US  stats.Spread `json:"p99_us"`
+	P999US stats.Spread `json:"p999_us"`
+	// The servers' peak RSS during the run (VmHWM, summed over the system's
+	// processes), KiB.
+	HWMKiB stats.Spread `json:"hwm_kib"`
+}
+
+func (o *apiOutcome) summarize() {
+	var rate, mb, p50, p99, p999, hwm []float64
+	for _, r := range o.Results {
+		rate, mb = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec)
+		switch o.Kind {
+		case kindProduce:
+			p50, p99, p999 = append(p50, r.P50Ms*1000), append(p99, r.P99Ms*1000), append(p999, r.P999Ms*1000)
+		case kindE2E:
+			p50, p99, p999 = append(p50, r.E2EP50US), append(p99, r.E2EP99US), append(p999, r.E2EP999US)
+		}
+		if r.HWMKiB > 0 {
+			hwm = append(hwm, float64(r.HWMKiB))
+		}
+	}
+	o.MsgsPerSec, o.MBPerSec = stats.SpreadOf(rate), stats.SpreadOf(mb)
+	o.P50US, o.P99US, o.P999US, o.HWMKiB = stats.SpreadOf(p50), stats.SpreadOf(p99), stats.SpreadOf(p999), stats.SpreadOf(hwm)
+}
+
+// apiSystem describes the system measured.
+type apiSystem struct {
+	Key               string   `json:"key"` // kafka, tern
+	Name              string   `json:"name"`
+	Version           string   `json:"version"`
+	Nodes             int      `json:"nodes"`
+	Bootstrap         string   `json:"bootstrap"`
+	Partitions        int      `json:"partitions"`
+	ReplicationFactor int      `json:"replication_factor"`
+	Setup             string   `json:"setup,omitempty"`
+	Pids              []int    `json:"pids"`
+	Config            []string `json:"config,omitempty"`
+	// HWMReset says whether each run's peak RSS is the run's own (the kernel's
+	// clear_refs reset worked) or since the process started.
+	HWMReset bool `json:"hwm_reset"`
+}
+
+type apiReport struct {
+	Date       string        `json:"date"`
+	Command    string        `json:"command"`
+	Machine    host.Machine  `json:"machine"`
+	System     apiSystem     `json:"system"`
+	Runs       int           `json:"runs"`
+	Scale      float64       `json:"scale"`
+	JVM        []string      `json:"jvm,omitempty"`
+	Producer   string        `json:"producer_defaults"`
+	Rows       []*apiOutcome `json:"rows"`
+	BusyStarts int           `json:"busy_starts"`
+	// LoadAvg is /proc/loadavg's 1-minute figure before each run, in run order.
+	LoadAvg []float64 `json:"load_avg"`
+	Seconds float64   `json:"seconds"`
+}
+
+// resetHWM asks the kernel to reset each process's peak RSS (VmHWM) to its current
+// RSS (proc(5), clear_refs "5"); it reports whether that worked for every one.
+func resetHWM(pids []int) bool {
+	ok := true
+	for _, p := range pids {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p), []byte("5"), 0); err != nil {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// readHWM is the sum of the processes' VmHWM in KiB, and each one's.
+func readHWM(pids []int) (int64, []int64) {
+	var sum int64
+	var each []int64
+	for _, p := range pids {
+		var v int64
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+					f := strings.Fields(rest)
+					if len(f) > 0 {
+						v, _ = strconv.ParseInt(f[0], 10, 64)
+					}
+				}
+			}
+		}
+		each = append(each, v)
+		sum += v
+	}
+	return sum, each
+}
+
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// apiOnce is one run of a row on a fresh topic (made through the admin API,
+// deleted afterwards), with the servers' peak RSS over the measured phase.
+func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []int) (kafkaResult, error) {
+	id := make([]byte, 4)
+	_, _ = rand.Read(id)
+	topic := fmt.Sprintf("bench-%s-%d-%s", r.Key, run, hex.EncodeToString(id))
+	leader, err := k.createTopic(ctx, topic)
+	if err != nil {
+		return kafkaResult{}, fmt.Errorf("create topic: %w", err)
+	}
+	defer k.deleteTopic(ctx, topic)
+	var res kafkaResult
+	switch r.Kind {
+	case kindProduce:
+		resetHWM(pids)
+		res, err = k.produce(ctx, topic, r)
+	case kindReplay:
+		// Pre-fill (not timed) with the producer's defaults (acks=all).
+		fill := kafkaRow{Key: r.Key, Kind: kindProduce, Size: r.Size, Msgs: r.Msgs, Throughput: -1, Props: []string{"acks=all"}}
+		start := time.Now()
+		if _, err = k.produce(ctx, topic, fill); err != nil {
+			err = fmt.Errorf("pre-fill: %w", err)
+			break
+		}
+		prefill := time.Since(start)
+		runtime.GC()
+		time.Sleep(500 * time.Millisecond)
+		resetHWM(pids)
+		res, err = k.consume(ctx, topic, r)
+		res.PrefillSeconds = prefill.Seconds()
+	case kindE2E:
+		resetHWM(pids)
+		res, err = e2eRun(ctx, e2eConfig{Brokers: splitList(k.bootstrap), Topic: topic, Size: r.Size, Rate: r.Throughput,
+			Warmup: r.Warmup, Msgs: r.Msgs, Timeout: runTimeout(r)})
+	default:
+		err = fmt.Errorf("unknown kind %q", r.Kind)
+	}
+	res.HWMKiB, res.HWMEachKiB = readHWM(pids)
+	res.Topic, res.Leader = topic, leader
+	return res, err
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, v := range splitList(s) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("bad number %q", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replicatedvs kafkaapi", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	java := fs.String("java", "java", "the java command")
+	cp := fs.String("classpath", "", "the Kafka jars, as java's -cp (bench/.tools/kafka-4.4.0/libs/*)")
+	var jvm []string
+	fs.Func("jvm-opt", "a JVM option for every Kafka tool (repeatable)", func(s string) error {
+		jvm = append(jvm, s)
+		return nil
+	})
+	sysKey := fs.String("system", "kafka", "the system's key: kafka or tern")
+	name := fs.String("name", "", "the system's name, for the report (default from --system)")
+	version := fs.String("version", "", "the system's version, for the report")
+	setup := fs.String("setup", "", "how the system was started, for the report")
+	bootstrap := fs.String("bootstrap", "", "the brokers' listeners, comma-separated host:port")
+	brokers := fs.Int("brokers", 1, "brokers to wait for (and the system's node count)")
+	pidList := fs.String("pids", "", "the system's server processes, comma-separated, for their peak RSS")
+	parts := fs.Int("partitions", 1, "partitions of every topic")
+	rf := fs.Int("replication-factor", 1, "replication factor of every topic (CreateTopics)")
+	minISR := fs.Int("min-insync", 0, "min.insync.replicas given in CreateTopics (0: none; the broker's default applies)")
+	config := fs.String("config", "", "a config file of the system, copied into the JSON")
+	runs := fs.Int("runs", 3, "runs of each row; the tables show the median and the min–max")
+	scale := fs.Float64("scale", 1, "multiply every row's record count")
+	rates := fs.String("e2e-rates", "1000,10000", "records/s of the end-to-end latency rows, comma-separated (empty: none)")
+	e2eSize := fs.Int("e2e-size", 100, "record size of the end-to-end latency rows, bytes (at least 16)")
+	only := fs.String("only", "", "comma-separated row keys (default all; see --list)")
+	jsonPath := fs.String("json", "", "write every run's result and the medians as JSON to this file")
+	logPath := fs.String("log", "", "append every tool's command line and output to this file (default: discard)")
+	pause := fs.Duration("pause", 500*time.Millisecond, "idle time before each run")
+	quietWait := fs.Duration("quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine's other CPU use to drop below --quiet-busy (0 = do not wait)")
+	quietBusy := fs.Float64("quiet-busy", 0.25, "share of all CPUs busy (0–1) below which the machine counts as quiet")
+	list := fs.Bool("list", false, "list the rows and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	rateList, err := parseInts(*rates)
+	if err != nil {
+		return fmt.Errorf("--e2e-rates: %w", err)
+	}
+	if *runs < 1 || *scale <= 0 || *e2eSize < 16 {
+		return errors.New("--runs must be at least 1, --scale positive, --e2e-size at least 16")
+	}
+	rows := apiMatrix(*scale, rateList, *e2eSize)
+	if keys := splitList(*only); len(keys) > 0 {
+		rows = slices.DeleteFunc(rows, func(r kafkaRow) bool { return !slices.Contains(keys, r.Key) })
+		if len(rows) == 0 {
+			return fmt.Errorf("--only %q matches no row (see --list)", *only)
+		}
+	}
+	if *list {
+		for _, r := range rows {
+			fmt.Fprintf(stdout, "%-18s %s, %s, %s records\n", r.Key, r.Workload, sizeLabel(r.Size), loadgen.Commas(float64(r.Msgs)))
+		}
+		return nil
+	}
+	if *cp == "" || *bootstrap == "" {
+		return errors.New("--classpath and --bootstrap are required")
+	}
+	pids, err := parseInts(*pidList)
+	if err != nil {
+		return fmt.Errorf("--pids: %w", err)
+	}
+	if *name == "" {
+		*name = map[string]string{"kafka": "Kafka", "tern": "Tern"}[*sysKey]
+	}
+	var logw io.Writer = io.Discard
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logw = f
+	}
+	k := &kafkaRunner{tool: &javaTool{java: *java, cp: *cp, opts: jvm, log: logw}, bootstrap: *bootstrap, brokers: *brokers,
+		parts: *parts, rf: *rf, minISR: *minISR, progress: stderr}
+	adminClient, err := kgo.NewClient(kgo.SeedBrokers(splitList(*bootstrap)...), kgo.ClientID("bench-admin"))
+	if err != nil {
+		return err
+	}
+	defer adminClient.Close()
+	k.admin = kadm.NewClient(adminClient)
+	rep := &apiReport{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: "replicatedvs kafkaapi " + strings.Join(args, " "),
+		Machine: host.Info(),
+		System: apiSystem{Key: *sysKey, Name: *name, Version: *version, Nodes: *brokers, Bootstrap: *bootstrap, Partitions: *parts,
+			ReplicationFactor: *rf, Setup: *setup, Pids: pids, HWMReset: resetHWM(pids)},
+		Runs: *runs, Scale: *scale, JVM: jvm, Producer: producerDefaults,
+	}
+	if *config != "" {
+		b, err := os.ReadFile(*config)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				rep.System.Config = append(rep.System.Config, l)
+			}
+		}
+	}
+	if err := k.waitBrokers(ctx, 120*time.Second); err != nil {
+		return err
+	}
+	// One untimed round first (a consumer group on a small pre-filled topic, and a
+	// short paced e2e run), so the system's first topic, its group state and the JIT
+	// warm-up of a JVM broker are not in the first row.
+	for _, w := range []kafkaRow{
+		{Key: "warmup", Kind: kindReplay, Size: 64, Msgs: 20_000, Throughput: -1},
+		{Key: "warmup-e2e", Kind: kindE2E, Size: *e2eSize, Msgs: 2000, Throughput: 2000, Warmup: 200},
+	} {
+		if _, err := k.apiOnce(ctx, w, 0, nil); err != nil {
+			fmt.Fprintf(stderr, "%s: warm-up run %s: %v\n", *name, w.Key, err)
+		}
+	}
+
+	start := time.Now()
+	for i, r := range rows {
+		o := &apiOutcome{kafkaRow: r}
+		for n := range *runs {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			runtime.GC()
+			flushDisk()
+			time.Sleep(*pause)
+			if *quietWait > 0 && !host.WaitQuiet(ctx, *quietWait, *quietBusy) {
+				rep.BusyStarts++
+				fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
+			}
+			load := loadAvg1()
+			rep.LoadAvg = append(rep.LoadAvg, load)
+			var res kafkaResult
+			var err error
+			if gone := exited(pids); len(gone) > 0 {
+				// A server that died makes every later run fail slowly (timeouts):
+				// say so at once.
+				err = fmt.Errorf("server process(es) %v exited; see their logs", gone)
+			} else {
+				res, err = k.apiOnce(ctx, r, n, pids)
+			}
+			res.LoadAvg1 = load
+			status := ""
+			if err != nil {
+				o.Failures = append(o.Failures, err.Error())
+				status = "  FAILED: " + err.Error()
+			} else {
+				o.Results = append(o.Results, res)
+			}
+			extra := ""
+			switch {
+			case err != nil:
+			case r.Kind == kindProduce:
+				extra = fmt.Sprintf(", ack p50 %gms p99 %gms", res.P50Ms, res.P99Ms)
+			case r.Kind == kindE2E:
+				extra = fmt.Sprintf(", e2e p50 %s p99 %s p99.9 %s", usLabel(res.E2EP50US), usLabel(res.E2EP99US), usLabel(res.E2EP999US))
+			}
+			fmt.Fprintf(stderr, "[%d/%d] %-18s %s run %d/%d: %s msgs/s, %.1f MB/s%s, peak RSS %s, load %.2f%s\n", i+1, len(rows), r.Key, *name, n+1, *runs,
+				loadgen.Commas(res.MsgsPerSec), res.MBPerSec, extra, kibLabel(float64(res.HWMKiB)), load, status)
+		}
+		o.summarize()
+		rep.Rows = append(rep.Rows, o)
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	fmt.Fprintf(stderr, "%s rows done in %s\n", *name, time.Since(start).Round(time.Second))
+	if *jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+	}
+	return nil
+}
+
+func usLabel(us float64) string {
+	return loadgen.FormatDuration(time.Duration(us * float64(time.Microsecond)))
+}
+
+func kibLabel(k float64) string {
+	switch {
+	case k >= 1<<20:
+		return fmt.Sprintf("%.2f GiB", k/(1<<20))
+	case k >= 1<<10:
+		return fmt.Sprintf("%.0f MiB", k/(1<<10))
+	}
+	return fmt.Sprintf("%.0f KiB", k)
+}
+
+// createTopicAdmin makes topic through the admin API (CreateTopics with the
+// runner's partitions and replication factor, min.insync.replicas only when set)
+// and waits, at most adminTimeout, until Metadata shows every partition with a
+// leader and a full ISR; it returns partition 0's leader.
+func (k *kafkaRunner) createTopicAdmin(ctx context.Context, topic string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	var configs map[string]*string
+	if k.minISR > 0 {
+		v := strconv.Itoa(k.minISR)
+		configs = map[string]*string{"min.insync.replicas": &v}
+	}
+	resp, err := k.admin.CreateTopics(ctx, int32(k.parts), int16(k.rf), configs, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("CreateTopics: %w", err)
+	}
+	for {
+		md, err := k.admin.Metadata(ctx, topic)
+		if err == nil {
+			if t, ok := md.Topics[topic]; ok && t.Err == nil && len(t.Partitions) == k.parts {
+				ready := true
+				for _, p := range t.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0 && len(p.ISR) >= k.rf
+				}
+				if ready {
+					return int(t.Partitions[0].Leader), nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("topic %s: partitions without a leader or a full ISR after %s (%v)", topic, adminTimeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (k *kafkaRunner) deleteTopicAdmin(ctx context.Context, topic string) {
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	resp, err := k.admin.DeleteTopics(ctx, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		fmt.Fprintf(k.progress, "deleting topic %s: %v\n", topic, err)
+	}
+}
+
+// exited is the processes of pids that are gone (signal 0 fails).
+func exited(pids []int) []int {
+	var gone []int
+	for _, p := range pids {
+		if syscall.Kill(p, 0) != nil {
+			gone = append(gone, p)
+		}
+	}
+	return gone
+}
