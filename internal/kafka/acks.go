@@ -12,11 +12,14 @@ import (
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
-// inbox collects the stream's answers to the records Produce publishes. Each record
-// is published with the reply subject "<prefix><wait>.<index>": the stream's writer
-// publishes its ack there after the commit (streamapi.AppendPubAck or
-// AppendPubErr), as it answers any stream publisher, and the inbox hands it to the
-// produce request waiting for it.
+// inbox collects the stream's answers to the records Produce publishes. The records
+// of one partition of a request are published with the reply subject
+// "<prefix><wait>.<partition index>": the stream's writer publishes each record's
+// ack there after the commit (streamapi.AppendPubAck or AppendPubErr), as it
+// answers any stream publisher, in the order the records came, and the inbox hands
+// them, in that order, to the records of the produce request waiting for them. One
+// subject per partition rather than per record keeps the broker's subject cache
+// of use: it matches each reply subject once per request, not once per record.
 type inbox struct {
 	b      *broker.Broker
 	prefix []byte // "_INBOX.kafka-<random>."
@@ -38,7 +41,13 @@ type ackWait struct {
 	results []ackResult
 	left    int
 	done    chan struct{}
+	// parts are the record ranges of the request's partitions; next, per
+	// partition, the record the next ack is for.
+	parts []ackRange
 }
+
+// ackRange is one partition's records in ackWait.results.
+type ackRange struct{ first, n, next int }
 
 // ackResult is what the stream answered for one record.
 type ackResult struct {
@@ -71,11 +80,15 @@ func (in *inbox) close() {
 	}
 }
 
-// open starts waiting for n acks.
-func (in *inbox) open(n int) *ackWait {
+// open starts waiting for the acks of n records, whose partitions (in the order of
+// the reply subjects' partition indexes) hold the ranges given.
+func (in *inbox) open(n int, parts []ackRange) *ackWait {
 	in.mu.Lock()
 	in.next++
-	w := &ackWait{id: in.next, results: make([]ackResult, n), left: n, done: make(chan struct{})}
+	w := &ackWait{id: in.next, results: make([]ackResult, n), left: n, done: make(chan struct{}), parts: parts}
+	for i := range w.parts {
+		w.parts[i].next = w.parts[i].first
+	}
 	if n == 0 {
 		close(w.done)
 	} else {
@@ -93,30 +106,48 @@ func (in *inbox) cancel(w *ackWait) {
 	in.mu.Unlock()
 }
 
-// appendReply appends the reply subject of record i of w.
-func (in *inbox) appendReply(dst []byte, w *ackWait, i int) []byte {
+// appendReply appends the reply subject of the records of partition part of w.
+func (in *inbox) appendReply(dst []byte, w *ackWait, part int) []byte {
 	dst = append(dst, in.prefix...)
 	dst = strconv.AppendUint(dst, w.id, 10)
 	dst = append(dst, '.')
-	return strconv.AppendInt(dst, int64(i), 10)
+	return strconv.AppendInt(dst, int64(part), 10)
 }
 
-// fail records an answer the stream will never give (the record was not
-// published).
+// fail records an answer the stream will never give (record i was not published:
+// the acks of its partition's other records pass it by). It is called before the
+// partition's next record is published, so before any ack meant for a later one.
 func (in *inbox) fail(w *ackWait, i, code int, err string) {
-	in.settle(w.id, i, ackResult{got: true, code: code, err: err})
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.settleLocked(w, i, ackResult{got: true, code: code, err: err})
 }
 
-func (in *inbox) settle(id uint64, i int, r ackResult) {
+// settle hands an ack to the next record of partition part of wait id.
+func (in *inbox) settle(id uint64, part int, r ackResult) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	w := in.waiting[id]
-	if w == nil || i < 0 || i >= len(w.results) || w.results[i].got {
+	if w == nil || part < 0 || part >= len(w.parts) {
+		return
+	}
+	pr := &w.parts[part]
+	for pr.next < pr.first+pr.n && w.results[pr.next].got {
+		pr.next++
+	}
+	if pr.next >= pr.first+pr.n {
+		return // more acks than records: not this request's
+	}
+	in.settleLocked(w, pr.next, r)
+}
+
+func (in *inbox) settleLocked(w *ackWait, i int, r ackResult) {
+	if in.waiting[w.id] != w || i < 0 || i >= len(w.results) || w.results[i].got {
 		return
 	}
 	w.results[i] = r
 	if w.left--; w.left == 0 {
-		delete(in.waiting, id)
+		delete(in.waiting, w.id)
 		close(w.done)
 	}
 }
@@ -127,12 +158,12 @@ func (in *inbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	if !ok {
 		return true
 	}
-	ids, idx, ok := bytes.Cut(rest, []byte{'.'})
+	ids, parts, ok := bytes.Cut(rest, []byte{'.'})
 	if !ok {
 		return true
 	}
 	id, err1 := strconv.ParseUint(string(ids), 10, 64)
-	i, err2 := strconv.Atoi(string(idx))
+	part, err2 := strconv.Atoi(string(parts))
 	if err1 != nil || err2 != nil {
 		return true
 	}
@@ -146,7 +177,7 @@ func (in *inbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	} else {
 		r.part, r.seq, r.dup = ack.Partition, ack.Seq, ack.Duplicate
 	}
-	in.settle(id, i, r)
+	in.settle(id, part, r)
 	return true
 }
 

@@ -111,17 +111,21 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 			nbuf = c.decodePartition(len(ps.parts)-1, rp.Records, nbuf)
 		}
 	}
-	// Publish every record, each with its own reply subject.
+	// Publish every record, with one reply subject per partition.
 	var w *ackWait
 	if req.Acks != 0 {
-		w = c.s.acks.open(len(ps.msgs))
+		ranges := make([]ackRange, len(ps.parts))
+		for i, po := range ps.parts {
+			ranges[i] = ackRange{first: po.first, n: po.n}
+		}
+		w = c.s.acks.open(len(ps.msgs), ranges)
 	}
 	bm := &ps.bm
 	for i := range ps.msgs {
 		m := &ps.msgs[i]
 		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}
 		if w != nil {
-			ps.reply = c.s.acks.appendReply(ps.reply[:0], w, i)
+			ps.reply = c.s.acks.appendReply(ps.reply[:0], w, m.part)
 			bm.Reply = ps.reply
 		}
 		if c.s.broker.Publish(&c.batch, bm) == 0 && w != nil {
