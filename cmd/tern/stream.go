@@ -489,18 +489,25 @@ func newStreamRemoveCmd() *cobra.Command {
 
 func newStreamPurgeCmd() *cobra.Command {
 	var (
-		cf  clientFlags
-		req tern.PurgeRequest
+		cf        clientFlags
+		req       tern.PurgeRequest
+		partition int
 	)
 	cmd := &cobra.Command{
 		Use:   "purge <name> [options]",
-		Short: "Remove messages (all, or by --subject, --keep, --seq)",
+		Short: "Remove messages (all, or by --subject, --keep, --seq, --partition)",
 		Example: `  tern stream purge ORDERS --subject orders.new --keep 1
   tern stream purge ORDERS`,
 		Args: argsBetween(1, 1, "want a stream name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if req.Keep > 0 && req.UpTo > 0 {
 				return usageErrorf("--keep and --seq exclude each other")
+			}
+			if cmd.Flags().Changed("partition") {
+				if partition < 0 {
+					return usageErrorf("--partition %d: partitions count from 0", partition)
+				}
+				req.Partition = &partition
 			}
 			nc, js, err := streamsConn(&cf)
 			if err != nil {
@@ -520,6 +527,7 @@ func newStreamPurgeCmd() *cobra.Command {
 	fs.StringVar(&req.Subject, "subject", "", "only messages on this subject (wildcards allowed)")
 	fs.Uint64Var(&req.Keep, "keep", 0, "keep this many of the newest messages (per partition)")
 	fs.Uint64Var(&req.UpTo, "seq", 0, "only messages below this sequence (per partition)")
+	fs.IntVar(&partition, "partition", 0, "only this partition (from 0) of a partitioned stream (default every partition)")
 	return cmd
 }
 

@@ -140,8 +140,15 @@ func TestStreamCommands(t *testing.T) {
 	if out != "Purged 1 message from stream ORDERS\n" {
 		t.Fatalf("purge --subject --keep: %q", out)
 	}
+	if _, err := runCLI(t, streamCLI, with("purge", "ORDERS", "--partition", "1")...); err == nil {
+		t.Fatal("purge of partition 1 of a stream of one partition succeeded")
+	}
+	out = mustRun(t, streamCLI, with("purge", "ORDERS", "--partition", "0", "--seq", "2")...)
+	if out != "Purged 1 message from stream ORDERS\n" {
+		t.Fatalf("purge --partition 0 --seq 2: %q", out)
+	}
 	out = mustRun(t, streamCLI, with("purge", "ORDERS")...)
-	if out != "Purged 2 messages from stream ORDERS\n" {
+	if out != "Purged 1 message from stream ORDERS\n" {
 		t.Fatalf("purge: %q", out)
 	}
 	wantLine(t, mustRun(t, streamCLI, with("info", "ORDERS")...), `^\s+messages:\s+0$`)
@@ -222,7 +229,7 @@ func TestStreamAndConsumerHelp(t *testing.T) {
 		{[]string{"consumer", "--help"}, []string{"add ", "ls ", "info ", "next ", "rm "}},
 		{[]string{"stream", "add", "--help"}, []string{"--subjects", "--retention limits|workqueue|interest", "--max-age", "--max-bytes bytes", "--max-msgs",
 			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--json", "--server"}},
-		{[]string{"stream", "purge", "--help"}, []string{"--subject", "--keep", "--seq"}},
+		{[]string{"stream", "purge", "--help"}, []string{"--subject", "--keep", "--seq", "--partition"}},
 		{[]string{"stream", "get", "--help"}, []string{"--seq", "--partition", "--last-subject", "--raw", "--json"}},
 		{[]string{"stream", "rm", "--help"}, []string{"-f, --force"}},
 		{[]string{"consumer", "add", "--help"}, []string{"--filter", "--deliver", "--ack none|explicit|all", "--ack-wait", "--backoff durations", "--max-deliver",
