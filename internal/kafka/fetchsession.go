@@ -48,12 +48,12 @@ type sessionKey struct {
 // sessionPart is one partition of a session: what the client asked and what it was
 // last told.
 type sessionPart struct {
-	key                      sessionKey
-	offset                   int64
-	maxBytes                 int32
-	hwm, logStart            int64
-	answered                 bool
-	currentEpoch, lastEpochF int32
+	key                            sessionKey
+	offset                         int64
+	maxBytes                       int32
+	hwm, logStart                  int64
+	answered                       bool
+	currentEpoch, lastFetchedEpoch int32
 }
 
 func keyOf(rt *kmsg.FetchRequestTopic, partition int32, v int16) sessionKey {
@@ -112,7 +112,7 @@ func (fs *fetchSessions) begin(req *kmsg.FetchRequest, now time.Time) (s *fetchS
 		}
 		delete(fs.m, oldest.id)
 	}
-	s = &fetchSession{epoch: 0, used: now, at: map[sessionKey]int{}}
+	s = &fetchSession{used: now, at: map[sessionKey]int{}}
 	for s.id == 0 || fs.m[s.id] != nil {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -153,7 +153,7 @@ func (s *fetchSession) update(req *kmsg.FetchRequest, incremental bool) {
 				s.at[k] = at
 			}
 			sp := &s.parts[at]
-			sp.offset, sp.maxBytes, sp.currentEpoch, sp.lastEpochF = p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch, p.LastFetchedEpoch
+			sp.offset, sp.maxBytes, sp.currentEpoch, sp.lastFetchedEpoch = p.FetchOffset, p.PartitionMaxBytes, p.CurrentLeaderEpoch, p.LastFetchedEpoch
 		}
 	}
 	s.epoch = nextEpoch(s.epoch)
@@ -182,7 +182,7 @@ func (s *fetchSession) fullRequest(req *kmsg.FetchRequest) *kmsg.FetchRequest {
 		}
 		p := kmsg.NewFetchRequestTopicPartition()
 		p.Partition, p.FetchOffset, p.PartitionMaxBytes = sp.key.partition, sp.offset, sp.maxBytes
-		p.CurrentLeaderEpoch, p.LastFetchedEpoch = sp.currentEpoch, sp.lastEpochF
+		p.CurrentLeaderEpoch, p.LastFetchedEpoch = sp.currentEpoch, sp.lastFetchedEpoch
 		full.Topics[at].Partitions = append(full.Topics[at].Partitions, p)
 	}
 	return &full

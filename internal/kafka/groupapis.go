@@ -138,16 +138,25 @@ func (c *conn) joinGroup(req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 	return resp
 }
 
+// memberGroup is the group a member's request (sync, heartbeat) is for, or the error
+// it gets: not coordinated here, or no member of it here.
+func (s *Server) memberGroup(groupID string) (*groupDriver, int16) {
+	if code := s.coordinatorCode(groupID); code != 0 {
+		return nil, code
+	}
+	d := s.groups.get(groupID, false)
+	if d == nil {
+		return nil, kerr.UnknownMemberID.Code
+	}
+	return d, 0
+}
+
 func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	resp := kmsg.NewPtrSyncGroupResponse()
 	resp.Version = req.Version
-	if code := c.s.coordinatorCode(req.Group); code != 0 {
+	d, code := c.s.memberGroup(req.Group)
+	if code != 0 {
 		resp.ErrorCode = code
-		return resp
-	}
-	d := c.s.groups.get(req.Group, false)
-	if d == nil {
-		resp.ErrorCode = kerr.UnknownMemberID.Code
 		return resp
 	}
 	s := group.Sync{MemberID: req.MemberID, InstanceID: str(req.InstanceID), Generation: req.Generation,
@@ -180,13 +189,9 @@ func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 func (c *conn) heartbeat(req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := kmsg.NewPtrHeartbeatResponse()
 	resp.Version = req.Version
-	if code := c.s.coordinatorCode(req.Group); code != 0 {
+	d, code := c.s.memberGroup(req.Group)
+	if code != 0 {
 		resp.ErrorCode = code
-		return resp
-	}
-	d := c.s.groups.get(req.Group, false)
-	if d == nil {
-		resp.ErrorCode = kerr.UnknownMemberID.Code
 		return resp
 	}
 	d.do(func(now time.Time, g *group.Group) {

@@ -64,7 +64,7 @@ func (s *Server) startCluster() error {
 		}
 		if s.kafka != nil {
 			// Topics are the cluster's streams, served by their leaders.
-			s.kafka.SetCluster(&kafkaCluster{s: s, node: node, leaders: map[string]cachedLeader{}})
+			s.kafka.SetCluster(&kafkaCluster{s: s, node: node, leaders: map[string]cachedLeader{}, topics: map[string]cachedTopic{}})
 		}
 	}
 	changed, stop := node.WatchClientURLs()

@@ -29,7 +29,20 @@ type kafkaCluster struct {
 
 	mu      sync.Mutex
 	leaders map[string]cachedLeader // stream → leader asked of the cluster
+	topics  map[string]cachedTopic  // stream → what Topic found, for topicTTL
 }
+
+type cachedTopic struct {
+	ti kafka.TopicInfo
+	ok bool
+	at time.Time
+}
+
+// topicTTL bounds how long Topic's answer is reused: every produce and fetch looks
+// its topic up, and reading the catalogue and the group's leader each time would
+// cost every request a decode and a trip through the Raft loop. A client told
+// NOT_LEADER by an answer that old asks again.
+const topicTTL = 100 * time.Millisecond
 
 type cachedLeader struct {
 	node string
@@ -114,12 +127,26 @@ func (k *kafkaCluster) Topics() []kafka.TopicInfo {
 }
 
 func (k *kafkaCluster) Topic(name string) (kafka.TopicInfo, bool) {
+	now := time.Now()
+	k.mu.Lock()
+	c, hit := k.topics[name]
+	k.mu.Unlock()
+	if hit && now.Sub(c.at) < topicTTL {
+		return c.ti, c.ok
+	}
 	var st *meta.Stream
 	k.node.Catalogue(func(c *meta.State) { st = c.Stream(name) })
-	if st == nil {
-		return kafka.TopicInfo{}, false
+	c = cachedTopic{at: now}
+	if st != nil {
+		c.ti, c.ok = k.topicInfo(st)
 	}
-	return k.topicInfo(st)
+	k.mu.Lock()
+	if len(k.topics) > 10_000 {
+		clear(k.topics)
+	}
+	k.topics[name] = c
+	k.mu.Unlock()
+	return c.ti, c.ok
 }
 
 func (k *kafkaCluster) topicInfo(st *meta.Stream) (kafka.TopicInfo, bool) {
@@ -197,7 +224,13 @@ func (k *kafkaCluster) DeleteStream(name string) error {
 }
 
 // request makes a stream API request through the catalogue and returns its refusal.
+// Every topic looked up is read afresh afterwards: this node's changes show at once.
 func (k *kafkaCluster) request(subject string, body []byte) error {
+	defer func() {
+		k.mu.Lock()
+		clear(k.topics)
+		k.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	b, err := k.node.Request(ctx, subject, body, 15*time.Second)
