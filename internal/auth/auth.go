@@ -1,0 +1,330 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Sentinel errors; a protocol adapter answers all of them with its protocol's
+// authentication error and, like the server's logs, never says which applied.
+var (
+	// ErrDenied: the credentials are wrong, or name no user.
+	ErrDenied = errors.New("authentication failed")
+	// ErrAnonymous: no credentials, and anonymous clients are not accepted from
+	// this address.
+	ErrAnonymous = errors.New("anonymous access refused")
+)
+
+// Anonymous access policies.
+const (
+	AnonymousLoopback = "loopback" // from 127.0.0.0/8 and ::1 only
+	AnonymousAll      = "all"
+	AnonymousNone     = "none"
+)
+
+// User is an authenticated client's identity and rights. Users are immutable;
+// a reload of the users file makes new ones for new connections.
+type User struct {
+	// Name is the user's name, "" for an anonymous client.
+	Name string
+	// Perms are the user's permissions, nil when unrestricted.
+	Perms *Permissions
+	// Admin users may manage streams, consumers and the cluster (publish to
+	// "$TERN.API.>", Kafka admin requests); Monitor users may read the monitoring
+	// endpoints.
+	Admin, Monitor bool
+}
+
+// unrestricted is the anonymous user without a users file's anonymous_user.
+var unrestricted = &User{Admin: true, Monitor: true}
+
+// MayManage reports whether u may make a management request on the API subject
+// (a "$TERN.API." subject).
+func (u *User) MayManage(apiSubject string) bool {
+	return u.Perms == nil || u.Perms.canPublish([]byte(apiSubject))
+}
+
+// Request is what a client presented to authenticate.
+type Request struct {
+	// Protocol names the listener ("native", "mqtt", "kafka", "udp", "http") for
+	// logs and counters.
+	Protocol string
+	Remote   net.Addr
+	Username string
+	Password []byte
+	// Token is a bearer token.
+	Token []byte
+	// Cert is the client's verified TLS certificate, nil without one.
+	Cert *x509.Certificate
+}
+
+func (r *Request) anonymous() bool {
+	return r.Username == "" && len(r.Password) == 0 && len(r.Token) == 0 && r.Cert == nil
+}
+
+// Options configure an Authenticator.
+type Options struct {
+	// UsersFile names the users file; "" means no users.
+	UsersFile string
+	// Anonymous is the anonymous access policy; "" means loopback without a users
+	// file and none with one.
+	Anonymous string
+	Log       *slog.Logger
+	// FailureDelay is the pause after a source address's first failed login; it
+	// doubles with each further failure, up to MaxFailureDelay. Zero values mean
+	// 100 ms and 5 s.
+	FailureDelay, MaxFailureDelay time.Duration
+}
+
+// Authenticator checks credentials against the users file.
+type Authenticator struct {
+	opts     Options
+	log      *slog.Logger
+	anon     string
+	table    atomic.Pointer[userTable]
+	throttle throttle
+	// fakeKey derives the SCRAM salts of users that do not exist, so that an
+	// exchange with a wrong user name looks like one with a wrong password.
+	fakeKey [32]byte
+	// dummyHash is compared against when a user has no password, so that a login
+	// costs one bcrypt comparison whatever the user name.
+	dummyHash []byte
+
+	successes, failures atomic.Uint64
+}
+
+// New reads the users file, if any, and returns an Authenticator.
+func New(opts Options) (*Authenticator, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	a := &Authenticator{opts: opts, log: opts.Log, anon: opts.Anonymous}
+	switch a.anon {
+	case "":
+		a.anon = AnonymousLoopback
+		if opts.UsersFile != "" {
+			a.anon = AnonymousNone
+		}
+	case AnonymousLoopback, AnonymousAll, AnonymousNone:
+	default:
+		return nil, fmt.Errorf("anonymous %q: want %s, %s or %s", opts.Anonymous, AnonymousLoopback, AnonymousAll, AnonymousNone)
+	}
+	a.throttle.init(opts.FailureDelay, opts.MaxFailureDelay)
+	if _, err := rand.Read(a.fakeKey[:]); err != nil {
+		return nil, err
+	}
+	var err error
+	if a.dummyHash, err = bcrypt.GenerateFromPassword(a.fakeKey[:16], bcrypt.DefaultCost); err != nil {
+		return nil, err
+	}
+	if err := a.Reload(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Reload re-reads the users file. On error the users in force stay.
+// Connections already authenticated keep the rights they were given.
+func (a *Authenticator) Reload() error {
+	t := &userTable{}
+	if a.opts.UsersFile != "" {
+		data, err := os.ReadFile(a.opts.UsersFile)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUsersFile, err)
+		}
+		if t, err = parseUsersFile(data); err != nil {
+			return fmt.Errorf("%s: %w", a.opts.UsersFile, err)
+		}
+	}
+	a.table.Store(t)
+	return nil
+}
+
+// Users reports how many users the users file defines.
+func (a *Authenticator) Users() int { return len(a.table.Load().byName) }
+
+// AnonymousPolicy is the anonymous access policy in force.
+func (a *Authenticator) AnonymousPolicy() string { return a.anon }
+
+// Stats counts logins since the start.
+type Stats struct {
+	Successes, Failures uint64
+}
+
+// Stats returns the login counters.
+func (a *Authenticator) Stats() Stats {
+	return Stats{Successes: a.successes.Load(), Failures: a.failures.Load()}
+}
+
+// Authenticate checks a client's credentials and returns its user. A source
+// address with recent failures waits before its credentials are checked, and
+// again before a failure is answered. Errors wrap ErrDenied or ErrAnonymous.
+func (a *Authenticator) Authenticate(r Request) (*User, error) {
+	host := hostOf(r.Remote)
+	if d := a.throttle.delay(host); d > 0 {
+		time.Sleep(d)
+	}
+	u, reason := a.check(&r)
+	if u != nil {
+		a.successes.Add(1)
+		a.throttle.succeeded(host)
+		return u, nil
+	}
+	return nil, a.fail(r.Protocol, r.Remote, r.Username, reason)
+}
+
+// fail records, logs and slows down a failed login.
+func (a *Authenticator) fail(protocol string, remote net.Addr, user string, reason error) error {
+	a.failures.Add(1)
+	host := hostOf(remote)
+	d := a.throttle.failed(host)
+	a.log.Warn("authentication failed", "protocol", protocol, "remote", addrString(remote), "user", user, "reason", reason.Error())
+	if d > 0 {
+		time.Sleep(d)
+	}
+	if errors.Is(reason, ErrAnonymous) {
+		return ErrAnonymous
+	}
+	return ErrDenied
+}
+
+// check finds the user r names; on failure it says why (for the server's log).
+func (a *Authenticator) check(r *Request) (*User, error) {
+	t := a.table.Load()
+	if r.anonymous() {
+		switch {
+		case a.anon == AnonymousAll, a.anon == AnonymousLoopback && isLoopback(r.Remote):
+			if t.anonymous != nil {
+				return t.anonymous, nil
+			}
+			return unrestricted, nil
+		case a.anon == AnonymousLoopback:
+			return nil, fmt.Errorf("%w: only loopback clients may connect without credentials", ErrAnonymous)
+		}
+		return nil, fmt.Errorf("%w: credentials required", ErrAnonymous)
+	}
+	if r.Cert != nil {
+		e := t.byCert(r.Cert)
+		switch {
+		case e == nil:
+			return nil, fmt.Errorf("%w: certificate %q maps to no user", ErrDenied, r.Cert.Subject.String())
+		case r.Username != "" && r.Username != e.user.Name:
+			return nil, fmt.Errorf("%w: certificate of user %q presented with user name %q", ErrDenied, e.user.Name, r.Username)
+		case len(r.Password) > 0:
+			if !a.passwordMatches(e, r.Password) {
+				return nil, fmt.Errorf("%w: wrong password", ErrDenied)
+			}
+		}
+		return e.user, nil
+	}
+	if len(r.Token) > 0 && r.Username == "" {
+		h := sha256.Sum256(r.Token)
+		e := t.byToken[h]
+		if e == nil {
+			return nil, fmt.Errorf("%w: unknown token", ErrDenied)
+		}
+		return e.user, nil
+	}
+	e := t.byName[r.Username]
+	pw := r.Password
+	if len(pw) == 0 {
+		pw = r.Token
+	}
+	if !a.passwordMatches(e, pw) || e == nil {
+		return nil, fmt.Errorf("%w: wrong user name or password", ErrDenied)
+	}
+	return e.user, nil
+}
+
+// passwordMatches compares password with e's hash, or with a dummy hash when
+// there is no e or it has no password, so that both cost the same time.
+func (a *Authenticator) passwordMatches(e *entry, password []byte) bool {
+	hash := a.dummyHash
+	if e != nil && e.password != nil {
+		hash = e.password
+	}
+	ok := bcrypt.CompareHashAndPassword(hash, password) == nil
+	return ok && e != nil && e.password != nil
+}
+
+func (t *userTable) byCert(c *x509.Certificate) *entry {
+	if e := t.bySubject[c.Subject.String()]; e != nil {
+		return e
+	}
+	for _, s := range c.EmailAddresses {
+		if e := t.bySAN[s]; e != nil {
+			return e
+		}
+	}
+	for _, s := range c.DNSNames {
+		if e := t.bySAN[s]; e != nil {
+			return e
+		}
+	}
+	for _, u := range c.URIs {
+		if e := t.bySAN[u.String()]; e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// userByName returns the named user, for identities proven some other way (a
+// finished SCRAM exchange).
+func (a *Authenticator) userByName(name string) *User {
+	if e := a.table.Load().byName[name]; e != nil {
+		return e.user
+	}
+	return nil
+}
+
+func hostOf(a net.Addr) string {
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		return v.IP.String()
+	case *net.UDPAddr:
+		return v.IP.String()
+	case nil:
+		return ""
+	}
+	h, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return h
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+// isLoopback reports whether a is a loopback address. A client with no network
+// address (in-process) counts as local.
+func isLoopback(a net.Addr) bool {
+	if a == nil {
+		return true
+	}
+	ip := net.ParseIP(hostOf(a))
+	return ip != nil && ip.IsLoopback()
+}
+
+// fakeSalt derives a stable salt for a user name that does not exist.
+func (a *Authenticator) fakeSalt(name string) []byte {
+	m := hmac.New(sha256.New, a.fakeKey[:])
+	m.Write([]byte(name))
+	return m.Sum(nil)[:16]
+}
