@@ -232,6 +232,7 @@ func run(out io.Writer) error {
 	if err := inServerNS(func() error {
 		cfg := server.DefaultConfig()
 		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.StoreDir = host, port, "", -1, ""
+		cfg.Anonymous = "all" // the client is in another network namespace
 		var err error
 		if srv, err = server.New(cfg, nil); err != nil {
 			return err

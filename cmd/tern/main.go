@@ -140,7 +140,7 @@ func newRootCmd() *cobra.Command {
 	add("server", newServerCmd(), newClusterCmd())
 	add("client", newPubCmd(), newSubCmd(), newReqCmd(), newReplyCmd(), newBenchCmd(nil))
 	add("streams", newStreamCmd(), newConsumerCmd())
-	add("setup", newContextCmd(), newUDPKeygenCmd(), newVersionCmd())
+	add("setup", newContextCmd(), newUDPKeygenCmd(), newPasswdCmd(), newVersionCmd())
 	walk(root, func(c *cobra.Command) {
 		c.DisableFlagsInUseLine = true // Use says [options]
 		c.SuggestionsMinimumDistance = 2

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -327,4 +328,19 @@ func (a *Authenticator) fakeSalt(name string) []byte {
 	m := hmac.New(sha256.New, a.fakeKey[:])
 	m.Write([]byte(name))
 	return m.Sum(nil)[:16]
+}
+
+// PeerCert returns the client certificate a TLS connection presented and the
+// server verified, nil for any other connection. The handshake must be over
+// (the connection has been read from).
+func PeerCert(nc net.Conn) *x509.Certificate {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	cs := tc.ConnectionState()
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return cs.VerifiedChains[0][0]
 }

@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// sysPrefix starts the subjects of traffic between cluster nodes; no client may
+// SysPrefix starts the subjects of traffic between cluster nodes; no client may
 // publish or subscribe to them.
-const sysPrefix = "$TERN.SYS."
+const SysPrefix = "$TERN.SYS."
 
 // apiPattern is what the admin flag adds to a user's publish permissions: the
 // stream, consumer and cluster management API.
@@ -64,7 +64,7 @@ func matchAny(ps []pattern, s []byte) bool {
 }
 
 func (p *Permissions) canPublish(s []byte) bool {
-	if bytes.HasPrefix(s, []byte(sysPrefix)) {
+	if bytes.HasPrefix(s, []byte(SysPrefix)) {
 		return false
 	}
 	if p == nil {
@@ -118,7 +118,7 @@ func (p *Permissions) subscribe(f pattern) (ok, check bool) {
 // mayReceive reports whether a message on subject s may be delivered to a
 // subscription that needs checking.
 func (p *Permissions) mayReceive(s []byte, wildFirst bool) bool {
-	if bytes.HasPrefix(s, []byte(sysPrefix)) {
+	if bytes.HasPrefix(s, []byte(SysPrefix)) {
 		return false
 	}
 	if p == nil {

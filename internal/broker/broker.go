@@ -100,6 +100,10 @@ type Subscription struct {
 	Filter  *filter.Filter // nil: every matching message
 	// NoEcho skips messages whose Origin is this subscription's Sink.
 	NoEcho bool
+	// Permit, when set, is asked about each matching message's subject: the
+	// subscriber's permissions may deny some subjects its filter matches. It is
+	// called from publishers' goroutines.
+	Permit func(subject []byte) bool
 	// NodeLocal marks a service every node runs for itself (the stream API and
 	// acks until streams are replicated): the InterestObserver is not told of it,
 	// so other nodes do not forward its subjects here.
@@ -355,6 +359,9 @@ func (b *Broker) eligible(p *Batch, sub *Subscription, m *Message, filtered *boo
 		return false
 	}
 	if sub.NoEcho && m.Origin == sub.Sink && m.Origin != nil {
+		return false
+	}
+	if sub.Permit != nil && !sub.Permit(m.Subject) {
 		return false
 	}
 	if sub.Filter != nil {

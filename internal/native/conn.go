@@ -1,8 +1,10 @@
 package native
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/auth"
 	"io"
 	"log/slog"
 	"net"
@@ -44,6 +46,10 @@ type Conn struct {
 	name   string
 	noEcho bool
 	noResp bool
+	// user is who the client authenticated as (nil without authentication); perms
+	// checks its permissions, nil when it is unrestricted.
+	user  *auth.User
+	perms *auth.Checker
 
 	// Under srv.urlMu: the client asked for INFO updates (set once, by the reader,
 	// at CONNECT), and the connect_urls generation it was last sent.
@@ -211,9 +217,19 @@ func (c *Conn) handleConnect(f *wire.Frame) error {
 	if cn.Version != wire.Version {
 		return c.fatal(wire.CodeVersion, fmt.Sprintf("protocol version %d not supported (server speaks %d)", cn.Version, wire.Version))
 	}
-	if auth := c.srv.cfg.Authenticate; auth != nil {
-		if aerr := auth(cn.Name, cn.Credentials); aerr != nil {
+	if a := c.srv.cfg.Auth; a != nil {
+		req := credentials(cn.Credentials)
+		req.Protocol, req.Remote, req.Cert = "native", c.nc.RemoteAddr(), auth.PeerCert(c.nc)
+		if c.transport == "udp" {
+			req.Protocol = "udp"
+		}
+		u, aerr := a.Authenticate(req)
+		if aerr != nil {
 			return c.fatal(wire.CodeAuth, aerr.Error())
+		}
+		c.user = u
+		if !u.Perms.Unrestricted() {
+			c.perms = u.Perms.NewChecker()
 		}
 	}
 	c.subsMu.Lock()
@@ -286,6 +302,10 @@ func (c *Conn) handlePub(f *wire.Frame) {
 			return
 		}
 	}
+	if !c.mayPublish(f.Subject) {
+		c.sendErr(wire.CodePermission, f.ID, fmt.Sprintf("publish to %q denied", f.Subject))
+		return
+	}
 	c.inMsgs.Add(1)
 	c.inBytes.Add(uint64(len(f.Payload)))
 	m := &c.pub
@@ -297,6 +317,26 @@ func (c *Conn) handlePub(f *wire.Frame) {
 	c.ok(f.ID)
 }
 
+// mayPublish checks the client's permissions; an unrestricted client is kept
+// off the cluster's own subjects only.
+func (c *Conn) mayPublish(subject []byte) bool {
+	if c.perms != nil {
+		return c.perms.CanPublish(subject)
+	}
+	return c.user == nil || !bytes.HasPrefix(subject, []byte(auth.SysPrefix))
+}
+
+// credentials reads a CONNECT's credentials: "user:password", or a bearer token.
+func credentials(b []byte) auth.Request {
+	if len(b) == 0 {
+		return auth.Request{}
+	}
+	if user, pw, ok := bytes.Cut(b, []byte(":")); ok {
+		return auth.Request{Username: string(user), Password: pw}
+	}
+	return auth.Request{Token: b}
+}
+
 func (c *Conn) handleSub(f *wire.Frame) {
 	cfg := &c.srv.cfg
 	sub := &broker.Subscription{
@@ -305,6 +345,21 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		Subject: string(f.Subject),
 		Queue:   string(f.Queue),
 		NoEcho:  c.noEcho,
+	}
+	if c.user != nil && (c.perms != nil || bytes.HasPrefix(f.Subject, []byte("$TERN."))) {
+		checker := c.perms
+		if checker == nil {
+			checker = c.user.Perms.NewChecker()
+		}
+		ok, check := checker.CanSubscribe(sub.Subject)
+		if !ok {
+			c.sendErr(wire.CodePermission, f.ID, fmt.Sprintf("subscription to %q denied", sub.Subject))
+			return
+		}
+		if check {
+			wildFirst := auth.WildFirst(sub.Subject)
+			sub.Permit = func(s []byte) bool { return checker.MayReceive(s, wildFirst) }
+		}
 	}
 	if len(f.Filter) > 0 {
 		flt, err := filter.Compile(string(f.Filter))

@@ -3,6 +3,7 @@ package native
 import (
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/auth"
 	"log/slog"
 	"net"
 	"slices"
@@ -30,8 +31,9 @@ type Config struct {
 	// NotSentLowat bounds the unsent bytes of a client's TCP socket
 	// (outbound.Config.NotSentLowat); 0 leaves the kernel's default.
 	NotSentLowat int
-	// Authenticate, when set, checks CONNECT credentials; an error refuses the client.
-	Authenticate func(name string, credentials []byte) error
+	// Auth, when set, checks CONNECT credentials and gives each client its
+	// permissions; without it every client may do anything.
+	Auth *auth.Authenticator
 	// ConnectURLs, when set, lists the native URLs of the cluster's nodes, this one
 	// included, for INFO's connect_urls. The server reads it at the first CONNECT
 	// and at each ConnectURLsChanged, so it may take locks of its own.
@@ -89,7 +91,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 	info.MaxPayload = uint64(cfg.MaxPayload)
 	info.PingIntervalMS = uint64(cfg.PingInterval / time.Millisecond)
 	info.Flags |= wire.InfoHeaders
-	if cfg.Authenticate != nil {
+	if cfg.Auth != nil && cfg.Auth.AnonymousPolicy() != auth.AnonymousAll {
 		info.Flags |= wire.InfoAuthRequired
 	}
 	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by Validate

@@ -87,6 +87,11 @@ type Config struct {
 	// KafkaGroupInitialDelay holds an empty consumer group's first rebalance this
 	// long (Kafka's group.initial.rebalance.delay.ms); negative: no delay.
 	KafkaGroupInitialDelay time.Duration
+	// UsersFile names the users file (docs/security.md); "" means no users.
+	UsersFile string
+	// Anonymous is who may connect without credentials: loopback, all or none;
+	// "" means loopback without a users file and none with one.
+	Anonymous string
 	// ClusterPort is the port of the routes to other cluster nodes; -1 (the
 	// default) runs the server alone, 0 picks a free port.
 	ClusterPort int
@@ -182,6 +187,7 @@ const (
 	groupUDP      = "UDP"
 	groupLogging  = "Logging"
 	groupCluster  = "Cluster"
+	groupSecurity = "Security"
 )
 
 // option is one server setting, declared once. Its key names it in the TOML file;
@@ -321,6 +327,12 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.UDPKeyFile) }},
 	{key: "udp_psk_file", group: groupUDP, help: "file with a pre-shared key (tern udp-keygen --psk -o FILE) that UDP clients must also have; needs udp_key_file",
 		bind: func(c *Config) pflag.Value { return str(&c.UDPPSKFile) }},
+
+	{key: "users_file", group: groupSecurity, help: "file of users, groups and permissions (docs/security.md); re-read on SIGHUP; empty = no users",
+		bind: func(c *Config) pflag.Value { return str(&c.UsersFile) }},
+	{key: "anonymous", group: groupSecurity, help: "who may connect without credentials: loopback (clients on 127.0.0.0/8 and ::1), all, or none",
+		bind:        func(c *Config) pflag.Value { return enum(&c.Anonymous, "loopback", "all", "none") },
+		defaultText: "loopback without users_file, none with it", docDefault: "loopback without `users_file`, none with it"},
 
 	{key: "log_level", group: groupLogging, help: "least severe level logged",
 		bind: func(c *Config) pflag.Value { return enum(&c.LogLevel, "debug", "info", "warn", "error") }},

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/interest"
@@ -45,8 +46,9 @@ type Server struct {
 	broker  *broker.Broker
 	native  *native.Server
 	streams *stream.Manager // nil when streams are disabled
-	mqtt    *mqtt.Server    // nil when MQTT is disabled
-	kafka   *kafka.Server   // nil when the Kafka API is disabled or streams are
+	auth    *auth.Authenticator
+	mqtt    *mqtt.Server  // nil when MQTT is disabled
+	kafka   *kafka.Server // nil when the Kafka API is disabled or streams are
 	// mqttState is this node's replica of the cluster's MQTT group, nil alone.
 	mqttState *mqtt.State
 	// interest counts local subscriptions for the cluster from the first one; nil
@@ -100,7 +102,12 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	s.auth, err = auth.New(auth.Options{UsersFile: cfg.UsersFile, Anonymous: cfg.Anonymous, Log: log.With("component", "auth")})
+	if err != nil {
+		return nil, err
+	}
 	ncfg := native.Config{
+		Auth:               s.auth,
 		MaxPayload:         cfg.MaxPayload,
 		MaxConnections:     cfg.MaxConnections,
 		MaxSubscriptions:   cfg.MaxSubscriptions,

@@ -192,6 +192,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			"--mqtt-port", mqtt, "--mqtt-ws-port", "-1", "--kafka-port", kafka, "--store-dir", n.dir,
 			"--cluster-port", strconv.Itoa(n.RoutePort), "--join", strings.Join(join, ","),
 			"--cluster-name", c.Name}
+		if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
+			n.args = append(n.args, "--anonymous", "all") // clients reach nodes in network namespaces
+		}
 		if opts.Args != nil {
 			n.args = append(n.args, opts.Args(i)...)
 		}
