@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,7 +103,8 @@ type Authenticator struct {
 	// costs one bcrypt comparison whatever the user name.
 	dummyHash []byte
 
-	successes, failures atomic.Uint64
+	countsMu sync.Mutex
+	counts   map[string]*Stats // by protocol
 }
 
 // New reads the users file, if any, and returns an Authenticator.
@@ -163,9 +165,33 @@ type Stats struct {
 	Successes, Failures uint64
 }
 
-// Stats returns the login counters.
-func (a *Authenticator) Stats() Stats {
-	return Stats{Successes: a.successes.Load(), Failures: a.failures.Load()}
+// Stats returns the login counters by protocol (Request.Protocol).
+func (a *Authenticator) Stats() map[string]Stats {
+	a.countsMu.Lock()
+	defer a.countsMu.Unlock()
+	m := make(map[string]Stats, len(a.counts))
+	for p, c := range a.counts {
+		m[p] = *c
+	}
+	return m
+}
+
+func (a *Authenticator) count(protocol string, ok bool) {
+	a.countsMu.Lock()
+	defer a.countsMu.Unlock()
+	if a.counts == nil {
+		a.counts = make(map[string]*Stats)
+	}
+	c := a.counts[protocol]
+	if c == nil {
+		c = &Stats{}
+		a.counts[protocol] = c
+	}
+	if ok {
+		c.Successes++
+	} else {
+		c.Failures++
+	}
 }
 
 // Authenticate checks a client's credentials and returns its user. A source
@@ -178,7 +204,7 @@ func (a *Authenticator) Authenticate(r Request) (*User, error) {
 	}
 	u, reason := a.check(&r)
 	if u != nil {
-		a.successes.Add(1)
+		a.count(r.Protocol, true)
 		a.throttle.succeeded(host)
 		return u, nil
 	}
@@ -187,7 +213,7 @@ func (a *Authenticator) Authenticate(r Request) (*User, error) {
 
 // fail records, logs and slows down a failed login.
 func (a *Authenticator) fail(protocol string, remote net.Addr, user string, reason error) error {
-	a.failures.Add(1)
+	a.count(protocol, false)
 	host := hostOf(remote)
 	d := a.throttle.failed(host)
 	a.log.Warn("authentication failed", "protocol", protocol, "remote", addrString(remote), "user", user, "reason", reason.Error())

@@ -159,7 +159,7 @@ func TestPasswordsTokensCertificates(t *testing.T) {
 			t.Errorf("bad request %d: user %v err %v, want ErrDenied", i, u, err)
 		}
 	}
-	if s := a.Stats(); s.Successes != uint64(len(ok)) || s.Failures != uint64(len(bad)) {
+	if s := a.Stats()[""]; s.Successes != uint64(len(ok)) || s.Failures != uint64(len(bad)) {
 		t.Errorf("stats %+v, want %d successes and %d failures", s, len(ok), len(bad))
 	}
 }

@@ -85,7 +85,7 @@ func (l *SCRAMLogin) Step(msg []byte) ([]byte, error) {
 			return nil, l.a.fail(l.protocol, l.remote, l.conv.Username(), fmt.Errorf("%w: user removed during login", ErrDenied))
 		}
 		l.user = u
-		l.a.successes.Add(1)
+		l.a.count(l.protocol, true)
 		l.a.throttle.succeeded(hostOf(l.remote))
 	}
 	return []byte(out), nil

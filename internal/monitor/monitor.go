@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/auth"
 	"log/slog"
 	"net"
 	"net/http"
@@ -141,6 +142,7 @@ type Server struct {
 	log  *slog.Logger
 	reg  *prometheus.Registry
 	mux  *http.ServeMux
+	auth *auth.Authenticator // nil: endpoints open to all
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -226,7 +228,7 @@ func (s *Server) attach(ln net.Listener) error {
 		return errors.New("monitor: already started")
 	}
 	s.srv = &http.Server{
-		Handler:           s.mux,
+		Handler:           s.guard(s.mux),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,

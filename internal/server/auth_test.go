@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,4 +191,48 @@ func TestNativePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPermissionError(t, rootErrs, "$TERN.SYS.META.PROPOSE.n1")
+}
+
+func TestMonitoringRequiresAuthentication(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed (scripts/deps.sh installs it)")
+	}
+	s := servertest.Start(t, func(c *server.Config) {
+		c.UsersFile, c.HTTPAddr = authtest.File(t), "127.0.0.1:0"
+	})
+	base := "http://" + s.HTTPAddr().String()
+	curl := func(args ...string) string {
+		out, err := exec.Command("curl", append([]string{"-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("curl %v: %v", args, err)
+		}
+		return string(out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{base + "/healthz"}, "200"},
+		{[]string{base + "/status"}, "401"},
+		{[]string{"-u", "root:wrong", base + "/status"}, "401"},
+		{[]string{"-u", authtest.Root + ":" + authtest.RootPassword, base + "/status"}, "200"},
+		{[]string{"-u", authtest.Alice + ":" + authtest.AlicePassword, base + "/metrics"}, "403"},
+		{[]string{"-H", "Authorization: Bearer " + authtest.BobToken, base + "/connections"}, "403"},
+	} {
+		if got := curl(c.args...); got != c.want {
+			t.Errorf("curl %v: HTTP %s, want %s", c.args, got, c.want)
+		}
+	}
+	out, err := exec.Command("curl", "-s", "--max-time", "10", "-u", authtest.Root+":"+authtest.RootPassword, base+"/metrics").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`tern_auth_logins_total{protocol="http",result="failure"} 2`, `tern_auth_logins_total{protocol="http",result="success"} 4`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(string(out), authtest.RootPassword) || strings.Contains(string(out), "$2a$") {
+		t.Error("a secret appears in the metrics")
+	}
 }

@@ -325,6 +325,8 @@ func (s *Server) openFrontends() ([]Frontend, error) {
 			return fes, fmt.Errorf("monitoring listener: %w", err)
 		}
 		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
+		m.RequireAuth(s.auth)
+		m.Registry().MustRegister(authCollector{s.auth})
 		if s.streams != nil {
 			m.Registry().MustRegister(streamCollector{s.streams})
 		}
