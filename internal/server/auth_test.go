@@ -236,3 +236,24 @@ func TestMonitoringRequiresAuthentication(t *testing.T) {
 		t.Error("a secret appears in the metrics")
 	}
 }
+
+// TestUDPSessionsAuthenticate: a native client over reliable UDP presents the
+// same credentials in CONNECT and gets the same permissions.
+func TestUDPSessionsAuthenticate(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile, c.UDPPort = authtest.File(t), 0 })
+	url := "udp://" + s.UDPAddr().String()
+	if c, err := tern.Connect(url, tern.Credentials([]byte("alice:wrong")), tern.NoReconnect()); err == nil {
+		c.Close()
+		t.Fatal("wrong password accepted over UDP")
+	}
+	c, err := tern.Connect(url, tern.Credentials([]byte(authtest.Alice+":"+authtest.AlicePassword)), tern.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.SubscribeSync("orders.>")
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodePermission {
+		t.Fatalf("alice subscribes to orders.> over UDP: %v, want permission denied", err)
+	}
+}
