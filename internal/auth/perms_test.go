@@ -142,3 +142,15 @@ func FuzzUsersFile(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkCanPublishCached(b *testing.B) {
+	p, _ := NewPermissions(PermissionSpec{PublishAllow: []string{"sensors.>", "orders.*.new"}, PublishDeny: []string{"sensors.secret"}})
+	c := p.NewChecker()
+	s := []byte("sensors.k1.temp")
+	b.ReportAllocs()
+	for b.Loop() {
+		if !c.CanPublish(s) {
+			b.Fatal("denied")
+		}
+	}
+}
