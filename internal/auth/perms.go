@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"sync"
+	"time"
 )
 
 // SysPrefix starts the subjects of traffic between cluster nodes; no client may
@@ -22,18 +23,31 @@ type Permissions struct {
 	subAllow, subDeny []pattern
 	// pubAll and subAll are set when there is no allow list.
 	pubAll, subAll bool
+	// responses lets the user answer the requests it receives: publish once to
+	// the reply subject of a message delivered to it, within responseTTL.
+	responses bool
 }
+
+// responseTTL is how long a received request's reply subject stays open to a
+// user with allow_responses; maxOpenResponses bounds them per connection.
+const (
+	responseTTL      = 2 * time.Minute
+	maxOpenResponses = 4096
+)
 
 // PermissionSpec is the text form of Permissions: subject patterns.
 type PermissionSpec struct {
 	PublishAllow, PublishDeny     []string
 	SubscribeAllow, SubscribeDeny []string
+	// AllowResponses lets the user publish one answer to the reply subject of each
+	// request delivered to it, whatever its publish permissions.
+	AllowResponses bool
 }
 
 // NewPermissions compiles spec. An empty allow list (nil or no entries) allows
 // every subject.
 func NewPermissions(spec PermissionSpec) (*Permissions, error) {
-	p := &Permissions{pubAll: len(spec.PublishAllow) == 0, subAll: len(spec.SubscribeAllow) == 0}
+	p := &Permissions{pubAll: len(spec.PublishAllow) == 0, subAll: len(spec.SubscribeAllow) == 0, responses: spec.AllowResponses}
 	for _, l := range []struct {
 		src []string
 		dst *[]pattern
@@ -143,6 +157,9 @@ type Checker struct {
 
 	recvMu sync.Mutex
 	recv   map[string]bool
+	// replies are the reply subjects of requests delivered to the connection that
+	// it may answer (allow_responses), with when they stop being open.
+	replies map[string]time.Time
 }
 
 // NewChecker returns a checker of p for one connection.
@@ -154,9 +171,12 @@ func (p *Permissions) NewChecker() *Checker {
 // decision costs one map lookup and no allocation.
 func (c *Checker) CanPublish(subject []byte) bool {
 	if ok, hit := c.pub[string(subject)]; hit {
-		return ok
+		return ok || c.answers(subject)
 	}
 	ok := c.p.canPublish(subject)
+	if !ok && c.answers(subject) {
+		return true // not cached: the permission is for one answer
+	}
 	if len(c.pub) >= cacheLimit {
 		clear(c.pub)
 	}
@@ -193,6 +213,46 @@ func (c *Checker) MayReceive(subject []byte, wildFirst bool) bool {
 	}
 	c.recv[string(subject)] = ok
 	return ok
+}
+
+// TracksRequests reports whether NoteRequest must be called for the messages
+// delivered to the connection.
+func (c *Checker) TracksRequests() bool { return c.p != nil && c.p.responses }
+
+// NoteRequest opens reply, the reply subject of a message delivered to the
+// connection, to one answer.
+func (c *Checker) NoteRequest(reply []byte, now time.Time) {
+	if bytes.HasPrefix(reply, []byte(SysPrefix)) {
+		return
+	}
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	if c.replies == nil {
+		c.replies = make(map[string]time.Time)
+	}
+	if len(c.replies) >= maxOpenResponses {
+		for r, until := range c.replies {
+			if now.After(until) || len(c.replies) >= maxOpenResponses {
+				delete(c.replies, r)
+			}
+		}
+	}
+	c.replies[string(reply)] = now.Add(responseTTL)
+}
+
+// answers reports whether subject is an open reply subject, and closes it.
+func (c *Checker) answers(subject []byte) bool {
+	if c.p == nil || !c.p.responses {
+		return false
+	}
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	until, ok := c.replies[string(subject)]
+	if !ok {
+		return false
+	}
+	delete(c.replies, string(subject))
+	return time.Now().Before(until)
 }
 
 // WildFirst reports whether the filter starts with a wildcard token.

@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"strconv"
 	"testing"
+	"time"
 )
 
 func TestPatterns(t *testing.T) {
@@ -152,5 +154,45 @@ func BenchmarkCanPublishCached(b *testing.B) {
 		if !c.CanPublish(s) {
 			b.Fatal("denied")
 		}
+	}
+}
+
+func TestAllowResponses(t *testing.T) {
+	p, err := NewPermissions(PermissionSpec{PublishAllow: []string{"svc.status"}, SubscribeAllow: []string{"svc.>"}, AllowResponses: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.NewChecker()
+	if !c.TracksRequests() {
+		t.Fatal("allow_responses not tracked")
+	}
+	reply := []byte("_INBOX.abc.1")
+	if c.CanPublish(reply) {
+		t.Fatal("answer allowed before any request")
+	}
+	c.NoteRequest(reply, time.Now())
+	if !c.CanPublish(reply) {
+		t.Fatal("answer to a received request refused")
+	}
+	if c.CanPublish(reply) {
+		t.Fatal("second answer allowed")
+	}
+	c.NoteRequest([]byte("_INBOX.old"), time.Now().Add(-responseTTL-time.Second))
+	if c.CanPublish([]byte("_INBOX.old")) {
+		t.Fatal("expired answer allowed")
+	}
+	c.NoteRequest([]byte("$TERN.SYS.META.PROPOSE.n1"), time.Now())
+	if c.CanPublish([]byte("$TERN.SYS.META.PROPOSE.n1")) {
+		t.Fatal("a reply subject opened cluster traffic")
+	}
+	for i := range maxOpenResponses + 10 {
+		c.NoteRequest([]byte("_INBOX.x."+strconv.Itoa(i)), time.Now())
+	}
+	if n := len(c.replies); n > maxOpenResponses {
+		t.Fatalf("%d open replies, over the bound %d", n, maxOpenResponses)
+	}
+	q, _ := NewPermissions(PermissionSpec{PublishAllow: []string{"a"}})
+	if q.NewChecker().TracksRequests() {
+		t.Fatal("tracked without allow_responses")
 	}
 }

@@ -41,6 +41,8 @@ type grants struct {
 	Subscribe permList `toml:"subscribe"`
 	Admin     bool     `toml:"admin"`
 	Monitor   bool     `toml:"monitor"`
+	// AllowResponses: see PermissionSpec.AllowResponses.
+	AllowResponses bool `toml:"allow_responses"`
 }
 
 type groupDef struct {
@@ -194,6 +196,7 @@ func buildUser(d *userDef, groups map[string]*groupDef) (*entry, error) {
 	for _, g := range all {
 		e.user.Admin = e.user.Admin || g.Admin
 		e.user.Monitor = e.user.Monitor || g.Monitor
+		spec.AllowResponses = spec.AllowResponses || g.AllowResponses
 		spec.PublishAllow = append(spec.PublishAllow, g.Publish.Allow...)
 		spec.PublishDeny = append(spec.PublishDeny, g.Publish.Deny...)
 		spec.SubscribeAllow = append(spec.SubscribeAllow, g.Subscribe.Allow...)

@@ -426,6 +426,9 @@ func (c *Conn) handleUnsub(f *wire.Frame) {
 // Deliver implements broker.Sink: it appends a MSG frame to the outbound queue, which
 // applies the slow-consumer policy when the pending bytes would exceed the limit.
 func (c *Conn) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	if c.perms != nil && len(m.Reply) > 0 && c.perms.TracksRequests() {
+		c.perms.NoteRequest(m.Reply, time.Now())
+	}
 	b, ok := c.Reserve(wire.MsgLen(sub.SID, m.Subject, m.Reply, m.Header, m.Payload))
 	if !ok {
 		return false

@@ -3,10 +3,14 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +19,7 @@ import (
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 	"github.com/tern-mq/tern/internal/wire"
+	"golang.org/x/crypto/bcrypt"
 )
 
 func nativeURL(s *server.Server) string { return "tern://" + s.Addr().String() }
@@ -255,5 +260,67 @@ func TestUDPSessionsAuthenticate(t *testing.T) {
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.CodePermission {
 		t.Fatalf("alice subscribes to orders.> over UDP: %v, want permission denied", err)
+	}
+}
+
+// TestAllowResponses: a service user without publish permission on reply
+// subjects may answer each request it receives, once.
+func TestAllowResponses(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := fmt.Sprintf(`
+[[users]]
+name = "svc"
+password = %q
+subscribe = { allow = ["svc.>"] }
+publish = { allow = ["svc.status"] }
+allow_responses = true
+
+[[users]]
+name = "client"
+password = %q
+publish = { allow = ["svc.>"] }
+subscribe = { allow = ["_INBOX.>"] }
+`, hash, hash)
+	file := filepath.Join(t.TempDir(), "users.toml")
+	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = file })
+	opt, svcErrs := errs()
+	svc := connectAs(t, s, "svc:pw", opt)
+	client := connectAs(t, s, "client:pw")
+	var replies atomic.Int32
+	if _, err := svc.Subscribe("svc.echo", func(m *tern.Msg) {
+		replies.Add(1)
+		_ = svc.Publish(m.Reply, m.Data)
+		_ = svc.Publish(m.Reply, m.Data) // a second answer is refused
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		m, err := client.RequestTimeout("svc.echo", []byte(strconv.Itoa(i)), 5*time.Second)
+		if err != nil || string(m.Data) != strconv.Itoa(i) {
+			t.Fatalf("request %d: %v %v", i, m, err)
+		}
+	}
+	wantPermissionError(t, svcErrs, "publish to")
+	if err := svc.Publish("_INBOX.unasked", nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case err := <-svcErrs:
+			if strings.Contains(err.Error(), "_INBOX.unasked") {
+				return
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a publish to a reply subject nobody asked on was not refused")
+		}
 	}
 }
