@@ -52,6 +52,12 @@ func (m *Membership) joinLoop() {
 			continue
 		}
 		failures++
+		if msg := keyRefusal(fmt.Sprint(err)); msg != "" {
+			// A node answered but the gossip key differs: more waiting will not help.
+			if m.keyLog.allow(msg + "|join") {
+				m.log.Warn(msg, "join", m.cfg.Join, "err", err)
+			}
+		}
 		if failures == 1 {
 			m.log.Info("no other member reachable yet; retrying in the background", "join", m.cfg.Join, "err", err)
 		} else {
