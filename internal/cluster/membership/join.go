@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -52,10 +53,11 @@ func (m *Membership) joinLoop() {
 			continue
 		}
 		failures++
-		if msg := keyRefusal(fmt.Sprint(err)); msg != "" {
-			// A node answered but the gossip key differs: more waiting will not help.
-			if m.keyLog.allow(msg + "|join") {
-				m.log.Warn(msg, "join", m.cfg.Join, "err", err)
+		// Nodes that answered with another gossip key (or none): waiting will not
+		// help. One error may hold the answers of several nodes.
+		for _, r := range keyRefusals {
+			if strings.Contains(fmt.Sprint(err), r.match) && m.keyLog.allow(r.msg+"|join") {
+				m.log.Warn(r.msg, "join", m.cfg.Join, "err", err)
 			}
 		}
 		if failures == 1 {
