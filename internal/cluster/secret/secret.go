@@ -57,15 +57,18 @@ func Generate() (string, error) {
 	return base64.StdEncoding.EncodeToString(b), nil
 }
 
-// Parse reads a secret written as base64 (standard or URL alphabet, padded or
-// not). White space anywhere in the text is ignored (a trailing newline, a key
-// wrapped over lines). It must decode to at least MinLen bytes.
+// Parse reads a secret written as padded base64, standard or URL alphabet, as
+// tern cluster keygen, `openssl rand -base64 32` or base64(1) print it; white
+// space around it (a trailing newline) and line breaks inside are ignored. It must
+// decode to at least MinLen bytes. Decoding is strict (padding, no stray bits, no
+// spaces inside): text that only happens to use base64's letters, a passphrase, is
+// refused rather than taken for a key of that many random bytes.
 func Parse(text string) ([]byte, error) {
-	s := strings.Join(strings.Fields(text), "")
+	s := strings.TrimSpace(text)
 	if s == "" {
 		return nil, fmt.Errorf("%w: empty (want base64, as tern cluster keygen prints)", ErrInvalid)
 	}
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding.Strict(), base64.URLEncoding.Strict()} {
 		b, err := enc.DecodeString(s)
 		if err != nil {
 			continue
@@ -75,7 +78,7 @@ func Parse(text string) ([]byte, error) {
 		}
 		return b, nil
 	}
-	return nil, fmt.Errorf("%w: not base64 (want the output of tern cluster keygen)", ErrInvalid)
+	return nil, fmt.Errorf("%w: not padded base64 (want the output of tern cluster keygen)", ErrInvalid)
 }
 
 // ReadFile reads the secret in the file at path. Errors name the file and never
