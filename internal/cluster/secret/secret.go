@@ -86,18 +86,19 @@ func Parse(text string) ([]byte, error) {
 // warning logged to log (which may be nil): a Kubernetes secret volume, for one,
 // mounts files readable by all unless told otherwise.
 func ReadFile(path string, log *slog.Logger) ([]byte, error) {
-	f, err := os.Open(path)
+	// Looked at before it is opened: opening a named pipe would wait for a writer.
+	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret file: %w", err) // *PathError names the file
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("cluster secret file: %w", err)
 	}
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("cluster secret file %s: not a regular file", path)
 	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster secret file: %w", err)
+	}
+	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxLen+1))
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret file %s: %w", path, err)
