@@ -22,21 +22,23 @@ endpoint (GET /cluster): 'ls' its members, 'status' the node itself, its routes
 and its replica of the meta group. The endpoint is --monitor, else
 $TERN_MONITOR_URL, else the context's monitor, else port 7480 on the host of the
 server the client commands use. 'evict' removes a node that is gone for good,
-through any node (a server, as the client commands reach it). See
+through any node (a server, as the client commands reach it). 'keygen' makes
+the secret the nodes of a cluster share (cluster_secret_file). See
 docs/cluster.md.`
 
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster <command>",
-		Short: "Show the cluster a server belongs to (ls, status) and evict a node that is gone",
+		Short: "Show the cluster a server belongs to (ls, status), evict a node that is gone, make a cluster secret (keygen)",
 		Long:  clusterLong,
 		Example: `  tern cluster ls                                # the node at http://127.0.0.1:7480
   tern cluster status --monitor 127.0.0.1:7490   # another node of a local cluster
-  tern cluster ls --context prod --json          # the raw /cluster document`,
+  tern cluster ls --context prod --json          # the raw /cluster document
+  tern cluster keygen -o /etc/tern/cluster.secret`,
 		Args: groupArgs,
 		RunE: showUsage,
 	}
-	cmd.AddCommand(newClusterListCmd(), newClusterStatusCmd(), newClusterEvictCmd())
+	cmd.AddCommand(newClusterListCmd(), newClusterStatusCmd(), newClusterEvictCmd(), newClusterKeygenCmd())
 	return cmd
 }
 

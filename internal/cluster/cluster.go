@@ -25,6 +25,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/membership"
 	"github.com/tern-mq/tern/internal/cluster/meta"
 	"github.com/tern-mq/tern/internal/cluster/route"
+	"github.com/tern-mq/tern/internal/cluster/secret"
 	"github.com/tern-mq/tern/internal/replica"
 	"github.com/tern-mq/tern/internal/wire"
 )
@@ -52,7 +53,12 @@ type Config struct {
 	// Interest is the local interest count, the broker's observer since before its
 	// first subscription; nil makes one and installs it (the broker must have no
 	// subscription yet).
-	Interest   *interest.Local
+	Interest *interest.Local
+	// Secret is the secret every node of the cluster shares (cluster_secret_file,
+	// internal/cluster/secret), nil for none. With it gossip is encrypted and routes
+	// authenticated, each with a key of its own derived from it; nodes without it,
+	// or with another, are refused.
+	Secret     []byte
 	Membership membership.Config // timing and tags; the fields above override its own
 	Routes     route.Config      // lease, pings, outbound; the fields above override its own
 	Logger     *slog.Logger
@@ -120,6 +126,9 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Cluster == "" {
 		cfg.Cluster = membership.DefaultClusterName
 	}
+	if cfg.Secret != nil && len(cfg.Secret) < secret.MinLen {
+		return nil, fmt.Errorf("cluster: a secret of %d bytes, want at least %d", len(cfg.Secret), secret.MinLen)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -156,6 +165,9 @@ func Start(cfg Config) (*Node, error) {
 		mc.AdvertiseAddr = cfg.Advertise
 	}
 	mc.Join, mc.JoinGossip, mc.RouteAddr, mc.Version, mc.Logger = cfg.Join, cfg.JoinGossip, routeAddr, cfg.Version, log
+	if cfg.Secret != nil {
+		mc.SecretKey = secret.GossipKey(cfg.Secret)
+	}
 	replicate := cfg.DataDir != "" && cfg.ClusterSize > 0 && cfg.OpenStorage != nil
 	if replicate {
 		if mc.RaftID, err = loadRaftID(filepath.Join(cfg.DataDir, "raft")); err != nil {
@@ -173,6 +185,9 @@ func Start(cfg Config) (*Node, error) {
 	rc.Hello = wire.RouteHello{Cluster: cfg.Cluster, NodeName: cfg.NodeName, NodeID: n.id, RouteAddr: routeAddr,
 		ServerVersion: cfg.Version, ClientURLs: cfg.ClientURLs}
 	rc.Broker, rc.Local, rc.Logger = cfg.Broker, n.local, log
+	if cfg.Secret != nil {
+		rc.AuthKey = secret.RouteKey(cfg.Secret)
+	}
 	if n.routes, err = route.NewManager(rc); err != nil {
 		_ = n.ms.Shutdown()
 		ln.Close()
@@ -197,7 +212,7 @@ func Start(cfg Config) (*Node, error) {
 	n.wg.Add(1)
 	go n.follow()
 	log.Info("cluster node started", "cluster", cfg.Cluster, "node", cfg.NodeName, "routes", routeAddr,
-		"gossip", n.ms.Local().Addr, "join", cfg.Join)
+		"gossip", n.ms.Local().Addr, "join", cfg.Join, "secured", cfg.Secret != nil)
 	return n, nil
 }
 
@@ -274,6 +289,12 @@ type Status struct {
 	Members   []MemberInfo `json:"members"`
 	Routes    []route.Info `json:"routes"`
 	Interest  int          `json:"local_interest"`
+	// Secured: the node has the cluster secret; its gossip is encrypted and its
+	// routes authenticated.
+	Secured bool `json:"secured"`
+	// RouteAuthFailures counts the routes refused because their peer did not prove
+	// the cluster secret (or asked for it when this node has none).
+	RouteAuthFailures uint64 `json:"route_auth_failures"`
 	// Meta is this node's view of the meta group, nil when it replicates nothing.
 	Meta *GroupStatus `json:"meta,omitempty"`
 	// MQTT is this node's view of the MQTT group, nil without one.
@@ -295,7 +316,8 @@ type MemberInfo struct {
 func (n *Node) Status() Status {
 	local := n.ms.Local()
 	st := Status{Cluster: n.cfg.Cluster, Node: n.cfg.NodeName, NodeID: n.id, RouteAddr: local.RouteAddr, Gossip: local.Addr,
-		Routes: n.routes.Routes(), Interest: n.local.Len()}
+		Routes: n.routes.Routes(), Interest: n.local.Len(), Secured: n.routes.Authenticated(),
+		RouteAuthFailures: n.routes.AuthFailures()}
 	for _, m := range n.ms.Members() {
 		st.Members = append(st.Members, MemberInfo{Name: m.Name, ID: m.ID, Addr: m.Addr, RouteAddr: m.RouteAddr,
 			Version: m.Version, State: m.State.String(), Tags: m.Tags})

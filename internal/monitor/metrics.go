@@ -32,6 +32,7 @@ type collector struct {
 	clusterMembers  *prometheus.Desc
 	clusterRoutes   *prometheus.Desc
 	clusterInterest *prometheus.Desc
+	routeAuthFails  *prometheus.Desc
 	rInMsgs         *prometheus.Desc
 	rInBytes        *prometheus.Desc
 	rOutMsgs        *prometheus.Desc
@@ -71,6 +72,7 @@ func newCollector(src Source) *collector {
 		clusterMembers:   d("tern_cluster_members", "Alive cluster members, this node included."),
 		clusterRoutes:    d("tern_cluster_routes", "Routes up to other cluster nodes."),
 		clusterInterest:  d("tern_cluster_local_interest", "Interest entries (subjects and queue groups) this node advertises to the others."),
+		routeAuthFails:   d("tern_route_auth_failures_total", "Routes refused because the peer did not prove the cluster secret (cluster_secret_file), or asked for it when this node has none."),
 		rInMsgs:          d("tern_route_in_msgs_total", "Messages received over the route from a node (since the route connected).", "node"),
 		rInBytes:         d("tern_route_in_bytes_total", "Payload bytes received over the route from a node (since the route connected).", "node"),
 		rOutMsgs:         d("tern_route_out_msgs_total", "Messages forwarded over the route to a node (since the route connected).", "node"),
@@ -92,7 +94,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.connections, c.connectionsTotal, c.subscriptions, c.inMsgs, c.outMsgs,
 		c.inBytes, c.outBytes, c.slowConsumers, c.droppedMsgs, c.info, c.uptime,
 		c.lConnections, c.lOutMsgs, c.lInMsgs, c.lSlowConsumers, c.lDroppedMsgs,
-		c.clusterMembers, c.clusterRoutes, c.clusterInterest, c.rInMsgs, c.rInBytes, c.rOutMsgs,
+		c.clusterMembers, c.clusterRoutes, c.clusterInterest, c.routeAuthFails, c.rInMsgs, c.rInBytes, c.rOutMsgs,
 		c.rOutBytes, c.rDroppedMsgs, c.rRTT, c.rPendingBytes, c.rUnacked, c.rInterest,
 		c.rExcluded, c.rExclusions, c.rExcludedDrops,
 	} {
@@ -147,6 +149,7 @@ func (c *collector) collectCluster(ch chan<- prometheus.Metric, cl *ClusterStats
 	metric(c.clusterMembers, prometheus.GaugeValue, float64(cl.Members))
 	metric(c.clusterRoutes, prometheus.GaugeValue, float64(len(cl.Routes)))
 	metric(c.clusterInterest, prometheus.GaugeValue, float64(cl.LocalInterest))
+	metric(c.routeAuthFails, prometheus.CounterValue, float64(cl.RouteAuthFailures))
 	for _, r := range cl.Routes {
 		metric(c.rInMsgs, prometheus.CounterValue, float64(r.InMsgs), r.Node)
 		metric(c.rInBytes, prometheus.CounterValue, float64(r.InBytes), r.Node)

@@ -104,7 +104,11 @@ type ClusterSource interface {
 type ClusterStats struct {
 	Members       int // alive members, this node included
 	LocalInterest int // interest entries this node advertises to the others
-	Routes        []RouteStats
+	// RouteAuthFailures counts the routes refused since the server started because
+	// their peer did not prove the cluster secret (or asked for it when this node
+	// has none).
+	RouteAuthFailures uint64
+	Routes            []RouteStats
 }
 
 // RouteStats are the numbers of the route to one other node. The counters start

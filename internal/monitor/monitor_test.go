@@ -831,7 +831,7 @@ func TestClusterMetrics(t *testing.T) {
 		t.Errorf("a server alone reports cluster metrics:\n%s", text)
 	}
 
-	src.stats = &ClusterStats{Members: 3, LocalInterest: 7, Routes: []RouteStats{
+	src.stats = &ClusterStats{Members: 3, LocalInterest: 7, RouteAuthFailures: 4, Routes: []RouteStats{
 		{Node: "n2", RTT: 1500 * time.Microsecond, InMsgs: 10, InBytes: 100, OutMsgs: 20, OutBytes: 200,
 			DroppedMsgs: 1, PendingBytes: 64, Unacked: 2, Interest: 5, Excluded: true, Exclusions: 3, ExcludedDrops: 7},
 		{Node: "n3", InMsgs: 11}, // not measured yet: no round trip
@@ -841,6 +841,7 @@ func TestClusterMetrics(t *testing.T) {
 		"# TYPE tern_cluster_members gauge", "tern_cluster_members 3",
 		"tern_cluster_routes 2",
 		"tern_cluster_local_interest 7",
+		"# TYPE tern_route_auth_failures_total counter", "tern_route_auth_failures_total 4",
 		"# TYPE tern_route_in_msgs_total counter",
 		`tern_route_in_msgs_total{node="n2"} 10`, `tern_route_in_msgs_total{node="n3"} 11`,
 		`tern_route_in_bytes_total{node="n2"} 100`,

@@ -29,7 +29,7 @@ func (s *Server) startCluster() error {
 		NodeName: s.cfg.ServerName, Cluster: s.cfg.ClusterName, Host: s.cfg.Host,
 		RoutePort: s.cfg.ClusterPort, GossipPort: s.cfg.GossipPort, Advertise: s.cfg.ClusterAdvertise,
 		Join: join, ClientURLs: s.clientURLs(), Version: Version, Broker: s.broker,
-		Interest: s.interest, Logger: s.log,
+		Interest: s.interest, Secret: s.clusterSecret, Logger: s.log,
 		Membership: membership.Config{ProbeInterval: s.cfg.ClusterProbeInterval, ProbeTimeout: s.cfg.ClusterProbeTimeout,
 			SuspicionMult: s.cfg.ClusterSuspicionMult},
 		DataDir: s.cfg.StoreDir, ClusterSize: s.cfg.ClusterSize, OpenStorage: s.openRaftStorage,
@@ -183,7 +183,7 @@ func (s *Server) ClusterStats() *monitor.ClusterStats {
 	}
 	st := node.Status()
 	out := &monitor.ClusterStats{Members: len(st.Members), LocalInterest: st.Interest,
-		Routes: make([]monitor.RouteStats, 0, len(st.Routes))}
+		RouteAuthFailures: st.RouteAuthFailures, Routes: make([]monitor.RouteStats, 0, len(st.Routes))}
 	for _, r := range st.Routes {
 		out.Routes = append(out.Routes, monitor.RouteStats{Node: r.Node, RTT: r.RTT, InMsgs: r.InMsgs, InBytes: r.InBytes,
 			OutMsgs: r.OutMsgs, OutBytes: r.OutBytes, DroppedMsgs: r.Dropped, PendingBytes: r.PendingOut,

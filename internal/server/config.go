@@ -99,6 +99,10 @@ type Config struct {
 	GossipPort int
 	// ClusterName keeps clusters on one network apart.
 	ClusterName string
+	// ClusterSecretFile names a file holding the secret every node of the cluster
+	// shares (`tern cluster keygen`); set, gossip is encrypted and routes
+	// authenticated (docs/security.md, "Cluster security").
+	ClusterSecretFile string
 	// Join lists members' route addresses, HOST:PORT, comma-separated.
 	Join string
 	// ClusterAdvertise is the host other nodes reach this one at, when it differs
@@ -268,6 +272,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.Join) }},
 	{key: "cluster_name", group: groupCluster, help: "name of the cluster: nodes of another cluster are refused",
 		bind: func(c *Config) pflag.Value { return str(&c.ClusterName) }},
+	{key: "cluster_secret_file", group: groupCluster, help: "file with the secret every node of the cluster shares (tern cluster keygen -o FILE): gossip is encrypted and routes authenticated with keys derived from it, and nodes without it are refused; empty = neither",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterSecretFile) }},
 	{key: "gossip_port", group: groupCluster, help: "membership (gossip) port, UDP and TCP (0 = cluster_port + 1)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.GossipPort, 0, anyPort) }},
 	{key: "cluster_advertise", group: groupCluster, help: "host other nodes reach this one at, when it differs from host (0.0.0.0, NAT, containers)",

@@ -22,6 +22,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/secret"
 	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/kafka"
 	"github.com/tern-mq/tern/internal/kafka/group"
@@ -55,6 +56,8 @@ type Server struct {
 	// when the server runs alone. cluster is the running node, set by Start.
 	interest *interest.Local
 	cluster  *cluster.Node
+	// clusterSecret is the content of cluster_secret_file, nil without one.
+	clusterSecret []byte
 	// replicated is the node's share of the cluster's streams (cluster_size).
 	replicated *streams.Service
 	// stopURLWatch ends the passing of connect_urls changes to native clients and
@@ -91,9 +94,17 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if r := cfg.StreamReplicas; r != 0 && r != 1 && r != 3 && r != 5 {
 		return nil, &OptionError{Key: "stream_replicas", Err: fmt.Errorf("%d: want 1, 3 or 5", r)}
 	}
+	if cfg.ClusterPort < 0 && cfg.ClusterSecretFile != "" {
+		log.Warn("cluster_secret_file is set but the server runs alone (no cluster_port or join): not read", "file", cfg.ClusterSecretFile)
+	}
 	if cfg.ClusterPort >= 0 {
 		if err := checkClusterTiming(cfg); err != nil {
 			return nil, err
+		}
+		if cfg.ClusterSecretFile != "" {
+			if s.clusterSecret, err = secret.ReadFile(cfg.ClusterSecretFile, log); err != nil {
+				return nil, fmt.Errorf("cluster_secret_file: %w", err)
+			}
 		}
 		// Before anything subscribes: stream captures and restored MQTT sessions are
 		// interest the other nodes must learn of.

@@ -41,6 +41,8 @@ func reencode(f *Frame) []byte {
 		return AppendRouteAck(nil, f.Seq)
 	case TypeRouteRaft:
 		return AppendRouteRaft(nil, f.Payload)
+	case TypeRouteAuth:
+		return AppendRouteAuth(nil, f.Payload)
 	}
 	return nil
 }
@@ -56,6 +58,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(AppendConnect(nil, &Connect{Version: 1, Name: "x"}))
 	f.Add(AppendRouteHello(nil, &RouteHello{Version: 1, Cluster: "c", ClientURLs: []string{"u"}}))
+	f.Add(AppendRouteHello(nil, &RouteHello{Version: 1, Cluster: "c", Nonce: make([]byte, RouteNonceLen)}))
 	f.Add(AppendInfo(nil, &Info{Version: 1, ServerName: "n", ConnectURLs: []string{"tern://a:1", "tern://b:2"}}))
 	f.Add([]byte{byte(TypePub), 0xff, 0xff, 0xff, 0x7f})
 	f.Add([]byte{0x7e, 0})
@@ -103,8 +106,9 @@ func FuzzDecode(f *testing.F) {
 // reads a route. Besides what FuzzDecode checks, every decoded frame obeys the rules
 // the route layer relies on: the RMSG queue list holds 1 to MaxRouteQueues non-empty
 // names (at least one with AttrGroupOnly) and RouteMsgLen sizes it exactly; RINT,
-// RREFRESH and RACK values are in range; an RHELLO that parses encodes back to the
-// fields it parsed from.
+// RREFRESH and RACK values are in range; RAUTH carries exactly RouteAuthLen bytes; an
+// RHELLO that parses encodes back to the fields it parsed from, with a nonce of
+// RouteNonceLen bytes exactly when it has HelloAuth.
 func FuzzRouteFrames(f *testing.F) {
 	var stream []byte
 	for _, s := range routeSamples() {
@@ -112,6 +116,16 @@ func FuzzRouteFrames(f *testing.F) {
 		stream = append(stream, s.enc...)
 	}
 	f.Add(stream)
+	// The handshake of two nodes with the secret, as one of them reads it: RHELLO,
+	// RAUTH, then the first frames of the route.
+	f.Add(append(append(AppendRouteHello(nil, sampleAuthHello()), AppendRouteAuth(nil, sampleProof())...),
+		AppendRouteRefresh(nil, RefreshBegin, 1)...))
+	// HelloAuth with the nonce cut short, and RAUTH a byte short and a byte long.
+	short := AppendRouteHello(nil, sampleAuthHello())
+	short = body(TypeRouteHello, short[2:len(short)-1]...)
+	f.Add(short)
+	f.Add(AppendRouteAuth(nil, sampleProof()[1:]))
+	f.Add(AppendRouteAuth(nil, append(sampleProof(), 0)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for len(data) > 0 {
 			var fr Frame
@@ -164,8 +178,15 @@ func FuzzRouteFrames(f *testing.F) {
 				if fr.Seq == 0 {
 					t.Fatal("RACK 0")
 				}
+			case TypeRouteAuth:
+				if len(fr.Payload) != RouteAuthLen {
+					t.Fatalf("RAUTH of %d bytes", len(fr.Payload))
+				}
 			case TypeRouteHello:
 				if h, err := ParseRouteHello(fr.Payload); err == nil {
+					if (h.Flags&HelloAuth != 0) != (len(h.Nonce) == RouteNonceLen) || len(h.Nonce) != 0 && len(h.Nonce) != RouteNonceLen {
+						t.Fatalf("RHELLO flags %#x with a nonce of %d bytes", h.Flags, len(h.Nonce))
+					}
 					var hf Frame
 					if _, err := hf.Decode(AppendRouteHello(nil, &h), 0); err != nil {
 						t.Fatalf("RHELLO %+v does not encode: %v", h, err)

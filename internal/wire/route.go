@@ -107,14 +107,32 @@ func (r *reader) queues() QueueList {
 	return QueueList(start[:used:used])
 }
 
+// RHELLO flags.
+const (
+	// HelloAuth: the sender has the cluster secret and a nonce follows the client
+	// URLs; right after RHELLO it sends RAUTH, and it refuses a peer that does not.
+	// AppendRouteHello sets it exactly when the hello has a nonce.
+	HelloAuth uint64 = 1 << 0
+)
+
+// Lengths of the route authentication fields.
+const (
+	// RouteNonceLen is the length of an RHELLO nonce: fresh random bytes per
+	// connection.
+	RouteNonceLen = 32
+	// RouteAuthLen is the length of an RAUTH proof, an HMAC-SHA256.
+	RouteAuthLen = 32
+)
+
 // RouteHello is the body of an RHELLO frame, the first frame each way on a route.
 //
 //	version u8 | flags uvarint | cluster str | node_name str | node_id str |
-//	route_addr str | server_version str | client_url_count uvarint | client_url str…
+//	route_addr str | server_version str | client_url_count uvarint | client_url str… |
+//	nonce str (HelloAuth)
 type RouteHello struct {
 	Version uint8
-	// Flags has no bits defined in version 1; a receiver ignores bits it does not
-	// know, so later versions can announce optional capabilities.
+	// Flags: HelloAuth, the only bit defined in version 1. A receiver ignores bits
+	// it does not know, so later versions can announce optional capabilities.
 	Flags   uint64
 	Cluster string // cluster name; a node refuses a route from another cluster
 	// NodeName is the node's configured name, NodeID is random per process: a
@@ -126,18 +144,30 @@ type RouteHello struct {
 	// ClientURLs are the node's client listener URLs, so that clients can learn
 	// every node of the cluster from any one of them.
 	ClientURLs []string
+	// Nonce is the sender's challenge for this connection, RouteNonceLen random
+	// bytes, present (with HelloAuth) when the sender has the cluster secret: the
+	// peer's RAUTH proof covers it, so a proof is good for one connection only.
+	Nonce []byte `json:",omitempty"`
 }
 
-// AppendRouteHello appends an RHELLO frame.
+// AppendRouteHello appends an RHELLO frame. The HelloAuth flag is set when h has a
+// nonce and cleared otherwise, whatever h.Flags says.
 func AppendRouteHello(dst []byte, h *RouteHello) []byte {
-	n := 1 + uvarintLen(h.Flags) + strLen(h.Cluster) + strLen(h.NodeName) + strLen(h.NodeID) +
+	flags := h.Flags &^ HelloAuth
+	if len(h.Nonce) > 0 {
+		flags |= HelloAuth
+	}
+	n := 1 + uvarintLen(flags) + strLen(h.Cluster) + strLen(h.NodeName) + strLen(h.NodeID) +
 		strLen(h.RouteAddr) + strLen(h.ServerVersion) + uvarintLen(uint64(len(h.ClientURLs)))
 	for _, u := range h.ClientURLs {
 		n += strLen(u)
 	}
+	if len(h.Nonce) > 0 {
+		n += strLen(h.Nonce)
+	}
 	dst = appendHead(dst, TypeRouteHello, n)
 	dst = append(dst, h.Version)
-	dst = binary.AppendUvarint(dst, h.Flags)
+	dst = binary.AppendUvarint(dst, flags)
 	dst = appendStr(dst, h.Cluster)
 	dst = appendStr(dst, h.NodeName)
 	dst = appendStr(dst, h.NodeID)
@@ -147,11 +177,15 @@ func AppendRouteHello(dst []byte, h *RouteHello) []byte {
 	for _, u := range h.ClientURLs {
 		dst = appendStr(dst, u)
 	}
+	if len(h.Nonce) > 0 {
+		dst = appendStr(dst, h.Nonce)
+	}
 	return dst
 }
 
 // ParseRouteHello parses an RHELLO body (Frame.Payload). Fields appended by later
-// protocol versions are ignored.
+// protocol versions are ignored. With HelloAuth the nonce must be there and
+// RouteNonceLen bytes long; the returned hello holds a copy of it.
 func ParseRouteHello(body []byte) (RouteHello, error) {
 	r := reader{b: body}
 	h := RouteHello{Version: r.byte(), Flags: r.uvarint()}
@@ -161,11 +195,26 @@ func ParseRouteHello(body []byte) (RouteHello, error) {
 	h.RouteAddr = string(r.str())
 	h.ServerVersion = string(r.str())
 	h.ClientURLs = r.urls("client URL")
+	if h.Flags&HelloAuth != 0 {
+		nonce := r.str()
+		if r.err == "" && len(nonce) != RouteNonceLen {
+			r.err = fmt.Sprintf("nonce of %d bytes, want %d", len(nonce), RouteNonceLen)
+		}
+		h.Nonce = append([]byte(nil), nonce...)
+	}
 	if r.err != "" {
 		f := Frame{Type: TypeRouteHello}
 		return RouteHello{}, f.malformed("%s", r.err)
 	}
 	return h, nil
+}
+
+// AppendRouteAuth appends an RAUTH frame carrying proof, RouteAuthLen bytes: the
+// sender's proof that it has the cluster secret (docs/protocol.md, "Route
+// authentication").
+func AppendRouteAuth(dst, proof []byte) []byte {
+	dst = appendHead(dst, TypeRouteAuth, len(proof))
+	return append(dst, proof...)
 }
 
 // AppendRouteInterest appends an RINT frame: the sender has weight local subscriptions

@@ -35,6 +35,22 @@ func sampleHello() *RouteHello {
 		ServerVersion: "0.4.0", ClientURLs: []string{"tern://10.0.0.1:7400", "mqtt://10.0.0.1:1883"}}
 }
 
+// sampleAuthHello is sampleHello from a node with the cluster secret.
+func sampleAuthHello() *RouteHello {
+	h := sampleHello()
+	h.Flags = HelloAuth
+	h.Nonce = bytes.Repeat([]byte{0xa5}, RouteNonceLen)
+	return h
+}
+
+func sampleProof() []byte {
+	p := make([]byte, RouteAuthLen)
+	for i := range p {
+		p[i] = byte(i * 7)
+	}
+	return p
+}
+
 // routeSamples are the route frames of samples(), one of each kind and flag.
 func routeSamples() []struct {
 	name string
@@ -43,12 +59,15 @@ func routeSamples() []struct {
 } {
 	h := AppendHeader(nil, "trace", "t1")
 	hello := AppendRouteHello(nil, sampleHello())
+	authHello := AppendRouteHello(nil, sampleAuthHello())
 	return []struct {
 		name string
 		enc  []byte
 		want Frame
 	}{
 		{"rhello", hello, Frame{Type: TypeRouteHello, Payload: hello[2:]}},
+		{"rhello auth", authHello, Frame{Type: TypeRouteHello, Payload: authHello[2:]}},
+		{"rauth", AppendRouteAuth(nil, sampleProof()), Frame{Type: TypeRouteAuth, Payload: sampleProof()}},
 		{"rint", AppendRouteInterest(nil, "a.*", "", 3), Frame{Type: TypeRouteInterest, Subject: []byte("a.*"), Weight: 3}},
 		{"rint queue", AppendRouteInterest(nil, "jobs.>", "workers", math.MaxUint32),
 			Frame{Type: TypeRouteInterest, Flags: FlagQueue, Subject: []byte("jobs.>"), Queue: []byte("workers"), Weight: math.MaxUint32}},
@@ -69,15 +88,15 @@ func routeSamples() []struct {
 
 func TestRouteTypeNames(t *testing.T) {
 	want := map[Type]string{TypeRouteHello: "RHELLO", TypeRouteInterest: "RINT", TypeRouteRefresh: "RREFRESH",
-		TypeRouteMsg: "RMSG", TypeRouteAck: "RACK", TypeRouteRaft: "RRAFT", 0x26: "TYPE(0x26)"}
+		TypeRouteMsg: "RMSG", TypeRouteAck: "RACK", TypeRouteRaft: "RRAFT", TypeRouteAuth: "RAUTH", 0x2f: "TYPE(0x2f)"}
 	for ty, s := range want {
 		if ty.String() != s {
 			t.Errorf("%#x: %s, want %s", uint8(ty), ty, s)
 		}
 	}
 	var f Frame
-	if _, err := f.Decode([]byte{0x26, 0}, 0); !errors.Is(err, ErrUnknownType) {
-		t.Errorf("0x26: %v", err)
+	if _, err := f.Decode([]byte{0x2f, 0}, 0); !errors.Is(err, ErrUnknownType) {
+		t.Errorf("0x2f: %v", err)
 	}
 }
 
@@ -288,6 +307,27 @@ func TestRouteHello(t *testing.T) {
 	if got, err := ParseRouteHello(AppendRouteHello(nil, &none)[2:]); err != nil || !reflect.DeepEqual(got, none) {
 		t.Fatalf("no client URLs: %+v %v", got, err)
 	}
+	// With the secret: the nonce round-trips (a copy, not the decoded buffer), and
+	// the flag follows the nonce whatever Flags says.
+	ah := sampleAuthHello()
+	aenc := AppendRouteHello(nil, ah)
+	if _, err := f.Decode(aenc, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err = ParseRouteHello(f.Payload)
+	if err != nil || !reflect.DeepEqual(got, *ah) {
+		t.Fatalf("auth hello parsed %+v %v", got, err)
+	}
+	clear(aenc)
+	if !bytes.Equal(got.Nonce, ah.Nonce) {
+		t.Fatal("the parsed nonce points into the frame")
+	}
+	if noFlag := (RouteHello{Version: Version, Nonce: ah.Nonce}); !bytes.Equal(AppendRouteHello(nil, &noFlag), AppendRouteHello(nil, &RouteHello{Version: Version, Flags: HelloAuth, Nonce: ah.Nonce})) {
+		t.Fatal("a nonce without the flag encodes differently")
+	}
+	if p, err := ParseRouteHello(AppendRouteHello(nil, &RouteHello{Version: Version, Flags: HelloAuth})[2:]); err != nil || p.Flags&HelloAuth != 0 {
+		t.Fatalf("HelloAuth without a nonce was sent: %+v %v", p, err)
+	}
 	bad := map[string][]byte{
 		"empty":          nil,
 		"url count only": {1, 0, 0, 0, 0, 0, 0},
@@ -295,6 +335,10 @@ func TestRouteHello(t *testing.T) {
 		"missing url":    {1, 0, 0, 0, 0, 0, 0, 2, 1, 'u'},
 		"empty url":      {1, 0, 0, 0, 0, 0, 0, 1, 0, 0},
 		"bad flags":      {1, 0x80},
+		// HelloAuth without a nonce, with an empty one and with one a byte short.
+		"auth no nonce":    {1, 1, 0, 0, 0, 0, 0, 0},
+		"auth empty nonce": {1, 1, 0, 0, 0, 0, 0, 0, 0},
+		"auth short nonce": append([]byte{1, 1, 0, 0, 0, 0, 0, 0, RouteNonceLen - 1}, make([]byte, RouteNonceLen-1)...),
 	}
 	for name, b := range bad {
 		if _, err := ParseRouteHello(b); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "RHELLO") {

@@ -114,6 +114,12 @@ func generateVectors() []vector {
 	add("rhello", AppendRouteHello(nil, &RouteHello{Version: Version, Cluster: "prod", NodeName: "n1", NodeID: "a1b2c3",
 		RouteAddr: "10.0.0.1:7401", ServerVersion: "0.1.0", ClientURLs: []string{"tern://10.0.0.1:7400", "mqtt://10.0.0.1:1883"}}))
 	add("rhello_no_client_urls", AppendRouteHello(nil, &RouteHello{Version: Version, Cluster: "prod", NodeName: "n2", NodeID: "d4e5f6", RouteAddr: "10.0.0.2:7401", ServerVersion: "0.1.0"}))
+	nonce := make([]byte, RouteNonceLen)
+	for i := range nonce {
+		nonce[i] = byte(i)
+	}
+	add("rhello_auth", AppendRouteHello(nil, &RouteHello{Version: Version, Cluster: "prod", NodeName: "n3", NodeID: "g7h8i9",
+		RouteAddr: "10.0.0.3:7401", ServerVersion: "0.1.0", ClientURLs: []string{"tern://10.0.0.3:7400"}, Nonce: nonce}))
 	add("rint", AppendRouteInterest(nil, "sensors.*.temp", "", 2))
 	add("rint_queue", AppendRouteInterest(nil, "jobs.>", "workers", 300))
 	add("rint_withdrawn", AppendRouteInterest(nil, "sensors.*.temp", "", 0))
@@ -126,6 +132,11 @@ func generateVectors() []vector {
 	add("rmsg_group_only", AppendRouteMsg(nil, 0, AttrGroupOnly, "push.orders", "", "$TERN.ACK.S.C.0.1.1.1.0.0", []string{"deliver"}, nil, []byte("x")))
 	add("rack", AppendRouteAck(nil, 300))
 	add("rraft", AppendRouteRaft(nil, []byte{0x01, 0x02, 0x03}))
+	proof := make([]byte, RouteAuthLen)
+	for i := range proof {
+		proof[i] = byte(0xf0 ^ i)
+	}
+	add("rauth", AppendRouteAuth(nil, proof))
 	errVec := func(name, kind string, b []byte) {
 		out = append(out, vector{Name: name, Hex: hex.EncodeToString(b), Error: kind})
 	}
@@ -137,7 +148,8 @@ func generateVectors() []vector {
 	errVec("non_minimal_varint", "malformed", []byte{byte(TypeOK), 0x02, 0x81, 0x00})
 	errVec("empty_flagged_reply", "malformed", []byte{byte(TypePub), 0x04, FlagReply, 0x01, 'a', 0x00})
 	errVec("trailing_bytes", "malformed", []byte{byte(TypePing), 0x01, 0x00})
-	errVec("unknown_route_type", "unknown_type", []byte{0x26, 0x00})
+	errVec("unknown_route_type", "unknown_type", []byte{0x2f, 0x00})
+	errVec("rauth_short", "malformed", AppendRouteAuth(nil, proof[:RouteAuthLen-1]))
 	errVec("rraft_empty", "malformed", []byte{byte(TypeRouteRaft), 0x00})
 	errVec("rint_weight_over_32_bits", "malformed", []byte{byte(TypeRouteInterest), 0x08, 0x00, 0x01, 'a', 0x80, 0x80, 0x80, 0x80, 0x10})
 	errVec("rrefresh_phase_3", "malformed", []byte{byte(TypeRouteRefresh), 0x02, 0x03, 0x01})

@@ -38,6 +38,7 @@ const (
 	TypeRouteMsg      Type = 0x23 // node ↔ node, a forwarded message
 	TypeRouteAck      Type = 0x24 // node ↔ node, cumulative acknowledgement of RMSG sequences
 	TypeRouteRaft     Type = 0x25 // node ↔ node, a batch of Raft messages (internal/replica)
+	TypeRouteAuth     Type = 0x26 // node ↔ node, proof of the cluster secret, right after RHELLO
 )
 
 func (t Type) String() string {
@@ -74,6 +75,8 @@ func (t Type) String() string {
 		return "RACK"
 	case TypeRouteRaft:
 		return "RRAFT"
+	case TypeRouteAuth:
+		return "RAUTH"
 	}
 	return fmt.Sprintf("TYPE(0x%02x)", uint8(t))
 }
@@ -173,9 +176,9 @@ type Frame struct {
 	Queues QueueList
 	// Header is the encoded header block of PUB/MSG/RMSG (see Header), nil if none.
 	Header Header
-	// Payload is the message of PUB/MSG/RMSG, the text of ERR, and the whole body of
-	// CONNECT, INFO and RHELLO (parse it with ParseConnect / ParseInfo /
-	// ParseRouteHello).
+	// Payload is the message of PUB/MSG/RMSG, the text of ERR, the proof of RAUTH
+	// (RouteAuthLen bytes), and the whole body of CONNECT, INFO and RHELLO (parse it
+	// with ParseConnect / ParseInfo / ParseRouteHello).
 	Payload []byte
 }
 
@@ -372,6 +375,10 @@ func (f *Frame) parseBody(b []byte) error {
 		// The batch is the replication layer's to decode (internal/replica).
 		if f.Payload = r.rest(); len(f.Payload) == 0 {
 			r.err = "empty batch"
+		}
+	case TypeRouteAuth:
+		if f.Payload = r.rest(); len(f.Payload) != RouteAuthLen {
+			r.err = fmt.Sprintf("proof of %d bytes, want %d", len(f.Payload), RouteAuthLen)
 		}
 	default:
 		return fmt.Errorf("%w: 0x%02x", ErrUnknownType, uint8(f.Type))

@@ -59,6 +59,10 @@ type Options struct {
 	Bridge *netns.Bridge
 	// Args are extra `tern server` flags for node i (may be nil).
 	Args func(i int) []string
+	// Apart is how many of the N nodes, the last ones, are expected to stay out of
+	// the cluster (tests of refusals): they are started like the others, but Start
+	// waits for the mesh of the first N-Apart only.
+	Apart int
 }
 
 // Cluster is a set of running nodes.
@@ -130,7 +134,8 @@ var binary = sync.OnceValues(func() (string, error) {
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 
 // Start runs opts.N nodes, every one given the same join list (all of them), and
-// waits until each sees all others alive with a route to each. Every process is
+// waits until each (but the opts.Apart last) sees all others alive with a route to
+// each. Every process is
 // killed when the test ends; a failed test logs the end of each node's log.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
@@ -218,7 +223,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		n.start(t, bin)
 	}
 	up := time.Since(began)
-	mesh := c.WaitFor("a full mesh", 15*time.Second, func() bool { return c.MeshOf(c.Nodes...) })
+	mesh := c.WaitFor("a full mesh", 15*time.Second, func() bool { return c.MeshOf(c.Nodes[:opts.N-opts.Apart]...) })
 	t.Logf("%d nodes started in %v, full mesh %v later", opts.N, up.Round(time.Millisecond), mesh.Round(time.Millisecond))
 	return c
 }

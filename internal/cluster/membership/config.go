@@ -103,11 +103,21 @@ type Config struct {
 	SuspicionMult  int           // suspicion lasts SuspicionMult × max(1, log10 N) × ProbeInterval
 	GossipInterval time.Duration // between gossip rounds that spread news
 
+	// SecretKey, when set, encrypts and authenticates all gossip, UDP and TCP, with
+	// AES-GCM (memberlist's keyring): a node without the same key cannot join, and
+	// its gossip, and this node's to it, is dropped. 16, 24 or 32 bytes; the
+	// cluster derives it from the shared secret (secret.GossipKey).
+	SecretKey []byte
+
 	// RejoinInterval is the first wait between join attempts while this node knows
 	// no other member; it doubles up to MaxRejoinInterval. Default 1s.
 	RejoinInterval time.Duration
 
 	Logger *slog.Logger
+
+	// uncompressed turns memberlist's compression off, for tests that read the
+	// gossip they record.
+	uncompressed bool
 }
 
 // withDefaults fills in defaults and checks what would otherwise fail later or
@@ -170,6 +180,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkTags(c.Tags); err != nil {
 		return c, err
+	}
+	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return c, fmt.Errorf("%w: gossip key of %d bytes, want 16, 24 or 32", ErrInvalidConfig, n)
 	}
 	return c, nil
 }

@@ -76,6 +76,19 @@
 // holder left or was declared dead), which is also how a node restarted at a new
 // address gets its name back.
 //
+// # Encryption
+//
+// With Config.SecretKey (derived from the cluster secret, internal/cluster/secret)
+// every gossip packet and stream is sealed with AES-GCM by memberlist's keyring,
+// the cluster name authenticated with it, and gossip that is not sealed with the
+// same key is dropped whichever way it goes (GossipVerifyIncoming and
+// GossipVerifyOutgoing): a node without the key, or with another, never becomes a
+// member, and nothing it learns from the cluster's answers is readable. Both sides
+// log why, a warning per peer and kind every 30 s (logwriter.go), and the joining
+// node keeps retrying. memberlist's keyring could hold several keys for a rolling
+// change of key; Tern installs one, so changing the secret means restarting every
+// node with the new one.
+//
 // # Metadata
 //
 // Each node gossips a small versioned binary record (see encodeMeta): cluster

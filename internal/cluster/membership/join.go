@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -52,6 +53,13 @@ func (m *Membership) joinLoop() {
 			continue
 		}
 		failures++
+		// Nodes that answered with another gossip key (or none): waiting will not
+		// help. One error may hold the answers of several nodes.
+		for _, r := range keyRefusals {
+			if strings.Contains(fmt.Sprint(err), r.match) && m.keyLog.allow(r.msg+"|join") {
+				m.log.Warn(r.msg, "join", m.cfg.Join, "err", err)
+			}
+		}
 		if failures == 1 {
 			m.log.Info("no other member reachable yet; retrying in the background", "join", m.cfg.Join, "err", err)
 		} else {

@@ -120,6 +120,9 @@ type Membership struct {
 	nodes    map[string]*Node // by name; self always, others while alive
 	queue    []Event
 	logged   map[string]time.Time // rate limit for refusal and conflict logs
+	// keyLog rate-limits the warnings about gossip refused over the cluster
+	// secret; it has a lock of its own, as memberlist logs from anywhere.
+	keyLog *rateLimit
 
 	wake       chan struct{} // the queue has an event
 	alone      chan struct{} // this node knows no other member any more
@@ -178,6 +181,7 @@ func Start(cfg Config) (*Membership, error) {
 		selfEnc:    enc,
 		nodes:      make(map[string]*Node),
 		logged:     make(map[string]time.Time),
+		keyLog:     &rateLimit{},
 		wake:       make(chan struct{}, 1),
 		alone:      make(chan struct{}, 1),
 		events:     make(chan Event, eventBuffer),
@@ -209,6 +213,7 @@ func Start(cfg Config) (*Membership, error) {
 	mc.GossipInterval = cfg.GossipInterval
 	mc.TCPTimeout = streamTimeout
 	mc.DeadNodeReclaimTime = deadNodeReclaim
+	mc.EnableCompression = !cfg.uncompressed
 	d := &delegate{m: m}
 	mc.Delegate = d
 	mc.Events = d
@@ -216,7 +221,15 @@ func Start(cfg Config) (*Membership, error) {
 	mc.Merge = d
 	mc.Conflict = d
 	mc.LogOutput = nil
-	mc.Logger = log.New(logWriter{m.log}, "", 0)
+	mc.Logger = log.New(logWriter{log: m.log, limit: m.keyLog}, "", 0)
+	if len(cfg.SecretKey) > 0 {
+		// Every packet and stream is sealed with AES-GCM under the key, the
+		// cluster name (the label) authenticated with it; gossip that is not, in
+		// either direction, is dropped.
+		mc.SecretKey = cfg.SecretKey
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
 
 	// Create calls the delegates for this node itself before it returns.
 	list, err := memberlist.Create(mc)
@@ -230,7 +243,7 @@ func Start(cfg Config) (*Membership, error) {
 
 	local := m.Local()
 	m.log.Info("membership started", "node", local.Name, "id", local.ID, "gossip", local.Addr,
-		"cluster", cfg.ClusterName, "route", cfg.RouteAddr, "join", cfg.Join)
+		"cluster", cfg.ClusterName, "route", cfg.RouteAddr, "join", cfg.Join, "encrypted", len(cfg.SecretKey) > 0)
 
 	m.wg.Add(1)
 	go m.pump()

@@ -1,7 +1,8 @@
 // Package route owns the TCP routes between cluster nodes: one connection per node
-// pair (the node whose name sorts first dials), the RHELLO handshake, the interest
-// each node advertises and the messages forwarded over them (frames of
-// internal/wire; layout in docs/protocol.md, "Cluster routes").
+// pair (the node whose name sorts first dials), the RHELLO handshake (with the
+// cluster secret followed by RAUTH, each end's proof that it has the secret:
+// auth.go), the interest each node advertises and the messages forwarded over them
+// (frames of internal/wire; layout in docs/protocol.md, "Cluster routes").
 //
 // A Route is a broker.Remote: the interest its peer advertised is held in the local
 // broker as subscriptions whose sink is the route, so the broker decides what to

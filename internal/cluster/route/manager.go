@@ -39,8 +39,13 @@ type Config struct {
 	// it, and a route left up would swallow what it is given. Default
 	// 4 × PingInterval, at least 2 × PingInterval.
 	StaleAfter time.Duration
-	// HandshakeTimeout bounds the RHELLO exchange. Default 5 s.
+	// HandshakeTimeout bounds the handshake (RHELLO, and RAUTH with AuthKey).
+	// Default 5 s.
 	HandshakeTimeout time.Duration
+	// AuthKey, when set, is the key both ends of a route prove knowledge of the
+	// cluster secret with (secret.RouteKey): a peer that cannot is refused, as is
+	// one that asks for a proof while AuthKey is nil. It must be 32 bytes.
+	AuthKey []byte
 	// ExcludeBacklog: a route with more bytes than this waiting for its socket, or
 	// with bytes waiting and no progress for ExcludeAfter, gets no traffic until
 	// its backlog falls under a quarter of it (Raft's only while it makes no
@@ -83,6 +88,8 @@ type Manager struct {
 	flush chan struct{}
 	// raft receives the RRAFT batches of every route (HandleRaft).
 	raft atomic.Pointer[RaftHandler]
+	// authFailures counts the routes refused for ErrUnauthenticated.
+	authFailures atomic.Uint64
 }
 
 // RaftHandler takes an RRAFT batch from the named node, on that route's reader
@@ -137,6 +144,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		cfg.StaleAfter = 4 * cfg.PingInterval
 	}
 	cfg.StaleAfter = max(cfg.StaleAfter, 2*cfg.PingInterval)
+	if cfg.AuthKey != nil && len(cfg.AuthKey) != 32 {
+		return nil, fmt.Errorf("route: an authentication key of %d bytes, want 32", len(cfg.AuthKey))
+	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 5 * time.Second
 	}
@@ -314,7 +324,18 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 	buf := make([]byte, readBufSize)
 	rest, err := r.handshake(buf)
 	if err != nil {
-		m.log.Warn("route refused", "remote", nc.RemoteAddr().String(), "dialed", dialed, "err", err)
+		switch {
+		case errors.Is(err, ErrUnauthenticated):
+			m.authFailures.Add(1)
+			// The name is the peer's claim, which nothing proved.
+			m.log.Warn("route refused: peer not authenticated", "remote", nc.RemoteAddr().String(), "dialed", dialed,
+				"claimed_node", r.peer.NodeName, "err", err)
+		case errors.Is(err, ErrRefusedByPeer):
+			m.log.Warn("route refused by the peer", "remote", nc.RemoteAddr().String(), "dialed", dialed,
+				"node", r.peer.NodeName, "err", err)
+		default:
+			m.log.Warn("route refused", "remote", nc.RemoteAddr().String(), "dialed", dialed, "err", err)
+		}
 		r.q.Close(err)
 		r.q.Finish()
 		return
@@ -530,6 +551,13 @@ func (m *Manager) Routes() []Info {
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
 }
+
+// AuthFailures counts the routes this node refused because their peer did not
+// prove it has the cluster secret (or asked for a proof this node cannot give).
+func (m *Manager) AuthFailures() uint64 { return m.authFailures.Load() }
+
+// Authenticated reports whether routes prove the cluster secret (Config.AuthKey).
+func (m *Manager) Authenticated() bool { return m.cfg.AuthKey != nil }
 
 // Unacked reports how many messages forwarded to node name await its
 // acknowledgement, and how many were let go over the limits.

@@ -21,6 +21,8 @@ import (
 var (
 	ErrHandshake = errors.New("route: handshake")
 	ErrProtocol  = errors.New("route: protocol error")
+	// ErrRefusedByPeer: the peer sent ERR, refusing the route (its text says why).
+	ErrRefusedByPeer = errors.New("route: refused by the peer")
 )
 
 const (
@@ -104,45 +106,127 @@ func newRoute(m *Manager, nc net.Conn, dialed bool) *Route {
 	return r
 }
 
-// handshake sends our RHELLO and reads the peer's.
+// handshake sends our RHELLO and reads the peer's; with the cluster secret, both
+// ends then prove they have it (auth.go). A refused peer is told why with ERR
+// before the connection closes.
 func (r *Route) handshake(buf []byte) (rest []byte, err error) {
-	hello := wire.AppendRouteHello(nil, &r.m.cfg.Hello)
 	_ = r.nc.SetDeadline(time.Now().Add(r.m.cfg.HandshakeTimeout))
 	defer func() { _ = r.nc.SetDeadline(time.Time{}) }()
-	if _, err := r.nc.Write(hello); err != nil {
+	hello := r.m.cfg.Hello
+	if r.m.cfg.AuthKey != nil {
+		if hello.Nonce, err = newNonce(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
+		}
+	}
+	ours := wire.AppendRouteHello(nil, &hello)
+	if _, err := r.nc.Write(ours); err != nil {
 		return nil, fmt.Errorf("%w: sending RHELLO: %w", ErrHandshake, err)
 	}
-	filled := 0
+	in := handshakeReader{nc: r.nc, buf: buf}
+	f, err := in.next("RHELLO")
+	if err != nil {
+		return nil, err
+	}
+	if f.Type != wire.TypeRouteHello {
+		return nil, r.refuse(fmt.Errorf("%w: first frame is %s, want RHELLO", ErrHandshake, f.Type))
+	}
+	theirs := append([]byte(nil), f.Payload...)
+	h, perr := wire.ParseRouteHello(theirs)
+	if perr != nil {
+		return nil, r.refuse(fmt.Errorf("%w: %w", ErrHandshake, perr))
+	}
+	r.peer = h
+	if err := r.m.accept(&h); err != nil {
+		return nil, r.refuse(err)
+	}
+	if err := authPolicy(r.m.cfg.AuthKey != nil, &h); err != nil {
+		return nil, r.refuse(err)
+	}
+	if r.m.cfg.AuthKey != nil {
+		a := newAuthExchange(r.m.cfg.AuthKey, r.dialed, helloBody(ours), theirs)
+		if _, err := r.nc.Write(wire.AppendRouteAuth(nil, a.proof())); err != nil {
+			return nil, fmt.Errorf("%w: sending RAUTH: %w", ErrHandshake, err)
+		}
+		f, err := in.next("RAUTH")
+		if err != nil {
+			return nil, err
+		}
+		if f.Type != wire.TypeRouteAuth {
+			return nil, r.refuse(fmt.Errorf("%w: %s after RHELLO, want RAUTH", ErrUnauthenticated, f.Type))
+		}
+		if err := a.verify(f.Payload); err != nil {
+			return nil, r.refuse(err)
+		}
+	}
+	return in.rest(), nil
+}
+
+// helloBody is the body of the RHELLO frame hello.
+func helloBody(hello []byte) []byte {
+	var f wire.Frame
+	if _, err := f.Decode(hello, 0); err != nil {
+		panic(fmt.Sprintf("route: our own RHELLO does not decode: %v", err))
+	}
+	return f.Payload
+}
+
+// refuse tells the peer why its route is refused, with an ERR frame, and returns
+// err. A route to this node itself is closed without a word. The text says only
+// what the peer sent or could have known: never anything about the secret.
+func (r *Route) refuse(err error) error {
+	code := wire.CodeProtocol
+	switch {
+	case errors.Is(err, ErrSelf):
+		return err
+	case errors.Is(err, ErrVersion):
+		code = wire.CodeVersion
+	case errors.Is(err, ErrUnauthenticated):
+		code = wire.CodeAuth
+	}
+	_, _ = r.nc.Write(wire.AppendErr(nil, code, 0, err.Error()))
+	return err
+}
+
+// handshakeReader reads the frames of the handshake from a connection into buf.
+type handshakeReader struct {
+	nc          net.Conn
+	buf         []byte
+	off, filled int
+}
+
+// next returns the next frame; its slices point into the buffer until the next
+// call. An ERR from the peer is its refusal of the route, returned as an error.
+func (in *handshakeReader) next(what string) (wire.Frame, error) {
 	var f wire.Frame
 	for {
-		n, rerr := r.nc.Read(buf[filled:])
-		filled += n
-		k, derr := f.Decode(buf[:filled], maxBody)
+		k, derr := f.Decode(in.buf[in.off:in.filled], maxBody)
 		if derr == nil {
-			if f.Type != wire.TypeRouteHello {
-				return nil, fmt.Errorf("%w: first frame is %s, want RHELLO", ErrHandshake, f.Type)
+			in.off += k
+			if f.Type == wire.TypeErr {
+				return f, fmt.Errorf("%w: %s: %q", ErrRefusedByPeer, f.Code, f.Payload)
 			}
-			h, perr := wire.ParseRouteHello(f.Payload)
-			if perr != nil {
-				return nil, fmt.Errorf("%w: %w", ErrHandshake, perr)
-			}
-			if err := r.m.accept(&h); err != nil {
-				return nil, err
-			}
-			r.peer = h
-			return buf[k:filled], nil
+			return f, nil
 		}
 		if !errors.Is(derr, wire.ErrIncomplete) {
-			return nil, fmt.Errorf("%w: %w", ErrHandshake, derr)
+			return f, fmt.Errorf("%w: %w", ErrHandshake, derr)
 		}
-		if rerr != nil {
-			return nil, fmt.Errorf("%w: reading RHELLO: %w", ErrHandshake, rerr)
+		if in.filled == len(in.buf) {
+			if in.off == 0 {
+				return f, fmt.Errorf("%w: %s larger than %d bytes", ErrHandshake, what, len(in.buf))
+			}
+			in.filled = copy(in.buf, in.buf[in.off:in.filled])
+			in.off = 0
 		}
-		if filled == len(buf) {
-			return nil, fmt.Errorf("%w: RHELLO larger than %d bytes", ErrHandshake, len(buf))
+		n, rerr := in.nc.Read(in.buf[in.filled:])
+		in.filled += n
+		if n == 0 && rerr != nil {
+			return f, fmt.Errorf("%w: reading %s: %w", ErrHandshake, what, rerr)
 		}
 	}
 }
+
+// rest is what the peer sent after the handshake.
+func (in *handshakeReader) rest() []byte { return in.buf[in.off:in.filled] }
 
 // run reads the peer's frames until the route ends.
 func (r *Route) run(buf []byte, filled int) error {
@@ -216,6 +300,8 @@ func (r *Route) handle(f *wire.Frame) error {
 		if sent := r.pingSent.Swap(0); sent != 0 {
 			r.rttNanos.Store(time.Now().UnixNano() - sent)
 		}
+	case wire.TypeErr:
+		return fmt.Errorf("%w: %s: %q", ErrRefusedByPeer, f.Code, f.Payload)
 	default:
 		return fmt.Errorf("%w: %s on a route", ErrProtocol, f.Type)
 	}

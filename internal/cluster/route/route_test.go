@@ -28,6 +28,13 @@ func startNode(t *testing.T, cluster, name string) *testNode {
 
 func startNodeWithID(t *testing.T, cluster, name, id string, clientURLs ...string) *testNode {
 	t.Helper()
+	return startNodeWith(t, cluster, name, id, func(c *Config) { c.Hello.ClientURLs = clientURLs })
+}
+
+// startNodeWith starts a node after letting mutate (which may be nil) adjust its
+// configuration.
+func startNodeWith(t *testing.T, cluster, name, id string, mutate func(*Config)) *testNode {
+	t.Helper()
 	b := broker.New()
 	local := interest.NewLocal()
 	if err := b.SetObserver(local); err != nil {
@@ -37,13 +44,17 @@ func startNodeWithID(t *testing.T, cluster, name, id string, clientURLs ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewManager(Config{
-		Hello:  wire.RouteHello{Cluster: cluster, NodeName: name, NodeID: id, RouteAddr: ln.Addr().String(), ClientURLs: clientURLs},
+	cfg := Config{
+		Hello:  wire.RouteHello{Cluster: cluster, NodeName: name, NodeID: id, RouteAddr: ln.Addr().String()},
 		Broker: b, Local: local, Lease: 600 * time.Millisecond, PingInterval: 50 * time.Millisecond,
 		// A backlog exclusion that the tests' loads pass at once, so that they
 		// do not hang on a loaded machine's timing of the no-progress one.
 		ExcludeBacklog: 4 << 20,
-	})
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	m, err := NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,17 +363,23 @@ type fakePeer struct {
 
 func dialFake(t *testing.T, addr, name, id string) *fakePeer {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	p := &fakePeer{t: t, nc: nc, buf: make([]byte, 1<<20)}
+	p := dialRaw(t, addr)
 	p.send(wire.AppendRouteHello(nil, &wire.RouteHello{Version: wire.Version, Cluster: "t", NodeName: name, NodeID: id}))
 	if f := p.next(); f.Type != wire.TypeRouteHello {
 		t.Fatalf("first frame %s", f.Type)
 	}
 	return p
+}
+
+// dialRaw connects a fake peer that has sent nothing yet.
+func dialRaw(t *testing.T, addr string) *fakePeer {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &fakePeer{t: t, nc: nc, buf: make([]byte, 1<<20)}
 }
 
 func (p *fakePeer) send(b []byte) {
