@@ -87,7 +87,7 @@ func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) (kmsg.Response, err
 	resp.SupportedMechanisms = saslMechanisms
 	switch {
 	case c.s.cfg.Auth == nil:
-		resp.ErrorCode = kerr.IllegalSaslState.Code
+		resp.ErrorCode, resp.SupportedMechanisms = kerr.IllegalSaslState.Code, nil
 		return resp, nil
 	case c.authed:
 		// Kafka answers a handshake after authentication so, and goes on.
