@@ -196,3 +196,23 @@ func TestAllowResponses(t *testing.T) {
 		t.Fatal("tracked without allow_responses")
 	}
 }
+
+func TestCanPublishSome(t *testing.T) {
+	p, err := NewPermissions(PermissionSpec{PublishAllow: []string{"sensors.>"}, PublishDeny: []string{"sensors.secret.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.NewChecker()
+	for filter, want := range map[string]bool{
+		"sensors.>": true, "sensors.*.x": true, ">": true, "sensors": false, "orders.>": false,
+		"sensors.secret.>": false, "$TERN.SYS.>": false, "sensors.t1": true,
+	} {
+		if got := c.CanPublishSome(filter); got != want {
+			t.Errorf("CanPublishSome(%q) = %v, want %v", filter, got, want)
+		}
+	}
+	var unrestricted *Permissions
+	if !unrestricted.NewChecker().CanPublishSome("a.>") || unrestricted.NewChecker().CanPublishSome("$TERN.SYS.x") {
+		t.Error("unrestricted checker")
+	}
+}

@@ -1,9 +1,12 @@
 package auth
 
 import (
+	"crypto/hmac"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/xdg-go/scram"
@@ -22,6 +25,13 @@ type SCRAMLogin struct {
 	conv     *scram.ServerConversation
 	user     *User
 	failed   bool
+
+	// For the final message's check by hand (lenientFinal): the hash, the
+	// credentials the exchange runs on, the client's first message and the
+	// server's answer.
+	hf                 scram.HashGeneratorFcn
+	creds              scram.StoredCredentials
+	first, serverFirst string
 }
 
 // SCRAMMechanisms are the SCRAM mechanisms the Authenticator speaks.
@@ -39,17 +49,20 @@ func (a *Authenticator) NewSCRAMLogin(mechanism, protocol string, remote net.Add
 		return nil, fmt.Errorf("mechanism %q not supported", mechanism)
 	}
 	t := a.table.Load()
+	l := &SCRAMLogin{a: a, protocol: protocol, remote: remote, hf: hf}
 	lookup := func(name string) (scram.StoredCredentials, error) {
 		if e := t.byName[name]; e != nil {
 			if c, ok := e.scram[mechanism]; ok {
+				l.creds = c
 				return c, nil
 			}
 		}
 		// Answer as for a real user; the client's proof then cannot match.
-		return scram.StoredCredentials{
+		l.creds = scram.StoredCredentials{
 			KeyFactors: scram.KeyFactors{Salt: string(a.fakeSalt(name)), Iters: fakeIterations},
 			StoredKey:  a.fakeSalt("stored\x00" + name), ServerKey: a.fakeSalt("server\x00" + name),
-		}, nil
+		}
+		return l.creds, nil
 	}
 	srv, err := hf.NewServer(lookup)
 	if err != nil {
@@ -58,7 +71,8 @@ func (a *Authenticator) NewSCRAMLogin(mechanism, protocol string, remote net.Add
 	if d := a.throttle.delay(hostOf(remote)); d > 0 {
 		time.Sleep(d)
 	}
-	return &SCRAMLogin{a: a, protocol: protocol, remote: remote, conv: srv.NewConversation()}, nil
+	l.conv = srv.NewConversation()
+	return l, nil
 }
 
 // Step takes the client's next message and returns the server's answer. When
@@ -66,11 +80,28 @@ func (a *Authenticator) NewSCRAMLogin(mechanism, protocol string, remote net.Add
 // the source address has earned; the caller sends the protocol's
 // authentication error and closes the connection.
 func (l *SCRAMLogin) Step(msg []byte) ([]byte, error) {
-	if l.failed {
+	if l.failed || l.user != nil {
 		return nil, ErrDenied
 	}
-	out, err := l.conv.Step(string(msg))
-	if err != nil || (l.conv.Done() && !l.conv.Valid()) {
+	var out string
+	var err error
+	valid := false
+	if l.serverFirst != "" && !l.conv.Done() {
+		if o, handled, ok := l.lenientFinal(string(msg)); handled {
+			out, valid = o, ok
+			if !ok {
+				err = errors.New("challenge proof invalid")
+			}
+		}
+	}
+	if out == "" && err == nil {
+		out, err = l.conv.Step(string(msg))
+		valid = l.conv.Done() && l.conv.Valid()
+		if err == nil && l.serverFirst == "" {
+			l.first, l.serverFirst = string(msg), out
+		}
+	}
+	if err != nil || (l.conv.Done() && !valid) {
 		l.failed = true
 		reason := fmt.Errorf("%w: scram: wrong user name or password", ErrDenied)
 		if err != nil && !errors.Is(err, ErrDenied) {
@@ -78,7 +109,7 @@ func (l *SCRAMLogin) Step(msg []byte) ([]byte, error) {
 		}
 		return nil, l.a.fail(l.protocol, l.remote, l.conv.Username(), reason)
 	}
-	if l.conv.Done() {
+	if valid {
 		u := l.a.userByName(l.conv.Username())
 		if u == nil {
 			l.failed = true
@@ -96,3 +127,60 @@ func (l *SCRAMLogin) Done() bool { return l.user != nil }
 
 // User is the authenticated user once Done.
 func (l *SCRAMLogin) User() *User { return l.user }
+
+// lenientFinal checks a client's final message whose nonce is longer than the
+// server's and ends with it, as Kafka's brokers accept (librdkafka 2.0 sends its
+// own nonce again before the server's): the proof is verified over the message
+// as sent, whose AuthMessage still holds the server's fresh nonce. handled is
+// false for any other message, left to the SCRAM library.
+func (l *SCRAMLogin) lenientFinal(msg string) (out string, handled, ok bool) {
+	fields := strings.Split(msg, ",")
+	sn, _, _ := strings.Cut(strings.TrimPrefix(l.serverFirst, "r="), ",")
+	if len(fields) < 3 || !strings.HasPrefix(fields[1], "r=") {
+		return "", false, false
+	}
+	nonce := fields[1][2:]
+	if nonce == sn || !strings.HasSuffix(nonce, sn) {
+		return "", false, false
+	}
+	// The client's gs2 header ("n,," or "y,,", with an authzid): what c= must
+	// carry. Channel binding ("p=") is not offered.
+	gs2End := strings.Index(l.first, ",")
+	if gs2End < 0 {
+		return "", true, false
+	}
+	if j := strings.Index(l.first[gs2End+1:], ","); j >= 0 {
+		gs2End += j + 1
+	} else {
+		return "", true, false
+	}
+	gs2, firstBare := l.first[:gs2End+1], l.first[gs2End+1:]
+	cbind, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(fields[0], "c="))
+	if !strings.HasPrefix(fields[0], "c=") || err != nil || string(cbind) != gs2 || strings.HasPrefix(gs2, "p") {
+		return "", true, false
+	}
+	last := fields[len(fields)-1]
+	proof, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(last, "p="))
+	if !strings.HasPrefix(last, "p=") || err != nil {
+		return "", true, false
+	}
+	authMsg := []byte(firstBare + "," + l.serverFirst + "," + msg[:strings.LastIndex(msg, ",")])
+	mac := func(key []byte) []byte {
+		m := hmac.New(l.hf, key)
+		m.Write(authMsg)
+		return m.Sum(nil)
+	}
+	clientSig := mac(l.creds.StoredKey)
+	if len(proof) != len(clientSig) {
+		return "", true, false
+	}
+	for i := range proof {
+		proof[i] ^= clientSig[i]
+	}
+	h := l.hf()
+	h.Write(proof)
+	if !hmac.Equal(h.Sum(nil), l.creds.StoredKey) {
+		return "", true, false
+	}
+	return "v=" + base64.StdEncoding.EncodeToString(mac(l.creds.ServerKey)), true, true
+}

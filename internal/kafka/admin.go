@@ -20,7 +20,10 @@ func (c *conn) deleteRecords(req *kmsg.DeleteRecordsRequest) *kmsg.DeleteRecords
 	for _, rt := range req.Topics {
 		ot := kmsg.NewDeleteRecordsResponseTopic()
 		ot.Topic = rt.Topic
-		t, code, _ := c.s.lookup(rt.Topic, false)
+		t, code, _ := c.find(rt.Topic, false)
+		if code == 0 && !c.mayManage(streamapi.StreamPurgeSubject(rt.Topic)) {
+			code = kerr.TopicAuthorizationFailed.Code
+		}
 		for _, rp := range rt.Partitions {
 			op := kmsg.NewDeleteRecordsResponseTopicPartition()
 			op.Partition, op.LowWatermark = rp.Partition, -1
@@ -139,12 +142,18 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly bool,
 	configsFor func(streamapi.StreamConfig) []kmsg.CreateTopicsRequestTopicConfig) (int16, *string) {
 	fail := func(code int16, msg string) (int16, *string) { return code, &msg }
+	if typ == kmsg.ConfigResourceTypeBroker && !c.mayManage(clusterConfigSubject) {
+		return fail(kerr.ClusterAuthorizationFailed.Code, "not authorized to change the broker's configs")
+	}
 	if typ != kmsg.ConfigResourceTypeTopic {
 		return fail(kerr.InvalidRequest.Code, "only topic configs can be changed")
 	}
-	t, code, _ := c.s.lookup(name, false)
+	t, code, _ := c.find(name, false)
 	if code != 0 {
 		return code, nil
+	}
+	if !c.mayManage(streamapi.StreamUpdateSubject(name)) {
+		return fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to change topic %q", name))
 	}
 	set, err := topicConfig(configsFor(t.cfg), c.s.cfg.MaxPayload)
 	if err != nil {

@@ -26,6 +26,7 @@ var apis = []apiRange{
 	{14, 0, 5}, // SyncGroup
 	{15, 0, 6}, // DescribeGroups
 	{16, 0, 5}, // ListGroups
+	{17, 0, 1}, // SaslHandshake (v0: bare tokens follow)
 	{18, 0, 5}, // ApiVersions
 	{19, 2, 7}, // CreateTopics
 	{20, 1, 6}, // DeleteTopics
@@ -33,6 +34,7 @@ var apis = []apiRange{
 	{22, 0, 5}, // InitProducerID (idempotent producers; no transactions)
 	{32, 1, 4}, // DescribeConfigs
 	{33, 0, 2}, // AlterConfigs
+	{36, 0, 2}, // SaslAuthenticate
 	{37, 0, 3}, // CreatePartitions
 	{42, 0, 3}, // DeleteGroups
 	{44, 0, 1}, // IncrementalAlterConfigs
@@ -54,6 +56,10 @@ func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
 	switch r := req.(type) {
 	case *kmsg.ApiVersionsRequest:
 		return apiVersionsResponse(r.Version), nil
+	case *kmsg.SASLHandshakeRequest:
+		return c.saslHandshake(r)
+	case *kmsg.SASLAuthenticateRequest:
+		return c.saslAuthenticate(r)
 	case *kmsg.MetadataRequest:
 		return c.metadata(r), nil
 	case *kmsg.ProduceRequest:

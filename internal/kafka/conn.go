@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/outbound"
 )
@@ -38,6 +39,16 @@ type conn struct {
 	cid              atomic.Pointer[string]
 	inMsgs, inBytes  atomic.Uint64
 	outMsgs, outByte atomic.Uint64
+
+	// Authentication (sasl.go): authed once the connection may make requests
+	// other than SASL's; user is who it is (nil without an Authenticator), perms
+	// checks its permissions (nil when unrestricted), rights caches its
+	// permission decisions per topic (authz.go).
+	authed bool
+	sasl   *saslState
+	user   *auth.User
+	perms  *auth.Checker
+	rights map[string]*topicRights
 
 	body  []byte // the request being handled
 	batch broker.Batch
@@ -152,11 +163,15 @@ func (c *conn) readFrame() ([]byte, error) {
 		return nil, err
 	}
 	size := int(int32(binary.BigEndian.Uint32(hdr[:])))
-	if size < 8 { // api key, version, correlation id
+	raw := c.sasl != nil && c.sasl.raw  // a bare SASL token (sasl.go)
+	if size < 8 && (!raw || size < 0) { // api key, version, correlation id
 		return nil, fmt.Errorf("%w: size %d", errBadFrame, size)
 	}
 	if size > c.s.cfg.MaxRequestSize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", errTooLarge, size, c.s.cfg.MaxRequestSize)
+	}
+	if raw && size > maxSASLToken {
+		return nil, fmt.Errorf("%w: SASL token of %d bytes, limit %d", errTooLarge, size, maxSASLToken)
 	}
 	if size > maxOtherRequest {
 		key, err := c.br.Peek(2)
@@ -179,11 +194,17 @@ func (c *conn) readFrame() ([]byte, error) {
 
 // handle decodes and answers one request. An error closes the connection.
 func (c *conn) handle(frame []byte) error {
+	if c.sasl != nil && c.sasl.raw {
+		return c.rawToken(frame)
+	}
 	r := kbin.Reader{Src: frame}
 	key, version, corr := r.Int16(), r.Int16(), r.Int32()
 	cid := r.NullableString()
 	if !r.Ok() {
 		return fmt.Errorf("%w: request header", errBadFrame)
+	}
+	if err := c.gate(key); err != nil {
+		return err
 	}
 	if cid != nil && *cid != c.clientID() {
 		c.cid.Store(cid)
@@ -210,14 +231,13 @@ func (c *conn) handle(frame []byte) error {
 	if err := decode(req, r.Src); err != nil {
 		return fmt.Errorf("%w: %s v%d: %w", errBadFrame, kmsg.NameForKey(key), version, err)
 	}
+	// An answer with an error is sent before the connection closes (a failed
+	// login's).
 	resp, err := c.dispatch(req)
-	if err != nil {
-		return err
-	}
 	if resp != nil {
 		c.send(corr, resp)
 	}
-	return nil
+	return err
 }
 
 // decode reads a request's body. The decoder is generated code outside Tern: should

@@ -26,6 +26,10 @@
 // read and set through the stream API over the broker (CONSUMER.INFO,
 // CONSUMER.SEEK), as any client would, so that any node can.
 //
+// Who may do what: a connection logs in with SASL (sasl.go) or stays anonymous as
+// the server's anonymous policy allows, and its user's permissions of package auth
+// decide each request on a topic (authz.go), cached per topic for the connection.
+//
 // What it must not touch: the broker's routing, the stream engine's writer and
 // logs' append side, and the cluster. The core never imports this package.
 //

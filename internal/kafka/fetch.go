@@ -55,9 +55,9 @@ func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 	codes := make([]int16, len(req.Topics))
 	for i := range req.Topics {
 		if req.Version >= 13 {
-			topics[i], codes[i] = c.s.lookupID(req.Topics[i].TopicID)
+			topics[i], codes[i] = c.findIDFor(req.Topics[i].TopicID, needRead)
 		} else {
-			topics[i], codes[i], _ = c.s.lookup(req.Topics[i].Topic, false)
+			topics[i], codes[i], _ = c.findFor(req.Topics[i].Topic, false, needRead)
 		}
 	}
 	wait := min(time.Duration(max(req.MaxWaitMillis, 0))*time.Millisecond, c.s.maxWait)
@@ -296,7 +296,7 @@ func (c *conn) listOffsets(req *kmsg.ListOffsetsRequest) *kmsg.ListOffsetsRespon
 	for _, rt := range req.Topics {
 		ot := kmsg.NewListOffsetsResponseTopic()
 		ot.Topic = rt.Topic
-		t, code, _ := c.s.lookup(rt.Topic, false)
+		t, code, _ := c.findFor(rt.Topic, false, needRead)
 		for _, rp := range rt.Partitions {
 			op := kmsg.NewListOffsetsResponseTopicPartition()
 			op.Partition, op.Timestamp, op.Offset, op.LeaderEpoch = rp.Partition, -1, -1, 0

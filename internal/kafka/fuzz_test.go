@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tern-mq/tern/internal/auth"
+	"github.com/tern-mq/tern/internal/auth/authtest"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/stream"
@@ -83,6 +85,29 @@ func seedRequests() [][]byte {
 	dt := kmsg.NewPtrDeleteTopicsRequest()
 	dt.Version, dt.TopicNames = 4, []string{"fz2"}
 	out = append(out, frame(dt))
+	out = append(out, saslSeeds(frame)...)
+	return out
+}
+
+// saslSeeds are SASL exchanges: a v1 handshake and SaslAuthenticate with PLAIN,
+// a v0 handshake and its bare PLAIN token, an unsupported mechanism, a v1
+// handshake and SCRAM's first message.
+func saslSeeds(frame func(kmsg.Request) []byte) [][]byte {
+	var out [][]byte
+	hs := func(version int16, mech string) []byte {
+		r := kmsg.NewPtrSASLHandshakeRequest()
+		r.Version, r.Mechanism = version, mech
+		return frame(r)
+	}
+	sa := func(token string) []byte {
+		r := kmsg.NewPtrSASLAuthenticateRequest()
+		r.Version, r.SASLAuthBytes = 2, []byte(token)
+		return frame(r)
+	}
+	out = append(out, hs(1, "PLAIN"), sa("\x00root\x00root-pw"))
+	out = append(out, hs(0, "PLAIN"), []byte("\x00alice\x00alice-pw"))
+	out = append(out, hs(1, "GSSAPI"))
+	out = append(out, hs(1, "SCRAM-SHA-256"), sa("n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"))
 	return out
 }
 
@@ -264,23 +289,48 @@ func FuzzRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(m.Close)
-	s, err := NewServer(Config{AutoCreate: true, MaxPayload: 1 << 20}, b, m, nil)
+	a, err := auth.New(auth.Options{UsersFile: authtest.File(f), Anonymous: auth.AnonymousAll,
+		FailureDelay: time.Nanosecond, MaxFailureDelay: time.Nanosecond})
+	if err != nil {
+		f.Fatal(err)
+	}
+	alice, err := a.Authenticate(auth.Request{Username: authtest.Alice, Password: []byte(authtest.AlicePassword)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := NewServer(Config{AutoCreate: true, MaxPayload: 1 << 20, Auth: a}, b, m, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
 	s.maxWait = 0
 	s.parkMax = time.Millisecond // a join waiting for others would hold the fuzzer
 	f.Cleanup(func() { _ = s.Shutdown(time.Second) })
-	client, srv := net.Pipe()
-	go func() { _, _ = io.Copy(io.Discard, client) }()
-	f.Cleanup(func() { client.Close(); srv.Close() })
-	c := newConn(s, 1, srv)
+	pipe := func() net.Conn {
+		client, srv := net.Pipe()
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		f.Cleanup(func() { client.Close(); srv.Close() })
+		return srv
+	}
+	// c is anonymous (unrestricted, as the policy lets everyone in), ac is
+	// alice's (restricted): every request goes to both. sc takes the SASL
+	// exchanges, and starts again after each failure or login.
+	c, ac, sc := newConn(s, 1, pipe()), newConn(s, 2, pipe()), newConn(s, 3, pipe())
+	ac.login(alice)
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) > maxOtherRequest {
 			return
 		}
-		_ = c.handle(frame)
-		c.q.Flush()
+		if sc.sasl != nil || (len(frame) >= 2 && (frame[1] == saslHandshakeKey || frame[1] == saslAuthenticateKey) && frame[0] == 0) {
+			if err := sc.handle(frame); err != nil || sc.authed {
+				sc.authed, sc.sasl, sc.user, sc.perms, sc.rights = false, nil, nil, nil, nil
+			}
+			sc.q.Flush()
+			return
+		}
+		for _, c := range []*conn{c, ac} {
+			_ = c.handle(frame)
+			c.q.Flush()
+		}
 	})
 }
 

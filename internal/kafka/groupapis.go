@@ -272,9 +272,9 @@ func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitRes
 		tcode := code
 		if tcode == 0 {
 			if req.Version >= 10 {
-				t, tcode = c.s.lookupID(rt.TopicID)
+				t, tcode = c.findIDFor(rt.TopicID, needRead)
 			} else {
-				t, tcode, _ = c.s.lookup(rt.Topic, false)
+				t, tcode, _ = c.findFor(rt.Topic, false, needRead)
 			}
 		}
 		var positions []streamapi.SeekPosition
@@ -358,8 +358,12 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []fetchedTopic, byID boo
 		}
 		for name, info := range all {
 			ft := fetchedTopic{name: name}
-			if t, code, _ := c.s.lookup(name, false); code == 0 {
+			t, code, _ := c.s.lookup(name, false)
+			if code == 0 {
 				ft.id = t.id
+			}
+			if c.perms != nil && (code != 0 || !c.allowed(t, needRead)) {
+				continue // as Kafka: topics the user may not read are left out
 			}
 			for _, p := range info.Partitions {
 				ft.parts = append(ft.parts, fetchedPartition{partition: int32(p.Partition), offset: int64(p.AckFloor)})
@@ -371,15 +375,23 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []fetchedTopic, byID boo
 	for i := range topics {
 		ft := &topics[i]
 		name := ft.name
-		if byID {
-			t, code := c.s.lookupID(ft.id)
+		if byID || c.perms != nil {
+			var t *topic
+			var code int16
+			if byID {
+				t, code = c.findIDFor(ft.id, needRead)
+			} else if t, code, _ = c.findFor(name, false, needRead); code == kerr.UnknownTopicOrPartition.Code {
+				code = 0 // no offsets, answered below
+			}
 			if code != 0 {
 				for j := range ft.parts {
 					ft.parts[j].offset, ft.parts[j].code = -1, code
 				}
 				continue
 			}
-			name = t.name
+			if t != nil {
+				name = t.name
+			}
 		}
 		info, err := c.s.fetchOffsets(groupID, name)
 		if err != nil {
@@ -592,6 +604,19 @@ func (c *conn) deleteGroups(req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGroupsRes
 func (c *conn) deleteGroup(id string) int16 {
 	if code := c.s.coordinatorCode(id); code != 0 {
 		return code
+	}
+	if c.perms != nil {
+		// Deleting a group deletes its offsets' consumer on every topic.
+		byTopic, err := c.s.groupOffsets(id)
+		if err != nil {
+			c.s.log.Warn("delete group", "group", id, "err", err)
+			return offsetsErrorCode(err)
+		}
+		for topic := range byTopic {
+			if !c.mayManage(streamapi.ConsumerDeleteSubject(topic, consumerName(id))) {
+				return kerr.GroupAuthorizationFailed.Code
+			}
+		}
 	}
 	d := c.s.groups.get(id, false)
 	known := false

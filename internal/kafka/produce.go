@@ -91,9 +91,9 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 		var code int16
 		var msg string
 		if req.Version >= 13 {
-			t, code = c.s.lookupID(rt.TopicID)
+			t, code = c.findIDFor(rt.TopicID, needWrite)
 		} else {
-			t, code, msg = c.s.lookup(rt.Topic, true)
+			t, code, msg = c.findFor(rt.Topic, true, needWrite)
 		}
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]
@@ -233,6 +233,11 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 				po.recordErrs = append(po.recordErrs, kmsg.ProduceResponseTopicPartitionErrorRecord{
 					RelativeOffset: int32(i), ErrorMessage: kmsg.StringPtr(err.Error())})
 				return nil
+			}
+			if t.subject == "" && c.perms != nil && !c.perms.CanPublish(subj) {
+				// A record's own subject (Tern-Subject) the user may not publish
+				// on refuses its partition's data.
+				return badBatch(kerr.TopicAuthorizationFailed.Code, "not authorized to publish on subject %q", subj)
 			}
 			m := outMsg{subj: subj, hdrFrom: len(ps.hdr), value: rec.Value, part: pi}
 			h := header.Append(ps.hdr, streamapi.HeaderToPartition, unsafeString(partText))

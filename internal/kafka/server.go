@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/acceptloop"
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/kafka/group"
 	"github.com/tern-mq/tern/internal/outbound"
@@ -50,6 +51,10 @@ type Config struct {
 	// Groups bounds the consumer groups' session timeouts and sets their initial
 	// rebalance delay (zero fields: Kafka's defaults).
 	Groups group.Config
+	// Auth checks the clients' SASL credentials and gives each its permissions,
+	// and decides whether a client may stay anonymous (sasl.go, authz.go); nil:
+	// every client may do anything, and SASL is refused.
+	Auth *auth.Authenticator
 	// Outbound limits shared with the other front ends.
 	MaxPending         int64
 	SlowConsumerPolicy string

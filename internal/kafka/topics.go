@@ -231,7 +231,9 @@ func (c *conn) metadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
 		for _, t := range s.allTopics() {
-			resp.Topics = append(resp.Topics, metadataTopic(t, 0))
+			if c.allowed(t, needDescribe) {
+				resp.Topics = append(resp.Topics, metadataTopic(t, 0))
+			}
 		}
 		return resp
 	}
@@ -243,9 +245,9 @@ func (c *conn) metadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 		name := ""
 		if rt.Topic != nil {
 			name = *rt.Topic
-			t, code, _ = s.lookup(name, create)
+			t, code, _ = c.findFor(name, create, needDescribe)
 		} else {
-			t, code = s.lookupID(rt.TopicID)
+			t, code = c.findIDFor(rt.TopicID, needDescribe)
 		}
 		if code != 0 {
 			mt := kmsg.NewMetadataResponseTopic()
@@ -302,6 +304,8 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 		parts := int(rt.NumPartitions)
 		cfg, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload)
 		switch {
+		case !c.mayManage(streamapi.StreamCreateSubject(rt.Topic)):
+			fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to create topic %q", rt.Topic))
 		case validTopic(rt.Topic) != nil:
 			fail(kerr.InvalidTopicException.Code, validTopic(rt.Topic).Error())
 		case len(rt.ReplicaAssignment) > 0:
@@ -438,9 +442,12 @@ func (c *conn) deleteTopics(req *kmsg.DeleteTopicsRequest) *kmsg.DeleteTopicsRes
 		var t *topic
 		var code int16
 		if n.name != nil {
-			t, code, _ = c.s.lookup(*n.name, false)
+			t, code, _ = c.find(*n.name, false)
 		} else {
-			t, code = c.s.lookupID(n.id)
+			t, code = c.findIDFor(n.id, needDescribe)
+		}
+		if code == 0 && !c.mayManage(streamapi.StreamDeleteSubject(t.name)) {
+			code = kerr.TopicAuthorizationFailed.Code
 		}
 		if code == 0 {
 			out.TopicID = t.id
@@ -471,8 +478,11 @@ func (c *conn) createPartitions(req *kmsg.CreatePartitionsRequest) *kmsg.CreateP
 	for _, rt := range req.Topics {
 		out := kmsg.NewCreatePartitionsResponseTopic()
 		out.Topic = rt.Topic
-		t, code, _ := c.s.lookup(rt.Topic, false)
+		t, code, _ := c.find(rt.Topic, false)
 		var msg string
+		if code == 0 && !c.mayManage(streamapi.StreamUpdateSubject(rt.Topic)) {
+			code, msg = kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to change topic %q", rt.Topic)
+		}
 		switch {
 		case code != 0:
 			out.ErrorCode = code
@@ -522,7 +532,7 @@ func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeC
 		var entries []configEntry
 		switch r.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:
-			t, code, _ := c.s.lookup(r.ResourceName, false)
+			t, code, _ := c.findFor(r.ResourceName, false, needDescribe)
 			if code != 0 {
 				out.ErrorCode = code
 				resp.Resources = append(resp.Resources, out)
@@ -530,6 +540,12 @@ func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeC
 			}
 			entries = topicConfigEntries(t.cfg)
 		case kmsg.ConfigResourceTypeBroker:
+			if !c.mayManage(clusterConfigSubject) {
+				msg := "not authorized to describe the broker's configs"
+				out.ErrorCode, out.ErrorMessage = kerr.ClusterAuthorizationFailed.Code, &msg
+				resp.Resources = append(resp.Resources, out)
+				continue
+			}
 			entries = []configEntry{{name: "message.max.bytes", value: strconv.Itoa(c.s.cfg.MaxPayload), def: true, readOnly: true}}
 		default:
 			msg := "only topic and broker configs are described"

@@ -201,8 +201,8 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			Advertise: cfg.KafkaAdvertise, AutoCreate: cfg.KafkaAutoCreate, MaxConnections: cfg.MaxConnections,
 			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload,
 			MaxPending: cfg.MaxPending, SlowConsumerPolicy: cfg.SlowConsumerPolicy, WriteTimeout: cfg.WriteTimeout,
-			NotSentLowat: cfg.TCPNotSentLowat,
-			Groups:       group.Config{InitialRebalanceDelay: kafkaDelay(cfg.KafkaGroupInitialDelay)},
+			NotSentLowat: cfg.TCPNotSentLowat, Auth: s.auth,
+			Groups: group.Config{InitialRebalanceDelay: kafkaDelay(cfg.KafkaGroupInitialDelay)},
 		}, s.broker, s.streams, log.With("proto", "kafka"))
 		if err != nil {
 			if s.mqtt != nil {
