@@ -106,14 +106,32 @@ func (s *Server) maySubscribe(a *access, subj string) (ok bool, permit func([]by
 
 // mayKeep reports whether subscription e is allowed with access a: each of its
 // broker subjects is (for a shared subscription, those of the filter after
-// "$share/group/").
+// "$share/group/"), but for the parent level of a filter ending in "/#", which
+// may be refused alone: "cmd/#" is allowed to a user who may subscribe to
+// "cmd.>", and then does not deliver messages on "cmd" itself.
 func (s *Server) mayKeep(a *access, e *sm.Sub) bool {
-	for _, subj := range e.Subjects {
-		if ok, _ := s.maySubscribe(a, subj); !ok {
+	for i, subj := range e.Subjects {
+		if ok, _ := s.maySubscribe(a, subj); !ok && !isParentLevel(e, i) {
 			return false
 		}
 	}
 	return true
+}
+
+// isParentLevel reports whether e.Subjects[i] is the parent level a filter ending
+// in "/#" also matches (FilterSubjects).
+func isParentLevel(e *sm.Sub, i int) bool { return i == 0 && len(e.Subjects) == 2 }
+
+// allowedSubjects returns the broker subjects of e that access a allows: all of
+// them (e.Subjects itself) or, when the parent level of a "/#" filter is refused,
+// the others.
+func (s *Server) allowedSubjects(a *access, e *sm.Sub) []string {
+	if len(e.Subjects) == 2 {
+		if ok, _ := s.maySubscribe(a, e.Subjects[0]); !ok {
+			return e.Subjects[1:]
+		}
+	}
+	return e.Subjects
 }
 
 // mayReceive reports whether a message on subj may reach a session with access a
@@ -128,6 +146,22 @@ func (s *Server) mayReceive(a *access, subj []byte, dollarGuard bool) bool {
 		return false
 	}
 	return ck.MayReceive(subj, dollarGuard)
+}
+
+// mayRead reports whether a session with access a may receive a message on subj
+// that its subscriptions matched without the broker's delivery checks (the cluster's
+// MQTT group stores messages for persistent sessions by subject alone): it might
+// subscribe to subj itself.
+func (s *Server) mayRead(a *access, subj []byte) bool {
+	ck := s.subChecker(a)
+	if ck == nil {
+		return true
+	}
+	if a != nil && a.user == nil {
+		return false
+	}
+	ok, _ := ck.CanSubscribe(string(subj))
+	return ok
 }
 
 // errDenied refuses a publish the client's permissions do not allow.

@@ -431,11 +431,11 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 				sub := &broker.Subscription{Sink: s, SID: x.nextSID, Subject: subj, Queue: e.Queue, NoEcho: e.NoLocal}
 				// The user's rights decide what the filter delivers: those of a
 				// filter that reaches subjects it may not read check each message.
-				if ok, permit := s.srv.maySubscribe(acc, subj); !ok {
-					sub.Permit = func([]byte) bool { return false } // decided before: not so
-				} else {
-					sub.Permit = permit
+				ok, permit := s.srv.maySubscribe(acc, subj)
+				if !ok {
+					continue // the parent level of a "/#" filter, refused alone (mayKeep)
 				}
+				sub.Permit = permit
 				sub.SetCoalesce(coalesce)
 				bySub[sub] = e
 				sc.add = append(sc.add, sub)
@@ -784,7 +784,7 @@ func (s *session) enqueueStored(m *outMsg) {
 	if a := x.access.Load(); a != nil && (a.restricted || a.user == nil) {
 		// Stored for the session's subscriptions by subject alone: the rights
 		// of its user are this copy's to apply.
-		if subj, err := AppendSubject(nil, m.Topic); err != nil || !s.srv.mayReceive(a, subj, false) {
+		if subj, err := AppendSubject(nil, m.Topic); err != nil || !s.srv.mayRead(a, subj) {
 			return
 		}
 	}
@@ -836,7 +836,7 @@ func (s *session) deliverRetained(subs []*sm.Sub, now time.Time) {
 		acc = x.access.Load()
 	}
 	for _, e := range subs {
-		s.srv.retained.match(e.Subjects, e.DollarGuard, now, func(rm *retainedMsg) {
+		s.srv.retained.match(s.srv.allowedSubjects(acc, e), e.DollarGuard, now, func(rm *retainedMsg) {
 			if !s.srv.mayReceive(acc, []byte(rm.subject), e.DollarGuard) {
 				return
 			}
