@@ -155,7 +155,7 @@ emit(a3_got=[m.topic for m in take(a3, 1)], a3_extra=none_within(a3, 0.3) is not
 # neither private/ messages (retained ones included) nor $SYS.
 root.publish("private/r", "retained private", qos=1, retain=True).wait_for_publish(5)
 root.publish("public/r", "retained public", qos=1, retain=True).wait_for_publish(5)
-b = client("bob", user="", password="` + authtest.BobToken + `")
+b = client("bob", user="", password="`+authtest.BobToken+`")
 b.on_subscribe = on_subscribe
 mid = b.subscribe([("#", 1), ("$SYS/#", 0), ("private/#", 0)])[1]
 emit(bob_suback=wait_for(subacks, mid))
