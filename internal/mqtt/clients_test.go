@@ -164,7 +164,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
 PORT = int(os.environ["PORT"])
 
-def client(cid, v5=False, clean=True, expiry=None, will=None, props=None, keepalive=30):
+def client(cid, v5=False, clean=True, expiry=None, will=None, props=None, keepalive=30, user=None, password=None):
     proto = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
     kw = {} if v5 else {"clean_session": clean}
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=proto, **kw)
@@ -182,6 +182,8 @@ def client(cid, v5=False, clean=True, expiry=None, will=None, props=None, keepal
     c.on_message = on_message
     if will:
         c.will_set(*will)
+    if user is not None:
+        c.username_pw_set(user, password)
     cp = None
     if v5:
         cp = props or Properties(PacketTypes.CONNECT)

@@ -408,11 +408,25 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		clientID = "tern-" + hex.EncodeToString(b)
 		opts.AssignedID = clientID
 	}
+	var acc *access
+	if c.srv.cfg.Auth != nil {
+		u, err := c.authenticate(p)
+		if err != nil {
+			c.connack(false, refusal(err), nil)
+			return fmt.Errorf("%w: %w", errClosedByServer, err)
+		}
+		acc = newAccess(u, u.Name, c)
+	}
 	if p.WillFlag {
 		w, err := c.makeWill(p)
 		if err != nil {
 			c.connack(false, packet.TopicNameInvalid, nil)
 			return fmt.Errorf("%w: will: %w", errClosedByServer, err)
+		}
+		// A will the client could not publish itself is refused, as Mosquitto does.
+		if !sm.MayPublish(p.WillTopic) || acc != nil && acc.restricted && !acc.perms.CanPublish(w.Msg.Subject) {
+			c.connack(false, packet.NotAuthorized, nil)
+			return fmt.Errorf("%w: will topic %q not allowed", errClosedByServer, p.WillTopic)
 		}
 		opts.Will = w
 		if err := c.srv.recordWill(c, clientID, w, sessionExpiry(p)); err != nil {
@@ -420,7 +434,7 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 			return fmt.Errorf("%w: %w", errClosedByServer, err)
 		}
 	}
-	sess, err := c.srv.attach(c, clientID, p, opts)
+	sess, err := c.srv.attach(c, clientID, p, opts, acc)
 	if err != nil {
 		c.connack(false, packet.ServerUnavailable, nil)
 		return fmt.Errorf("%w: %w", errClosedByServer, err)
@@ -577,7 +591,15 @@ func (c *conn) handlePublish(p *packet.Publish) error {
 		return nil // not for clients to publish to; QoS 0 has no acknowledgement to say so
 	}
 	reason := packet.Success
-	if err := c.publish(topic, p); err != nil {
+	if err := c.publish(topic, p); err == errDenied {
+		// QoS 0 has no acknowledgement to say so; an MQTT 3 PUBACK or PUBREC says
+		// nothing: the message is dropped (as Mosquitto does).
+		c.debugDenied("publish", topic)
+		if p.QoS == 0 {
+			return nil
+		}
+		reason = packet.NotAuthorized
+	} else if err != nil {
 		if c.version != packet.V5 {
 			return fmt.Errorf("%w: publish to %q: %w", errClosedByServer, topic, err)
 		}
@@ -644,7 +666,12 @@ func (c *conn) publishQoS1(topic string, p *packet.Publish) error {
 	reason := packet.NotAuthorized
 	if sm.MayPublish(topic) {
 		reason = packet.Success
-		if err := c.publish(topic, p); err != nil {
+		if err := c.publish(topic, p); err == errDenied {
+			// MQTT 3 has no word for it: the PUBACK says nothing, the message is
+			// dropped (as Mosquitto does).
+			reason = packet.NotAuthorized
+			c.debugDenied("publish", topic)
+		} else if err != nil {
 			if c.version != packet.V5 {
 				return fmt.Errorf("%w: publish to %q: %w", errClosedByServer, topic, err)
 			}
@@ -673,6 +700,9 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 	var err error
 	if in.subj, err = AppendSubject(in.subj[:0], topic); err != nil {
 		return err
+	}
+	if !c.mayPublish(c.sess(), in.subj) {
+		return errDenied
 	}
 	m := &in.pub
 	m.Subject = in.subj
@@ -713,11 +743,19 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 	if len(p.Props.SubscriptionIDs) > 0 {
 		subID = p.Props.SubscriptionIDs[0]
 	}
+	sess := c.sess()
+	var acc *access
+	if x := sess.x.Load(); x != nil {
+		acc = x.access.Load()
+	}
 	subs := make([]*sm.Sub, len(p.Subs))
 	for i, s := range p.Subs {
 		subs[i], _ = newSub(strings.Clone(s.Filter), s.QoS, s.NoLocal, s.RetainAsPublished, subID) // nil: invalid
+		if e := subs[i]; e != nil && !c.srv.mayKeep(acc, e) {
+			e.Denied = true
+			c.debugDenied("subscription", s.Filter)
+		}
 	}
-	sess := c.sess()
 	c.ownFlush = true
 	if err := c.step(func(now time.Time) error { return sess.m.Subscribe(now, p, subs) }); err != nil {
 		return closedBy(err)

@@ -299,6 +299,9 @@ type sessionRecord struct {
 	// Host is the cluster node that hosts the session (runs its expiry, takes
 	// what the MQTT group stores for it); "" alone.
 	Host string `json:"host,omitempty"`
+	// User is the user the session belongs to, "" anonymous (or made without
+	// authentication): a restored session has that user's rights.
+	User string `json:"user,omitempty"`
 }
 
 type subRecord struct {

@@ -635,9 +635,10 @@ func (s *Server) replicatedSession(clientID string) *session {
 	}
 	sess := newSession(s, clientID)
 	sess.m.Restore(time.Duration(rec.Expiry))
+	acc := sess.restoreOwner(rec.User)
 	for _, sr := range rec.Subs {
 		e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
-		if err != nil {
+		if err != nil || !s.mayKeep(acc, e) {
 			continue
 		}
 		sess.m.RestoreSub(e)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tern-mq/tern/internal/acceptloop"
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	sm "github.com/tern-mq/tern/internal/mqtt/session"
@@ -84,6 +85,10 @@ type Config struct {
 	SysInterval time.Duration
 	// Version is the server version shown in $SYS/broker/version.
 	Version string
+	// Auth, when set, authenticates each CONNECT and gives its client the
+	// permissions of its user (docs/mqtt.md); without it every client may do
+	// anything.
+	Auth *auth.Authenticator
 	// IdleAfter is how long a connection goes without a byte from its client before
 	// it gives up its reader goroutine and waits in the server's epoll set (Linux),
 	// so that idle connections cost little memory; 0 means 2 s, negative never
@@ -320,10 +325,15 @@ func (s *Server) restore(data map[string][]byte) {
 			}
 			sess := newSession(s, rest)
 			sess.m.Restore(time.Duration(rec.Expiry))
+			acc := sess.restoreOwner(rec.User)
 			for _, sr := range rec.Subs {
 				e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
 				if err != nil {
 					s.log.Error("mqtt state: subscription not restored", "client_id", rest, "filter", sr.Filter, "err", err)
+					continue
+				}
+				if !s.mayKeep(acc, e) {
+					s.log.Warn("mqtt state: subscription dropped, its user may no longer make it", "client_id", rest, "user", rec.User, "filter", sr.Filter)
 					continue
 				}
 				sess.m.RestoreSub(e)
@@ -575,13 +585,13 @@ func (s *Server) TransportConnections(transport string) []ConnInfo {
 	return out
 }
 
-// attach binds c, whose CONNECT p was accepted, to the session of clientID, made if
-// there is none (or it has just ended). The session machine negotiates, writes the
+// attach binds c, whose CONNECT p was accepted from the user of access a, to the
+// session of clientID, made if there is none (or it has just ended). The session machine negotiates, writes the
 // CONNACK first on c, and kicks a connection that had the session. c counts as
 // connected before the client can see its CONNACK, so that a connection it opens
 // next meets the connection limit with this one in it. Under s.mu, so that the
 // session cannot leave the map (forget) while it is being bound.
-func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.ConnectOpts) (*session, error) {
+func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.ConnectOpts, a *access) (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -607,7 +617,7 @@ func (s *Server) attach(c *conn, clientID string, p *packet.Connect, opts sm.Con
 	c.attached.Store(true)
 	s.attachedN++
 	s.claimLocked(c, clientID)
-	sess.connect(c, p, opts)
+	sess.connect(c, p, opts, a)
 	return sess, nil
 }
 

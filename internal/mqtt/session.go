@@ -69,6 +69,10 @@ type sessionExtra struct {
 	// numbers them.
 	held    []heldWrite
 	heldSeq uint64
+	// access is the user the session belongs to and that user's rights, with
+	// authentication on (Config.Auth); nil for the anonymous user with every
+	// right. Stored under mu, at CONNECT and restore; read without it.
+	access atomic.Pointer[access]
 }
 
 // routeView is what routing a delivery reads of a session, for deliveries made
@@ -389,7 +393,7 @@ func (s *session) persistLocked(ops []sm.Op) {
 // saveRecordLocked writes the session record: expiry, subscriptions and, in a
 // cluster, this node as the session's host. mu is held.
 func (s *session) saveRecordLocked() {
-	rec := sessionRecord{Expiry: int64(s.m.Expiry()), Host: s.srv.nodeName}
+	rec := sessionRecord{Expiry: int64(s.m.Expiry()), Host: s.srv.nodeName, User: s.accessLocked().ownerName()}
 	s.m.Subs(func(e *sm.Sub) {
 		rec.Subs = append(rec.Subs, subRecord{Filter: e.Filter, QoS: e.QoS, NoLocal: e.NoLocal, RAP: e.RAP, SubID: e.SubID})
 	})
@@ -421,9 +425,17 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 				bySub = make(map[*broker.Subscription]*sm.Sub)
 			}
 			coalesce := markOverlaps(bySub, e)
+			acc := x.access.Load()
 			for _, subj := range e.Subjects {
 				x.nextSID++
 				sub := &broker.Subscription{Sink: s, SID: x.nextSID, Subject: subj, Queue: e.Queue, NoEcho: e.NoLocal}
+				// The user's rights decide what the filter delivers: those of a
+				// filter that reaches subjects it may not read check each message.
+				ok, permit := s.srv.maySubscribe(acc, subj)
+				if !ok {
+					continue // the parent level of a "/#" filter, refused alone (mayKeep)
+				}
+				sub.Permit = permit
 				sub.SetCoalesce(coalesce)
 				bySub[sub] = e
 				sc.add = append(sc.add, sub)
@@ -568,17 +580,70 @@ func (s *session) ended() bool {
 // connect binds c, whose CONNECT was accepted, and negotiates into c.link; the
 // CONNACK is the first packet Ready writes to c. A connection that had the session
 // is told it was taken over.
-func (s *session) connect(c *conn, p *packet.Connect, o sm.ConnectOpts) {
+//
+// With authentication, a is the user's access: a session that belongs to another
+// user starts afresh (its subscriptions and queued messages were chosen with that
+// user's rights), and one resumed by its user with rights that changed since (the
+// users file was reloaded, or the session was restored) has its subscriptions
+// decided again: those no longer allowed are dropped.
+func (s *session) connect(c *conn, p *packet.Connect, o sm.ConnectOpts, a *access) {
 	var old *conn
 	o.Link = &c.link
+	authOn := s.srv.cfg.Auth != nil
 	_ = s.step(func(now time.Time) error {
 		old = s.conn.Swap(c)
+		prev := s.accessLocked()
+		if authOn {
+			o.Fresh = prev.ownerName() != a.ownerName()
+			s.setAccessLocked(a)
+		}
 		s.m.Connect(now, p, o)
+		if authOn && !o.Fresh && !p.CleanStart && prev.userOf() != a.userOf() {
+			s.m.Recheck(func(e *sm.Sub) bool { return s.srv.mayKeep(a, e) })
+		}
 		return nil
 	})
 	if old != nil && old != c {
 		old.takenOver()
 	}
+}
+
+// accessLocked is the session's access. mu is held.
+func (s *session) accessLocked() *access {
+	if x := s.x.Load(); x != nil {
+		return x.access.Load()
+	}
+	return nil
+}
+
+// setAccessLocked gives the session access a. mu is held.
+func (s *session) setAccessLocked(a *access) {
+	if a == nil {
+		if x := s.x.Load(); x != nil {
+			x.access.Store(nil)
+		}
+		return
+	}
+	s.extra().access.Store(a)
+}
+
+// restoreOwner gives a session being restored the rights its user has now, and
+// returns them: none when the user is no more. Nothing to do without
+// authentication.
+func (s *session) restoreOwner(name string) *access {
+	a := s.srv.cfg.Auth
+	if a == nil {
+		return nil
+	}
+	u := a.UserNamed(name)
+	if u == nil {
+		s.srv.log.Warn("mqtt session restored without rights: its user is not in the users file", "client_id", s.id, "user", name)
+	}
+	acc := newAccess(u, name, nil)
+	s.mu.Lock()
+	s.setAccessLocked(acc)
+	s.mu.Unlock()
+	return acc
 }
 
 // disconnected ends c's part in the session if it is still the bound connection.
@@ -716,6 +781,13 @@ func (s *session) enqueueStored(m *outMsg) {
 		return
 	}
 	x.fedMID = m.MID
+	if a := x.access.Load(); a != nil && (a.restricted || a.user == nil) {
+		// Stored for the session's subscriptions by subject alone: the rights
+		// of its user are this copy's to apply.
+		if subj, err := AppendSubject(nil, m.Topic); err != nil || !s.srv.mayRead(a, subj) {
+			return
+		}
+	}
 	var now time.Time
 	if m.ExpireAt != 0 {
 		now = time.Now()
@@ -759,8 +831,15 @@ func (s *session) disown() {
 
 // deliverRetained sends the retained messages new subscriptions match.
 func (s *session) deliverRetained(subs []*sm.Sub, now time.Time) {
+	var acc *access
+	if x := s.x.Load(); x != nil {
+		acc = x.access.Load()
+	}
 	for _, e := range subs {
-		s.srv.retained.match(e.Subjects, e.DollarGuard, now, func(rm *retainedMsg) {
+		s.srv.retained.match(s.srv.allowedSubjects(acc, e), e.DollarGuard, now, func(rm *retainedMsg) {
+			if !s.srv.mayReceive(acc, []byte(rm.subject), e.DollarGuard) {
+				return
+			}
 			om := &outMsg{
 				Topic: string(AppendTopic(nil, []byte(rm.subject))), Payload: rm.payload, Header: rm.header,
 				QoS: rm.qos, ExpireAt: rm.expireAt,

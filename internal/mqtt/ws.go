@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"crypto/x509"
 	"net"
 	"net/http"
 	"sync"
@@ -30,6 +31,9 @@ func (s *Server) WebSocketHandler() http.Handler {
 		// The handler must not return before the connection is over: the
 		// WebSocket goes with it.
 		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{})}
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+			nc.cert = r.TLS.VerifiedChains[0][0]
+		}
 		s.ServeConn(nc)
 		<-nc.closed
 	})
@@ -40,6 +44,10 @@ type wsConn struct {
 	net.Conn
 	once   sync.Once
 	closed chan struct{}
+	// cert is the client certificate the server verified when the WebSocket
+	// came over TLS, nil otherwise: the net.Conn under the WebSocket is out of
+	// reach, the HTTP request's TLS state is not.
+	cert *x509.Certificate
 }
 
 func (w *wsConn) Close() error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth/authtest"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	"github.com/tern-mq/tern/internal/wire"
 )
@@ -67,13 +68,23 @@ func BenchmarkPubSubLoopback(b *testing.B) {
 
 // benchMQTTClient connects an MQTT 3.1.1 client over loopback TCP, outside the timer.
 func benchMQTTClient(b *testing.B, s *Server, id string, subscribe string) net.Conn {
+	return benchMQTTClientAs(b, s, id, subscribe, "", "")
+}
+
+// benchMQTTClientAs is benchMQTTClient logging in with user and password, when
+// either is set (a bearer token is the password of user "").
+func benchMQTTClientAs(b *testing.B, s *Server, id, subscribe, user, password string) net.Conn {
 	b.Helper()
 	nc, err := net.Dial("tcp", s.MQTTAddr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { nc.Close() })
-	out, _ := packet.Append(nil, &packet.Connect{ProtocolLevel: packet.V311, ClientID: id, CleanStart: true}, packet.V311)
+	cp := &packet.Connect{ProtocolLevel: packet.V311, ClientID: id, CleanStart: true}
+	if user != "" || password != "" {
+		cp.Username, cp.HasUsername, cp.Password, cp.HasPassword = user, true, []byte(password), true
+	}
+	out, _ := packet.Append(nil, cp, packet.V311)
 	want := 4 // CONNACK
 	if subscribe != "" {
 		out, _ = packet.Append(out, &packet.Subscribe{PacketID: 1, Subs: []packet.Subscription{{Filter: subscribe}}}, packet.V311)
@@ -101,6 +112,23 @@ func BenchmarkMQTTPubSubLoopback(b *testing.B) {
 	}
 	msg, _ := packet.Append(nil, &packet.Publish{Topic: "bench/x", Payload: make([]byte, 16)}, packet.V311)
 	streamLoopback(b, pub, sub, msg, len(msg)) // every delivery is the same PUBLISH
+}
+
+// BenchmarkMQTTPubSubLoopbackAuth: as BenchmarkMQTTPubSubLoopback, with users:
+// the publisher may publish under sensors.> but not sensors.secret (each publish
+// checked), and the subscriber's "#" reaches subjects it may not read (each
+// delivery checked).
+func BenchmarkMQTTPubSubLoopbackAuth(b *testing.B) {
+	users := authtest.File(b)
+	s := startServer(b, func(c *Config) { c.HTTPAddr, c.UsersFile = "", users })
+	sub := benchMQTTClientAs(b, s, "bench-sub", "#", "", authtest.BobToken)
+	pub := benchMQTTClientAs(b, s, "bench-pub", "", authtest.Alice, authtest.AlicePassword)
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.Broker().HasInterest([]byte("sensors.x")) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	msg, _ := packet.Append(nil, &packet.Publish{Topic: "sensors/x", Payload: make([]byte, 16)}, packet.V311)
+	streamLoopback(b, pub, sub, msg, len(msg))
 }
 
 // BenchmarkMQTTOverlapLoopback: as BenchmarkMQTTPubSubLoopback, to an MQTT 5

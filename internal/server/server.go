@@ -174,6 +174,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		mcfg.NotSentLowat = cfg.TCPNotSentLowat
 		mcfg.WriteTimeout, mcfg.ConnectTimeout = cfg.WriteTimeout, cfg.ConnectTimeout
 		mcfg.Version = Version
+		mcfg.Auth = s.auth
 		if cfg.StoreDir != "" {
 			policy, err := store.ParseSyncPolicy(cfg.Sync)
 			if err != nil {

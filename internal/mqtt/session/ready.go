@@ -79,7 +79,8 @@ type Will struct {
 }
 
 // SubChange is one broker subscription change. Add and Remove are both set when a
-// SUBSCRIBE replaces an existing subscription of the same filter.
+// SUBSCRIBE replaces an existing subscription of the same filter, and both are the
+// same Sub when Recheck has it made again.
 type SubChange struct {
 	Add, Remove *Sub
 }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -56,6 +57,9 @@ type Sub struct {
 	SubID       uint32
 	Shared      bool
 	DollarGuard bool // the filter starts with a wildcard: '$' topics do not match
+	// Denied: the driver refuses the subscription, as its client may not
+	// subscribe to the filter (reason 0x87, 0x80 in MQTT 3).
+	Denied bool
 	// Subjects and Queue are the driver's mapping of the filter onto broker
 	// subscriptions, carried along and never looked at here.
 	Subjects []string
@@ -340,6 +344,10 @@ type ConnectOpts struct {
 	// one per connection saves an allocation per connected client. Nil: Connect
 	// allocates it.
 	Link *Link
+	// Fresh starts the session afresh whatever the CONNECT's clean start says (its
+	// own expiry still holds): the driver found the session belongs to another
+	// user, whose subscriptions and queued messages are not this client's to take.
+	Fresh bool
 }
 
 // Connect binds a new connection whose CONNECT the driver accepted. Ready then
@@ -401,7 +409,7 @@ func (s *Session) Connect(now time.Time, p *packet.Connect, o ConnectOpts) *Link
 		}
 		s.link = nil
 	}
-	if p.CleanStart && s.started {
+	if (p.CleanStart || o.Fresh) && s.started {
 		s.end()
 		s.reopen()
 	}
@@ -758,6 +766,9 @@ func (s *Session) Subscribe(now time.Time, p *packet.Subscribe, subs []*Sub) err
 		case e == nil:
 			reasons[i] = failure(packet.TopicFilterInvalid)
 			continue
+		case e.Denied:
+			reasons[i] = failure(packet.NotAuthorized)
+			continue
 		case s.ended:
 			reasons[i] = failure(packet.UnspecifiedError)
 			continue
@@ -776,6 +787,34 @@ func (s *Session) Subscribe(now time.Time, p *packet.Subscribe, subs []*Sub) err
 	}
 	rd.Packets = append(rd.Packets, Packet{Type: packet.TypeSuback, PID: p.PacketID, Reasons: reasons})
 	return nil
+}
+
+// Recheck decides the session's subscriptions again, for a client whose rights may
+// differ from those they were made with (it resumed the session with rights that
+// changed since): keep reports whether one stays. Those that do not are removed
+// (and the session saved); the others are made again in the broker, Ready listing
+// each as removed and added, so that the driver applies the new rights to their
+// deliveries. The client is told nothing.
+func (s *Session) Recheck(keep func(*Sub) bool) {
+	if len(s.subs) == 0 || s.ended {
+		return
+	}
+	rd := s.ready()
+	removed := false
+	for _, f := range slices.Sorted(maps.Keys(s.subs)) {
+		e := s.subs[f]
+		if keep(e) {
+			rd.Subs = append(rd.Subs, SubChange{Add: e, Remove: e})
+			continue
+		}
+		delete(s.subs, f)
+		s.live(e, nil)
+		removed = true
+		rd.Subs = append(rd.Subs, SubChange{Remove: e})
+	}
+	if removed {
+		s.saveSession()
+	}
 }
 
 // Unsubscribe takes an UNSUBSCRIBE.
