@@ -274,7 +274,7 @@ func FuzzRequest(f *testing.F) {
 	client, srv := net.Pipe()
 	go func() { _, _ = io.Copy(io.Discard, client) }()
 	f.Cleanup(func() { client.Close(); srv.Close() })
-	c := newConn(s, 1, srv)
+	c := newConn(s, 1, srv, false)
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) > maxOtherRequest {
 			return

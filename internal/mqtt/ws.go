@@ -29,7 +29,8 @@ func (s *Server) WebSocketHandler() http.Handler {
 		}
 		// The handler must not return before the connection is over: the
 		// WebSocket goes with it.
-		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{})}
+		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{}),
+			secure: r.TLS != nil}
 		s.ServeConn(nc)
 		<-nc.closed
 	})
@@ -40,6 +41,7 @@ type wsConn struct {
 	net.Conn
 	once   sync.Once
 	closed chan struct{}
+	secure bool // the request came over TLS (wss://)
 }
 
 func (w *wsConn) Close() error {
