@@ -388,7 +388,9 @@ func TestTLSConfigErrors(t *testing.T) {
 		want   string
 	}{
 		{"port without cert", func(c *server.Config) { c.TLSCertFile, c.TLSKeyFile = "", "" }, "option tls_port: a TLS listener needs tls_cert_file and tls_key_file"},
-		{"https without key", func(c *server.Config) { c.TLSPort, c.MQTTTLSPort, c.MQTTWSSPort, c.KafkaTLSPort, c.TLSKeyFile = -1, -1, -1, -1, "" }, "option https:"},
+		{"https without key", func(c *server.Config) {
+			c.TLSPort, c.MQTTTLSPort, c.MQTTWSSPort, c.KafkaTLSPort, c.TLSKeyFile = -1, -1, -1, -1, ""
+		}, "option https:"},
 		{"missing cert file", func(c *server.Config) { c.TLSCertFile = cs.Dir + "/missing.pem" }, "missing.pem"},
 		{"insecure cipher", func(c *server.Config) { c.TLSCiphers = "TLS_RSA_WITH_RC4_128_SHA" }, "insecure"},
 	} {
