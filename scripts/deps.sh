@@ -31,6 +31,8 @@ need iptables iptables
 need mosquitto_pub mosquitto-clients
 # kcat (librdkafka inside), a Kafka client Tern did not write, for the Kafka API tests.
 need kcat kcat
+# openssl s_client, a TLS client Tern did not write, for the TLS version and cipher tests.
+need openssl openssl
 need python3 python3
 # Python clients from PyPI in the project's own virtual environment (.venv, not
 # committed), each installed unless that version is there: paho-mqtt for the MQTT

@@ -2,6 +2,7 @@ package tern
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,9 +83,10 @@ const readBufSize = 64 << 10
 //
 // Locks are taken in the order writeMu, mu, subsMu, then a subscription's own.
 type Conn struct {
-	opts  Options
-	given []string // the servers given to Connect, as host:port or udp://host:port
-	log   *slog.Logger
+	opts   Options
+	tlsCfg *tls.Config // of tls:// servers, from the options
+	given  []string    // the servers given to Connect, as host:port or udp://host:port
+	log    *slog.Logger
 
 	// writeMu is held by whoever is writing to the socket (the flusher, a publisher
 	// that found the buffer full, Close); spare belongs to its holder.
@@ -186,14 +188,16 @@ func parseServers(url string) ([]string, error) {
 		if u == "" {
 			continue
 		}
-		udpScheme := false
+		prefix := ""
 		if scheme, rest, ok := strings.Cut(u, "://"); ok {
 			switch scheme {
 			case "tern", "tcp":
 			case "udp":
-				udpScheme = true
+				prefix = udpPrefix
+			case "tls":
+				prefix = tlsPrefix
 			default:
-				return nil, fmt.Errorf("%w: %q: scheme %q, want tern:// or udp://", ErrBadURL, u, scheme)
+				return nil, fmt.Errorf("%w: %q: scheme %q, want tern://, tls:// or udp://", ErrBadURL, u, scheme)
 			}
 			u = rest
 		}
@@ -204,10 +208,7 @@ func parseServers(url string) ([]string, error) {
 			}
 			u = net.JoinHostPort(strings.Trim(u, "[]"), DefaultPort)
 		}
-		if udpScheme {
-			u = udpPrefix + u
-		}
-		servers = append(servers, u)
+		servers = append(servers, prefix+u)
 	}
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("%w: empty URL", ErrBadURL)
@@ -225,7 +226,12 @@ func (o Options) Connect(url string) (*Conn, error) {
 	if _, err := o.udpConfig(); err != nil {
 		return nil, err
 	}
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	c := &Conn{
+		tlsCfg:  tlsCfg,
 		opts:    o,
 		given:   servers,
 		servers: servers,
@@ -267,17 +273,22 @@ func (o Options) Connect(url string) (*Conn, error) {
 // dial connects to addr and runs the handshake. It returns the bytes read past the
 // INFO frame.
 func (c *Conn) dial(addr string) (net.Conn, ServerInfo, []byte, error) {
-	var nc net.Conn
+	var nc, tcp net.Conn // tcp: the socket under nc, when it is one
 	var err error
 	if host, ok := strings.CutPrefix(addr, udpPrefix); ok {
 		nc, err = c.dialUDP(host)
+	} else if host, ok := strings.CutPrefix(addr, tlsPrefix); ok {
+		if nc, err = c.dialTLS(host); err == nil {
+			tcp = nc.(*tls.Conn).NetConn()
+		}
 	} else {
 		nc, err = net.DialTimeout("tcp", addr, c.opts.Timeout)
+		tcp = nc
 	}
 	if err != nil {
 		return nil, ServerInfo{}, nil, fmt.Errorf("tern: dial %s: %w", addr, err)
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := tcp.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		if n := c.opts.ReadBufferSize; n > 0 {
 			_ = tc.SetReadBuffer(n)
@@ -377,12 +388,18 @@ func (c *Conn) learnLocked(urls []string) bool {
 	if c.opts.NoClusterDiscovery {
 		return false
 	}
+	// A client given a tls:// server moves only to tls:// servers, never to
+	// plaintext; one given none stays off TLS, which it was not configured for.
+	secure := slices.ContainsFunc(c.given, func(a string) bool { return strings.HasPrefix(a, tlsPrefix) })
 	var announced []string
 	for _, u := range urls {
 		addrs, err := parseServers(u)
 		if err != nil || len(addrs) != 1 {
 			c.log.Debug("announced server ignored", "url", u, "err", err)
 			continue // a scheme this client does not speak
+		}
+		if strings.HasPrefix(addrs[0], tlsPrefix) != secure {
+			continue
 		}
 		announced = append(announced, addrs[0])
 	}
@@ -1119,7 +1136,7 @@ func (c *Conn) DiscoveredServers() []string {
 
 // urlOf turns a server address of the list into its URL.
 func urlOf(addr string) string {
-	if strings.HasPrefix(addr, udpPrefix) {
+	if strings.HasPrefix(addr, udpPrefix) || strings.HasPrefix(addr, tlsPrefix) {
 		return addr
 	}
 	return "tern://" + addr

@@ -1,6 +1,8 @@
 package tern
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"time"
@@ -36,6 +38,13 @@ type Options struct {
 	UDPIdleTimeout      time.Duration // udp:// only
 	UDPServerKey        []byte
 	UDPPreSharedKey     []byte
+	// tls:// only (tls.go).
+	TLSConfig     *tls.Config
+	TLSRootCAs    *x509.CertPool
+	TLSCAFile     string
+	TLSCertFile   string
+	TLSKeyFile    string
+	TLSServerName string
 
 	ConnectHandler           func(*Conn)
 	DisconnectHandler        func(*Conn, error)

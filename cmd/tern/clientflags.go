@@ -22,6 +22,8 @@ type clientFlags struct {
 	timeout time.Duration
 	udpKey  string
 	udpPSK  string
+	// tls:// servers: the CA file to verify them with, the client certificate.
+	tlsCA, tlsCert, tlsKey string
 }
 
 // registerServer adds --server and --context only (tern bench).
@@ -44,6 +46,17 @@ func (c *clientFlags) register(cmd *cobra.Command, defaultName string) {
 	_ = fs.SetAnnotation("udp-key", defaultAnnotation, []string{"$TERN_UDP_KEY, else the context's, else none"})
 	fs.StringVar(&c.udpPSK, "udp-psk-file", "", "`file` with the pre-shared key of a server that has udp_psk_file")
 	_ = fs.SetAnnotation("udp-psk-file", defaultAnnotation, []string{"the context's, else none"})
+	registerTLSFlags(fs, &c.tlsCA, &c.tlsCert, &c.tlsKey)
+	for _, f := range []string{"tls-ca", "tls-cert", "tls-key"} {
+		_ = fs.SetAnnotation(f, defaultAnnotation, []string{"the context's, else none"})
+	}
+}
+
+// registerTLSFlags adds the TLS options of tls:// servers.
+func registerTLSFlags(fs *pflag.FlagSet, ca, cert, key *string) {
+	fs.StringVar(ca, "tls-ca", "", "PEM `file` of the CA that tls:// servers' certificates must chain to (default: the system's)")
+	fs.StringVar(cert, "tls-cert", "", "PEM `file` of the client certificate for tls:// servers that ask for one (needs --tls-key)")
+	fs.StringVar(key, "tls-key", "", "PEM `file` of the client certificate's private key")
 }
 
 // resolve fills in what the command line left unset: from the environment
@@ -71,6 +84,9 @@ func (c *clientFlags) resolve() error {
 	pick("creds", &c.creds, "", ctx.Creds)
 	pick("udp-key", &c.udpKey, "TERN_UDP_KEY", ctx.UDPKey)
 	pick("udp-psk-file", &c.udpPSK, "", ctx.UDPPSKFile)
+	pick("tls-ca", &c.tlsCA, "", ctx.TLSCA)
+	pick("tls-cert", &c.tlsCert, "", ctx.TLSCert)
+	pick("tls-key", &c.tlsKey, "", ctx.TLSKey)
 	return nil
 }
 
@@ -99,6 +115,15 @@ func (c *clientFlags) connect(extra ...tern.Option) (*tern.Conn, error) {
 			return nil, fmt.Errorf("--udp-psk-file %s: %w", c.udpPSK, err)
 		}
 		opts = append(opts, tern.UDPPreSharedKey(k))
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, tern.TLSCAFile(c.tlsCA))
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, usageErrorf("--tls-cert and --tls-key go together")
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, tern.TLSClientCert(c.tlsCert, c.tlsKey))
 	}
 	nc, err := tern.Connect(c.server, append(opts, extra...)...)
 	if err != nil {

@@ -33,6 +33,10 @@ type ternContext struct {
 	Creds       string `json:"creds,omitempty"`
 	UDPKey      string `json:"udp_key,omitempty"`
 	UDPPSKFile  string `json:"udp_psk_file,omitempty"`
+	// TLS files for tls:// servers, absolute paths.
+	TLSCA   string `json:"tls_ca,omitempty"`
+	TLSCert string `json:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty"`
 	// Monitor is the server's monitoring endpoint, for the commands that read it
 	// (tern cluster); empty means port 7480 on the host of Server.
 	Monitor string `json:"monitor,omitempty"`
@@ -215,8 +219,9 @@ file each; context.txt beside it names the selected one.
 
 Client commands (pub, sub, req, reply, bench, stream, consumer) take the server
 from --server, else $TERN_URL, else the context named by --context, else the
-selected context, else tern://127.0.0.1:7400. --creds, --udp-key ($TERN_UDP_KEY)
-and --udp-psk-file given on the command line likewise win over the context's.
+selected context, else tern://127.0.0.1:7400. --creds, --udp-key ($TERN_UDP_KEY),
+--udp-psk-file, --tls-ca, --tls-cert and --tls-key given on the command line
+likewise win over the context's.
 The commands that read the server's monitoring endpoint (tern cluster) take it
 from --monitor, else $TERN_MONITOR_URL, else the context's monitor, else port
 7480 on the host of the server.`
@@ -249,6 +254,7 @@ func newContextAddCmd() *cobra.Command {
 		Short: "Create a context, or change the options given of an existing one",
 		Example: `  tern context add local --server tern://127.0.0.1:7400 --select
   tern context add edge --server udp://10.0.0.5:7400 --udp-key "$(cat server.pub)"
+  tern context add secure --server tls://broker.example:7443 --tls-ca ca.pem --tls-cert me.pem --tls-key me-key.pem
   tern context add prod --description "production, EU"   # change only the description`,
 		Args: argsBetween(1, 1, "want a context name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -281,6 +287,17 @@ func newContextAddCmd() *cobra.Command {
 				}
 			}
 			set("udp-psk-file", &old.UDPPSKFile, c.UDPPSKFile)
+			for _, f := range []struct {
+				flag     string
+				dst, val *string
+			}{{"tls-ca", &old.TLSCA, &c.TLSCA}, {"tls-cert", &old.TLSCert, &c.TLSCert}, {"tls-key", &old.TLSKey, &c.TLSKey}} {
+				if fs.Changed(f.flag) && *f.val != "" {
+					if *f.val, err = filepath.Abs(*f.val); err != nil {
+						return err
+					}
+				}
+				set(f.flag, f.dst, *f.val)
+			}
 			if fs.Changed("monitor") && c.Monitor != "" {
 				if c.Monitor, err = normalizeMonitorURL(c.Monitor); err != nil {
 					return err
@@ -314,6 +331,7 @@ func newContextAddCmd() *cobra.Command {
 	fs.StringVar(&c.Creds, "creds", "", "`credentials` sent in CONNECT")
 	fs.StringVar(&c.UDPKey, "udp-key", "", "the server's public `key` (tern udp-keygen): udp:// sessions are encrypted")
 	fs.StringVar(&c.UDPPSKFile, "udp-psk-file", "", "`file` with the pre-shared key of a server that has udp_psk_file (saved as an absolute path)")
+	registerTLSFlags(fs, &c.TLSCA, &c.TLSCert, &c.TLSKey)
 	fs.StringVar(&c.Monitor, "monitor", "", "the server's monitoring endpoint, `URL` or HOST[:PORT], for tern cluster (empty: port 7480 on the server's host)")
 	fs.BoolVar(&choose, "select", false, "also select the context")
 	return cmd
@@ -418,6 +436,9 @@ func newContextShowCmd() *cobra.Command {
 			fmt.Fprintf(tw, "  creds:\t%s\n", creds)
 			fmt.Fprintf(tw, "  udp key:\t%s\n", orDefault(c.UDPKey, "-"))
 			fmt.Fprintf(tw, "  udp psk file:\t%s\n", orDefault(c.UDPPSKFile, "-"))
+			fmt.Fprintf(tw, "  tls ca:\t%s\n", orDefault(c.TLSCA, "-"))
+			fmt.Fprintf(tw, "  tls cert:\t%s\n", orDefault(c.TLSCert, "-"))
+			fmt.Fprintf(tw, "  tls key:\t%s\n", orDefault(c.TLSKey, "-"))
 			fmt.Fprintf(tw, "  monitor:\t%s\n", orDefault(c.Monitor, monitorURLFor(c.Server)+" (from the server)"))
 			fmt.Fprintf(tw, "  file:\t%s\n", path)
 			return tw.Flush()

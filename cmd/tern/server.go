@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,9 +20,10 @@ const serverExample = `  tern server                                    # every 
 
 func newServerCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "server [options]",
-		Short:   "Run the broker",
-		Long:    "Runs the broker until SIGINT or SIGTERM, then shuts down cleanly.\n\n" + server.OptionsIntro,
+		Use:   "server [options]",
+		Short: "Run the broker",
+		Long: "Runs the broker until SIGINT or SIGTERM, then shuts down cleanly. SIGHUP reloads\n" +
+			"the TLS certificate, key, CA and CRL files (docs/security.md).\n\n" + server.OptionsIntro,
 		Example: serverExample,
 		Args:    argsBetween(0, 0, ""),
 	}
@@ -55,6 +58,10 @@ func runServer(ctx context.Context, cfg server.Config) error {
 		return err
 	}
 	server.Version = version
+	// From before the server starts: SIGHUP's default is to end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	s, err := server.New(cfg, log)
 	if err != nil {
 		return err
@@ -62,7 +69,14 @@ func runServer(ctx context.Context, cfg server.Config) error {
 	if err := s.Start(); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			log.Info("SIGHUP: reloading")
+			_ = s.Reload() // logs what it did; a part that fails keeps its old files
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.Shutdown(sctx)

@@ -23,11 +23,23 @@ type Cluster interface {
 	DeleteStream(name string) error
 }
 
-// Broker is a node serving the Kafka API.
+// Broker is a node serving the Kafka API: plain TCP at Host:Port, TLS at
+// TLSHost:TLSPort (a port is 0 where the node has no such listener).
 type Broker struct {
-	ID   int32
-	Host string
-	Port int32
+	ID      int32
+	Host    string
+	Port    int32
+	TLSHost string
+	TLSPort int32
+}
+
+// endpoint is where a client of a TLS listener (secure) or of a plain one is told
+// to find b: the listener of its own kind, else the other.
+func (b Broker) endpoint(secure bool) (string, int32) {
+	if (secure && b.TLSPort != 0) || b.Port == 0 {
+		return b.TLSHost, b.TLSPort
+	}
+	return b.Host, b.Port
 }
 
 // TopicInfo is a stream of the cluster as Metadata describes it.

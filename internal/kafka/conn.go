@@ -33,6 +33,7 @@ type conn struct {
 	nc     net.Conn
 	remote string
 	start  time.Time
+	tls    bool // came through a TLS listener (ServeTLS)
 	q      outbound.Queue
 	br     *bufio.Reader
 
@@ -56,10 +57,26 @@ type conn struct {
 	fetch fetchScratch
 }
 
-func newConn(s *Server, id uint64, nc net.Conn) *conn {
-	c := &conn{s: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now()}
-	c.q.Init(s.group, c)
+func newConn(s *Server, id uint64, nc net.Conn, secure bool) *conn {
+	c := &conn{s: s, id: id, nc: nc, remote: nc.RemoteAddr().String(), start: time.Now(), tls: secure}
+	c.q.Init(s.tgroups[c.transport()], c)
 	return c
+}
+
+// transport is "tls" for a connection of a TLS listener, else "tcp".
+func (c *conn) transport() string {
+	if c.tls {
+		return "tls"
+	}
+	return "tcp"
+}
+
+// tlsIndex is 1 for a TLS connection, else 0.
+func (c *conn) tlsIndex() int {
+	if c.tls {
+		return 1
+	}
+	return 0
 }
 
 func (c *conn) clientID() string {

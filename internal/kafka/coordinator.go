@@ -37,15 +37,16 @@ func (c nodeCoordinators) Coordinator(group string) (Broker, bool, bool) {
 	self, brokers := c.s.brokers()
 	var best Broker
 	var bestScore uint64
+	found := false
 	for _, b := range brokers {
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(group))
 		_, _ = h.Write([]byte{byte(b.ID >> 24), byte(b.ID >> 16), byte(b.ID >> 8), byte(b.ID)})
-		if score := h.Sum64(); best.Port == 0 || score > bestScore {
-			best, bestScore = b, score
+		if score := h.Sum64(); !found || score > bestScore {
+			best, bestScore, found = b, score, true
 		}
 	}
-	if best.Port == 0 {
+	if !found {
 		return Broker{}, false, false
 	}
 	return best, best.ID == self, true

@@ -314,7 +314,7 @@ func FuzzRequest(f *testing.F) {
 	// c is anonymous (unrestricted, as the policy lets everyone in), ac is
 	// alice's (restricted): every request goes to both. sc takes the SASL
 	// exchanges, and starts again after each failure or login.
-	c, ac, sc := newConn(s, 1, pipe()), newConn(s, 2, pipe()), newConn(s, 3, pipe())
+	c, ac, sc := newConn(s, 1, pipe(), false), newConn(s, 2, pipe(), false), newConn(s, 3, pipe(), false)
 	ac.login(alice)
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) > maxOtherRequest {

@@ -58,7 +58,8 @@ func (c *conn) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoord
 			if !ok {
 				out.ErrorCode = kerr.CoordinatorNotAvailable.Code
 			} else {
-				out.NodeID, out.Host, out.Port = b.ID, b.Host, b.Port
+				out.NodeID = b.ID
+				out.Host, out.Port = b.endpoint(c.tls)
 			}
 		}
 		if msg != "" {

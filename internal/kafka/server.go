@@ -30,8 +30,9 @@ const maxOtherRequest = 8 << 20
 // Config is the Kafka front end's configuration.
 type Config struct {
 	// Advertise is the host:port Metadata gives clients; "" means the listener's
-	// address, with 127.0.0.1 for an unspecified host.
-	Advertise string
+	// address, with 127.0.0.1 for an unspecified host. TLSAdvertise is the same
+	// for the clients of a TLS listener (ServeTLS).
+	Advertise, TLSAdvertise string
 	// AutoCreate creates a topic's stream on the first Produce or Metadata request
 	// that names a topic that does not exist.
 	AutoCreate bool
@@ -68,7 +69,8 @@ type Server struct {
 	broker  *broker.Broker
 	streams *stream.Manager
 	log     *slog.Logger
-	group   *outbound.Group
+	// groups of the connections of each transport ("tcp", "tls"): their counters.
+	tgroups map[string]*outbound.Group
 	acks    *inbox
 	prods   *producers
 	// fetchSessions are the incremental fetch sessions of every connection.
@@ -77,10 +79,11 @@ type Server struct {
 	coords        Coordinators
 	groups        *groups
 
-	advertise atomic.Pointer[string]  // host:port, set by Serve
-	clusterOf atomic.Pointer[Cluster] // set by SetCluster
-	maxWait   time.Duration           // bounds a fetch's max.wait.ms
-	parkMax   time.Duration           // when set, bounds a parked join or sync (the fuzz target's)
+	advertise    atomic.Pointer[string]  // host:port, set by Serve
+	advertiseTLS atomic.Pointer[string]  // host:port, set by ServeTLS
+	clusterOf    atomic.Pointer[Cluster] // set by SetCluster
+	maxWait      time.Duration           // bounds a fetch's max.wait.ms
+	parkMax      time.Duration           // when set, bounds a parked join or sync (the fuzz target's)
 
 	// createMu serialises topic creation, so that concurrent auto-creations of one
 	// topic make it once.
@@ -89,8 +92,9 @@ type Server struct {
 	idMu sync.Mutex
 	ids  map[[16]byte]string
 
-	// Records fetched (and their batches' bytes) by connections that have gone.
-	goneOut, goneOutBytes atomic.Uint64
+	// Records fetched (and their batches' bytes) by connections that have gone,
+	// of plain TCP [0] and of TLS [1].
+	goneOut, goneOutBytes [2]atomic.Uint64
 
 	mu        sync.Mutex
 	conns     map[uint64]*conn
@@ -124,9 +128,11 @@ func NewServer(cfg Config, b *broker.Broker, m *stream.Manager, log *slog.Logger
 	if cfg.SlowConsumerPolicy == "" {
 		cfg.SlowConsumerPolicy = outbound.PolicyDrop.String()
 	}
-	if cfg.Advertise != "" {
-		if _, _, err := splitHostPort(cfg.Advertise); err != nil {
-			return nil, fmt.Errorf("kafka: advertise %q: %w", cfg.Advertise, err)
+	for _, adv := range []string{cfg.Advertise, cfg.TLSAdvertise} {
+		if adv != "" {
+			if _, _, err := splitHostPort(adv); err != nil {
+				return nil, fmt.Errorf("kafka: advertise %q: %w", adv, err)
+			}
 		}
 	}
 	policy, err := outbound.ParsePolicy(cfg.SlowConsumerPolicy)
@@ -135,12 +141,16 @@ func NewServer(cfg Config, b *broker.Broker, m *stream.Manager, log *slog.Logger
 	}
 	// A response is never refused as a slow consumer's delivery would be: pending
 	// bytes bound how far a connection reads ahead instead (conn.go).
-	g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy,
-		WriteTimeout: cfg.WriteTimeout, NotSentLowat: cfg.NotSentLowat}, log)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
+	tgroups := make(map[string]*outbound.Group)
+	for _, transport := range []string{"tcp", "tls"} {
+		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy,
+			WriteTimeout: cfg.WriteTimeout, NotSentLowat: cfg.NotSentLowat}, log)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: %w", err)
+		}
+		tgroups[transport] = g
 	}
-	s := &Server{cfg: cfg, broker: b, streams: m, log: log, group: g,
+	s := &Server{cfg: cfg, broker: b, streams: m, log: log, tgroups: tgroups,
 		prods: newProducers(), ids: make(map[[16]byte]string),
 		conns: make(map[uint64]*conn), done: make(chan struct{}), maxWait: maxFetchWait}
 	s.acks, err = newInbox(b)
@@ -168,18 +178,31 @@ func splitHostPort(hp string) (string, int32, error) {
 	return host, int32(port), nil
 }
 
-// advertised is the host and port Metadata gives clients.
-func (s *Server) advertised() (string, int32) {
+// advertised is the host and port Metadata gives clients of plain TCP, and of
+// TLS (0 when no TLS listener is served).
+func (s *Server) advertised() (host string, port int32, tlsHost string, tlsPort int32) {
+	host, port = "127.0.0.1", 9092
 	if p := s.advertise.Load(); p != nil {
-		if h, port, err := splitHostPort(*p); err == nil {
-			return h, port
+		if h, pt, err := splitHostPort(*p); err == nil {
+			host, port = h, pt
 		}
 	}
-	return "127.0.0.1", 9092
+	if p := s.advertiseTLS.Load(); p != nil {
+		if h, pt, err := splitHostPort(*p); err == nil {
+			tlsHost, tlsPort = h, pt
+		}
+	}
+	return host, port, tlsHost, tlsPort
 }
 
 // Serve accepts connections on l until l is closed or the server shuts down.
-func (s *Server) Serve(l net.Listener) error {
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, false) }
+
+// ServeTLS is Serve for a listener whose connections are TLS (the caller wraps
+// it): Metadata tells its clients the brokers' TLS addresses.
+func (s *Server) ServeTLS(l net.Listener) error { return s.serve(l, true) }
+
+func (s *Server) serve(l net.Listener, secure bool) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -187,15 +210,18 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
-	adv := s.cfg.Advertise
+	adv, to := s.cfg.Advertise, &s.advertise
+	if secure {
+		adv, to = s.cfg.TLSAdvertise, &s.advertiseTLS
+	}
 	if adv == "" {
 		adv = l.Addr().String()
 		if a, ok := l.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
 			adv = net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
 		}
 	}
-	s.advertise.CompareAndSwap(nil, &adv)
-	if err := acceptloop.Run(l, s.log, s.isClosing, s.serveConn); err != nil {
+	to.CompareAndSwap(nil, &adv)
+	if err := acceptloop.Run(l, s.log, s.isClosing, func(nc net.Conn) { s.serveConn(nc, secure) }); err != nil {
 		return fmt.Errorf("kafka: accept on %s: %w", l.Addr(), err)
 	}
 	return nil
@@ -207,11 +233,11 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
-func (s *Server) serveConn(nc net.Conn) {
+func (s *Server) serveConn(nc net.Conn, secure bool) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	c := newConn(s, outbound.NextConnID(), nc)
+	c := newConn(s, outbound.NextConnID(), nc, secure)
 	s.mu.Lock()
 	if s.closing || (s.cfg.MaxConnections > 0 && len(s.conns) >= s.cfg.MaxConnections) {
 		closing := s.closing
@@ -225,7 +251,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	s.conns[c.id] = c
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.group.Opened(nc)
+	s.tgroups[c.transport()].Opened(nc)
 	go func() {
 		defer s.wg.Done()
 		c.run()
@@ -234,9 +260,9 @@ func (s *Server) serveConn(nc net.Conn) {
 
 func (s *Server) remove(c *conn) {
 	s.mu.Lock()
-	s.group.Retire(&c.q, c.inMsgs.Load(), c.inBytes.Load())
-	s.goneOut.Add(c.outMsgs.Load())
-	s.goneOutBytes.Add(c.outByte.Load())
+	s.tgroups[c.transport()].Retire(&c.q, c.inMsgs.Load(), c.inBytes.Load())
+	s.goneOut[c.tlsIndex()].Add(c.outMsgs.Load())
+	s.goneOutBytes[c.tlsIndex()].Add(c.outByte.Load())
 	delete(s.conns, c.id)
 	s.mu.Unlock()
 }
@@ -286,17 +312,31 @@ var errServerClosing = errors.New("server shutting down")
 
 // Stats are the counters of the Kafka connections, live and gone: InMsgs counts
 // records produced, OutMsgs records fetched.
-func (s *Server) Stats() outbound.Totals {
+func (s *Server) Stats() outbound.Totals { return s.TransportStats("") }
+
+// TransportStats is Stats for the connections of one transport ("tcp", "tls"), or
+// of all when it is "".
+func (s *Server) TransportStats(transport string) outbound.Totals {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t outbound.Totals
-	s.group.AddGone(&t)
-	t.OutMsgs += s.goneOut.Load()
-	t.OutBytes += s.goneOutBytes.Load()
+	for tr, g := range s.tgroups {
+		if transport == "" || tr == transport {
+			g.AddGone(&t)
+		}
+	}
+	for i, tr := range []string{"tcp", "tls"} {
+		if transport == "" || tr == transport {
+			t.OutMsgs += s.goneOut[i].Load()
+			t.OutBytes += s.goneOutBytes[i].Load()
+		}
+	}
 	for _, c := range s.conns {
-		t.AddLive(&c.q, c.inMsgs.Load(), c.inBytes.Load())
-		t.OutMsgs += c.outMsgs.Load()
-		t.OutBytes += c.outByte.Load()
+		if transport == "" || c.transport() == transport {
+			t.AddLive(&c.q, c.inMsgs.Load(), c.inBytes.Load())
+			t.OutMsgs += c.outMsgs.Load()
+			t.OutBytes += c.outByte.Load()
+		}
 	}
 	return t
 }
@@ -306,6 +346,7 @@ type ConnInfo struct {
 	ID                uint64
 	ClientID          string
 	Remote            string
+	Transport         string // "tcp" or "tls"
 	Start             time.Time
 	InMsgs, InBytes   uint64
 	OutMsgs, OutBytes uint64
@@ -317,7 +358,7 @@ func (s *Server) Connections() []ConnInfo {
 	s.mu.Lock()
 	out := make([]ConnInfo, 0, len(s.conns))
 	for _, c := range s.conns {
-		out = append(out, ConnInfo{ID: c.id, ClientID: c.clientID(), Remote: c.remote, Start: c.start,
+		out = append(out, ConnInfo{ID: c.id, ClientID: c.clientID(), Remote: c.remote, Transport: c.transport(), Start: c.start,
 			InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: c.outMsgs.Load(), OutBytes: c.outByte.Load(),
 			Pending: c.q.Pending()})
 	}

@@ -223,7 +223,8 @@ func (c *conn) metadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 	self, brokers := s.brokers()
 	for _, br := range brokers {
 		b := kmsg.NewMetadataResponseBroker()
-		b.NodeID, b.Host, b.Port = br.ID, br.Host, br.Port
+		b.NodeID = br.ID
+		b.Host, b.Port = br.endpoint(c.tls)
 		resp.Brokers = append(resp.Brokers, b)
 	}
 	resp.ClusterID = &s.cfg.ClusterID
@@ -285,8 +286,8 @@ func (s *Server) brokers() (self int32, brokers []Broker) {
 	if c := s.cluster(); c != nil {
 		return c.Brokers()
 	}
-	host, port := s.advertised()
-	return nodeID, []Broker{{ID: nodeID, Host: host, Port: port}}
+	host, port, tlsHost, tlsPort := s.advertised()
+	return nodeID, []Broker{{ID: nodeID, Host: host, Port: port, TLSHost: tlsHost, TLSPort: tlsPort}}
 }
 
 // ---------------------------------------------------------------------------------
@@ -517,7 +518,8 @@ func (c *conn) describeCluster(req *kmsg.DescribeClusterRequest) *kmsg.DescribeC
 	resp.ControllerID = self
 	for _, br := range brokers {
 		b := kmsg.NewDescribeClusterResponseBroker()
-		b.NodeID, b.Host, b.Port = br.ID, br.Host, br.Port
+		b.NodeID = br.ID
+		b.Host, b.Port = br.endpoint(c.tls)
 		resp.Brokers = append(resp.Brokers, b)
 	}
 	return resp

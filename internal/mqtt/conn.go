@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -64,11 +65,16 @@ type conn struct {
 	version  byte
 	ownFlush bool // packets queued since the last flushBatch (reader)
 	ws       bool // MQTT over WebSocket
+	tls      bool // over TLS (of the socket, or under the WebSocket)
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
 	c := &conn{srv: s, id: id, nc: nc, startS: uint32(time.Since(s.start) / time.Second), fd: -1}
-	_, c.ws = nc.(*wsConn)
+	if w, ok := nc.(*wsConn); ok {
+		c.ws, c.tls = true, w.secure
+	} else {
+		_, c.tls = nc.(interface{ ConnectionState() tls.ConnectionState })
+	}
 	c.q.Init(s.groups[c.transport()], c)
 	return c
 }
@@ -238,8 +244,9 @@ func (d *reader) Read(p []byte) (int, error) {
 	case !c.attached.Load():
 		_ = c.nc.SetReadDeadline(d.connectBy)
 	// A WebSocket never parks, and its read deadline closes it when it passes
-	// (websocket.NetConn): only the keepalive may set one.
-	case c.srv.poll != nil && !c.ws && d.pr.Buffered() == 0:
+	// (websocket.NetConn): only the keepalive may set one. Nor does TLS, whose
+	// records the library buffers.
+	case c.srv.poll != nil && !c.ws && !c.tls && d.pr.Buffered() == 0:
 		idle := c.srv.cfg.IdleAfter
 		if d.fresh {
 			idle = min(idle, freshIdleAfter)
@@ -1028,10 +1035,16 @@ func (c *conn) appendPublishLocked(b []byte, topic string, payload, hdr []byte, 
 // (outbound.Queue.Release); the queue's lock is held.
 func (c *conn) dropScratch() { c.enc = nil }
 
-// transport is what carries the connection: "tcp", or "ws" for MQTT over WebSocket.
+// transport is what carries the connection: "tcp", "ws" for MQTT over WebSocket,
+// "tls" and "wss" for either over TLS.
 func (c *conn) transport() string {
-	if c.ws {
+	switch {
+	case c.ws && c.tls:
+		return "wss"
+	case c.ws:
 		return "ws"
+	case c.tls:
+		return "tls"
 	}
 	return "tcp"
 }

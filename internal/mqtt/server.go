@@ -212,7 +212,7 @@ type Server struct {
 	sysDone chan struct{}
 
 	// groups hold the outbound configuration and the counters of the connections
-	// of each transport ("tcp", "ws"); per-message counters live in each
+	// of each transport ("tcp", "ws", "tls", "wss"); per-message counters live in each
 	// connection and are added to its group when it goes.
 	groups map[string]*outbound.Group
 	// queueDrops counts QoS 1/2 messages refused by a full session queue.
@@ -233,7 +233,7 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 	}
 	policy, _ := outbound.ParsePolicy(cfg.SlowConsumerPolicy) // checked by fillDefaults
 	groups := make(map[string]*outbound.Group)
-	for _, transport := range []string{"tcp", "ws"} {
+	for _, transport := range []string{"tcp", "ws", "tls", "wss"} {
 		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.NotSentLowat},
 			log.With("transport", transport))
@@ -531,7 +531,7 @@ func (s *Server) QueueDrops() uint64 { return s.queueDrops.Load() }
 // Stats returns the counters of every connection and of the server.
 func (s *Server) Stats() Stats { return s.TransportStats("") }
 
-// TransportStats returns the counters of the connections of transport ("tcp", "ws"),
+// TransportStats returns the counters of the connections of transport ("tcp", "ws", "tls", "wss"),
 // or of all when it is ""; sessions, retained messages and session-queue drops are
 // the server's and counted only with "".
 func (s *Server) TransportStats(transport string) Stats {

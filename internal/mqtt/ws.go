@@ -30,7 +30,8 @@ func (s *Server) WebSocketHandler() http.Handler {
 		}
 		// The handler must not return before the connection is over: the
 		// WebSocket goes with it.
-		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{})}
+		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{}),
+			secure: r.TLS != nil}
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 			nc.cert = r.TLS.VerifiedChains[0][0]
 		}
@@ -48,6 +49,7 @@ type wsConn struct {
 	// came over TLS, nil otherwise: the net.Conn under the WebSocket is out of
 	// reach, the HTTP request's TLS state is not.
 	cert *x509.Certificate
+	secure bool // the request came over TLS (wss://)
 }
 
 func (w *wsConn) Close() error {

@@ -64,6 +64,9 @@ type Conn struct {
 	subs   map[uint64]*broker.Subscription
 
 	pingsOut atomic.Int32
+	// connected is set once CONNECT is handled (INFO queued): only then is the
+	// connection pinged, so that INFO is always the first frame it gets.
+	connected atomic.Bool
 
 	inMsgs, inBytes atomic.Uint64
 }
@@ -141,6 +144,7 @@ func (c *Conn) readLoop() error {
 					return ferr
 				}
 				connected = true
+				c.connected.Store(true)
 				_ = c.nc.SetReadDeadline(time.Time{})
 				continue
 			}
@@ -469,6 +473,9 @@ func (c *Conn) cleanup() {
 
 // ping is called by the server's keepalive timer.
 func (c *Conn) ping() {
+	if !c.connected.Load() {
+		return // connect_timeout bounds the wait for CONNECT
+	}
 	if n := c.pingsOut.Add(1); int(n) > c.srv.cfg.MaxPingsOut {
 		c.sendErr(wire.CodeStale, 0, fmt.Sprintf("no answer to %d pings", n-1))
 		c.CloseAfterGoodbye(errors.New("stale connection"))

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"github.com/tern-mq/tern/internal/auth"
@@ -69,7 +70,7 @@ type Server struct {
 	stopPing  chan struct{}
 
 	// groups hold the outbound configuration and the counters of the connections
-	// of each transport ("tcp", "udp").
+	// of each transport ("tcp", "udp", "tls").
 	groups map[string]*outbound.Group
 
 	noRespHeader wire.Header
@@ -101,7 +102,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		stopPing: make(chan struct{}),
 		groups:   make(map[string]*outbound.Group),
 	}
-	for _, transport := range []string{"tcp", "udp"} {
+	for _, transport := range []string{"tcp", "udp", "tls"} {
 		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.NotSentLowat},
 			log.With("transport", transport))
@@ -149,6 +150,9 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	if _, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		transport = "tls"
+	}
 	if s.groups[transport] == nil {
 		transport = "tcp" // a stream socket of another kind: counted with TCP
 	}
@@ -163,9 +167,12 @@ func (s *Server) serveConn(nc net.Conn, transport string) {
 	if s.cfg.MaxConnections > 0 && len(s.conns) >= s.cfg.MaxConnections {
 		s.mu.Unlock()
 		s.log.Warn("connection refused: limit reached", "remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections)
-		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = nc.Write(wire.AppendErr(nil, wire.CodeMaxConnections, 0, fmt.Sprintf("server has the maximum of %d connections", s.cfg.MaxConnections)))
-		_ = nc.Close()
+		// Not in the accept loop: a TLS connection's write runs its handshake.
+		go func() {
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write(wire.AppendErr(nil, wire.CodeMaxConnections, 0, fmt.Sprintf("server has the maximum of %d connections", s.cfg.MaxConnections)))
+			_ = nc.Close()
+		}()
 		return
 	}
 	s.conns[id] = c

@@ -9,6 +9,9 @@ import (
 
 // setNotSentLowat bounds the bytes a TCP socket holds that it has not sent yet.
 func setNotSentLowat(nc net.Conn, n int) error {
+	if u, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = u.NetConn() // TLS: the socket under it
+	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return nil // not a socket of ours to tune (WebSocket framing, UDP session)

@@ -147,21 +147,31 @@ func checkClusterTiming(cfg Config) error {
 	return nil
 }
 
-// clientURLs are the URLs clients of other nodes may move to: native ("tern://"),
-// and the Kafka API ("kafka://"), which other nodes list as a broker in Metadata.
+// clientURLs are the URLs clients of other nodes may move to: native ("tern://",
+// and "tls://" over TLS), and the Kafka API ("kafka://", "kafka+tls://"), which
+// other nodes list as a broker in Metadata.
 func (s *Server) clientURLs() []string {
 	var urls []string
-	if a, ok := s.Addr().(*net.TCPAddr); ok {
+	for _, n := range []struct {
+		scheme string
+		addr   net.Addr
+	}{{"tern://", s.Addr()}, {"tls://", s.TLSAddr()}} {
+		a, ok := n.addr.(*net.TCPAddr)
+		if !ok {
+			continue
+		}
 		host := s.cfg.ClusterAdvertise
 		if host == "" && !a.IP.IsUnspecified() {
 			host = a.IP.String()
 		}
 		if host != "" { // bound to every interface with nothing advertised: no address to give
-			urls = append(urls, "tern://"+net.JoinHostPort(host, strconv.Itoa(a.Port)))
+			urls = append(urls, n.scheme+net.JoinHostPort(host, strconv.Itoa(a.Port)))
 		}
 	}
-	if u := s.kafkaURL(); u != "" {
-		urls = append(urls, u)
+	for _, secure := range []bool{false, true} {
+		if u := s.kafkaURL(secure); u != "" {
+			urls = append(urls, u)
+		}
 	}
 	return urls
 }

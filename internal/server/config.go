@@ -25,12 +25,13 @@ import (
 	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/outbound"
 	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/tlsconf"
 )
 
 // Config is the whole configuration of a server process.
 type Config struct {
 	Host               string
-	Port               int    // native protocol TCP port; 0 picks a free port
+	Port               int    // native protocol TCP port; 0 picks a free port, -1 disables it
 	HTTPAddr           string // monitoring listener host:port; "" disables it
 	ServerName         string
 	MaxPayload         int
@@ -123,6 +124,22 @@ type Config struct {
 	// RaftSnapshotEntries: each Raft group snapshots its state after this many
 	// applied entries and keeps half as many behind the snapshot in its log.
 	RaftSnapshotEntries int
+
+	// TLS (docs/security.md): the files and policy of every TLS listener, which
+	// run beside the plaintext ones; each port is -1 (off) unless set.
+	TLSCertFile, TLSKeyFile string
+	TLSCAFile, TLSCRLFile   string
+	TLSClientAuth           string // none, request, verify or require
+	TLSMinVersion           string // 1.2 or 1.3
+	TLSCiphers              string // TLS 1.2 cipher suite names, comma-separated; "" = Go's defaults
+	TLSPort                 int    // native protocol over TLS
+	MQTTTLSPort             int    // MQTT over TLS
+	MQTTWSSPort             int    // MQTT over secure WebSocket
+	KafkaTLSPort            int    // Kafka API over TLS
+	// KafkaTLSAdvertise is the host:port Metadata gives the Kafka API's TLS
+	// clients; "" means the TLS listener's own address.
+	KafkaTLSAdvertise string
+	HTTPSAddr         string // monitoring over TLS, host:port; "" disables it
 }
 
 // DefaultStoreDir is where streams live when no store_dir is configured:
@@ -177,12 +194,20 @@ func DefaultConfig() Config {
 		ClusterSuspicionMult: membership.DefaultSuspicionMult,
 		StreamReplicas:       1,
 		RaftSnapshotEntries:  replica.DefaultSnapshotEntries,
+
+		TLSClientAuth: "none",
+		TLSMinVersion: "1.2",
+		TLSPort:       -1,
+		MQTTTLSPort:   -1,
+		MQTTWSSPort:   -1,
+		KafkaTLSPort:  -1,
 	}
 }
 
 // The groups options are listed under in `tern server --help` and the docs.
 const (
 	groupNetwork  = "Network"
+	groupTLS      = "TLS"
 	groupLimits   = "Limits"
 	groupKeepTime = "Keepalive and timeouts"
 	groupStorage  = "Storage"
@@ -221,12 +246,39 @@ func enum(p *string, values ...string) pflag.Value { return cliflags.NewEnum(p, 
 var options = []option{
 	{key: "host", group: groupNetwork, help: "interface the protocol listeners bind to",
 		bind: func(c *Config) pflag.Value { return str(&c.Host) }},
-	{key: "port", group: groupNetwork, help: "native protocol TCP port (0 = any free port)",
-		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.Port, 0, anyPort) }},
+	{key: "port", group: groupNetwork, help: "native protocol TCP port" + portHelpOff,
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.Port, -1, anyPort) }},
 	{key: "http", group: groupNetwork, help: "monitoring HTTP address host:port (/healthz, /status, /connections, /cluster, /metrics); empty disables it",
 		bind: func(c *Config) pflag.Value { return str(&c.HTTPAddr) }},
 	{key: "server_name", group: groupNetwork, help: "name reported to clients (INFO) and in monitoring",
 		bind: func(c *Config) pflag.Value { return str(&c.ServerName) }, defaultText: "the host name"},
+
+	{key: "tls_cert_file", group: groupTLS, help: "PEM certificate (chain) of the TLS listeners; needed by every TLS port",
+		bind: func(c *Config) pflag.Value { return str(&c.TLSCertFile) }},
+	{key: "tls_key_file", group: groupTLS, help: "PEM private key of tls_cert_file",
+		bind: func(c *Config) pflag.Value { return str(&c.TLSKeyFile) }},
+	{key: "tls_ca_file", group: groupTLS, help: "PEM certificates of the authorities client certificates must chain to (tls_client_auth verify or require)",
+		bind: func(c *Config) pflag.Value { return str(&c.TLSCAFile) }},
+	{key: "tls_crl_file", group: groupTLS, help: "certificate revocation list(s), PEM or DER, signed by a CA of tls_ca_file: client certificates they list are refused",
+		bind: func(c *Config) pflag.Value { return str(&c.TLSCRLFile) }},
+	{key: "tls_client_auth", group: groupTLS, help: "client certificates: none (not asked for), request (asked for, not verified), verify (verified if given) or require (required and verified)",
+		bind: func(c *Config) pflag.Value { return enum(&c.TLSClientAuth, tlsconf.ClientAuthModes...) }},
+	{key: "tls_min_version", group: groupTLS, help: "oldest TLS version accepted",
+		bind: func(c *Config) pflag.Value { return enum(&c.TLSMinVersion, tlsconf.MinVersions...) }},
+	{key: "tls_ciphers", group: groupTLS, help: "TLS 1.2 cipher suites allowed, Go names, comma-separated (TLS 1.3 suites are always on); empty = Go's secure defaults",
+		bind: func(c *Config) pflag.Value { return str(&c.TLSCiphers) }},
+	{key: "tls_port", group: groupTLS, help: "native protocol over TLS (clients use tls://host:port)" + portHelpOff,
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.TLSPort, -1, anyPort) }},
+	{key: "mqtt_tls_port", group: groupTLS, help: "MQTT over TLS, 8883 by convention" + portHelpOff,
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTTLSPort, -1, anyPort) }},
+	{key: "mqtt_wss_port", group: groupTLS, help: "MQTT over secure WebSocket (wss://), subprotocol mqtt, any path" + portHelpOff,
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTWSSPort, -1, anyPort) }},
+	{key: "kafka_tls_port", group: groupTLS, help: "Kafka API over TLS (security.protocol=SSL)" + portHelpOff,
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.KafkaTLSPort, -1, anyPort) }},
+	{key: "kafka_tls_advertise", group: groupTLS, help: "host:port Kafka clients of kafka_tls_port are told to connect to (Metadata); empty = that listener's address",
+		bind: func(c *Config) pflag.Value { return str(&c.KafkaTLSAdvertise) }},
+	{key: "https", group: groupTLS, help: "monitoring over TLS, host:port (the endpoints of http); empty disables it",
+		bind: func(c *Config) pflag.Value { return str(&c.HTTPSAddr) }},
 
 	{key: "max_payload", group: groupLimits, help: "largest message payload accepted",
 		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.MaxPayload) }},
@@ -291,7 +343,7 @@ var options = []option{
 	{key: "stream_replicas", group: groupCluster, help: "replicas (1, 3 or 5) of a stream created without a count, in a cluster that replicates (cluster_size); more than the nodes there are fails the create",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.StreamReplicas, 1, 5) }},
 
-	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no MQTT)",
+	{key: "mqtt_port", group: groupMQTT, help: "MQTT TCP port (0 = any free port, -1 = no plaintext MQTT: neither TCP nor WebSocket)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTPort, -1, anyPort) }},
 	{key: "mqtt_ws_port", group: groupMQTT, help: "MQTT over WebSocket port, subprotocol mqtt, any path" + portHelpOff,
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.MQTTWSPort, -1, anyPort) }},
@@ -321,7 +373,7 @@ var options = []option{
 	{key: "kafka_group_initial_delay", group: groupKafka, help: "how long an empty consumer group's first rebalance waits for more members to join (Kafka's group.initial.rebalance.delay.ms; 0 = none)",
 		bind: func(c *Config) pflag.Value { return dur(&c.KafkaGroupInitialDelay) }},
 
-	{key: "udp_port", group: groupUDP, help: "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number, -1 = off",
+	{key: "udp_port", group: groupUDP, help: "native protocol over reliable UDP (docs/udp.md): 0 = the native TCP port's number (off when port is -1), -1 = off",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.UDPPort, -1, anyPort) }},
 	{key: "udp_idle_timeout", group: groupUDP, help: "a UDP session that hears nothing from its client this long ends: the longest outage it rides out with nothing lost",
 		bind: func(c *Config) pflag.Value { return dur(&c.UDPIdleTimeout) }},

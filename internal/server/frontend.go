@@ -16,12 +16,14 @@ import (
 )
 
 // Frontend is one listener of the server: native TCP, native UDP, MQTT, MQTT over
-// WebSocket, the Kafka API, monitoring (and the cluster's routes after them).
+// WebSocket, the Kafka API, monitoring, the TLS listeners of each (and the
+// cluster's routes after them).
 // Adding a listener means adding a Frontend; Start, Shutdown, /status and
 // /connections treat them all alike.
 type Frontend interface {
-	// Name is the listener's name in /status ("native", "udp", "mqtt", "mqtt_ws",
-	// "kafka", "http").
+	// Name is the listener's name in /status ("native", "native_tls", "udp",
+	// "mqtt", "mqtt_ws", "mqtt_tls", "mqtt_wss", "kafka", "kafka_tls", "http",
+	// "https").
 	Name() string
 	// Addr is the address the listener is bound to.
 	Addr() net.Addr
@@ -161,17 +163,22 @@ func (f *mqttFrontend) Connections() []monitor.ConnInfo {
 	return out
 }
 
-// kafkaFrontend is the Kafka API listener.
+// kafkaFrontend is a Kafka API listener: plain TCP, or TLS (transport "tls").
 type kafkaFrontend struct {
-	ln  net.Listener
-	srv *kafka.Server
+	name, transport string
+	ln              net.Listener
+	srv             *kafka.Server
 }
 
-func (f *kafkaFrontend) Name() string   { return "kafka" }
+func (f *kafkaFrontend) Name() string   { return f.name }
 func (f *kafkaFrontend) Addr() net.Addr { return f.ln.Addr() }
 
 func (f *kafkaFrontend) Serve() error {
-	if err := f.srv.Serve(f.ln); !errors.Is(err, net.ErrClosed) {
+	serve := f.srv.Serve
+	if f.transport == "tls" {
+		serve = f.srv.ServeTLS
+	}
+	if err := serve(f.ln); !errors.Is(err, net.ErrClosed) {
 		return err
 	}
 	return nil
@@ -182,28 +189,33 @@ func (f *kafkaFrontend) Shutdown(ctx context.Context) error {
 	return f.srv.Shutdown(timeoutOf(ctx))
 }
 
-func (f *kafkaFrontend) Stats() monitor.ListenerStats { return listenerStats(f.srv.Stats()) }
+func (f *kafkaFrontend) Stats() monitor.ListenerStats {
+	return listenerStats(f.srv.TransportStats(f.transport))
+}
 
 func (f *kafkaFrontend) Connections() []monitor.ConnInfo {
-	conns := f.srv.Connections()
-	out := make([]monitor.ConnInfo, len(conns))
-	for i, c := range conns {
-		out[i] = monitor.ConnInfo{
-			ID: c.ID, Name: c.ClientID, Remote: c.Remote, Protocol: "kafka", Transport: "tcp", Start: c.Start,
-			InMsgs: c.InMsgs, OutMsgs: c.OutMsgs, InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending,
+	var out []monitor.ConnInfo
+	for _, c := range f.srv.Connections() {
+		if c.Transport != f.transport {
+			continue
 		}
+		out = append(out, monitor.ConnInfo{
+			ID: c.ID, Name: c.ClientID, Remote: c.Remote, Protocol: "kafka", Transport: c.Transport, Start: c.Start,
+			InMsgs: c.InMsgs, OutMsgs: c.OutMsgs, InBytes: c.InBytes, OutBytes: c.OutBytes, PendingBytes: c.Pending,
+		})
 	}
 	return out
 }
 
-// monitorFrontend is the HTTP monitoring endpoint: it has no client connections of
-// its own to report.
+// monitorFrontend is an HTTP monitoring endpoint ("http", or "https" over TLS): it
+// has no client connections of its own to report.
 type monitorFrontend struct {
-	ln  net.Listener
-	srv *monitor.Server
+	name string
+	ln   net.Listener
+	srv  *monitor.Server
 }
 
-func (f *monitorFrontend) Name() string                    { return "http" }
+func (f *monitorFrontend) Name() string                    { return f.name }
 func (f *monitorFrontend) Addr() net.Addr                  { return f.ln.Addr() }
 func (f *monitorFrontend) Serve() error                    { return f.srv.Serve(f.ln) }
 func (f *monitorFrontend) Stats() monitor.ListenerStats    { return monitor.ListenerStats{} }

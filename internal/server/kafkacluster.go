@@ -60,19 +60,30 @@ func kafkaBrokerID(name string) int32 {
 	return int32(h.Sum32() & 0x7fffffff)
 }
 
-// kafkaURL is this node's Kafka listener as other nodes pass it on to clients:
-// kafka_advertise, else the listener's host (cluster_advertise when bound to
-// every interface).
-func (s *Server) kafkaURL() string {
+// The schemes of a node's Kafka listeners among its client URLs.
+const (
+	kafkaScheme    = "kafka://"
+	kafkaTLSScheme = "kafka+tls://"
+)
+
+// kafkaURL is this node's Kafka listener, plain or TLS (secure), as other nodes
+// pass it on to clients: kafka_advertise (kafka_tls_advertise), else the
+// listener's host (cluster_advertise when bound to every interface); "" when
+// there is no such listener.
+func (s *Server) kafkaURL(secure bool) string {
 	if s.kafka == nil {
 		return ""
 	}
-	if s.cfg.KafkaAdvertise != "" {
-		return "kafka://" + s.cfg.KafkaAdvertise
+	scheme, adv, addr := kafkaScheme, s.cfg.KafkaAdvertise, s.KafkaAddr()
+	if secure {
+		scheme, adv, addr = kafkaTLSScheme, s.cfg.KafkaTLSAdvertise, s.KafkaTLSAddr()
 	}
-	a, ok := s.KafkaAddr().(*net.TCPAddr)
+	a, ok := addr.(*net.TCPAddr)
 	if !ok {
 		return ""
+	}
+	if adv != "" {
+		return scheme + adv
 	}
 	host := s.cfg.ClusterAdvertise
 	if host == "" && !a.IP.IsUnspecified() {
@@ -81,33 +92,45 @@ func (s *Server) kafkaURL() string {
 	if host == "" {
 		return ""
 	}
-	return "kafka://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
+	return scheme + net.JoinHostPort(host, strconv.Itoa(a.Port))
 }
 
-func parseKafkaURL(u, node string) (kafka.Broker, bool) {
-	hp, ok := strings.CutPrefix(u, "kafka://")
-	if !ok {
-		return kafka.Broker{}, false
+// kafkaBroker is the broker of node that urls, its client URLs, describe: its
+// plain and TLS Kafka listeners; ok false when it has neither.
+func kafkaBroker(node string, urls ...string) (b kafka.Broker, ok bool) {
+	b.ID = kafkaBrokerID(node)
+	for _, u := range urls {
+		hp, secure := strings.CutPrefix(u, kafkaTLSScheme)
+		if !secure {
+			var plain bool
+			if hp, plain = strings.CutPrefix(u, kafkaScheme); !plain {
+				continue
+			}
+		}
+		host, p, err := net.SplitHostPort(hp)
+		port, perr := strconv.Atoi(p)
+		if err != nil || perr != nil || port <= 0 || port > 65535 {
+			continue
+		}
+		if secure {
+			b.TLSHost, b.TLSPort = host, int32(port)
+		} else {
+			b.Host, b.Port = host, int32(port)
+		}
+		ok = true
 	}
-	host, p, err := net.SplitHostPort(hp)
-	port, perr := strconv.Atoi(p)
-	if err != nil || perr != nil || port <= 0 || port > 65535 {
-		return kafka.Broker{}, false
-	}
-	return kafka.Broker{ID: kafkaBrokerID(node), Host: host, Port: int32(port)}, true
+	return b, ok
 }
 
 func (k *kafkaCluster) Brokers() (int32, []kafka.Broker) {
 	self := kafkaBrokerID(k.s.cfg.ServerName)
 	var out []kafka.Broker
-	if b, ok := parseKafkaURL(k.s.kafkaURL(), k.s.cfg.ServerName); ok {
+	if b, ok := kafkaBroker(k.s.cfg.ServerName, k.s.kafkaURL(false), k.s.kafkaURL(true)); ok {
 		out = append(out, b)
 	}
 	for _, r := range k.node.Status().Routes {
-		for _, u := range r.ClientURLs {
-			if b, ok := parseKafkaURL(u, r.Node); ok && !slices.ContainsFunc(out, func(o kafka.Broker) bool { return o.ID == b.ID }) {
-				out = append(out, b)
-			}
+		if b, ok := kafkaBroker(r.Node, r.ClientURLs...); ok && !slices.ContainsFunc(out, func(o kafka.Broker) bool { return o.ID == b.ID }) {
+			out = append(out, b)
 		}
 	}
 	slices.SortFunc(out, func(a, b kafka.Broker) int { return int(a.ID) - int(b.ID) })

@@ -3,10 +3,10 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/tern-mq/tern/internal/mqtt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,10 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tern-mq/tern/internal/auth"
+	"github.com/tern-mq/tern/internal/mqtt"
+
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/interest"
@@ -31,6 +34,7 @@ import (
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
+	"github.com/tern-mq/tern/internal/tlsconf"
 	"github.com/tern-mq/tern/internal/transport/udp"
 	"github.com/tern-mq/tern/internal/wire"
 )
@@ -63,6 +67,11 @@ type Server struct {
 	// stopURLWatch ends the passing of connect_urls changes to native clients and
 	// the taking of MQTT sessions no node hosts; safe to call twice.
 	stopURLWatch func()
+
+	// tls holds the TLS listeners' certificates, nil when none is configured.
+	tls *tlsconf.Store
+	// reloaders are what Reload reads anew, in order.
+	reloaders []reloader
 
 	// The protocol servers shut down once, by whichever front end or stopAll
 	// comes first.
@@ -97,6 +106,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if cfg.ClusterPort < 0 && cfg.ClusterSecretFile != "" {
 		log.Warn("cluster_secret_file is set but the server runs alone (no cluster_port or join): not read", "file", cfg.ClusterSecretFile)
 	}
+	if err := s.setupTLS(); err != nil {
+		return nil, err
+	}
 	if cfg.ClusterPort >= 0 {
 		if err := checkClusterTiming(cfg); err != nil {
 			return nil, err
@@ -116,6 +128,14 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	s.auth, err = auth.New(auth.Options{UsersFile: cfg.UsersFile, Anonymous: cfg.Anonymous, Log: log.With("component", "auth")})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.UsersFile != "" {
+		s.reloaders = append(s.reloaders, reloader{what: "users_file", reload: func() ([]any, error) {
+			if err := s.auth.Reload(); err != nil {
+				return nil, err
+			}
+			return []any{"users", s.auth.Users()}, nil
+		}})
 	}
 	ncfg := native.Config{
 		Auth:               s.auth,
@@ -161,7 +181,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		}
 		s.streams = mgr
 	}
-	if cfg.MQTTPort >= 0 {
+	if cfg.MQTTPort >= 0 || cfg.MQTTTLSPort >= 0 || cfg.MQTTWSSPort >= 0 {
 		mcfg := cfg.MQTT
 		if mcfg.MaxPacketSize <= 0 {
 			mcfg.MaxPacketSize = cfg.MaxPayload + 64<<10
@@ -194,12 +214,12 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		s.mqtt = ms
 	}
 	switch {
-	case cfg.KafkaPort < 0:
+	case cfg.KafkaPort < 0 && cfg.KafkaTLSPort < 0:
 	case s.streams == nil:
 		log.Warn("Kafka API off: it serves streams, and streams are off (store_dir is empty)")
 	default:
 		ks, err := kafka.NewServer(kafka.Config{
-			Advertise: cfg.KafkaAdvertise, AutoCreate: cfg.KafkaAutoCreate, MaxConnections: cfg.MaxConnections,
+			Advertise: cfg.KafkaAdvertise, TLSAdvertise: cfg.KafkaTLSAdvertise, AutoCreate: cfg.KafkaAutoCreate, MaxConnections: cfg.MaxConnections,
 			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload,
 			MaxPending: cfg.MaxPending, SlowConsumerPolicy: cfg.SlowConsumerPolicy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.TCPNotSentLowat, Auth: s.auth,
@@ -281,17 +301,37 @@ func (s *Server) openFrontends() ([]Frontend, error) {
 		}
 		return l, nil
 	}
-	nativeStop, mqttStop := &s.nativeStop, &s.mqttStop
-	l, err := listen("native", s.cfg.Port)
-	if err != nil {
-		return fes, err
-	}
-	fes = append(fes, &nativeFrontend{name: "native", transport: "tcp", ln: l, srv: s.native, stop: nativeStop})
-	if s.cfg.UDPPort >= 0 {
-		port := s.cfg.UDPPort
-		if port == 0 {
-			port = l.Addr().(*net.TCPAddr).Port
+	// listenTLS opens a TLS listener whose handshakes run in each connection's
+	// goroutine, bounded by connect_timeout.
+	listenTLS := func(what string, port int) (net.Listener, error) {
+		l, err := listen(what, port)
+		if err != nil {
+			return nil, err
 		}
+		return tlsconf.NewListener(l, s.tls.ServerConfig(), s.cfg.ConnectTimeout), nil
+	}
+	nativeStop, mqttStop := &s.nativeStop, &s.mqttStop
+	udpPort := s.cfg.UDPPort
+	if s.cfg.Port >= 0 {
+		l, err := listen("native", s.cfg.Port)
+		if err != nil {
+			return fes, err
+		}
+		fes = append(fes, &nativeFrontend{name: "native", transport: "tcp", ln: l, srv: s.native, stop: nativeStop})
+		if udpPort == 0 {
+			udpPort = l.Addr().(*net.TCPAddr).Port
+		}
+	} else if udpPort == 0 {
+		udpPort = -1 // follows the native TCP listener, which is off
+	}
+	if s.cfg.TLSPort >= 0 {
+		l, err := listenTLS("native tls", s.cfg.TLSPort)
+		if err != nil {
+			return fes, err
+		}
+		fes = append(fes, &nativeFrontend{name: "native_tls", transport: "tls", ln: l, srv: s.native, stop: nativeStop})
+	}
+	if udpPort >= 0 {
 		ucfg := udp.Config{MaxMessage: s.cfg.MaxPayload + 64<<10, MTU: s.cfg.UDPMTU, IdleTimeout: s.cfg.UDPIdleTimeout,
 			BundleDelay: s.cfg.UDPBundleDelay}
 		if ucfg.BundleDelay <= 0 {
@@ -300,7 +340,7 @@ func (s *Server) openFrontends() ([]Frontend, error) {
 		if err := loadUDPKeys(&ucfg, s.cfg); err != nil {
 			return fes, err
 		}
-		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(port)), ucfg)
+		ul, err := udp.Listen(net.JoinHostPort(s.cfg.Host, strconv.Itoa(udpPort)), ucfg)
 		if err != nil {
 			return fes, fmt.Errorf("udp listener: %w", err)
 		}
@@ -310,49 +350,168 @@ func (s *Server) openFrontends() ([]Frontend, error) {
 		}
 	}
 	if s.mqtt != nil {
-		ml, err := listen("mqtt", s.cfg.MQTTPort)
-		if err != nil {
-			return fes, err
+		wsServer := func() *http.Server {
+			return &http.Server{Handler: s.mqtt.WebSocketHandler(), ReadHeaderTimeout: s.cfg.ConnectTimeout,
+				ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 		}
-		fes = append(fes, &mqttFrontend{name: "mqtt", transport: "tcp", ln: ml, srv: s.mqtt, stop: mqttStop})
-		if s.cfg.MQTTWSPort >= 0 {
-			wl, err := listen("mqtt websocket", s.cfg.MQTTWSPort)
+		if s.cfg.MQTTPort >= 0 {
+			ml, err := listen("mqtt", s.cfg.MQTTPort)
 			if err != nil {
 				return fes, err
 			}
-			hs := &http.Server{Handler: s.mqtt.WebSocketHandler(), ReadHeaderTimeout: s.cfg.ConnectTimeout}
-			fes = append(fes, &mqttFrontend{name: "mqtt_ws", transport: "ws", ln: wl, srv: s.mqtt, ws: hs, stop: mqttStop})
+			fes = append(fes, &mqttFrontend{name: "mqtt", transport: "tcp", ln: ml, srv: s.mqtt, stop: mqttStop})
+			if s.cfg.MQTTWSPort >= 0 {
+				wl, err := listen("mqtt websocket", s.cfg.MQTTWSPort)
+				if err != nil {
+					return fes, err
+				}
+				fes = append(fes, &mqttFrontend{name: "mqtt_ws", transport: "ws", ln: wl, srv: s.mqtt, ws: wsServer(), stop: mqttStop})
+			}
+		}
+		if s.cfg.MQTTTLSPort >= 0 {
+			ml, err := listenTLS("mqtt tls", s.cfg.MQTTTLSPort)
+			if err != nil {
+				return fes, err
+			}
+			fes = append(fes, &mqttFrontend{name: "mqtt_tls", transport: "tls", ln: ml, srv: s.mqtt, stop: mqttStop})
+		}
+		if s.cfg.MQTTWSSPort >= 0 {
+			l, err := listen("mqtt secure websocket", s.cfg.MQTTWSSPort)
+			if err != nil {
+				return fes, err
+			}
+			// The HTTP server runs each handshake in the connection's goroutine,
+			// bounded by its ReadHeaderTimeout (connect_timeout), and gives the
+			// handler the TLS state (the client's certificate).
+			wl := tls.NewListener(l, s.tls.ServerConfig())
+			fes = append(fes, &mqttFrontend{name: "mqtt_wss", transport: "wss", ln: wl, srv: s.mqtt, ws: wsServer(), stop: mqttStop})
 		}
 	}
 	if s.kafka != nil {
-		kl, err := listen("kafka", s.cfg.KafkaPort)
-		if err != nil {
-			return fes, err
-		}
-		fes = append(fes, &kafkaFrontend{ln: kl, srv: s.kafka})
-	}
-	if s.cfg.HTTPAddr != "" {
-		hl, err := net.Listen("tcp", s.cfg.HTTPAddr)
-		if err != nil {
-			return fes, fmt.Errorf("monitoring listener: %w", err)
-		}
-		m := monitor.New(s.cfg.HTTPAddr, s, s.log.With("component", "monitor"))
-		m.RequireAuth(s.auth)
-		m.Registry().MustRegister(authCollector{s.auth})
-		if s.streams != nil {
-			m.Registry().MustRegister(streamCollector{s.streams})
-		}
-		if s.mqtt != nil {
-			m.Registry().MustRegister(mqttCollector{s.mqtt})
-		}
-		for _, fe := range fes {
-			if nf, ok := fe.(*nativeFrontend); ok && nf.transport == "udp" {
-				m.Registry().MustRegister(udpCollector{nf.ln.(*udp.Listener)})
+		if s.cfg.KafkaPort >= 0 {
+			kl, err := listen("kafka", s.cfg.KafkaPort)
+			if err != nil {
+				return fes, err
 			}
+			fes = append(fes, &kafkaFrontend{name: "kafka", transport: "tcp", ln: kl, srv: s.kafka})
 		}
-		fes = append(fes, &monitorFrontend{ln: hl, srv: m})
+		if s.cfg.KafkaTLSPort >= 0 {
+			kl, err := listenTLS("kafka tls", s.cfg.KafkaTLSPort)
+			if err != nil {
+				return fes, err
+			}
+			fes = append(fes, &kafkaFrontend{name: "kafka_tls", transport: "tls", ln: kl, srv: s.kafka})
+		}
+	}
+	for _, m := range []struct{ name, addr string }{{"http", s.cfg.HTTPAddr}, {"https", s.cfg.HTTPSAddr}} {
+		if m.addr == "" {
+			continue
+		}
+		hl, err := net.Listen("tcp", m.addr)
+		if err != nil {
+			return fes, fmt.Errorf("monitoring listener %s: %w", m.name, err)
+		}
+		if m.name == "https" {
+			hl = tlsconf.NewListener(hl, s.tls.ServerConfig(), s.cfg.ConnectTimeout)
+		}
+		fes = append(fes, &monitorFrontend{name: m.name, ln: hl, srv: s.newMonitor(m.addr, fes)})
 	}
 	return fes, nil
+}
+
+// newMonitor makes a monitoring endpoint with the collectors of the server's
+// parts and of the front ends in fes.
+func (s *Server) newMonitor(addr string, fes []Frontend) *monitor.Server {
+	m := monitor.New(addr, s, s.log.With("component", "monitor"))
+	m.RequireAuth(s.auth)
+	m.Registry().MustRegister(authCollector{s.auth})
+	if s.streams != nil {
+		m.Registry().MustRegister(streamCollector{s.streams})
+	}
+	if s.mqtt != nil {
+		m.Registry().MustRegister(mqttCollector{s.mqtt})
+	}
+	for _, fe := range fes {
+		if nf, ok := fe.(*nativeFrontend); ok && nf.transport == "udp" {
+			m.Registry().MustRegister(udpCollector{nf.ln.(*udp.Listener)})
+		}
+	}
+	return m
+}
+
+// tlsListeners names the TLS listeners the configuration turns on.
+func (c *Config) tlsListeners() []string {
+	var on []string
+	for _, l := range []struct {
+		key string
+		on  bool
+	}{{"tls_port", c.TLSPort >= 0}, {"mqtt_tls_port", c.MQTTTLSPort >= 0}, {"mqtt_wss_port", c.MQTTWSSPort >= 0},
+		{"kafka_tls_port", c.KafkaTLSPort >= 0}, {"https", c.HTTPSAddr != ""}} {
+		if l.on {
+			on = append(on, l.key)
+		}
+	}
+	return on
+}
+
+// setupTLS reads the TLS files when a TLS listener is configured (or the files
+// are named) and makes Reload read them again.
+func (s *Server) setupTLS() error {
+	cfg := &s.cfg
+	on := cfg.tlsListeners()
+	if len(on) > 0 && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "") {
+		return &OptionError{Key: on[0], Err: errors.New("a TLS listener needs tls_cert_file and tls_key_file")}
+	}
+	if cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
+		return nil
+	}
+	st, err := tlsconf.New(tlsconf.Settings{
+		CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, CAFile: cfg.TLSCAFile, CRLFile: cfg.TLSCRLFile,
+		ClientAuth: cfg.TLSClientAuth, MinVersion: cfg.TLSMinVersion, CipherSuites: strings.Split(cfg.TLSCiphers, ","),
+	})
+	if err != nil {
+		return err
+	}
+	if len(on) == 0 {
+		s.log.Warn("tls_cert_file is set but no TLS listener is (tls_port, mqtt_tls_port, mqtt_wss_port, kafka_tls_port, https)")
+	}
+	s.tls = st
+	s.reloaders = append(s.reloaders, reloader{what: "tls", reload: func() ([]any, error) {
+		if err := st.Reload(); err != nil {
+			return nil, err
+		}
+		c := st.Certificate()
+		return []any{"cert_serial", c.SerialNumber.Text(16), "cert_not_after", c.NotAfter}, nil
+	}})
+	return nil
+}
+
+// reloader is one part of the server that Reload reads anew: what names it in
+// the log; reload returns attributes to log on success.
+type reloader struct {
+	what   string
+	reload func() ([]any, error)
+}
+
+// Reload reads again the files the server takes anew while running (SIGHUP):
+// the TLS certificate, key, CA and CRL files. Each part that fails keeps what it
+// had; every outcome is logged, and the errors returned joined. Connections
+// already made are left as they are.
+func (s *Server) Reload() error {
+	var errs []error
+	for _, r := range s.reloaders {
+		attrs, err := r.reload()
+		if err != nil {
+			s.log.Error("reload failed: the old configuration stays", "what", r.what, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", r.what, err))
+			continue
+		}
+		s.log.Info("reloaded", append([]any{"what", r.what}, attrs...)...)
+	}
+	if len(s.reloaders) == 0 {
+		s.log.Info("reload: nothing to reload")
+	}
+	return errors.Join(errs...)
 }
 
 // frontend returns the front end called name, nil if there is none.
@@ -390,8 +549,23 @@ func (s *Server) UDPAddr() net.Addr { return s.addrOf("udp") }
 // MQTT is the MQTT front end, nil when it is disabled.
 func (s *Server) MQTT() *mqtt.Server { return s.mqtt }
 
-// Addr is the native protocol listener's address.
+// Addr is the native protocol listener's address, nil when it is off.
 func (s *Server) Addr() net.Addr { return s.addrOf("native") }
+
+// TLSAddr is the native-over-TLS listener's address, or nil when it is off.
+func (s *Server) TLSAddr() net.Addr { return s.addrOf("native_tls") }
+
+// MQTTTLSAddr is the MQTT-over-TLS listener's address, or nil when it is off.
+func (s *Server) MQTTTLSAddr() net.Addr { return s.addrOf("mqtt_tls") }
+
+// MQTTWSSAddr is the MQTT-over-secure-WebSocket listener's address, or nil.
+func (s *Server) MQTTWSSAddr() net.Addr { return s.addrOf("mqtt_wss") }
+
+// KafkaTLSAddr is the Kafka API's TLS listener's address, or nil when it is off.
+func (s *Server) KafkaTLSAddr() net.Addr { return s.addrOf("kafka_tls") }
+
+// HTTPSAddr is the monitoring TLS listener's address, or nil when it is off.
+func (s *Server) HTTPSAddr() net.Addr { return s.addrOf("https") }
 
 // Frontends lists the server's listeners in the order they were opened.
 func (s *Server) Frontends() []Frontend {
@@ -400,9 +574,16 @@ func (s *Server) Frontends() []Frontend {
 	return append([]Frontend(nil), s.frontends...)
 }
 
-// URL is the address clients connect to, as tern://host:port.
-func (s *Server) URL() string {
-	a, ok := s.Addr().(*net.TCPAddr)
+// URL is the address clients connect to, as tern://host:port; "" when the native
+// TCP listener is off.
+func (s *Server) URL() string { return localURL("tern://", s.Addr()) }
+
+// TLSURL is the address clients connect to over TLS, as tls://host:port; "" when
+// the native TLS listener is off.
+func (s *Server) TLSURL() string { return localURL("tls://", s.TLSAddr()) }
+
+func localURL(scheme string, addr net.Addr) string {
+	a, ok := addr.(*net.TCPAddr)
 	if !ok {
 		return ""
 	}
@@ -410,7 +591,7 @@ func (s *Server) URL() string {
 	if a.IP.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "tern://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
+	return scheme + net.JoinHostPort(host, strconv.Itoa(a.Port))
 }
 
 // HTTPAddr is the monitoring listener's address, or nil if it is disabled.
