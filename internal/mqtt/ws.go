@@ -48,7 +48,7 @@ type wsConn struct {
 	// cert is the client certificate the server verified when the WebSocket
 	// came over TLS, nil otherwise: the net.Conn under the WebSocket is out of
 	// reach, the HTTP request's TLS state is not.
-	cert *x509.Certificate
+	cert   *x509.Certificate
 	secure bool // the request came over TLS (wss://)
 }
 
