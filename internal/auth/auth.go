@@ -42,6 +42,9 @@ type User struct {
 	Name string
 	// Perms are the user's permissions, nil when unrestricted.
 	Perms *Permissions
+	// Account is the user's subject space; nil or the global account's for
+	// users of no account.
+	Account *Account
 	// Admin users may manage streams, consumers and the cluster (publish to
 	// "$TERN.API.>", Kafka admin requests); Monitor users may read the monitoring
 	// endpoints.
@@ -105,7 +108,29 @@ type Authenticator struct {
 
 	countsMu sync.Mutex
 	counts   map[string]*Stats // by protocol
+
+	// usage holds each account's counters, by name, across reloads.
+	usageMu sync.Mutex
+	usage   map[string]*accountUsage
 }
+
+func (a *Authenticator) accountUsage(name string) *accountUsage {
+	a.usageMu.Lock()
+	defer a.usageMu.Unlock()
+	if a.usage == nil {
+		a.usage = make(map[string]*accountUsage)
+	}
+	u := a.usage[name]
+	if u == nil {
+		u = &accountUsage{}
+		a.usage[name] = u
+	}
+	return u
+}
+
+// HasAccounts reports whether the users file defines accounts besides the
+// global one: global clients must then be kept from their subjects.
+func (a *Authenticator) HasAccounts() bool { return len(a.table.Load().accounts) > 1 }
 
 // New reads the users file, if any, and returns an Authenticator.
 func New(opts Options) (*Authenticator, error) {
@@ -146,7 +171,7 @@ func (a *Authenticator) Reload() error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrUsersFile, err)
 		}
-		if t, err = parseUsersFile(data); err != nil {
+		if t, err = parseUsersFile(data, a.accountUsage); err != nil {
 			return fmt.Errorf("%s: %w", a.opts.UsersFile, err)
 		}
 	}
@@ -203,12 +228,26 @@ func (a *Authenticator) Authenticate(r Request) (*User, error) {
 		time.Sleep(d)
 	}
 	u, reason := a.check(&r)
+	if u != nil && !servesAccounts(r.Protocol, u) {
+		u, reason = nil, fmt.Errorf("%w: user %q of account %q: %s clients cannot use accounts yet", ErrDenied, u.Name, u.Account.Name, r.Protocol)
+	}
 	if u != nil {
 		a.count(r.Protocol, true)
 		a.throttle.succeeded(host)
 		return u, nil
 	}
 	return nil, a.fail(r.Protocol, r.Remote, r.Username, reason)
+}
+
+// servesAccounts reports whether a client of protocol may log in as u: the
+// protocols that keep an account's subjects apart serve every account, the
+// others only the global one.
+func servesAccounts(protocol string, u *User) bool {
+	switch protocol {
+	case "native", "udp", "http":
+		return true
+	}
+	return u.Account.Global()
 }
 
 // fail records, logs and slows down a failed login.

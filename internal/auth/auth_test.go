@@ -285,7 +285,7 @@ func TestUsersFileErrors(t *testing.T) {
 		"not toml":       "[[users]\n",
 	}
 	for name, data := range cases {
-		if _, err := parseUsersFile([]byte(data)); !errors.Is(err, ErrUsersFile) {
+		if _, err := parseUsersFile([]byte(data), nil); !errors.Is(err, ErrUsersFile) {
 			t.Errorf("%s: %v, want ErrUsersFile", name, err)
 		}
 	}

@@ -78,7 +78,7 @@ func matchAny(ps []pattern, s []byte) bool {
 }
 
 func (p *Permissions) canPublish(s []byte) bool {
-	if bytes.HasPrefix(s, []byte(SysPrefix)) {
+	if bytes.HasPrefix(s, []byte(SysPrefix)) || bytes.HasPrefix(s, []byte(AccountPrefix)) {
 		return false
 	}
 	if p == nil {
@@ -94,6 +94,9 @@ func (p *Permissions) canPublish(s []byte) bool {
 // each message delivered to it must be checked (it reaches denied subjects, or
 // server subjects through a leading wildcard).
 func (p *Permissions) subscribe(f pattern) (ok, check bool) {
+	if f[0] == "$A" {
+		return false, false // other accounts' subjects
+	}
 	if f[0] == "$TERN" && len(f) > 1 && (f[1] == "SYS" || f[1] == "*" || f[1] == ">") {
 		if f[1] == "SYS" {
 			return false, false
@@ -101,7 +104,7 @@ func (p *Permissions) subscribe(f pattern) (ok, check bool) {
 		check = true // "$TERN.>" must not deliver "$TERN.SYS." traffic
 	}
 	if p == nil {
-		return true, check
+		return true, check || f.wildFirst()
 	}
 	for _, d := range p.subDeny {
 		if d.covers(f) {
@@ -123,8 +126,8 @@ func (p *Permissions) subscribe(f pattern) (ok, check bool) {
 			return false, false
 		}
 	}
-	if f.wildFirst() && !p.Unrestricted() {
-		check = true
+	if f.wildFirst() {
+		check = true // "$" subjects are withheld from it
 	}
 	return true, check
 }
@@ -132,7 +135,7 @@ func (p *Permissions) subscribe(f pattern) (ok, check bool) {
 // mayReceive reports whether a message on subject s may be delivered to a
 // subscription that needs checking.
 func (p *Permissions) mayReceive(s []byte, wildFirst bool) bool {
-	if bytes.HasPrefix(s, []byte(SysPrefix)) {
+	if bytes.HasPrefix(s, []byte(SysPrefix)) || bytes.HasPrefix(s, []byte(AccountPrefix)) {
 		return false
 	}
 	if p == nil {
@@ -199,7 +202,13 @@ func (c *Checker) CanSubscribe(filter string) (ok, check bool) {
 // subscription whose CanSubscribe asked for checks; wildFirst is whether that
 // subscription's filter starts with a wildcard.
 func (c *Checker) MayReceive(subject []byte, wildFirst bool) bool {
-	if wildFirst && len(subject) > 0 && subject[0] == '$' && !c.p.Unrestricted() {
+	if Reserved(subject) {
+		return false
+	}
+	if c.p.Unrestricted() {
+		return true
+	}
+	if wildFirst && len(subject) > 0 && subject[0] == '$' {
 		return false
 	}
 	c.recvMu.Lock()
@@ -213,6 +222,14 @@ func (c *Checker) MayReceive(subject []byte, wildFirst bool) bool {
 	}
 	c.recv[string(subject)] = ok
 	return ok
+}
+
+// Reserved reports whether a subject belongs to the cluster ("$TERN.SYS.") or
+// to an account other than the global one ("$A."): no client reaches it by its
+// name, whatever its permissions.
+func Reserved(subject []byte) bool {
+	return len(subject) > 0 && subject[0] == '$' &&
+		(bytes.HasPrefix(subject, []byte(SysPrefix)) || bytes.HasPrefix(subject, []byte(AccountPrefix)))
 }
 
 // TracksRequests reports whether NoteRequest must be called for the messages

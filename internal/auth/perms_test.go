@@ -102,8 +102,17 @@ func TestPermissions(t *testing.T) {
 	if !u.CanPublish([]byte("$TERN.API.STREAM.LIST")) || u.CanPublish([]byte("$TERN.SYS.META.PROPOSE")) {
 		t.Error("an unrestricted user may publish to the API but not to cluster traffic")
 	}
-	if ok, checked := u.CanSubscribe(">"); !ok || checked {
-		t.Errorf("unrestricted subscribe > = %v, %v", ok, checked)
+	if ok, checked := u.CanSubscribe(">"); !ok || !checked {
+		t.Errorf("unrestricted subscribe > = %v, %v; want allowed and checked", ok, checked)
+	}
+	if u.MayReceive([]byte("$A.acme.orders"), true) || !u.MayReceive([]byte("orders"), true) {
+		t.Error("an unrestricted wildcard subscription must not see other accounts' subjects")
+	}
+	if ok, _ := u.CanSubscribe("$A.acme.>"); ok {
+		t.Error("unrestricted subscription to another account's subjects allowed")
+	}
+	if u.CanPublish([]byte("$A.acme.orders")) {
+		t.Error("unrestricted publish into another account allowed")
 	}
 	if ok, checked := u.CanSubscribe("$TERN.>"); !ok || !checked {
 		t.Errorf("unrestricted subscribe $TERN.> = %v, %v; want allowed and checked", ok, checked)
@@ -132,7 +141,7 @@ func FuzzUsersFile(f *testing.F) {
 	f.Add([]byte("[[users]]\nname = \"a\"\ntokens = [\"sha256:00\"]\nscram_sha256 = \"4096:YQ==:YQ==:YQ==\"\n"))
 	f.Add([]byte("[[users]]\nname = \"c\"\ncert_subject = \"CN=c\"\ncert_san = \"c@example.com\"\nadmin = true\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tab, err := parseUsersFile(data)
+		tab, err := parseUsersFile(data, nil)
 		if err != nil {
 			return
 		}

@@ -111,6 +111,10 @@ func (l *SCRAMLogin) Step(msg []byte) ([]byte, error) {
 	}
 	if valid {
 		u := l.a.userByName(l.conv.Username())
+		if u != nil && !servesAccounts(l.protocol, u) {
+			l.failed = true
+			return nil, l.a.fail(l.protocol, l.remote, u.Name, fmt.Errorf("%w: user of account %q: %s clients cannot use accounts yet", ErrDenied, u.Account.Name, l.protocol))
+		}
 		if u == nil {
 			l.failed = true
 			return nil, l.a.fail(l.protocol, l.remote, l.conv.Username(), fmt.Errorf("%w: user removed during login", ErrDenied))

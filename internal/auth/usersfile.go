@@ -26,9 +26,10 @@ var ErrUsersFile = errors.New("users file")
 
 // usersFile is the TOML form of the users file (docs/security.md).
 type usersFile struct {
-	AnonymousUser string     `toml:"anonymous_user"`
-	Groups        []groupDef `toml:"groups"`
-	Users         []userDef  `toml:"users"`
+	AnonymousUser string       `toml:"anonymous_user"`
+	Accounts      []accountDef `toml:"accounts"`
+	Groups        []groupDef   `toml:"groups"`
+	Users         []userDef    `toml:"users"`
 }
 
 type permList struct {
@@ -58,6 +59,7 @@ type userDef struct {
 	Tokens      []string `toml:"tokens"`
 	CertSubject string   `toml:"cert_subject"`
 	CertSAN     string   `toml:"cert_san"`
+	Account     string   `toml:"account"`
 	Groups      []string `toml:"groups"`
 	grants
 }
@@ -69,6 +71,7 @@ type userTable struct {
 	bySubject map[string]*entry
 	bySAN     map[string]*entry
 	anonymous *User // the anonymous_user's rights; nil = unrestricted
+	accounts  map[string]*Account
 }
 
 // entry is one user with its secrets, which never leave this package.
@@ -78,8 +81,12 @@ type entry struct {
 	scram    map[string]scram.StoredCredentials
 }
 
-// parseUsersFile parses and checks a users file.
-func parseUsersFile(data []byte) (*userTable, error) {
+// parseUsersFile parses and checks a users file. usage gives each account its
+// counters (nil: fresh ones).
+func parseUsersFile(data []byte, usage func(string) *accountUsage) (*userTable, error) {
+	if usage == nil {
+		usage = func(string) *accountUsage { return &accountUsage{} }
+	}
 	if len(data) > MaxUsersFileBytes {
 		return nil, fmt.Errorf("%w: %d bytes, over the %d byte limit", ErrUsersFile, len(data), MaxUsersFileBytes)
 	}
@@ -102,14 +109,25 @@ func parseUsersFile(data []byte) (*userTable, error) {
 		}
 		groups[g.Name] = g
 	}
+	accts, err := buildAccounts(f.Accounts, usage)
+	if err != nil {
+		return nil, err
+	}
 	t := &userTable{byName: map[string]*entry{}, byToken: map[[32]byte]*entry{},
-		bySubject: map[string]*entry{}, bySAN: map[string]*entry{}}
+		bySubject: map[string]*entry{}, bySAN: map[string]*entry{}, accounts: accts}
 	for i := range f.Users {
 		e, err := buildUser(&f.Users[i], groups)
 		if err != nil {
 			return nil, err
 		}
 		d := &f.Users[i]
+		acct := GlobalAccount
+		if d.Account != "" {
+			acct = d.Account
+		}
+		if e.user.Account = accts[acct]; e.user.Account == nil {
+			return nil, fmt.Errorf("%w: user %q: account %q is not defined", ErrUsersFile, d.Name, d.Account)
+		}
 		if t.byName[d.Name] != nil {
 			return nil, fmt.Errorf("%w: user %q defined twice", ErrUsersFile, d.Name)
 		}
@@ -142,7 +160,7 @@ func parseUsersFile(data []byte) (*userTable, error) {
 		if e == nil {
 			return nil, fmt.Errorf("%w: anonymous_user %q is not a user", ErrUsersFile, f.AnonymousUser)
 		}
-		t.anonymous = &User{Perms: e.user.Perms, Admin: e.user.Admin, Monitor: e.user.Monitor}
+		t.anonymous = &User{Perms: e.user.Perms, Admin: e.user.Admin, Monitor: e.user.Monitor, Account: e.user.Account}
 	}
 	return t, nil
 }

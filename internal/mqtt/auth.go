@@ -93,8 +93,8 @@ func (s *Server) maySubscribe(a *access, subj string) (ok bool, permit func([]by
 	if a != nil && a.user == nil {
 		return false, nil
 	}
-	if a == nil && !strings.HasPrefix(subj, "$TERN") {
-		return true, nil // open rights: only the server's subjects need a look
+	if a == nil && !strings.HasPrefix(subj, "$") && !auth.WildFirst(subj) {
+		return true, nil // open rights: only filters that reach "$" subjects need a look
 	}
 	ok, check := ck.CanSubscribe(subj)
 	if !ok || !check {
@@ -172,11 +172,11 @@ var errDenied = errors.New("publish denied")
 func (c *conn) mayPublish(sess *session, subj []byte) bool {
 	x := sess.x.Load()
 	if x == nil {
-		return true
+		return !auth.Reserved(subj)
 	}
 	a := x.access.Load()
 	if a == nil || !a.restricted {
-		return true
+		return !auth.Reserved(subj) // the cluster's and other accounts' subjects
 	}
 	// Another connection's rights: c has been taken over and is closing.
 	return a.conn == c && a.perms.CanPublish(subj)

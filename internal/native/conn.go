@@ -50,6 +50,13 @@ type Conn struct {
 	// checks its permissions, nil when it is unrestricted.
 	user  *auth.User
 	perms *auth.Checker
+	// acct is the client's account when it is not the global one: its subjects
+	// are prefixed inside the server (auth.Account), in subjBuf and replyBuf.
+	acct              *auth.Account
+	subjBuf, replyBuf []byte
+	// imports holds, by sid, the subscriptions to other accounts' exported
+	// subjects that a subscription of acct's client reaches (under subsMu).
+	imports map[uint64][]*broker.Subscription
 
 	// Under srv.urlMu: the client asked for INFO updates (set once, by the reader,
 	// at CONNECT), and the connect_urls generation it was last sent.
@@ -231,9 +238,15 @@ func (c *Conn) handleConnect(f *wire.Frame) error {
 		if aerr != nil {
 			return c.fatal(wire.CodeAuth, aerr.Error())
 		}
+		if !u.Account.AcquireConnection() {
+			return c.fatal(wire.CodeMaxConnections, fmt.Sprintf("account %q has the maximum of %d connections", u.Account.Name, u.Account.Limits.MaxConnections))
+		}
 		c.user = u
 		if !u.Perms.Unrestricted() {
 			c.perms = u.Perms.NewChecker()
+		}
+		if !u.Account.Global() {
+			c.acct = u.Account
 		}
 	}
 	c.subsMu.Lock()
@@ -310,13 +323,27 @@ func (c *Conn) handlePub(f *wire.Frame) {
 		c.sendErr(wire.CodePermission, f.ID, fmt.Sprintf("publish to %q denied", f.Subject))
 		return
 	}
+	if c.user != nil && c.user.Account != nil && c.user.Account.Limits.MaxMsgRate > 0 {
+		if d := c.user.Account.PublishDelay(time.Now()); d > 0 {
+			time.Sleep(d) // the account's rate: this client's reads wait
+		}
+	}
 	c.inMsgs.Add(1)
 	c.inBytes.Add(uint64(len(f.Payload)))
+	subj, reply := f.Subject, f.Reply
+	if c.acct != nil {
+		c.subjBuf = c.acct.AppendInternal(c.subjBuf[:0], subj)
+		subj = c.subjBuf
+		if len(reply) > 0 {
+			c.replyBuf = c.acct.AppendInternal(c.replyBuf[:0], reply)
+			reply = c.replyBuf
+		}
+	}
 	m := &c.pub
-	m.Subject, m.Reply, m.Header, m.Payload = f.Subject, f.Reply, f.Header, f.Payload
+	m.Subject, m.Reply, m.Header, m.Payload = subj, reply, f.Header, f.Payload
 	matched := c.srv.broker.Publish(&c.batch, m)
-	if matched == 0 && len(f.Reply) > 0 && c.noResp {
-		c.srv.noResponders(&c.batch, f.Reply)
+	if matched == 0 && len(reply) > 0 && c.noResp {
+		c.srv.noResponders(&c.batch, reply)
 	}
 	c.ok(f.ID)
 }
@@ -327,8 +354,12 @@ func (c *Conn) mayPublish(subject []byte) bool {
 	if c.perms != nil {
 		return c.perms.CanPublish(subject)
 	}
-	return c.user == nil || !bytes.HasPrefix(subject, []byte(auth.SysPrefix))
+	return c.user == nil || !auth.Reserved(subject)
 }
+
+// openChecker decides the subscriptions of unrestricted clients: the cluster's
+// and other accounts' subjects stay closed to them.
+var openChecker = (*auth.Permissions)(nil).NewChecker()
 
 // credentials reads a CONNECT's credentials: "user:password", or a bearer token.
 func credentials(b []byte) auth.Request {
@@ -350,10 +381,11 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		Queue:   string(f.Queue),
 		NoEcho:  c.noEcho,
 	}
-	if c.user != nil && (c.perms != nil || bytes.HasPrefix(f.Subject, []byte("$TERN."))) {
+	var imported []auth.ImportedSubscription
+	if c.user != nil {
 		checker := c.perms
 		if checker == nil {
-			checker = c.user.Perms.NewChecker()
+			checker = openChecker
 		}
 		ok, check := checker.CanSubscribe(sub.Subject)
 		if !ok {
@@ -363,6 +395,15 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		if check {
 			wildFirst := auth.WildFirst(sub.Subject)
 			sub.Permit = func(s []byte) bool { return checker.MayReceive(s, wildFirst) }
+		}
+		if c.acct != nil {
+			imported = c.acct.Imports(sub.Subject)
+			sub.Subject = c.acct.Prefix() + sub.Subject
+			sub.Permit = nil // the account's own subjects: checked by the filter's prefix
+			if check && c.perms != nil {
+				checker, prefix, wildFirst := c.perms, len(c.acct.Prefix()), auth.WildFirst(string(f.Subject))
+				sub.Permit = func(s []byte) bool { return checker.MayReceive(s[prefix:], wildFirst) }
+			}
 		}
 	}
 	if len(f.Filter) > 0 {
@@ -384,12 +425,15 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		c.sendErr(wire.CodeMaxSubscriptions, f.ID, fmt.Sprintf("connection has the maximum of %d subscriptions", cfg.MaxSubscriptions))
 		return
 	}
+	if c.user != nil && !c.user.Account.AcquireSubscriptions(1) {
+		c.subsMu.Unlock()
+		c.sendErr(wire.CodeMaxSubscriptions, f.ID, fmt.Sprintf("account %q has the maximum of %d subscriptions", c.user.Account.Name, c.user.Account.Limits.MaxSubscriptions))
+		return
+	}
 	c.subs[f.SID] = sub
 	c.subsMu.Unlock()
 	if err := c.srv.broker.Subscribe(sub); err != nil {
-		c.subsMu.Lock()
-		delete(c.subs, f.SID)
-		c.subsMu.Unlock()
+		c.forget(f.SID, sub)
 		code := wire.CodeBadSubject
 		if errors.Is(err, broker.ErrBadQueue) {
 			code = wire.CodeBadQueue
@@ -397,15 +441,43 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		c.sendErr(code, f.ID, err.Error())
 		return
 	}
+	for _, im := range imported {
+		isub := &broker.Subscription{Sink: &importSink{c: c, strip: im.Strip, add: im.Add},
+			SID: f.SID, Subject: im.Filter, Queue: sub.Queue, Filter: sub.Filter}
+		if err := c.srv.broker.Subscribe(isub); err != nil {
+			c.log.Warn("import subscription", "filter", im.Filter, "err", err)
+			continue
+		}
+		c.subsMu.Lock()
+		if c.imports == nil {
+			c.imports = make(map[uint64][]*broker.Subscription)
+		}
+		c.imports[f.SID] = append(c.imports[f.SID], isub)
+		c.subsMu.Unlock()
+	}
 	c.ok(f.ID)
+}
+
+// forget drops subscription sid (sub) and its imports from the connection's
+// books and the account's count; it reports whether sub was still there.
+func (c *Conn) forget(sid uint64, sub *broker.Subscription) (imports []*broker.Subscription, found bool) {
+	c.subsMu.Lock()
+	if c.subs[sid] == sub {
+		delete(c.subs, sid)
+		found = true
+		imports = c.imports[sid]
+		delete(c.imports, sid)
+	}
+	c.subsMu.Unlock()
+	if found && c.user != nil {
+		c.user.Account.ReleaseSubscriptions(1)
+	}
+	return imports, found
 }
 
 func (c *Conn) handleUnsub(f *wire.Frame) {
 	c.subsMu.Lock()
 	sub, found := c.subs[f.SID]
-	if found && f.Max == 0 {
-		delete(c.subs, f.SID)
-	}
 	c.subsMu.Unlock()
 	if !found {
 		c.sendErr(wire.CodeUnknownSID, f.ID, fmt.Sprintf("no subscription with id %d", f.SID))
@@ -413,7 +485,11 @@ func (c *Conn) handleUnsub(f *wire.Frame) {
 	}
 	var err error
 	if f.Max == 0 {
+		imports, _ := c.forget(f.SID, sub)
 		err = c.srv.broker.Unsubscribe(sub)
+		for _, isub := range imports {
+			_ = c.srv.broker.Unsubscribe(isub)
+		}
 	} else {
 		err = c.srv.broker.AutoUnsubscribe(sub, sub.Delivered()+f.Max)
 	}
@@ -433,31 +509,67 @@ func (c *Conn) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	if c.perms != nil && len(m.Reply) > 0 && c.perms.TracksRequests() {
 		c.perms.NoteRequest(m.Reply, time.Now())
 	}
-	b, ok := c.Reserve(wire.MsgLen(sub.SID, m.Subject, m.Reply, m.Header, m.Payload))
+	subj, reply := m.Subject, m.Reply
+	if c.acct != nil {
+		subj, _ = c.acct.External(subj)
+		reply, _ = c.acct.External(reply)
+	}
+	return c.deliver(sub.SID, subj, reply, m)
+}
+
+// deliver appends a MSG frame of m under subject and reply.
+func (c *Conn) deliver(sid uint64, subject, reply []byte, m *broker.Message) bool {
+	b, ok := c.Reserve(wire.MsgLen(sid, subject, reply, m.Header, m.Payload))
 	if !ok {
 		return false
 	}
-	c.Commit(wire.AppendMsg(b, sub.SID, m.Subject, m.Reply, m.Header, m.Payload), len(m.Payload))
+	c.Commit(wire.AppendMsg(b, sid, subject, reply, m.Header, m.Payload), len(m.Payload))
 	return true
 }
 
+// importSink delivers another account's messages, on subjects the client's
+// account imports, under the importer's names. Replies do not cross accounts.
+type importSink struct {
+	c     *Conn
+	strip int
+	add   string
+}
+
+func (s *importSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	var buf [256]byte
+	subj := append(append(buf[:0], s.add...), m.Subject[s.strip:]...)
+	return s.c.deliver(sub.SID, subj, nil, m)
+}
+
+func (s *importSink) Flush()                 { s.c.Flush() }
+func (s *importSink) Stall() <-chan struct{} { return s.c.Stall() }
+func (s *importSink) Stuck()                 { s.c.Stuck() }
+
 // Removed implements broker.Remover: a subscription reached its UNSUB max.
 func (c *Conn) Removed(sub *broker.Subscription) {
-	c.subsMu.Lock()
-	if c.subs[sub.SID] == sub {
-		delete(c.subs, sub.SID)
+	imports, _ := c.forget(sub.SID, sub)
+	for _, isub := range imports {
+		_ = c.srv.broker.Unsubscribe(isub)
 	}
-	c.subsMu.Unlock()
 }
 
 // cleanup removes the connection's subscriptions after both loops have ended.
 func (c *Conn) cleanup() {
 	c.subsMu.Lock()
-	subs := c.subs
-	c.subs = map[uint64]*broker.Subscription{}
+	subs, imports := c.subs, c.imports
+	c.subs, c.imports = map[uint64]*broker.Subscription{}, nil
 	c.subsMu.Unlock()
 	for _, sub := range subs {
 		_ = c.srv.broker.Unsubscribe(sub)
+	}
+	for _, isubs := range imports {
+		for _, isub := range isubs {
+			_ = c.srv.broker.Unsubscribe(isub)
+		}
+	}
+	if c.user != nil {
+		c.user.Account.ReleaseSubscriptions(len(subs))
+		c.user.Account.ReleaseConnection()
 	}
 	c.srv.remove(c)
 	reason := c.Reason()

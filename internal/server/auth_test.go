@@ -324,3 +324,210 @@ subscribe = { allow = ["_INBOX.>"] }
 		}
 	}
 }
+
+// accountsFile: accounts acme and beta; acme exports public.> to beta, which
+// sees it under "acme."; beta takes two connections and three subscriptions at
+// most. Every user's password is "pw".
+func accountsFile(t *testing.T) string {
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := fmt.Sprintf(`
+[[accounts]]
+name = "acme"
+exports = [{ subjects = "public.>", to = ["beta"] }]
+
+[[accounts]]
+name = "beta"
+max_connections = 2
+max_subscriptions = 3
+imports = [{ account = "acme", subjects = "public.>", prefix = "acme" }]
+
+[[users]]
+name = "a"
+account = "acme"
+password = %[1]q
+
+[[users]]
+name = "b"
+account = "beta"
+password = %[1]q
+
+[[users]]
+name = "root"
+password = %[1]q
+`, hash)
+	file := filepath.Join(t.TempDir(), "users.toml")
+	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestAccountsIsolateSubjects: accounts share no subject but what one exports
+// and another imports; the global account sees neither.
+func TestAccountsIsolateSubjects(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = accountsFile(t) })
+	a, b, root := connectAs(t, s, "a:pw"), connectAs(t, s, "b:pw"), connectAs(t, s, "root:pw")
+	subAll := func(c *tern.Conn) *tern.Subscription {
+		sub, err := c.SubscribeSync(">")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return sub
+	}
+	aAll, bAll, rootAll := subAll(a), subAll(b), subAll(root)
+	next := func(sub *tern.Subscription, who string) string {
+		t.Helper()
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		return m.Subject
+	}
+	none := func(sub *tern.Subscription, who string) {
+		t.Helper()
+		if m, err := sub.NextMsg(300 * time.Millisecond); err == nil {
+			t.Fatalf("%s got %s, want nothing", who, m.Subject)
+		}
+	}
+	for _, p := range []struct {
+		c    *tern.Conn
+		subj string
+	}{{a, "orders.new"}, {root, "orders.global"}, {b, "acme.public.forged"}, {a, "public.news"}} {
+		if err := p.c.Publish(p.subj, []byte(p.subj)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := next(aAll, "acme"); got != "orders.new" {
+		t.Fatalf("acme got %s first, want its own orders.new", got)
+	}
+	if got := next(aAll, "acme"); got != "public.news" {
+		t.Fatalf("acme got %s, want public.news (beta's publish must stay in beta)", got)
+	}
+	if got := next(rootAll, "global"); got != "orders.global" {
+		t.Fatalf("global got %s, want only its own orders.global", got)
+	}
+	none(rootAll, "global")
+	if got := next(bAll, "beta"); got != "acme.public.forged" {
+		t.Fatalf("beta got %s first, want its own acme.public.forged", got)
+	}
+	if got := next(bAll, "beta"); got != "acme.public.news" {
+		t.Fatalf("beta got %s, want acme's public.news as acme.public.news", got)
+	}
+	none(bAll, "beta")
+
+	// Request and reply inside an account; the global account cannot reach in.
+	if _, err := a.Subscribe("svc.echo", func(m *tern.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a2 := connectAs(t, s, "a:pw")
+	if m, err := a2.RequestTimeout("svc.echo", []byte("hi"), 5*time.Second); err != nil || string(m.Data) != "hi" {
+		t.Fatalf("request inside acme: %v %v", m, err)
+	}
+	if _, err := root.RequestTimeout("svc.echo", []byte("hi"), 300*time.Millisecond); err == nil {
+		t.Fatal("the global account reached acme's service")
+	}
+	for _, f := range []string{"$A.>", "$A.acme.>"} {
+		var we *wire.Error
+		if _, err := root.SubscribeSync(f); !errors.As(err, &we) || we.Code != wire.CodePermission {
+			t.Fatalf("global subscription to %s: %v, want permission denied", f, err)
+		}
+	}
+	opt, rootErrs := errs()
+	root2 := connectAs(t, s, "root:pw", opt)
+	if err := root2.Publish("$A.acme.orders.new", nil); err != nil {
+		t.Fatal(err)
+	}
+	wantPermissionError(t, rootErrs, "$A.acme.orders.new")
+}
+
+func TestAccountLimits(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = accountsFile(t) })
+	b1 := connectAs(t, s, "b:pw")
+	connectAs(t, s, "b:pw")
+	c, err := tern.Connect(nativeURL(s), tern.Credentials([]byte("b:pw")), tern.NoReconnect())
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeMaxConnections {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("third connection of beta: %v, want the account's connection limit", err)
+	}
+	for i := range 3 {
+		if _, err := b1.SubscribeSync("s." + strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b1.SubscribeSync("s.3"); !errors.As(err, &we) || we.Code != wire.CodeMaxSubscriptions {
+		t.Fatalf("fourth subscription of beta: %v, want the account's subscription limit", err)
+	}
+	// Other accounts are not bound by beta's limits.
+	a := connectAs(t, s, "a:pw")
+	for i := range 5 {
+		if _, err := a.SubscribeSync("s." + strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMQTTClientsStayOutOfAccounts: MQTT clients of the global account neither
+// see an account's traffic through '#' nor publish into it by its inside name.
+func TestMQTTClientsStayOutOfAccounts(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
+		t.Fatal("mosquitto_sub not installed (scripts/deps.sh installs it)")
+	}
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile, c.Anonymous = accountsFile(t), "loopback" })
+	port := strconv.Itoa(s.MQTTAddr().(*net.TCPAddr).Port)
+	a := connectAs(t, s, "a:pw")
+	inbox, err := a.SubscribeSync("orders.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// An anonymous MQTT client subscribes to everything for 2 s, while acme
+	// publishes and the MQTT client tries to publish into acme.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sub := exec.CommandContext(ctx, "mosquitto_sub", "-h", "127.0.0.1", "-p", port, "-t", "#", "-v", "-W", "2", "-V", "mqttv311")
+	var out strings.Builder
+	sub.Stdout = &out
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the subscription is in place
+	if err := a.Publish("orders.secret", []byte("acme-only")); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.CommandContext(ctx, "mosquitto_pub", "-h", "127.0.0.1", "-p", port, "-t", "$A/acme/orders/forged", "-m", "x", "-q", "1").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.CommandContext(ctx, "mosquitto_pub", "-h", "127.0.0.1", "-p", port, "-t", "public/hello", "-m", "global").Run(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.Wait() // -W 2 ends it
+	if strings.Contains(out.String(), "acme-only") || strings.Contains(out.String(), "forged") {
+		t.Fatalf("the MQTT subscriber to # saw account traffic:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "public/hello global") {
+		t.Fatalf("the MQTT subscriber to # missed the global message:\n%s", out.String())
+	}
+	if m, err := inbox.NextMsg(5 * time.Second); err != nil || string(m.Data) != "acme-only" {
+		t.Fatalf("acme got %v %v, want its own message", m, err)
+	}
+	if m, err := inbox.NextMsg(300 * time.Millisecond); err == nil {
+		t.Fatalf("an MQTT client published into acme: %s %q", m.Subject, m.Data)
+	}
+}

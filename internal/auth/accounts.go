@@ -1,0 +1,362 @@
+package auth
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// AccountPrefix starts the subjects of every account but the global one: an
+// account's client publishing to "orders.new" publishes to "$A.<account>.orders.new"
+// inside the server, so accounts share nothing unless they export and import.
+const AccountPrefix = "$A."
+
+// GlobalAccount names the account of users that name none; its subjects are not
+// prefixed.
+const GlobalAccount = "global"
+
+// Account is a subject space of its own, with limits. Accounts are immutable
+// once built (a reload builds new ones); their usage counters outlive reloads.
+type Account struct {
+	Name   string
+	Limits AccountLimits
+	prefix []byte // AccountPrefix + Name + ".", empty for the global account
+	// imports are the subjects of other accounts this account's clients may
+	// subscribe to.
+	imports []subjectImport
+	usage   *accountUsage
+}
+
+// AccountLimits bound what an account's clients may use on one node; zero means
+// no limit.
+type AccountLimits struct {
+	MaxConnections   int `toml:"max_connections"`
+	MaxSubscriptions int `toml:"max_subscriptions"`
+	// MaxMsgRate is messages per second the account's clients may publish; a
+	// client over it is slowed down (its reads wait), not refused.
+	MaxMsgRate int `toml:"max_msg_rate"`
+}
+
+// subjectImport is another account's exported subjects, seen under local.
+type subjectImport struct {
+	from  *Account
+	local pattern // the subjects as the importer sees them
+	strip int     // tokens of the local prefix
+	add   string  // the local prefix with its dot, "" for none
+	// remote is the exporter's pattern, in the exporter's own (unprefixed) terms.
+	remote pattern
+}
+
+// Global reports whether a is the global account (nil is too).
+func (a *Account) Global() bool { return a == nil || len(a.prefix) == 0 }
+
+// Prefix is what the account's subjects start with inside the server, "" for
+// the global account.
+func (a *Account) Prefix() string {
+	if a == nil {
+		return ""
+	}
+	return string(a.prefix)
+}
+
+// AppendInternal appends the server's name of the account's subject to dst.
+func (a *Account) AppendInternal(dst, subject []byte) []byte {
+	if a.Global() {
+		return append(dst, subject...)
+	}
+	return append(append(dst, a.prefix...), subject...)
+}
+
+// External is the account's name of a subject inside the server, and whether
+// the subject is the account's own.
+func (a *Account) External(internal []byte) ([]byte, bool) {
+	if a.Global() {
+		return internal, true
+	}
+	if bytes.HasPrefix(internal, a.prefix) {
+		return internal[len(a.prefix):], true
+	}
+	return internal, false
+}
+
+// ImportedSubscription is a subscription an account's client makes to another
+// account's subjects: Filter is the broker's filter; a delivered subject loses
+// Strip bytes and gains Add in front, to be the importer's.
+type ImportedSubscription struct {
+	Filter string
+	Strip  int
+	Add    string
+}
+
+// Imports returns the subscriptions a client of a needs besides its own for
+// filter (in a's terms): one per import the filter reaches.
+func (a *Account) Imports(filter string) []ImportedSubscription {
+	if a == nil || len(a.imports) == 0 {
+		return nil
+	}
+	f, err := parsePattern(filter)
+	if err != nil {
+		return nil
+	}
+	var out []ImportedSubscription
+	for _, im := range a.imports {
+		both, ok := intersect(f, im.local)
+		if !ok {
+			continue
+		}
+		remote := both[im.strip:]
+		if len(remote) == 0 {
+			continue
+		}
+		exporterPrefix := im.from.Prefix()
+		out = append(out, ImportedSubscription{
+			Filter: exporterPrefix + remote.String(),
+			Strip:  len(exporterPrefix),
+			Add:    im.add,
+		})
+	}
+	return out
+}
+
+// intersect returns a pattern matching exactly the subjects both a and b match,
+// when there is one.
+func intersect(a, b pattern) (pattern, bool) {
+	var out pattern
+	for i := 0; ; i++ {
+		switch {
+		case i == len(a) && i == len(b):
+			return out, true
+		case i == len(a) || i == len(b):
+			return nil, false
+		case a[i] == ">":
+			return append(out, b[i:]...), true
+		case b[i] == ">":
+			return append(out, a[i:]...), true
+		case a[i] == "*":
+			out = append(out, b[i])
+		case b[i] == "*" || a[i] == b[i]:
+			out = append(out, a[i])
+		default:
+			return nil, false
+		}
+	}
+}
+
+// accountUsage counts what an account's clients use on this node.
+type accountUsage struct {
+	mu    sync.Mutex
+	conns int
+	subs  int
+	// The message rate's token bucket.
+	tokens float64
+	last   time.Time
+}
+
+// AcquireConnection counts a new connection of the account; false when the
+// account has its maximum.
+func (a *Account) AcquireConnection() bool {
+	if a == nil || a.usage == nil {
+		return true
+	}
+	u := a.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if a.Limits.MaxConnections > 0 && u.conns >= a.Limits.MaxConnections {
+		return false
+	}
+	u.conns++
+	return true
+}
+
+// ReleaseConnection uncounts a connection AcquireConnection counted.
+func (a *Account) ReleaseConnection() {
+	if a == nil || a.usage == nil {
+		return
+	}
+	a.usage.mu.Lock()
+	a.usage.conns--
+	a.usage.mu.Unlock()
+}
+
+// AcquireSubscriptions counts n new subscriptions; false (nothing counted)
+// when they would pass the account's maximum.
+func (a *Account) AcquireSubscriptions(n int) bool {
+	if a == nil || a.usage == nil {
+		return true
+	}
+	u := a.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if a.Limits.MaxSubscriptions > 0 && u.subs+n > a.Limits.MaxSubscriptions {
+		return false
+	}
+	u.subs += n
+	return true
+}
+
+// ReleaseSubscriptions uncounts n subscriptions.
+func (a *Account) ReleaseSubscriptions(n int) {
+	if a == nil || a.usage == nil {
+		return
+	}
+	a.usage.mu.Lock()
+	a.usage.subs -= n
+	a.usage.mu.Unlock()
+}
+
+// PublishDelay takes one message from the account's rate and returns how long
+// the publisher must wait first; 0 without a rate limit.
+func (a *Account) PublishDelay(now time.Time) time.Duration {
+	if a == nil || a.Limits.MaxMsgRate <= 0 {
+		return 0
+	}
+	u := a.usage
+	rate := float64(a.Limits.MaxMsgRate)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.last.IsZero() {
+		u.tokens, u.last = rate, now
+	}
+	// A burst of up to one second's worth.
+	u.tokens = min(rate, u.tokens+now.Sub(u.last).Seconds()*rate)
+	u.last = now
+	u.tokens--
+	if u.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-u.tokens / rate * float64(time.Second))
+}
+
+// Usage reports the account's connections and subscriptions on this node.
+func (a *Account) Usage() (conns, subs int) {
+	if a == nil || a.usage == nil {
+		return 0, 0
+	}
+	a.usage.mu.Lock()
+	defer a.usage.mu.Unlock()
+	return a.usage.conns, a.usage.subs
+}
+
+// accountDef is an account in the users file.
+type accountDef struct {
+	Name string `toml:"name"`
+	AccountLimits
+	Exports []exportDef `toml:"exports"`
+	Imports []importDef `toml:"imports"`
+}
+
+type exportDef struct {
+	Subjects string   `toml:"subjects"`
+	To       []string `toml:"to"` // empty: every account
+}
+
+type importDef struct {
+	Account  string `toml:"account"`
+	Subjects string `toml:"subjects"`
+	// Prefix puts the imported subjects under "<prefix>." for the importer.
+	Prefix string `toml:"prefix"`
+}
+
+// MaxAccountName bounds an account's name.
+const MaxAccountName = 64
+
+func checkAccountName(name string) error {
+	if name == "" || len(name) > MaxAccountName || strings.ContainsAny(name, ".*> \t\r\n$") {
+		return fmt.Errorf("%w: account name %q: 1 to %d bytes, none of . * > $ or white space", ErrUsersFile, name, MaxAccountName)
+	}
+	return nil
+}
+
+// buildAccounts checks the accounts of a users file and links their imports to
+// their exports. usage returns an account's counters, kept across reloads.
+func buildAccounts(defs []accountDef, usage func(string) *accountUsage) (map[string]*Account, error) {
+	accts := map[string]*Account{GlobalAccount: {Name: GlobalAccount, usage: usage(GlobalAccount)}}
+	for i := range defs {
+		d := &defs[i]
+		if err := checkAccountName(d.Name); err != nil {
+			return nil, err
+		}
+		a := accts[d.Name]
+		switch {
+		case a != nil && d.Name != GlobalAccount:
+			return nil, fmt.Errorf("%w: account %q defined twice", ErrUsersFile, d.Name)
+		case a == nil:
+			a = &Account{Name: d.Name, prefix: []byte(AccountPrefix + d.Name + "."), usage: usage(d.Name)}
+			accts[d.Name] = a
+		}
+		a.Limits = d.AccountLimits
+		if a.Limits.MaxConnections < 0 || a.Limits.MaxSubscriptions < 0 || a.Limits.MaxMsgRate < 0 {
+			return nil, fmt.Errorf("%w: account %q: negative limit", ErrUsersFile, d.Name)
+		}
+	}
+	byName := make(map[string]*accountDef, len(defs))
+	for i := range defs {
+		byName[defs[i].Name] = &defs[i]
+	}
+	for i := range defs {
+		d := &defs[i]
+		for _, ex := range d.Exports {
+			if _, err := parsePattern(ex.Subjects); err != nil {
+				return nil, fmt.Errorf("%w: account %q: export: %w", ErrUsersFile, d.Name, err)
+			}
+			if strings.HasPrefix(ex.Subjects, "$") {
+				return nil, fmt.Errorf("%w: account %q: export %q: the server's subjects cannot be exported", ErrUsersFile, d.Name, ex.Subjects)
+			}
+			for _, to := range ex.To {
+				if accts[to] == nil {
+					return nil, fmt.Errorf("%w: account %q: export %q to %q: no such account", ErrUsersFile, d.Name, ex.Subjects, to)
+				}
+			}
+		}
+		for _, im := range d.Imports {
+			if err := addImport(accts[d.Name], accts, byName, im); err != nil {
+				return nil, fmt.Errorf("%w: account %q: import of %q from %q: %w", ErrUsersFile, d.Name, im.Subjects, im.Account, err)
+			}
+		}
+	}
+	return accts, nil
+}
+
+func addImport(to *Account, accts map[string]*Account, defs map[string]*accountDef, im importDef) error {
+	from := accts[im.Account]
+	if from == nil {
+		return fmt.Errorf("no such account")
+	}
+	if from == to {
+		return fmt.Errorf("an account cannot import from itself")
+	}
+	remote, err := parsePattern(im.Subjects)
+	if err != nil {
+		return err
+	}
+	// The exporter must export a pattern covering the import, to this account.
+	allowed := false
+	if d := defs[im.Account]; d != nil {
+		for _, ex := range d.Exports {
+			p, _ := parsePattern(ex.Subjects)
+			if p.covers(remote) && (len(ex.To) == 0 || slices.Contains(ex.To, to.Name)) {
+				allowed = true
+				break
+			}
+		}
+	}
+	if !allowed {
+		return fmt.Errorf("not exported to this account")
+	}
+	si := subjectImport{from: from, remote: remote}
+	local := remote
+	if im.Prefix != "" {
+		pre, err := parsePattern(im.Prefix)
+		if err != nil || strings.ContainsAny(im.Prefix, "*>$") {
+			return fmt.Errorf("prefix %q: want literal tokens", im.Prefix)
+		}
+		local = append(append(pattern(nil), pre...), remote...)
+		si.strip, si.add = len(pre), im.Prefix+"."
+	}
+	si.local = local
+	to.imports = append(to.imports, si)
+	return nil
+}

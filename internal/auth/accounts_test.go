@@ -1,0 +1,144 @@
+package auth
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/xdg-go/scram"
+)
+
+const accountsTOML = `
+[[accounts]]
+name = "acme"
+max_msg_rate = 100
+exports = [{ subjects = "public.>", to = ["beta"] }, { subjects = "feed.*" }]
+
+[[accounts]]
+name = "beta"
+imports = [
+  { account = "acme", subjects = "public.>", prefix = "acme" },
+  { account = "acme", subjects = "feed.*" },
+]
+
+[[users]]
+name = "a"
+account = "acme"
+
+[[users]]
+name = "g"
+`
+
+func TestAccountsFile(t *testing.T) {
+	tab, err := parseUsersFile([]byte(accountsTOML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, beta, global := tab.accounts["acme"], tab.accounts["beta"], tab.accounts[GlobalAccount]
+	if tab.byName["a"].user.Account != acme || tab.byName["g"].user.Account != global || !global.Global() || acme.Global() {
+		t.Fatal("users not in their accounts")
+	}
+	if got := string(acme.AppendInternal(nil, []byte("orders.new"))); got != "$A.acme.orders.new" {
+		t.Fatalf("internal subject %q", got)
+	}
+	if ext, own := acme.External([]byte("$A.acme.orders.new")); !own || string(ext) != "orders.new" {
+		t.Fatalf("external %q %v", ext, own)
+	}
+	if _, own := acme.External([]byte("$A.beta.x")); own {
+		t.Fatal("another account's subject taken as acme's")
+	}
+	cases := map[string][]ImportedSubscription{
+		">":                {{"$A.acme.public.>", 8, "acme."}, {"$A.acme.feed.*", 8, ""}},
+		"acme.public.news": {{"$A.acme.public.news", 8, "acme."}},
+		"acme.*.news":      {{"$A.acme.public.news", 8, "acme."}},
+		"feed.x":           {{"$A.acme.feed.x", 8, ""}},
+		"orders.>":         nil,
+	}
+	for f, want := range cases {
+		if got := beta.Imports(f); !reflect.DeepEqual(got, want) {
+			t.Errorf("imports of %q = %v, want %v", f, got, want)
+		}
+	}
+	if acme.Imports(">") != nil {
+		t.Error("acme imports nothing")
+	}
+	bad := map[string]string{
+		"not exported": "[[accounts]]\nname = \"x\"\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"not to y":     "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\", to = [\"z\"] }]\n[[accounts]]\nname = \"z\"\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"wider":        "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.b\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"dollar":       "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"$TERN.>\" }]\n",
+		"bad name":     "[[accounts]]\nname = \"a.b\"\n",
+		"twice":        "[[accounts]]\nname = \"x\"\n[[accounts]]\nname = \"x\"\n",
+		"no account":   "[[users]]\nname = \"u\"\naccount = \"nope\"\n",
+		"self":         "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"wild prefix":  "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\", prefix = \"*\" }]\n",
+	}
+	for name, data := range bad {
+		if _, err := parseUsersFile([]byte(data), nil); !errors.Is(err, ErrUsersFile) {
+			t.Errorf("%s: %v, want ErrUsersFile", name, err)
+		}
+	}
+}
+
+func TestAccountRate(t *testing.T) {
+	tab, err := parseUsersFile([]byte(accountsTOML), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := tab.accounts["acme"] // 100 messages a second, bursts of 100
+	now := time.Unix(1000, 0)
+	for i := range 100 {
+		if d := acme.PublishDelay(now); d != 0 {
+			t.Fatalf("message %d of the burst waits %v", i, d)
+		}
+	}
+	if d := acme.PublishDelay(now); d != 10*time.Millisecond {
+		t.Fatalf("first message over the burst waits %v, want 10ms", d)
+	}
+	if d := acme.PublishDelay(now); d != 20*time.Millisecond {
+		t.Fatalf("second waits %v, want 20ms", d)
+	}
+	now = now.Add(time.Second)
+	if d := acme.PublishDelay(now); d != 0 {
+		t.Fatalf("after a quiet second a message waits %v", d)
+	}
+	if d := tab.accounts["beta"].PublishDelay(now); d != 0 {
+		t.Fatal("an account without a rate waits")
+	}
+}
+
+// TestAccountUsersOnlyWhereAccountsAreServed: a user of an account other than
+// the global one logs in where subjects are kept apart per account (native,
+// UDP, monitoring), and is refused by the others.
+func TestAccountUsersOnlyWhereAccountsAreServed(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "users.toml")
+	data := accountsTOML + "\n[[users]]\nname = \"ap\"\naccount = \"acme\"\npassword = \"" + hash(t, "pw") + "\"\nscram_sha256 = \"" + scramLine(t, SCRAMSHA256, "pw") + "\"\n"
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := newAuth(t, Options{UsersFile: p})
+	for proto, ok := range map[string]bool{"native": true, "udp": true, "http": true, "mqtt": false, "kafka": false} {
+		u, err := a.Authenticate(Request{Protocol: proto, Username: "ap", Password: []byte("pw")})
+		if (err == nil) != ok {
+			t.Errorf("%s: %v %v, want accepted=%v", proto, u, err, ok)
+		}
+	}
+	l, err := a.NewSCRAMLogin(SCRAMSHA256, "kafka", remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := scram.SHA256.NewClient("ap", "pw", "")
+	conv := c.NewConversation()
+	msg, _ := conv.Step("")
+	out, err := l.Step([]byte(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ = conv.Step(string(out))
+	if _, err := l.Step([]byte(msg)); !errors.Is(err, ErrDenied) {
+		t.Fatalf("kafka SCRAM login of an account user: %v, want ErrDenied", err)
+	}
+}
