@@ -382,6 +382,10 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		NoEcho:  c.noEcho,
 	}
 	var imported []auth.ImportedSubscription
+	if err := subject.ValidateFilter(f.Subject); err != nil {
+		c.sendErr(wire.CodeBadSubject, f.ID, err.Error())
+		return
+	}
 	if c.user != nil {
 		checker := c.perms
 		if checker == nil {
