@@ -74,8 +74,10 @@ type Request struct {
 	Cert *x509.Certificate
 }
 
+// anonymous reports whether r carries no credentials. A client certificate
+// that names no user counts as none: TLS verified it, and it identifies nobody.
 func (r *Request) anonymous() bool {
-	return r.Username == "" && len(r.Password) == 0 && len(r.Token) == 0 && r.Cert == nil
+	return r.Username == "" && len(r.Password) == 0 && len(r.Token) == 0
 }
 
 // Options configure an Authenticator.
@@ -268,7 +270,11 @@ func (a *Authenticator) fail(protocol string, remote net.Addr, user string, reas
 // check finds the user r names; on failure it says why (for the server's log).
 func (a *Authenticator) check(r *Request) (*User, error) {
 	t := a.table.Load()
-	if r.anonymous() {
+	var certUser *entry
+	if r.Cert != nil {
+		certUser = t.byCert(r.Cert)
+	}
+	if r.anonymous() && certUser == nil {
 		switch {
 		case a.anon == AnonymousAll, a.anon == AnonymousLoopback && isLoopback(r.Remote):
 			if t.anonymous != nil {
@@ -280,11 +286,8 @@ func (a *Authenticator) check(r *Request) (*User, error) {
 		}
 		return nil, fmt.Errorf("%w: credentials required", ErrAnonymous)
 	}
-	if r.Cert != nil {
-		e := t.byCert(r.Cert)
+	if e := certUser; e != nil {
 		switch {
-		case e == nil:
-			return nil, fmt.Errorf("%w: certificate %q maps to no user", ErrDenied, r.Cert.Subject.String())
 		case r.Username != "" && r.Username != e.user.Name:
 			return nil, fmt.Errorf("%w: certificate of user %q presented with user name %q", ErrDenied, e.user.Name, r.Username)
 		case len(r.Password) > 0:
@@ -399,7 +402,7 @@ func (a *Authenticator) fakeSalt(name string) []byte {
 // server verified, nil for any other connection. The handshake must be over
 // (the connection has been read from).
 func PeerCert(nc net.Conn) *x509.Certificate {
-	tc, ok := nc.(*tls.Conn)
+	tc, ok := nc.(interface{ ConnectionState() tls.ConnectionState })
 	if !ok {
 		return nil
 	}

@@ -149,7 +149,6 @@ func TestPasswordsTokensCertificates(t *testing.T) {
 		{Username: "nobody", Password: []byte("alice-pw")},
 		{Username: "bob", Password: []byte("bob-token")}, // bob has no password
 		{Token: []byte("other")},
-		{Cert: &x509.Certificate{Subject: pkix.Name{CommonName: "mallory"}}},
 		{Username: "alice", Cert: &x509.Certificate{Subject: pkix.Name{CommonName: "carol", Organization: []string{"Acme"}}}},
 		{Username: "alice"},
 	}
@@ -159,7 +158,12 @@ func TestPasswordsTokensCertificates(t *testing.T) {
 			t.Errorf("bad request %d: user %v err %v, want ErrDenied", i, u, err)
 		}
 	}
-	if s := a.Stats()[""]; s.Successes != uint64(len(ok)) || s.Failures != uint64(len(bad)) {
+	// A certificate that names no user is no credential: the anonymous policy
+	// decides (none, with a users file).
+	if _, err := a.Authenticate(Request{Remote: remote, Cert: &x509.Certificate{Subject: pkix.Name{CommonName: "mallory"}}}); !errors.Is(err, ErrAnonymous) {
+		t.Errorf("unmapped certificate: %v, want ErrAnonymous", err)
+	}
+	if s := a.Stats()[""]; s.Successes != uint64(len(ok)) || s.Failures != uint64(len(bad))+1 {
 		t.Errorf("stats %+v, want %d successes and %d failures", s, len(ok), len(bad))
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/testenv"
 	"github.com/tern-mq/tern/internal/testenv/testcerts"
+	"github.com/tern-mq/tern/internal/wire"
 )
 
 // startTLS runs a server on loopback whose only listeners are the TLS ones
@@ -453,5 +456,38 @@ func TestTLSStalledHandshakeIsBounded(t *testing.T) {
 		if err == nil || time.Since(start) > 3*time.Second {
 			t.Fatalf("%s: stalled handshake: read %v after %v, want the server to close it after connect_timeout", name, err, time.Since(start))
 		}
+	}
+}
+
+// TestClientCertificateIdentifiesUser: over TLS with client certificates, the
+// certificate alone logs a native client in as the user whose cert_subject it
+// carries, with that user's permissions; a MQTT client over TLS likewise.
+func TestClientCertificateIdentifiesUser(t *testing.T) {
+	cs := testcerts.New(t)
+	users := filepath.Join(t.TempDir(), "users.toml")
+	data := "[[users]]\nname = \"certuser\"\ncert_subject = \"" + cs.Client.Cert.Subject.String() + "\"\n" +
+		"publish = { allow = [\"certs.>\"] }\nsubscribe = { allow = [\"certs.>\"] }\n"
+	if err := os.WriteFile(users, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTLS(t, cs, func(c *server.Config) { c.TLSClientAuth, c.UsersFile = "verify", users })
+	url := "tls://" + s.TLSAddr().String()
+	nc, err := tern.Connect(url, tern.TLSCAFile(cs.CAFile), tern.TLSClientCert(cs.ClientFiles.Cert, cs.ClientFiles.Key), tern.NoReconnect())
+	if err != nil {
+		t.Fatalf("certificate login: %v", err)
+	}
+	defer nc.Close()
+	if _, err := nc.SubscribeSync("certs.x"); err != nil {
+		t.Fatalf("the certificate's user may subscribe to certs.>: %v", err)
+	}
+	var we *wire.Error
+	if _, err := nc.SubscribeSync("other.x"); !errors.As(err, &we) || we.Code != wire.CodePermission {
+		t.Fatalf("subscription outside the certificate user's permissions: %v, want permission denied", err)
+	}
+	// Without a certificate there are no credentials, and a users file makes
+	// anonymous access "none".
+	if c, err := tern.Connect(url, tern.TLSCAFile(cs.CAFile), tern.NoReconnect()); err == nil {
+		c.Close()
+		t.Fatal("a TLS client without certificate or credentials was let in")
 	}
 }

@@ -35,6 +35,7 @@ func TestNativeBlackout(t *testing.T) {
 		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.MQTTPort, cfg.MQTTWSPort, cfg.UDPPort = path.AddrB, port, "", -1, -1, 0
 		cfg.KafkaPort = -1
 		cfg.StoreDir = t.TempDir()
+		cfg.Anonymous = "all" // the clients are in another network namespace
 		if srv, err = server.New(cfg, nil); err != nil {
 			return err
 		}
