@@ -428,6 +428,9 @@ type streamRepl struct {
 	groups   []uint64
 	machines []*partitionMachine
 	leader   atomic.Bool
+	// leaseUntil ends the leadership a quorum last confirmed (confirmLeader);
+	// nil when there is none.
+	leaseUntil atomic.Pointer[time.Time]
 
 	mu       sync.Mutex
 	waiting  map[uint64][]pubResult  // by token; nil value: applied results not in yet
@@ -582,6 +585,7 @@ func (s *Stream) SetLeader(leader bool) error {
 	}
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
+	s.repl.leaseUntil.Store(nil)
 	s.repl.leader.Store(leader)
 	if !leader {
 		s.unsubscribe()

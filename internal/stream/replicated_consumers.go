@@ -358,14 +358,34 @@ func (cs *consumerSet) names() []string {
 // ---------------------------------------------------------------------------------
 // The leader's side
 
-// confirmLeader returns once a quorum of the group has confirmed this node leads it
-// and this node has applied everything committed until then.
+// leaderLease is how long a quorum's confirmation of this node's leadership
+// lets its consumers deliver without asking again. A follower grants no vote
+// for an election timeout (400 ms by default, CheckQuorum's leader stickiness)
+// after it last heard from its leader, so no other leader can be elected within
+// it; the lease is a quarter of that, for clocks that run at different rates
+// and for the time between the confirmation and a delivery. Only a transfer of
+// leadership can elect another leader sooner, and then both leaders deliver
+// for at most this long: at-least-once, as a consumer's deliveries are.
+const leaderLease = 100 * time.Millisecond
+
+// confirmLeader returns once a quorum of the group has confirmed, within the
+// last leaderLease, that this node leads it, and this node has applied
+// everything committed until then. Asking the quorum once per lease rather than
+// per delivery pass keeps a replaying consumer from waiting on the followers.
 func (s *Stream) confirmLeader() error {
+	r := s.repl
+	asked := time.Now()
+	if lease := r.leaseUntil.Load(); lease != nil && asked.Before(*lease) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := s.repl.r.ReadIndex(ctx, s.repl.groups[0]); err != nil {
+	if _, err := r.r.ReadIndex(ctx, r.groups[0]); err != nil {
+		r.leaseUntil.Store(nil)
 		return fmt.Errorf("stream %q: %w: %w", s.name, ErrNotLeader, err)
 	}
+	until := asked.Add(leaderLease) // from before the quorum was asked
+	r.leaseUntil.Store(&until)
 	return nil
 }
 
