@@ -23,7 +23,8 @@ func newServerCmd() *cobra.Command {
 		Use:   "server [options]",
 		Short: "Run the broker",
 		Long: "Runs the broker until SIGINT or SIGTERM, then shuts down cleanly. SIGHUP reloads\n" +
-			"the TLS certificate, key, CA and CRL files (docs/security.md).\n\n" + server.OptionsIntro,
+			"the TLS certificate, key, CA and CRL files, of the listeners and of the cluster's\n" +
+			"routes (docs/security.md).\n\n" + server.OptionsIntro,
 		Example: serverExample,
 		Args:    argsBetween(0, 0, ""),
 	}

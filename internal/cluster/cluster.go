@@ -27,6 +27,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/route"
 	"github.com/tern-mq/tern/internal/cluster/secret"
 	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/tlsconf"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -58,7 +59,14 @@ type Config struct {
 	// internal/cluster/secret), nil for none. With it gossip is encrypted and routes
 	// authenticated, each with a key of its own derived from it; nodes without it,
 	// or with another, are refused.
-	Secret     []byte
+	Secret []byte
+	// TLS, when set, carries the routes over mutual TLS with its certificate and
+	// CA (cluster_tls; route.Config.TLS): a node without a certificate of the CA
+	// gets no route. Gossip is not TLS: only the Secret encrypts it.
+	TLS *tlsconf.Store
+	// TLSAnyName accepts any certificate of the CA for any node; by default a
+	// peer's certificate must name the node it says it is.
+	TLSAnyName bool
 	Membership membership.Config // timing and tags; the fields above override its own
 	Routes     route.Config      // lease, pings, outbound; the fields above override its own
 	Logger     *slog.Logger
@@ -188,6 +196,7 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Secret != nil {
 		rc.AuthKey = secret.RouteKey(cfg.Secret)
 	}
+	rc.TLS, rc.TLSAnyName = cfg.TLS, cfg.TLSAnyName
 	if n.routes, err = route.NewManager(rc); err != nil {
 		_ = n.ms.Shutdown()
 		ln.Close()
@@ -212,7 +221,8 @@ func Start(cfg Config) (*Node, error) {
 	n.wg.Add(1)
 	go n.follow()
 	log.Info("cluster node started", "cluster", cfg.Cluster, "node", cfg.NodeName, "routes", routeAddr,
-		"gossip", n.ms.Local().Addr, "join", cfg.Join, "secured", cfg.Secret != nil)
+		"gossip", n.ms.Local().Addr, "join", cfg.Join, "secured", cfg.Secret != nil,
+		"routes_tls", cfg.TLS != nil)
 	return n, nil
 }
 
@@ -292,8 +302,11 @@ type Status struct {
 	// Secured: the node has the cluster secret; its gossip is encrypted and its
 	// routes authenticated.
 	Secured bool `json:"secured"`
+	// RoutesTLS: the node's routes run over mutual TLS (cluster_tls).
+	RoutesTLS bool `json:"routes_tls"`
 	// RouteAuthFailures counts the routes refused because their peer did not prove
-	// the cluster secret (or asked for it when this node has none).
+	// the cluster secret (or asked for it when this node has none), or, with
+	// cluster_tls, failed TLS: no valid certificate of the CA, or no TLS.
 	RouteAuthFailures uint64 `json:"route_auth_failures"`
 	// Meta is this node's view of the meta group, nil when it replicates nothing.
 	Meta *GroupStatus `json:"meta,omitempty"`
@@ -317,7 +330,7 @@ func (n *Node) Status() Status {
 	local := n.ms.Local()
 	st := Status{Cluster: n.cfg.Cluster, Node: n.cfg.NodeName, NodeID: n.id, RouteAddr: local.RouteAddr, Gossip: local.Addr,
 		Routes: n.routes.Routes(), Interest: n.local.Len(), Secured: n.routes.Authenticated(),
-		RouteAuthFailures: n.routes.AuthFailures()}
+		RoutesTLS: n.routes.TLS(), RouteAuthFailures: n.routes.AuthFailures()}
 	for _, m := range n.ms.Members() {
 		st.Members = append(st.Members, MemberInfo{Name: m.Name, ID: m.ID, Addr: m.Addr, RouteAddr: m.RouteAddr,
 			Version: m.Version, State: m.State.String(), Tags: m.Tags})

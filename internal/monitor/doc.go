@@ -44,7 +44,7 @@
 //
 // A ClusterSource that is a cluster node adds, from one ClusterStats per scrape,
 // tern_cluster_members, tern_cluster_routes, tern_cluster_local_interest and
-// tern_route_auth_failures_total (routes refused for the cluster secret), and per
+// tern_route_auth_failures_total (routes refused for the cluster secret or for TLS), and per
 // route, labelled node (the other node's name), tern_route_{in,out}_{msgs,bytes}_total,
 // tern_route_dropped_msgs_total, tern_route_rtt_seconds (once measured),
 // tern_route_pending_bytes, tern_route_unacked_msgs, tern_route_interest,

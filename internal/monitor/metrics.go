@@ -72,7 +72,7 @@ func newCollector(src Source) *collector {
 		clusterMembers:   d("tern_cluster_members", "Alive cluster members, this node included."),
 		clusterRoutes:    d("tern_cluster_routes", "Routes up to other cluster nodes."),
 		clusterInterest:  d("tern_cluster_local_interest", "Interest entries (subjects and queue groups) this node advertises to the others."),
-		routeAuthFails:   d("tern_route_auth_failures_total", "Routes refused because the peer did not prove the cluster secret (cluster_secret_file), or asked for it when this node has none."),
+		routeAuthFails:   d("tern_route_auth_failures_total", "Routes refused because the peer did not prove the cluster secret (cluster_secret_file), or asked for it when this node has none, or, with cluster_tls, failed TLS (no valid certificate of the cluster CA, or no TLS)."),
 		rInMsgs:          d("tern_route_in_msgs_total", "Messages received over the route from a node (since the route connected).", "node"),
 		rInBytes:         d("tern_route_in_bytes_total", "Payload bytes received over the route from a node (since the route connected).", "node"),
 		rOutMsgs:         d("tern_route_out_msgs_total", "Messages forwarded over the route to a node (since the route connected).", "node"),

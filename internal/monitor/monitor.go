@@ -106,7 +106,7 @@ type ClusterStats struct {
 	LocalInterest int // interest entries this node advertises to the others
 	// RouteAuthFailures counts the routes refused since the server started because
 	// their peer did not prove the cluster secret (or asked for it when this node
-	// has none).
+	// has none), or failed TLS (cluster_tls).
 	RouteAuthFailures uint64
 	Routes            []RouteStats
 }

@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -469,6 +470,12 @@ func (q *Queue) takeLocked(st *state) []byte {
 // it started goes on with the rest and holds the role.
 func (q *Queue) flushInline(st *state, data []byte) bool {
 	nc, err := q.ep.Socket()
+	if err == nil && !resumesAfterTimeout(nc) {
+		// A write that times out would break the connection (TLS): the writer
+		// goroutine, bound only by the write timeout, sends it all.
+		go q.writeLoop(data, data)
+		return false
+	}
 	n := 0
 	if err == nil {
 		_ = nc.SetWriteDeadline(time.Now().Add(InlineFlushWait))
@@ -492,6 +499,15 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 		q.stop(fmt.Errorf("write: %w", err))
 		return false
 	}
+}
+
+// resumesAfterTimeout reports whether a write to nc that times out may be
+// followed by another: not so on a TLS connection, whose state a timed-out write
+// leaves corrupt (crypto/tls: every later write fails), so that the inline
+// flush's short deadline must not be used on it.
+func resumesAfterTimeout(nc net.Conn) bool {
+	_, isTLS := nc.(interface{ ConnectionState() tls.ConnectionState })
+	return !isTLS
 }
 
 // Stall implements broker.Staller: a channel closed at the writer's next progress,

@@ -30,6 +30,7 @@ func (s *Server) startCluster() error {
 		RoutePort: s.cfg.ClusterPort, GossipPort: s.cfg.GossipPort, Advertise: s.cfg.ClusterAdvertise,
 		Join: join, ClientURLs: s.clientURLs(), Version: Version, Broker: s.broker,
 		Interest: s.interest, Secret: s.clusterSecret, Logger: s.log,
+		TLS: s.clusterTLS, TLSAnyName: !s.cfg.ClusterTLSVerifyNames,
 		Membership: membership.Config{ProbeInterval: s.cfg.ClusterProbeInterval, ProbeTimeout: s.cfg.ClusterProbeTimeout,
 			SuspicionMult: s.cfg.ClusterSuspicionMult},
 		DataDir: s.cfg.StoreDir, ClusterSize: s.cfg.ClusterSize, OpenStorage: s.openRaftStorage,

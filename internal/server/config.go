@@ -104,6 +104,16 @@ type Config struct {
 	// shares (`tern cluster keygen`); set, gossip is encrypted and routes
 	// authenticated (docs/security.md, "Cluster security").
 	ClusterSecretFile string
+	// ClusterTLS carries the routes over mutual TLS (docs/security.md, "Routes
+	// over TLS"): each node presents ClusterTLSCertFile and verifies its peer's
+	// against ClusterTLSCAFile (and ClusterTLSCRLFile). Empty files default to
+	// their tls_* counterparts: cert and key as a pair, the CRL only along with
+	// the CA. ClusterTLSVerifyNames: a peer's certificate must also name the node
+	// it says it is (its server_name).
+	ClusterTLS                            bool
+	ClusterTLSCertFile, ClusterTLSKeyFile string
+	ClusterTLSCAFile, ClusterTLSCRLFile   string
+	ClusterTLSVerifyNames                 bool
 	// Join lists members' route addresses, HOST:PORT, comma-separated.
 	Join string
 	// ClusterAdvertise is the host other nodes reach this one at, when it differs
@@ -188,6 +198,7 @@ func DefaultConfig() Config {
 		KafkaGroupInitialDelay: 3 * time.Second,
 		ClusterPort:            -1,
 		ClusterName:            "tern",
+		ClusterTLSVerifyNames:  true,
 
 		ClusterProbeInterval: membership.DefaultProbeInterval,
 		ClusterProbeTimeout:  membership.DefaultProbeTimeout,
@@ -326,6 +337,18 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.ClusterName) }},
 	{key: "cluster_secret_file", group: groupCluster, help: "file with the secret every node of the cluster shares (tern cluster keygen -o FILE): gossip is encrypted and routes authenticated with keys derived from it, and nodes without it are refused; empty = neither",
 		bind: func(c *Config) pflag.Value { return str(&c.ClusterSecretFile) }},
+	{key: "cluster_tls", group: groupCluster, help: "routes over mutual TLS from the first byte: each node presents its certificate and verifies its peer's against the CA; a node without a valid certificate gets no route (gossip is encrypted by cluster_secret_file, not TLS)",
+		bind: func(c *Config) pflag.Value { return cliflags.NewBool(&c.ClusterTLS) }},
+	{key: "cluster_tls_cert_file", group: groupCluster, help: "PEM certificate (chain) of this node on its routes, for both server and client authentication, naming the node (server_name); empty = tls_cert_file (with tls_key_file)",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterTLSCertFile) }},
+	{key: "cluster_tls_key_file", group: groupCluster, help: "PEM private key of cluster_tls_cert_file; empty = tls_key_file (with tls_cert_file)",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterTLSKeyFile) }},
+	{key: "cluster_tls_ca_file", group: groupCluster, help: "PEM certificates of the authorities the other nodes' certificates must chain to; empty = tls_ca_file",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterTLSCAFile) }},
+	{key: "cluster_tls_crl_file", group: groupCluster, help: "revocation list(s) of node certificates, signed by a CA of cluster_tls_ca_file; empty = tls_crl_file when cluster_tls_ca_file is empty too, else none",
+		bind: func(c *Config) pflag.Value { return str(&c.ClusterTLSCRLFile) }},
+	{key: "cluster_tls_verify_names", group: groupCluster, help: "a peer's route certificate must name the node it says it is (its server_name, as a DNS name or the common name); false = any certificate of the CA for any node",
+		bind: func(c *Config) pflag.Value { return cliflags.NewBool(&c.ClusterTLSVerifyNames) }},
 	{key: "gossip_port", group: groupCluster, help: "membership (gossip) port, UDP and TCP (0 = cluster_port + 1)",
 		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.GossipPort, 0, anyPort) }},
 	{key: "cluster_advertise", group: groupCluster, help: "host other nodes reach this one at, when it differs from host (0.0.0.0, NAT, containers)",

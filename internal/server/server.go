@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/cluster/membership"
+	"github.com/tern-mq/tern/internal/cluster/route"
 	"github.com/tern-mq/tern/internal/cluster/secret"
 	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/kafka"
@@ -70,6 +72,8 @@ type Server struct {
 
 	// tls holds the TLS listeners' certificates, nil when none is configured.
 	tls *tlsconf.Store
+	// clusterTLS holds the routes' certificates (cluster_tls), nil without.
+	clusterTLS *tlsconf.Store
 	// reloaders are what Reload reads anew, in order.
 	reloaders []reloader
 
@@ -106,6 +110,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	if cfg.ClusterPort < 0 && cfg.ClusterSecretFile != "" {
 		log.Warn("cluster_secret_file is set but the server runs alone (no cluster_port or join): not read", "file", cfg.ClusterSecretFile)
 	}
+	if cfg.ClusterPort < 0 && cfg.ClusterTLS {
+		log.Warn("cluster_tls is set but the server runs alone (no cluster_port or join): no route to secure")
+	}
 	if err := s.setupTLS(); err != nil {
 		return nil, err
 	}
@@ -117,6 +124,9 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			if s.clusterSecret, err = secret.ReadFile(cfg.ClusterSecretFile, log); err != nil {
 				return nil, fmt.Errorf("cluster_secret_file: %w", err)
 			}
+		}
+		if err := s.setupClusterTLS(); err != nil {
+			return nil, err
 		}
 		// Before anything subscribes: stream captures and restored MQTT sessions are
 		// interest the other nodes must learn of.
@@ -486,6 +496,60 @@ func (s *Server) setupTLS() error {
 	return nil
 }
 
+// setupClusterTLS reads the routes' TLS files (cluster_tls), each defaulting to
+// its tls_* counterpart, and makes Reload read them again.
+func (s *Server) setupClusterTLS() error {
+	cfg := &s.cfg
+	named := cfg.ClusterTLSCertFile != "" || cfg.ClusterTLSKeyFile != "" || cfg.ClusterTLSCAFile != "" || cfg.ClusterTLSCRLFile != ""
+	if !cfg.ClusterTLS {
+		if named {
+			s.log.Warn("cluster_tls_* files are set but cluster_tls is off: routes are not TLS, the files are not read")
+		}
+		return nil
+	}
+	cert, key := cfg.ClusterTLSCertFile, cfg.ClusterTLSKeyFile
+	switch {
+	case cert == "" && key == "":
+		cert, key = cfg.TLSCertFile, cfg.TLSKeyFile
+		if cert == "" || key == "" {
+			return &OptionError{Key: "cluster_tls", Err: errors.New("routes over TLS need this node's certificate: cluster_tls_cert_file and cluster_tls_key_file (or tls_cert_file and tls_key_file)")}
+		}
+	case cert == "":
+		return &OptionError{Key: "cluster_tls_key_file", Err: errors.New("needs cluster_tls_cert_file too")}
+	case key == "":
+		return &OptionError{Key: "cluster_tls_cert_file", Err: errors.New("needs cluster_tls_key_file too")}
+	}
+	ca, crl := cfg.ClusterTLSCAFile, cfg.ClusterTLSCRLFile
+	if ca == "" {
+		// The routes trust the listeners' CA, and so its revocations too.
+		ca = cfg.TLSCAFile
+		if crl == "" {
+			crl = cfg.TLSCRLFile
+		}
+	}
+	if ca == "" {
+		return &OptionError{Key: "cluster_tls", Err: errors.New("routes over TLS need the CA other nodes' certificates chain to: cluster_tls_ca_file (or tls_ca_file)")}
+	}
+	name, anyName := cfg.ServerName, !cfg.ClusterTLSVerifyNames
+	st, err := tlsconf.New(tlsconf.Settings{
+		CertFile: cert, KeyFile: key, CAFile: ca, CRLFile: crl, ClientAuth: "require",
+		MinVersion: cfg.TLSMinVersion, CipherSuites: strings.Split(cfg.TLSCiphers, ","),
+		Check: func(leaf *x509.Certificate) error { return route.CheckCertificate(leaf, name, anyName) },
+	})
+	if err != nil {
+		return fmt.Errorf("cluster_tls: %w", err)
+	}
+	s.clusterTLS = st
+	s.reloaders = append(s.reloaders, reloader{what: "cluster_tls", reload: func() ([]any, error) {
+		if err := st.Reload(); err != nil {
+			return nil, err
+		}
+		c := st.Certificate()
+		return []any{"cert_serial", c.SerialNumber.Text(16), "cert_not_after", c.NotAfter}, nil
+	}})
+	return nil
+}
+
 // reloader is one part of the server that Reload reads anew: what names it in
 // the log; reload returns attributes to log on success.
 type reloader struct {
@@ -494,7 +558,8 @@ type reloader struct {
 }
 
 // Reload reads again the files the server takes anew while running (SIGHUP):
-// the TLS certificate, key, CA and CRL files. Each part that fails keeps what it
+// the TLS certificate, key, CA and CRL files, of the listeners and of the routes,
+// and the users file. Each part that fails keeps what it
 // had; every outcome is logged, and the errors returned joined. Connections
 // already made are left as they are.
 func (s *Server) Reload() error {

@@ -41,6 +41,10 @@ type Settings struct {
 	// tls.CipherSuites(); empty means Go's defaults. TLS 1.3 suites are not
 	// configurable.
 	CipherSuites []string
+	// Check, when set, vets the certificate at every reading of the files (its
+	// key usages, the names it carries): an error refuses it — New fails, and
+	// Reload keeps the material in force.
+	Check func(leaf *x509.Certificate) error
 }
 
 // ClientAuthModes are the values Settings.ClientAuth takes.
@@ -198,6 +202,11 @@ func (s *Store) load() (*material, error) {
 	case now.Before(leaf.NotBefore):
 		return nil, fmt.Errorf("tls: cert %q is not valid before %s", set.CertFile, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
+	if set.Check != nil {
+		if err := set.Check(cert.Leaf); err != nil {
+			return nil, fmt.Errorf("tls: cert %q: %w", set.CertFile, err)
+		}
+	}
 	m := &material{cert: cert}
 	var cas []*x509.Certificate
 	if set.CAFile != "" {
@@ -343,6 +352,59 @@ func (s *Store) ClientConfig(serverName string) *tls.Config {
 		},
 		VerifyConnection: m.verify,
 	}
+}
+
+// PeerConfig is the client configuration of a connection between two peers
+// that both hold certificates of the store's CA (mutual TLS, cluster routes): it
+// presents the store's certificate and verifies the server's chain against the
+// CA file and the CRL in force — for server authentication, at the time of the
+// handshake — but checks no host name, since the caller knows only once the
+// peer has introduced itself which name its certificate must carry. Without a
+// CA file every server certificate is refused. Call it for each connection to
+// pick up reloads.
+func (s *Store) PeerConfig() *tls.Config {
+	m := s.cur.Load()
+	return &tls.Config{
+		MinVersion:   s.minVersion,
+		CipherSuites: s.suites,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c := s.cur.Load().cert
+			return &c, nil
+		},
+		// The chain is verified below, like the standard verification but
+		// without a host name; nothing else is skipped.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return m.verifyChain(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+		},
+	}
+}
+
+// verifyChain verifies certs (leaf first, then intermediates) against the CA for
+// usage, then against the CRL.
+func (m *material) verifyChain(certs []*x509.Certificate, usage x509.ExtKeyUsage) error {
+	fail := func(err error) error {
+		return &tls.CertificateVerificationError{UnverifiedCertificates: certs, Err: err}
+	}
+	if len(certs) == 0 {
+		return fail(errors.New("tls: the peer presented no certificate"))
+	}
+	if m.cas == nil {
+		return fail(errors.New("tls: no CA file to verify the peer's certificate with"))
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	chains, err := certs[0].Verify(x509.VerifyOptions{Roots: m.cas, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{usage}})
+	if err != nil {
+		return fail(err)
+	}
+	if err := m.verify(tls.ConnectionState{VerifiedChains: chains}); err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // Certificate is the server certificate in force.

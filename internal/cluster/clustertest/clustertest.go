@@ -488,6 +488,9 @@ func (n *Node) Terminate() {
 	}
 }
 
+// Hangup sends SIGHUP: the node reloads its certificates and users file.
+func (n *Node) Hangup() { n.signal(syscall.SIGHUP) }
+
 // Cont resumes a stopped process (SIGCONT).
 func (n *Node) Cont() { n.signal(syscall.SIGCONT) }
 

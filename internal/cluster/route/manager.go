@@ -1,6 +1,7 @@
 package route
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/cluster/interest"
 	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/tlsconf"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -46,6 +48,16 @@ type Config struct {
 	// cluster secret with (secret.RouteKey): a peer that cannot is refused, as is
 	// one that asks for a proof while AuthKey is nil. It must be 32 bytes.
 	AuthKey []byte
+	// TLS, when set, carries every route over mutual TLS from its first byte
+	// (tls.go): the store's certificate is presented at both ends, and the peer's
+	// verified against its CA file and CRL; a peer without such a certificate, or
+	// without TLS, is refused. The store must require client certificates
+	// (ClientAuth "require"). Reloads of the store apply to new routes.
+	TLS *tlsconf.Store
+	// TLSAnyName accepts a peer's certificate from the CA whatever node it names;
+	// by default it must name the node the peer says it is in its RHELLO (a DNS
+	// subject alternative name or the common name).
+	TLSAnyName bool
 	// ExcludeBacklog: a route with more bytes than this waiting for its socket, or
 	// with bytes waiting and no progress for ExcludeAfter, gets no traffic until
 	// its backlog falls under a quarter of it (Raft's only while it makes no
@@ -88,7 +100,7 @@ type Manager struct {
 	flush chan struct{}
 	// raft receives the RRAFT batches of every route (HandleRaft).
 	raft atomic.Pointer[RaftHandler]
-	// authFailures counts the routes refused for ErrUnauthenticated.
+	// authFailures counts the routes refused for ErrUnauthenticated or ErrTLS.
 	authFailures atomic.Uint64
 }
 
@@ -150,6 +162,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 5 * time.Second
 	}
+	if cfg.TLS != nil {
+		if set := cfg.TLS.Settings(); set.ClientAuth != "require" || set.CAFile == "" {
+			return nil, fmt.Errorf("route: tls needs a CA file and client auth \"require\" (have %q, CA %q): both ends of a route present a certificate",
+				set.ClientAuth, set.CAFile)
+		}
+	}
 	if cfg.RedialMin <= 0 {
 		cfg.RedialMin = 50 * time.Millisecond
 	}
@@ -195,8 +213,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Serve accepts routes from other nodes on l until Shutdown.
+// Serve accepts routes from other nodes on l until Shutdown; with Config.TLS, as
+// TLS servers, each handshake running in its route's goroutine.
 func (m *Manager) Serve(l net.Listener) error {
+	if m.cfg.TLS != nil {
+		l = tlsconf.NewListener(l, m.cfg.TLS.ServerConfig(), m.cfg.HandshakeTimeout)
+	}
 	m.mu.Lock()
 	m.ln = l
 	m.mu.Unlock()
@@ -294,13 +316,18 @@ func (m *Manager) dialLoop(name string, w *wantNode) {
 		default:
 		}
 		nc, err := net.DialTimeout("tcp", w.addr, m.cfg.HandshakeTimeout)
+		if err == nil && m.cfg.TLS != nil {
+			// The handshake runs in serveRoute, bounded like the rest of the
+			// route's; the peer's name is checked once its RHELLO says it.
+			nc = tls.Client(nc, m.cfg.TLS.PeerConfig())
+		}
 		if err == nil {
-			wait = m.cfg.RedialMin
-			start := time.Now()
-			m.serveRoute(nc, true)
-			if time.Since(start) > m.cfg.RedialMax {
-				wait = m.cfg.RedialMin // it ran a while: dial again at once
+			if m.serveRoute(nc, true) {
+				wait = m.cfg.RedialMin // it was up: dial again at once
 			}
+			// Refused: back off, as for a failed dial, so that a peer that
+			// will never do (no certificate, no secret) is not redialled,
+			// and the refusal logged, many times a second.
 		} else {
 			m.log.Debug("route dial failed", "node", name, "addr", w.addr, "err", err)
 		}
@@ -318,13 +345,23 @@ func (m *Manager) dialLoop(name string, w *wantNode) {
 	}
 }
 
-// serveRoute runs one route connection to its end.
-func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
+// serveRoute runs one route connection to its end; it reports whether the route
+// came up.
+func (m *Manager) serveRoute(nc net.Conn, dialed bool) (up bool) {
 	r := newRoute(m, nc, dialed)
 	buf := make([]byte, readBufSize)
 	rest, err := r.handshake(buf)
 	if err != nil {
 		switch {
+		case errors.Is(err, ErrTLS) || (m.cfg.TLS != nil && tlsRefusal(err)):
+			// A TLS alert may come after the handshake (TLS 1.3: the acceptor
+			// verifies the dialler's certificate once the dialler has finished).
+			m.authFailures.Add(1)
+			attrs := []any{"remote", nc.RemoteAddr().String(), "dialed", dialed}
+			if r.peer.NodeName != "" { // it said who it is; its certificate may not
+				attrs = append(attrs, "claimed_node", r.peer.NodeName)
+			}
+			m.log.Warn("route refused: TLS", append(attrs, "err", err, "hint", tlsHint)...)
 		case errors.Is(err, ErrUnauthenticated):
 			m.authFailures.Add(1)
 			// The name is the peer's claim, which nothing proved.
@@ -338,16 +375,21 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 		}
 		r.q.Close(err)
 		r.q.Finish()
-		return
+		return false
 	}
 	r.table = interest.NewTable(m.cfg.Lease, time.Now())
 	r.heard.Store(time.Now().UnixNano())
 	if !m.register(r) {
 		r.q.Close(errors.New("duplicate route"))
 		r.q.Finish()
-		return
+		return false
 	}
-	m.log.Info("route up", "node", r.peer.NodeName, "addr", nc.RemoteAddr().String(), "dialed", dialed)
+	if r.peerCert != nil {
+		m.log.Info("route up", "node", r.peer.NodeName, "addr", nc.RemoteAddr().String(), "dialed", dialed,
+			"tls", tls.VersionName(r.tlsVersion), "peer_cert", r.peerCert.Subject.String(), "peer_cert_serial", r.peerCert.SerialNumber.Text(16))
+	} else {
+		m.log.Info("route up", "node", r.peer.NodeName, "addr", nc.RemoteAddr().String(), "dialed", dialed)
+	}
 	// What the peer may have missed when the last route broke, then our interest,
 	// then every change as it happens.
 	if n := r.out.resend(&r.q); n > 0 {
@@ -366,6 +408,7 @@ func (m *Manager) serveRoute(nc net.Conn, dialed bool) {
 	r.q.Close(err)
 	r.q.Finish()
 	m.log.Info("route down", "node", r.peer.NodeName, "err", err)
+	return true
 }
 
 // accept checks a peer's RHELLO.
@@ -553,11 +596,16 @@ func (m *Manager) Routes() []Info {
 }
 
 // AuthFailures counts the routes this node refused because their peer did not
-// prove it has the cluster secret (or asked for a proof this node cannot give).
+// prove it has the cluster secret (or asked for a proof this node cannot give),
+// or, with TLS, did not present a valid certificate of the CA (or refused ours,
+// or spoke TLS to a node without).
 func (m *Manager) AuthFailures() uint64 { return m.authFailures.Load() }
 
 // Authenticated reports whether routes prove the cluster secret (Config.AuthKey).
 func (m *Manager) Authenticated() bool { return m.cfg.AuthKey != nil }
+
+// TLS reports whether routes run over mutual TLS (Config.TLS).
+func (m *Manager) TLS() bool { return m.cfg.TLS != nil }
 
 // Unacked reports how many messages forwarded to node name await its
 // acknowledgement, and how many were let go over the limits.

@@ -1,6 +1,8 @@
 package route
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +44,10 @@ type Route struct {
 	rttNanos atomic.Int64
 	pingSent atomic.Int64
 	heard    atomic.Int64 // when the peer last sent anything (Unix ns)
+	// Over TLS (Config.TLS): the peer's certificate and the version agreed on,
+	// set by the handshake.
+	peerCert   *x509.Certificate
+	tlsVersion uint16
 
 	// The peer's interest, held as broker subscriptions. Guarded by imu; the
 	// reader goroutine and the Manager's lease checks change it.
@@ -96,6 +102,13 @@ type Info struct {
 	ExcludedDrops uint64   `json:"excluded_drops"`
 	ClientURLs    []string `json:"client_urls,omitempty"`
 	PeerVersion   string   `json:"version"`
+	// TLS is the TLS version of a route over TLS ("TLS 1.3"), empty for a
+	// plaintext route; PeerCertSubject, PeerCertSerial (hexadecimal) and
+	// PeerCertNotAfter describe the certificate the peer presented.
+	TLS              string     `json:"tls,omitempty"`
+	PeerCertSubject  string     `json:"peer_cert_subject,omitempty"`
+	PeerCertSerial   string     `json:"peer_cert_serial,omitempty"`
+	PeerCertNotAfter *time.Time `json:"peer_cert_not_after,omitempty"`
 }
 
 func newRoute(m *Manager, nc net.Conn, dialed bool) *Route {
@@ -106,12 +119,15 @@ func newRoute(m *Manager, nc net.Conn, dialed bool) *Route {
 	return r
 }
 
-// handshake sends our RHELLO and reads the peer's; with the cluster secret, both
-// ends then prove they have it (auth.go). A refused peer is told why with ERR
-// before the connection closes.
+// handshake runs TLS's handshake on a route over TLS (tls.go), sends our RHELLO
+// and reads the peer's; with the cluster secret, both ends then prove they have it
+// (auth.go). A refused peer is told why with ERR before the connection closes.
 func (r *Route) handshake(buf []byte) (rest []byte, err error) {
 	_ = r.nc.SetDeadline(time.Now().Add(r.m.cfg.HandshakeTimeout))
 	defer func() { _ = r.nc.SetDeadline(time.Time{}) }()
+	if err := r.tlsHandshake(); err != nil {
+		return nil, err
+	}
 	hello := r.m.cfg.Hello
 	if r.m.cfg.AuthKey != nil {
 		if hello.Nonce, err = newNonce(); err != nil {
@@ -124,6 +140,10 @@ func (r *Route) handshake(buf []byte) (rest []byte, err error) {
 	}
 	in := handshakeReader{nc: r.nc, buf: buf}
 	f, err := in.next("RHELLO")
+	if r.m.cfg.TLS == nil && looksLikeTLS(in.buf[:in.filled]) {
+		// Not worth an ERR: the peer expects TLS records.
+		return nil, fmt.Errorf("%w: the peer speaks TLS (cluster_tls is on there) and this node does not", ErrTLS)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +157,9 @@ func (r *Route) handshake(buf []byte) (rest []byte, err error) {
 	}
 	r.peer = h
 	if err := r.m.accept(&h); err != nil {
+		return nil, r.refuse(err)
+	}
+	if err := r.checkPeerName(&h); err != nil {
 		return nil, r.refuse(err)
 	}
 	if err := authPolicy(r.m.cfg.AuthKey != nil, &h); err != nil {
@@ -180,7 +203,7 @@ func (r *Route) refuse(err error) error {
 		return err
 	case errors.Is(err, ErrVersion):
 		code = wire.CodeVersion
-	case errors.Is(err, ErrUnauthenticated):
+	case errors.Is(err, ErrUnauthenticated), errors.Is(err, ErrTLS):
 		code = wire.CodeAuth
 	}
 	_, _ = r.nc.Write(wire.AppendErr(nil, code, 0, err.Error()))
@@ -474,9 +497,15 @@ func (r *Route) info() Info {
 	r.imu.Lock()
 	n := r.table.Len()
 	r.imu.Unlock()
-	return Info{Node: r.peer.NodeName, NodeID: r.peer.NodeID, Addr: r.nc.RemoteAddr().String(), Dialed: r.dialed,
+	in := Info{Node: r.peer.NodeName, NodeID: r.peer.NodeID, Addr: r.nc.RemoteAddr().String(), Dialed: r.dialed,
 		Since: r.started, RTT: time.Duration(r.rttNanos.Load()), Interest: n, InMsgs: r.inMsgs.Load(),
 		InBytes: r.inBytes.Load(), OutMsgs: c.OutMsgs, OutBytes: c.OutBytes, Dropped: c.Dropped,
 		PendingOut: r.q.Pending(), Unacked: unacked, Excluded: r.excluded.Load(), Exclusions: r.exclusions.Load(),
 		ExcludedDrops: r.excludedDrops.Load(), ClientURLs: r.peer.ClientURLs, PeerVersion: r.peer.ServerVersion}
+	if c := r.peerCert; c != nil {
+		in.TLS, in.PeerCertSubject, in.PeerCertSerial = tls.VersionName(r.tlsVersion), c.Subject.String(), c.SerialNumber.Text(16)
+		na := c.NotAfter
+		in.PeerCertNotAfter = &na
+	}
+	return in
 }

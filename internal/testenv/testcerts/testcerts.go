@@ -97,6 +97,9 @@ type Options struct {
 	DNSNames []string
 	IPs      []net.IP
 	Server   bool // for server authentication; else client authentication
+	// Peer: for both server and client authentication, as mutual TLS between
+	// peers (cluster routes) needs; Server is then ignored.
+	Peer bool
 	// NotBefore and NotAfter default to an hour ago and a day from now.
 	NotBefore, NotAfter time.Time
 }
@@ -111,9 +114,12 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 	if o.NotAfter.IsZero() {
 		o.NotAfter = time.Now().Add(24 * time.Hour)
 	}
-	usage := x509.ExtKeyUsageClientAuth
-	if o.Server {
-		usage = x509.ExtKeyUsageServerAuth
+	usages := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	switch {
+	case o.Peer:
+		usages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	case o.Server:
+		usages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
@@ -121,7 +127,7 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 		NotBefore:    o.NotBefore,
 		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usages,
 		DNSNames:     o.DNSNames,
 		IPAddresses:  o.IPs,
 	}
@@ -149,6 +155,15 @@ func (ca *CA) Issue(t testing.TB, o Options) *Leaf {
 func (ca *CA) Server(t testing.TB) *Leaf {
 	t.Helper()
 	return ca.Issue(t, Options{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"},
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}})
+}
+
+// Node issues the certificate of a cluster node called name, for server and
+// client authentication: common name and DNS name name, plus localhost, 127.0.0.1
+// and ::1.
+func (ca *CA) Node(t testing.TB, name string) *Leaf {
+	t.Helper()
+	return ca.Issue(t, Options{CommonName: name, Peer: true, DNSNames: []string{name, "localhost"},
 		IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}})
 }
 
