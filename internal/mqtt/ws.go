@@ -52,6 +52,10 @@ type wsConn struct {
 	secure bool // the request came over TLS (wss://)
 }
 
+// TimeoutBreaksWrites tells the outbound queue not to write with a short
+// deadline: a WebSocket whose write deadline passes is closed.
+func (w *wsConn) TimeoutBreaksWrites() bool { return true }
+
 func (w *wsConn) Close() error {
 	w.once.Do(func() { close(w.closed) })
 	return w.Conn.Close()

@@ -503,9 +503,13 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 
 // resumesAfterTimeout reports whether a write to nc that times out may be
 // followed by another: not so on a TLS connection, whose state a timed-out write
-// leaves corrupt (crypto/tls: every later write fails), so that the inline
-// flush's short deadline must not be used on it.
+// leaves corrupt (crypto/tls: every later write fails), nor on one that says a
+// timeout breaks it (TimeoutBreaksWrites: a WebSocket closes), so that the
+// inline flush's short deadline must not be used on them.
 func resumesAfterTimeout(nc net.Conn) bool {
+	if f, ok := nc.(interface{ TimeoutBreaksWrites() bool }); ok && f.TimeoutBreaksWrites() {
+		return false
+	}
 	_, isTLS := nc.(interface{ ConnectionState() tls.ConnectionState })
 	return !isTLS
 }
