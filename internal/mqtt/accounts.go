@@ -130,6 +130,18 @@ func (k *importSink) Stall() <-chan struct{} { return k.s.Stall() }
 // Stuck implements broker.Staller.
 func (k *importSink) Stuck() { k.s.Stuck() }
 
+// importQueue is the queue group of a shared subscription of the session of key
+// to imported subjects: queue groups of one subject are one group whatever their
+// filters, so the importer's group is named apart from the exporter's own groups
+// and other importers' ("" stays "": no group).
+func importQueue(key, queue string) string {
+	if queue == "" {
+		return ""
+	}
+	acct, _ := splitKey(key)
+	return "$I:" + acct + ":" + queue
+}
+
 // imported reports whether sub is one of a session's import subscriptions.
 func imported(sub *broker.Subscription) bool {
 	_, ok := sub.Sink.(*importSink)

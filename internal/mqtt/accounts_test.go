@@ -384,3 +384,47 @@ func TestRawAccountLimits(t *testing.T) {
 	}
 	_ = s
 }
+
+// TestPahoAccountsSharedSubscriptions: a shared subscription inside an account
+// shares its account's messages only, and one to imported subjects is a group of
+// the importer's, not the exporter's group of the same name.
+func TestPahoAccountsSharedSubscriptions(t *testing.T) {
+	_, port := startTern(t, withAccounts(t))
+	out := runPaho(t, port, `
+def wait_sub(c, f):
+    ev = threading.Event()
+    c.on_subscribe = lambda cl, ud, mid, rcs, props: ev.set()
+    c.subscribe(f, qos=1)
+    if not ev.wait(10):
+        sys.exit("no SUBACK")
+a = client("a-member", v5=True, user="a", password="pw")
+b = client("b-member", v5=True, user="b", password="pw")
+r = client("r-member", v5=True, user="root", password="pw")
+wait_sub(a, "$share/g/public/#")
+wait_sub(b, "$share/g/acme/public/#")
+wait_sub(r, "$share/g/public/#")
+p = client("pub", v5=True, user="a", password="pw")
+for i in range(6):
+    p.publish("public/n", str(i), qos=1).wait_for_publish(5)
+time.sleep(0.5)
+for who, c in (("a", a), ("b", b), ("root", r)):
+    got = []
+    while True:
+        m = none_within(c, 0.3)
+        if m is None:
+            break
+        got.append(m.topic + "=" + m.payload.decode())
+    emit(who=who, got=got)
+`, 60*time.Second)
+	want := map[string]int{"a": 6, "b": 6, "root": 0}
+	res := decode(t, out)
+	if len(res) != 3 {
+		t.Fatalf("results: %s", out)
+	}
+	for _, r := range res {
+		who := r["who"].(string)
+		if got := toStrings(r["got"]); len(got) != want[who] {
+			t.Errorf("%s got %q, want %d messages", who, got, want[who])
+		}
+	}
+}
