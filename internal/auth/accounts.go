@@ -197,6 +197,18 @@ func (a *Account) AcquireSubscriptions(n int) bool {
 	return true
 }
 
+// AddSubscriptions counts n subscriptions whatever the account's maximum: those
+// a server restores (an MQTT persistent session's after a restart), which were
+// allowed when they were made.
+func (a *Account) AddSubscriptions(n int) {
+	if a == nil || a.usage == nil {
+		return
+	}
+	a.usage.mu.Lock()
+	a.usage.subs += n
+	a.usage.mu.Unlock()
+}
+
 // ReleaseSubscriptions uncounts n subscriptions.
 func (a *Account) ReleaseSubscriptions(n int) {
 	if a == nil || a.usage == nil {

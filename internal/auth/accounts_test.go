@@ -112,7 +112,7 @@ func TestAccountRate(t *testing.T) {
 
 // TestAccountUsersOnlyWhereAccountsAreServed: a user of an account other than
 // the global one logs in where subjects are kept apart per account (native,
-// UDP, monitoring), and is refused by the others.
+// UDP, monitoring, MQTT), and is refused by the others.
 func TestAccountUsersOnlyWhereAccountsAreServed(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "users.toml")
 	data := accountsTOML + "\n[[users]]\nname = \"ap\"\naccount = \"acme\"\npassword = \"" + hash(t, "pw") + "\"\nscram_sha256 = \"" + scramLine(t, SCRAMSHA256, "pw") + "\"\n"
@@ -120,7 +120,7 @@ func TestAccountUsersOnlyWhereAccountsAreServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newAuth(t, Options{UsersFile: p})
-	for proto, ok := range map[string]bool{"native": true, "udp": true, "http": true, "mqtt": false, "kafka": false} {
+	for proto, ok := range map[string]bool{"native": true, "udp": true, "http": true, "mqtt": true, "kafka": false} {
 		u, err := a.Authenticate(Request{Protocol: proto, Username: "ap", Password: []byte("pw")})
 		if (err == nil) != ok {
 			t.Errorf("%s: %v %v, want accepted=%v", proto, u, err, ok)

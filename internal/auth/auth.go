@@ -246,7 +246,7 @@ func (a *Authenticator) Authenticate(r Request) (*User, error) {
 // others only the global one.
 func servesAccounts(protocol string, u *User) bool {
 	switch protocol {
-	case "native", "udp", "http":
+	case "native", "udp", "http", "mqtt":
 		return true
 	}
 	return u.Account.Global()

@@ -34,6 +34,9 @@ type access struct {
 	perms      *auth.Checker
 	conn       *conn
 	restricted bool
+	// rate is the user's account when it has a message rate (the reader of conn
+	// waits for it), else nil.
+	rate *auth.Account
 }
 
 // openChecker decides the subscriptions of clients that may do anything, which
@@ -50,7 +53,11 @@ func newAccess(u *auth.User, name string, c *conn) *access {
 	if u.Name == "" && u.Perms.Unrestricted() {
 		return nil
 	}
-	return &access{user: u, name: u.Name, perms: u.Perms.NewChecker(), conn: c, restricted: !u.Perms.Unrestricted()}
+	a := &access{user: u, name: u.Name, perms: u.Perms.NewChecker(), conn: c, restricted: !u.Perms.Unrestricted()}
+	if u.Account != nil && u.Account.Limits.MaxMsgRate > 0 {
+		a.rate = u.Account
+	}
+	return a
 }
 
 // ownerName is the name of the user a session with access a belongs to.
@@ -67,6 +74,15 @@ func (a *access) userOf() *auth.User {
 		return nil
 	}
 	return a.user
+}
+
+// account is the account of the user of access a: nil for the anonymous user with
+// every right (the global account) and for a user who is no more.
+func (a *access) account() *auth.Account {
+	if a == nil || a.user == nil {
+		return nil
+	}
+	return a.user.Account
 }
 
 // subChecker returns the checker that decides subscriptions made with access a,
@@ -167,14 +183,13 @@ func (s *Server) mayRead(a *access, subj []byte) bool {
 // errDenied refuses a publish the client's permissions do not allow.
 var errDenied = errors.New("publish denied")
 
-// mayPublish checks a publish to subj by c's client. Allocation-free: decisions
-// are cached per subject by the connection's checker.
-func (c *conn) mayPublish(sess *session, subj []byte) bool {
-	x := sess.x.Load()
+// mayPublish checks a publish to subj (the account's name) by c's client, whose
+// session has x (nil: none yet) and access a. Allocation-free: decisions are
+// cached per subject by the connection's checker.
+func (c *conn) mayPublish(x *sessionExtra, a *access, subj []byte) bool {
 	if x == nil {
 		return !auth.Reserved(subj)
 	}
-	a := x.access.Load()
 	if a == nil || !a.restricted {
 		return !auth.Reserved(subj) // the cluster's and other accounts' subjects
 	}

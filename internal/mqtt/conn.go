@@ -64,8 +64,11 @@ type conn struct {
 
 	version  byte
 	ownFlush bool // packets queued since the last flushBatch (reader)
-	ws       bool // MQTT over WebSocket
-	tls      bool // over TLS (of the socket, or under the WebSocket)
+	// counted: the connection counts against its session's account (the
+	// session's sessionExtra.acct), until cleanup.
+	counted bool
+	ws      bool // MQTT over WebSocket
+	tls     bool // over TLS (of the socket, or under the WebSocket)
 }
 
 func newConn(s *Server, id uint64, nc net.Conn) *conn {
@@ -98,7 +101,11 @@ func (c *conn) remote() string {
 func (c *conn) logger() *slog.Logger {
 	l := c.srv.log.With("cid", c.id, "remote", c.remote())
 	if c.attached.Load() {
-		l = l.With("client_id", c.sess().id)
+		acct, id := splitKey(c.sess().id)
+		l = l.With("client_id", id)
+		if acct != "" {
+			l = l.With("account", acct)
+		}
 	}
 	return l
 }
@@ -416,32 +423,51 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		opts.AssignedID = clientID
 	}
 	var acc *access
+	key := clientID
 	if c.srv.cfg.Auth != nil {
 		u, err := c.authenticate(p)
 		if err != nil {
 			c.connack(false, refusal(err), nil)
 			return fmt.Errorf("%w: %w", errClosedByServer, err)
 		}
+		// The account's connections on this node: MQTT 5 says quota exceeded
+		// (0x97), MQTT 3 server unavailable (3).
+		if !u.Account.AcquireConnection() {
+			c.connack(false, packet.QuotaExceeded, nil)
+			return fmt.Errorf("%w: account %q has the maximum of %d connections", errClosedByServer, u.Account.Name, u.Account.Limits.MaxConnections)
+		}
+		counted := u.Account // the session's once it is bound, else released here
+		defer func() { counted.ReleaseConnection() }()
 		acc = newAccess(u, u.Name, c)
+		key = sessionKey(u.Account, clientID)
+		defer func() {
+			if sess := c.sess(); sess != nil && counted != nil {
+				c.counted = sess.countConnection(counted)
+				if c.counted {
+					counted = nil
+				}
+			}
+		}()
 	}
 	if p.WillFlag {
-		w, err := c.makeWill(p)
+		prefix := keyPrefix(key)
+		w, err := c.makeWill(p, prefix)
 		if err != nil {
 			c.connack(false, packet.TopicNameInvalid, nil)
 			return fmt.Errorf("%w: will: %w", errClosedByServer, err)
 		}
 		// A will the client could not publish itself is refused, as Mosquitto does.
-		if !sm.MayPublish(p.WillTopic) || acc != nil && acc.restricted && !acc.perms.CanPublish(w.Msg.Subject) {
+		if !sm.MayPublish(p.WillTopic) || acc != nil && acc.restricted && !acc.perms.CanPublish(w.Msg.Subject[len(prefix):]) {
 			c.connack(false, packet.NotAuthorized, nil)
 			return fmt.Errorf("%w: will topic %q not allowed", errClosedByServer, p.WillTopic)
 		}
 		opts.Will = w
-		if err := c.srv.recordWill(c, clientID, w, sessionExpiry(p)); err != nil {
+		if err := c.srv.recordWill(c, key, w, sessionExpiry(p)); err != nil {
 			c.connack(false, packet.ServerUnavailable, nil)
 			return fmt.Errorf("%w: %w", errClosedByServer, err)
 		}
 	}
-	sess, err := c.srv.attach(c, clientID, p, opts, acc)
+	sess, err := c.srv.attach(c, key, p, opts, acc)
 	if err != nil {
 		c.connack(false, packet.ServerUnavailable, nil)
 		return fmt.Errorf("%w: %w", errClosedByServer, err)
@@ -470,8 +496,10 @@ func sessionExpiry(p *packet.Connect) time.Duration {
 	return time.Duration(p.Props.SessionExpiry) * time.Second
 }
 
-func (c *conn) makeWill(p *packet.Connect) (*sm.Will, error) {
-	subj, err := AppendSubject(nil, p.WillTopic)
+// makeWill makes the will of a CONNECT; its subjects are the account's of prefix
+// ("" for the global account).
+func (c *conn) makeWill(p *packet.Connect, prefix string) (*sm.Will, error) {
+	subj, err := AppendSubject([]byte(prefix), p.WillTopic)
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +511,7 @@ func (c *conn) makeWill(p *packet.Connect) (*sm.Will, error) {
 	if c.version == packet.V5 {
 		w.Msg.Header = appendPropsHeader(nil, &p.WillProps, time.Now())
 		if p.WillProps.ResponseTopic != "" {
-			if w.Msg.Reply, err = AppendSubject(nil, p.WillProps.ResponseTopic); err != nil {
+			if w.Msg.Reply, err = AppendSubject([]byte(prefix), p.WillProps.ResponseTopic); err != nil {
 				return nil, err
 			}
 		}
@@ -704,12 +732,26 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 		c.rd.in.pub.Origin = c.sess()
 	}
 	in := c.rd.in
+	// The subject inside the server: the account's prefix ("" for the global
+	// account), then the topic's subject, which permissions are about.
+	x := c.sess().x.Load()
+	var a *access
+	prefix := ""
+	if x != nil {
+		a, prefix = x.access.Load(), x.prefix
+	}
 	var err error
-	if in.subj, err = AppendSubject(in.subj[:0], topic); err != nil {
+	if in.subj, err = AppendSubject(append(in.subj[:0], prefix...), topic); err != nil {
 		return err
 	}
-	if !c.mayPublish(c.sess(), in.subj) {
+	if !c.mayPublish(x, a, in.subj[len(prefix):]) {
 		return errDenied
+	}
+	if a != nil && a.rate != nil {
+		if d := a.rate.PublishDelay(time.Now()); d > 0 {
+			c.flushBatch()
+			time.Sleep(d) // the account's message rate: this client's reads wait
+		}
 	}
 	m := &in.pub
 	m.Subject = in.subj
@@ -724,7 +766,7 @@ func (c *conn) publish(topic string, p *packet.Publish) error {
 			m.Header = in.hdr
 		}
 		if p.Props.ResponseTopic != "" {
-			if in.reply, err = AppendSubject(in.reply[:0], p.Props.ResponseTopic); err != nil {
+			if in.reply, err = AppendSubject(append(in.reply[:0], prefix...), p.Props.ResponseTopic); err != nil {
 				return fmt.Errorf("response topic: %w", err)
 			}
 			m.Reply = in.reply
@@ -764,7 +806,13 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 		}
 	}
 	c.ownFlush = true
-	if err := c.step(func(now time.Time) error { return sess.m.Subscribe(now, p, subs) }); err != nil {
+	err := c.step(func(now time.Time) error {
+		sess.reserveSubs(subs) // the account's maximum
+		err := sess.m.Subscribe(now, p, subs)
+		sess.countSubsLocked(sess.m.SubCount())
+		return err
+	})
+	if err != nil {
 		return closedBy(err)
 	}
 	return nil
@@ -930,7 +978,9 @@ func (c *conn) takenOver() {
 // not, nothing is queued and the caller routes again: the session changes its view
 // before it writes an UNSUBACK (or anything else) to the connection, so a message
 // routed by a subscription that has gone is never written after the UNSUBACK.
-func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expireAt int64, now time.Time, x *sessionExtra, v *routeView) (ok, current bool) {
+//
+// prefix is that of the session's account, which m's subject and reply lose.
+func (c *conn) deliverQoS0(m *broker.Message, prefix string, retain bool, subIDs []uint32, expireAt int64, now time.Time, x *sessionExtra, v *routeView) (ok, current bool) {
 	var left uint32
 	if expireAt != 0 {
 		if left, ok = sm.ExpiryLeft(expireAt, now); !ok {
@@ -946,10 +996,10 @@ func (c *conn) deliverQoS0(m *broker.Message, retain bool, subIDs []uint32, expi
 		return false, false
 	}
 	e := c.encoderLocked()
-	e.topic = AppendTopic(e.topic[:0], m.Subject)
+	e.topic = AppendTopic(e.topic[:0], external(m.Subject, prefix))
 	reply := ""
-	if len(m.Reply) > 0 {
-		e.reply = AppendTopic(e.reply[:0], m.Reply)
+	if r := externalReply(m.Reply, prefix); len(r) > 0 {
+		e.reply = AppendTopic(e.reply[:0], r)
 		reply = bytesString(e.reply)
 	}
 	return c.appendPublishLocked(b, bytesString(e.topic), m.Payload, m.Header, reply, 0, retain, false, 0, subIDs, expireAt != 0, left), true
@@ -1076,6 +1126,9 @@ func (c *conn) cleanup() {
 		sess.disconnected(c)
 		c.srv.forgetWill(c, sess.id)
 	}
+	if c.counted {
+		c.sess().releaseConnection()
+	}
 	// Counted as connected until its session is detached, so that a connection
 	// count of zero means every session is offline.
 	c.srv.removeConn(c)
@@ -1098,6 +1151,7 @@ func (c *conn) cleanup() {
 type ConnInfo struct {
 	ID                                 uint64
 	ClientID, Remote                   string
+	Account                            string // "" for the global account
 	Version                            byte
 	Start                              time.Time
 	Subscriptions                      int
@@ -1115,7 +1169,8 @@ func (c *conn) snapshot() ConnInfo {
 		InMsgs: c.inMsgs.Load(), InBytes: c.inBytes.Load(), OutMsgs: out.OutMsgs, OutBytes: out.OutBytes,
 		Dropped: out.Dropped, SlowConsumer: out.Slow, Transport: c.transport()}
 	if s := c.sess(); s != nil {
-		ci.ClientID, ci.Version = s.id, c.version
+		ci.Version = c.version
+		ci.Account, ci.ClientID = splitKey(s.id)
 		s.mu.Lock()
 		ci.Subscriptions, ci.Inflight, ci.Queued = s.m.SubCount(), s.m.Inflight(), s.m.Queued()
 		s.mu.Unlock()

@@ -107,7 +107,7 @@ func (s *Server) ClaimedElsewhere(clientID string, order uint64) {
 		sess.disown()
 	}
 	if ok {
-		s.log.Info("mqtt client connected to another node: closing its connection here", "client_id", clientID)
+		s.log.Info("mqtt client connected to another node: closing its connection here", keyAttr(clientID))
 		e.c.takenOver()
 	}
 }

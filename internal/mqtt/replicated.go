@@ -64,10 +64,13 @@ type State struct {
 	seenOrder []uint64
 }
 
-// storedSub is one subscription of a stored session, in State.subs.
+// storedSub is one subscription of a stored session, in State.subs: sub's
+// Subjects are the subjects inside the server, behind the prefix of the session's
+// account, unlike a live session's.
 type storedSub struct {
 	client string
 	sub    *sm.Sub
+	prefix string // the session's account's (keyPrefix), "" for the global account
 }
 
 // storedSession is one client's records in the replicated state.
@@ -285,15 +288,21 @@ func (st *State) putLocked(key string, val []byte) bool {
 	case kvSession:
 		var rec sessionRecord
 		if err := json.Unmarshal(val, &rec); err != nil {
-			st.log.Error("mqtt group: bad session record ignored", "client_id", rest, "err", err)
+			st.log.Error("mqtt group: bad session record ignored", keyAttr(rest), "err", err)
 			return false
 		}
 		ss := st.session(rest)
 		ss.rec = append([]byte(nil), val...)
 		st.unindexLocked(ss)
+		prefix := keyPrefix(rest)
 		for _, sr := range rec.Subs {
 			if e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID); err == nil && !e.Shared {
-				x := &storedSub{client: rest, sub: e}
+				if prefix != "" {
+					for i, f := range e.Subjects {
+						e.Subjects[i] = prefix + f
+					}
+				}
+				x := &storedSub{client: rest, sub: e, prefix: prefix}
 				ss.subs = append(ss.subs, x)
 				for _, f := range e.Subjects {
 					_ = st.subs.Insert(f, "", x) // valid: newSub made them
@@ -382,9 +391,14 @@ func (st *State) dropIfEmpty(client string, ss *storedSession) {
 // parseIDKey splits the rest of a message or QoS 2 key into its client and id, as
 // msgKey and qos2Key write them.
 func parseIDKey(kind, rest string) (string, uint64, bool) {
-	client, id, ok := strings.Cut(rest, "\x00")
+	// The last NUL: an account's session key holds one (sessionKey).
+	i := strings.LastIndexByte(rest, 0)
+	if i < 0 {
+		return "", 0, false
+	}
+	client, id := rest[:i], rest[i+1:]
 	n, err := strconv.ParseUint(id, 10, 64)
-	if !ok || err != nil || id != strconv.FormatUint(n, 10) || (kind == kvQoS2 && (n == 0 || n > math.MaxUint16)) {
+	if err != nil || id != strconv.FormatUint(n, 10) || (kind == kvQoS2 && (n == 0 || n > math.MaxUint16)) {
 		return "", 0, false
 	}
 	return client, n, true
@@ -423,9 +437,7 @@ func (st *State) routeLocked(mid uint64, p *pubItem, feeds []feed) []feed {
 	if p.qos2PID != 0 && p.origin != "" {
 		st.session(p.origin).qos2[p.qos2PID] = struct{}{}
 	}
-	dollar := IsDollar(p.subject)
 	expireAt := expiryOf(p.header)
-	var topic, reply string
 	matched := st.subs.Match(p.subject).Plain
 	// One copy per session, from all its matching subscriptions (sm.RouteLive's
 	// rule), in the order of each client's first match.
@@ -433,18 +445,23 @@ func (st *State) routeLocked(mid uint64, p *pubItem, feeds []feed) []feed {
 		qos        byte
 		found, rap bool
 		ids        []uint32
+		prefix     string
 	}
+	// The topic as the sessions' account names it; every session a subject
+	// reaches is of one account, whose prefix the subject starts with.
+	var topic, reply, topicPrefix string
+	named := false
 	byClient := make(map[string]*route, len(matched))
 	var order []string
 	for _, x := range matched {
 		r := byClient[x.client]
 		if r == nil {
-			r = &route{}
+			r = &route{prefix: x.prefix}
 			byClient[x.client] = r
 			order = append(order, x.client)
 		}
 		e := x.sub
-		if (e.DollarGuard && dollar) || (e.NoLocal && x.client == p.origin) {
+		if (e.DollarGuard && IsDollar(external(p.subject, x.prefix))) || (e.NoLocal && x.client == p.origin) {
 			continue
 		}
 		r.found = true
@@ -461,13 +478,14 @@ func (st *State) routeLocked(mid uint64, p *pubItem, feeds []feed) []feed {
 			continue // QoS 0 goes the broker's way, to a connected client only
 		}
 		if len(ss.msgs) >= st.maxQueued {
-			st.log.Debug("mqtt group: session queue full, message refused", "client_id", client)
+			st.log.Debug("mqtt group: session queue full, message refused", keyAttr(client))
 			continue
 		}
-		if topic == "" {
-			topic = string(AppendTopic(nil, p.subject))
-			if len(p.reply) > 0 {
-				reply = string(AppendTopic(nil, p.reply))
+		if !named || r.prefix != topicPrefix {
+			named, topicPrefix, reply = true, r.prefix, ""
+			topic = string(AppendTopic(nil, external(p.subject, r.prefix)))
+			if rp := externalReply(p.reply, r.prefix); len(rp) > 0 {
+				reply = string(AppendTopic(nil, rp))
 			}
 		}
 		m := &outMsg{MID: mid, Topic: topic, Reply: reply, QoS: qos, Retain: p.retain && rap, ExpireAt: expireAt, SubIDs: ids}
@@ -592,7 +610,7 @@ func (st *State) storedOf(client string) (rec sessionRecord, msgs []*outMsg, qos
 	for _, mid := range slices.Sorted(maps.Keys(ss.msgs)) {
 		m, err := decodeOutMsg(ss.msgs[mid])
 		if err != nil {
-			st.log.Error("mqtt group: bad stored message skipped", "client_id", client, "err", err)
+			st.log.Error("mqtt group: bad stored message skipped", keyAttr(client), "err", err)
 			continue
 		}
 		m.MID = mid
@@ -655,7 +673,7 @@ func (s *Server) replicatedSession(clientID string) *session {
 		sess.m.Restored(now)
 		return nil
 	})
-	s.log.Info("mqtt session resumed from the cluster", "client_id", clientID, "messages", len(msgs))
+	s.log.Info("mqtt session resumed from the cluster", keyAttr(clientID), "messages", len(msgs))
 	return sess
 }
 

@@ -82,12 +82,13 @@ func (r *retainStore) setVolatile(m *broker.Message) {
 }
 
 // match calls fn for every unexpired retained message matching one of filters;
-// dollarGuard skips subjects starting with '$'.
-func (r *retainStore) match(filters []string, dollarGuard bool, now time.Time, fn func(*retainedMsg)) {
+// dollarGuard skips subjects starting with '$' past their first strip bytes (an
+// account's prefix).
+func (r *retainStore) match(filters []string, dollarGuard bool, strip int, now time.Time, fn func(*retainedMsg)) {
 	var hits []*retainedMsg
 	r.mu.RLock()
 	for subj, rm := range r.m {
-		if dollarGuard && IsDollar([]byte(subj)) {
+		if dollarGuard && len(subj) > strip && IsDollar([]byte(subj[strip:])) {
 			continue
 		}
 		if rm.expireAt != 0 && now.UnixNano() >= rm.expireAt {

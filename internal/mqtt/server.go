@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,7 +317,7 @@ func (s *Server) restore(data map[string][]byte) {
 		case kvSession:
 			var rec sessionRecord
 			if err := json.Unmarshal(val, &rec); err != nil {
-				s.log.Error("mqtt state: bad session record, dropped", "client_id", rest, "err", err)
+				s.log.Error("mqtt state: bad session record, dropped", keyAttr(rest), "err", err)
 				s.kv.del(key)
 				continue
 			}
@@ -329,21 +327,20 @@ func (s *Server) restore(data map[string][]byte) {
 			for _, sr := range rec.Subs {
 				e, err := newSub(sr.Filter, sr.QoS, sr.NoLocal, sr.RAP, sr.SubID)
 				if err != nil {
-					s.log.Error("mqtt state: subscription not restored", "client_id", rest, "filter", sr.Filter, "err", err)
+					s.log.Error("mqtt state: subscription not restored", keyAttr(rest), "filter", sr.Filter, "err", err)
 					continue
 				}
 				if !s.mayKeep(acc, e) {
-					s.log.Warn("mqtt state: subscription dropped, its user may no longer make it", "client_id", rest, "user", rec.User, "filter", sr.Filter)
+					s.log.Warn("mqtt state: subscription dropped, its user may no longer make it", keyAttr(rest), "user", rec.User, "filter", sr.Filter)
 					continue
 				}
 				sess.m.RestoreSub(e)
 			}
 			s.sessions[rest] = sess
 		case kvMessage, kvQoS2:
-			client, id, ok := strings.Cut(rest, "\x00")
-			n, err := strconv.ParseUint(id, 10, 64)
 			// The id must be as msgKey and qos2Key write it: those keys are deleted later.
-			if !ok || err != nil || id != strconv.FormatUint(n, 10) || (kind == kvQoS2 && (n == 0 || n > math.MaxUint16)) {
+			client, n, ok := parseIDKey(kind, rest)
+			if !ok {
 				s.log.Error("mqtt state: bad key, dropped", "key", key)
 				s.kv.del(key)
 				continue
@@ -354,7 +351,7 @@ func (s *Server) restore(data map[string][]byte) {
 			}
 			m, err := decodeOutMsg(val)
 			if err != nil {
-				s.log.Error("mqtt state: bad queued message, dropped", "client_id", client, "err", err)
+				s.log.Error("mqtt state: bad queued message, dropped", keyAttr(client), "err", err)
 				s.kv.del(key)
 				continue
 			}

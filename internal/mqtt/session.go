@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	sm "github.com/tern-mq/tern/internal/mqtt/session"
@@ -31,7 +32,9 @@ type outMsg = sm.OutMsg
 // those change, and write to the connection under the connection's outbound queue
 // lock, which also guards the encoder and the topic aliases towards the client.
 type session struct {
-	srv  *Server
+	srv *Server
+	// id is the session's key (sessionKey): its client id, behind its account's
+	// name for an account other than the global one.
 	id   string
 	mu   sync.Mutex
 	conn atomic.Pointer[conn] // nil while the client is away; set under mu
@@ -52,6 +55,9 @@ type heldWrite struct {
 // sessionExtra is what sessions with subscriptions or timers need; many idle
 // devices' sessions have neither.
 type sessionExtra struct {
+	// prefix starts the subjects of the session's account inside the server, ""
+	// for the global account (accounts.go). Set when x is made.
+	prefix  string
 	view    atomic.Pointer[routeView] // stored under mu; nil until the first subscription
 	nextSID uint64
 	timer   *time.Timer
@@ -73,6 +79,11 @@ type sessionExtra struct {
 	// authentication on (Config.Auth); nil for the anonymous user with every
 	// right. Stored under mu, at CONNECT and restore; read without it.
 	access atomic.Pointer[access]
+	// acct is the session's account as its users' logins gave it, which counts
+	// its connections and subscriptions (nil while nothing is counted); counted
+	// is how many subscriptions it counts (countSubsLocked). Under mu.
+	acct    *auth.Account
+	counted int
 }
 
 // routeView is what routing a delivery reads of a session, for deliveries made
@@ -100,8 +111,9 @@ func (x *sessionExtra) bySub() map[*broker.Subscription]*sm.Sub {
 }
 
 // route routes m, matched by subs, by the view: the session's subscriptions among
-// subs and its presence go to the machine's rule (sm.RouteLive).
-func (v *routeView) route(subs []*broker.Subscription, m *broker.Message, expireAt int64, now time.Time, ids []uint32) (sm.Verdict, byte, bool, []uint32) {
+// subs and its presence go to the machine's rule (sm.RouteLive). dollar: the
+// message's subject, as the session's account names it, starts with '$'.
+func (v *routeView) route(subs []*broker.Subscription, m *broker.Message, dollar bool, expireAt int64, now time.Time, ids []uint32) (sm.Verdict, byte, bool, []uint32) {
 	if v == nil {
 		return sm.Refuse, 0, false, ids
 	}
@@ -115,11 +127,12 @@ func (v *routeView) route(subs []*broker.Subscription, m *broker.Message, expire
 	if len(es) == 0 {
 		return sm.Refuse, 0, false, ids
 	}
-	return sm.RouteLive(v.p, now, es, m.QoS, m.Retain, IsDollar(m.Subject), expireAt, ids)
+	return sm.RouteLive(v.p, now, es, m.QoS, m.Retain, dollar, expireAt, ids)
 }
 
-func newSession(s *Server, id string) *session {
-	sess := &session{srv: s, id: id}
+// newSession makes the session of key (sessionKey).
+func newSession(s *Server, key string) *session {
+	sess := &session{srv: s, id: key}
 	sess.m.Init(&s.smCfg)
 	return sess
 }
@@ -128,10 +141,19 @@ func newSession(s *Server, id string) *session {
 func (s *session) extra() *sessionExtra {
 	x := s.x.Load()
 	if x == nil {
-		x = &sessionExtra{}
+		x = &sessionExtra{prefix: keyPrefix(s.id)}
 		s.x.Store(x)
 	}
 	return x
+}
+
+// prefix is the subject prefix of the session's account, "" for the global
+// account.
+func (s *session) prefix() string {
+	if x := s.x.Load(); x != nil {
+		return x.prefix
+	}
+	return keyPrefix(s.id)
 }
 
 // viewLocked stores a new view of the session when its subscriptions, connection or
@@ -222,6 +244,9 @@ func (s *session) stepAt(now time.Time, event func(now time.Time) error) (wrote 
 	// exception: its first packet must be its CONNACK, so it joins the view once
 	// the Ready is written; QoS 0 deliveries meanwhile wait for mu.
 	sc := s.bindSubsLocked(rd.Subs)
+	if sc.changed {
+		s.countSubsLocked(s.m.SubCount())
+	}
 	sc.hold = bindsConn(rd)
 	s.viewLocked(sc.subs, sc.changed, sc.hold)
 	late := len(sc.add) > 0
@@ -321,7 +346,7 @@ func (s *session) outside(rd *sm.Ready, sc subChanges, late bool, now time.Time)
 		if err := s.srv.broker.Subscribe(sub); err != nil {
 			// Filters were validated into broker subjects before the machine saw
 			// them: this is a bug, not a client's error.
-			s.srv.log.Error("mqtt subscribe failed", "client_id", s.id, "subject", sub.Subject, "err", err)
+			s.srv.log.Error("mqtt subscribe failed", keyAttr(s.id), "subject", sub.Subject, "err", err)
 			s.mu.Lock()
 			x := s.x.Load()
 			v := x.view.Load()
@@ -435,10 +460,23 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 				if !ok {
 					continue // the parent level of a "/#" filter, refused alone (mayKeep)
 				}
+				if x.prefix != "" {
+					// The account's own subjects: the prefix keeps the filter
+					// inside them; the user's rights are on the account's names.
+					sub.Subject = x.prefix + subj
+					permit = s.accountPermit(acc, subj, true)
+				}
 				sub.Permit = permit
 				sub.SetCoalesce(coalesce)
 				bySub[sub] = e
 				sc.add = append(sc.add, sub)
+				for _, im := range acc.account().Imports(subj) {
+					x.nextSID++
+					k := &importSink{s: s, strip: im.Strip, add: x.prefix + im.Add, permit: s.accountPermit(acc, subj, false)}
+					isub := &broker.Subscription{Sink: k, SID: x.nextSID, Subject: im.Filter, Queue: importQueue(s.id, e.Queue)}
+					bySub[isub] = e
+					sc.add = append(sc.add, isub)
+				}
 			}
 		}
 	}
@@ -447,6 +485,81 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 	}
 	sc.subs, sc.changed = bySub, true
 	return sc
+}
+
+// accountPermit is the check each message of an account's subjects delivered to a
+// subscription to subj (the account's name of a filter's subject) must pass: nil
+// unless the user's rights reach only part of what the filter matches. The check
+// is on the account's name of the message's subject: the broker's, behind the
+// session's prefix (inside), or the importer's name (an importSink's).
+func (s *session) accountPermit(a *access, subj string, inside bool) func([]byte) bool {
+	if a == nil || a.user == nil || !a.restricted {
+		return nil
+	}
+	if ok, check := a.perms.CanSubscribe(subj); !ok || !check {
+		return nil
+	}
+	ck, wildFirst, prefix := a.perms, auth.WildFirst(subj), s.prefix()
+	if !inside {
+		return func(b []byte) bool { return ck.MayReceive(b, wildFirst) }
+	}
+	return func(b []byte) bool { return ck.MayReceive(external(b, prefix), wildFirst) }
+}
+
+// countSubsLocked counts the session's n subscriptions against its account: the
+// change since it last counted is acquired (SUBSCRIBE acquired its new ones
+// already, within the account's maximum, see reserveSubs; those a restore brings
+// back are counted whatever the maximum) or released. mu is held.
+func (s *session) countSubsLocked(n int) {
+	x := s.x.Load()
+	if x == nil {
+		if n == 0 {
+			return
+		}
+		x = s.extra()
+	}
+	if x.acct == nil {
+		if n == 0 {
+			return
+		}
+		if x.acct = x.access.Load().account(); x.acct == nil {
+			return // the anonymous user with every right: nothing to count against
+		}
+	}
+	switch d := n - x.counted; {
+	case d > 0:
+		x.acct.AddSubscriptions(d)
+	case d < 0:
+		x.acct.ReleaseSubscriptions(-d)
+	}
+	x.counted = n
+}
+
+// reserveSubs acquires, before a SUBSCRIBE is taken, the account's subscriptions
+// for its filters that the session does not have yet; a filter over the account's
+// maximum is refused (QuotaExceeded). mu is held.
+func (s *session) reserveSubs(subs []*sm.Sub) {
+	x := s.x.Load()
+	var acct *auth.Account
+	if x != nil {
+		acct = x.access.Load().account()
+	}
+	if acct == nil || acct.Limits.MaxSubscriptions <= 0 {
+		return
+	}
+	if x.acct == nil {
+		x.acct = acct
+	}
+	for _, e := range subs {
+		if e == nil || e.Denied || s.m.HasSub(e.Filter) {
+			continue
+		}
+		if !x.acct.AcquireSubscriptions(1) {
+			e.Denied, e.Reason = true, packet.QuotaExceeded
+			continue
+		}
+		x.counted++
+	}
 }
 
 // markOverlaps has the broker coalesce the deliveries of e's subscriptions with
@@ -636,8 +749,15 @@ func (s *session) restoreOwner(name string) *access {
 		return nil
 	}
 	u := a.UserNamed(name)
-	if u == nil {
-		s.srv.log.Warn("mqtt session restored without rights: its user is not in the users file", "client_id", s.id, "user", name)
+	acct, id := splitKey(s.id)
+	switch {
+	case u == nil:
+		s.srv.log.Warn("mqtt session restored without rights: its user is not in the users file", "client_id", id, "account", acct, "user", name)
+	case accountName(u) != acct:
+		// The session's subjects are its account's: a user moved to another
+		// account since has none of its rights there.
+		s.srv.log.Warn("mqtt session restored without rights: its user is in another account now", "client_id", id, "account", acct, "user", name)
+		u = nil
 	}
 	acc := newAccess(u, name, nil)
 	s.mu.Lock()
@@ -679,10 +799,11 @@ func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message)
 	if expireAt != 0 {
 		now = time.Now()
 	}
+	dollar := IsDollar(external(m.Subject, x.prefix))
 	for {
 		v := x.view.Load()
 		var idBuf [4]uint32
-		verdict, _, retain, ids := v.route(subs, m, expireAt, now, idBuf[:0])
+		verdict, _, retain, ids := v.route(subs, m, dollar, expireAt, now, idBuf[:0])
 		switch verdict {
 		case sm.Refuse:
 			return false
@@ -692,7 +813,7 @@ func (s *session) DeliverMatched(subs []*broker.Subscription, m *broker.Message)
 			if v.conn == nil {
 				break // a connection being bound: its CONNACK goes first, under mu
 			}
-			if ok, current := v.conn.deliverQoS0(m, retain, ids, expireAt, now, x, v); current {
+			if ok, current := v.conn.deliverQoS0(m, x.prefix, retain, ids, expireAt, now, x, v); current {
 				return ok
 			}
 			continue // the view was replaced meanwhile: route by the new one
@@ -709,7 +830,7 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 	defer s.mu.Unlock()
 	v := x.view.Load()
 	var idBuf [4]uint32
-	verdict, qos, retain, ids := v.route(subs, m, expireAt, now, idBuf[:0])
+	verdict, qos, retain, ids := v.route(subs, m, IsDollar(external(m.Subject, x.prefix)), expireAt, now, idBuf[:0])
 	switch verdict {
 	case sm.Refuse:
 		return false
@@ -719,7 +840,7 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 		if v.conn == nil {
 			return false // held out by a Ready still being written (never so: CONNECT subscribes nothing)
 		}
-		ok, _ := v.conn.deliverQoS0(m, retain, ids, expireAt, now, x, v) // current: views change under mu
+		ok, _ := v.conn.deliverQoS0(m, x.prefix, retain, ids, expireAt, now, x, v) // current: views change under mu
 		return ok
 	}
 	if s.storedByGroup(v, subs, m) {
@@ -731,12 +852,12 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 		copy(om.SubIDs, ids)
 	}
 	var topicBuf [128]byte
-	om.Topic = string(AppendTopic(topicBuf[:0], m.Subject))
+	om.Topic = string(AppendTopic(topicBuf[:0], external(m.Subject, x.prefix)))
 	if len(m.Header) > 0 {
 		om.Header = append([]byte(nil), m.Header...)
 	}
-	if len(m.Reply) > 0 {
-		om.Reply = string(AppendTopic(topicBuf[:0], m.Reply))
+	if reply := externalReply(m.Reply, x.prefix); len(reply) > 0 {
+		om.Reply = string(AppendTopic(topicBuf[:0], reply))
 	}
 	// now stays zero for a message without expiry: Enqueue does not read it then,
 	// and this is every QoS 1 and 2 delivery's path.
@@ -758,14 +879,15 @@ func (s *session) enqueue(x *sessionExtra, subs []*broker.Subscription, m *broke
 // storedByGroup reports whether the cluster's MQTT group stores m for this session
 // itself (and hands it to enqueueStored): every QoS 1 and 2 message an MQTT client
 // publishes in a cluster goes through the group, which stores it for each
-// persistent session whose subscriptions, other than shared ones, match it. mu is
-// held.
+// persistent session whose subscriptions, other than shared ones, match it. It
+// does not route what the session's account imports: the broker's delivery does.
+// mu is held.
 func (s *session) storedByGroup(v *routeView, subs []*broker.Subscription, m *broker.Message) bool {
 	if s.srv.state == nil || m.QoS == 0 || s.m.Expiry() == 0 {
 		return false
 	}
 	for _, sub := range subs {
-		if e := v.subs[sub]; e != nil && !e.Shared {
+		if e := v.subs[sub]; e != nil && !e.Shared && !imported(sub) {
 			return true
 		}
 	}
@@ -811,6 +933,7 @@ func (s *session) enqueueStored(m *outMsg) {
 func (s *session) disown() {
 	s.mu.Lock()
 	s.extra().disowned = true
+	s.countSubsLocked(0) // the other node counts them now
 	var subs []*broker.Subscription
 	if x := s.x.Load(); x != nil {
 		if x.timer != nil {
@@ -829,29 +952,50 @@ func (s *session) disown() {
 	}
 }
 
-// deliverRetained sends the retained messages new subscriptions match.
+// deliverRetained sends the retained messages new subscriptions match: those of
+// the session's account, and those of the subjects the account imports, under
+// the importer's names.
 func (s *session) deliverRetained(subs []*sm.Sub, now time.Time) {
 	var acc *access
 	if x := s.x.Load(); x != nil {
 		acc = x.access.Load()
 	}
+	prefix := s.prefix()
 	for _, e := range subs {
-		s.srv.retained.match(s.srv.allowedSubjects(acc, e), e.DollarGuard, now, func(rm *retainedMsg) {
-			if !s.srv.mayReceive(acc, []byte(rm.subject), e.DollarGuard) {
+		send := func(subj []byte, rm *retainedMsg, reply []byte) {
+			if !s.srv.mayReceive(acc, subj, e.DollarGuard) {
 				return
 			}
 			om := &outMsg{
-				Topic: string(AppendTopic(nil, []byte(rm.subject))), Payload: rm.payload, Header: rm.header,
+				Topic: string(AppendTopic(nil, subj)), Payload: rm.payload, Header: rm.header,
 				QoS: rm.qos, ExpireAt: rm.expireAt,
 			}
-			if rm.reply != "" {
-				om.Reply = string(AppendTopic(nil, []byte(rm.reply)))
+			if len(reply) > 0 {
+				om.Reply = string(AppendTopic(nil, reply))
 			}
 			_ = s.step(func(now time.Time) error {
 				s.m.DeliverRetained(now, e, om)
 				return nil
 			})
+		}
+		allowed := s.srv.allowedSubjects(acc, e)
+		filters := allowed
+		if prefix != "" {
+			filters = make([]string, len(allowed))
+			for i, f := range allowed {
+				filters[i] = prefix + f
+			}
+		}
+		s.srv.retained.match(filters, e.DollarGuard, len(prefix), now, func(rm *retainedMsg) {
+			send(external([]byte(rm.subject), prefix), rm, externalReply([]byte(rm.reply), prefix))
 		})
+		for _, f := range allowed {
+			for _, im := range acc.account().Imports(f) {
+				s.srv.retained.match([]string{im.Filter}, e.DollarGuard, im.Strip, now, func(rm *retainedMsg) {
+					send([]byte(im.Add+rm.subject[im.Strip:]), rm, nil)
+				})
+			}
+		}
 	}
 }
 
@@ -900,4 +1044,28 @@ func newSub(filter string, qos byte, noLocal, rap bool, subID uint32) (*sm.Sub, 
 	}
 	e.DollarGuard = match[0] == '+' || match[0] == '#'
 	return e, nil
+}
+
+// countConnection makes the session's account count a connection its client
+// made, which acct (the user's account) acquired: it reports whether the session
+// took it (to release when the connection ends), not when it is the anonymous
+// user's with every right (acct nil), which nothing counts.
+func (s *session) countConnection(acct *auth.Account) bool {
+	if acct == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x := s.extra(); x.acct == nil {
+		x.acct = acct
+	}
+	return true
+}
+
+// releaseConnection releases a connection countConnection counted.
+func (s *session) releaseConnection() {
+	s.mu.Lock()
+	acct := s.extra().acct
+	s.mu.Unlock()
+	acct.ReleaseConnection()
 }

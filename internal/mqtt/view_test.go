@@ -97,7 +97,7 @@ func TestQoS0StaleViewRoutesAgain(t *testing.T) {
 	if _, ok := c.next().(*packet.Unsuback); !ok {
 		t.Fatal("no UNSUBACK")
 	}
-	if ok, current := v.conn.deliverQoS0(m, false, nil, 0, time.Time{}, x, v); ok || current {
+	if ok, current := v.conn.deliverQoS0(m, "", false, nil, 0, time.Time{}, x, v); ok || current {
 		t.Fatalf("by the view before UNSUBSCRIBE: queued %v, view current %v; want neither", ok, current)
 	}
 	if sess.Deliver(sub, m) {
@@ -116,7 +116,7 @@ func TestQoS0StaleViewRoutesAgain(t *testing.T) {
 			t.Fatal("the session still has its connection")
 		}
 	}
-	if ok, _ := v.conn.deliverQoS0(m, false, nil, 0, time.Time{}, x, v); ok {
+	if ok, _ := v.conn.deliverQoS0(m, "", false, nil, 0, time.Time{}, x, v); ok {
 		t.Fatal("queued to a closed connection")
 	}
 	if sess.Deliver(sub, m) {

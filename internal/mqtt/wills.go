@@ -45,8 +45,11 @@ func (s *Server) willKey(client string, c *conn) string {
 
 // clientOfWill is the client id of a will record's key (the part after kvWill).
 func clientOfWill(rest string) string {
-	client, _, _ := strings.Cut(rest, "\x00")
-	return client
+	// The last NUL: an account's session key holds one (sessionKey).
+	if i := strings.LastIndexByte(rest, 0); i >= 0 {
+		return rest[:i]
+	}
+	return rest
 }
 
 // recordWill writes the will of a connection being accepted to the MQTT group and
@@ -142,7 +145,7 @@ func (s *Server) publishOrphanWills(adopt bool, alive func(node string) bool, no
 				QoS: rec.QoS, Retain: rec.Retain})
 		}})
 		n++
-		s.log.Info("mqtt will of a connection whose node is gone published", "client_id", o.client, "node", rec.Host)
+		s.log.Info("mqtt will of a connection whose node is gone published", keyAttr(o.client), "node", rec.Host)
 	}
 	return n
 }

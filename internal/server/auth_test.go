@@ -482,7 +482,8 @@ func TestAccountLimits(t *testing.T) {
 }
 
 // TestMQTTClientsStayOutOfAccounts: MQTT clients of the global account neither
-// see an account's traffic through '#' nor publish into it by its inside name.
+// see an account's traffic through '#' nor publish into it by its inside name;
+// an MQTT client of the account sees it under the account's own topics.
 func TestMQTTClientsStayOutOfAccounts(t *testing.T) {
 	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
 		t.Fatal("mosquitto_sub not installed (scripts/deps.sh installs it)")
@@ -507,6 +508,12 @@ func TestMQTTClientsStayOutOfAccounts(t *testing.T) {
 	if err := sub.Start(); err != nil {
 		t.Fatal(err)
 	}
+	acmeSub := exec.CommandContext(ctx, "mosquitto_sub", "-h", "127.0.0.1", "-p", port, "-u", "a", "-P", "pw", "-t", "orders/#", "-v", "-C", "1", "-W", "10")
+	var acmeOut strings.Builder
+	acmeSub.Stdout = &acmeOut
+	if err := acmeSub.Start(); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(500 * time.Millisecond) // the subscription is in place
 	if err := a.Publish("orders.secret", []byte("acme-only")); err != nil {
 		t.Fatal(err)
@@ -518,6 +525,9 @@ func TestMQTTClientsStayOutOfAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = sub.Wait() // -W 2 ends it
+	if err := acmeSub.Wait(); err != nil || strings.TrimSpace(acmeOut.String()) != "orders/secret acme-only" {
+		t.Fatalf("the MQTT subscriber of acme got %q (%v), want acme's message as orders/secret", acmeOut.String(), err)
+	}
 	if strings.Contains(out.String(), "acme-only") || strings.Contains(out.String(), "forged") {
 		t.Fatalf("the MQTT subscriber to # saw account traffic:\n%s", out.String())
 	}

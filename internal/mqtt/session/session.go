@@ -58,8 +58,10 @@ type Sub struct {
 	Shared      bool
 	DollarGuard bool // the filter starts with a wildcard: '$' topics do not match
 	// Denied: the driver refuses the subscription, as its client may not
-	// subscribe to the filter (reason 0x87, 0x80 in MQTT 3).
+	// subscribe to the filter (reason 0x87, 0x80 in MQTT 3), or for Reason when
+	// set (0x80 in MQTT 3 too).
 	Denied bool
+	Reason packet.ReasonCode
 	// Subjects and Queue are the driver's mapping of the filter onto broker
 	// subscriptions, carried along and never looked at here.
 	Subjects []string
@@ -191,6 +193,9 @@ func (s *Session) Subs(f func(*Sub)) {
 
 // SubCount is the number of subscriptions.
 func (s *Session) SubCount() int { return len(s.subs) }
+
+// HasSub reports whether the session has a subscription of filter.
+func (s *Session) HasSub(filter string) bool { return s.subs[filter] != nil }
 
 // Inflight and Queued count QoS 1/2 messages in flight and queued.
 func (s *Session) Inflight() int { return s.fl.inflightLen() }
@@ -765,6 +770,9 @@ func (s *Session) Subscribe(now time.Time, p *packet.Subscribe, subs []*Sub) err
 		switch {
 		case e == nil:
 			reasons[i] = failure(packet.TopicFilterInvalid)
+			continue
+		case e.Denied && e.Reason != 0:
+			reasons[i] = failure(e.Reason)
 			continue
 		case e.Denied:
 			reasons[i] = failure(packet.NotAuthorized)
