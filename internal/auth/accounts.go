@@ -121,6 +121,17 @@ func (a *Account) Imports(filter string) []ImportedSubscription {
 	return out
 }
 
+// ImportQueue is the queue group an importing account's clients form on
+// imported subjects: queue groups of one subject are one group, so the
+// importer's group is named apart from the exporter's and other importers'
+// groups of the same name ("" stays "": no group).
+func ImportQueue(account, queue string) string {
+	if queue == "" {
+		return ""
+	}
+	return "$I:" + account + ":" + queue
+}
+
 // intersect returns a pattern matching exactly the subjects both a and b match,
 // when there is one.
 func intersect(a, b pattern) (pattern, bool) {

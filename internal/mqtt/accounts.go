@@ -139,7 +139,7 @@ func importQueue(key, queue string) string {
 		return ""
 	}
 	acct, _ := splitKey(key)
-	return "$I:" + acct + ":" + queue
+	return auth.ImportQueue(acct, queue)
 }
 
 // imported reports whether sub is one of a session's import subscriptions.

@@ -447,7 +447,7 @@ func (c *Conn) handleSub(f *wire.Frame) {
 	}
 	for _, im := range imported {
 		isub := &broker.Subscription{Sink: &importSink{c: c, strip: im.Strip, add: im.Add},
-			SID: f.SID, Subject: im.Filter, Queue: sub.Queue, Filter: sub.Filter}
+			SID: f.SID, Subject: im.Filter, Queue: auth.ImportQueue(c.acct.Name, sub.Queue), Filter: sub.Filter}
 		if err := c.srv.broker.Subscribe(isub); err != nil {
 			c.log.Warn("import subscription", "filter", im.Filter, "err", err)
 			continue

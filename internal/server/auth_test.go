@@ -541,3 +541,45 @@ func TestMQTTClientsStayOutOfAccounts(t *testing.T) {
 		t.Fatalf("an MQTT client published into acme: %s %q", m.Subject, m.Data)
 	}
 }
+
+// TestImportedQueueGroupsStandApart: a queue group of the importing account on
+// imported subjects is its own group, not one with the exporter's group of the
+// same name: both get every message.
+func TestImportedQueueGroupsStandApart(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = accountsFile(t) })
+	a, b := connectAs(t, s, "a:pw"), connectAs(t, s, "b:pw")
+	aw, err := a.QueueSubscribeSync("public.jobs", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw, err := b.QueueSubscribeSync("acme.public.jobs", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*tern.Conn{a, b} {
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 20
+	for i := range n {
+		if err := a.Publish("public.jobs", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []struct {
+		sub  *tern.Subscription
+		who  string
+		subj string
+	}{{aw, "acme", "public.jobs"}, {bw, "beta", "acme.public.jobs"}} {
+		for i := range n {
+			m, err := q.sub.NextMsg(5 * time.Second)
+			if err != nil {
+				t.Fatalf("%s's group got %d of %d messages: %v", q.who, i, n, err)
+			}
+			if m.Subject != q.subj {
+				t.Fatalf("%s got %s, want %s", q.who, m.Subject, q.subj)
+			}
+		}
+	}
+}
