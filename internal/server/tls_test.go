@@ -18,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/auth/authtest"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/testenv"
 	"github.com/tern-mq/tern/internal/testenv/testcerts"
@@ -489,5 +492,59 @@ func TestClientCertificateIdentifiesUser(t *testing.T) {
 	if c, err := tern.Connect(url, tern.TLSCAFile(cs.CAFile), tern.NoReconnect()); err == nil {
 		c.Close()
 		t.Fatal("a TLS client without certificate or credentials was let in")
+	}
+}
+
+// TestKafkaSASLOverTLS: SASL_SSL, the combination an operator puts on a network:
+// kcat and franz-go log in with SCRAM-SHA-512 inside TLS, a wrong password is
+// refused, and the user's permissions hold.
+func TestKafkaSASLOverTLS(t *testing.T) {
+	cs := testcerts.New(t)
+	s := startTLS(t, cs, func(c *server.Config) { c.UsersFile = authtest.File(t) })
+	addr := "localhost:" + portOf(s.KafkaTLSAddr())
+	saslSSL := func(user, pw string) []string {
+		return []string{"-b", addr, "-X", "security.protocol=sasl_ssl", "-X", "ssl.ca.location=" + cs.CAFile,
+			"-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=" + user, "-X", "sasl.password=" + pw}
+	}
+	// Root makes the topic: a stream capturing sensors.k1, where alice may
+	// publish. Alice produces to it over SASL_SSL and root reads it back.
+	nc, err := tern.Connect("tls://"+s.TLSAddr().String(), tern.TLSCAFile(cs.CAFile),
+		tern.Credentials([]byte(authtest.Root+":"+authtest.RootPassword)), tern.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := nc.Streams().AddStream(ctx, tern.StreamConfig{Name: "SENS", Subjects: []string{"sensors.k1"}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{"r1", "r2"}
+	if _, errOut, err := runIn(t, 30*time.Second, strings.Join(lines, "\n")+"\n", "kcat",
+		append(saslSSL(authtest.Alice, authtest.AlicePassword), "-P", "-t", "SENS")...); err != nil {
+		t.Fatalf("kcat -P as alice over SASL_SSL: %v\n%s", err, errOut)
+	}
+	out, errOut, err := run(t, 30*time.Second, "kcat", append(saslSSL(authtest.Root, authtest.RootPassword), "-C", "-t", "SENS", "-o", "beginning", "-e", "-q")...)
+	if err != nil {
+		t.Fatalf("kcat -C as root over SASL_SSL: %v\n%s", err, errOut)
+	}
+	if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); !slices.Equal(got, lines) {
+		t.Fatalf("kcat consumed %q, want %q", got, lines)
+	}
+	if _, errOut, err := run(t, 20*time.Second, "kcat", append(saslSSL(authtest.Alice, "wrong"), "-L", "-m", "5")...); err == nil || !strings.Contains(strings.ToLower(errOut), "authentication") {
+		t.Fatalf("kcat with a wrong password: %v\n%s", err, errOut)
+	}
+	// franz-go as alice, over TLS: producing outside her permissions is refused.
+	alice, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTLSConfig(cs.CA.ClientConfig(nil)),
+		kgo.SASL(scram.Auth{User: authtest.Alice, Pass: authtest.AlicePassword}.AsSha512Mechanism()), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	if err := alice.ProduceSync(ctx, &kgo.Record{Topic: "SENS", Value: []byte("f")}).FirstErr(); err != nil {
+		t.Fatalf("alice produces to SENS: %v", err)
+	}
+	if r, err := kadm.NewClient(alice).CreateTopics(ctx, 1, 1, nil, "ORDERS"); err == nil && r["ORDERS"].Err == nil {
+		t.Fatal("alice created a topic")
 	}
 }
