@@ -449,3 +449,122 @@ func TestAccountWorkQueueAndDeadLetters(t *testing.T) {
 		t.Fatalf("dead letter %+v, %v", m, err)
 	}
 }
+
+// TestAccountStreamsReplicated: in a cluster that replicates, two accounts and
+// the global one each make a stream ORDERS of 3 replicas; each publishes and
+// consumes through nodes other than the one it created it on, and lists only its
+// own; an account's max_storage holds across the cluster.
+func TestAccountStreamsReplicated(t *testing.T) {
+	users := streamAccountsFile(t)
+	nodes := servertest.StartCluster(t, 3, func(_ int, c *server.Config) { c.ClusterSize, c.UsersFile = 3, users })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn := func(i int, who string) *tern.Streams {
+		return connectAs(t, nodes[i], who+":pw").Streams(tern.APITimeout(5 * time.Second))
+	}
+	whos := []string{"a", "b", "root"}
+	for i, who := range whos {
+		js := conn(i, who)
+		var info *tern.StreamInfo
+		var err error
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			// The meta group may still be electing its leader.
+			info, err = js.AddStream(ctx, tern.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxBytes: 64 << 10, Replicas: 3})
+			var ae *tern.APIError
+			if err == nil || !errors.As(err, &ae) || ae.Code != streamapi.CodeUnavailable || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("%s: creating ORDERS of 3 replicas: %v", who, err)
+		}
+		if info.Config.Name != "ORDERS" || info.Cluster == nil || len(info.Cluster.Replicas) != 3 {
+			t.Fatalf("%s: created %+v (cluster %+v)", who, info.Config, info.Cluster)
+		}
+	}
+	for i, who := range whos {
+		js := conn((i+1)%3, who)
+		deadline := time.Now().Add(15 * time.Second)
+		for n := 1; n <= 2; {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			ack, err := js.Publish(pctx, "orders.new", []byte(who), tern.MsgID(fmt.Sprintf("%s-%d", who, n)))
+			pcancel()
+			if err == nil {
+				if ack.Stream != "ORDERS" || ack.Seq != uint64(n) {
+					t.Fatalf("%s: publish ack %+v, want ORDERS seq %d", who, ack, n)
+				}
+				n++
+				continue
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: publish: %v", who, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i, who := range whos {
+		js := conn((i+2)%3, who)
+		list, err := js.ListStreams(ctx)
+		if err != nil || len(list) != 1 || list[0].Config.Name != "ORDERS" || list[0].State.Msgs != 2 {
+			t.Fatalf("%s: list %+v, %v: want its ORDERS alone with 2 messages", who, list, err)
+		}
+		if list[0].Cluster == nil || len(list[0].Cluster.Replicas) != 3 {
+			t.Fatalf("%s: listed cluster %+v", who, list[0].Cluster)
+		}
+		if _, err := js.AddConsumer(ctx, "ORDERS", tern.ConsumerConfig{Durable: "pull"}); err != nil {
+			t.Fatalf("%s: consumer: %v", who, err)
+		}
+		msgs, err := js.Pull("ORDERS", "pull").Fetch(ctx, 2)
+		if err != nil || len(msgs) != 2 {
+			t.Fatalf("%s: fetch: %d, %v", who, len(msgs), err)
+		}
+		for _, m := range msgs {
+			if m.Subject != "orders.new" || string(m.Data) != who {
+				t.Fatalf("%s: pulled %s %q", who, m.Subject, m.Data)
+			}
+			if err := m.AckSync(ctx); err != nil {
+				t.Fatalf("%s: ack: %v", who, err)
+			}
+		}
+		ci, err := js.ConsumerInfo(ctx, "ORDERS", "pull")
+		if err != nil || ci.NumAckPending != 0 || ci.NumPending != 0 {
+			t.Fatalf("%s: consumer %+v, %v", who, ci, err)
+		}
+		c := connectAs(t, nodes[i], who+":pw")
+		sub, err := c.SubscribeSync("deliver.orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.AddConsumer(ctx, "ORDERS", tern.ConsumerConfig{Durable: "push", DeliverSubject: "deliver.orders"}); err != nil {
+			t.Fatalf("%s: push consumer: %v", who, err)
+		}
+		for range 2 {
+			m, err := sub.NextMsg(10 * time.Second)
+			if err != nil || string(m.Data) != who || m.Subject != "orders.new" {
+				t.Fatalf("%s: push: %v", who, err)
+			}
+			if err := m.AckSync(ctx); err != nil {
+				t.Fatalf("%s: ack of a push: %v", who, err)
+			}
+		}
+	}
+	// acme has 1 MiB: 64 KiB in ORDERS, so 1 MiB more is refused, wherever asked.
+	_, err := conn(2, "a").AddStream(ctx, tern.StreamConfig{Name: "MORE", Subjects: []string{"more.>"}, MaxBytes: 1 << 20, Replicas: 3})
+	var ae *tern.APIError
+	if !errors.As(err, &ae) || ae.Code != streamapi.CodeLimits {
+		t.Fatalf("acme past its max_storage in the cluster: %v", err)
+	}
+	if err := conn(1, "b").DeleteStream(ctx, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	for i, who := range []string{"a", "root"} {
+		if info, err := conn(i, who).StreamInfo(ctx, "ORDERS"); err != nil || info.State.Msgs != 2 {
+			t.Fatalf("%s's ORDERS after beta deleted its own: %+v, %v", who, info, err)
+		}
+	}
+}

@@ -66,8 +66,9 @@ func normAccount(account string) string {
 	return account
 }
 
-// accountPrefix is what the account's subjects start with inside the server.
-func accountPrefix(account string) string {
+// SubjectPrefix is what the account's subjects start with inside the server:
+// "$A.<account>.", "" for the global account.
+func SubjectPrefix(account string) string {
 	if isGlobal(account) {
 		return ""
 	}
@@ -76,10 +77,10 @@ func accountPrefix(account string) string {
 
 var acctPrefix = []byte(auth.AccountPrefix)
 
-// cutAccount splits an internal subject of an account: its prefix
+// CutAccount splits an internal subject of an account: its prefix
 // ("$A.<account>."), the account's name and the rest. ok is false for a subject
 // of the global account.
-func cutAccount(subj []byte) (prefix, account, rest []byte, ok bool) {
+func CutAccount(subj []byte) (prefix, account, rest []byte, ok bool) {
 	after, ok := bytes.CutPrefix(subj, acctPrefix)
 	if !ok {
 		return nil, nil, subj, false
@@ -118,9 +119,9 @@ func (m *Manager) streamDir(account, name string) string {
 	return filepath.Join(m.accountsDir(), accountDir(account), "streams", name)
 }
 
-// accountKnown reports whether the engine serves the account's requests: any
+// AccountKnown reports whether the engine serves the account's requests: any
 // account unless Config.Accounts says which exist.
-func (m *Manager) accountKnown(account string) bool {
+func (m *Manager) AccountKnown(account string) bool {
 	if account == "" || m.cfg.Accounts == nil {
 		return true
 	}

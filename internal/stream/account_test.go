@@ -29,12 +29,12 @@ func TestStreamKeys(t *testing.T) {
 	if got := accountDir("a/b.c%"); got != "a%2Fb%2Ec%25" {
 		t.Fatalf("accountDir = %q", got)
 	}
-	prefix, acct, rest, ok := cutAccount([]byte("$A.acme.$TERN.API.STREAM.LIST"))
+	prefix, acct, rest, ok := CutAccount([]byte("$A.acme.$TERN.API.STREAM.LIST"))
 	if !ok || string(prefix) != "$A.acme." || string(acct) != "acme" || string(rest) != "$TERN.API.STREAM.LIST" {
-		t.Fatalf("cutAccount: %q %q %q %v", prefix, acct, rest, ok)
+		t.Fatalf("CutAccount: %q %q %q %v", prefix, acct, rest, ok)
 	}
-	if _, _, _, ok := cutAccount([]byte("$TERN.API.STREAM.LIST")); ok {
-		t.Fatal("cutAccount took a global subject for an account's")
+	if _, _, _, ok := CutAccount([]byte("$TERN.API.STREAM.LIST")); ok {
+		t.Fatal("CutAccount took a global subject for an account's")
 	}
 }
 

@@ -50,9 +50,9 @@ func (a *apiSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
 		return true // nobody to answer
 	}
 	subj := msg.Subject
-	prefix, account, own, inAccount := cutAccount(subj)
+	prefix, account, own, inAccount := CutAccount(subj)
 	if inAccount {
-		if !a.m.accountKnown(string(account)) {
+		if !a.m.AccountKnown(string(account)) {
 			return true // no such account: nobody answers
 		}
 		subj = own
@@ -324,7 +324,7 @@ func apiError(err error) *streamapi.APIError {
 type ackSink struct{ m *Manager }
 
 func (a *ackSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
-	prefix, _, subj, inAccount := cutAccount(msg.Subject)
+	prefix, _, subj, inAccount := CutAccount(msg.Subject)
 	ref, err := streamapi.ParseAckSubject(subj)
 	if err != nil {
 		return true

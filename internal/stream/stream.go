@@ -127,7 +127,7 @@ type pendingAck struct {
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 	cfg := def.Config
 	s := &Stream{
-		m: m, name: cfg.Name, acct: def.Account, prefix: accountPrefix(def.Account), key: Key(def.Account, cfg.Name), dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
+		m: m, name: cfg.Name, acct: def.Account, prefix: SubjectPrefix(def.Account), key: Key(def.Account, cfg.Name), dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
 		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
 		consumers:   make(map[string]*Consumer),
 		touched:     make([]bool, cfg.Partitions),
