@@ -129,3 +129,45 @@ func TestAccountStreamsOnDisk(t *testing.T) {
 	delete(want, "$A.acme.ORDERS")
 	check(m)
 }
+
+// TestAccountReplicaOnDisk: a stream of an account the cluster placed here is
+// found again on disk by its key, and removed by it.
+func TestAccountReplicaOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	m, err := New(Config{Dir: dir}, broker.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}
+	for i, acct := range []string{"", "acme"} {
+		s, _, err := m.OpenReplica(cfg, time.Now(), ReplicaConfig{Account: acct, Groups: []uint64{uint64(16 + i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Key() != Key(acct, "ORDERS") || s.Account() != acct {
+			t.Fatalf("replica %q of account %q", s.Key(), s.Account())
+		}
+	}
+	m.Close()
+	m, err = New(Config{Dir: dir}, broker.New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if len(m.AllStreams()) != 0 {
+		t.Fatal("replicas recovered at start: the cluster opens them")
+	}
+	found, err := m.GroupStreams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 2 || found["ORDERS"][0] != 16 || found["$A.acme.ORDERS"][0] != 17 {
+		t.Fatalf("group streams %v", found)
+	}
+	if err := m.RemoveGroupStream("$A.acme.ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	if found, _ := m.GroupStreams(); len(found) != 1 || found["ORDERS"] == nil {
+		t.Fatalf("after removing acme's: %v", found)
+	}
+}
