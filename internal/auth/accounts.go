@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tern-mq/tern/internal/cliflags"
 )
 
 // AccountPrefix starts the subjects of every account but the global one: an
@@ -38,6 +40,36 @@ type AccountLimits struct {
 	// MaxMsgRate is messages per second the account's clients may publish; a
 	// client over it is slowed down (its reads wait), not refused.
 	MaxMsgRate int `toml:"max_msg_rate"`
+	// MaxStorage bounds the account's streams, across the server (or the
+	// cluster): the sum of their max_bytes. With it, each of the account's
+	// streams must set max_bytes.
+	MaxStorage ByteSize `toml:"max_storage"`
+	// MaxStreams bounds how many streams the account has.
+	MaxStreams int `toml:"max_streams"`
+}
+
+// ByteSize is a byte count in the users file: an integer, or a string with a
+// unit as the server's configuration takes them ("10GiB", "500MB").
+type ByteSize int64
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (b *ByteSize) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("byte size %d: must not be negative", x)
+		}
+		*b = ByteSize(x)
+		return nil
+	case string:
+		n, err := cliflags.ParseByteSize(x)
+		if err != nil {
+			return err
+		}
+		*b = ByteSize(n)
+		return nil
+	}
+	return fmt.Errorf("byte size %v: want an integer or a string such as \"10GiB\"", v)
 }
 
 // subjectImport is another account's exported subjects, seen under local.
@@ -311,7 +343,7 @@ func buildAccounts(defs []accountDef, usage func(string) *accountUsage) (map[str
 			accts[d.Name] = a
 		}
 		a.Limits = d.AccountLimits
-		if a.Limits.MaxConnections < 0 || a.Limits.MaxSubscriptions < 0 || a.Limits.MaxMsgRate < 0 {
+		if a.Limits.MaxConnections < 0 || a.Limits.MaxSubscriptions < 0 || a.Limits.MaxMsgRate < 0 || a.Limits.MaxStreams < 0 {
 			return nil, fmt.Errorf("%w: account %q: negative limit", ErrUsersFile, d.Name)
 		}
 	}

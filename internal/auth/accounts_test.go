@@ -142,3 +142,25 @@ func TestAccountUsersOnlyWhereAccountsAreServed(t *testing.T) {
 		t.Fatalf("kafka SCRAM login of an account user: %v, want ErrDenied", err)
 	}
 }
+
+// TestAccountStorageLimits: max_storage takes an integer or a size with a unit,
+// max_streams an integer; neither may be negative or malformed.
+func TestAccountStorageLimits(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  ByteSize
+	}{{`1048576`, 1 << 20}, {`"10GiB"`, 10 << 30}, {`"500MB"`, 500_000_000}, {`"64KiB"`, 64 << 10}} {
+		tab, err := parseUsersFile([]byte("[[accounts]]\nname = \"x\"\nmax_streams = 4\nmax_storage = "+c.value+"\n"), nil)
+		if err != nil {
+			t.Fatalf("max_storage = %s: %v", c.value, err)
+		}
+		if l := tab.accounts["x"].Limits; l.MaxStorage != c.want || l.MaxStreams != 4 {
+			t.Fatalf("max_storage = %s: %+v, want %d", c.value, l, c.want)
+		}
+	}
+	for _, bad := range []string{"max_storage = -1", `max_storage = "lots"`, "max_storage = 1.5", "max_streams = -2"} {
+		if _, err := parseUsersFile([]byte("[[accounts]]\nname = \"x\"\n"+bad+"\n"), nil); !errors.Is(err, ErrUsersFile) {
+			t.Fatalf("%s: %v, want a users file error", bad, err)
+		}
+	}
+}

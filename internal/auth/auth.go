@@ -134,6 +134,18 @@ func (a *Authenticator) accountUsage(name string) *accountUsage {
 // global one: global clients must then be kept from their subjects.
 func (a *Authenticator) HasAccounts() bool { return len(a.table.Load().accounts) > 1 }
 
+// Account returns the account of that name, nil if the users file defines
+// none ("global" always exists).
+func (a *Authenticator) Account(name string) *Account {
+	if t := a.table.Load(); t.accounts != nil {
+		return t.accounts[name]
+	}
+	if name == GlobalAccount {
+		return &Account{Name: GlobalAccount}
+	}
+	return nil
+}
+
 // New reads the users file, if any, and returns an Authenticator.
 func New(opts Options) (*Authenticator, error) {
 	if opts.Log == nil {

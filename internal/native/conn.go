@@ -405,8 +405,15 @@ func (c *Conn) handleSub(f *wire.Frame) {
 			sub.Subject = c.acct.Prefix() + sub.Subject
 			sub.Permit = nil // the account's own subjects: checked by the filter's prefix
 			if check && c.perms != nil {
-				checker, prefix, wildFirst := c.perms, len(c.acct.Prefix()), auth.WildFirst(string(f.Subject))
-				sub.Permit = func(s []byte) bool { return checker.MayReceive(s[prefix:], wildFirst) }
+				checker, prefix, wildFirst := c.perms, c.acct.Prefix(), auth.WildFirst(string(f.Subject))
+				sub.Permit = func(s []byte) bool {
+					// A stream of the account delivers its messages under their
+					// subjects in the account's terms already.
+					if len(s) >= len(prefix) && string(s[:len(prefix)]) == prefix {
+						s = s[len(prefix):]
+					}
+					return checker.MayReceive(s, wildFirst)
+				}
 			}
 		}
 	}

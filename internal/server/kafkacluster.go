@@ -15,6 +15,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster"
 	"github.com/tern-mq/tern/internal/cluster/meta"
 	"github.com/tern-mq/tern/internal/kafka"
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -173,6 +174,9 @@ func (k *kafkaCluster) Topic(name string) (kafka.TopicInfo, bool) {
 }
 
 func (k *kafkaCluster) topicInfo(st *meta.Stream) (kafka.TopicInfo, bool) {
+	if acct, _ := stream.SplitKey(st.Name); acct != "" {
+		return kafka.TopicInfo{}, false // Kafka serves the global account only
+	}
 	var cfg streamapi.StreamConfig
 	if json.Unmarshal(st.Config, &cfg) != nil || len(st.Groups) == 0 {
 		return kafka.TopicInfo{}, false

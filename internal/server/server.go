@@ -185,6 +185,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			MaxStreams: cfg.MaxStreams, MaxConsumers: cfg.MaxConsumers, SegmentBytes: cfg.SegmentSize,
 			// In a cluster that replicates, the catalogue's front answers the API.
 			ExternalAPI: cfg.ClusterSize > 0,
+			Accounts:    s.accountLimits,
 		}, s.broker, log.With("component", "streams"))
 		if err != nil {
 			return nil, err
@@ -248,6 +249,16 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		s.mqttState = mqtt.NewState(cfg.MQTT.MaxQueued, log.With("proto", "mqtt"))
 	}
 	return s, nil
+}
+
+// accountLimits tells the stream engine which accounts the users file defines,
+// with their limits on streams.
+func (s *Server) accountLimits(name string) (stream.AccountLimits, bool) {
+	a := s.auth.Account(name)
+	if a == nil {
+		return stream.AccountLimits{}, false
+	}
+	return stream.AccountLimits{MaxStorage: int64(a.Limits.MaxStorage), MaxStreams: a.Limits.MaxStreams}, true
 }
 
 // Streams is the stream engine, nil when streams are disabled.

@@ -39,28 +39,30 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for _, s := range c.m.Streams() {
+	// Every account's streams, each by its key: the global account's by name,
+	// another's as "$A.<account>.<name>".
+	for _, s := range c.m.AllStreams() {
 		info := s.Info()
-		gauge(streamMsgsDesc, float64(info.State.Msgs), s.Name())
-		gauge(streamBytesDesc, float64(info.State.Bytes), s.Name())
-		gauge(streamLastSeqDesc, float64(info.State.LastSeq), s.Name())
-		gauge(streamCorruptDesc, float64(len(info.Corrupt)), s.Name())
+		gauge(streamMsgsDesc, float64(info.State.Msgs), s.Key())
+		gauge(streamBytesDesc, float64(info.State.Bytes), s.Key())
+		gauge(streamLastSeqDesc, float64(info.State.LastSeq), s.Key())
+		gauge(streamCorruptDesc, float64(len(info.Corrupt)), s.Key())
 		if cl := info.Cluster; cl != nil && s.Replicated() {
 			// Only the leader knows its replicas' progress: its view lists them.
 			for _, r := range cl.Replicas {
-				gauge(streamReplicaLagDesc, float64(r.Lag), s.Name(), r.Node)
-				gauge(streamReplicaActiveDesc, b2f(r.Active), s.Name(), r.Node)
+				gauge(streamReplicaLagDesc, float64(r.Lag), s.Key(), r.Node)
+				gauge(streamReplicaActiveDesc, b2f(r.Active), s.Key(), r.Node)
 			}
-			gauge(streamLeaderDesc, b2f(len(cl.Replicas) > 0), s.Name())
-			gauge(streamTermDesc, float64(cl.Term), s.Name())
-			gauge(streamAppliedDesc, float64(cl.Applied), s.Name())
+			gauge(streamLeaderDesc, b2f(len(cl.Replicas) > 0), s.Key())
+			gauge(streamTermDesc, float64(cl.Term), s.Key())
+			gauge(streamAppliedDesc, float64(cl.Applied), s.Key())
 		}
 		for _, cons := range s.Consumers() {
 			ci := cons.Info()
-			gauge(consumerPendingDesc, float64(ci.NumPending), s.Name(), ci.Name)
-			gauge(consumerAckPendingDesc, float64(ci.NumAckPending), s.Name(), ci.Name)
-			ch <- prometheus.MustNewConstMetric(consumerRedeliveredDesc, prometheus.CounterValue, float64(ci.NumRedelivered), s.Name(), ci.Name)
-			gauge(consumerWaitingDesc, float64(ci.NumWaiting), s.Name(), ci.Name)
+			gauge(consumerPendingDesc, float64(ci.NumPending), s.Key(), ci.Name)
+			gauge(consumerAckPendingDesc, float64(ci.NumAckPending), s.Key(), ci.Name)
+			ch <- prometheus.MustNewConstMetric(consumerRedeliveredDesc, prometheus.CounterValue, float64(ci.NumRedelivered), s.Key(), ci.Name)
+			gauge(consumerWaitingDesc, float64(ci.NumWaiting), s.Key(), ci.Name)
 		}
 	}
 }

@@ -15,7 +15,8 @@ import (
 
 // apiRequest is a management request copied off the publisher's buffers.
 type apiRequest struct {
-	subject string
+	subject string // in the account's terms
+	account string // "" for the global account
 	reply   []byte
 	body    []byte
 }
@@ -45,15 +46,26 @@ func newAPISink(m *Manager) *apiSink {
 }
 
 func (a *apiSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
-	if len(msg.Reply) == 0 || bytes.HasPrefix(msg.Subject, clusterPrefix) {
-		return true // nobody to answer, or the server's to answer
+	if len(msg.Reply) == 0 {
+		return true // nobody to answer
 	}
-	if rest, ok := bytes.CutPrefix(msg.Subject, nextPrefix); ok {
-		if a.pull(rest, msg) {
-			return true
+	subj := msg.Subject
+	prefix, account, own, inAccount := CutAccount(subj)
+	if inAccount {
+		if !a.m.AccountKnown(string(account)) {
+			return true // no such account: nobody answers
 		}
+		subj = own
+	} else if bytes.HasPrefix(subj, clusterPrefix) {
+		return true // the server's to answer
 	}
-	req := apiRequest{subject: string(msg.Subject), reply: bytes.Clone(msg.Reply), body: bytes.Clone(msg.Payload)}
+	if rest, ok := bytes.CutPrefix(subj, nextPrefix); ok && a.pull(prefix, rest, msg) {
+		return true
+	}
+	return a.queue(apiRequest{subject: string(subj), account: string(account), reply: bytes.Clone(msg.Reply), body: bytes.Clone(msg.Payload)})
+}
+
+func (a *apiSink) queue(req apiRequest) bool {
 	select {
 	case a.reqs <- req:
 		return true
@@ -63,13 +75,18 @@ func (a *apiSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
 }
 
 // pull applies a pull request directly; it returns false to let the API goroutine
-// answer with an error.
-func (a *apiSink) pull(rest []byte, msg *broker.Message) bool {
+// answer with an error. prefix is the account's ("" for the global account).
+func (a *apiSink) pull(prefix, rest []byte, msg *broker.Message) bool {
 	streamName, consumerName, ok := bytes.Cut(rest, []byte{'.'})
 	if !ok {
 		return false
 	}
-	s := a.m.streamBytes(streamName)
+	var s *Stream
+	if len(prefix) == 0 {
+		s = a.m.streamBytes(streamName)
+	} else {
+		s = a.m.accountStreamBytes(prefix, streamName)
+	}
 	if s == nil {
 		return false
 	}
@@ -117,16 +134,21 @@ func (a *apiSink) handle(req apiRequest) []byte {
 	op := strings.TrimPrefix(req.subject, streamapi.APIPrefix)
 	tok := strings.Split(op, ".")
 	m := a.m
+	acct := req.account
 	arg := func(i int) string {
 		if i < len(tok) {
 			return tok[i]
 		}
 		return ""
 	}
+	stream := func(name string) (*Stream, error) { return m.AccountStream(acct, name) }
 	switch {
+	case acct != "" && strings.HasPrefix(req.subject, streamapi.ClusterPrefix):
+		return Respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest,
+			Description: "the cluster's requests are the global account's: " + op})
 	case op == "STREAM.LIST":
 		list := streamapi.StreamList{Streams: []streamapi.StreamInfo{}}
-		for _, s := range m.Streams() {
+		for _, s := range m.AccountStreams(acct) {
 			list.Streams = append(list.Streams, s.Info())
 		}
 		return Respond(&list, nil)
@@ -147,9 +169,9 @@ func (a *apiSink) handle(req apiRequest) []byte {
 			var s *Stream
 			var err error
 			if tok[1] == "CREATE" {
-				s, err = m.AddStream(cfg)
+				s, err = m.AddAccountStream(acct, cfg)
 			} else {
-				s, err = m.UpdateStream(cfg)
+				s, err = m.UpdateAccountStream(acct, cfg)
 			}
 			if err != nil {
 				return Respond[streamapi.StreamInfo](nil, err)
@@ -157,14 +179,14 @@ func (a *apiSink) handle(req apiRequest) []byte {
 			info := s.Info()
 			return Respond(&info, nil)
 		case "INFO":
-			s, err := m.Stream(name)
+			s, err := stream(name)
 			if err != nil {
 				return Respond[streamapi.StreamInfo](nil, err)
 			}
 			info := s.Info()
 			return Respond(&info, nil)
 		case "DELETE":
-			if err := m.DeleteStream(name); err != nil {
+			if err := m.DeleteStream(Key(acct, name)); err != nil {
 				return Respond[streamapi.Deleted](nil, err)
 			}
 			return Respond(&streamapi.Deleted{Deleted: true}, nil)
@@ -173,7 +195,7 @@ func (a *apiSink) handle(req apiRequest) []byte {
 			if err := DecodeRequest(req.body, &pr); err != nil {
 				return Respond[streamapi.PurgeResponse](nil, err)
 			}
-			s, err := m.Stream(name)
+			s, err := stream(name)
 			if err != nil {
 				return Respond[streamapi.PurgeResponse](nil, err)
 			}
@@ -188,7 +210,7 @@ func (a *apiSink) handle(req apiRequest) []byte {
 		if err := DecodeRequest(req.body, &gr); err != nil {
 			return Respond[streamapi.StoredMsg](nil, err)
 		}
-		s, err := m.Stream(tok[3])
+		s, err := stream(tok[3])
 		if err != nil {
 			return Respond[streamapi.StoredMsg](nil, err)
 		}
@@ -198,7 +220,7 @@ func (a *apiSink) handle(req apiRequest) []byte {
 		}
 		return Respond(&msg, nil)
 	case len(tok) >= 3 && tok[0] == "CONSUMER":
-		s, err := m.Stream(tok[2])
+		s, err := stream(tok[2])
 		if err != nil {
 			return Respond[streamapi.ConsumerInfo](nil, err)
 		}
@@ -234,7 +256,7 @@ func (a *apiSink) handle(req apiRequest) []byte {
 			}
 			return Respond(&list, nil)
 		case tok[1] == "SEEK" && len(tok) == 4:
-			return a.seekRequest(tok[2], name, req.body, req.reply)
+			return a.seekRequest(acct, tok[2], name, req.body, req.reply)
 		case tok[1] == "NEXT" && len(tok) == 4:
 			if _, err := s.Consumer(name); err != nil {
 				return Respond[streamapi.ConsumerInfo](nil, err)
@@ -302,11 +324,17 @@ func apiError(err error) *streamapi.APIError {
 type ackSink struct{ m *Manager }
 
 func (a *ackSink) Deliver(_ *broker.Subscription, msg *broker.Message) bool {
-	ref, err := streamapi.ParseAckSubject(msg.Subject)
+	prefix, _, subj, inAccount := CutAccount(msg.Subject)
+	ref, err := streamapi.ParseAckSubject(subj)
 	if err != nil {
 		return true
 	}
-	s := a.m.streamBytes(ref.Stream)
+	var s *Stream
+	if inAccount {
+		s = a.m.accountStreamBytes(prefix, ref.Stream)
+	} else {
+		s = a.m.streamBytes(ref.Stream)
+	}
 	if s == nil {
 		return true
 	}

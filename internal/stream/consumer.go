@@ -300,7 +300,7 @@ func (c *Consumer) pass() (more bool, wait time.Duration, remove bool) {
 func (c *Consumer) publish(d *consumer.Delivery) bool {
 	meta := streamapi.AckMeta{Stream: c.s.name, Consumer: c.name, Partition: d.Key.Part, Deliveries: d.Deliveries,
 		StreamSeq: d.Key.Seq, ConsumerSeq: d.ConsumerSeq, Time: d.Msg.Time, Pending: c.numPendingLocked()}
-	c.ackSubj = streamapi.AppendAckSubject(c.ackSubj[:0], &meta)
+	c.ackSubj = streamapi.AppendAckSubject(append(c.ackSubj[:0], c.s.prefix...), &meta)
 	msg := broker.Message{Subject: d.Msg.Subject, Route: d.Reply, Reply: c.ackSubj, Header: d.Msg.Header, Payload: d.Msg.Payload}
 	if d.Reply == nil {
 		msg.Route = c.deliverSubj
@@ -347,7 +347,7 @@ func (c *Consumer) deadLetters(dead []consumer.DeadLetter) {
 		h = header.Append(h, streamapi.HeaderReason, d.Reason)
 		c.hdrBuf = h
 		c.s.m.broker.Publish(&c.batch, &broker.Message{Subject: []byte(c.deadLetter), Header: h, Payload: rec.Payload})
-		c.s.m.log.Info("message dead-lettered", "stream", c.s.name, "consumer", c.name, "partition", d.Key.Part,
+		c.s.m.log.Info("message dead-lettered", "stream", c.s.name, "account", accountAttr(c.s.acct), "consumer", c.name, "partition", d.Key.Part,
 			"seq", d.Key.Seq, "deliveries", d.Deliveries, "reason", d.Reason, "subject", c.deadLetter)
 		c.retire([]consumer.Key{d.Key})
 	}

@@ -8,9 +8,11 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/stream/consumer"
 	"github.com/tern-mq/tern/internal/streamapi"
 	"github.com/tern-mq/tern/internal/subject"
@@ -217,6 +219,9 @@ func (s *Stream) normaliseConsumer(cfg *streamapi.ConsumerConfig) error {
 		if err := subject.ValidatePublish([]byte(cfg.DeliverSubject)); err != nil {
 			return bad("deliver subject: %v", err)
 		}
+		if strings.HasPrefix(cfg.DeliverSubject, auth.AccountPrefix) {
+			return bad("deliver subject %q: reserved for accounts", cfg.DeliverSubject)
+		}
 		if cfg.DeliverGroup != "" {
 			if err := subject.ValidateQueue([]byte(cfg.DeliverGroup)); err != nil {
 				return bad("deliver group: %v", err)
@@ -228,6 +233,9 @@ func (s *Stream) normaliseConsumer(cfg *streamapi.ConsumerConfig) error {
 	if cfg.DeadLetterSubject != "" {
 		if err := subject.ValidatePublish([]byte(cfg.DeadLetterSubject)); err != nil {
 			return bad("dead letter subject: %v", err)
+		}
+		if strings.HasPrefix(cfg.DeadLetterSubject, auth.AccountPrefix) {
+			return bad("dead letter subject %q: reserved for accounts", cfg.DeadLetterSubject)
 		}
 	}
 	if cfg.MaxDeliver < 0 {
@@ -286,16 +294,20 @@ func (s *Stream) newConsumer(name string, cfg streamapi.ConsumerConfig, created 
 	replicated := durable && s.repl != nil
 	c := &Consumer{
 		s: s, name: name, cfg: cfg, created: created, durable: durable, replicated: replicated, dir: dir,
-		filter:      cfg.FilterSubject,
-		deadLetter:  cfg.DeadLetterSubject,
-		deliverSubj: []byte(cfg.DeliverSubject),
-		kick:        make(chan struct{}, 1),
-		done:        make(chan struct{}),
-		stopped:     make(chan struct{}),
+		filter:     cfg.FilterSubject,
+		deadLetter: cfg.DeadLetterSubject,
+		kick:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		stopped:    make(chan struct{}),
 	}
 	c.src = source{c: c, parts: make([]sourcePart, len(s.parts)), lastSeq: make([]uint64, len(s.parts))}
 	if c.deadLetter == "" {
 		c.deadLetter = streamapi.DeadLetterPrefix + s.name + "." + name
+	}
+	// The broker's names: in the stream's account's subject space.
+	c.deadLetter = s.prefix + c.deadLetter
+	if cfg.DeliverSubject != "" {
+		c.deliverSubj = []byte(s.prefix + cfg.DeliverSubject)
 	}
 	var backlog [][]uint64
 	if cfg.DeliverPolicy == streamapi.DeliverLastPerSubject && start != nil {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/fileutil"
 	"github.com/tern-mq/tern/internal/store"
@@ -45,6 +46,10 @@ type Config struct {
 	// caller: in a cluster that replicates, a front of the cluster's catalogue
 	// takes every request and hands this node's own to APISink and AckSink.
 	ExternalAPI bool
+	// Accounts returns the limits of the named account (not the global one), and
+	// whether it exists: the engine serves no request of an account that does not.
+	// nil: every account exists, without limits.
+	Accounts func(name string) (AccountLimits, bool)
 }
 
 // Errors callers branch on.
@@ -65,8 +70,9 @@ type Manager struct {
 	broker *broker.Broker
 	log    *slog.Logger
 
-	lock    *os.File // dir/LOCK, held while the manager is open
-	mu      sync.RWMutex
+	lock *os.File // dir/LOCK, held while the manager is open
+	mu   sync.RWMutex
+	// streams holds every stream by its key (Key): the global account's by name.
 	streams map[string]*Stream
 	closed  bool
 
@@ -121,39 +127,79 @@ func New(cfg Config, b *broker.Broker, log *slog.Logger) (*Manager, error) {
 
 func (m *Manager) streamsDir() string { return filepath.Join(m.cfg.Dir, "streams") }
 
-// recover opens every stream found on disk.
+// recover opens every stream found on disk: the global account's, then every
+// other account's.
 func (m *Manager) recover() error {
-	entries, err := os.ReadDir(m.streamsDir())
-	if err != nil {
-		return fmt.Errorf("stream engine: %w", err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(m.streamsDir(), e.Name())
-		var def streamDef
-		if err := readJSON(filepath.Join(dir, "stream.json"), &def); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				m.log.Warn("stream directory without a definition, ignored", "dir", dir)
-				continue
-			}
-			return fmt.Errorf("stream %q: %w", e.Name(), err)
-		}
+	return m.eachStreamDir(func(dir string, def streamDef) error {
 		if def.Group != 0 {
-			continue
+			return nil
 		}
 		start := time.Now()
 		s, err := openStream(m, def, dir)
 		if err != nil {
 			return err
 		}
-		m.streams[def.Config.Name] = s
+		m.streams[s.key] = s
 		st := s.state()
-		m.log.Info("stream recovered", "stream", def.Config.Name, "messages", st.Msgs, "bytes", st.Bytes,
+		m.log.Info("stream recovered", "stream", def.Config.Name, "account", accountAttr(s.acct), "messages", st.Msgs, "bytes", st.Bytes,
 			"consumers", st.Consumers, "took", time.Since(start).Round(time.Millisecond))
 		for _, c := range s.corrupt {
-			m.log.Error("stream corruption found on recovery", "stream", def.Config.Name, "detail", c)
+			m.log.Error("stream corruption found on recovery", "stream", def.Config.Name, "account", accountAttr(s.acct), "detail", c)
+		}
+		return nil
+	})
+}
+
+// accountAttr names an account in the log.
+func accountAttr(account string) string {
+	if account == "" {
+		return auth.GlobalAccount
+	}
+	return account
+}
+
+// eachStreamDir calls fn with every stream directory and definition on disk: the
+// global account's (streams/), then the other accounts' (accounts/*/streams/).
+func (m *Manager) eachStreamDir(fn func(dir string, def streamDef) error) error {
+	dirs := []string{m.streamsDir()}
+	accts, err := os.ReadDir(m.accountsDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stream engine: %w", err)
+	}
+	for _, a := range accts {
+		if a.IsDir() {
+			dirs = append(dirs, filepath.Join(m.accountsDir(), a.Name(), "streams"))
+		}
+	}
+	for i, parent := range dirs {
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			if i > 0 && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("stream engine: %w", err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			dir := filepath.Join(parent, e.Name())
+			var def streamDef
+			if err := readJSON(filepath.Join(dir, "stream.json"), &def); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					m.log.Warn("stream directory without a definition, ignored", "dir", dir)
+					continue
+				}
+				return fmt.Errorf("stream %q: %w", e.Name(), err)
+			}
+			if i == 0 && def.Account != "" || i > 0 && (def.Account == "" || dir != m.streamDir(def.Account, def.Config.Name)) {
+				m.log.Warn("stream directory not where its definition's account and name put it, ignored", "dir", dir,
+					"account", accountAttr(def.Account), "stream", def.Config.Name)
+				continue
+			}
+			if err := fn(dir, def); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -178,6 +224,9 @@ func (m *Manager) Start() error {
 		// forwarded between nodes (docs/cluster.md).
 		{Sink: m.api, Subject: streamapi.APIPrefix + ">", NodeLocal: true},
 		{Sink: m.acks, Subject: streamapi.AckPrefix + ">", NodeLocal: true},
+		// The same of every other account, in its subject space.
+		{Sink: m.api, Subject: AccountAPISubject, NodeLocal: true},
+		{Sink: m.acks, Subject: AccountAckSubject, NodeLocal: true},
 	} {
 		if err := m.broker.Subscribe(sub); err != nil {
 			return fmt.Errorf("stream engine: %w", err)
@@ -187,9 +236,17 @@ func (m *Manager) Start() error {
 	return nil
 }
 
-// APISink answers stream API requests ("$TERN.API." subjects) from this node's
-// streams; AckSink applies acknowledgements to them. Manager subscribes them itself
-// unless Config.ExternalAPI.
+// AccountAPISubject and AccountAckSubject are the stream API's and acks' subjects
+// of every account but the global one, for APISink and AckSink.
+const (
+	AccountAPISubject = auth.AccountPrefix + "*." + streamapi.APIPrefix + ">"
+	AccountAckSubject = auth.AccountPrefix + "*." + streamapi.AckPrefix + ">"
+)
+
+// APISink answers stream API requests ("$TERN.API." subjects, and
+// "$A.<account>.$TERN.API." of other accounts) from this node's streams; AckSink
+// applies acknowledgements to them. Manager subscribes them itself unless
+// Config.ExternalAPI.
 func (m *Manager) APISink() broker.Sink { return m.api }
 
 // AckSink: see APISink.
@@ -232,18 +289,38 @@ func (m *Manager) Close() {
 	}
 }
 
-// Stream returns the named stream.
-func (m *Manager) Stream(name string) (*Stream, error) {
+// Stream returns the stream of that key (Key): for the global account, its name.
+func (m *Manager) Stream(key string) (*Stream, error) {
 	m.mu.RLock()
-	s := m.streams[name]
+	s := m.streams[key]
 	m.mu.RUnlock()
 	if s == nil {
+		acct, name := SplitKey(key)
+		return nil, fmt.Errorf("stream %q%s: %w", name, inAccount(acct), ErrStreamNotFound)
+	}
+	return s, nil
+}
+
+// AccountStream returns the named stream of an account.
+func (m *Manager) AccountStream(account, name string) (*Stream, error) {
+	s, err := m.Stream(Key(account, name))
+	if err != nil {
+		// Named as the account knows it.
 		return nil, fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
 	}
 	return s, nil
 }
 
-// streamBytes looks a stream up by a name held in a byte slice, without allocating.
+// inAccount is " of account X" for errors the server logs, "" for the global account.
+func inAccount(account string) string {
+	if account == "" {
+		return ""
+	}
+	return fmt.Sprintf(" of account %q", account)
+}
+
+// streamBytes looks a stream of the global account up by a name held in a byte
+// slice, without allocating.
 func (m *Manager) streamBytes(name []byte) *Stream {
 	m.mu.RLock()
 	s := m.streams[string(name)]
@@ -251,21 +328,57 @@ func (m *Manager) streamBytes(name []byte) *Stream {
 	return s
 }
 
-// Streams lists the streams in name order.
-func (m *Manager) Streams() []*Stream {
+// accountStreamBytes looks up the named stream of the account whose subjects
+// start with prefix ("$A.<account>."), without allocating for usual lengths.
+func (m *Manager) accountStreamBytes(prefix, name []byte) *Stream {
+	var buf [192]byte
+	key := append(append(buf[:0], prefix...), name...)
+	m.mu.RLock()
+	s := m.streams[string(key)]
+	m.mu.RUnlock()
+	return s
+}
+
+// Streams lists the global account's streams in name order.
+func (m *Manager) Streams() []*Stream { return m.AccountStreams("") }
+
+// AccountStreams lists an account's streams in name order.
+func (m *Manager) AccountStreams(account string) []*Stream {
+	account = normAccount(account)
 	m.mu.RLock()
 	out := make([]*Stream, 0, len(m.streams))
 	for _, s := range m.streams {
-		out = append(out, s)
+		if s.acct == account {
+			out = append(out, s)
+		}
 	}
 	m.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }
 
-// AddStream creates a stream, or returns the existing one if its configuration is
-// the same.
+// AllStreams lists every account's streams in key order.
+func (m *Manager) AllStreams() []*Stream {
+	m.mu.RLock()
+	out := make([]*Stream, 0, len(m.streams))
+	for _, s := range m.streams {
+		out = append(out, s)
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// AddStream creates a stream of the global account, or returns the existing one
+// if its configuration is the same.
 func (m *Manager) AddStream(cfg streamapi.StreamConfig) (*Stream, error) {
+	return m.AddAccountStream("", cfg)
+}
+
+// AddAccountStream creates a stream of an account (cfg in the account's terms),
+// or returns the existing one if its configuration is the same.
+func (m *Manager) AddAccountStream(account string, cfg streamapi.StreamConfig) (*Stream, error) {
+	account = normAccount(account)
 	if err := m.normalise(&cfg); err != nil {
 		return nil, err
 	}
@@ -277,20 +390,24 @@ func (m *Manager) AddStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
-	if s := m.streams[cfg.Name]; s != nil {
+	key := Key(account, cfg.Name)
+	if s := m.streams[key]; s != nil {
 		if configsEqual(s.cfg, cfg) {
 			return s, nil
 		}
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrExists)
 	}
-	if m.cfg.MaxStreams > 0 && len(m.streams) >= m.cfg.MaxStreams {
+	if account == "" && m.cfg.MaxStreams > 0 && m.countStreams("") >= m.cfg.MaxStreams {
 		return nil, fmt.Errorf("stream %q: %w: at most %d streams", cfg.Name, ErrLimit, m.cfg.MaxStreams)
 	}
-	if err := m.checkOverlap(cfg, ""); err != nil {
+	if err := m.CheckAccount(account, cfg, m.accountConfigs(account, cfg.Name)); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(m.streamsDir(), cfg.Name)
-	def := streamDef{Config: cfg, Created: time.Now().UTC()}
+	if err := m.checkOverlap(account, cfg, ""); err != nil {
+		return nil, err
+	}
+	dir := m.streamDir(account, cfg.Name)
+	def := streamDef{Config: cfg, Created: time.Now().UTC(), Account: account}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
 	}
@@ -307,21 +424,38 @@ func (m *Manager) AddStream(cfg streamapi.StreamConfig) (*Stream, error) {
 		s.close(true)
 		return nil, err
 	}
-	m.streams[cfg.Name] = s
-	m.log.Info("stream created", "stream", cfg.Name, "subjects", cfg.Subjects, "retention", cfg.Retention,
+	m.streams[key] = s
+	m.log.Info("stream created", "stream", cfg.Name, "account", accountAttr(account), "subjects", cfg.Subjects, "retention", cfg.Retention,
 		"partitions", cfg.Partitions)
 	return s, nil
+}
+
+// countStreams counts an account's streams; m.mu is held.
+func (m *Manager) countStreams(account string) int {
+	n := 0
+	for _, s := range m.streams {
+		if s.acct == account {
+			n++
+		}
+	}
+	return n
 }
 
 // UpdateStream changes a stream's limits and subjects. Retention, partitions and the
 // storage settings cannot change.
 func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
+	return m.UpdateAccountStream("", cfg)
+}
+
+// UpdateAccountStream is UpdateStream for a stream of an account.
+func (m *Manager) UpdateAccountStream(account string, cfg streamapi.StreamConfig) (*Stream, error) {
+	account = normAccount(account)
 	if err := m.normalise(&cfg); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.streams[cfg.Name]
+	s := m.streams[Key(account, cfg.Name)]
 	if s == nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrStreamNotFound)
 	}
@@ -334,7 +468,13 @@ func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	if old.Retention != cfg.Retention || old.Partitions != cfg.Partitions || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
 		return nil, fmt.Errorf("stream %q: %w: retention, partitions, sync and segment size cannot change", cfg.Name, ErrBadConfig)
 	}
-	if err := m.checkOverlap(cfg, cfg.Name); err != nil {
+	if s.group == 0 {
+		// A replicated stream's limits were checked by the cluster's catalogue.
+		if err := m.CheckAccount(account, cfg, m.accountConfigs(account, cfg.Name)); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.checkOverlap(account, cfg, cfg.Name); err != nil {
 		return nil, err
 	}
 	if err := s.update(cfg); err != nil {
@@ -343,9 +483,9 @@ func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	return s, nil
 }
 
-// CloseStream closes a stream and forgets it, keeping its data.
-func (m *Manager) CloseStream(name string) error {
-	s, err := m.forget(name)
+// CloseStream closes a stream (by key) and forgets it, keeping its data.
+func (m *Manager) CloseStream(key string) error {
+	s, err := m.forget(key)
 	if err != nil {
 		return err
 	}
@@ -353,26 +493,27 @@ func (m *Manager) CloseStream(name string) error {
 	return nil
 }
 
-// DeleteStream removes a stream, its consumers and its data.
-func (m *Manager) DeleteStream(name string) error {
-	s, err := m.forget(name)
+// DeleteStream removes a stream (by key), its consumers and its data.
+func (m *Manager) DeleteStream(key string) error {
+	s, err := m.forget(key)
 	if err != nil {
 		return err
 	}
 	s.close(true)
-	m.log.Info("stream deleted", "stream", name)
+	m.log.Info("stream deleted", "stream", s.name, "account", accountAttr(s.acct))
 	return nil
 }
 
-// forget takes the named stream out of the manager, for its caller to close.
-func (m *Manager) forget(name string) (*Stream, error) {
+// forget takes the stream of that key out of the manager, for its caller to close.
+func (m *Manager) forget(key string) (*Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.streams[name]
+	s := m.streams[key]
 	if s == nil {
+		_, name := SplitKey(key)
 		return nil, fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
 	}
-	delete(m.streams, name)
+	delete(m.streams, key)
 	return s, nil
 }
 
@@ -399,8 +540,9 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 			return bad("%v", err)
 		}
 		// The server's own subjects may not be captured, except dead letters, which
-		// are there to be kept.
-		if strings.HasPrefix(f, "$TERN.") && !strings.HasPrefix(f, streamapi.DeadLetterPrefix) {
+		// are there to be kept; nor other accounts' (an account's stream captures
+		// in its own subject space).
+		if strings.HasPrefix(f, "$TERN.") && !strings.HasPrefix(f, streamapi.DeadLetterPrefix) || strings.HasPrefix(f, auth.AccountPrefix) {
 			return bad("subject %q is reserved for the server", f)
 		}
 		for _, g := range cfg.Subjects[:i] {
@@ -457,13 +599,15 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 // Overlaps reports whether two subject filters can match a subject in common.
 func Overlaps(a, b string) bool { return overlaps(a, b) }
 
-// checkOverlap refuses a stream whose subjects overlap another stream's: a message
-// must belong to exactly one stream so that its publish ack is unambiguous.
-func (m *Manager) checkOverlap(cfg streamapi.StreamConfig, self string) error {
-	for name, s := range m.streams {
-		if name == self {
+// checkOverlap refuses a stream whose subjects overlap another stream's of the
+// same account: a message must belong to exactly one stream so that its publish
+// ack is unambiguous. Accounts' subjects never meet.
+func (m *Manager) checkOverlap(account string, cfg streamapi.StreamConfig, self string) error {
+	for _, s := range m.streams {
+		if s.acct != account || s.name == self {
 			continue
 		}
+		name := s.name
 		for _, f := range cfg.Subjects {
 			for _, g := range s.cfg.Subjects {
 				if overlaps(f, g) {
@@ -517,6 +661,8 @@ type streamDef struct {
 	// Groups are the groups of every partition, Group first, when there are
 	// more than one.
 	Groups []uint64 `json:"groups,omitempty"`
+	// Account is the account of the stream, empty for the global account.
+	Account string `json:"account,omitempty"`
 }
 
 func readJSON(path string, v any) error {

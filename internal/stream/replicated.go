@@ -614,6 +614,8 @@ func (s *Stream) stopConsumers() {
 
 // ReplicaConfig places a stream in the cluster.
 type ReplicaConfig struct {
+	// Account is the stream's account, "" for the global one.
+	Account string
 	// Groups are the Raft groups of the stream's partitions, one each.
 	Groups []uint64
 	// Replicator commits the stream's batches to its groups; nil: the stream has
@@ -640,15 +642,17 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 		return nil, nil, fmt.Errorf("stream %q: %w: %d groups for %d partitions", cfg.Name, ErrBadConfig, len(rc.Groups), cfg.Partitions)
 	}
 	group := rc.Groups[0]
+	account := normAccount(rc.Account)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, nil, ErrClosed
 	}
-	if s := m.streams[cfg.Name]; s != nil {
+	key := Key(account, cfg.Name)
+	if s := m.streams[key]; s != nil {
 		return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, ErrExists)
 	}
-	dir := filepath.Join(m.streamsDir(), cfg.Name)
+	dir := m.streamDir(account, cfg.Name)
 	var old streamDef
 	if readJSON(filepath.Join(dir, "stream.json"), &old) == nil && old.Group != group {
 		// A stream of the same name the cluster deleted (and made again) while
@@ -657,7 +661,7 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 			return nil, nil, fmt.Errorf("stream %q: %w", cfg.Name, diskErr(err))
 		}
 	}
-	def := streamDef{Config: cfg, Created: created, Group: group}
+	def := streamDef{Config: cfg, Created: created, Group: group, Account: account}
 	if len(rc.Groups) > 1 {
 		def.Groups = rc.Groups
 	}
@@ -701,7 +705,7 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 		s.close(false)
 		return nil, nil, err
 	}
-	m.streams[cfg.Name] = s
+	m.streams[key] = s
 	return s, machines, nil
 }
 
@@ -725,41 +729,42 @@ func (s *Stream) dropDamaged() error {
 }
 
 // GroupStreams lists the streams found on disk that the cluster placed here (by
-// name, with their partitions' groups), opened or not: a node that finds one the
+// key, with their partitions' groups), opened or not: a node that finds one the
 // catalogue no longer has removes it.
 func (m *Manager) GroupStreams() (map[string][]uint64, error) {
-	entries, err := os.ReadDir(m.streamsDir())
-	if err != nil {
-		return nil, fmt.Errorf("stream engine: %w", err)
-	}
 	out := map[string][]uint64{}
-	for _, e := range entries {
-		var def streamDef
-		if !e.IsDir() || readJSON(filepath.Join(m.streamsDir(), e.Name(), "stream.json"), &def) != nil {
-			continue
-		}
+	err := m.eachStreamDir(func(_ string, def streamDef) error {
+		key := Key(def.Account, def.Config.Name)
 		switch {
 		case len(def.Groups) > 0:
-			out[def.Config.Name] = def.Groups
+			out[key] = def.Groups
 		case def.Group != 0:
-			out[def.Config.Name] = []uint64{def.Group}
+			out[key] = []uint64{def.Group}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// RemoveGroupStream deletes the data of a stream the cluster placed here that is
-// not open (see GroupStreams).
-func (m *Manager) RemoveGroupStream(name string) error {
+// RemoveGroupStream deletes the data of a stream (by key) the cluster placed here
+// that is not open (see GroupStreams).
+func (m *Manager) RemoveGroupStream(key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.streams[name] != nil {
-		return fmt.Errorf("stream %q: %w: it is open", name, ErrExists)
+	if m.streams[key] != nil {
+		return fmt.Errorf("stream %q: %w: it is open", key, ErrExists)
 	}
+	account, name := SplitKey(key)
 	if err := streamapi.ValidName("stream", name); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	return os.RemoveAll(filepath.Join(m.streamsDir(), name))
+	if account == "" && key != name {
+		return fmt.Errorf("%w: stream key %q", ErrBadConfig, key)
+	}
+	return os.RemoveAll(m.streamDir(account, name))
 }
 
 // Group is the Raft group the cluster placed the stream (its partition 0) in, 0 for

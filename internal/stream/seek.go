@@ -16,12 +16,12 @@ import (
 
 // seekRequest handles "CONSUMER.SEEK.<stream>.<consumer>" on the API goroutine:
 // it answers nil when the consumer answers later, on reply.
-func (a *apiSink) seekRequest(streamName, name string, body, reply []byte) []byte {
+func (a *apiSink) seekRequest(account, streamName, name string, body, reply []byte) []byte {
 	var req streamapi.SeekRequest
 	if err := DecodeRequest(body, &req); err != nil {
 		return Respond[streamapi.ConsumerInfo](nil, err)
 	}
-	s, err := a.m.Stream(streamName)
+	s, err := a.m.AccountStream(account, streamName)
 	if err != nil {
 		return Respond[streamapi.ConsumerInfo](nil, err)
 	}

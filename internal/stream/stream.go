@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -21,8 +22,14 @@ import (
 // Stream is one durable stream: its partitions' logs, the subscriptions that capture
 // its subjects, and its consumers.
 type Stream struct {
-	m       *Manager
-	name    string
+	m    *Manager
+	name string
+	// acct is the stream's account, "" for the global one; prefix is what the
+	// account's subjects start with inside the server ("" for the global one);
+	// key is the stream's key in the manager (Key).
+	acct    string
+	prefix  string
+	key     string
 	dir     string
 	created time.Time
 	// group is the Raft group the cluster placed the stream (its partition 0)
@@ -120,7 +127,7 @@ type pendingAck struct {
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 	cfg := def.Config
 	s := &Stream{
-		m: m, name: cfg.Name, dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
+		m: m, name: cfg.Name, acct: def.Account, prefix: SubjectPrefix(def.Account), key: Key(def.Account, cfg.Name), dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
 		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
 		consumers:   make(map[string]*Consumer),
 		touched:     make([]bool, cfg.Partitions),
@@ -219,7 +226,14 @@ func (s *Stream) start() error {
 
 func (s *Stream) subscribe(subjects []string) error {
 	for _, f := range subjects {
-		sub := &broker.Subscription{Sink: (*captureSink)(s), Subject: f}
+		var sink broker.Sink = (*captureSink)(s)
+		switch {
+		case s.prefix != "":
+			sink = (*accountCaptureSink)(s)
+		case f[0] == '*' || f[0] == '>':
+			sink = (*globalWildCaptureSink)(s)
+		}
+		sub := &broker.Subscription{Sink: sink, Subject: s.prefix + f}
 		if err := s.m.broker.Subscribe(sub); err != nil {
 			return fmt.Errorf("stream %q: %w", s.name, err)
 		}
@@ -237,7 +251,7 @@ func (s *Stream) unsubscribe() {
 
 // update applies a changed configuration: new subjects and limits.
 func (s *Stream) update(cfg streamapi.StreamConfig) error {
-	def := streamDef{Config: cfg, Created: s.created, Group: s.group, Groups: s.groups}
+	def := streamDef{Config: cfg, Created: s.created, Group: s.group, Groups: s.groups, Account: s.acct}
 	if err := writeJSON(filepath.Join(s.dir, "stream.json"), def, true); err != nil {
 		return fmt.Errorf("stream %q: %w", s.name, err)
 	}
@@ -269,8 +283,15 @@ func (s *Stream) Config() streamapi.StreamConfig {
 	return s.cfg
 }
 
-// Name returns the stream's name.
+// Name returns the stream's name (in its account's terms).
 func (s *Stream) Name() string { return s.name }
+
+// Account returns the stream's account, "" for the global one.
+func (s *Stream) Account() string { return s.acct }
+
+// Key returns the stream's key in the manager (Key): its name for a stream of the
+// global account.
+func (s *Stream) Key() string { return s.key }
 
 // close stops the writer and consumers; remove also deletes the stream's data.
 func (s *Stream) close(remove bool) {
@@ -337,6 +358,62 @@ func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	s.qmu.Unlock()
 	return true
 }
+
+// accountCaptureSink is a stream of an account (not the global one) seen as a
+// broker sink for its subjects: it keeps them in the account's terms.
+type accountCaptureSink Stream
+
+// Deliver queues a captured message without its account's prefix. A message the
+// engine delivers (routed to a deliver subject of the account) has its subject
+// in the account's terms already.
+func (c *accountCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	s := (*Stream)(c)
+	if len(m.Subject) <= len(s.prefix) || string(m.Subject[:len(s.prefix)]) != s.prefix {
+		return (*captureSink)(c).Deliver(sub, m)
+	}
+	own := *m
+	own.Subject = m.Subject[len(s.prefix):]
+	if notCaptured(own.Subject) {
+		return true // the account's stream API and acks, which a wildcard reaches
+	}
+	return (*captureSink)(c).Deliver(sub, &own)
+}
+
+func (c *accountCaptureSink) Flush()                 { (*captureSink)(c).Flush() }
+func (c *accountCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c).Stall() }
+func (c *accountCaptureSink) Stuck()                 {}
+
+// globalWildCaptureSink is a stream of the global account capturing a filter that
+// starts with a wildcard, which the broker would match with other accounts'
+// subjects ("$A.<account>. ..."), and with the server's own that no stream may
+// capture: it leaves them out.
+type globalWildCaptureSink Stream
+
+func (c *globalWildCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	route := m.Subject
+	if m.Route != nil {
+		route = m.Route
+	}
+	if bytes.HasPrefix(route, acctPrefix) || notCaptured(m.Subject) {
+		return true
+	}
+	return (*captureSink)(c).Deliver(sub, m)
+}
+
+var (
+	ternPrefix = []byte("$TERN.")
+	dlqPrefix  = []byte(streamapi.DeadLetterPrefix)
+)
+
+// notCaptured reports the server's subjects no stream captures (normalise refuses
+// them as filters): all "$TERN." ones but dead letters.
+func notCaptured(subj []byte) bool {
+	return len(subj) > 0 && subj[0] == '$' && bytes.HasPrefix(subj, ternPrefix) && !bytes.HasPrefix(subj, dlqPrefix)
+}
+
+func (c *globalWildCaptureSink) Flush()                 { (*captureSink)(c).Flush() }
+func (c *globalWildCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c).Stall() }
+func (c *globalWildCaptureSink) Stuck()                 {}
 
 // Flush wakes the writer.
 func (c *captureSink) Flush() {

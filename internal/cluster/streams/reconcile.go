@@ -150,7 +150,7 @@ func (s *Service) follow(p *placed) (leads, ok bool) {
 		}
 	}
 	if err := p.s.SetLeader(leads); err != nil {
-		s.log.Error("stream leadership", "stream", p.s.Name(), "leader", leads, "err", err)
+		s.log.Error("stream leadership", "stream", p.s.Key(), "leader", leads, "err", err)
 		return leads, false
 	}
 	switch {
@@ -173,7 +173,7 @@ func (s *Service) pullLeadership(p *placed, group uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if err := s.cfg.Node.Host().TransferLeadership(ctx, group, s.self); err != nil {
-			s.log.Debug("taking a partition's leadership", "stream", p.s.Name(), "group", group, "err", err)
+			s.log.Debug("taking a partition's leadership", "stream", p.s.Key(), "group", group, "err", err)
 		}
 		s.poke()
 	})
@@ -190,15 +190,16 @@ func (s *Service) open(st *meta.Stream) (*placed, error) {
 		groups[i] = g.ID
 	}
 	created := time.Unix(0, st.Created).UTC()
+	account, _ := stream.SplitKey(st.Name)
 	if st.Replicas <= 1 {
-		str, _, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Groups: groups})
+		str, _, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Account: account, Groups: groups})
 		if err != nil {
 			return nil, err
 		}
 		s.log.Info("stream opened", "stream", st.Name, "replicas", 1)
 		return &placed{s: str, group: groups[0], groups: groups, revision: st.Revision}, nil
 	}
-	str, machines, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Groups: groups,
+	str, machines, err := s.cfg.Streams.OpenReplica(cfg, created, stream.ReplicaConfig{Account: account, Groups: groups,
 		Replicator: s.cfg.Node.Host(), Fetch: s.fetcher(st.Name)})
 	if err != nil {
 		return nil, err
@@ -241,7 +242,7 @@ func (s *Service) reconfigure(p *placed, st *meta.Stream) {
 		s.log.Error("stream configuration in the catalogue", "stream", st.Name, "err", err)
 		return
 	}
-	if _, err := s.cfg.Streams.UpdateStream(cfg); err != nil {
+	if _, err := s.cfg.Streams.UpdateAccountStream(p.s.Account(), cfg); err != nil {
 		s.log.Error("updating a stream replica", "stream", st.Name, "err", err)
 		return
 	}
@@ -250,7 +251,7 @@ func (s *Service) reconfigure(p *placed, st *meta.Stream) {
 
 // serve subscribes this node to the stream's API and ack subjects, for every node.
 func (s *Service) serve(p *placed) {
-	api, acks := serveSubjects(p.s.Name())
+	api, acks := serveSubjects(p.s.Key())
 	for _, subj := range api {
 		p.subs = append(p.subs, &broker.Subscription{Sink: s.cfg.Streams.APISink(), Subject: subj})
 	}
@@ -258,15 +259,15 @@ func (s *Service) serve(p *placed) {
 		p.subs = append(p.subs, &broker.Subscription{Sink: s.cfg.Streams.AckSink(), Subject: subj})
 	}
 	if p.s.Replicated() {
-		p.subs = append(p.subs, &broker.Subscription{Sink: fetchSink{s, p.s}, Subject: fetchPrefix + p.s.Name()})
+		p.subs = append(p.subs, &broker.Subscription{Sink: fetchSink{s, p.s}, Subject: fetchPrefix + p.s.Key()})
 	}
 	for _, sub := range p.subs {
 		if err := s.cfg.Broker.Subscribe(sub); err != nil {
-			s.log.Error("serving a stream", "stream", p.s.Name(), "subject", sub.Subject, "err", err)
+			s.log.Error("serving a stream", "stream", p.s.Key(), "subject", sub.Subject, "err", err)
 		}
 	}
 	p.serving = true
-	s.log.Info("serving stream", "stream", p.s.Name(), "group", p.group)
+	s.log.Info("serving stream", "stream", p.s.Key(), "group", p.group)
 }
 
 func (s *Service) unserve(p *placed) {
@@ -277,7 +278,7 @@ func (s *Service) unserve(p *placed) {
 		_ = s.cfg.Broker.Unsubscribe(sub)
 	}
 	p.subs, p.serving = nil, false
-	s.log.Info("stopped serving stream", "stream", p.s.Name(), "group", p.group)
+	s.log.Info("stopped serving stream", "stream", p.s.Key(), "group", p.group)
 }
 
 // changeMembers brings the groups of a stream this node leads in line with the
@@ -311,7 +312,7 @@ func (s *Service) changeGroupMembers(p *placed, part int, group uint64, want []u
 	for _, id := range st.Learners {
 		in[id] = true
 	}
-	name := p.s.Name()
+	name := p.s.Key()
 	for _, id := range want {
 		if !in[id] {
 			if _, err := host.AddLearner(ctx, group, id); err != nil {
@@ -371,7 +372,7 @@ func handOffTo(st replica.Status, want []uint64) uint64 {
 func (s *Service) leftGroup(name string, p *placed) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	b, err := s.cfg.Node.Request(ctx, streamapi.StreamInfoSubject(name), nil, time.Second)
+	b, err := s.cfg.Node.Request(ctx, infoSubject(name), nil, time.Second)
 	if err != nil {
 		return false
 	}

@@ -11,6 +11,11 @@
 // catch-all "$TERN.API.>" of every node (a node-local subscription) leaves requests
 // for the catalogue's streams to that leader and answers the rest: catalogue
 // requests, and streams of the node alone (created before the cluster replicated).
+//
+// Accounts' streams are catalogued like the global account's, by their keys
+// (stream.Key: "$A.<account>.<name>"), their configurations in the account's
+// terms; their requests and acks come on the account's subjects
+// ("$A.<account>.$TERN.API.>"), which a second pair of catch-alls takes.
 package streams
 
 import (
@@ -50,7 +55,7 @@ type Service struct {
 	log  *slog.Logger
 	self uint64
 
-	// catalogued holds the names of the catalogue's streams, read by the
+	// catalogued holds the keys of the catalogue's streams, read by the
 	// catch-all on every request.
 	catalogued atomic.Pointer[map[string]struct{}]
 
@@ -88,9 +93,10 @@ type placed struct {
 
 // apiRequest is a catalogue request copied off the publisher's buffers.
 type apiRequest struct {
-	op    string // after "$TERN.API."
-	reply []byte
-	body  []byte
+	op      string // after "$TERN.API."
+	account string // "" for the global account
+	reply   []byte
+	body    []byte
 }
 
 // workers answer catalogue requests concurrently: each waits for the meta group.
@@ -118,6 +124,8 @@ func Start(cfg Config) (*Service, error) {
 	s.front = []*broker.Subscription{
 		{Sink: frontSink{s}, Subject: streamapi.APIPrefix + ">", NodeLocal: true},
 		{Sink: frontSink{s}, Subject: streamapi.AckPrefix + ">", NodeLocal: true},
+		{Sink: frontSink{s}, Subject: stream.AccountAPISubject, NodeLocal: true},
+		{Sink: frontSink{s}, Subject: stream.AccountAckSubject, NodeLocal: true},
 	}
 	for _, sub := range s.front {
 		if err := cfg.Broker.Subscribe(sub); err != nil {
@@ -175,8 +183,16 @@ func (s *Service) leaderOf(group uint64) uint64 {
 	return s.leaders[group]
 }
 
-func (s *Service) isCatalogued(name []byte) bool {
-	_, ok := (*s.catalogued.Load())[string(name)]
+// isCatalogued reports whether the stream of that name, in the account whose
+// subjects start with prefix ("" for the global account), is the catalogue's.
+func (s *Service) isCatalogued(prefix, name []byte) bool {
+	if len(prefix) == 0 {
+		_, ok := (*s.catalogued.Load())[string(name)]
+		return ok
+	}
+	var buf [192]byte
+	key := append(append(buf[:0], prefix...), name...)
+	_, ok := (*s.catalogued.Load())[string(key)]
 	return ok
 }
 
@@ -194,17 +210,28 @@ var (
 
 func (f frontSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	s := f.s
-	if rest, ok := bytes.CutPrefix(m.Subject, ackPrefix); ok {
+	subj := m.Subject
+	prefix, account, own, inAccount := stream.CutAccount(subj)
+	if inAccount {
+		subj = own
+	}
+	if rest, ok := bytes.CutPrefix(subj, ackPrefix); ok {
 		name, _, _ := bytes.Cut(rest, []byte{'.'})
-		if s.isCatalogued(name) {
+		if s.isCatalogued(prefix, name) {
 			return true // its leader's subscription has it
 		}
 		return s.cfg.Streams.AckSink().Deliver(sub, m)
 	}
-	if bytes.HasPrefix(m.Subject, clusterPrefix) {
+	if inAccount && !s.cfg.Streams.AccountKnown(string(account)) {
+		return true // no such account: nobody answers
+	}
+	if bytes.HasPrefix(subj, clusterPrefix) {
+		if inAccount {
+			return s.cfg.Streams.APISink().Deliver(sub, m) // refused there
+		}
 		return true // the server's to answer
 	}
-	op, ok := bytes.CutPrefix(m.Subject, apiPrefix)
+	op, ok := bytes.CutPrefix(subj, apiPrefix)
 	if !ok {
 		return true
 	}
@@ -213,13 +240,13 @@ func (f frontSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 			return true
 		}
 		select {
-		case s.work <- apiRequest{op: string(op), reply: bytes.Clone(m.Reply), body: bytes.Clone(m.Payload)}:
+		case s.work <- apiRequest{op: string(op), account: string(account), reply: bytes.Clone(m.Reply), body: bytes.Clone(m.Payload)}:
 			return true
 		default:
 			return false
 		}
 	}
-	if name := streamOf(op); name != nil && s.isCatalogued(name) {
+	if name := streamOf(op); name != nil && s.isCatalogued(prefix, name) {
 		return true
 	}
 	return s.cfg.Streams.APISink().Deliver(sub, m)
@@ -247,13 +274,20 @@ func streamOf(op []byte) []byte {
 	return nil
 }
 
-// serveSubjects are the subjects of one stream's API requests and acks, served by
-// the node leading its group.
-func serveSubjects(name string) (api, acks []string) {
-	p := streamapi.APIPrefix
+// serveSubjects are the subjects of one stream's API requests and acks (by its
+// key: in its account's subject space), served by the node leading its group.
+func serveSubjects(key string) (api, acks []string) {
+	account, name := stream.SplitKey(key)
+	p := stream.SubjectPrefix(account) + streamapi.APIPrefix
 	return []string{p + "STREAM.INFO." + name, p + "STREAM.PURGE." + name, p + "STREAM.MSG.GET." + name,
 			p + "CONSUMER.*." + name, p + "CONSUMER.*." + name + ".*"},
-		[]string{streamapi.AckPrefix + name + ".>"}
+		[]string{stream.SubjectPrefix(account) + streamapi.AckPrefix + name + ".>"}
+}
+
+// infoSubject is where the stream of that key answers info requests.
+func infoSubject(key string) string {
+	account, name := stream.SplitKey(key)
+	return stream.SubjectPrefix(account) + streamapi.StreamInfoSubject(name)
 }
 
 // ---------------------------------------------------------------------------------
@@ -284,29 +318,30 @@ func (s *Service) handle(req apiRequest) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if req.op == "STREAM.LIST" {
-		return s.list(ctx)
+		return s.list(ctx, req.account)
 	}
 	verb, name, _ := strings.Cut(strings.TrimPrefix(req.op, "STREAM."), ".")
 	if strings.Contains(name, ".") {
 		return stream.Respond[struct{}](nil, &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: "unknown API request " + req.op})
 	}
+	key := stream.Key(req.account, name)
 	var known bool
-	s.cfg.Node.Catalogue(func(c *meta.State) { known = c.Stream(name) != nil })
+	s.cfg.Node.Catalogue(func(c *meta.State) { known = c.Stream(key) != nil })
 	if !known {
-		if st, err := s.cfg.Streams.Stream(name); err == nil && st.Group() == 0 {
+		if st, err := s.cfg.Streams.Stream(key); err == nil && st.Group() == 0 {
 			// A stream of this node alone: answered as a single node does.
-			s.cfg.Streams.APISink().Deliver(nil, &broker.Message{Subject: []byte(streamapi.APIPrefix + req.op),
+			s.cfg.Streams.APISink().Deliver(nil, &broker.Message{Subject: []byte(stream.SubjectPrefix(req.account) + streamapi.APIPrefix + req.op),
 				Reply: req.reply, Payload: req.body})
 			return nil
 		}
 	}
 	switch verb {
 	case "CREATE":
-		return s.create(ctx, name, req.body)
+		return s.create(ctx, req.account, name, req.body)
 	case "UPDATE":
-		return s.update(ctx, name, req.body)
+		return s.update(ctx, req.account, name, req.body)
 	default:
-		return s.delete(ctx, name)
+		return s.delete(ctx, key)
 	}
 }
 
@@ -330,34 +365,43 @@ func badRequest(format string, args ...any) error {
 	return &streamapi.APIError{Code: streamapi.CodeBadRequest, Description: fmt.Sprintf(format, args...)}
 }
 
-// checkOverlap refuses subjects another stream of the catalogue, or of this node
-// alone, captures.
-func (s *Service) checkOverlap(cfg streamapi.StreamConfig) error {
-	var err error
-	check := func(other string, subjects []string) {
+// accountStreams returns the configurations of an account's streams (but name's),
+// in the catalogue or of this node alone.
+func (s *Service) accountStreams(account, name string) []streamapi.StreamConfig {
+	var out []streamapi.StreamConfig
+	s.cfg.Node.Catalogue(func(c *meta.State) {
+		for _, st := range c.Streams() {
+			acct, other := stream.SplitKey(st.Name)
+			var oc streamapi.StreamConfig
+			if acct == account && other != name && json.Unmarshal(st.Config, &oc) == nil {
+				out = append(out, oc)
+			}
+		}
+	})
+	for _, st := range s.cfg.Streams.AccountStreams(account) {
+		if st.Group() == 0 && st.Name() != name {
+			out = append(out, st.Config())
+		}
+	}
+	return out
+}
+
+// checkAccount refuses a configuration of an account's stream that overlaps the
+// subjects another stream of the account captures (in the catalogue or of this
+// node alone), or that would take the account past its limits.
+func (s *Service) checkAccount(account string, cfg streamapi.StreamConfig) error {
+	others := s.accountStreams(account, cfg.Name)
+	for _, o := range others {
 		for _, a := range cfg.Subjects {
-			for _, b := range subjects {
-				if err == nil && other != cfg.Name && stream.Overlaps(a, b) {
-					err = &streamapi.APIError{Code: streamapi.CodeConflict,
-						Description: fmt.Sprintf("stream %q: %v: %q of stream %q", cfg.Name, stream.ErrOverlap, b, other)}
+			for _, b := range o.Subjects {
+				if stream.Overlaps(a, b) {
+					return &streamapi.APIError{Code: streamapi.CodeConflict,
+						Description: fmt.Sprintf("stream %q: %v: %q of stream %q", cfg.Name, stream.ErrOverlap, b, o.Name)}
 				}
 			}
 		}
 	}
-	s.cfg.Node.Catalogue(func(c *meta.State) {
-		for _, st := range c.Streams() {
-			var oc streamapi.StreamConfig
-			if json.Unmarshal(st.Config, &oc) == nil {
-				check(st.Name, oc.Subjects)
-			}
-		}
-	})
-	for _, st := range s.cfg.Streams.Streams() {
-		if st.Group() == 0 {
-			check(st.Name(), st.Config().Subjects)
-		}
-	}
-	return err
+	return s.cfg.Streams.CheckAccount(account, cfg, others)
 }
 
 // decodeConfig decodes the stream configuration of a create or update of name.
@@ -388,7 +432,7 @@ func (s *Service) commit(ctx context.Context, cmd *meta.Command) (meta.Result, e
 	return r, nil
 }
 
-func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
+func (s *Service) create(ctx context.Context, account, name string, body []byte) []byte {
 	cfg, err := decodeConfig(name, body)
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
@@ -399,24 +443,25 @@ func (s *Service) create(ctx context.Context, name string, body []byte) []byte {
 	if err := s.cfg.Streams.Normalise(&cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
-	if err := s.checkOverlap(cfg); err != nil {
+	if err := s.checkAccount(account, cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: name, Config: raw, Replicas: cfg.Replicas, Partitions: cfg.Partitions})
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: stream.Key(account, name), Config: raw, Replicas: cfg.Replicas, Partitions: cfg.Partitions})
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	return s.infoFromLeader(ctx, r.Stream, nil)
 }
 
-func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
+func (s *Service) update(ctx context.Context, account, name string, body []byte) []byte {
 	cfg, err := decodeConfig(name, body)
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
+	key := stream.Key(account, name)
 	var old *meta.Stream
-	s.cfg.Node.Catalogue(func(c *meta.State) { old = c.Stream(name) })
+	s.cfg.Node.Catalogue(func(c *meta.State) { old = c.Stream(key) })
 	if old == nil {
 		return stream.Respond[streamapi.StreamInfo](nil, metaError(fmt.Errorf("stream %q: %w", name, meta.ErrNotFound)))
 	}
@@ -436,19 +481,19 @@ func (s *Service) update(ctx context.Context, name string, body []byte) []byte {
 	case cfg.Retention != was.Retention || cfg.Partitions != was.Partitions || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, partitions, sync and segment size cannot change", name))
 	}
-	if err := s.checkOverlap(cfg); err != nil {
+	if err := s.checkAccount(account, cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.commit(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: name, Config: raw, Replicas: cfg.Replicas})
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: key, Config: raw, Replicas: cfg.Replicas})
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	return s.infoFromLeader(ctx, r.Stream, &cfg)
 }
 
-func (s *Service) delete(ctx context.Context, name string) []byte {
-	if _, err := s.commit(ctx, &meta.Command{Op: meta.OpDeleteStream, Stream: name}); err != nil {
+func (s *Service) delete(ctx context.Context, key string) []byte {
+	if _, err := s.commit(ctx, &meta.Command{Op: meta.OpDeleteStream, Stream: key}); err != nil {
 		return stream.Respond[streamapi.Deleted](nil, err)
 	}
 	return stream.Respond(&streamapi.Deleted{Deleted: true}, nil)
@@ -460,7 +505,7 @@ func (s *Service) delete(ctx context.Context, name string) []byte {
 // catalogue.
 func (s *Service) infoFromLeader(ctx context.Context, st *meta.Stream, want *streamapi.StreamConfig) []byte {
 	for {
-		b, err := s.cfg.Node.Request(ctx, streamapi.StreamInfoSubject(st.Name), nil, 500*time.Millisecond)
+		b, err := s.cfg.Node.Request(ctx, infoSubject(st.Name), nil, 500*time.Millisecond)
 		if err == nil {
 			var r streamapi.Response[streamapi.StreamInfo]
 			if json.Unmarshal(b, &r) == nil && r.Value != nil && (want == nil || sameConfig(r.Value.Config, *want)) {
@@ -493,14 +538,21 @@ func catalogueInfo(st *meta.Stream) streamapi.StreamInfo {
 	return info
 }
 
-// list answers STREAM.LIST: every stream of the catalogue, each described by its
-// leader (from the catalogue if it does not answer in time), and this node's own.
-func (s *Service) list(ctx context.Context) []byte {
+// list answers STREAM.LIST for an account: every stream of the account in the
+// catalogue, each described by its leader (from the catalogue if it does not
+// answer in time), and this node's own.
+func (s *Service) list(ctx context.Context, account string) []byte {
 	var sts []*meta.Stream
 	// A linearizable read: a stream whose create was acknowledged before the
 	// request is listed, one whose delete was is not, whichever node answers.
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-	err := s.cfg.Node.ReadCatalogue(rctx, func(c *meta.State) { sts = c.Streams() })
+	err := s.cfg.Node.ReadCatalogue(rctx, func(c *meta.State) {
+		for _, st := range c.Streams() {
+			if acct, _ := stream.SplitKey(st.Name); acct == account {
+				sts = append(sts, st)
+			}
+		}
+	})
 	rcancel()
 	if err != nil {
 		return stream.Respond[streamapi.StreamList](nil, &streamapi.APIError{Code: streamapi.CodeUnavailable,
@@ -515,7 +567,7 @@ func (s *Service) list(ctx context.Context) []byte {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			infos[i] = catalogueInfo(st)
-			b, err := s.cfg.Node.Request(ctx, streamapi.StreamInfoSubject(st.Name), nil, time.Second)
+			b, err := s.cfg.Node.Request(ctx, infoSubject(st.Name), nil, time.Second)
 			var r streamapi.Response[streamapi.StreamInfo]
 			if err == nil && json.Unmarshal(b, &r) == nil && r.Value != nil {
 				infos[i] = *r.Value
@@ -523,7 +575,7 @@ func (s *Service) list(ctx context.Context) []byte {
 		}()
 	}
 	wg.Wait()
-	for _, st := range s.cfg.Streams.Streams() {
+	for _, st := range s.cfg.Streams.AccountStreams(account) {
 		if st.Group() == 0 {
 			infos = append(infos, st.Info())
 		}

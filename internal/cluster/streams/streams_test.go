@@ -52,3 +52,29 @@ func TestServeSubjects(t *testing.T) {
 		t.Errorf("missing subject %s", s)
 	}
 }
+
+// TestServeSubjectsOfAccount: an account's stream is served on the account's
+// subjects only.
+func TestServeSubjectsOfAccount(t *testing.T) {
+	api, acks := serveSubjects("$A.acme.ORDERS")
+	want := map[string]bool{
+		"$A.acme.$TERN.API.STREAM.INFO.ORDERS": true, "$A.acme.$TERN.API.STREAM.PURGE.ORDERS": true,
+		"$A.acme.$TERN.API.STREAM.MSG.GET.ORDERS": true, "$A.acme.$TERN.API.CONSUMER.*.ORDERS": true,
+		"$A.acme.$TERN.API.CONSUMER.*.ORDERS.*": true, "$A.acme.$TERN.ACK.ORDERS.>": true,
+	}
+	for _, s := range append(api, acks...) {
+		if !want[s] {
+			t.Errorf("unexpected subject %s", s)
+		}
+		delete(want, s)
+	}
+	for s := range want {
+		t.Errorf("missing subject %s", s)
+	}
+	if got := infoSubject("$A.acme.ORDERS"); got != "$A.acme.$TERN.API.STREAM.INFO.ORDERS" {
+		t.Errorf("info subject %s", got)
+	}
+	if got := infoSubject("ORDERS"); got != "$TERN.API.STREAM.INFO.ORDERS" {
+		t.Errorf("info subject %s", got)
+	}
+}
