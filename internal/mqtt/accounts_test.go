@@ -1,10 +1,8 @@
 package mqtt_test
 
 import (
-	"fmt"
+	"github.com/tern-mq/tern/internal/auth/authtest"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,7 +12,6 @@ import (
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	"github.com/tern-mq/tern/internal/server"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // accountsUsers writes a users file with accounts: acme exports public.> to beta,
@@ -24,11 +21,7 @@ import (
 // password is "pw".
 func accountsUsers(t *testing.T) string {
 	t.Helper()
-	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := fmt.Sprintf(`
+	file := authtest.Users(t, `
 [[accounts]]
 name = "acme"
 exports = [{ subjects = "public.>", to = ["beta"] }]
@@ -67,11 +60,7 @@ password = %[1]q
 [[users]]
 name = "root"
 password = %[1]q
-`, hash)
-	file := filepath.Join(t.TempDir(), "users.toml")
-	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	return file
 }
 

@@ -3,11 +3,8 @@ package server_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,7 +16,6 @@ import (
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 	"github.com/tern-mq/tern/internal/wire"
-	"golang.org/x/crypto/bcrypt"
 )
 
 func nativeURL(s *server.Server) string { return "tern://" + s.Addr().String() }
@@ -266,28 +262,20 @@ func TestUDPSessionsAuthenticate(t *testing.T) {
 // TestAllowResponses: a service user without publish permission on reply
 // subjects may answer each request it receives, once.
 func TestAllowResponses(t *testing.T) {
-	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := fmt.Sprintf(`
+	file := authtest.Users(t, `
 [[users]]
 name = "svc"
-password = %q
+password = %[1]q
 subscribe = { allow = ["svc.>"] }
 publish = { allow = ["svc.status"] }
 allow_responses = true
 
 [[users]]
 name = "client"
-password = %q
+password = %[1]q
 publish = { allow = ["svc.>"] }
 subscribe = { allow = ["_INBOX.>"] }
-`, hash, hash)
-	file := filepath.Join(t.TempDir(), "users.toml")
-	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = file })
 	opt, svcErrs := errs()
 	svc := connectAs(t, s, "svc:pw", opt)
@@ -329,11 +317,7 @@ subscribe = { allow = ["_INBOX.>"] }
 // sees it under "acme."; beta takes two connections and three subscriptions at
 // most. Every user's password is "pw".
 func accountsFile(t *testing.T) string {
-	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := fmt.Sprintf(`
+	file := authtest.Users(t, `
 [[accounts]]
 name = "acme"
 exports = [{ subjects = "public.>", to = ["beta"] }]
@@ -357,11 +341,7 @@ password = %[1]q
 [[users]]
 name = "root"
 password = %[1]q
-`, hash)
-	file := filepath.Join(t.TempDir(), "users.toml")
-	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	return file
 }
 

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tern-mq/tern/internal/auth/authtest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/bcrypt"
 
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/server"
@@ -25,11 +24,7 @@ import (
 // "b" of beta and "root" of the global account. Every password is "pw".
 func streamAccountsFile(t *testing.T) string {
 	t.Helper()
-	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := fmt.Sprintf(`
+	file := authtest.Users(t, `
 [[accounts]]
 name = "acme"
 max_storage = "1MiB"
@@ -58,11 +53,7 @@ password = %[1]q
 [[users]]
 name = "root"
 password = %[1]q
-`, hash)
-	file := filepath.Join(t.TempDir(), "users.toml")
-	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	return file
 }
 

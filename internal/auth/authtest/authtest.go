@@ -3,6 +3,7 @@
 package authtest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -76,6 +77,24 @@ monitor = true
 `
 	p := filepath.Join(t.TempDir(), "users.toml")
 	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Password is the password of the users Users writes.
+const Password = "pw"
+
+// Users writes the users file format, whose %[1]q verbs stand for the bcrypt
+// hash of Password, into a temporary directory and returns its path.
+func Users(t testing.TB, format string) string {
+	t.Helper()
+	h, err := bcrypt.GenerateFromPassword([]byte(Password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "users.toml")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf(format, h)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return p
