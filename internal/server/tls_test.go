@@ -25,6 +25,7 @@ import (
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/auth/authtest"
 	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
 	"github.com/tern-mq/tern/internal/testenv"
 	"github.com/tern-mq/tern/internal/testenv/testcerts"
 	"github.com/tern-mq/tern/internal/wire"
@@ -35,32 +36,16 @@ import (
 // certificates of cs, after mutate (which may be nil) adjusts the configuration.
 func startTLS(t *testing.T, cs *testcerts.Set, mutate func(*server.Config)) *server.Server {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Host = "127.0.0.1"
-	cfg.Port, cfg.UDPPort, cfg.MQTTPort, cfg.MQTTWSPort, cfg.KafkaPort, cfg.HTTPAddr = -1, -1, -1, -1, -1, ""
-	cfg.TLSPort, cfg.MQTTTLSPort, cfg.MQTTWSSPort, cfg.KafkaTLSPort, cfg.HTTPSAddr = 0, 0, 0, 0, "127.0.0.1:0"
-	cfg.TLSCertFile, cfg.TLSKeyFile = cs.ServerFiles.Cert, cs.ServerFiles.Key
-	cfg.TLSCAFile, cfg.TLSCRLFile = cs.CAFile, cs.CRLFile
-	cfg.StoreDir = t.TempDir()
-	cfg.KafkaGroupInitialDelay = 0
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	s, err := server.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+	return servertest.Start(t, func(cfg *server.Config) {
+		cfg.Port, cfg.UDPPort, cfg.MQTTPort, cfg.MQTTWSPort, cfg.KafkaPort, cfg.HTTPAddr = -1, -1, -1, -1, -1, ""
+		cfg.TLSPort, cfg.MQTTTLSPort, cfg.MQTTWSSPort, cfg.KafkaTLSPort, cfg.HTTPSAddr = 0, 0, 0, 0, "127.0.0.1:0"
+		cfg.TLSCertFile, cfg.TLSKeyFile = cs.ServerFiles.Cert, cs.ServerFiles.Key
+		cfg.TLSCAFile, cfg.TLSCRLFile = cs.CAFile, cs.CRLFile
+		cfg.KafkaGroupInitialDelay = 0
+		if mutate != nil {
+			mutate(cfg)
 		}
 	})
-	return s
 }
 
 func portOf(a net.Addr) string { return strconv.Itoa(a.(*net.TCPAddr).Port) }
