@@ -396,7 +396,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: "natsvs " + strings.Join(args, " "),
+		Command: "natsvs " + strings.Join(maskCreds(args), " "),
 		Machine: host.Info(),
 		Servers: map[string]*system{},
 		Runs:    *runs,
@@ -484,6 +484,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// maskCreds is args with the password of --creds replaced by "***", for the report.
+func maskCreds(args []string) []string {
+	out := slices.Clone(args)
+	mask := func(v string) string {
+		if user, _, ok := strings.Cut(v, ":"); ok {
+			return user + ":***"
+		}
+		return v
+	}
+	for i := 0; i < len(out); i++ {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		if !strings.HasPrefix(out[i], "-") || name != "creds" {
+			continue
+		}
+		if hasVal {
+			out[i] = out[i][:len(out[i])-len(val)] + mask(val)
+		} else if i+1 < len(out) {
+			i++
+			out[i] = mask(out[i])
+		}
+	}
+	return out
 }
 
 func selectRows(rows []row, only string) []row {

@@ -33,6 +33,13 @@ func TestFormatting(t *testing.T) {
 	}
 }
 
+func TestMaskCreds(t *testing.T) {
+	got := strings.Join(maskCreds([]string{"--creds", "u:secret", "--runs", "1", "-creds=v:pw:x", "--creds"}), " ")
+	if want := "--creds u:*** --runs 1 -creds=v:*** --creds"; got != want {
+		t.Errorf("maskCreds = %q, want %q", got, want)
+	}
+}
+
 func TestMatrixRows(t *testing.T) {
 	rows := matrix(1)
 	keys := map[string]bool{}
