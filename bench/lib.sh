@@ -99,3 +99,36 @@ stop_pid() { # pid [name [seconds]]: TERM, wait up to seconds (30), then KILL
 	fi
 	wait "$pid" 2>/dev/null || true
 }
+
+make_test_certs() { # dir: a throwaway CA and a server certificate for 127.0.0.1 (and ::1,
+	# localhost) in dir: ca.pem, server.pem, server-key.pem (ECDSA P-256, openssl). Kept
+	# when they are there already, chain to that CA and stay valid for another day;
+	# made afresh otherwise. Only for benchmarks on loopback: the CA's key is thrown away.
+	local dir=$1
+	mkdir -p "$dir"
+	if [ -s "$dir/ca.pem" ] && [ -s "$dir/server.pem" ] && [ -s "$dir/server-key.pem" ] &&
+		openssl verify -CAfile "$dir/ca.pem" "$dir/server.pem" >/dev/null 2>&1 &&
+		openssl x509 -in "$dir/server.pem" -noout -checkend 86400 >/dev/null 2>&1; then
+		return 0
+	fi
+	command -v openssl >/dev/null 2>&1 || apt_install openssl
+	local tmp
+	tmp=$(mktemp -d "$dir/.certs.XXXXXX")
+	printf 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' >"$tmp/ext"
+	if ! {
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+			-keyout "$tmp/ca-key.pem" -out "$tmp/ca.pem" -subj "/CN=Tern bench throwaway CA" &&
+			openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+				-keyout "$tmp/server-key.pem" -out "$tmp/server.csr" -subj "/CN=127.0.0.1" &&
+			openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca-key.pem" \
+				-CAcreateserial -days 30 -out "$tmp/server.pem" -extfile "$tmp/ext"
+	} >"$tmp/openssl.log" 2>&1; then
+		echo "$BENCH: making test certificates failed:" >&2
+		cat "$tmp/openssl.log" >&2
+		rm -rf "$tmp"
+		return 1
+	fi
+	chmod 600 "$tmp/server-key.pem"
+	mv -f "$tmp/ca.pem" "$tmp/server.pem" "$tmp/server-key.pem" "$dir/"
+	rm -rf "$tmp"
+}

@@ -20,8 +20,17 @@
 # matrix and the latency rows, restarts all three fresh for the idle-connection row,
 # and stops exactly the processes it started, by pid, on EXIT, INT and TERM.
 #
+# With TLS=1 every MQTT connection is over TLS: a throwaway CA and a certificate for
+# 127.0.0.1 are made into $OUT/certs (openssl, bench/lib.sh make_test_certs; kept while
+# valid); Mosquitto's listener gets cafile/certfile/keyfile, Mochi
+# -tls-cert-file/-tls-key-file (its TCP listener is then TLS-only), Tern
+# --mqtt-port -1 --mqtt-tls-port $TERN_PORT --tls-cert-file --tls-key-file (no plaintext
+# MQTT), and mqttvs --tls-ca trusts the CA. The ports stay the same; results go to
+# $OUT/mqtt-tls.
+#
 # Usage: bench/mqtt.sh [mqttvs options]      e.g. bench/mqtt.sh --runs 5
 #                                                 bench/mqtt.sh --only q1 --scale 0.3
+#        TLS=1 bench/mqtt.sh                     every broker over TLS only
 #        bench/mqtt.sh --list
 # Environment:
 #   MOSQ_PORT (21883), TERN_PORT (21884), TERN_NATIVE_PORT (27402),
@@ -29,7 +38,8 @@
 #   IDLE_CONNS (50000)   idle connections for the memory row; 0 skips it. Each process
 #                        needs that many file descriptors: the script raises its limit
 #                        if it may, else uses what the limit allows.
-#   OUT (bench/out)      results in $OUT/mqtt/results.md
+#   OUT (bench/out)      results in $OUT/mqtt/results.md ($OUT/mqtt-tls with TLS=1)
+#   TLS=1                MQTT over TLS on every broker (above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +57,11 @@ MOCHI_WS_PORT=${MOCHI_WS_PORT:-21886}
 MOCHI_INFO_PORT=${MOCHI_INFO_PORT:-21887}
 IDLE_CONNS=${IDLE_CONNS:-50000}
 OUT=${OUT:-bench/out}
+TLS=${TLS:-0}
+case "$TLS" in 0 | 1) ;; *) echo "mqtt.sh: TLS=$TLS: want 0 or 1" >&2; exit 2 ;; esac
+CERTS=$OUT/certs
 MOUT=$OUT/mqtt
+[ "$TLS" = 1 ] && MOUT=$OUT/mqtt-tls
 mkdir -p "$MOUT"
 BENCH=mqtt.sh BENCH_LOGS=$MOUT
 . bench/lib.sh
@@ -79,8 +93,26 @@ bench_build "$MOUT/mqttvs" ./mqttvs
 go build -o "$MOUT/tern" ./cmd/tern
 
 RUN_DIR=$(mktemp -d /tmp/tern-mqtt-bench.XXXXXX)
+MOSQ_TLS=
+MOCHI_TLS=()
+TERN_MQTT=(--mqtt-port "$TERN_PORT")
+VS_TLS=()
+if [ "$TLS" = 1 ]; then
+	make_test_certs "$CERTS"
+	CERTS=$(cd "$CERTS" && pwd)
+	# Mosquitto started as root drops to its own user before it reads the key (0600,
+	# ours): it stays the user that started it.
+	MOSQ_TLS="cafile $CERTS/ca.pem
+certfile $CERTS/server.pem
+keyfile $CERTS/server-key.pem
+user $(id -un)"
+	MOCHI_TLS=(-tls-cert-file "$CERTS/server.pem" -tls-key-file "$CERTS/server-key.pem")
+	TERN_MQTT=(--mqtt-port -1 --mqtt-tls-port "$TERN_PORT" --tls-cert-file "$CERTS/server.pem" --tls-key-file "$CERTS/server-key.pem")
+	VS_TLS=(--tls-ca "$CERTS/ca.pem")
+fi
 cat >"$RUN_DIR/mosquitto.conf" <<EOF
 listener $MOSQ_PORT 127.0.0.1
+$MOSQ_TLS
 allow_anonymous true
 persistence false
 max_inflight_messages 1024
@@ -119,11 +151,11 @@ start_servers() {
 	"$MOSQUITTO" -c "$RUN_DIR/mosquitto.conf" >>"$MOUT/mosquitto.log" 2>&1 &
 	MOSQ_PID=$!
 	PIDS+=("$MOSQ_PID")
-	"$MOCHI" -tcp "127.0.0.1:$MOCHI_PORT" -ws "127.0.0.1:$MOCHI_WS_PORT" -info "127.0.0.1:$MOCHI_INFO_PORT" >>"$MOUT/mochi.log" 2>&1 &
+	"$MOCHI" -tcp "127.0.0.1:$MOCHI_PORT" -ws "127.0.0.1:$MOCHI_WS_PORT" -info "127.0.0.1:$MOCHI_INFO_PORT" "${MOCHI_TLS[@]}" >>"$MOUT/mochi.log" 2>&1 &
 	MOCHI_PID=$!
 	PIDS+=("$MOCHI_PID")
 	rm -rf "$RUN_DIR/tern"
-	"$MOUT/tern" server --host 127.0.0.1 --port "$TERN_NATIVE_PORT" --mqtt-port "$TERN_PORT" --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
+	"$MOUT/tern" server --host 127.0.0.1 --port "$TERN_NATIVE_PORT" "${TERN_MQTT[@]}" --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
 		--http "" --store-dir "$RUN_DIR/tern" --mqtt-max-queued 1000000 >>"$MOUT/tern-server.log" 2>&1 &
 	TERN_PID=$!
 	PIDS+=("$TERN_PID")
@@ -144,20 +176,22 @@ mosq_version=$({ "$MOSQUITTO" -h 2>&1 || true; } | sed -n 's/^mosquitto version 
 	echo "mochi-mqtt:   $MOCHI_VERSION (127.0.0.1:$MOCHI_PORT)"
 	echo "tern:         $("$MOUT/tern" version 2>/dev/null || echo 0.1.0-dev) (127.0.0.1:$TERN_PORT)"
 	echo "open files:   $(ulimit -n)"
+	echo "TLS:          $([ "$TLS" = 1 ] && echo "on, every broker TLS-only on its MQTT port, CA $CERTS/ca.pem" || echo off)"
+	echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min, at the start)"
 } | tee "$MOUT/machine.txt"
 
 start_servers
 # Tern last: the table has its ratio over each of the others.
 brokers="mosquitto=127.0.0.1:$MOSQ_PORT,mochi=127.0.0.1:$MOCHI_PORT,tern=127.0.0.1:$TERN_PORT"
 echo "== throughput and latency (progress on stderr)"
-run_job "$MOUT/mqttvs" --brokers "$brokers" "$@" >"$MOUT/throughput.md"
+run_job "$MOUT/mqttvs" --brokers "$brokers" "${VS_TLS[@]}" "$@" >"$MOUT/throughput.md"
 stop_servers
 
 : >"$MOUT/idle.md"
 if [ "$IDLE_CONNS" -gt 0 ]; then
 	echo "== $IDLE_CONNS idle connections, fresh servers"
 	start_servers
-	run_job "$MOUT/mqttvs" --brokers "$brokers" --pids "mosquitto=$MOSQ_PID,mochi=$MOCHI_PID,tern=$TERN_PID" --only none \
+	run_job "$MOUT/mqttvs" --brokers "$brokers" "${VS_TLS[@]}" --pids "mosquitto=$MOSQ_PID,mochi=$MOCHI_PID,tern=$TERN_PID" --only none \
 		--latency-rate 0 --idle-conns "$IDLE_CONNS" >"$MOUT/idle.md"
 	stop_servers
 fi
@@ -165,7 +199,7 @@ fi
 	cat "$MOUT/machine.txt"
 	echo
 	cat "$MOUT/throughput.md"
-	grep -v '^## MQTT\|^- load generator' "$MOUT/idle.md" || true
+	grep -v '^## MQTT\|^- load generator\|^- TLS' "$MOUT/idle.md" || true
 } >"$MOUT/results.md"
 echo "== written: $MOUT/results.md"
 cat "$MOUT/results.md"

@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
@@ -27,7 +29,26 @@ import (
 
 type broker struct {
 	name, addr string
-	pid        int // for memory readings; 0 = unknown
+	pid        int         // for memory readings; 0 = unknown
+	tls        *tls.Config // connections over TLS (--tls-ca); nil: plain TCP
+}
+
+// dial connects to b with a clean session, over TLS when b has a TLS configuration.
+func dial(b broker, id string, local net.Addr) (*mqttload.Client, error) {
+	return mqttload.DialWith(b.addr, mqttload.DialOptions{ClientID: id, Local: local, TLS: b.tls})
+}
+
+// tlsConfig is a client configuration trusting only the CA certificates in caFile.
+func tlsConfig(caFile string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // row is one throughput workload.
@@ -107,7 +128,7 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 		}
 	}()
 	for i := range r.subs {
-		c, err := mqttload.Dial(b.addr, fmt.Sprintf("sub-%d-%d", id, i), nil)
+		c, err := dial(b, fmt.Sprintf("sub-%d-%d", id, i), nil)
 		if err != nil {
 			return result{err: err}
 		}
@@ -131,7 +152,7 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 		}
 	}()
 	for i := range r.pubs {
-		c, err := mqttload.Dial(b.addr, fmt.Sprintf("pub-%d-%d", id, i), nil)
+		c, err := dial(b, fmt.Sprintf("pub-%d-%d", id, i), nil)
 		if err != nil {
 			return result{err: err}
 		}
@@ -204,7 +225,7 @@ func runRow(ctx context.Context, b broker, r row, window int) result {
 func latencyRun(b broker, qos byte, rate float64, d time.Duration) (*hdrhistogram.Histogram, int, error) {
 	id := runSeq.Add(1)
 	topic := fmt.Sprintf("lat/%d", id)
-	sub, err := mqttload.Dial(b.addr, fmt.Sprintf("lsub-%d", id), nil)
+	sub, err := dial(b, fmt.Sprintf("lsub-%d", id), nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -222,7 +243,7 @@ func latencyRun(b broker, qos byte, rate float64, d time.Duration) (*hdrhistogra
 			mu.Unlock()
 		})
 	}()
-	pub, err := mqttload.Dial(b.addr, fmt.Sprintf("lpub-%d", id), nil)
+	pub, err := dial(b, fmt.Sprintf("lpub-%d", id), nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -273,7 +294,7 @@ func idleMemory(b broker, n int) (perConn float64, before, after int64, err erro
 					return
 				}
 				local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%8))}
-				c, err := mqttload.Dial(b.addr, fmt.Sprintf("idle-%d-%d", id, i), local)
+				c, err := dial(b, fmt.Sprintf("idle-%d-%d", id, i), local)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
@@ -378,6 +399,7 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	latTime := fs.Duration("latency-time", 5*time.Second, "length of each latency run")
 	idle := fs.Int("idle-conns", 0, "idle connections for the memory row (0 skips it)")
 	list := fs.Bool("list", false, "list the rows and exit")
+	tlsCA := fs.String("tls-ca", "", "connect to every broker over TLS, trusting the CA certificates in this PEM file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -410,9 +432,22 @@ func run(ctx context.Context, args []string, out, progress io.Writer) error {
 	if *runs < 1 {
 		return fmt.Errorf("--runs %d: want at least 1", *runs)
 	}
+	if *tlsCA != "" {
+		cfg, err := tlsConfig(*tlsCA)
+		if err != nil {
+			return fmt.Errorf("--tls-ca: %w", err)
+		}
+		for i := range brokers {
+			brokers[i].tls = cfg
+		}
+	}
 
 	fmt.Fprintf(out, "## MQTT: %s, %s\n\n", strings.Join(names(brokers), " vs "), time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(out, "- load generator: bench/mqttvs (MQTT 3.1.1, one client for every broker), %d runs per row per broker, median (min–max); QoS 1 publishers keep %d unacknowledged (at most 5000 over all publishers of a row); subscribers acknowledge every message\n\n", *runs, *window)
+	fmt.Fprintf(out, "- load generator: bench/mqttvs (MQTT 3.1.1, one client for every broker), %d runs per row per broker, median (min–max); QoS 1 publishers keep %d unacknowledged (at most 5000 over all publishers of a row); subscribers acknowledge every message\n", *runs, *window)
+	if *tlsCA != "" {
+		fmt.Fprintln(out, "- TLS: every connection over TLS (Go crypto/tls client, TLS 1.2 or later, the brokers' certificate verified against a throwaway CA)")
+	}
+	fmt.Fprintln(out)
 	if len(rows) > 0 {
 		head := []string{"row", "QoS", "size", "pubs→subs", "delivered"}
 		for _, b := range brokers {

@@ -28,9 +28,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/natsbus"
 	"github.com/tern-mq/tern/bench/internal/stats"
+	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/loadgen"
 	"github.com/tern-mq/tern/internal/loadgen/ternbus"
 )
@@ -209,6 +212,57 @@ type report struct {
 	// BusyStarts counts runs that started while other processes kept the machine
 	// busy (see --quiet-wait).
 	BusyStarts int `json:"busy_starts"`
+	// TLSCA is the CA file clients verified the servers against (--tls-ca): set when
+	// the URLs are tls:// ones. User is the user the clients logged in as (--creds).
+	TLSCA string `json:"tls_ca,omitempty"`
+	User  string `json:"user,omitempty"`
+}
+
+// clientOptions are the connection options both brokers' clients get from --tls-ca
+// and --creds (user:password): the CA that tls:// servers' certificates must chain
+// to, and the user to log in as.
+type clientOptions struct {
+	tlsCA, user, password string
+}
+
+func (c clientOptions) nats() []nats.Option {
+	var o []nats.Option
+	if c.tlsCA != "" {
+		o = append(o, nats.RootCAs(c.tlsCA))
+	}
+	if c.user != "" {
+		o = append(o, nats.UserInfo(c.user, c.password))
+	}
+	return o
+}
+
+func (c clientOptions) tern() []tern.Option {
+	var o []tern.Option
+	if c.tlsCA != "" {
+		o = append(o, tern.TLSCAFile(c.tlsCA))
+	}
+	if c.user != "" {
+		o = append(o, tern.Credentials([]byte(c.user+":"+c.password)))
+	}
+	return o
+}
+
+// ternDial connects to a Tern server as ternbus.Dial does (no reconnection, the
+// client-side pending limits lifted), with the options of --tls-ca and --creds.
+func ternDial(url, name string, extra []tern.Option) (*ternbus.Bus, error) {
+	if len(extra) == 0 {
+		return ternbus.Dial(url, name)
+	}
+	opts := append([]tern.Option{tern.Name(name), tern.NoReconnect(), ternbus.Unlimited()}, extra...)
+	nc, err := tern.Connect(url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return ternbus.New(nc), nil
+}
+
+func ternDialer(url string, extra []tern.Option) loadgen.Dialer {
+	return func(name string) (loadgen.Bus, error) { return ternDial(url, name, extra) }
 }
 
 func main() {
@@ -240,6 +294,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ternVersion := fs.String("tern-version", "", "Tern server version to report (default: as the server announces it)")
 	list := fs.Bool("list", false, "list the rows and exit")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this load generator (both brokers' clients) to this file")
+	tlsCA := fs.String("tls-ca", "", "PEM file of the CA that the servers' certificates chain to, for tls:// URLs (both brokers' clients verify against it)")
+	creds := fs.String("creds", "", "user:password both brokers' clients log in with (empty: anonymous)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: natsvs [options]\n\nRuns the same workloads against a running NATS server and a running Tern server\n(with --cluster: a NATS cluster and a Tern cluster) and prints a Markdown table\ncomparing them. bench/run.sh starts both servers and calls this program;\nbench/cluster.sh does the same with two 3-node clusters and --cluster.\n\nOptions:\n")
 		fs.PrintDefaults()
@@ -249,6 +305,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *runs < 1 || *scale <= 0 {
 		return errors.New("--runs must be at least 1 and --scale positive")
+	}
+	copts := clientOptions{tlsCA: *tlsCA}
+	if *creds != "" {
+		user, password, ok := strings.Cut(*creds, ":")
+		if !ok || user == "" {
+			return fmt.Errorf("--creds: want user:password")
+		}
+		copts.user, copts.password = user, password
 	}
 	all := matrix(*scale)
 	if *cluster {
@@ -295,10 +359,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		s := &system{Key: "nats", Name: "NATS", URL: strings.Join(urls, ","), Version: *natsVersion}
 		for _, u := range urls {
-			s.dials = append(s.dials, natsbus.Dialer(u))
+			s.dials = append(s.dials, natsbus.Dialer(u, copts.nats()...))
 		}
 		if s.Version == "" {
-			b, err := natsbus.Dial(urls[0], "natsvs-probe")
+			b, err := natsbus.Dial(urls[0], "natsvs-probe", copts.nats()...)
 			if err != nil {
 				return fmt.Errorf("NATS at %s: %w", urls[0], err)
 			}
@@ -314,8 +378,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		s := &system{Key: "tern", Name: "Tern", URL: strings.Join(urls, ","), Version: *ternVersion}
 		for _, u := range urls {
-			s.dials = append(s.dials, ternbus.Dialer(u))
-			b, err := ternbus.Dial(u, "natsvs-probe")
+			s.dials = append(s.dials, ternDialer(u, copts.tern()))
+			b, err := ternDial(u, "natsvs-probe", copts.tern())
 			if err != nil {
 				return fmt.Errorf("tern server at %s: %w", u, err)
 			}
@@ -332,11 +396,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	rep := &report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: "natsvs " + strings.Join(args, " "),
+		Command: "natsvs " + strings.Join(maskCreds(args), " "),
 		Machine: host.Info(),
 		Servers: map[string]*system{},
 		Runs:    *runs,
 		Scale:   *scale,
+		TLSCA:   *tlsCA,
+		User:    copts.user,
 	}
 	for _, s := range systems {
 		rep.Servers[s.Key] = s
@@ -418,6 +484,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// maskCreds is args with the password of --creds replaced by "***", for the report.
+func maskCreds(args []string) []string {
+	out := slices.Clone(args)
+	mask := func(v string) string {
+		if user, _, ok := strings.Cut(v, ":"); ok {
+			return user + ":***"
+		}
+		return v
+	}
+	for i := 0; i < len(out); i++ {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		if !strings.HasPrefix(out[i], "-") || name != "creds" {
+			continue
+		}
+		if hasVal {
+			out[i] = out[i][:len(out[i])-len(val)] + mask(val)
+		} else if i+1 < len(out) {
+			i++
+			out[i] = mask(out[i])
+		}
+	}
+	return out
 }
 
 func selectRows(rows []row, only string) []row {
@@ -532,6 +622,12 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	}
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Memory, m.OS, m.GOMAXPROCS)
 	fmt.Fprintf(w, "- load generator: %s, %d runs per row per broker, median (min–max)\n", m.Go, rep.Runs)
+	if rep.TLSCA != "" {
+		fmt.Fprintln(w, "- TLS: every client connection over TLS, the servers' certificate verified against a throwaway CA")
+	}
+	if rep.User != "" {
+		fmt.Fprintf(w, "- authentication: every client logs in as user %q, whose permissions each server checks on every publish and subscription\n", rep.User)
+	}
 	if rep.BusyStarts > 0 {
 		fmt.Fprintf(w, "- %d runs started while other processes kept the machine busy: treat their rows with care\n", rep.BusyStarts)
 	}

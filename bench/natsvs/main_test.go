@@ -10,9 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/tern-mq/tern/bench/internal/clustertest"
 	"github.com/tern-mq/tern/internal/loadgen"
+	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/testenv/testcerts"
 )
 
 func TestFormatting(t *testing.T) {
@@ -26,6 +30,13 @@ func TestFormatting(t *testing.T) {
 	}
 	if got := sizeLabel(16); got != "16 B" {
 		t.Errorf("sizeLabel(16) = %q", got)
+	}
+}
+
+func TestMaskCreds(t *testing.T) {
+	got := strings.Join(maskCreds([]string{"--creds", "u:secret", "--runs", "1", "-creds=v:pw:x", "--creds"}), " ")
+	if want := "--creds u:*** --runs 1 -creds=v:*** --creds"; got != want {
+		t.Errorf("maskCreds = %q, want %q", got, want)
 	}
 }
 
@@ -181,5 +192,52 @@ func TestRunClusterAgainstTern(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--cluster", "--nats", "", "--tern", c.URLs()[0]}, &stdout, &stderr); err == nil {
 		t.Fatal("--cluster with one URL: no error")
+	}
+}
+
+// TestRunAgainstTernTLSAndAuth runs rows over TLS as a user with permissions (what
+// bench/run.sh does with TLS=1 AUTH=1): a Tern server with only a TLS native port and
+// a users file, the clients verifying its certificate against the CA of --tls-ca and
+// logging in with --creds.
+func TestRunAgainstTernTLSAndAuth(t *testing.T) {
+	certs := testcerts.New(t)
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := filepath.Join(t.TempDir(), "users.toml")
+	perms := `allow = ["loadgen.>", "_INBOX.>"], deny = ["loadgen.denied.>"]`
+	if err := os.WriteFile(users, []byte(fmt.Sprintf("[[users]]\nname = \"bench\"\npassword = %q\npublish = { %s }\nsubscribe = { %s }\n",
+		hash, perms, perms)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := servertest.Start(t, func(c *server.Config) {
+		c.Port, c.TLSPort = -1, 0
+		c.TLSCertFile, c.TLSKeyFile = certs.ServerFiles.Cert, certs.ServerFiles.Key
+		c.UsersFile = users
+	})
+	url := "tls://" + s.TLSAddr().String()
+	var stdout, stderr bytes.Buffer
+	args := []string{"--nats", "", "--tern", url, "--tls-ca", certs.CAFile, "--creds", "bench:pw", "--runs", "1",
+		"--scale", "0.002", "--pause", "0s", "--quiet-wait", "0", "--only", "paced-16,reqrep-16"}
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"- TLS: every client connection over TLS", `- authentication: every client logs in as user "bench"`, "tls://"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "FAILED") {
+		t.Errorf("a run failed:\n%s\n%s", out, stderr.String())
+	}
+	// Without the CA the server's certificate is not trusted; without the password
+	// the login is refused.
+	for _, bad := range [][]string{{"--creds", "bench:pw"}, {"--tls-ca", certs.CAFile, "--creds", "bench:wrong"}, {"--tls-ca", certs.CAFile}} {
+		a := append([]string{"--nats", "", "--tern", url, "--runs", "1", "--scale", "0.002", "--quiet-wait", "0", "--only", "reqrep-16"}, bad...)
+		if err := run(context.Background(), a, &stdout, &stderr); err == nil {
+			t.Errorf("run with %q: no error", bad)
+		}
 	}
 }

@@ -6,6 +6,8 @@ package mqttload
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,6 +41,9 @@ type DialOptions struct {
 	KeepAlive  uint16   // seconds; 0: none
 	Local      net.Addr // the local address to connect from; nil: any
 	Timeout    time.Duration
+	// TLS, when set, makes the connection over TLS with this configuration (the
+	// handshake is within Timeout too); nil: plain TCP.
+	TLS *tls.Config
 }
 
 // Dial connects with a clean session and waits for the CONNACK.
@@ -57,6 +62,28 @@ func DialWith(addr string, o DialOptions) (*Client, error) {
 	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if o.TLS != nil {
+		cfg := o.TLS
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			// Verify the certificate against the host dialled, as TLS clients do.
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				nc.Close()
+				return nil, err
+			}
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		nc = tc
 	}
 	c := &Client{nc: nc, bw: bufio.NewWriterSize(nc, 64<<10), r: packet.NewReader(nc, 16<<20)}
 	c.r.SetVersion(packet.V311)

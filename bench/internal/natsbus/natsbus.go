@@ -28,11 +28,13 @@ type Bus struct {
 
 var _ loadgen.Bus = (*Bus)(nil)
 
-// Dial connects to url; name identifies the connection to the server.
-func Dial(url, name string) (*Bus, error) {
+// Dial connects to url; name identifies the connection to the server. Options, such
+// as nats.RootCAs for a tls:// URL or nats.UserInfo, come after Dial's own.
+func Dial(url, name string, options ...nats.Option) (*Bus, error) {
 	b := &Bus{}
-	nc, err := nats.Connect(url, nats.Name(name), nats.NoReconnect(),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) { b.AsyncErrors.Add(1) }))
+	opts := append([]nats.Option{nats.Name(name), nats.NoReconnect(),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) { b.AsyncErrors.Add(1) })}, options...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -45,9 +47,10 @@ func Dial(url, name string) (*Bus, error) {
 // Dial's do; AsyncErrors counts nothing unless the caller's error handler adds to it.
 func New(nc *nats.Conn) *Bus { return &Bus{nc: nc} }
 
-// Dialer returns a loadgen.Dialer connecting to url.
-func Dialer(url string) loadgen.Dialer {
-	return func(name string) (loadgen.Bus, error) { return Dial(url, name) }
+// Dialer returns a loadgen.Dialer connecting to url with Dial's options and those
+// given.
+func Dialer(url string, options ...nats.Option) loadgen.Dialer {
+	return func(name string) (loadgen.Bus, error) { return Dial(url, name, options...) }
 }
 
 // ServerVersion is the version the connected server announced.
