@@ -126,7 +126,7 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 		m := &ps.msgs[i]
 		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}
 		if w != nil {
-			ps.reply = c.s.acks.appendReply(ps.reply[:0], w, m.part)
+			ps.reply = c.s.acks.appendReply(ps.reply[:0], c.prefix, w, m.part)
 			bm.Reply = ps.reply
 		}
 		if c.s.broker.Publish(&c.batch, bm) == 0 && w != nil {
