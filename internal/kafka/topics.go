@@ -224,6 +224,8 @@ func apiErrorCode(err error) int16 {
 		return kerr.UnknownTopicOrPartition.Code
 	case streamapi.CodeBadRequest:
 		return kerr.InvalidConfig.Code
+	case streamapi.CodeLimits: // the server's max_streams, an account's limits
+		return kerr.PolicyViolation.Code
 	case streamapi.CodeUnavailable:
 		return kerr.RequestTimedOut.Code
 	}
