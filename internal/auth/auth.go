@@ -258,7 +258,7 @@ func (a *Authenticator) Authenticate(r Request) (*User, error) {
 // others only the global one.
 func servesAccounts(protocol string, u *User) bool {
 	switch protocol {
-	case "native", "udp", "http", "mqtt":
+	case "native", "udp", "http", "mqtt", "kafka":
 		return true
 	}
 	return u.Account.Global()

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -20,10 +22,14 @@ import (
 // them, in that order, to the records of the produce request waiting for them. One
 // subject per partition rather than per record keeps the broker's subject cache
 // of use: it matches each reply subject once per request, not once per record.
+// A producer of an account other than the global one gets its acks in its
+// account's subject space ("$A.<account>._INBOX.kafka-..."), as its native
+// clients get their replies: a second subscription takes those.
 type inbox struct {
-	b      *broker.Broker
-	prefix []byte // "_INBOX.kafka-<random>."
-	sub    *broker.Subscription
+	b       *broker.Broker
+	prefix  []byte // "_INBOX.kafka-<random>."
+	sub     *broker.Subscription
+	acctSub *broker.Subscription // every account's "$A.*.<prefix>*.*"
 
 	// The subscription is made by the first produce that waits for acks, so a
 	// server no Kafka producer uses has none.
@@ -64,12 +70,19 @@ func newInbox(b *broker.Broker) (*inbox, error) {
 	_, _ = rand.Read(r[:])
 	in := &inbox{b: b, prefix: []byte("_INBOX.kafka-" + hex.EncodeToString(r[:]) + "."), waiting: make(map[uint64]*ackWait)}
 	in.sub = &broker.Subscription{Sink: in, Subject: string(in.prefix) + "*.*"}
+	in.acctSub = &broker.Subscription{Sink: in, Subject: auth.AccountPrefix + "*." + string(in.prefix) + "*.*"}
 	return in, nil
 }
 
 // subscribe makes the inbox's subscription once.
 func (in *inbox) subscribe() error {
-	in.subOnce.Do(func() { in.subErr = in.b.Subscribe(in.sub) })
+	in.subOnce.Do(func() {
+		if in.subErr = in.b.Subscribe(in.sub); in.subErr == nil {
+			if in.subErr = in.b.Subscribe(in.acctSub); in.subErr != nil {
+				_ = in.b.Unsubscribe(in.sub)
+			}
+		}
+	})
 	return in.subErr
 }
 
@@ -77,6 +90,7 @@ func (in *inbox) close() {
 	in.subOnce.Do(func() { in.subErr = net.ErrClosed }) // none made after this
 	if in.subErr == nil {
 		_ = in.b.Unsubscribe(in.sub)
+		_ = in.b.Unsubscribe(in.acctSub)
 	}
 }
 
@@ -106,9 +120,10 @@ func (in *inbox) cancel(w *ackWait) {
 	in.mu.Unlock()
 }
 
-// appendReply appends the reply subject of the records of partition part of w.
-func (in *inbox) appendReply(dst []byte, w *ackWait, part int) []byte {
-	dst = append(dst, in.prefix...)
+// appendReply appends the reply subject of the records of partition part of w,
+// in the account whose subject prefix is acct ("" for the global account).
+func (in *inbox) appendReply(dst []byte, acct string, w *ackWait, part int) []byte {
+	dst = append(append(dst, acct...), in.prefix...)
 	dst = strconv.AppendUint(dst, w.id, 10)
 	dst = append(dst, '.')
 	return strconv.AppendInt(dst, int64(part), 10)
@@ -154,7 +169,11 @@ func (in *inbox) settleLocked(w *ackWait, i int, r ackResult) {
 
 // Deliver takes one ack.
 func (in *inbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
-	rest, ok := bytes.CutPrefix(m.Subject, in.prefix)
+	subj := m.Subject
+	if _, _, own, ok := stream.CutAccount(subj); ok {
+		subj = own
+	}
+	rest, ok := bytes.CutPrefix(subj, in.prefix)
 	if !ok {
 		return true
 	}

@@ -171,12 +171,12 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 		return 0, nil
 	}
 	if cl := c.s.cluster(); cl != nil {
-		if err := cl.UpdateStream(cfg); err != nil {
+		if err := cl.UpdateStream(c.acct, cfg); err != nil {
 			return fail(apiErrorCode(err), err.Error())
 		}
-	} else if _, err := c.s.streams.UpdateStream(cfg); err != nil {
+	} else if _, err := c.s.streams.UpdateAccountStream(c.acct, cfg); err != nil {
 		return fail(streamErrorCode(err), err.Error())
 	}
-	c.s.log.Info("topic configuration changed", "topic", name)
+	c.s.log.Info("topic configuration changed", "topic", name, "account", acctAttr(c.acct))
 	return 0, nil
 }

@@ -132,9 +132,9 @@ func (c *conn) allowed(t *topic, n need) bool {
 // TOPIC_AUTHORIZATION_FAILED too, so that a topic's existence is not disclosed.
 func (c *conn) find(name string, create bool) (*topic, int16, string) {
 	if c.perms == nil {
-		return c.s.lookup(name, create)
+		return c.s.lookup(c.acct, name, create)
 	}
-	t, code, msg := c.s.lookup(name, false)
+	t, code, msg := c.s.lookup(c.acct, name, false)
 	if code != kerr.UnknownTopicOrPartition.Code {
 		return t, code, msg
 	}
@@ -142,7 +142,7 @@ func (c *conn) find(name string, create bool) (*topic, int16, string) {
 		if !c.mayManage(streamapi.StreamCreateSubject(name)) {
 			return nil, kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to create topic %q", name)
 		}
-		return c.s.lookup(name, true)
+		return c.s.lookup(c.acct, name, true)
 	}
 	if !c.mayDescribeName(name) {
 		return nil, kerr.TopicAuthorizationFailed.Code, ""
@@ -162,7 +162,7 @@ func (c *conn) findFor(name string, create bool, n need) (*topic, int16, string)
 // findIDFor looks up a topic by id and checks right n on it. A topic the user
 // may not describe is answered as unknown.
 func (c *conn) findIDFor(id [16]byte, n need) (*topic, int16) {
-	t, code := c.s.lookupID(id)
+	t, code := c.s.lookupID(c.acct, id)
 	if code == 0 && !c.allowed(t, n) {
 		if !c.allowed(t, needDescribe) {
 			return nil, kerr.UnknownTopicID.Code

@@ -3,6 +3,7 @@ package kafka
 import (
 	"time"
 
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -13,14 +14,15 @@ import (
 type Cluster interface {
 	// Brokers lists the nodes that serve the Kafka API, this one (self) among them.
 	Brokers() (self int32, brokers []Broker)
-	// Topics lists the cluster's streams, in name order; Topic finds one.
-	Topics() []TopicInfo
-	Topic(name string) (TopicInfo, bool)
-	// CreateStream, UpdateStream and DeleteStream change the cluster's catalogue;
-	// a refusal is a *streamapi.APIError.
-	CreateStream(cfg streamapi.StreamConfig) error
-	UpdateStream(cfg streamapi.StreamConfig) error
-	DeleteStream(name string) error
+	// Topics lists the cluster's streams of an account ("" for the global one), in
+	// name order; Topic finds one by its name in the account.
+	Topics(account string) []TopicInfo
+	Topic(account, name string) (TopicInfo, bool)
+	// CreateStream, UpdateStream and DeleteStream change the cluster's catalogue,
+	// for an account (cfg in its terms); a refusal is a *streamapi.APIError.
+	CreateStream(account string, cfg streamapi.StreamConfig) error
+	UpdateStream(account string, cfg streamapi.StreamConfig) error
+	DeleteStream(account, name string) error
 }
 
 // Broker is a node serving the Kafka API: plain TCP at Host:Port, TLS at
@@ -44,6 +46,9 @@ func (b Broker) endpoint(secure bool) (string, int32) {
 
 // TopicInfo is a stream of the cluster as Metadata describes it.
 type TopicInfo struct {
+	// Account is the stream's account, "" for the global one; Name its name
+	// there (the catalogue's key is stream.Key(Account, Name)).
+	Account string
 	Name    string
 	Created time.Time
 	Config  streamapi.StreamConfig
@@ -74,10 +79,12 @@ func (s *Server) cluster() Cluster {
 // clusterTopic is a cluster's stream as a topic: served from this node's replica
 // when this node leads it.
 func (s *Server) clusterTopic(ti TopicInfo) *topic {
-	t := &topic{name: ti.Name, id: topicID(ti.Name, ti.Created), cfg: ti.Config, parts: len(ti.Partitions),
-		placement: ti.Partitions}
+	key := stream.Key(ti.Account, ti.Name)
+	t := &topic{name: ti.Name, key: key, acct: ti.Account, id: topicID(key, ti.Created), cfg: ti.Config,
+		parts: len(ti.Partitions), placement: ti.Partitions}
 	t.subject = singleSubject(ti.Config.Subjects)
-	if st, err := s.streams.Stream(ti.Name); err == nil && st.Leads() && st.Partitions() == t.parts {
+	t.setPub()
+	if st, err := s.streams.Stream(key); err == nil && st.Leads() && st.Partitions() == t.parts {
 		t.s = st
 	}
 	return t
@@ -85,10 +92,10 @@ func (s *Server) clusterTopic(ti TopicInfo) *topic {
 
 // waitTopic waits for a topic just made through the catalogue to show in this
 // node's copy of it.
-func (s *Server) waitTopic(c Cluster, name string) (TopicInfo, bool) {
+func (s *Server) waitTopic(c Cluster, acct, name string) (TopicInfo, bool) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if ti, ok := c.Topic(name); ok {
+		if ti, ok := c.Topic(acct, name); ok {
 			return ti, true
 		}
 		if time.Now().After(deadline) {

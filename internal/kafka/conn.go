@@ -50,6 +50,13 @@ type conn struct {
 	user   *auth.User
 	perms  *auth.Checker
 	rights map[string]*topicRights
+	// acct is the user's account, "" for the global one (and without an
+	// Authenticator); prefix is its subject prefix inside the server
+	// ("$A.<account>.", "" for the global account). The connection sees the
+	// account's topics and groups only. counted is the account whose connection
+	// count this connection holds, released when it closes.
+	acct, prefix string
+	counted      *auth.Account
 
 	body  []byte // the request being handled
 	batch broker.Batch
@@ -99,6 +106,9 @@ func (c *conn) run() {
 		c.q.Close(net.ErrClosed)
 		c.q.Finish()
 		c.s.remove(c)
+		if c.counted != nil {
+			c.counted.ReleaseConnection()
+		}
 	}()
 	for {
 		frame, err := c.readFrame()

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tern-mq/tern/internal/kafka/group"
+	"github.com/tern-mq/tern/internal/stream"
 )
 
 // Coordinators chooses the node that coordinates each consumer group: FindCoordinator
@@ -52,13 +53,31 @@ func (c nodeCoordinators) Coordinator(group string) (Broker, bool, bool) {
 	return best, best.ID == self, true
 }
 
+// groupRef names a consumer group: its id in its account ("" for the global
+// one). Group ids are per account: two accounts' groups of one id are two groups,
+// with two memberships and two sets of offsets (the durable consumers of each
+// account's own streams).
+type groupRef struct{ acct, id string }
+
+// coordKey is what Coordinators places the group by: its id for the global
+// account, "$A.<account>.<id>" for another.
+func (g groupRef) coordKey() string {
+	if g.acct == "" {
+		return g.id
+	}
+	return stream.SubjectPrefix(g.acct) + g.id
+}
+
+// group is the connection's account's group of that id.
+func (c *conn) group(id string) groupRef { return groupRef{acct: c.acct, id: id} }
+
 // coordinatorCode is the error a request for group gets on this node: 0 when this
 // node coordinates it.
-func (s *Server) coordinatorCode(groupID string) int16 {
-	if groupID == "" {
+func (s *Server) coordinatorCode(g groupRef) int16 {
+	if g.id == "" {
 		return kerr.InvalidGroupID.Code
 	}
-	_, local, ok := s.coords.Coordinator(groupID)
+	_, local, ok := s.coords.Coordinator(g.coordKey())
 	switch {
 	case !ok:
 		return kerr.CoordinatorNotAvailable.Code
@@ -77,13 +96,13 @@ type groups struct {
 	token atomic.Uint64
 
 	mu     sync.Mutex
-	m      map[string]*groupDriver
+	m      map[groupRef]*groupDriver
 	closed bool
 }
 
 type groupDriver struct {
 	gs      *groups
-	id      string
+	id      groupRef
 	mu      sync.Mutex
 	g       *group.Group
 	timer   *time.Timer
@@ -91,30 +110,32 @@ type groupDriver struct {
 }
 
 func newGroups(s *Server, cfg group.Config) *groups {
-	return &groups{s: s, cfg: cfg, m: map[string]*groupDriver{}}
+	return &groups{s: s, cfg: cfg, m: map[groupRef]*groupDriver{}}
 }
 
 // get returns the driver of a group, made when create is set.
-func (gs *groups) get(id string, create bool) *groupDriver {
+func (gs *groups) get(id groupRef, create bool) *groupDriver {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	d := gs.m[id]
 	if d == nil && create && !gs.closed {
-		d = &groupDriver{gs: gs, id: id, g: group.New(id, gs.cfg), waiting: map[uint64]chan group.Reply{}}
+		d = &groupDriver{gs: gs, id: id, g: group.New(id.id, gs.cfg), waiting: map[uint64]chan group.Reply{}}
 		gs.m[id] = d
 	}
 	return d
 }
 
-// list returns the drivers in group id order.
-func (gs *groups) list() []*groupDriver {
+// list returns the drivers of an account's groups in group id order.
+func (gs *groups) list(acct string) []*groupDriver {
 	gs.mu.Lock()
 	out := make([]*groupDriver, 0, len(gs.m))
 	for _, d := range gs.m {
-		out = append(out, d)
+		if d.id.acct == acct {
+			out = append(out, d)
+		}
 	}
 	gs.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	sort.Slice(out, func(i, j int) bool { return out[i].id.id < out[j].id.id })
 	return out
 }
 
@@ -169,7 +190,7 @@ func (d *groupDriver) apply(rd group.Ready) {
 		}
 	}
 	if rd.Rebalanced {
-		d.gs.s.log.Info("group rebalanced", "group", d.id, "generation", d.g.Generation(), "state", d.g.State().String(),
+		d.gs.s.log.Info("group rebalanced", "group", d.id.id, "account", acctAttr(d.id.acct), "generation", d.g.Generation(), "state", d.g.State().String(),
 			"members", d.g.Len(), "leader", d.g.Leader())
 	}
 	if rd.Deadline.IsZero() {

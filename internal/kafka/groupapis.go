@@ -54,7 +54,7 @@ func (c *conn) findCoordinator(req *kmsg.FindCoordinatorRequest) *kmsg.FindCoord
 		case key == "":
 			out.ErrorCode, msg = kerr.InvalidRequest.Code, "empty group id"
 		default:
-			b, _, ok := c.s.coords.Coordinator(key)
+			b, _, ok := c.s.coords.Coordinator(c.group(key).coordKey())
 			if !ok {
 				out.ErrorCode = kerr.CoordinatorNotAvailable.Code
 			} else {
@@ -93,7 +93,7 @@ func (c *conn) joinGroup(req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 	resp := kmsg.NewPtrJoinGroupResponse()
 	resp.Version = req.Version
 	resp.Generation, resp.MemberID = -1, req.MemberID
-	if code := c.s.coordinatorCode(req.Group); code != 0 {
+	if code := c.s.coordinatorCode(c.group(req.Group)); code != 0 {
 		resp.ErrorCode = code
 		return resp
 	}
@@ -107,7 +107,7 @@ func (c *conn) joinGroup(req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 	for _, p := range req.Protocols {
 		j.Protocols = append(j.Protocols, group.Protocol{Name: p.Name, Metadata: p.Metadata})
 	}
-	d := c.s.groups.get(req.Group, true)
+	d := c.s.groups.get(c.group(req.Group), true)
 	if d == nil {
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp
@@ -141,7 +141,7 @@ func (c *conn) joinGroup(req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 
 // memberGroup is the group a member's request (sync, heartbeat) is for, or the error
 // it gets: not coordinated here, or no member of it here.
-func (s *Server) memberGroup(groupID string) (*groupDriver, int16) {
+func (s *Server) memberGroup(groupID groupRef) (*groupDriver, int16) {
 	if code := s.coordinatorCode(groupID); code != 0 {
 		return nil, code
 	}
@@ -155,7 +155,7 @@ func (s *Server) memberGroup(groupID string) (*groupDriver, int16) {
 func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	resp := kmsg.NewPtrSyncGroupResponse()
 	resp.Version = req.Version
-	d, code := c.s.memberGroup(req.Group)
+	d, code := c.s.memberGroup(c.group(req.Group))
 	if code != 0 {
 		resp.ErrorCode = code
 		return resp
@@ -190,7 +190,7 @@ func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 func (c *conn) heartbeat(req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	resp := kmsg.NewPtrHeartbeatResponse()
 	resp.Version = req.Version
-	d, code := c.s.memberGroup(req.Group)
+	d, code := c.s.memberGroup(c.group(req.Group))
 	if code != 0 {
 		resp.ErrorCode = code
 		return resp
@@ -204,7 +204,7 @@ func (c *conn) heartbeat(req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 func (c *conn) leaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
 	resp := kmsg.NewPtrLeaveGroupResponse()
 	resp.Version = req.Version
-	if code := c.s.coordinatorCode(req.Group); code != 0 {
+	if code := c.s.coordinatorCode(c.group(req.Group)); code != 0 {
 		resp.ErrorCode = code
 		return resp
 	}
@@ -217,7 +217,7 @@ func (c *conn) leaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse 
 		who = append(who, leaving{member: m.MemberID, instance: str(m.InstanceID)})
 	}
 	codes := make([]int16, len(who))
-	d := c.s.groups.get(req.Group, false)
+	d := c.s.groups.get(c.group(req.Group), false)
 	if d == nil {
 		for i := range codes {
 			codes[i] = kerr.UnknownMemberID.Code
@@ -251,9 +251,10 @@ func (c *conn) leaveGroup(req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse 
 func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
 	resp := kmsg.NewPtrOffsetCommitResponse()
 	resp.Version = req.Version
-	code := c.s.coordinatorCode(req.Group)
+	gr := c.group(req.Group)
+	code := c.s.coordinatorCode(gr)
 	if code == 0 {
-		if d := c.s.groups.get(req.Group, false); d != nil {
+		if d := c.s.groups.get(gr, false); d != nil {
 			d.do(func(now time.Time, g *group.Group) {
 				code = g.CheckCommit(now, req.MemberID, str(req.InstanceID), req.Generation)
 			})
@@ -296,7 +297,7 @@ func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitRes
 			}
 		}
 		if len(positions) > 0 {
-			if err := c.s.commitOffsets(req.Group, t.name, dedupPositions(positions)); err != nil {
+			if err := c.s.commitOffsets(gr, t.name, dedupPositions(positions)); err != nil {
 				c.s.log.Warn("offset commit", "group", req.Group, "topic", t.name, "err", err)
 				for _, i := range at {
 					codes[i] = offsetsErrorCode(err)
@@ -348,18 +349,19 @@ type fetchedPartition struct {
 // name, or by id when byID), or every topic with the group's offsets when topics
 // is nil.
 func (c *conn) fetchGroupOffsets(groupID string, topics []fetchedTopic, byID bool) ([]fetchedTopic, int16) {
-	if code := c.s.coordinatorCode(groupID); code != 0 {
+	gr := c.group(groupID)
+	if code := c.s.coordinatorCode(gr); code != 0 {
 		return nil, code
 	}
 	if topics == nil {
-		all, err := c.s.groupOffsets(groupID)
+		all, err := c.s.groupOffsets(gr)
 		if err != nil {
 			c.s.log.Warn("offset fetch", "group", groupID, "err", err)
 			return nil, offsetsErrorCode(err)
 		}
 		for name, info := range all {
 			ft := fetchedTopic{name: name}
-			t, code, _ := c.s.lookup(name, false)
+			t, code, _ := c.s.lookup(c.acct, name, false)
 			if code == 0 {
 				ft.id = t.id
 			}
@@ -394,7 +396,7 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []fetchedTopic, byID boo
 				name = t.name
 			}
 		}
-		info, err := c.s.fetchOffsets(groupID, name)
+		info, err := c.s.fetchOffsets(gr, name)
 		if err != nil {
 			c.s.log.Warn("offset fetch", "group", groupID, "topic", name, "err", err)
 		}
@@ -490,20 +492,21 @@ func (c *conn) describeGroups(req *kmsg.DescribeGroupsRequest) *kmsg.DescribeGro
 	for _, id := range req.Groups {
 		out := kmsg.NewDescribeGroupsResponseGroup()
 		out.Group = id
-		if code := c.s.coordinatorCode(id); code != 0 {
+		gr := c.group(id)
+		if code := c.s.coordinatorCode(gr); code != 0 {
 			out.ErrorCode = code
 			resp.Groups = append(resp.Groups, out)
 			continue
 		}
 		var desc group.Description
 		known := false
-		if d := c.s.groups.get(id, false); d != nil {
+		if d := c.s.groups.get(gr, false); d != nil {
 			d.do(func(time.Time, *group.Group) { desc = d.g.Describe() })
 			known = desc.State != group.Dead
 		}
 		if !known || desc.State == group.Empty {
 			// Membership is in memory; offsets make an empty group.
-			offsets, err := c.s.groupOffsets(id)
+			offsets, err := c.s.groupOffsets(gr)
 			switch {
 			case err != nil:
 				out.ErrorCode = offsetsErrorCode(err)
@@ -541,8 +544,8 @@ func (c *conn) listGroups(req *kmsg.ListGroupsRequest) *kmsg.ListGroupsResponse 
 	type listed struct{ state, protocolType string }
 	all := map[string]listed{}
 	var order []string
-	for _, d := range c.s.groups.list() {
-		if _, local, _ := c.s.coords.Coordinator(d.id); !local {
+	for _, d := range c.s.groups.list(c.acct) {
+		if _, local, _ := c.s.coords.Coordinator(d.id.coordKey()); !local {
 			continue
 		}
 		var st group.State
@@ -551,10 +554,10 @@ func (c *conn) listGroups(req *kmsg.ListGroupsRequest) *kmsg.ListGroupsResponse 
 		if st == group.Dead {
 			continue
 		}
-		all[d.id] = listed{st.String(), pt}
-		order = append(order, d.id)
+		all[d.id.id] = listed{st.String(), pt}
+		order = append(order, d.id.id)
 	}
-	committed, err := c.s.committedGroups()
+	committed, err := c.s.committedGroups(c.acct)
 	if err != nil {
 		c.s.log.Warn("list groups", "err", err)
 		resp.ErrorCode = offsetsErrorCode(err)
@@ -563,7 +566,7 @@ func (c *conn) listGroups(req *kmsg.ListGroupsRequest) *kmsg.ListGroupsResponse 
 		if _, ok := all[g]; ok {
 			continue
 		}
-		if _, local, _ := c.s.coords.Coordinator(g); !local {
+		if _, local, _ := c.s.coords.Coordinator(c.group(g).coordKey()); !local {
 			continue
 		}
 		all[g] = listed{group.Empty.String(), "consumer"}
@@ -603,12 +606,13 @@ func (c *conn) deleteGroups(req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGroupsRes
 }
 
 func (c *conn) deleteGroup(id string) int16 {
-	if code := c.s.coordinatorCode(id); code != 0 {
+	gr := c.group(id)
+	if code := c.s.coordinatorCode(gr); code != 0 {
 		return code
 	}
 	if c.perms != nil {
 		// Deleting a group deletes its offsets' consumer on every topic.
-		byTopic, err := c.s.groupOffsets(id)
+		byTopic, err := c.s.groupOffsets(gr)
 		if err != nil {
 			c.s.log.Warn("delete group", "group", id, "err", err)
 			return offsetsErrorCode(err)
@@ -619,7 +623,7 @@ func (c *conn) deleteGroup(id string) int16 {
 			}
 		}
 	}
-	d := c.s.groups.get(id, false)
+	d := c.s.groups.get(gr, false)
 	known := false
 	if d != nil {
 		var code int16
@@ -630,7 +634,7 @@ func (c *conn) deleteGroup(id string) int16 {
 		known = code == 0
 		c.s.groups.forget(d)
 	}
-	had, err := c.s.deleteOffsets(id)
+	had, err := c.s.deleteOffsets(gr)
 	if err != nil {
 		c.s.log.Warn("delete group", "group", id, "err", err)
 		return offsetsErrorCode(err)
@@ -638,6 +642,6 @@ func (c *conn) deleteGroup(id string) int16 {
 	if !had && !known {
 		return kerr.GroupIDNotFound.Code
 	}
-	c.s.log.Info("group deleted", "group", id)
+	c.s.log.Info("group deleted", "group", id, "account", acctAttr(c.acct))
 	return 0
 }

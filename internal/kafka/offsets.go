@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -60,12 +61,25 @@ func groupOfConsumer(info *streamapi.ConsumerInfo) string {
 	return g
 }
 
+// An account's group keeps its offsets in consumers of the account's streams,
+// reached through the account's stream API subjects ("$A.<account>.$TERN.API.>"):
+// consumer names need no account in them.
+
+// apiSubject is the account's name of a stream API subject inside the server.
+func apiSubject(acct, subject string) string {
+	if acct == "" {
+		return subject
+	}
+	return stream.SubjectPrefix(acct) + subject
+}
+
 // commitOffsets stores a group's offsets on one topic, making its consumer on the
 // first commit.
-func (s *Server) commitOffsets(group, topic string, positions []streamapi.SeekPosition) error {
+func (s *Server) commitOffsets(g groupRef, topic string, positions []streamapi.SeekPosition) error {
+	group := g.id
 	name := consumerName(group)
 	seek := func() error {
-		_, err := apiRequest[streamapi.ConsumerInfo](s.api, streamapi.ConsumerSeekSubject(topic, name), streamapi.SeekRequest{Positions: positions})
+		_, err := apiRequest[streamapi.ConsumerInfo](s.api, apiSubject(g.acct, streamapi.ConsumerSeekSubject(topic, name)), streamapi.SeekRequest{Positions: positions})
 		return err
 	}
 	err := seek()
@@ -74,17 +88,17 @@ func (s *Server) commitOffsets(group, topic string, positions []streamapi.SeekPo
 	}
 	cfg := streamapi.ConsumerConfig{Durable: name, Description: descriptionPrefix + group,
 		AckPolicy: streamapi.AckExplicit, DeliverPolicy: streamapi.DeliverAll}
-	if _, err := apiRequest[streamapi.ConsumerInfo](s.api, streamapi.ConsumerCreateSubject(topic, name), cfg); err != nil && apiCode(err) != streamapi.CodeConflict {
+	if _, err := apiRequest[streamapi.ConsumerInfo](s.api, apiSubject(g.acct, streamapi.ConsumerCreateSubject(topic, name)), cfg); err != nil && apiCode(err) != streamapi.CodeConflict {
 		return err
 	}
-	s.log.Info("group offsets consumer created", "group", group, "topic", topic, "consumer", name)
+	s.log.Info("group offsets consumer created", "group", group, "account", acctAttr(g.acct), "topic", topic, "consumer", name)
 	return seek()
 }
 
 // fetchOffsets reads a group's consumer on a topic: nil when the group has no
 // offsets there (or the topic does not exist).
-func (s *Server) fetchOffsets(group, topic string) (*streamapi.ConsumerInfo, error) {
-	info, err := apiRequest[streamapi.ConsumerInfo](s.api, streamapi.ConsumerInfoSubject(topic, consumerName(group)), nil)
+func (s *Server) fetchOffsets(g groupRef, topic string) (*streamapi.ConsumerInfo, error) {
+	info, err := apiRequest[streamapi.ConsumerInfo](s.api, apiSubject(g.acct, streamapi.ConsumerInfoSubject(topic, consumerName(g.id))), nil)
 	switch apiCode(err) {
 	case streamapi.CodeConsumerMissing, streamapi.CodeStreamNotFound:
 		return nil, nil
@@ -92,9 +106,9 @@ func (s *Server) fetchOffsets(group, topic string) (*streamapi.ConsumerInfo, err
 	return info, err
 }
 
-// streamNames lists every stream, hence every topic.
-func (s *Server) streamNames() ([]string, error) {
-	list, err := apiRequest[streamapi.StreamList](s.api, streamapi.StreamListSubject, nil)
+// streamNames lists every stream of an account, hence every topic.
+func (s *Server) streamNames(acct string) ([]string, error) {
+	list, err := apiRequest[streamapi.StreamList](s.api, apiSubject(acct, streamapi.StreamListSubject), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +120,8 @@ func (s *Server) streamNames() ([]string, error) {
 }
 
 // groupOffsets reads a group's consumers on every topic, by topic.
-func (s *Server) groupOffsets(group string) (map[string]*streamapi.ConsumerInfo, error) {
-	names, err := s.streamNames()
+func (s *Server) groupOffsets(group groupRef) (map[string]*streamapi.ConsumerInfo, error) {
+	names, err := s.streamNames(group.acct)
 	if err != nil {
 		return nil, err
 	}
@@ -124,16 +138,17 @@ func (s *Server) groupOffsets(group string) (map[string]*streamapi.ConsumerInfo,
 	return out, nil
 }
 
-// committedGroups lists the groups whose commits made consumers, on any topic.
-func (s *Server) committedGroups() ([]string, error) {
-	names, err := s.streamNames()
+// committedGroups lists an account's groups whose commits made consumers, on any
+// topic of the account.
+func (s *Server) committedGroups(acct string) ([]string, error) {
+	names, err := s.streamNames(acct)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	var out []string
 	for _, n := range names {
-		list, err := apiRequest[streamapi.ConsumerList](s.api, streamapi.ConsumerListSubject(n), nil)
+		list, err := apiRequest[streamapi.ConsumerList](s.api, apiSubject(acct, streamapi.ConsumerListSubject(n)), nil)
 		if apiCode(err) == streamapi.CodeStreamNotFound {
 			continue
 		}
@@ -152,13 +167,13 @@ func (s *Server) committedGroups() ([]string, error) {
 
 // deleteOffsets removes a group's consumers from every topic and reports whether
 // there was any.
-func (s *Server) deleteOffsets(group string) (bool, error) {
+func (s *Server) deleteOffsets(group groupRef) (bool, error) {
 	byTopic, err := s.groupOffsets(group)
 	if err != nil {
 		return false, err
 	}
 	for topic := range byTopic {
-		_, err := apiRequest[streamapi.Deleted](s.api, streamapi.ConsumerDeleteSubject(topic, consumerName(group)), nil)
+		_, err := apiRequest[streamapi.Deleted](s.api, apiSubject(group.acct, streamapi.ConsumerDeleteSubject(topic, consumerName(group.id))), nil)
 		if err != nil && apiCode(err) != streamapi.CodeConsumerMissing {
 			return false, err
 		}

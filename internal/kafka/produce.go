@@ -3,6 +3,7 @@ package kafka
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -125,11 +126,11 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 		m := &ps.msgs[i]
 		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}
 		if w != nil {
-			ps.reply = c.s.acks.appendReply(ps.reply[:0], w, m.part)
+			ps.reply = c.s.acks.appendReply(ps.reply[:0], c.prefix, w, m.part)
 			bm.Reply = ps.reply
 		}
 		if c.s.broker.Publish(&c.batch, bm) == 0 && w != nil {
-			c.s.acks.fail(w, i, streamapi.CodeNotFound, "no stream captures subject "+string(m.subj))
+			c.s.acks.fail(w, i, streamapi.CodeNotFound, "no stream captures subject "+strings.TrimPrefix(string(m.subj), c.prefix))
 		}
 		c.inBytes.Add(uint64(len(m.value)))
 	}
@@ -205,7 +206,7 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 		var last int32
 		if idem {
 			last = nextSeq(batch.FirstSequence, int64(batch.NumRecords)-1)
-			k := partKey{t.name, po.partition}
+			k := partKey{t.key, po.partition}
 			base, dup, code := c.s.prods.check(batch.ProducerID, batch.ProducerEpoch, k, batch.FirstSequence, last)
 			if code != 0 {
 				return fail(badBatch(code, "producer %d epoch %d: batch sequences %d to %d refused", batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence, last))
@@ -238,6 +239,15 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 				// A record's own subject (Tern-Subject) the user may not publish
 				// on refuses its partition's data.
 				return badBatch(kerr.TopicAuthorizationFailed.Code, "not authorized to publish on subject %q", subj)
+			}
+			if t.acct != "" {
+				// The account's subject inside the server: the topic's, made
+				// once per lookup, or the record's own, prefixed.
+				if t.subject != "" {
+					subj = unsafeBytes(t.pub)
+				} else {
+					subj = append([]byte(c.prefix), subj...)
+				}
 			}
 			m := outMsg{subj: subj, hdrFrom: len(ps.hdr), value: rec.Value, part: pi}
 			h := header.Append(ps.hdr, streamapi.HeaderToPartition, unsafeString(partText))
@@ -344,7 +354,7 @@ func (c *conn) answerProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceRespons
 		}
 		if ok {
 			po := &ps.parts[b.part]
-			c.s.prods.stored(b.id, b.epoch, partKey{po.t.name, po.partition}, b.first, b.last, int64(w.results[b.from].seq)-1, now)
+			c.s.prods.stored(b.id, b.epoch, partKey{po.t.key, po.partition}, b.first, b.last, int64(w.results[b.from].seq)-1, now)
 		}
 	}
 	var rt *kmsg.ProduceResponseTopic

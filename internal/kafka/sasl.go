@@ -66,19 +66,35 @@ func (c *conn) gate(key int16) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s request without SASL authentication: %w", errAuth, kmsg.NameForKey(key), err)
 	}
-	c.login(u)
+	if err := c.login(u); err != nil {
+		return fmt.Errorf("%w: %w", errAuth, err)
+	}
 	return nil
 }
 
-// login makes u the connection's user.
-func (c *conn) login(u *auth.User) {
+// login makes u the connection's user, in u's account, and counts the
+// connection against the account's max_connections. Past the maximum it refuses
+// the login: a SASL client is answered SASL_AUTHENTICATION_FAILED with the
+// reason, then the connection closes (Kafka has no other way to refuse a
+// connection with a message); an anonymous or v0-SASL one is closed.
+func (c *conn) login(u *auth.User) error {
+	if !u.Account.AcquireConnection() {
+		c.s.log.Warn("connection refused: account limit reached", "remote", c.remote, "user", u.Name,
+			"account", u.Account.Name, "max_connections", u.Account.Limits.MaxConnections)
+		return fmt.Errorf("account %q has the maximum of %d connections", u.Account.Name, u.Account.Limits.MaxConnections)
+	}
+	c.counted = u.Account
 	c.authed, c.user, c.sasl = true, u, nil
 	if !u.Perms.Unrestricted() {
 		c.perms = u.Perms.NewChecker()
 	}
-	if u.Name != "" {
-		c.s.log.Debug("authenticated", "remote", c.remote, "user", u.Name)
+	if !u.Account.Global() {
+		c.acct, c.prefix = u.Account.Name, u.Account.Prefix()
 	}
+	if u.Name != "" {
+		c.s.log.Debug("authenticated", "remote", c.remote, "user", u.Name, "account", acctAttr(c.acct))
+	}
+	return nil
 }
 
 func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) (kmsg.Response, error) {
@@ -163,7 +179,9 @@ func (c *conn) saslStep(token []byte) ([]byte, error) {
 		if err != nil {
 			return nil, failed()
 		}
-		c.login(u)
+		if err := c.login(u); err != nil {
+			return nil, err
+		}
 		return []byte{}, nil
 	}
 	out, err := st.scram.Step(token)
@@ -171,7 +189,9 @@ func (c *conn) saslStep(token []byte) ([]byte, error) {
 		return nil, failed()
 	}
 	if st.scram.Done() {
-		c.login(st.scram.User())
+		if err := c.login(st.scram.User()); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

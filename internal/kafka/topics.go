@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
@@ -22,9 +23,13 @@ import (
 // partition.
 const nodeID = 0
 
-// topic is a stream seen as a Kafka topic.
+// topic is a stream seen as a Kafka topic. A client of an account sees its
+// account's streams only: topic T is the account's stream T, whose engine key is
+// "$A.<account>.T" (stream.Key), the key of a global stream being its name.
 type topic struct {
-	name  string
+	name  string // the stream's name, as its account knows it
+	key   string // the stream engine's (and the catalogue's) key
+	acct  string // the stream's account, "" for the global one
 	id    [16]byte
 	cfg   streamapi.StreamConfig
 	parts int
@@ -38,13 +43,18 @@ type topic struct {
 	// subject is what Produce publishes on: the stream's one subject when it has a
 	// single literal one, else "" (records then name theirs, see produce.go).
 	subject string
+	// pub is subject inside the server: prefixed with the account's subject
+	// prefix, the same string as subject for the global account.
+	pub string
 }
 
-// topicID is a topic's Kafka id: derived from the stream's name and creation time,
-// so it is stable across restarts and a topic deleted and made again gets a new one.
-func topicID(name string, created time.Time) [16]byte {
+// topicID is a topic's Kafka id: derived from the stream's key (its name, for the
+// global account) and creation time, so it is stable across restarts, a topic
+// deleted and made again gets a new one, and two accounts' topics of one name
+// have two.
+func topicID(key string, created time.Time) [16]byte {
 	h := sha256.New()
-	h.Write([]byte(name))
+	h.Write([]byte(key))
 	h.Write(binary.BigEndian.AppendUint64(nil, uint64(created.UnixNano())))
 	var id [16]byte
 	copy(id[:], h.Sum(nil))
@@ -55,8 +65,18 @@ func topicID(name string, created time.Time) [16]byte {
 
 func topicOf(s *stream.Stream) *topic {
 	cfg := s.Config()
-	return &topic{s: s, name: s.Name(), id: topicID(s.Name(), s.Created()), cfg: cfg, parts: s.Partitions(),
-		subject: singleSubject(cfg.Subjects)}
+	t := &topic{s: s, name: s.Name(), key: s.Key(), acct: s.Account(), id: topicID(s.Key(), s.Created()), cfg: cfg,
+		parts: s.Partitions(), subject: singleSubject(cfg.Subjects)}
+	t.setPub()
+	return t
+}
+
+// setPub sets the subject Produce publishes on inside the server.
+func (t *topic) setPub() {
+	t.pub = t.subject
+	if t.acct != "" && t.subject != "" {
+		t.pub = stream.SubjectPrefix(t.acct) + t.subject
+	}
 }
 
 // singleSubject is a stream's one subject when it has a single literal one, else "".
@@ -76,40 +96,43 @@ func validTopic(name string) error {
 	return nil
 }
 
-// lookup finds the topic called name; a missing one is made when create is set
-// and the server auto-creates topics. The error code is Kafka's.
-func (s *Server) lookup(name string, create bool) (*topic, int16, string) {
+// lookup finds the topic called name of an account ("" for the global one); a
+// missing one is made when create is set and the server auto-creates topics. The
+// error code is Kafka's.
+func (s *Server) lookup(acct, name string, create bool) (*topic, int16, string) {
 	if err := validTopic(name); err != nil {
 		return nil, kerr.InvalidTopicException.Code, err.Error()
 	}
 	if c := s.cluster(); c != nil {
-		if ti, ok := c.Topic(name); ok {
+		if ti, ok := c.Topic(acct, name); ok {
 			return s.clusterTopic(ti), 0, ""
 		}
-	} else if st, err := s.streams.Stream(name); err == nil {
+	} else if st, err := s.streams.Stream(stream.Key(acct, name)); err == nil {
 		return topicOf(st), 0, ""
 	}
 	if !create || !s.cfg.AutoCreate {
 		return nil, kerr.UnknownTopicOrPartition.Code, ""
 	}
-	t, code, msg := s.createTopic(name, 1, streamapi.StreamConfig{})
+	t, code, msg := s.createTopic(acct, name, 1, streamapi.StreamConfig{})
 	if code == kerr.TopicAlreadyExists.Code { // made meanwhile
-		return s.lookup(name, false)
+		return s.lookup(acct, name, false)
 	}
 	return t, code, msg
 }
 
-// lookupID finds the topic with the given id.
-func (s *Server) lookupID(id [16]byte) (*topic, int16) {
+// lookupID finds the account's topic with the given id.
+func (s *Server) lookupID(acct string, id [16]byte) (*topic, int16) {
 	s.idMu.Lock()
-	name, ok := s.ids[id]
+	key, ok := s.ids[id]
 	s.idMu.Unlock()
 	if ok {
-		if t, code, _ := s.lookup(name, false); code == 0 && t.id == id {
-			return t, 0
+		if a, name := stream.SplitKey(key); a == acct {
+			if t, code, _ := s.lookup(acct, name, false); code == 0 && t.id == id {
+				return t, 0
+			}
 		}
 	}
-	for _, t := range s.allTopics() {
+	for _, t := range s.allTopics(acct) {
 		s.noteID(t)
 		if t.id == id {
 			return t, 0
@@ -118,16 +141,17 @@ func (s *Server) lookupID(id [16]byte) (*topic, int16) {
 	return nil, kerr.UnknownTopicID.Code
 }
 
-// allTopics lists every topic: the cluster's streams, or this node's.
-func (s *Server) allTopics() []*topic {
+// allTopics lists every topic of an account: the cluster's streams of the
+// account, or this node's.
+func (s *Server) allTopics(acct string) []*topic {
 	var out []*topic
 	if c := s.cluster(); c != nil {
-		for _, ti := range c.Topics() {
+		for _, ti := range c.Topics(acct) {
 			out = append(out, s.clusterTopic(ti))
 		}
 		return out
 	}
-	for _, st := range s.streams.Streams() {
+	for _, st := range s.streams.AccountStreams(acct) {
 		out = append(out, topicOf(st))
 	}
 	return out
@@ -138,40 +162,50 @@ func (s *Server) noteID(t *topic) {
 	if len(s.ids) > 100_000 {
 		clear(s.ids)
 	}
-	s.ids[t.id] = t.name
+	s.ids[t.id] = t.key
 	s.idMu.Unlock()
 }
 
-// createTopic makes the stream of a topic: its name, capturing the subject of the
-// same name, with partitions partitions and cfg's limits (and replicas, in a
-// cluster: 0 for the cluster's default).
-func (s *Server) createTopic(name string, partitions int, cfg streamapi.StreamConfig) (*topic, int16, string) {
+// createTopic makes the stream of an account's topic: its name, capturing the
+// subject of the same name (in the account's terms), with partitions partitions
+// and cfg's limits (and replicas, in a cluster: 0 for the cluster's default). The
+// stream engine (or the cluster's catalogue) holds the account to its
+// max_streams and max_storage.
+func (s *Server) createTopic(acct, name string, partitions int, cfg streamapi.StreamConfig) (*topic, int16, string) {
 	s.createMu.Lock()
 	defer s.createMu.Unlock()
 	cfg.Name, cfg.Subjects, cfg.Partitions = name, []string{name}, partitions
 	if c := s.cluster(); c != nil {
-		if _, ok := c.Topic(name); ok {
+		if _, ok := c.Topic(acct, name); ok {
 			return nil, kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", name)
 		}
-		if err := c.CreateStream(cfg); err != nil {
+		if err := c.CreateStream(acct, cfg); err != nil {
 			return nil, apiErrorCode(err), err.Error()
 		}
-		ti, ok := s.waitTopic(c, name)
+		ti, ok := s.waitTopic(c, acct, name)
 		if !ok {
 			return nil, kerr.RequestTimedOut.Code, fmt.Sprintf("topic %q made, but not yet known here", name)
 		}
-		s.log.Info("topic created", "topic", name, "partitions", partitions, "replicas", cfg.Replicas)
+		s.log.Info("topic created", "topic", name, "account", acctAttr(acct), "partitions", partitions, "replicas", cfg.Replicas)
 		return s.clusterTopic(ti), 0, ""
 	}
-	if _, err := s.streams.Stream(name); err == nil {
+	if _, err := s.streams.Stream(stream.Key(acct, name)); err == nil {
 		return nil, kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", name)
 	}
-	st, err := s.streams.AddStream(cfg)
+	st, err := s.streams.AddAccountStream(acct, cfg)
 	if err != nil {
 		return nil, streamErrorCode(err), err.Error()
 	}
-	s.log.Info("topic created", "topic", name, "partitions", partitions)
+	s.log.Info("topic created", "topic", name, "account", acctAttr(acct), "partitions", partitions)
 	return topicOf(st), 0, ""
+}
+
+// acctAttr names an account in logs.
+func acctAttr(acct string) string {
+	if acct == "" {
+		return auth.GlobalAccount
+	}
+	return acct
 }
 
 // apiErrorCode is the Kafka error code of the stream API's refusal err.
@@ -190,6 +224,8 @@ func apiErrorCode(err error) int16 {
 		return kerr.UnknownTopicOrPartition.Code
 	case streamapi.CodeBadRequest:
 		return kerr.InvalidConfig.Code
+	case streamapi.CodeLimits: // the server's max_streams, an account's limits
+		return kerr.PolicyViolation.Code
 	case streamapi.CodeUnavailable:
 		return kerr.RequestTimedOut.Code
 	}
@@ -231,7 +267,7 @@ func (c *conn) metadata(req *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 	resp.ControllerID = self
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
-		for _, t := range s.allTopics() {
+		for _, t := range s.allTopics(c.acct) {
 			if c.allowed(t, needDescribe) {
 				resp.Topics = append(resp.Topics, metadataTopic(t, 0))
 			}
@@ -332,12 +368,12 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 				c2.Name, c2.Subjects, c2.Partitions = rt.Topic, []string{rt.Topic}, parts
 				if err := c.s.streams.Normalise(&c2); err != nil {
 					fail(kerr.InvalidConfig.Code, err.Error())
-				} else if _, code, _ := c.s.lookup(rt.Topic, false); code == 0 {
+				} else if _, code, _ := c.s.lookup(c.acct, rt.Topic, false); code == 0 {
 					fail(kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", rt.Topic))
 				} else {
 					out.Configs = createdConfigs(c2)
 				}
-			} else if t, code, msg := c.s.createTopic(rt.Topic, parts, cfg); code != 0 {
+			} else if t, code, msg := c.s.createTopic(c.acct, rt.Topic, parts, cfg); code != 0 {
 				fail(code, msg)
 			} else {
 				// Kafka's Java admin client reads the configs of every topic
@@ -454,17 +490,17 @@ func (c *conn) deleteTopics(req *kmsg.DeleteTopicsRequest) *kmsg.DeleteTopicsRes
 			out.TopicID = t.id
 			var err error
 			if cl := c.s.cluster(); cl != nil {
-				if err = cl.DeleteStream(t.name); err != nil {
+				if err = cl.DeleteStream(c.acct, t.name); err != nil {
 					code = apiErrorCode(err)
 				}
-			} else if err = c.s.streams.DeleteStream(t.name); err != nil {
+			} else if err = c.s.streams.DeleteStream(t.key); err != nil {
 				code = streamErrorCode(err)
 			}
 			if err != nil {
 				msg := err.Error()
 				out.ErrorMessage = &msg
 			} else {
-				c.s.log.Info("topic deleted", "topic", t.name)
+				c.s.log.Info("topic deleted", "topic", t.name, "account", acctAttr(c.acct))
 			}
 		}
 		out.ErrorCode = code

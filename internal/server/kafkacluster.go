@@ -29,8 +29,8 @@ type kafkaCluster struct {
 	node *cluster.Node
 
 	mu      sync.Mutex
-	leaders map[string]cachedLeader // stream → leader asked of the cluster
-	topics  map[string]cachedTopic  // stream → what Topic found, for topicTTL
+	leaders map[string]cachedLeader // stream key → leader asked of the cluster
+	topics  map[string]cachedTopic  // stream key → what Topic found, for topicTTL
 }
 
 type cachedTopic struct {
@@ -138,11 +138,16 @@ func (k *kafkaCluster) Brokers() (int32, []kafka.Broker) {
 	return self, out
 }
 
-func (k *kafkaCluster) Topics() []kafka.TopicInfo {
+// Topics lists an account's streams: the catalogue keeps every account's, by
+// key (stream.Key), and a Kafka client sees its account's only.
+func (k *kafkaCluster) Topics(account string) []kafka.TopicInfo {
 	var sts []*meta.Stream
 	k.node.Catalogue(func(c *meta.State) { sts = c.Streams() })
 	out := make([]kafka.TopicInfo, 0, len(sts))
 	for _, st := range sts {
+		if acct, _ := stream.SplitKey(st.Name); acct != account {
+			continue
+		}
 		if ti, ok := k.topicInfo(st); ok {
 			out = append(out, ti)
 		}
@@ -150,16 +155,18 @@ func (k *kafkaCluster) Topics() []kafka.TopicInfo {
 	return out
 }
 
-func (k *kafkaCluster) Topic(name string) (kafka.TopicInfo, bool) {
+// Topic finds an account's stream by its name there, through its key.
+func (k *kafkaCluster) Topic(account, name string) (kafka.TopicInfo, bool) {
+	key := stream.Key(account, name)
 	now := time.Now()
 	k.mu.Lock()
-	c, hit := k.topics[name]
+	c, hit := k.topics[key]
 	k.mu.Unlock()
 	if hit && now.Sub(c.at) < topicTTL {
 		return c.ti, c.ok
 	}
 	var st *meta.Stream
-	k.node.Catalogue(func(c *meta.State) { st = c.Stream(name) })
+	k.node.Catalogue(func(c *meta.State) { st = c.Stream(key) })
 	c = cachedTopic{at: now}
 	if st != nil {
 		c.ti, c.ok = k.topicInfo(st)
@@ -168,20 +175,18 @@ func (k *kafkaCluster) Topic(name string) (kafka.TopicInfo, bool) {
 	if len(k.topics) > 10_000 {
 		clear(k.topics)
 	}
-	k.topics[name] = c
+	k.topics[key] = c
 	k.mu.Unlock()
 	return c.ti, c.ok
 }
 
 func (k *kafkaCluster) topicInfo(st *meta.Stream) (kafka.TopicInfo, bool) {
-	if acct, _ := stream.SplitKey(st.Name); acct != "" {
-		return kafka.TopicInfo{}, false // Kafka serves the global account only
-	}
+	acct, name := stream.SplitKey(st.Name)
 	var cfg streamapi.StreamConfig
 	if json.Unmarshal(st.Config, &cfg) != nil || len(st.Groups) == 0 {
 		return kafka.TopicInfo{}, false
 	}
-	ti := kafka.TopicInfo{Name: st.Name, Created: time.Unix(0, st.Created).UTC(), Config: cfg}
+	ti := kafka.TopicInfo{Account: acct, Name: name, Created: time.Unix(0, st.Created).UTC(), Config: cfg}
 	leader := int32(-1)
 	if name := k.leaderOf(st); name != "" {
 		leader = kafkaBrokerID(name)
@@ -215,7 +220,8 @@ func (k *kafkaCluster) leaderOf(st *meta.Stream) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	leader := ""
-	if b, err := k.node.Request(ctx, streamapi.StreamInfoSubject(st.Name), nil, 500*time.Millisecond); err == nil {
+	acct, name := stream.SplitKey(st.Name)
+	if b, err := k.node.Request(ctx, stream.SubjectPrefix(acct)+streamapi.StreamInfoSubject(name), nil, 500*time.Millisecond); err == nil {
 		var r streamapi.Response[streamapi.StreamInfo]
 		if json.Unmarshal(b, &r) == nil && r.Value != nil && r.Value.Cluster != nil {
 			leader = r.Value.Cluster.Leader
@@ -230,24 +236,27 @@ func (k *kafkaCluster) leaderOf(st *meta.Stream) string {
 	return leader
 }
 
-func (k *kafkaCluster) CreateStream(cfg streamapi.StreamConfig) error {
+// CreateStream, UpdateStream and DeleteStream make an account's requests on its
+// stream API subjects ("$A.<account>.$TERN.API.>"), as its native clients'
+// arrive: the catalogue keys the stream and holds the account to its limits.
+func (k *kafkaCluster) CreateStream(account string, cfg streamapi.StreamConfig) error {
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	return k.request(streamapi.StreamCreateSubject(cfg.Name), body)
+	return k.request(stream.SubjectPrefix(account)+streamapi.StreamCreateSubject(cfg.Name), body)
 }
 
-func (k *kafkaCluster) UpdateStream(cfg streamapi.StreamConfig) error {
+func (k *kafkaCluster) UpdateStream(account string, cfg streamapi.StreamConfig) error {
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	return k.request(streamapi.StreamUpdateSubject(cfg.Name), body)
+	return k.request(stream.SubjectPrefix(account)+streamapi.StreamUpdateSubject(cfg.Name), body)
 }
 
-func (k *kafkaCluster) DeleteStream(name string) error {
-	return k.request(streamapi.StreamDeleteSubject(name), nil)
+func (k *kafkaCluster) DeleteStream(account, name string) error {
+	return k.request(stream.SubjectPrefix(account)+streamapi.StreamDeleteSubject(name), nil)
 }
 
 // request makes a stream API request through the catalogue and returns its refusal.
