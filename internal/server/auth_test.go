@@ -563,3 +563,40 @@ func TestImportedQueueGroupsStandApart(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPClientsOfAccounts: a native client over reliable UDP lives in its
+// user's account as a TCP client does.
+func TestUDPClientsOfAccounts(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile, c.UDPPort = accountsFile(t), 0 })
+	udpA, err := tern.Connect("udp://"+s.UDPAddr().String(), tern.Credentials([]byte("a:pw")), tern.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udpA.Close()
+	tcpA, root := connectAs(t, s, "a:pw"), connectAs(t, s, "root:pw")
+	mine, err := tcpA.SubscribeSync("orders.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	global, err := root.SubscribeSync("orders.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*tern.Conn{tcpA, root} {
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := udpA.Publish("orders.udp", []byte("over udp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := udpA.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := mine.NextMsg(5 * time.Second); err != nil || m.Subject != "orders.udp" {
+		t.Fatalf("acme over TCP got %v %v, want acme's UDP publish as orders.udp", m, err)
+	}
+	if m, err := global.NextMsg(300 * time.Millisecond); err == nil {
+		t.Fatalf("the global account got acme's %s", m.Subject)
+	}
+}
