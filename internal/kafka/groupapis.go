@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"net"
 	"strings"
 	"time"
@@ -105,7 +106,7 @@ func (c *conn) joinGroup(req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 		j.RebalanceTimeout = j.SessionTimeout
 	}
 	for _, p := range req.Protocols {
-		j.Protocols = append(j.Protocols, group.Protocol{Name: p.Name, Metadata: p.Metadata})
+		j.Protocols = append(j.Protocols, group.Protocol{Name: p.Name, Metadata: bytes.Clone(p.Metadata)}) // kept past the request
 	}
 	d := c.s.groups.get(c.group(req.Group), true)
 	if d == nil {
@@ -163,7 +164,9 @@ func (c *conn) syncGroup(req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
 	s := group.Sync{MemberID: req.MemberID, InstanceID: str(req.InstanceID), Generation: req.Generation,
 		ProtocolType: req.ProtocolType, Protocol: req.Protocol}
 	for _, a := range req.GroupAssignment {
-		s.Assignments = append(s.Assignments, group.Assignment{MemberID: a.MemberID, Data: a.MemberAssignment})
+		// The group keeps it past this request, whose bytes the connection's
+		// next read overwrites.
+		s.Assignments = append(s.Assignments, group.Assignment{MemberID: a.MemberID, Data: bytes.Clone(a.MemberAssignment)})
 	}
 	tok, ch := d.park()
 	s.Token = tok
