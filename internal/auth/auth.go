@@ -419,7 +419,13 @@ func PeerCert(nc net.Conn) *x509.Certificate {
 		return nil
 	}
 	cs := tc.ConnectionState()
-	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+	return VerifiedCert(&cs)
+}
+
+// VerifiedCert returns the client certificate of a TLS connection's state that
+// the server verified, nil for none (or cs nil: no TLS).
+func VerifiedCert(cs *tls.ConnectionState) *x509.Certificate {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
 		return nil
 	}
 	return cs.VerifiedChains[0][0]

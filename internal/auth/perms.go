@@ -165,6 +165,12 @@ type Checker struct {
 	replies map[string]time.Time
 }
 
+// OpenChecker decides the subscriptions and deliveries of unrestricted clients:
+// the cluster's and other accounts' subjects stay closed to them. Its
+// CanSubscribe and MayReceive are safe from any goroutine; its CanPublish is not
+// for use.
+var OpenChecker = (*Permissions)(nil).NewChecker()
+
 // NewChecker returns a checker of p for one connection.
 func (p *Permissions) NewChecker() *Checker {
 	return &Checker{p: p, pub: make(map[string]bool)}

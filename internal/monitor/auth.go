@@ -25,9 +25,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		req := auth.Request{Protocol: "http", Remote: remoteAddr(r)}
-		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-			req.Cert = r.TLS.VerifiedChains[0][0]
-		}
+		req.Cert = auth.VerifiedCert(r.TLS)
 		if user, pw, ok := r.BasicAuth(); ok {
 			req.Username, req.Password = user, []byte(pw)
 		} else if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {

@@ -39,11 +39,6 @@ type access struct {
 	rate *auth.Account
 }
 
-// openChecker decides the subscriptions of clients that may do anything, which
-// still may not reach the cluster's own subjects ("$TERN.SYS."). Its CanSubscribe
-// and MayReceive are safe from any goroutine.
-var openChecker = (*auth.Permissions)(nil).NewChecker()
-
 // newAccess returns the access of user u on c: nil when authentication is off or u
 // is the anonymous user with every right.
 func newAccess(u *auth.User, name string, c *conn) *access {
@@ -93,7 +88,7 @@ func (s *Server) subChecker(a *access) *auth.Checker {
 	case s.cfg.Auth == nil:
 		return nil
 	case a == nil:
-		return openChecker
+		return auth.OpenChecker
 	}
 	return a.perms // nil when the user is gone: nothing is allowed
 }

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"crypto/x509"
+	"github.com/tern-mq/tern/internal/auth"
 	"net"
 	"net/http"
 	"sync"
@@ -32,9 +33,7 @@ func (s *Server) WebSocketHandler() http.Handler {
 		// WebSocket goes with it.
 		nc := &wsConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), closed: make(chan struct{}),
 			secure: r.TLS != nil}
-		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-			nc.cert = r.TLS.VerifiedChains[0][0]
-		}
+		nc.cert = auth.VerifiedCert(r.TLS)
 		s.ServeConn(nc)
 		<-nc.closed
 	})

@@ -357,10 +357,6 @@ func (c *Conn) mayPublish(subject []byte) bool {
 	return c.user == nil || !auth.Reserved(subject)
 }
 
-// openChecker decides the subscriptions of unrestricted clients: the cluster's
-// and other accounts' subjects stay closed to them.
-var openChecker = (*auth.Permissions)(nil).NewChecker()
-
 // credentials reads a CONNECT's credentials: "user:password", or a bearer token.
 func credentials(b []byte) auth.Request {
 	if len(b) == 0 {
@@ -389,7 +385,7 @@ func (c *Conn) handleSub(f *wire.Frame) {
 	if c.user != nil {
 		checker := c.perms
 		if checker == nil {
-			checker = openChecker
+			checker = auth.OpenChecker
 		}
 		ok, check := checker.CanSubscribe(sub.Subject)
 		if !ok {
