@@ -187,14 +187,13 @@ func (in *inbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		return true
 	}
 	r := ackResult{got: true}
-	ack, err := streamapi.ParsePubAck(m.Payload)
+	var err error
+	r.part, r.seq, r.dup, err = streamapi.ParsePubAckPosition(m.Payload)
 	if err != nil {
 		r.code, r.err = streamapi.CodeInternal, err.Error()
 		if ae, ok := err.(*streamapi.APIError); ok {
 			r.code, r.err = ae.Code, ae.Description
 		}
-	} else {
-		r.part, r.seq, r.dup = ack.Partition, ack.Seq, ack.Duplicate
 	}
 	in.settle(id, part, r)
 	return true

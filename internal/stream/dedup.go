@@ -1,15 +1,32 @@
 package stream
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // dedupWindow remembers the message ids a stream stored within its duplicate window,
 // so that a producer retrying a publish whose ack it lost does not store it twice.
-// It belongs to the stream's writer.
+// It belongs to the stream's writer (or, replicated, to the partition's machine).
+//
+// Producers that number their messages — "<prefix><n>" with n a decimal counter,
+// such as Kafka's idempotent producers' "kafka:<id>:<epoch>:<partition>:<seq>" —
+// are kept as runs: consecutive numbers stored at consecutive sequences of one
+// partition are one run, and each id costs only its time (8 bytes) instead of a
+// map entry and a string. Any other id, and a numbered id that comes out of order,
+// is a map entry. Both answer exactly as a set of (id, time) would: an id is a
+// duplicate while it was stored less than the window before the lookup, so every
+// replica that applies the same entries decides alike.
 type dedupWindow struct {
 	window time.Duration
-	ids    map[string]dedupEntry
-	order  []dedupAge // insertion order, for expiry; a ring would save the copy
-	head   int
+
+	ids   map[string]dedupEntry
+	order []dedupAge // insertion order, for expiry
+	head  int
+
+	numbered  map[string]*idRuns // by prefix
+	last      *idRuns            // the list of the latest numbered id, looked up first
+	nextSweep int64              // when lists not looked up lately are expired
 }
 
 type dedupEntry struct {
@@ -23,15 +40,66 @@ type dedupAge struct {
 	at int64
 }
 
+// idRuns is what is stored of one prefix's numbered ids: runs in ascending order
+// of their numbers, and the time of each id in the order they were added (a run's
+// ids are consecutive in times; an id removed from the middle of a run leaves its
+// time behind, skipped when it expires).
+type idRuns struct {
+	prefix string
+	runs   []idRun
+	times  []int64
+	head   int // times[head] is the oldest id still kept
+}
+
+// idRun is the ids prefix+first .. prefix+last, stored at partition part from
+// sequence seq on; times[at] is the time of prefix+first.
+type idRun struct {
+	first, last uint64
+	part        int
+	seq         uint64
+	at          int
+}
+
+// maxIDDigits bounds the counter of a numbered id, so that it fits in a uint64.
+const maxIDDigits = 19
+
 func newDedupWindow(window time.Duration) *dedupWindow {
-	return &dedupWindow{window: window, ids: make(map[string]dedupEntry)}
+	return &dedupWindow{window: window, ids: make(map[string]dedupEntry), numbered: make(map[string]*idRuns)}
 }
 
 func (d *dedupWindow) setWindow(w time.Duration) { d.window = w }
 
+// splitNumbered splits "<prefix><n>" into its prefix and n; ok is false for an id
+// that does not end in a decimal counter without leading zeros.
+func splitNumbered(id string) (prefix string, n uint64, ok bool) {
+	i := len(id)
+	for i > 0 && id[i-1] >= '0' && id[i-1] <= '9' {
+		i--
+	}
+	digits := len(id) - i
+	if digits == 0 || digits > maxIDDigits || (digits > 1 && id[i] == '0') {
+		return "", 0, false
+	}
+	for j := i; j < len(id); j++ {
+		n = n*10 + uint64(id[j]-'0')
+	}
+	return id[:i], n, true
+}
+
 // lookup reports whether id was stored within the window, and where.
 func (d *dedupWindow) lookup(id string, now int64) (part int, seq uint64, dup bool) {
 	d.expire(now)
+	if prefix, n, ok := splitNumbered(id); ok {
+		if l := d.list(prefix); l != nil {
+			l.expire(now - int64(d.window))
+			if r := l.find(n); r != nil {
+				return r.part, r.seq + (n - r.first), true
+			}
+		}
+	}
+	if len(d.ids) == 0 {
+		return 0, 0, false
+	}
 	e, ok := d.ids[id]
 	if !ok {
 		return 0, 0, false
@@ -39,13 +107,50 @@ func (d *dedupWindow) lookup(id string, now int64) (part int, seq uint64, dup bo
 	return e.part, e.seq, true
 }
 
+// list returns prefix's runs, nil when none are kept.
+func (d *dedupWindow) list(prefix string) *idRuns {
+	if d.last != nil && d.last.prefix == prefix {
+		return d.last
+	}
+	l := d.numbered[prefix]
+	if l != nil {
+		d.last = l
+	}
+	return l
+}
+
+// add records id, not stored within the window (lookup said so), as stored at
+// part, seq at time at. id may point into a buffer that is reused: what is kept
+// is copied.
 func (d *dedupWindow) add(id string, part int, seq uint64, at int64) {
+	if prefix, n, ok := splitNumbered(id); ok {
+		l := d.list(prefix)
+		if l == nil {
+			l = &idRuns{prefix: string([]byte(prefix))}
+			d.numbered[l.prefix] = l
+			d.last = l
+		}
+		if l.add(n, part, seq, at) {
+			return
+		}
+	}
+	id = string([]byte(id))
 	d.ids[id] = dedupEntry{part, seq, at}
 	d.order = append(d.order, dedupAge{id, at})
 }
 
-func (d *dedupWindow) remove(id string) { delete(d.ids, id) }
+// remove forgets id, stored by the last commit, which failed.
+func (d *dedupWindow) remove(id string) {
+	if prefix, n, ok := splitNumbered(id); ok {
+		if l := d.list(prefix); l != nil && l.remove(n) {
+			return
+		}
+	}
+	delete(d.ids, id)
+}
 
+// expire forgets the map's ids older than the window, and now and then the
+// runs of prefixes not looked up lately.
 func (d *dedupWindow) expire(now int64) {
 	cutoff := now - int64(d.window)
 	for d.head < len(d.order) && d.order[d.head].at < cutoff {
@@ -63,6 +168,129 @@ func (d *dedupWindow) expire(now int64) {
 		d.order = d.order[:n]
 		d.head = 0
 	}
+	if now < d.nextSweep {
+		return
+	}
+	d.nextSweep = now + max(int64(d.window)/4, int64(time.Second))
+	for prefix, l := range d.numbered {
+		if l.expire(cutoff); len(l.runs) == 0 {
+			delete(d.numbered, prefix)
+			if d.last == l {
+				d.last = nil
+			}
+		}
+	}
 }
 
-func (d *dedupWindow) len() int { return len(d.ids) }
+func (d *dedupWindow) len() int {
+	n := len(d.ids)
+	for _, l := range d.numbered {
+		for _, r := range l.runs {
+			n += int(r.last - r.first + 1)
+		}
+	}
+	return n
+}
+
+// find returns the run holding n, nil when none does.
+func (l *idRuns) find(n uint64) *idRun {
+	k := len(l.runs)
+	if k == 0 || n > l.runs[k-1].last {
+		return nil // the common case: a number not seen yet
+	}
+	i := sort.Search(k, func(i int) bool { return l.runs[i].last >= n })
+	if i < k && l.runs[i].first <= n {
+		return &l.runs[i]
+	}
+	return nil
+}
+
+// add appends n, stored at part, seq; false when n is not above every number kept
+// (out of order: the caller keeps it in its map).
+func (l *idRuns) add(n uint64, part int, seq uint64, at int64) bool {
+	k := len(l.runs)
+	if k > 0 {
+		r := &l.runs[k-1]
+		if n <= r.last {
+			return false
+		}
+		if n == r.last+1 && part == r.part && seq == r.seq+(r.last-r.first)+1 && r.at+int(r.last-r.first)+1 == len(l.times) {
+			r.last = n
+			l.times = append(l.times, at)
+			return true
+		}
+	}
+	l.runs = append(l.runs, idRun{first: n, last: n, part: part, seq: seq, at: len(l.times)})
+	l.times = append(l.times, at)
+	return true
+}
+
+// remove forgets n; false when no run holds it.
+func (l *idRuns) remove(n uint64) bool {
+	r := l.find(n)
+	if r == nil {
+		return false
+	}
+	i := r.at + int(n-r.first)
+	switch {
+	case r.first == r.last:
+		l.runs = append(l.runs[:l.indexOf(r)], l.runs[l.indexOf(r)+1:]...)
+	case n == r.last:
+		r.last--
+	case n == r.first:
+		r.first++
+		r.seq++
+		r.at++
+	default:
+		// Split: the time of n stays behind, skipped when it expires.
+		tail := idRun{first: n + 1, last: r.last, part: r.part, seq: r.seq + (n + 1 - r.first), at: i + 1}
+		r.last = n - 1
+		j := l.indexOf(r) + 1
+		l.runs = append(l.runs, idRun{})
+		copy(l.runs[j+1:], l.runs[j:])
+		l.runs[j] = tail
+	}
+	if i == len(l.times)-1 {
+		l.times = l.times[:i]
+	}
+	return true
+}
+
+func (l *idRuns) indexOf(r *idRun) int {
+	for i := range l.runs {
+		if &l.runs[i] == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// expire forgets the ids stored before cutoff, oldest first.
+func (l *idRuns) expire(cutoff int64) {
+	for l.head < len(l.times) && l.times[l.head] < cutoff {
+		if len(l.runs) > 0 && l.runs[0].at == l.head {
+			r := &l.runs[0]
+			if r.first == r.last {
+				l.runs = l.runs[1:]
+			} else {
+				r.first++
+				r.seq++
+				r.at++
+			}
+		}
+		l.head++
+	}
+	if len(l.runs) == 0 {
+		l.runs, l.times, l.head = l.runs[:0], l.times[:0], 0
+		return
+	}
+	// Compact once the expired part dominates, so memory follows the window.
+	if l.head > 1024 && l.head*2 > len(l.times) {
+		n := copy(l.times, l.times[l.head:])
+		l.times = l.times[:n]
+		for i := range l.runs {
+			l.runs[i].at -= l.head
+		}
+		l.head = 0
+	}
+}

@@ -205,7 +205,7 @@ func (m *partitionMachine) rebuildDedup() {
 			return
 		}
 		if id, ok := header.Block(rec.Header).Lookup(streamapi.HeaderMsgID); ok && id != "" {
-			m.dedup.add(string([]byte(id)), m.part, rec.Seq, rec.Time)
+			m.dedup.add(id, m.part, rec.Seq, rec.Time)
 		}
 	}
 }
@@ -319,7 +319,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 		// Stored before a restart: this entry is being applied again.
 		m.last = seq
 		if hasID && id != "" {
-			m.dedup.add(string([]byte(id)), m.part, seq, ts)
+			m.dedup.add(id, m.part, seq, ts)
 		}
 		return pubResult{seq: seq}
 	}
@@ -339,7 +339,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 	}
 	m.last = seq
 	if hasID && id != "" {
-		m.dedup.add(string([]byte(id)), m.part, seq, ts)
+		m.dedup.add(id, m.part, seq, ts)
 	}
 	return pubResult{seq: seq}
 }

@@ -689,9 +689,7 @@ func (s *Stream) commit(q *inbound) {
 			continue
 		}
 		if a.msgID != "" {
-			// Copy: the id points into the queue buffer, which is reused.
-			a.msgID = string([]byte(a.msgID))
-			s.dedup.add(a.msgID, part, seq, now)
+			s.dedup.add(a.msgID, part, seq, now) // copies what it keeps of the id
 		}
 		a.part, a.seq = part, seq
 		s.touched[part] = true
@@ -812,7 +810,7 @@ func (s *Stream) rebuildDedup() {
 				break
 			}
 			if id, ok := header.Block(rec.Header).Lookup(streamapi.HeaderMsgID); ok && id != "" {
-				s.dedup.add(string([]byte(id)), p, rec.Seq, rec.Time)
+				s.dedup.add(id, p, rec.Seq, rec.Time)
 			}
 		}
 		r.Close()

@@ -6,10 +6,11 @@
 package streamapi
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -447,29 +448,90 @@ var ErrNotPubAck = errors.New("streamapi: reply is not a publish ack")
 
 // ParsePubAck parses a publish ack; a "-ERR" answer is returned as *APIError.
 func ParsePubAck(b []byte) (PubAck, error) {
-	s := string(b)
-	if rest, ok := strings.CutPrefix(s, "-ERR "); ok {
-		code, desc, _ := strings.Cut(rest, " ")
-		n, err := strconv.Atoi(code)
+	name, part, seq, dup, err := scanPubAck(b)
+	if err != nil {
+		return PubAck{}, err
+	}
+	return PubAck{Stream: string(name), Partition: part, Seq: seq, Duplicate: dup}, nil
+}
+
+// ParsePubAckPosition parses a publish ack as ParsePubAck does, without the
+// stream's name, and without allocating when the ack is a success.
+func ParsePubAckPosition(b []byte) (partition int, seq uint64, dup bool, err error) {
+	_, partition, seq, dup, err = scanPubAck(b)
+	return partition, seq, dup, err
+}
+
+// scanPubAck reads "+OK <stream> <partition> <seq>[ dup]" or "-ERR <code> <text>".
+func scanPubAck(b []byte) (name []byte, part int, seq uint64, dup bool, err error) {
+	if rest, ok := bytes.CutPrefix(b, []byte("-ERR ")); ok {
+		code, desc, _ := bytes.Cut(rest, []byte(" "))
+		n, err := strconv.Atoi(string(code))
 		if err != nil {
-			return PubAck{}, fmt.Errorf("%w: %q", ErrNotPubAck, s)
+			return nil, 0, 0, false, fmt.Errorf("%w: %q", ErrNotPubAck, truncate(string(b)))
 		}
-		return PubAck{}, &APIError{Code: n, Description: desc}
+		return nil, 0, 0, false, &APIError{Code: n, Description: string(desc)}
 	}
-	rest, ok := strings.CutPrefix(s, "+OK ")
+	bad := func() error { return fmt.Errorf("%w: %q", ErrNotPubAck, truncate(string(b))) }
+	rest, ok := bytes.CutPrefix(b, []byte("+OK "))
 	if !ok {
-		return PubAck{}, fmt.Errorf("%w: %q", ErrNotPubAck, truncate(s))
+		return nil, 0, 0, false, bad()
 	}
-	f := strings.Fields(rest)
-	if len(f) < 3 || len(f) > 4 || (len(f) == 4 && f[3] != "dup") {
-		return PubAck{}, fmt.Errorf("%w: %q", ErrNotPubAck, truncate(s))
+	var f [5][]byte
+	n := 0
+	for len(rest) > 0 && n < len(f) {
+		rest = bytes.TrimLeft(rest, " \t\r\n\v\f")
+		if len(rest) == 0 {
+			break
+		}
+		end := bytes.IndexAny(rest, " \t\r\n\v\f")
+		if end < 0 {
+			end = len(rest)
+		}
+		f[n], rest = rest[:end], rest[end:]
+		n++
 	}
-	p, err1 := strconv.Atoi(f[1])
-	seq, err2 := strconv.ParseUint(f[2], 10, 64)
-	if err1 != nil || err2 != nil || p < 0 {
-		return PubAck{}, fmt.Errorf("%w: %q", ErrNotPubAck, truncate(s))
+	if n < 3 || n > 4 || (n == 4 && string(f[3]) != "dup") || len(bytes.TrimSpace(rest)) > 0 {
+		return nil, 0, 0, false, bad()
 	}
-	return PubAck{Stream: f[0], Partition: p, Seq: seq, Duplicate: len(f) == 4}, nil
+	p, ok1 := atoiBytes(f[1])
+	s, ok2 := atouBytes(f[2])
+	if !ok1 || !ok2 {
+		return nil, 0, 0, false, bad()
+	}
+	return f[0], p, s, n == 4, nil
+}
+
+// atouBytes parses a decimal uint64 without allocating.
+func atouBytes(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// atoiBytes parses a non-negative decimal int, with an optional "+", without
+// allocating.
+func atoiBytes(b []byte) (int, bool) {
+	if len(b) > 1 && b[0] == '+' {
+		b = b[1:]
+	}
+	n, ok := atouBytes(b)
+	if !ok || n > math.MaxInt {
+		return 0, false
+	}
+	return int(n), true
 }
 
 func truncate(s string) string {

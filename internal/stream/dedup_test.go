@@ -1,0 +1,146 @@
+package stream
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestDedupWindowMatchesASet drives the window with seeded random ids — numbered
+// ones in order, out of order and with gaps, across partitions, and plain ones —
+// and checks every answer against the plain set of (id, time) it stands for.
+func TestDedupWindowMatchesASet(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 0))
+			const window = 10 * time.Second
+			d := newDedupWindow(window)
+			type stored struct {
+				part int
+				seq  uint64
+				at   int64
+			}
+			ref := map[string]stored{}
+			alive := func(id string, now int64) (stored, bool) {
+				s, ok := ref[id]
+				return s, ok && s.at >= now-int64(window)
+			}
+			now := int64(1_000_000_000)
+			next := map[string]uint64{}
+			seqs := []uint64{0, 0, 0}
+			prefixes := []string{"kafka:7:0:0:", "kafka:7:0:1:", "order-", ""}
+			var recent []string
+			for step := 0; step < 20000; step++ {
+				now += int64(r.IntN(int(5 * time.Millisecond)))
+				var id string
+				switch k := r.IntN(10); {
+				case k < 6: // the producer's next number, now and then skipping some
+					p := prefixes[r.IntN(len(prefixes))]
+					next[p] += 1 + uint64(r.IntN(2)*r.IntN(3))
+					id = p + fmt.Sprint(next[p])
+				case k < 8: // an earlier number again, or one never used
+					p := prefixes[r.IntN(len(prefixes))]
+					id = p + fmt.Sprint(r.Uint64N(next[p]+2))
+				case k < 9:
+					id = fmt.Sprintf("plain-%x", r.IntN(500))
+				default:
+					id = fmt.Sprintf("kafka:7:0:0:%02d", r.IntN(20)) // leading zeros: not numbered
+				}
+				want, wantDup := alive(id, now)
+				part, seq, dup := d.lookup(id, now)
+				if dup != wantDup || (dup && (part != want.part || seq != want.seq)) {
+					t.Fatalf("step %d: lookup(%q) = %d/%d dup %v, want %d/%d dup %v", step, id, part, seq, dup, want.part, want.seq, wantDup)
+				}
+				if dup {
+					continue
+				}
+				p := r.IntN(2)
+				if r.IntN(50) == 0 {
+					seqs[p] += 3 // messages without ids between
+				}
+				seqs[p]++
+				d.add(id, p, seqs[p], now)
+				ref[id] = stored{p, seqs[p], now}
+				recent = append(recent, id)
+				if len(recent) > 4 {
+					recent = recent[1:]
+				}
+				if r.IntN(200) == 0 {
+					// A failed commit takes back what it added.
+					for i := len(recent) - 1; i >= 0; i-- {
+						d.remove(recent[i])
+						delete(ref, recent[i])
+					}
+					recent = recent[:0]
+				}
+			}
+		})
+	}
+}
+
+// TestDedupWindowKeepsRunsSmall checks that a numbering producer costs a run per
+// batch, not a map entry per id, and that memory follows the window.
+func TestDedupWindowKeepsRunsSmall(t *testing.T) {
+	d := newDedupWindow(time.Second)
+	now := int64(0)
+	for i := uint64(0); i < 100_000; i++ {
+		now += int64(50 * time.Microsecond)
+		id := fmt.Sprintf("kafka:1:0:0:%d", i)
+		if _, _, dup := d.lookup(id, now); dup {
+			t.Fatalf("%s: duplicate", id)
+		}
+		d.add(id, 0, i+1, now)
+	}
+	if len(d.ids) != 0 {
+		t.Fatalf("%d map entries, want 0", len(d.ids))
+	}
+	l := d.numbered["kafka:1:0:0:"]
+	if len(l.runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(l.runs))
+	}
+	// The ids of the last second, both ends included.
+	if got := d.len(); got != 20_001 {
+		t.Fatalf("%d ids kept, want the window's 20001", got)
+	}
+	if n := len(l.times) - l.head; n != 20_001 || cap(l.times) > 4*20_001 {
+		t.Fatalf("times: %d kept, capacity %d", n, cap(l.times))
+	}
+	if _, seq, dup := d.lookup("kafka:1:0:0:99990", now); !dup || seq != 99991 {
+		t.Fatalf("lookup of a stored id: seq %d dup %v", seq, dup)
+	}
+}
+
+func BenchmarkDedupNumbered(b *testing.B) {
+	d := newDedupWindow(time.Second)
+	const prefix = "kafka:1234567:0:0:"
+	buf := []byte(prefix)
+	b.ReportAllocs()
+	now := int64(0)
+	for i := uint64(0); b.Loop(); i++ {
+		now += 1000 // a million ids a second: the window keeps a million
+		buf = strconv.AppendUint(buf[:len(prefix)], i, 10)
+		id := unsafe.String(unsafe.SliceData(buf), len(buf)) // as a header's id points into its message
+		if _, _, dup := d.lookup(id, now); !dup {
+			d.add(id, 0, i+1, now)
+		}
+	}
+}
+
+func BenchmarkDedupPlain(b *testing.B) {
+	d := newDedupWindow(time.Second)
+	buf := []byte("order-")
+	b.ReportAllocs()
+	now := int64(0)
+	for i := uint64(0); b.Loop(); i++ {
+		now += 1000
+		buf = strconv.AppendUint(buf[:6], i, 16)
+		buf = append(buf, 'x') // not numbered
+		id := unsafe.String(unsafe.SliceData(buf), len(buf))
+		if _, _, dup := d.lookup(id, now); !dup {
+			d.add(id, 0, i+1, now)
+		}
+	}
+}
