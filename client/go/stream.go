@@ -264,6 +264,15 @@ type PubOpt func(*Msg)
 // MsgID sets the message id the stream uses to drop duplicates within its window.
 func MsgID(id string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderMsgID, id) } }
 
+// ExpectLastMsgID stores the message only if id ("<prefix><n>") is the highest
+// numbered id the stream holds with its prefix within its duplicate window;
+// otherwise the publish fails with code 10070 (streamapi.CodeWrongLastMsgID). A
+// producer that numbers its messages and does not wait for each ack uses it so
+// that nothing is stored after a message that failed.
+func ExpectLastMsgID(id string) PubOpt {
+	return func(m *Msg) { setHeader(m, streamapi.HeaderExpectedLastMsgID, id) }
+}
+
 // Key sets the partition key: messages with one key go to one partition, in order.
 func Key(key string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderKey, key) } }
 

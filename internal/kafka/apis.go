@@ -4,7 +4,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-const apiVersionsKey = 18
+// Keys of the APIs the connection treats apart.
+const (
+	produceKey     = 0
+	apiVersionsKey = 18
+)
 
 // apiRange is the versions of one API this server serves.
 type apiRange struct{ key, min, max int16 }
@@ -62,8 +66,6 @@ func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
 		return c.saslAuthenticate(r)
 	case *kmsg.MetadataRequest:
 		return c.metadata(r), nil
-	case *kmsg.ProduceRequest:
-		return c.produce(r)
 	case *kmsg.FetchRequest:
 		return c.fetchRecords(r), nil
 	case *kmsg.ListOffsetsRequest:

@@ -60,7 +60,7 @@ type conn struct {
 
 	body  []byte // the request being handled
 	batch broker.Batch
-	prod  produceScratch
+	pipe  producePipe // produce requests in flight (pipeline.go)
 	fetch fetchScratch
 }
 
@@ -103,6 +103,7 @@ func (c *conn) AppendSlowGoodbye(b []byte, _, _ int64) []byte {
 func (c *conn) run() {
 	c.br = bufio.NewReaderSize(c.nc, 64<<10)
 	defer func() {
+		c.endPipe()
 		c.q.Close(net.ErrClosed)
 		c.q.Finish()
 		c.s.remove(c)
@@ -120,6 +121,7 @@ func (c *conn) run() {
 		}
 		if err := c.handle(frame); err != nil {
 			c.s.log.Info("closing connection", "remote", c.remote, "client_id", c.clientID(), "err", err)
+			c.drainProduce() // the answers to the requests before this one go first
 			c.q.Flush()
 			return
 		}
@@ -138,15 +140,6 @@ func (c *conn) run() {
 func (c *conn) trim() {
 	if cap(c.body) > keepBody {
 		c.body = nil
-	}
-	ps := &c.prod
-	for i, b := range ps.bufs {
-		if cap(b) > keepBody {
-			ps.bufs[i] = nil
-		}
-	}
-	if cap(ps.hdr) > keepBody {
-		ps.hdr = nil
 	}
 	if cap(c.fetch.buf) > 8*keepBody {
 		c.fetch.buf = nil
@@ -222,6 +215,7 @@ func (c *conn) readFrame() ([]byte, error) {
 // handle decodes and answers one request. An error closes the connection.
 func (c *conn) handle(frame []byte) error {
 	if c.sasl != nil && c.sasl.raw {
+		c.drainProduce()
 		return c.rawToken(frame)
 	}
 	r := kbin.Reader{Src: frame}
@@ -229,6 +223,9 @@ func (c *conn) handle(frame []byte) error {
 	cid := r.NullableString()
 	if !r.Ok() {
 		return fmt.Errorf("%w: request header", errBadFrame)
+	}
+	if key != produceKey {
+		c.drainProduce() // its answer goes after theirs
 	}
 	if err := c.gate(key); err != nil {
 		return err
@@ -245,6 +242,7 @@ func (c *conn) handle(frame []byte) error {
 	}
 	req.SetVersion(version)
 	if !supported(key, version) {
+		c.drainProduce()
 		c.s.log.Debug("unsupported request", "api", kmsg.NameForKey(key), "version", version, "remote", c.remote)
 		c.send(corr, unsupported(req))
 		return nil
@@ -257,6 +255,9 @@ func (c *conn) handle(frame []byte) error {
 	}
 	if err := decode(req, r.Src); err != nil {
 		return fmt.Errorf("%w: %s v%d: %w", errBadFrame, kmsg.NameForKey(key), version, err)
+	}
+	if pr, ok := req.(*kmsg.ProduceRequest); ok {
+		return c.produceRequest(corr, pr) // answered in order by the answerer
 	}
 	// An answer with an error is sent before the connection closes (a failed
 	// login's).

@@ -253,7 +253,7 @@ func (c *conn) kafkaRecord(t *topic, rec *store.Record) {
 			return true
 		case streamapi.HeaderToPartition, HeaderTimestamp:
 			return true
-		case streamapi.HeaderMsgID:
+		case streamapi.HeaderMsgID, streamapi.HeaderExpectedLastMsgID:
 			if strings.HasPrefix(unsafeString(v), msgIDPrefix) {
 				return true
 			}

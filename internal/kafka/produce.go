@@ -72,18 +72,20 @@ type idemBatch struct {
 	from, n     int // its records' indexes in the ack wait
 }
 
-func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
-	ps := &c.prod
+// produce publishes the records of req. It returns the answer when it is already
+// made (a refusal), the wait for the stream's acks to make it from (answerProduce),
+// or neither for acks=0, which is not answered.
+func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.ProduceResponse, *ackWait, error) {
 	ps.hdr, ps.msgs, ps.parts, ps.idem = ps.hdr[:0], ps.msgs[:0], ps.parts[:0], ps.idem[:0]
 	nbuf := 0
 	resp := kmsg.NewPtrProduceResponse()
 	resp.Version = req.Version
 	if req.Acks != 0 && req.Acks != 1 && req.Acks != -1 {
-		return c.refuseProduce(req, resp, kerr.InvalidRequiredAcks.Code, "acks must be 0, 1 or -1"), nil
+		return c.refuseProduce(req, resp, kerr.InvalidRequiredAcks.Code, "acks must be 0, 1 or -1"), nil, nil
 	}
 	if req.Acks != 0 {
 		if err := c.s.acks.subscribe(); err != nil {
-			return nil, fmt.Errorf("kafka: ack inbox: %w", err)
+			return nil, nil, fmt.Errorf("kafka: ack inbox: %w", err)
 		}
 	}
 	for ti := range req.Topics {
@@ -109,7 +111,7 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 			if po.code != 0 {
 				continue
 			}
-			nbuf = c.decodePartition(len(ps.parts)-1, rp.Records, nbuf)
+			nbuf = c.decodePartition(ps, len(ps.parts)-1, rp.Records, nbuf)
 		}
 	}
 	// Publish every record, with one reply subject per partition.
@@ -138,26 +140,31 @@ func (c *conn) produce(req *kmsg.ProduceRequest) (kmsg.Response, error) {
 	c.batch.Flush()
 	c.batch.WaitStalled(time.Second)
 	if req.Acks == 0 {
+		c.endIdem(ps, nil)
 		for i := range ps.parts {
 			if ps.parts[i].code != 0 {
 				// As Kafka: the client cannot be told, so it is made to notice and
 				// refresh its metadata.
-				return nil, &batchError{code: ps.parts[i].code, msg: "acks=0 produce refused: " + ps.parts[i].msg}
+				return nil, nil, &batchError{code: ps.parts[i].code, msg: "acks=0 produce refused: " + ps.parts[i].msg}
 			}
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
-	timeout := time.Duration(max(req.TimeoutMillis, 1000)) * time.Millisecond
-	timer := time.NewTimer(timeout)
+	return resp, w, nil
+}
+
+// waitAcks waits for the stream's acks of a produce request, its timeout at most
+// or until stop is closed.
+func (c *conn) waitAcks(req *kmsg.ProduceRequest, w *ackWait, stop <-chan struct{}) {
+	timer := time.NewTimer(time.Duration(max(req.TimeoutMillis, 1000)) * time.Millisecond)
 	select {
 	case <-w.done:
 	case <-timer.C:
 	case <-c.s.done:
+	case <-stop:
 	}
 	timer.Stop()
 	c.s.acks.cancel(w)
-	c.answerProduce(req, resp, w)
-	return resp, nil
 }
 
 // refuseProduce answers every partition of req with code.
@@ -178,8 +185,7 @@ func (c *conn) refuseProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceRespons
 
 // decodePartition checks and decodes a partition's record batches and queues
 // their records for publishing; a batch refused refuses the partition.
-func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
-	ps := &c.prod
+func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int) int {
 	po := &ps.parts[pi]
 	t := po.t
 	var num, tsNum [20]byte
@@ -187,7 +193,7 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 	fail := func(err error) int {
 		po.code, po.msg = errorCode(err)
 		ps.msgs = ps.msgs[:po.first]
-		ps.idem = trimIdem(ps.idem, pi)
+		c.trimIdem(ps, pi)
 		return nbuf
 	}
 	for len(data) > 0 {
@@ -203,11 +209,15 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 			return fail(badBatch(kerr.CorruptMessage.Code, "record batch with %d records", batch.NumRecords))
 		}
 		idem := batch.ProducerID >= 0 && batch.FirstSequence >= 0
-		var last int32
+		var last, after int32
+		var hasAfter bool
 		if idem {
 			last = nextSeq(batch.FirstSequence, int64(batch.NumRecords)-1)
 			k := partKey{t.key, po.partition}
-			base, dup, code := c.s.prods.check(batch.ProducerID, batch.ProducerEpoch, k, batch.FirstSequence, last)
+			var base int64
+			var dup bool
+			var code int16
+			base, dup, after, hasAfter, code = c.s.prods.check(batch.ProducerID, batch.ProducerEpoch, k, batch.FirstSequence, last)
 			if code != 0 {
 				return fail(badBatch(code, "producer %d epoch %d: batch sequences %d to %d refused", batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence, last))
 			}
@@ -257,7 +267,11 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 			ts := batch.FirstTimestamp + rec.TimestampDelta64
 			h = header.Append(h, HeaderTimestamp, unsafeString(strconv.AppendInt(tsNum[:0], ts, 10)))
 			if idem {
-				h = appendMsgID(h, batch.ProducerID, batch.ProducerEpoch, po.partition, nextSeq(batch.FirstSequence, int64(i)))
+				h = appendMsgID(h, streamapi.HeaderMsgID, batch.ProducerID, batch.ProducerEpoch, po.partition, nextSeq(batch.FirstSequence, int64(i)))
+				if i == 0 && hasAfter {
+					// Behind a batch still in flight: stored only if that one was.
+					h = appendMsgID(h, streamapi.HeaderExpectedLastMsgID, batch.ProducerID, batch.ProducerEpoch, po.partition, after)
+				}
 			}
 			for j := range rec.Headers {
 				if hk := rec.Headers[j].Key; hk != "" && hk != HeaderSubject {
@@ -275,26 +289,56 @@ func (c *conn) decodePartition(pi int, data []byte, nbuf int) int {
 			// Kafka stores none of a batch with an invalid record.
 			po.code, po.msg = kerr.InvalidRecord.Code, *po.recordErrs[0].ErrorMessage
 			ps.msgs = ps.msgs[:po.first]
-			ps.idem = trimIdem(ps.idem, pi)
+			c.trimIdem(ps, pi)
 			return nbuf
 		}
 		if idem {
 			ps.idem = append(ps.idem, idemBatch{part: pi, id: batch.ProducerID, epoch: batch.ProducerEpoch,
 				first: batch.FirstSequence, last: last, from: from, n: len(ps.msgs) - from})
+			c.s.prods.begin(batch.ProducerID, batch.ProducerEpoch, partKey{t.key, po.partition}, last, time.Now())
 		}
 	}
 	po.n = len(ps.msgs) - po.first
 	return nbuf
 }
 
-func trimIdem(idem []idemBatch, part int) []idemBatch {
-	out := idem[:0]
-	for _, b := range idem {
+// trimIdem drops partition part's batches from idem: none of its records is
+// published after all.
+func (c *conn) trimIdem(ps *produceScratch, part int) {
+	out := ps.idem[:0]
+	now := time.Now()
+	for _, b := range ps.idem {
 		if b.part != part {
 			out = append(out, b)
+			continue
 		}
+		po := &ps.parts[b.part]
+		c.s.prods.abort(b.id, b.epoch, partKey{po.t.key, po.partition}, now)
 	}
-	return out
+	ps.idem = out
+}
+
+// endIdem records the outcome of the idempotent batches of a produce request: w
+// holds the stream's acks (nil for acks=0, whose outcome is not known: the
+// batches count as stored).
+func (c *conn) endIdem(ps *produceScratch, w *ackWait) {
+	now := time.Now()
+	for _, b := range ps.idem {
+		ok := b.n > 0
+		base := int64(-1)
+		if w != nil {
+			for i := b.from; i < b.from+b.n; i++ {
+				if r := w.results[i]; !r.got || r.code != 0 {
+					ok = false
+				}
+			}
+			if ok {
+				base = int64(w.results[b.from].seq) - 1
+			}
+		}
+		po := &ps.parts[b.part]
+		c.s.prods.finish(b.id, b.epoch, partKey{po.t.key, po.partition}, b.first, b.last, base, ok, now)
+	}
 }
 
 // recordSubject is the subject a record is published on: the topic's subject, or,
@@ -326,8 +370,9 @@ type errRecord string
 
 func (e errRecord) Error() string { return string(e) }
 
-// appendMsgID appends the Tern-Msg-Id header of an idempotent producer's record.
-func appendMsgID(h []byte, id int64, epoch int16, part, seq int32) []byte {
+// appendMsgID appends header key (Tern-Msg-Id, or Tern-Expected-Last-Msg-Id)
+// with the id of an idempotent producer's record.
+func appendMsgID(h []byte, key string, id int64, epoch int16, part, seq int32) []byte {
 	var b [80]byte
 	v := append(b[:0], msgIDPrefix...)
 	v = strconv.AppendInt(v, id, 10)
@@ -337,26 +382,13 @@ func appendMsgID(h []byte, id int64, epoch int16, part, seq int32) []byte {
 	v = strconv.AppendInt(v, int64(part), 10)
 	v = append(v, ':')
 	v = strconv.AppendInt(v, int64(seq), 10)
-	return header.Append(h, streamapi.HeaderMsgID, unsafeString(v))
+	return header.Append(h, key, unsafeString(v))
 }
 
 // answerProduce fills the answer from the stream's acks.
-func (c *conn) answerProduce(req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, w *ackWait) {
-	ps := &c.prod
-	now := time.Now()
+func (c *conn) answerProduce(ps *produceScratch, req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, w *ackWait) {
 	// Acks all in (or the wait given up): record the idempotent batches stored.
-	for _, b := range ps.idem {
-		ok := b.n > 0
-		for i := b.from; i < b.from+b.n; i++ {
-			if r := w.results[i]; !r.got || r.code != 0 {
-				ok = false
-			}
-		}
-		if ok {
-			po := &ps.parts[b.part]
-			c.s.prods.stored(b.id, b.epoch, partKey{po.t.key, po.partition}, b.first, b.last, int64(w.results[b.from].seq)-1, now)
-		}
-	}
+	c.endIdem(ps, w)
 	var rt *kmsg.ProduceResponseTopic
 	lastTi := -1
 	for i := range ps.parts {
@@ -417,6 +449,9 @@ func pubErrorCode(code int) int16 {
 		return kerr.KafkaStorageError.Code
 	case streamapi.CodeNotFound:
 		return kerr.UnknownTopicOrPartition.Code
+	case streamapi.CodeWrongLastMsgID:
+		// Behind a batch in flight that failed: the producer sends both again.
+		return kerr.OutOfOrderSequenceNumber.Code
 	}
 	return kerr.UnknownServerError.Code
 }

@@ -58,6 +58,11 @@ type seqState struct {
 	batches [keepBatches]batchMeta
 	n       int // batches recorded, up to keepBatches
 	at      int // where the next one goes
+	// Batches published and not answered yet (requests in flight), and the
+	// epoch and last sequence of the latest of them.
+	pending      int
+	pendingEpoch int16
+	pendingLast  int32
 }
 
 type batchMeta struct {
@@ -97,42 +102,92 @@ func (p *producers) init(now time.Time) (int64, int16) {
 }
 
 // check applies the sequence rules to a batch of records first..last. A duplicate
-// returns its first offset (dup true); an error code refuses the batch.
-func (p *producers) check(id int64, epoch int16, k partKey, first, last int32) (base int64, dup bool, code int16) {
+// returns its first offset (dup true); an error code refuses the batch. A batch
+// that follows one still in flight (published, not yet answered: the producer's
+// requests are pipelined) returns that one's last sequence as after: it must
+// be stored only if that one was (streamapi.HeaderExpectedLastMsgID).
+func (p *producers) check(id int64, epoch int16, k partKey, first, last int32) (base int64, dup bool, after int32, hasAfter bool, code int16) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pr := p.byID[id]
 	if pr == nil {
-		return 0, false, 0
+		return 0, false, 0, false, 0
 	}
 	if epoch < pr.epoch {
-		return 0, false, kerr.InvalidProducerEpoch.Code
+		return 0, false, 0, false, kerr.InvalidProducerEpoch.Code
 	}
 	st := pr.parts[k]
 	if st == nil {
-		return 0, false, 0
+		return 0, false, 0, false, 0
 	}
 	for i := 0; i < st.n; i++ {
 		if b := st.batches[i]; b.epoch == epoch && b.first == first && b.last == last {
-			return b.base, true, 0
+			return b.base, true, 0, false, 0
 		}
+	}
+	if st.pending > 0 && epoch == st.pendingEpoch {
+		if first != nextSeq(st.pendingLast, 1) {
+			return 0, false, 0, false, kerr.OutOfOrderSequenceNumber.Code
+		}
+		return 0, false, st.pendingLast, true, 0
+	}
+	if st.n == 0 {
+		return 0, false, 0, false, 0 // only batches that failed: nothing is known
 	}
 	if epoch != st.epoch {
 		if first != 0 {
-			return 0, false, kerr.OutOfOrderSequenceNumber.Code
+			return 0, false, 0, false, kerr.OutOfOrderSequenceNumber.Code
 		}
-		return 0, false, 0
+		return 0, false, 0, false, 0
 	}
 	if first != nextSeq(st.lastSeq, 1) {
-		return 0, false, kerr.OutOfOrderSequenceNumber.Code
+		return 0, false, 0, false, kerr.OutOfOrderSequenceNumber.Code
 	}
-	return 0, false, 0
+	return 0, false, 0, false, 0
 }
 
-// stored records a batch that was stored with its first record at offset base.
-func (p *producers) stored(id int64, epoch int16, k partKey, first, last int32, base int64, now time.Time) {
+// begin records a batch check accepted as in flight: published, its answer to
+// come (finish).
+func (p *producers) begin(id int64, epoch int16, k partKey, last int32, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	st := p.stateLocked(id, epoch, k, now)
+	st.pending++
+	st.pendingEpoch, st.pendingLast = epoch, last
+}
+
+// abort takes back a batch begun but never published.
+func (p *producers) abort(id int64, epoch int16, k partKey, now time.Time) {
+	p.finish(id, epoch, k, 0, 0, 0, false, now)
+}
+
+// finish records the outcome of a batch begun: stored (ok) with its first record
+// at offset base, or not. After one that failed, the next one expected is the
+// one after the last stored again: the batches in flight behind it fail in the
+// stream (they name it as the last one stored), and the producer sends them
+// again.
+func (p *producers) finish(id int64, epoch int16, k partKey, first, last int32, base int64, ok bool, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stateLocked(id, epoch, k, now)
+	if st.pending > 0 {
+		st.pending--
+	}
+	if !ok {
+		st.pendingEpoch, st.pendingLast = st.epoch, st.lastSeq
+		return
+	}
+	if epoch != st.epoch {
+		st.n, st.at = 0, 0
+	}
+	st.epoch, st.lastSeq = epoch, last
+	st.batches[st.at] = batchMeta{epoch: epoch, first: first, last: last, base: base}
+	st.at = (st.at + 1) % keepBatches
+	st.n = min(st.n+1, keepBatches)
+}
+
+// stateLocked returns what is known of producer id's batches to k, made if none.
+func (p *producers) stateLocked(id int64, epoch int16, k partKey, now time.Time) *seqState {
 	pr := p.byID[id]
 	if pr == nil {
 		// Not handed out by this run: remember it from now on.
@@ -143,16 +198,10 @@ func (p *producers) stored(id int64, epoch int16, k partKey, first, last int32, 
 	pr.epoch = max(pr.epoch, epoch)
 	st := pr.parts[k]
 	if st == nil {
-		st = &seqState{}
+		st = &seqState{epoch: epoch, lastSeq: -1}
 		pr.parts[k] = st
 	}
-	if epoch != st.epoch {
-		st.n, st.at = 0, 0
-	}
-	st.epoch, st.lastSeq = epoch, last
-	st.batches[st.at] = batchMeta{epoch: epoch, first: first, last: last, base: base}
-	st.at = (st.at + 1) % keepBatches
-	st.n = min(st.n+1, keepBatches)
+	return st
 }
 
 // nextSeq is seq advanced by n, wrapping past the largest int32 to 0 as Kafka's

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/server"
 )
 
@@ -235,5 +236,95 @@ func TestIdempotentRetryAfterRestart(t *testing.T) {
 	st, _ := s.Streams().Stream("restart")
 	if n := st.Info().State.Msgs; n != 2 {
 		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+// TestPipelinedProduce: produce requests sent without waiting for answers, with a
+// Metadata request among them, are answered in the order they came; an
+// idempotent batch sent behind one the stream refuses is refused too (never
+// stored after a gap), and both go through when sent again.
+func TestPipelinedProduce(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	if _, err := nc.Streams().AddStream(ctxT(t), tern.StreamConfig{Name: "piped", Subjects: []string{"piped"}, MaxMsgSize: 100}); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, addr)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.Version = 4
+	init := r.do(ip).(*kmsg.InitProducerIDResponse)
+	pid, epoch := init.ProducerID, init.ProducerEpoch
+
+	// Ten batches of three and a Metadata request in the middle, all sent first.
+	var corrs []int32
+	for i := range 10 {
+		corrs = append(corrs, r.send(produceReq("piped", 0, makeBatch(pid, epoch, int32(3*i), "a", "b", "c"))))
+		if i == 4 {
+			md := kmsg.NewPtrMetadataRequest()
+			md.Version = 9
+			corrs = append(corrs, r.send(md))
+		}
+	}
+	for i, want := range corrs {
+		got, body, err := r.readFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("answer %d is to request %d, want %d", i, got, want)
+		}
+		if i == 5 {
+			continue // Metadata
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 9
+		if err := resp.ReadFrom(body[1:]); err != nil {
+			t.Fatal(err)
+		}
+		n := i
+		if i > 5 {
+			n--
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.BaseOffset != int64(3*n) {
+			t.Fatalf("batch %d: error %d base %d, want base %d", n, p.ErrorCode, p.BaseOffset, 3*n)
+		}
+	}
+
+	// A batch the stream refuses (a record over max_msg_size) and one behind it.
+	big := string(make([]byte, 200))
+	bad := r.send(produceReq("piped", 0, makeBatch(pid, epoch, 30, "d", big)))
+	behind := r.send(produceReq("piped", 0, makeBatch(pid, epoch, 32, "f")))
+	read := func(corr int32) kmsg.ProduceResponseTopicPartition {
+		t.Helper()
+		got, body, err := r.readFrame()
+		if err != nil || got != corr {
+			t.Fatalf("answer to %d: got %d, %v", corr, got, err)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 9
+		if err := resp.ReadFrom(body[1:]); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0]
+	}
+	if p := read(bad); p.ErrorCode != kerr.MessageTooLarge.Code {
+		t.Fatalf("batch with a record too large: error %d, want MESSAGE_TOO_LARGE", p.ErrorCode)
+	}
+	if p := read(behind); p.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("batch behind a refused one: error %d, want OUT_OF_ORDER_SEQUENCE_NUMBER", p.ErrorCode)
+	}
+	// The producer sends both again (the first one fixed, as a test may).
+	again := r.send(produceReq("piped", 0, makeBatch(pid, epoch, 30, "d", "e")))
+	behind = r.send(produceReq("piped", 0, makeBatch(pid, epoch, 32, "f")))
+	if p := read(again); p.ErrorCode != 0 || p.BaseOffset != 30 {
+		t.Fatalf("sent again: error %d base %d, want base 30", p.ErrorCode, p.BaseOffset)
+	}
+	if p := read(behind); p.ErrorCode != 0 || p.BaseOffset != 32 {
+		t.Fatalf("the one behind, sent again: error %d base %d, want base 32", p.ErrorCode, p.BaseOffset)
+	}
+	st, _ := s.Streams().Stream("piped")
+	if n := st.Info().State.Msgs; n != 33 {
+		t.Fatalf("stream holds %d messages, want 33", n)
 	}
 }

@@ -107,6 +107,21 @@ func (d *dedupWindow) lookup(id string, now int64) (part int, seq uint64, dup bo
 	return e.part, e.seq, true
 }
 
+// isHighest reports whether id is numbered and the highest number stored with its
+// prefix within the window.
+func (d *dedupWindow) isHighest(id string, now int64) bool {
+	prefix, n, ok := splitNumbered(id)
+	if !ok {
+		return false
+	}
+	l := d.list(prefix)
+	if l == nil {
+		return false
+	}
+	l.expire(now - int64(d.window))
+	return len(l.runs) > 0 && l.runs[len(l.runs)-1].last == n
+}
+
 // list returns prefix's runs, nil when none are kept.
 func (d *dedupWindow) list(prefix string) *idRuns {
 	if d.last != nil && d.last.prefix == prefix {

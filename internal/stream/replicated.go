@@ -323,6 +323,9 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 		}
 		return pubResult{seq: seq}
 	}
+	if exp, ok := header.Block(hdr).Lookup(streamapi.HeaderExpectedLastMsgID); ok && !m.dedup.isHighest(exp, ts) {
+		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: " + exp + " is not the last one stored"}
+	}
 	got, err := m.log.Append(subj, hdr, data, ts)
 	if err != nil {
 		if !errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrTooLarge) {

@@ -26,7 +26,10 @@ func msgEntryOf(token uint64, ts int64, msgs ...testMsg) []byte {
 		var it inItem
 		it.subj = q.put([]byte(m.subj))
 		var hdr []byte
-		if m.id != "" {
+		if id, after, ok := strings.Cut(m.id, " after "); ok {
+			// "<id> after <id>": stored only behind the second.
+			hdr = header.Append(header.Append(nil, streamapi.HeaderMsgID, id), streamapi.HeaderExpectedLastMsgID, after)
+		} else if m.id != "" {
 			hdr = header.Append(nil, streamapi.HeaderMsgID, m.id)
 		}
 		it.hdr = q.put(hdr)
@@ -208,6 +211,38 @@ func TestDuplicatesWithinWindow(t *testing.T) {
 		3: {{seq: 3}},
 		4: {{seq: 4}},
 		5: {{seq: 3, dup: true}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+}
+
+// TestExpectedLastMsgIDReplicated: every replica refuses alike a message whose
+// expected last id is not the highest stored, on the entries' clock.
+func TestExpectedLastMsgIDReplicated(t *testing.T) {
+	l := openTestLog(t, t.TempDir())
+	got := map[uint64][]pubResult{}
+	m := newPartitionMachine(l, 10*time.Second, func(token uint64, res []pubResult) {
+		got[token] = append([]pubResult(nil), res...)
+	})
+	sec := int64(time.Second)
+	ents := []replica.Entry{
+		{Index: 2, Data: msgEntryOf(1, 100*sec, testMsg{"a", "k:1", "1"}, testMsg{"a", "k:2 after k:1", "2"})},
+		{Index: 3, Data: msgEntryOf(2, 101*sec, testMsg{"a", "k:4 after k:3", "4"})}, // k:3 never stored
+		{Index: 4, Data: msgEntryOf(3, 102*sec, testMsg{"a", "k:3 after k:2", "3"}, testMsg{"a", "k:4 after k:3", "4"})},
+		{Index: 5, Data: msgEntryOf(4, 120*sec, testMsg{"a", "k:5 after k:4", "5"})}, // k:4 is 18 s old: out of the window
+	}
+	if err := m.Apply(ents); err != nil {
+		t.Fatal(err)
+	}
+	wrong := func() pubResult {
+		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: k:4 is not the last one stored"}
+	}
+	want := map[uint64][]pubResult{
+		1: {{seq: 1}, {seq: 2}},
+		2: {{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: k:3 is not the last one stored"}},
+		3: {{seq: 3}, {seq: 4}},
+		4: {wrong()},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("results %v, want %v", got, want)

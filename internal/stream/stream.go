@@ -680,6 +680,11 @@ func (s *Stream) commit(q *inbound) {
 			}
 			a.msgID = id
 		}
+		if exp, ok := hdr.Lookup(streamapi.HeaderExpectedLastMsgID); ok && !s.dedup.isHighest(exp, now) {
+			a.code, a.err, a.msgID = streamapi.CodeWrongLastMsgID, "wrong last message id: "+exp+" is not the last one stored", ""
+			s.acks = append(s.acks, a)
+			continue
+		}
 		part := s.partitionOf(subj, hdr)
 		seq, err := s.parts[part].Append(subj, hdr, q.get(it.data), now)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	tern "github.com/tern-mq/tern/client/go"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/streamapi"
 )
 
 // env is a server with streams and a connected client.
@@ -202,6 +203,31 @@ func TestDuplicateWindow(t *testing.T) {
 	}
 	if n := e.streamInfo("pay").State.Msgs; n != 2 {
 		t.Fatalf("stored %d messages, want 2", n)
+	}
+}
+
+// TestExpectedLastMsgID: a message naming the last numbered id of its producer is
+// stored only when that id is the highest one stored with its prefix.
+func TestExpectedLastMsgID(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "seqd", Subjects: []string{"seqd"}})
+	e.publish("seqd", "1", tern.MsgID("p:1"))
+	e.publish("seqd", "2", tern.MsgID("p:2"), tern.ExpectLastMsgID("p:1"))
+	e.publish("seqd", "q", tern.MsgID("q:7"))
+	for _, exp := range []string{"p:1", "p:3", "q:2", "r:0", "plain"} {
+		_, err := e.js.Publish(e.ctx, "seqd", []byte("refused"), tern.MsgID("p:3"), tern.ExpectLastMsgID(exp))
+		var ae *tern.APIError
+		if !errors.As(err, &ae) || ae.Code != streamapi.CodeWrongLastMsgID {
+			t.Fatalf("expecting %s: %v, want code %d", exp, err, streamapi.CodeWrongLastMsgID)
+		}
+	}
+	// A retry of a stored message is a duplicate whatever it expects.
+	if a := e.publish("seqd", "2", tern.MsgID("p:2"), tern.ExpectLastMsgID("p:1")); !a.Duplicate || a.Seq != 2 {
+		t.Fatalf("retry: %+v", a)
+	}
+	e.publish("seqd", "3", tern.MsgID("p:3"), tern.ExpectLastMsgID("p:2"))
+	if n := e.streamInfo("seqd").State.Msgs; n != 4 {
+		t.Fatalf("stored %d messages, want 4", n)
 	}
 }
 

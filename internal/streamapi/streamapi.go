@@ -69,6 +69,13 @@ func ConsumerNextSubject(stream, consumer string) string {
 const (
 	// HeaderMsgID is the producer's message id for duplicate detection.
 	HeaderMsgID = "Tern-Msg-Id"
+	// HeaderExpectedLastMsgID stores a message only if the highest numbered id
+	// ("<prefix><n>", n a decimal counter) the stream holds with that prefix
+	// within its duplicate window is exactly the one named: a producer that
+	// numbers its messages and sends before earlier ones are acknowledged (Kafka's
+	// pipelined idempotent batches) never has a message stored after one that
+	// failed. Otherwise the publish fails with CodeWrongLastMsgID.
+	HeaderExpectedLastMsgID = "Tern-Expected-Last-Msg-Id"
 	// HeaderKey chooses the partition of a partitioned stream; without it the subject
 	// is hashed.
 	HeaderKey = "Tern-Key"
@@ -366,6 +373,7 @@ const (
 	CodeUnavailable     = 503 // storage unavailable (for example the disk is full)
 	CodeStreamNotFound  = 10059
 	CodeConsumerMissing = 10014
+	CodeWrongLastMsgID  = 10070 // Tern-Expected-Last-Msg-Id is not the highest id stored
 )
 
 // APIError is the error part of every management response and of a failed publish ack.
