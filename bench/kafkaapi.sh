@@ -124,21 +124,8 @@ bench_build "$ROUT/replicatedvs" ./replicatedvs
 bench_build "$ROUT/replicavs" ./replicavs
 REPLICATEDVS=$ROUT/replicatedvs
 REPLICAVS=$ROUT/replicavs
-TERN_BIN=$ROUT/tern
+TERN_BIN=$(tern_server_bin "$ROUT/tern" "$ROUT")
 tern_version=$("$ROUT/tern" version | sed -n 's/^tern *//p')
-if [ -n "${TERN_CPUPROFILE:-}" ]; then
-	mkdir -p "$TERN_CPUPROFILE"
-	bench_build "$ROUT/ternserve" ./ternserve
-	# tern's command line, "server --server-name NAME ...", run by ternserve under a
-	# CPU profile named after the node; exec keeps the pid the script records.
-	TERN_BIN=$ROUT/tern-profiled
-	cat >"$TERN_BIN" <<-EOF
-		#!/bin/sh
-		shift
-		exec "$(realpath "$ROUT/ternserve")" --cpuprofile "$(realpath "$TERN_CPUPROFILE")/\$2.prof" "\$@"
-	EOF
-	chmod +x "$TERN_BIN"
-fi
 
 # --- processes started here; stopped by pid ---------------------------------------------------
 RUN_DIR=$(mktemp -d /tmp/sbench-kafkaapi.XXXXXX)

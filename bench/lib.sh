@@ -60,6 +60,24 @@ bench_build() { # output package: go build a command of the bench module (e.g. .
 	go -C bench build -o "$out" "$2"
 }
 
+tern_server_bin() { # tern-binary out-dir: print the command that runs "tern server"; with
+	# TERN_CPUPROFILE set, a wrapper that runs "server --server-name NAME ..." under
+	# bench/ternserve, writing a CPU profile TERN_CPUPROFILE/NAME.prof when stopped (exec
+	# keeps the pid the script records)
+	if [ -z "${TERN_CPUPROFILE:-}" ]; then
+		echo "$1"
+		return
+	fi
+	mkdir -p "$TERN_CPUPROFILE"
+	bench_build "$2/ternserve" ./ternserve >&2
+	cat >"$2/tern-profiled" <<-EOF
+		#!/bin/sh
+		shift
+		exec "$(realpath "$2/ternserve")" --cpuprofile "$(realpath "$TERN_CPUPROFILE")/\$2.prof" "\$@"
+	EOF
+	chmod +x "$2/tern-profiled"
+	echo "$2/tern-profiled"
+}
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 require_free_ports() { # "variables to set" ports...: exit if one is taken

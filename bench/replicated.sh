@@ -33,6 +33,8 @@
 #   SYSTEMS (js,kafka)            which clusters to run
 #   TERN_R3 (1)                   0: no Tern R3 cluster
 #   TERN_BASE (24700)             Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
+#   TERN_CPUPROFILE=DIR           run Tern under bench/ternserve, a CPU profile per node
+#                                 in DIR (tern1.prof .. tern3.prof)
 #   OUT (bench/out)               results in $OUT/replicated
 # Outputs in $OUT/replicated: results.md and results.json (both systems, one table
 # format), streams.json and streamvs.md (streamvs's own), kafka.json, kafka-tools.log
@@ -124,9 +126,11 @@ tern_port() { echo $((TERN_BASE + 10 * $1)); }
 start_tern_r3() {
 	local i join=""
 	go build -o "$ROUT/tern" ./cmd/tern
+	local bin
+	bin=$(tern_server_bin "$ROUT/tern" "$ROUT")
 	for i in 1 2 3; do join+="127.0.0.1:$(($(tern_port "$i") + 1)),"; done
 	for i in 1 2 3; do
-		"$ROUT/tern" server --server-name "tern$i" --host 127.0.0.1 --port "$(tern_port "$i")" \
+		"$bin" server --server-name "tern$i" --host 127.0.0.1 --port "$(tern_port "$i")" \
 			--http "127.0.0.1:$(($(tern_port "$i") + 3))" --cluster-name r3 --cluster-port "$(($(tern_port "$i") + 1))" \
 			--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
 			--store-dir "$RUN_DIR/tern$i" >"$ROUT/tern-n$i.log" 2>&1 &
