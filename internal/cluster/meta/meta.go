@@ -39,7 +39,7 @@ type Op string
 const (
 	OpAddNode        Op = "add_node"        // Node: a node joins or changes its tags
 	OpEvictNode      Op = "evict_node"      // NodeID: removed for good; its replicas move
-	OpAddStream      Op = "add_stream"      // Stream, Config, Replicas, Partitions, Tags
+	OpAddStream      Op = "add_stream"      // Stream, Config, Replicas, Partitions, Tags; NodeID: where the request came in
 	OpUpdateStream   Op = "update_stream"   // Stream, Config, Replicas (0: unchanged)
 	OpDeleteStream   Op = "delete_stream"   // Stream
 	OpAddConsumer    Op = "add_consumer"    // Stream, Consumer, Config
@@ -248,7 +248,7 @@ func (s *State) evictNode(index uint64, c *Command) Result {
 			continue
 		}
 		replicas := slices.Delete(slices.Clone(st.Groups[0].Replicas), at, at+1)
-		replicas = append(replicas, s.choose(st.Tags, 1, replicas)...)
+		replicas = append(replicas, s.choose(st.Tags, 1, replicas, 0)...)
 		st.setReplicas(replicas)
 		st.Revision = index
 	}
@@ -276,11 +276,14 @@ func (s *State) addStream(index uint64, c *Command) Result {
 		Created: c.Time, Revision: index}
 	// In the catalogue from the start, so each partition placed counts in the load
 	// the next one sees; taken out again if one cannot be placed.
-	nodes := s.choose(st.Tags, c.Replicas, nil)
+	// Ties go to the node the request came through (NodeID): its client most
+	// likely publishes and consumes there, and a leader on that node saves every
+	// message a hop between nodes.
+	nodes := s.choose(st.Tags, c.Replicas, nil, c.NodeID)
 	if len(nodes) < c.Replicas {
 		return Result{Err: fmt.Errorf("stream %q: %d replicas, %d qualifying nodes: %w", c.Stream, c.Replicas, len(nodes), ErrNoPlacement)}
 	}
-	nodes = s.leaderFirst(nodes)
+	nodes = s.leaderFirst(nodes, c.NodeID)
 	for range parts {
 		st.Groups = append(st.Groups, Group{ID: s.nextGroup, Replicas: slices.Clone(nodes), Founders: slices.Clone(nodes)})
 		s.nextGroup++
@@ -303,7 +306,7 @@ func (s *State) updateStream(index uint64, c *Command) Result {
 			replicas = slices.Clone(replicas[:c.Replicas]) // the preferred leader stays
 		} else {
 			have := slices.Clone(replicas)
-			replicas = append(have, s.choose(st.Tags, c.Replicas-len(have), have)...)
+			replicas = append(have, s.choose(st.Tags, c.Replicas-len(have), have, 0)...)
 			if len(replicas) < c.Replicas {
 				return Result{Err: fmt.Errorf("stream %q: %d replicas: %w", c.Stream, c.Replicas, ErrNoPlacement)}
 			}
@@ -347,8 +350,8 @@ func (s *State) addConsumer(index uint64, c *Command) Result {
 
 // choose picks up to n nodes for a group that already has those in have: nodes that
 // are not evicted, carry every tag asked for and are not in have, spread across
-// zones (the "zone" tag), then least loaded, then lowest id.
-func (s *State) choose(tags []string, n int, have []uint64) []uint64 {
+// zones (the "zone" tag), then least loaded, then prefer (0: none), then lowest id.
+func (s *State) choose(tags []string, n int, have []uint64, prefer uint64) []uint64 {
 	load := s.load()
 	zones := map[string]int{}
 	for _, id := range have {
@@ -366,7 +369,7 @@ func (s *State) choose(tags []string, n int, have []uint64) []uint64 {
 	for len(out) < n && len(cands) > 0 {
 		best := 0
 		for i, nd := range cands[1:] {
-			if less(nd, cands[best], zones, load) {
+			if less(nd, cands[best], zones, load, prefer) {
 				best = i + 1
 			}
 		}
@@ -379,12 +382,15 @@ func (s *State) choose(tags []string, n int, have []uint64) []uint64 {
 	return out
 }
 
-func less(a, b *Node, zones map[string]int, load map[uint64]int) bool {
+func less(a, b *Node, zones map[string]int, load map[uint64]int, prefer uint64) bool {
 	if za, zb := zones[a.Tags["zone"]], zones[b.Tags["zone"]]; za != zb {
 		return za < zb
 	}
 	if load[a.ID] != load[b.ID] {
 		return load[a.ID] < load[b.ID]
+	}
+	if a.ID == prefer || b.ID == prefer {
+		return a.ID == prefer
 	}
 	return a.ID < b.ID
 }
@@ -416,8 +422,9 @@ func (s *State) load() map[uint64]int {
 }
 
 // leaderFirst orders a new group's nodes so the one preferred as leader of the fewest
-// groups comes first: leaders spread as replicas do.
-func (s *State) leaderFirst(nodes []uint64) []uint64 {
+// groups comes first: leaders spread as replicas do. Among those, prefer goes
+// first, then the lowest id.
+func (s *State) leaderFirst(nodes []uint64, prefer uint64) []uint64 {
 	leads := map[uint64]int{}
 	for _, st := range s.streams {
 		for _, g := range st.Groups {
@@ -428,7 +435,8 @@ func (s *State) leaderFirst(nodes []uint64) []uint64 {
 	}
 	best := 0
 	for i, id := range nodes {
-		if leads[id] < leads[nodes[best]] || leads[id] == leads[nodes[best]] && id < nodes[best] {
+		b := nodes[best]
+		if leads[id] < leads[b] || leads[id] == leads[b] && b != prefer && (id == prefer || id < b) {
 			best = i
 		}
 	}

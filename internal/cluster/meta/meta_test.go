@@ -85,6 +85,28 @@ func TestPlacementSpreadsReplicasAndLeaders(t *testing.T) {
 	}
 }
 
+// TestPlacementPrefersTheRequestingNode: among nodes that tie on load, a new
+// stream's replica and preferred leader go to the node its create came through;
+// the spread of load and leaders still comes first.
+func TestPlacementPrefersTheRequestingNode(t *testing.T) {
+	a := newApplier(t)
+	a.nodes(3, nil)
+	r := a.must(Command{Op: OpAddStream, Stream: "near", Config: []byte(`{}`), Replicas: 3, NodeID: 2})
+	if l := r.Stream.Groups[0].Replicas[0]; l != 2 {
+		t.Fatalf("leader %d, want the requesting node 2", l)
+	}
+	// Node 2 leads a stream already: the next one asked through node 2 goes to
+	// the node leading fewest (1, the lowest id of the two that lead none).
+	r = a.must(Command{Op: OpAddStream, Stream: "next", Config: []byte(`{}`), Replicas: 3, NodeID: 2})
+	if l := r.Stream.Groups[0].Replicas[0]; l != 1 {
+		t.Fatalf("leader %d, want 1", l)
+	}
+	r = a.must(Command{Op: OpAddStream, Stream: "r1", Config: []byte(`{}`), Replicas: 1, NodeID: 3})
+	if g := r.Stream.Groups[0].Replicas; len(g) != 1 || g[0] != 3 {
+		t.Fatalf("R1 stream on %v, want the requesting node 3", g)
+	}
+}
+
 func TestPlacementSpansZonesAndHonoursTags(t *testing.T) {
 	a := newApplier(t)
 	// Zones a, a, b, b, c.

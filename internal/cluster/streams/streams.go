@@ -447,7 +447,8 @@ func (s *Service) create(ctx context.Context, account, name string, body []byte)
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: stream.Key(account, name), Config: raw, Replicas: cfg.Replicas, Partitions: cfg.Partitions})
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpAddStream, Stream: stream.Key(account, name), Config: raw, Replicas: cfg.Replicas, Partitions: cfg.Partitions,
+		NodeID: s.self})
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
