@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -112,9 +114,11 @@ func (c *conn) endPipe() {
 func (c *conn) answerProduces() {
 	p := &c.pipe
 	defer close(p.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for s := range p.queue {
 		if s.w != nil {
-			c.waitAcks(s.req, s.w, p.stop)
+			c.waitAcks(s.req, s.w, timer, p.stop)
 			c.answerProduce(&s.ps, s.req, s.resp, s.w)
 		}
 		c.send(s.corr, s.resp)

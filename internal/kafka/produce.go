@@ -154,16 +154,16 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 }
 
 // waitAcks waits for the stream's acks of a produce request, its timeout at most
-// or until stop is closed.
-func (c *conn) waitAcks(req *kmsg.ProduceRequest, w *ackWait, stop <-chan struct{}) {
-	timer := time.NewTimer(time.Duration(max(req.TimeoutMillis, 1000)) * time.Millisecond)
+// (timer, reused from one request to the next) or until stop is closed.
+func (c *conn) waitAcks(req *kmsg.ProduceRequest, w *ackWait, timer *time.Timer, stop <-chan struct{}) {
+	timer.Reset(time.Duration(max(req.TimeoutMillis, 1000)) * time.Millisecond)
 	select {
 	case <-w.done:
 	case <-timer.C:
 	case <-c.s.done:
 	case <-stop:
 	}
-	timer.Stop()
+	timer.Stop() // since Go 1.23 a stopped timer's channel holds nothing stale
 	c.s.acks.cancel(w)
 }
 
