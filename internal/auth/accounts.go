@@ -27,9 +27,10 @@ type Account struct {
 	Limits AccountLimits
 	prefix []byte // AccountPrefix + Name + ".", empty for the global account
 	// imports are the subjects of other accounts this account's clients may
-	// subscribe to.
-	imports []subjectImport
-	usage   *accountUsage
+	// subscribe to; services those its clients may send requests to.
+	imports  []subjectImport
+	services []serviceImport
+	usage    *accountUsage
 }
 
 // AccountLimits bound what an account's clients may use on one node; zero means
@@ -80,6 +81,35 @@ type subjectImport struct {
 	add   string  // the local prefix with its dot, "" for none
 	// remote is the exporter's pattern, in the exporter's own (unprefixed) terms.
 	remote pattern
+}
+
+// serviceImport is another account's exported service, called under local.
+type serviceImport struct {
+	from  *Account
+	local pattern // the subjects as the importer sees them
+	strip int     // tokens of the local prefix
+	resp  ResponseType
+}
+
+// ResponseType is how an exported service answers: what the server keeps of a
+// request's reply subject, and for how long.
+type ResponseType struct {
+	// Stream: any number of responses, until Threshold has passed; otherwise
+	// the first response only (within Threshold).
+	Stream    bool
+	Threshold time.Duration
+}
+
+// DefaultResponseThreshold is how long a cross-account request's reply subject
+// stays mapped when the export does not say.
+const DefaultResponseThreshold = 2 * time.Minute
+
+// ServiceCall is a request of one account's client to a service another account
+// exports (Account.Service).
+type ServiceCall struct {
+	Exporter *Account
+	Response ResponseType
+	strip    int
 }
 
 // Global reports whether a is the global account (nil is too).
@@ -151,6 +181,34 @@ func (a *Account) Imports(filter string) []ImportedSubscription {
 		})
 	}
 	return out
+}
+
+// Service reports whether subject, a publish subject in a's terms, calls a
+// service a imports, and which.
+func (a *Account) Service(subject []byte) (ServiceCall, bool) {
+	if a == nil || len(a.services) == 0 {
+		return ServiceCall{}, false
+	}
+	for _, si := range a.services {
+		if si.local.matches(subject) {
+			return ServiceCall{Exporter: si.from, Response: si.resp, strip: si.strip}, true
+		}
+	}
+	return ServiceCall{}, false
+}
+
+// AppendSubject appends the server's name of the exporter's subject the call
+// reaches: subject (the importer's) without the import's prefix, in the
+// exporter's account.
+func (sc ServiceCall) AppendSubject(dst, subject []byte) []byte {
+	for range sc.strip {
+		i := bytes.IndexByte(subject, '.')
+		if i < 0 {
+			break
+		}
+		subject = subject[i+1:]
+	}
+	return sc.Exporter.AppendInternal(dst, subject)
 }
 
 // ImportQueue is the queue group an importing account's clients form on
@@ -303,16 +361,61 @@ type accountDef struct {
 	Imports []importDef `toml:"imports"`
 }
 
+// exportDef shares subjects (their messages) or services (request subjects whose
+// responders answer the importer's requests) with other accounts.
 type exportDef struct {
 	Subjects string   `toml:"subjects"`
+	Services string   `toml:"services"`
 	To       []string `toml:"to"` // empty: every account
+	// Response is "singleton" (the default: one response per request) or
+	// "stream" (responses until the threshold); ResponseThreshold ("2m" by
+	// default) is how long a request's reply subject stays mapped.
+	Response          string `toml:"response"`
+	ResponseThreshold string `toml:"response_threshold"`
+}
+
+// what is the export's pattern, and whether it exports services.
+func (e *exportDef) what() (string, bool) {
+	if e.Services != "" {
+		return e.Services, true
+	}
+	return e.Subjects, false
 }
 
 type importDef struct {
 	Account  string `toml:"account"`
 	Subjects string `toml:"subjects"`
+	Services string `toml:"services"`
 	// Prefix puts the imported subjects under "<prefix>." for the importer.
 	Prefix string `toml:"prefix"`
+}
+
+// what is the import's pattern, and whether it imports services.
+func (i *importDef) what() (string, bool) {
+	if i.Services != "" {
+		return i.Services, true
+	}
+	return i.Subjects, false
+}
+
+// responseType reads an export's response settings.
+func (e *exportDef) responseType() (ResponseType, error) {
+	rt := ResponseType{Threshold: DefaultResponseThreshold}
+	switch e.Response {
+	case "", "singleton":
+	case "stream":
+		rt.Stream = true
+	default:
+		return rt, fmt.Errorf("response %q: want singleton or stream", e.Response)
+	}
+	if e.ResponseThreshold != "" {
+		d, err := time.ParseDuration(e.ResponseThreshold)
+		if err != nil || d <= 0 {
+			return rt, fmt.Errorf("response_threshold %q: want a positive duration such as \"2m\"", e.ResponseThreshold)
+		}
+		rt.Threshold = d
+	}
+	return rt, nil
 }
 
 // MaxAccountName bounds an account's name.
@@ -354,21 +457,38 @@ func buildAccounts(defs []accountDef, usage func(string) *accountUsage) (map[str
 	for i := range defs {
 		d := &defs[i]
 		for _, ex := range d.Exports {
-			if _, err := parsePattern(ex.Subjects); err != nil {
+			if (ex.Subjects == "") == (ex.Services == "") {
+				return nil, fmt.Errorf("%w: account %q: an export names subjects or services, one of the two", ErrUsersFile, d.Name)
+			}
+			what, service := ex.what()
+			if _, err := parsePattern(what); err != nil {
 				return nil, fmt.Errorf("%w: account %q: export: %w", ErrUsersFile, d.Name, err)
 			}
-			if strings.HasPrefix(ex.Subjects, "$") {
-				return nil, fmt.Errorf("%w: account %q: export %q: the server's subjects cannot be exported", ErrUsersFile, d.Name, ex.Subjects)
+			if strings.HasPrefix(what, "$") {
+				return nil, fmt.Errorf("%w: account %q: export %q: the server's subjects cannot be exported", ErrUsersFile, d.Name, what)
+			}
+			if _, err := ex.responseType(); err != nil {
+				return nil, fmt.Errorf("%w: account %q: export %q: %w", ErrUsersFile, d.Name, what, err)
+			}
+			if !service && (ex.Response != "" || ex.ResponseThreshold != "") {
+				return nil, fmt.Errorf("%w: account %q: export %q: response settings are for services", ErrUsersFile, d.Name, what)
 			}
 			for _, to := range ex.To {
 				if accts[to] == nil {
-					return nil, fmt.Errorf("%w: account %q: export %q to %q: no such account", ErrUsersFile, d.Name, ex.Subjects, to)
+					return nil, fmt.Errorf("%w: account %q: export %q to %q: no such account", ErrUsersFile, d.Name, what, to)
 				}
 			}
 		}
 		for _, im := range d.Imports {
+			what, _ := im.what()
+			if d.Name == GlobalAccount {
+				return nil, fmt.Errorf("%w: account %q: import of %q: the global account exports, it does not import", ErrUsersFile, d.Name, what)
+			}
+			if (im.Subjects == "") == (im.Services == "") {
+				return nil, fmt.Errorf("%w: account %q: an import names subjects or services, one of the two", ErrUsersFile, d.Name)
+			}
 			if err := addImport(accts[d.Name], accts, byName, im); err != nil {
-				return nil, fmt.Errorf("%w: account %q: import of %q from %q: %w", ErrUsersFile, d.Name, im.Subjects, im.Account, err)
+				return nil, fmt.Errorf("%w: account %q: import of %q from %q: %w", ErrUsersFile, d.Name, what, im.Account, err)
 			}
 		}
 	}
@@ -383,35 +503,46 @@ func addImport(to *Account, accts map[string]*Account, defs map[string]*accountD
 	if from == to {
 		return fmt.Errorf("an account cannot import from itself")
 	}
-	remote, err := parsePattern(im.Subjects)
+	what, service := im.what()
+	remote, err := parsePattern(what)
 	if err != nil {
 		return err
 	}
-	// The exporter must export a pattern covering the import, to this account.
-	allowed := false
+	// The exporter must export a pattern covering the import, of its kind, to
+	// this account.
+	var export *exportDef
 	if d := defs[im.Account]; d != nil {
-		for _, ex := range d.Exports {
-			p, _ := parsePattern(ex.Subjects)
-			if p.covers(remote) && (len(ex.To) == 0 || slices.Contains(ex.To, to.Name)) {
-				allowed = true
+		for i := range d.Exports {
+			ex := &d.Exports[i]
+			exWhat, exService := ex.what()
+			p, _ := parsePattern(exWhat)
+			if exService == service && p.covers(remote) && (len(ex.To) == 0 || slices.Contains(ex.To, to.Name)) {
+				export = ex
 				break
 			}
 		}
 	}
-	if !allowed {
+	if export == nil {
+		if service {
+			return fmt.Errorf("not exported as a service to this account")
+		}
 		return fmt.Errorf("not exported to this account")
 	}
-	si := subjectImport{from: from, remote: remote}
-	local := remote
+	local, strip := remote, 0
+	add := ""
 	if im.Prefix != "" {
 		pre, err := parsePattern(im.Prefix)
 		if err != nil || strings.ContainsAny(im.Prefix, "*>$") {
 			return fmt.Errorf("prefix %q: want literal tokens", im.Prefix)
 		}
 		local = append(append(pattern(nil), pre...), remote...)
-		si.strip, si.add = len(pre), im.Prefix+"."
+		strip, add = len(pre), im.Prefix+"."
 	}
-	si.local = local
-	to.imports = append(to.imports, si)
+	if service {
+		resp, _ := export.responseType()
+		to.services = append(to.services, serviceImport{from: from, local: local, strip: strip, resp: resp})
+		return nil
+	}
+	to.imports = append(to.imports, subjectImport{from: from, remote: remote, local: local, strip: strip, add: add})
 	return nil
 }

@@ -65,16 +65,27 @@ func TestAccountsFile(t *testing.T) {
 	if acme.Imports(">") != nil {
 		t.Error("acme imports nothing")
 	}
+	if _, ok := beta.Service([]byte("acme.public.news")); ok {
+		t.Error("a subject import taken as a service")
+	}
 	bad := map[string]string{
-		"not exported": "[[accounts]]\nname = \"x\"\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
-		"not to y":     "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\", to = [\"z\"] }]\n[[accounts]]\nname = \"z\"\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
-		"wider":        "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.b\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
-		"dollar":       "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"$TERN.>\" }]\n",
-		"bad name":     "[[accounts]]\nname = \"a.b\"\n",
-		"twice":        "[[accounts]]\nname = \"x\"\n[[accounts]]\nname = \"x\"\n",
-		"no account":   "[[users]]\nname = \"u\"\naccount = \"nope\"\n",
-		"self":         "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
-		"wild prefix":  "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\", prefix = \"*\" }]\n",
+		"not exported":         "[[accounts]]\nname = \"x\"\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"not to y":             "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\", to = [\"z\"] }]\n[[accounts]]\nname = \"z\"\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"wider":                "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.b\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"dollar":               "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"$TERN.>\" }]\n",
+		"bad name":             "[[accounts]]\nname = \"a.b\"\n",
+		"twice":                "[[accounts]]\nname = \"x\"\n[[accounts]]\nname = \"x\"\n",
+		"no account":           "[[users]]\nname = \"u\"\naccount = \"nope\"\n",
+		"self":                 "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"wild prefix":          "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\", prefix = \"*\" }]\n",
+		"service as subjects":  "[[accounts]]\nname = \"x\"\nexports = [{ services = \"a.>\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", subjects = \"a.>\" }]\n",
+		"subjects as service":  "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\" }]\n[[accounts]]\nname = \"y\"\nimports = [{ account = \"x\", services = \"a.>\" }]\n",
+		"both kinds":           "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\", services = \"b.>\" }]\n",
+		"neither kind":         "[[accounts]]\nname = \"x\"\nexports = [{ to = [\"y\"] }]\n",
+		"bad response":         "[[accounts]]\nname = \"x\"\nexports = [{ services = \"a.>\", response = \"chunked\" }]\n",
+		"bad threshold":        "[[accounts]]\nname = \"x\"\nexports = [{ services = \"a.>\", response_threshold = \"soon\" }]\n",
+		"response on subjects": "[[accounts]]\nname = \"x\"\nexports = [{ subjects = \"a.>\", response = \"stream\" }]\n",
+		"global imports":       "[[accounts]]\nname = \"x\"\nexports = [{ services = \"a.>\" }]\n[[accounts]]\nname = \"global\"\nimports = [{ account = \"x\", services = \"a.>\" }]\n",
 	}
 	for name, data := range bad {
 		if _, err := parseUsersFile([]byte(data), nil); !errors.Is(err, ErrUsersFile) {
@@ -163,5 +174,48 @@ func TestAccountStorageLimits(t *testing.T) {
 		if _, err := parseUsersFile([]byte("[[accounts]]\nname = \"x\"\n"+bad+"\n"), nil); !errors.Is(err, ErrUsersFile) {
 			t.Fatalf("%s: %v, want a users file error", bad, err)
 		}
+	}
+}
+
+func TestServiceImportsInTheUsersFile(t *testing.T) {
+	tab, err := parseUsersFile([]byte(`
+[[accounts]]
+name = "acme"
+exports = [
+  { services = "time.>", to = ["beta"] },
+  { services = "feed.*", response = "stream", response_threshold = "10s" },
+]
+[[accounts]]
+name = "beta"
+imports = [
+  { account = "acme", services = "time.now", prefix = "svc.acme" },
+  { account = "acme", services = "feed.*" },
+]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, beta := tab.accounts["acme"], tab.accounts["beta"]
+	sc, ok := beta.Service([]byte("svc.acme.time.now"))
+	if !ok || sc.Exporter != acme || sc.Response.Stream || sc.Response.Threshold != DefaultResponseThreshold {
+		t.Fatalf("svc.acme.time.now: %+v %v", sc, ok)
+	}
+	if got := string(sc.AppendSubject(nil, []byte("svc.acme.time.now"))); got != "$A.acme.time.now" {
+		t.Fatalf("exporter's subject %q, want $A.acme.time.now", got)
+	}
+	sc, ok = beta.Service([]byte("feed.ticks"))
+	if !ok || !sc.Response.Stream || sc.Response.Threshold != 10*time.Second {
+		t.Fatalf("feed.ticks: %+v %v", sc, ok)
+	}
+	if got := string(sc.AppendSubject(nil, []byte("feed.ticks"))); got != "$A.acme.feed.ticks" {
+		t.Fatalf("exporter's subject %q", got)
+	}
+	for _, s := range []string{"svc.acme.time.later", "time.now", "feed.a.b", "svc.acme"} {
+		if _, ok := beta.Service([]byte(s)); ok {
+			t.Errorf("%s taken as a service call", s)
+		}
+	}
+	if len(beta.Imports(">")) != 0 {
+		t.Error("service imports taken as subject imports")
 	}
 }

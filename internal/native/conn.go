@@ -52,8 +52,8 @@ type Conn struct {
 	perms *auth.Checker
 	// acct is the client's account when it is not the global one: its subjects
 	// are prefixed inside the server (auth.Account), in subjBuf and replyBuf.
-	acct              *auth.Account
-	subjBuf, replyBuf []byte
+	acct                       *auth.Account
+	subjBuf, replyBuf, callBuf []byte
 	// imports holds, by sid, the subscriptions to other accounts' exported
 	// subjects that a subscription of acct's client reaches (under subsMu).
 	imports map[uint64][]*broker.Subscription
@@ -331,19 +331,43 @@ func (c *Conn) handlePub(f *wire.Frame) {
 	c.inMsgs.Add(1)
 	c.inBytes.Add(uint64(len(f.Payload)))
 	subj, reply := f.Subject, f.Reply
+	var call bool // a request to another account's service
 	if c.acct != nil {
-		c.subjBuf = c.acct.AppendInternal(c.subjBuf[:0], subj)
-		subj = c.subjBuf
-		if len(reply) > 0 {
-			c.replyBuf = c.acct.AppendInternal(c.replyBuf[:0], reply)
-			reply = c.replyBuf
+		if sc, ok := c.acct.Service(subj); ok {
+			call = true
+			c.subjBuf = sc.AppendSubject(c.subjBuf[:0], subj)
+			subj = c.subjBuf
+			if len(reply) > 0 {
+				// The exporter answers on a reply subject of its own, which the
+				// router maps back to this client's.
+				c.replyBuf = c.acct.AppendInternal(c.replyBuf[:0], reply)
+				var err error
+				if c.callBuf, err = c.srv.services.Call(c.callBuf[:0], sc, c.replyBuf, time.Now()); err != nil {
+					c.sendErr(wire.CodeProtocol, f.ID, "service call: "+err.Error())
+					return
+				}
+				reply = c.callBuf
+			}
+		} else {
+			c.subjBuf = c.acct.AppendInternal(c.subjBuf[:0], subj)
+			subj = c.subjBuf
+			if len(reply) > 0 {
+				c.replyBuf = c.acct.AppendInternal(c.replyBuf[:0], reply)
+				reply = c.replyBuf
+			}
 		}
 	}
 	m := &c.pub
 	m.Subject, m.Reply, m.Header, m.Payload = subj, reply, f.Header, f.Payload
 	matched := c.srv.broker.Publish(&c.batch, m)
-	if matched == 0 && len(reply) > 0 && c.noResp {
-		c.srv.noResponders(&c.batch, reply)
+	if matched == 0 && len(reply) > 0 {
+		if call {
+			c.srv.services.Cancel(reply)
+			reply = c.replyBuf // the no-responders status goes to the client's own reply subject
+		}
+		if c.noResp {
+			c.srv.noResponders(&c.batch, reply)
+		}
 	}
 	c.ok(f.ID)
 }
@@ -513,13 +537,14 @@ func (c *Conn) handleUnsub(f *wire.Frame) {
 // Deliver implements broker.Sink: it appends a MSG frame to the outbound queue, which
 // applies the slow-consumer policy when the pending bytes would exceed the limit.
 func (c *Conn) Deliver(sub *broker.Subscription, m *broker.Message) bool {
-	if c.perms != nil && len(m.Reply) > 0 && c.perms.TracksRequests() {
-		c.perms.NoteRequest(m.Reply, time.Now())
-	}
 	subj, reply := m.Subject, m.Reply
 	if c.acct != nil {
 		subj, _ = c.acct.External(subj)
 		reply, _ = c.acct.External(reply)
+	}
+	if c.perms != nil && len(reply) > 0 && c.perms.TracksRequests() {
+		// In the client's names, as its answer will name it.
+		c.perms.NoteRequest(reply, time.Now())
 	}
 	return c.deliver(sub.SID, subj, reply, m)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tern-mq/tern/internal/acceptloop"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/services"
 	"github.com/tern-mq/tern/internal/wire"
 )
 
@@ -74,6 +75,9 @@ type Server struct {
 	groups map[string]*outbound.Group
 
 	noRespHeader wire.Header
+	// services carries requests to other accounts' services and their
+	// responses back (internal/services).
+	services *services.Router
 
 	// urlMu orders connect_urls changes with the INFO frames that carry them, so
 	// that each connection is sent each list once, and the lists in order.
@@ -101,6 +105,7 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 		conns:    make(map[uint64]*Conn),
 		stopPing: make(chan struct{}),
 		groups:   make(map[string]*outbound.Group),
+		services: services.New(b),
 	}
 	for _, transport := range []string{"tcp", "udp", "tls"} {
 		g, err := outbound.NewGroup(outbound.Config{MaxPending: cfg.MaxPending, Policy: policy, WriteTimeout: cfg.WriteTimeout,
@@ -273,6 +278,7 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	ls := s.listeners
 	s.mu.Unlock()
 	close(s.stopPing)
+	s.services.Close()
 	for _, l := range ls {
 		_ = l.Close()
 	}
