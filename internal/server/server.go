@@ -186,6 +186,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 			// In a cluster that replicates, the catalogue's front answers the API.
 			ExternalAPI: cfg.ClusterSize > 0,
 			Accounts:    s.accountLimits,
+			Imports:     s.accountImports,
 		}, s.broker, log.With("component", "streams"))
 		if err != nil {
 			return nil, err
@@ -259,6 +260,12 @@ func (s *Server) accountLimits(name string) (stream.AccountLimits, bool) {
 		return stream.AccountLimits{}, false
 	}
 	return stream.AccountLimits{MaxStorage: int64(a.Limits.MaxStorage), MaxStreams: a.Limits.MaxStreams}, true
+}
+
+// accountImports is what a filter of the named account reaches of other
+// accounts' exported subjects.
+func (s *Server) accountImports(name, filter string) []auth.ImportedSubscription {
+	return s.auth.Account(name).Imports(filter)
 }
 
 // Streams is the stream engine, nil when streams are disabled.

@@ -569,3 +569,50 @@ func TestAccountStreamsReplicated(t *testing.T) {
 		}
 	}
 }
+
+// TestAccountStreamCapturesImports: a stream of beta capturing the subjects beta
+// imports from acme keeps acme's messages under beta's names for them, besides
+// beta's own; acme's messages beta does not import stay out.
+func TestAccountStreamCapturesImports(t *testing.T) {
+	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = accountsFile(t) })
+	ctx := bounded(t)
+	a, b := connectAs(t, s, "a:pw"), connectAs(t, s, "b:pw")
+	if _, err := b.Streams().AddStream(ctx, tern.StreamConfig{Name: "FROM_ACME", Subjects: []string{"acme.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"public.news", "private.plans", "public.weather"} {
+		if err := a.Publish(subj, []byte("acme's "+subj)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Streams().Publish(ctx, "acme.public.local", []byte("beta's own")); err != nil {
+		t.Fatal(err)
+	}
+	var info *tern.StreamInfo
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var err error
+		if info, err = b.Streams().StreamInfo(ctx, "FROM_ACME"); err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var got []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := b.Streams().GetMsg(ctx, "FROM_ACME", 0, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Subject+"="+string(m.Data))
+	}
+	want := []string{"acme.public.news=acme's public.news", "acme.public.weather=acme's public.weather", "acme.public.local=beta's own"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("FROM_ACME holds %q, want %q", got, want)
+	}
+}

@@ -50,6 +50,10 @@ type Config struct {
 	// whether it exists: the engine serves no request of an account that does not.
 	// nil: every account exists, without limits.
 	Accounts func(name string) (AccountLimits, bool)
+	// Imports returns the subscriptions to other accounts' exported subjects
+	// that a filter of the named account reaches (auth.Account.Imports): a
+	// stream of the account captures those too. nil: no imports.
+	Imports func(account, filter string) []auth.ImportedSubscription
 }
 
 // Errors callers branch on.

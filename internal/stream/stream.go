@@ -238,9 +238,46 @@ func (s *Stream) subscribe(subjects []string) error {
 			return fmt.Errorf("stream %q: %w", s.name, err)
 		}
 		s.subs = append(s.subs, sub)
+		if s.acct == "" || s.m.cfg.Imports == nil {
+			continue
+		}
+		// The subjects of other accounts this account imports: captured under
+		// the account's names for them, as its clients receive them.
+		for _, im := range s.m.cfg.Imports(s.acct, f) {
+			sub := &broker.Subscription{Sink: &importCaptureSink{s: s, strip: im.Strip, add: im.Add}, Subject: im.Filter}
+			if err := s.m.broker.Subscribe(sub); err != nil {
+				return fmt.Errorf("stream %q: import %s: %w", s.name, im.Filter, err)
+			}
+			s.subs = append(s.subs, sub)
+		}
 	}
 	return nil
 }
+
+// importCaptureSink captures another account's exported messages for a stream
+// of an account that imports them: a delivered subject loses strip bytes (the
+// exporter's prefix) and gains add (the importer's), to be in the stream's
+// account's terms. A message crossing accounts carries no reply subject.
+type importCaptureSink struct {
+	s     *Stream
+	strip int
+	add   string
+}
+
+func (c *importCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	if len(m.Subject) <= c.strip {
+		return true
+	}
+	var buf [256]byte
+	own := *m
+	own.Subject = append(append(buf[:0], c.add...), m.Subject[c.strip:]...)
+	own.Reply = nil
+	return (*captureSink)(c.s).Deliver(sub, &own)
+}
+
+func (c *importCaptureSink) Flush()                 { (*captureSink)(c.s).Flush() }
+func (c *importCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c.s).Stall() }
+func (c *importCaptureSink) Stuck()                 {}
 
 func (s *Stream) unsubscribe() {
 	for _, sub := range s.subs {
