@@ -153,6 +153,16 @@ type ImportedSubscription struct {
 	Add    string
 }
 
+// AppendLocal appends to dst the importer's name of subject, a subject the
+// subscription delivered (the exporter's, inside the server). Crossing
+// accounts, a message keeps no reply subject.
+func (im ImportedSubscription) AppendLocal(dst, subject []byte) []byte {
+	if len(subject) < im.Strip {
+		return append(dst, im.Add...)
+	}
+	return append(append(dst, im.Add...), subject[im.Strip:]...)
+}
+
 // Imports returns the subscriptions a client of a needs besides its own for
 // filter (in a's terms): one per import the filter reaches.
 func (a *Account) Imports(filter string) []ImportedSubscription {

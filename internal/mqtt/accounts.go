@@ -92,27 +92,21 @@ func externalReply(reply []byte, prefix string) []byte {
 }
 
 // importSink delivers to a session the messages of another account's subjects its
-// account imports, renamed into its own space: the subject loses strip bytes (the
-// exporter's prefix) and gains add (the session's prefix and the import's).
-// Replies do not cross accounts.
+// account imports, renamed into its own space (im's Add is the session's prefix
+// and the import's). Replies do not cross accounts.
 type importSink struct {
-	s     *session
-	strip int
-	add   string
+	s  *session
+	im auth.ImportedSubscription
 	// permit, when set, decides each message by the importer's name of its
 	// subject (the user's permissions).
 	permit func(subject []byte) bool
-}
-
-func (k *importSink) rename(dst []byte, subj []byte) []byte {
-	return append(append(dst, k.add...), subj[k.strip:]...)
 }
 
 // Deliver implements broker.Sink.
 func (k *importSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	var buf [256]byte
 	mm := *m
-	mm.Subject = k.rename(buf[:0], m.Subject)
+	mm.Subject = k.im.AppendLocal(buf[:0], m.Subject)
 	mm.Reply = nil
 	if k.permit != nil && !k.permit(external(mm.Subject, k.s.prefix())) {
 		return false

@@ -472,7 +472,7 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 				sc.add = append(sc.add, sub)
 				for _, im := range acc.account().Imports(subj) {
 					x.nextSID++
-					k := &importSink{s: s, strip: im.Strip, add: x.prefix + im.Add, permit: s.accountPermit(acc, subj, false)}
+					k := &importSink{s: s, im: auth.ImportedSubscription{Strip: im.Strip, Add: x.prefix + im.Add}, permit: s.accountPermit(acc, subj, false)}
 					isub := &broker.Subscription{Sink: k, SID: x.nextSID, Subject: im.Filter, Queue: importQueue(s.id, e.Queue)}
 					bySub[isub] = e
 					sc.add = append(sc.add, isub)

@@ -473,7 +473,7 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		return
 	}
 	for _, im := range imported {
-		isub := &broker.Subscription{Sink: &importSink{c: c, strip: im.Strip, add: im.Add},
+		isub := &broker.Subscription{Sink: &importSink{c: c, im: im},
 			SID: f.SID, Subject: im.Filter, Queue: auth.ImportQueue(c.acct.Name, sub.Queue), Filter: sub.Filter}
 		if err := c.srv.broker.Subscribe(isub); err != nil {
 			c.log.Warn("import subscription", "filter", im.Filter, "err", err)
@@ -562,15 +562,13 @@ func (c *Conn) deliver(sid uint64, subject, reply []byte, m *broker.Message) boo
 // importSink delivers another account's messages, on subjects the client's
 // account imports, under the importer's names. Replies do not cross accounts.
 type importSink struct {
-	c     *Conn
-	strip int
-	add   string
+	c  *Conn
+	im auth.ImportedSubscription
 }
 
 func (s *importSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	var buf [256]byte
-	subj := append(append(buf[:0], s.add...), m.Subject[s.strip:]...)
-	return s.c.deliver(sub.SID, subj, nil, m)
+	return s.c.deliver(sub.SID, s.im.AppendLocal(buf[:0], m.Subject), nil, m)
 }
 
 func (s *importSink) Flush()                 { s.c.Flush() }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/store"
@@ -244,7 +245,7 @@ func (s *Stream) subscribe(subjects []string) error {
 		// The subjects of other accounts this account imports: captured under
 		// the account's names for them, as its clients receive them.
 		for _, im := range s.m.cfg.Imports(s.acct, f) {
-			sub := &broker.Subscription{Sink: &importCaptureSink{s: s, strip: im.Strip, add: im.Add}, Subject: im.Filter}
+			sub := &broker.Subscription{Sink: &importCaptureSink{s: s, im: im}, Subject: im.Filter}
 			if err := s.m.broker.Subscribe(sub); err != nil {
 				return fmt.Errorf("stream %q: import %s: %w", s.name, im.Filter, err)
 			}
@@ -255,22 +256,17 @@ func (s *Stream) subscribe(subjects []string) error {
 }
 
 // importCaptureSink captures another account's exported messages for a stream
-// of an account that imports them: a delivered subject loses strip bytes (the
-// exporter's prefix) and gains add (the importer's), to be in the stream's
-// account's terms. A message crossing accounts carries no reply subject.
+// of an account that imports them, under the account's names for them. A
+// message crossing accounts carries no reply subject.
 type importCaptureSink struct {
-	s     *Stream
-	strip int
-	add   string
+	s  *Stream
+	im auth.ImportedSubscription
 }
 
 func (c *importCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
-	if len(m.Subject) <= c.strip {
-		return true
-	}
 	var buf [256]byte
 	own := *m
-	own.Subject = append(append(buf[:0], c.add...), m.Subject[c.strip:]...)
+	own.Subject = c.im.AppendLocal(buf[:0], m.Subject)
 	own.Reply = nil
 	return (*captureSink)(c.s).Deliver(sub, &own)
 }
