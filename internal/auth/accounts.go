@@ -33,8 +33,9 @@ type Account struct {
 	usage    *accountUsage
 }
 
-// AccountLimits bound what an account's clients may use on one node; zero means
-// no limit.
+// AccountLimits bound what an account's clients may use; zero means no limit.
+// Connections and subscriptions count across a cluster (what the other nodes
+// report, SetRemoteUsage), the message rate on each node.
 type AccountLimits struct {
 	MaxConnections   int `toml:"max_connections"`
 	MaxSubscriptions int `toml:"max_subscriptions"`
@@ -261,6 +262,9 @@ type accountUsage struct {
 	mu    sync.Mutex
 	conns int
 	subs  int
+	// What the cluster's other nodes last reported of the account (their sum):
+	// the connection and subscription limits hold across the cluster.
+	remoteConns, remoteSubs int
 	// The message rate's token bucket.
 	tokens float64
 	last   time.Time
@@ -275,7 +279,7 @@ func (a *Account) AcquireConnection() bool {
 	u := a.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if a.Limits.MaxConnections > 0 && u.conns >= a.Limits.MaxConnections {
+	if a.Limits.MaxConnections > 0 && u.conns+u.remoteConns >= a.Limits.MaxConnections {
 		return false
 	}
 	u.conns++
@@ -301,7 +305,7 @@ func (a *Account) AcquireSubscriptions(n int) bool {
 	u := a.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if a.Limits.MaxSubscriptions > 0 && u.subs+n > a.Limits.MaxSubscriptions {
+	if a.Limits.MaxSubscriptions > 0 && u.subs+u.remoteSubs+n > a.Limits.MaxSubscriptions {
 		return false
 	}
 	u.subs += n

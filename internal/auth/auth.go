@@ -130,6 +130,39 @@ func (a *Authenticator) accountUsage(name string) *accountUsage {
 	return u
 }
 
+// AccountUsage is one account's connections and subscriptions on a node.
+type AccountUsage struct {
+	Conns int `json:"conns"`
+	Subs  int `json:"subs"`
+}
+
+// LocalUsage returns the usage on this node of every account with limits on
+// connections or subscriptions, for the cluster's other nodes (SetRemoteUsage).
+func (a *Authenticator) LocalUsage() map[string]AccountUsage {
+	out := map[string]AccountUsage{}
+	for name, acct := range a.table.Load().accounts {
+		if acct.Limits.MaxConnections == 0 && acct.Limits.MaxSubscriptions == 0 {
+			continue
+		}
+		c, s := acct.Usage()
+		out[name] = AccountUsage{Conns: c, Subs: s}
+	}
+	return out
+}
+
+// SetRemoteUsage sets what the cluster's other nodes use of each account, their
+// sum; an account absent from remote uses nothing elsewhere.
+func (a *Authenticator) SetRemoteUsage(remote map[string]AccountUsage) {
+	a.usageMu.Lock()
+	defer a.usageMu.Unlock()
+	for name, u := range a.usage {
+		r := remote[name]
+		u.mu.Lock()
+		u.remoteConns, u.remoteSubs = r.Conns, r.Subs
+		u.mu.Unlock()
+	}
+}
+
 // HasAccounts reports whether the users file defines accounts besides the
 // global one: global clients must then be kept from their subjects.
 func (a *Authenticator) HasAccounts() bool { return len(a.table.Load().accounts) > 1 }

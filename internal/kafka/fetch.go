@@ -73,12 +73,16 @@ func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 		}
 	}()
 	fs := &c.fetch
+	watching := false
 	for {
 		total, failed := c.readFetch(req, topics, codes, resp)
 		if total >= int(req.MinBytes) || failed || wait <= 0 || !time.Now().Before(deadline) {
 			break
 		}
-		if stops == nil {
+		if !watching {
+			// Once, even with no partition to watch (a fetch naming none waits
+			// out max.wait.ms, as Kafka's does).
+			watching = true
 			// Watch, then read once more: a commit between the read and the watch
 			// must not be slept through.
 			if fs.wake == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"hash/crc32"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,5 +327,31 @@ func TestPipelinedProduce(t *testing.T) {
 	st, _ := s.Streams().Stream("piped")
 	if n := st.Info().State.Msgs; n != 33 {
 		t.Fatalf("stream holds %d messages, want 33", n)
+	}
+}
+
+// TestFetchWithoutPartitionsWaits: a fetch naming no partition (Kafka's Java
+// consumer sends them) waits out its max.wait.ms idle, as Kafka's broker does,
+// instead of reading again and again until then.
+func TestFetchWithoutPartitionsWaits(t *testing.T) {
+	_, addr := startTern(t, nil)
+	r := dialRaw(t, addr)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = 12, 400, 1, 1<<20, -1
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	start := time.Now()
+	resp := r.do(req).(*kmsg.FetchResponse)
+	took := time.Since(start)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	if resp.ErrorCode != 0 || len(resp.Topics) != 0 {
+		t.Fatalf("answer %+v", resp)
+	}
+	if took < 350*time.Millisecond {
+		t.Fatalf("answered after %v, want max.wait.ms (400 ms)", took)
+	}
+	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	if cpu > 150*time.Millisecond {
+		t.Fatalf("the process used %v of CPU while the fetch waited %v: it spun", cpu, took)
 	}
 }

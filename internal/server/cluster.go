@@ -68,6 +68,17 @@ func (s *Server) startCluster() error {
 			s.kafka.SetCluster(&kafkaCluster{s: s, node: node, leaders: map[string]cachedLeader{}, topics: map[string]cachedTopic{}})
 		}
 	}
+	var usage *usageExchange
+	if s.cfg.UsersFile != "" {
+		// Accounts' connection and subscription limits hold across the cluster.
+		if usage, err = startUsageExchange(s.cfg.ServerName, s.broker, s.auth); err != nil {
+			if replicated != nil {
+				replicated.Stop()
+			}
+			node.Shutdown(time.Second)
+			return err
+		}
+	}
 	changed, stop := node.WatchClientURLs()
 	done := make(chan struct{})
 	go func() {
@@ -99,6 +110,7 @@ func (s *Server) startCluster() error {
 	s.mu.Lock()
 	s.cluster = node
 	s.replicated = replicated
+	s.usage = usage
 	var stopOnce sync.Once
 	s.stopURLWatch = func() {
 		stopOnce.Do(func() {

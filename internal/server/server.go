@@ -56,6 +56,9 @@ type Server struct {
 	auth    *auth.Authenticator
 	mqtt    *mqtt.Server  // nil when MQTT is disabled
 	kafka   *kafka.Server // nil when the Kafka API is disabled or streams are
+	// usage shares the accounts' usage with the cluster's other nodes, nil
+	// alone or without a users file.
+	usage *usageExchange
 	// mqttState is this node's replica of the cluster's MQTT group, nil alone.
 	mqttState *mqtt.State
 	// interest counts local subscriptions for the cluster from the first one; nil
@@ -706,8 +709,11 @@ func (s *Server) stopAll(ctx context.Context) error {
 	// Leave the cluster first: the other nodes stop routing here before the
 	// clients are told to go.
 	s.mu.Lock()
-	node, stopURLWatch := s.cluster, s.stopURLWatch
+	node, stopURLWatch, usage := s.cluster, s.stopURLWatch, s.usage
 	s.mu.Unlock()
+	if usage != nil {
+		usage.Stop()
+	}
 	// Before leaving: as its routes close, this node's list shrinks to itself, and
 	// clients told so would have nowhere to go when it closes their connections.
 	if stopURLWatch != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/tern-mq/tern/internal/auth/authtest"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/wire"
 )
 
 // servicesFile: acme exports the service time.> to beta (one response per
@@ -185,5 +186,68 @@ func TestServiceImportsAcrossNodes(t *testing.T) {
 			t.Fatalf("no answer across nodes: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond) // interest still spreading
+	}
+}
+
+// TestAccountLimitsAcrossNodes: an account's connection and subscription limits
+// count its clients on every node of a cluster, once the nodes' reports have
+// spread; a connection that closes frees its place on every node.
+func TestAccountLimitsAcrossNodes(t *testing.T) {
+	file := accountsFile(t) // beta: at most 2 connections, 3 subscriptions
+	nodes := servertest.StartCluster(t, 2, func(_ int, c *server.Config) { c.UsersFile = file; c.Anonymous = "all" })
+	b1 := connectAs(t, nodes[0], "b:pw")
+	b2 := connectAs(t, nodes[1], "b:pw")
+	for i := range 2 {
+		if _, err := b1.SubscribeSync("s." + strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each node learns the other's connection within a couple of seconds.
+	var we *wire.Error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := tern.Connect(nativeURL(nodes[1]), tern.Credentials([]byte("b:pw")), tern.NoReconnect())
+		if errors.As(err, &we) && we.Code == wire.CodeMaxConnections {
+			break
+		}
+		if err == nil {
+			c.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a third connection of beta, across two nodes, was not refused: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Two subscriptions on node 1: node 2 lets beta make one more, not two.
+	if _, err := b2.SubscribeSync("t.0"); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		sub, err := b2.SubscribeSync("t.1")
+		if errors.As(err, &we) && we.Code == wire.CodeMaxSubscriptions {
+			break
+		}
+		if err == nil {
+			_ = sub.Unsubscribe()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fourth subscription of beta across nodes: %v, want the account's subscription limit", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Closing the connection on node 1 frees a place on node 2.
+	b1.Close()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		c, err := tern.Connect(nativeURL(nodes[1]), tern.Credentials([]byte("b:pw")), tern.NoReconnect())
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("beta's place was not freed after a connection closed on the other node: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
