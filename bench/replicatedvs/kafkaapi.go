@@ -57,6 +57,11 @@ func apiMatrix(scale float64, e2eRates []int, e2eSize int) []kafkaRow {
 	}
 	rows = append(rows, kafkaRow{Key: "consume1k", Workload: "ConsumerPerformance, one group member, pre-filled topic from the start",
 		Kind: kindReplay, Size: kib, Msgs: n(400_000)})
+	rows = append(rows,
+		kafkaRow{Key: "franz100-acksall", Workload: "franz-go producer, acks=all (idempotent), linger 5 ms, unthrottled",
+			Kind: kindFranzProduce, Size: 100, Msgs: n(1_000_000)},
+		kafkaRow{Key: "franzconsume1k", Workload: "franz-go consumer, no group, pre-filled topic from the start",
+			Kind: kindFranzConsume, Size: kib, Msgs: n(400_000)})
 	for _, r := range e2eRates {
 		m := n(r * 10)
 		rows = append(rows, kafkaRow{Key: fmt.Sprintf("e2e%s-%d", sizeKey(e2eSize), r),
@@ -204,7 +209,10 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 	case kindProduce:
 		resetHWM(pids)
 		res, err = k.produce(ctx, topic, r)
-	case kindReplay:
+	case kindFranzProduce:
+		resetHWM(pids)
+		res, err = franzProduce(ctx, franzConfig{Brokers: splitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
+	case kindReplay, kindFranzConsume:
 		// Pre-fill (not timed) with the producer's defaults (acks=all).
 		fill := kafkaRow{Key: r.Key, Kind: kindProduce, Size: r.Size, Msgs: r.Msgs, Throughput: -1, Props: []string{"acks=all"}}
 		start := time.Now()
@@ -216,7 +224,11 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 		runtime.GC()
 		time.Sleep(500 * time.Millisecond)
 		resetHWM(pids)
-		res, err = k.consume(ctx, topic, r)
+		if r.Kind == kindReplay {
+			res, err = k.consume(ctx, topic, r)
+		} else {
+			res, err = franzConsume(ctx, franzConfig{Brokers: splitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
+		}
 		res.PrefillSeconds = prefill.Seconds()
 	case kindE2E:
 		resetHWM(pids)

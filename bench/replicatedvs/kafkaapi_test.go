@@ -26,15 +26,15 @@ func TestAPIMatrix(t *testing.T) {
 			t.Errorf("%s: rate %d, warm-up %d", r.Key, r.Throughput, r.Warmup)
 		}
 	}
-	if kinds[kindProduce] != 4 || kinds[kindReplay] != 1 || kinds[kindE2E] != 2 {
+	if kinds[kindProduce] != 4 || kinds[kindReplay] != 1 || kinds[kindE2E] != 2 || kinds[kindFranzProduce] != 1 || kinds[kindFranzConsume] != 1 {
 		t.Fatalf("kinds %v", kinds)
 	}
-	for _, k := range []string{"produce100-acks1", "produce100-acksall", "produce1k-acks1", "produce1k-acksall", "consume1k", "e2e100-1000", "e2e100-10000"} {
+	for _, k := range []string{"produce100-acks1", "produce100-acksall", "produce1k-acks1", "produce1k-acksall", "consume1k", "franz100-acksall", "franzconsume1k", "e2e100-1000", "e2e100-10000"} {
 		if !seen[k] {
 			t.Errorf("no row %s", k)
 		}
 	}
-	if r := apiMatrix(0.1, []int{10000}, 100)[5]; r.Msgs != 10000 {
+	if r := apiMatrix(0.1, []int{10000}, 100)[7]; r.Kind != kindE2E || r.Msgs != 10000 {
 		t.Errorf("e2e at 10k/s, scale 0.1: %d records, want 10,000 (10 s times the scale)", r.Msgs)
 	}
 }

@@ -155,7 +155,7 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 				tput = "(paced)"
 			}
 			lat := apiRatio(to, ko, p99, apiGoalP99, false)
-			if row.Kind == kindReplay {
+			if !hasLatency(row.Kind) {
 				lat = "—"
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Workload, sizeLabel(row.Size), rate(float64(row.Msgs)),
@@ -170,7 +170,7 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 		fmt.Fprintln(w, "| row | size | Kafka p50 | Tern p50 | Kafka p99.9 | Tern p99.9 |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|")
 		for _, row := range keys {
-			if row.Kind == kindReplay {
+			if !hasLatency(row.Kind) {
 				continue
 			}
 			ko, to := findAPIRow(kafka, row.Key), findAPIRow(tern, row.Key)
@@ -242,4 +242,11 @@ func cmdKafkaAPIReport(args []string, stdout, stderr io.Writer) error {
 	}
 	writeAPIReport(out, reps)
 	return nil
+}
+
+// hasLatency reports whether a row's kind measures latency: the producer tools'
+// send → ack and the e2e rows' publish → receive; the consume rows and the
+// franz-go producer row measure throughput only.
+func hasLatency(kind string) bool {
+	return kind == kindProduce || kind == kindE2E
 }

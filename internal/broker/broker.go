@@ -29,6 +29,12 @@ type Message struct {
 	// Origin is the sink of the publishing client, used to skip its own
 	// subscriptions when it asked for no echo; nil for messages the server makes.
 	Origin Sink
+	// RangeAck tells a stream that captures the message that its publisher takes
+	// one ack for a run of messages stored one after another with the same reply
+	// subject (streamapi.AppendPubAckRange): the Kafka API, which answers a
+	// produce request's records together. It does not cross a route (the stream
+	// then acks each message).
+	RangeAck bool
 	// QoS is the delivery guarantee the publisher asked for (MQTT QoS 0, 1 or 2);
 	// front ends without the notion leave it 0. Subscribers get at most this.
 	QoS uint8

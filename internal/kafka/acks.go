@@ -138,8 +138,9 @@ func (in *inbox) fail(w *ackWait, i, code int, err string) {
 	in.settleLocked(w, i, ackResult{got: true, code: code, err: err})
 }
 
-// settle hands an ack to the next record of partition part of wait id.
-func (in *inbox) settle(id uint64, part int, r ackResult) {
+// settle hands an ack to the next n records of partition part of wait id: the
+// ack of a range (n > 1) is the ack of each, at consecutive sequences.
+func (in *inbox) settle(id uint64, part int, r ackResult, n int) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	w := in.waiting[id]
@@ -147,13 +148,19 @@ func (in *inbox) settle(id uint64, part int, r ackResult) {
 		return
 	}
 	pr := &w.parts[part]
-	for pr.next < pr.first+pr.n && w.results[pr.next].got {
-		pr.next++
+	for range n {
+		for pr.next < pr.first+pr.n && w.results[pr.next].got {
+			pr.next++
+		}
+		if pr.next >= pr.first+pr.n {
+			return // more acks than records: not this request's
+		}
+		in.settleLocked(w, pr.next, r)
+		if in.waiting[w.id] != w {
+			return // all in
+		}
+		r.seq++
 	}
-	if pr.next >= pr.first+pr.n {
-		return // more acks than records: not this request's
-	}
-	in.settleLocked(w, pr.next, r)
 }
 
 func (in *inbox) settleLocked(w *ackWait, i int, r ackResult) {
@@ -187,15 +194,17 @@ func (in *inbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		return true
 	}
 	r := ackResult{got: true}
-	var err error
-	r.part, r.seq, r.dup, err = streamapi.ParsePubAckPosition(m.Payload)
+	p, seq, n, dup, err := streamapi.ParsePubAckRange(m.Payload)
 	if err != nil {
+		n = 1
 		r.code, r.err = streamapi.CodeInternal, err.Error()
 		if ae, ok := err.(*streamapi.APIError); ok {
 			r.code, r.err = ae.Code, ae.Description
 		}
+	} else {
+		r.part, r.seq, r.dup = p, seq, dup
 	}
-	in.settle(id, part, r)
+	in.settle(id, part, r, n)
 	return true
 }
 

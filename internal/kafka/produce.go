@@ -129,7 +129,7 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}
 		if w != nil {
 			ps.reply = c.s.acks.appendReply(ps.reply[:0], c.prefix, w, m.part)
-			bm.Reply = ps.reply
+			bm.Reply, bm.RangeAck = ps.reply, true
 		}
 		if c.s.broker.Publish(&c.batch, bm) == 0 && w != nil {
 			c.s.acks.fail(w, i, streamapi.CodeNotFound, "no stream captures subject "+strings.TrimPrefix(string(m.subj), c.prefix))

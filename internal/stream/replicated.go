@@ -472,7 +472,7 @@ func (s *Stream) replicate(q *inbound) {
 	}
 	for i := range q.items {
 		it := &q.items[i]
-		a := pendingAck{reply: it.reply, part: -1}
+		a := pendingAck{reply: it.reply, rangeAck: it.rangeAck, part: -1}
 		if it.tooBig {
 			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
 		} else {

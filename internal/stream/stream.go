@@ -97,6 +97,7 @@ type inbound struct {
 type inItem struct {
 	subj, reply, hdr, data span
 	tooBig                 bool
+	rangeAck               bool // broker.Message.RangeAck
 }
 
 type span struct{ off, n int }
@@ -116,13 +117,14 @@ func (q *inbound) reset() {
 
 // pendingAck is a publish answer the writer sends after its commit.
 type pendingAck struct {
-	reply span
-	part  int
-	seq   uint64
-	dup   bool
-	code  int
-	err   string
-	msgID string
+	reply    span
+	rangeAck bool // may be answered with the acks after it (AppendPubAckRange)
+	part     int
+	seq      uint64
+	dup      bool
+	code     int
+	err      string
+	msgID    string
 }
 
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
@@ -378,7 +380,7 @@ func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		s.qmu.Unlock()
 		return false
 	}
-	var it inItem
+	it := inItem{rangeAck: m.RangeAck}
 	it.subj = s.q.put(m.Subject)
 	it.reply = s.q.put(m.Reply)
 	it.hdr = s.q.put(m.Header)
@@ -697,7 +699,7 @@ func (s *Stream) commit(q *inbound) {
 	interestNone := s.retention == streamapi.RetainInterest && s.numConsumers() == 0
 	for i := range q.items {
 		it := &q.items[i]
-		a := pendingAck{reply: it.reply, part: -1}
+		a := pendingAck{reply: it.reply, rangeAck: it.rangeAck, part: -1}
 		if it.tooBig {
 			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
 			s.acks = append(s.acks, a)
@@ -769,17 +771,34 @@ func (s *Stream) commit(q *inbound) {
 	}
 }
 
-// answer sends the publishers of q the acks s.acks holds.
+// answer sends the publishers of q the acks s.acks holds: a run of messages
+// stored one after another for a publisher that takes range acks gets one.
 func (s *Stream) answer(q *inbound) {
-	for i := range s.acks {
+	for i := 0; i < len(s.acks); i++ {
 		a := &s.acks[i]
 		reply := q.get(a.reply)
 		if len(reply) == 0 {
 			continue
 		}
-		if a.code != 0 {
+		switch {
+		case a.code != 0:
 			s.ackBuf = streamapi.AppendPubErr(s.ackBuf[:0], a.code, a.err)
-		} else {
+		case a.rangeAck && !a.dup:
+			n := 1
+			for i+n < len(s.acks) {
+				b := &s.acks[i+n]
+				if !b.rangeAck || b.dup || b.code != 0 || b.part != a.part || b.seq != a.seq+uint64(n) || !bytes.Equal(q.get(b.reply), reply) {
+					break
+				}
+				n++
+			}
+			if n > 1 {
+				s.ackBuf = streamapi.AppendPubAckRange(s.ackBuf[:0], s.name, a.part, a.seq, n)
+				i += n - 1
+			} else {
+				s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, false)
+			}
+		default:
 			s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, a.dup)
 		}
 		s.m.broker.Publish(&s.batch, &broker.Message{Subject: reply, Payload: s.ackBuf})

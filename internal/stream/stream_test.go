@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
 	"github.com/tern-mq/tern/internal/streamapi"
@@ -1093,4 +1096,87 @@ func TestConsumeManyBatches(t *testing.T) {
 	}
 	e.publish("many.x", "later")
 	next("later")
+}
+
+// rangeAcks collects the acks a range-ack publisher gets.
+type rangeAcks struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *rangeAcks) Deliver(_ *broker.Subscription, m *broker.Message) bool {
+	r.mu.Lock()
+	r.got = append(r.got, string(m.Payload))
+	r.mu.Unlock()
+	return true
+}
+func (r *rangeAcks) Flush() {}
+
+// TestRangeAcks: a publisher that takes range acks (broker.Message.RangeAck)
+// gets one ack for messages stored one after another with its reply subject,
+// and its own ack for a duplicate; other publishers still get one per message.
+func TestRangeAcks(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "RANGE", Subjects: []string{"range.>"}})
+	b := e.srv.Broker()
+	acks := &rangeAcks{}
+	if err := b.Subscribe(&broker.Subscription{Sink: acks, Subject: "_INBOX.range.>"}); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("range.x", "first", tern.MsgID("k:1"))
+	var batch broker.Batch
+	pub := func(reply, id string, rangeAck bool) {
+		m := &broker.Message{Subject: []byte("range.x"), Reply: []byte(reply), Payload: []byte("v"), RangeAck: rangeAck}
+		if id != "" {
+			m.Header = header.Block(header.Append(nil, streamapi.HeaderMsgID, id))
+		}
+		b.Publish(&batch, m)
+	}
+	// One publish call's worth, as the Kafka API sends a produce request.
+	for range 5 {
+		pub("_INBOX.range.a", "", true)
+	}
+	pub("_INBOX.range.a", "k:1", true) // a duplicate: its own ack
+	pub("_INBOX.range.b", "", true)    // another reply subject
+	pub("_INBOX.range.c", "", false)   // a publisher without range acks
+	pub("_INBOX.range.c", "", false)
+	batch.Flush()
+	waitFor(t, "the acks", func() bool {
+		acks.mu.Lock()
+		defer acks.mu.Unlock()
+		n := 0
+		for _, a := range acks.got {
+			if strings.HasPrefix(a, "+OK") {
+				n++
+			}
+		}
+		return n >= 5
+	})
+	acks.mu.Lock()
+	got := append([]string(nil), acks.got...)
+	acks.mu.Unlock()
+	// Expand the acks into the sequences they stand for; the writer takes the
+	// queue as one batch here, but a run split across two commits would be two
+	// ranges, which is right too.
+	var seqs []string
+	ranges := 0
+	for _, a := range got {
+		p, seq, n, dup, err := streamapi.ParsePubAckRange([]byte(a))
+		if err != nil || p != 0 {
+			t.Fatalf("ack %q: %v", a, err)
+		}
+		if n > 1 {
+			ranges++
+		}
+		for i := range n {
+			s := strconv.FormatUint(seq+uint64(i), 10)
+			if dup {
+				s += " dup"
+			}
+			seqs = append(seqs, s)
+		}
+	}
+	if want := "2 3 4 5 6 1 dup 7 8 9"; strings.Join(seqs, " ") != want || ranges == 0 {
+		t.Fatalf("acks %q: sequences %q, want %q with at least one range", got, seqs, want)
+	}
 }
