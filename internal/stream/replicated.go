@@ -445,9 +445,17 @@ type streamRepl struct {
 	proposals        []partProposal // by partition
 }
 
+// maxEntryBytes bounds the messages of one Raft entry (a partition's share of a
+// captured batch is split into entries of at most this much): far below what a
+// replica's Raft log takes as one record (its segment size), and small enough
+// for the group's flow control to pace.
+const maxEntryBytes = 1 << 20
+
 // partProposal is one partition's share of a captured batch.
 type partProposal struct {
-	items []int // indexes into the batch
+	all   []int // indexes into the batch
+	next  int   // all[next:] are still to propose
+	items []int // the entry being proposed: a run of all
 	entry []byte
 	token uint64
 	res   []pubResult
@@ -468,7 +476,7 @@ func (s *Stream) replicate(q *inbound) {
 	r := s.repl
 	s.acks = s.acks[:0]
 	for p := range r.proposals {
-		r.proposals[p].items = r.proposals[p].items[:0]
+		r.proposals[p].all, r.proposals[p].next = r.proposals[p].all[:0], 0
 	}
 	for i := range q.items {
 		it := &q.items[i]
@@ -477,49 +485,83 @@ func (s *Stream) replicate(q *inbound) {
 			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
 		} else {
 			a.part = s.partitionOf(q.get(it.subj), header.Block(q.get(it.hdr)))
-			r.proposals[a.part].items = append(r.proposals[a.part].items, i)
+			r.proposals[a.part].all = append(r.proposals[a.part].all, i)
 		}
 		s.acks = append(s.acks, a)
 	}
-	now := time.Now().UnixNano()
 	var touched []int
 	for p := range r.proposals {
-		pp := &r.proposals[p]
-		if len(pp.items) == 0 {
-			continue
+		if len(r.proposals[p].all) > 0 {
+			touched = append(touched, p)
 		}
-		r.token++
-		pp.token = r.tokenBase | r.token&0x7fffffff
-		// Each entry gets a buffer of its own: its bytes belong to the group once
-		// proposed (its Raft log keeps them).
-		pp.entry = appendMsgEntry(nil, pp.token, now, q, pp.items)
-		touched = append(touched, p)
 	}
-	if len(touched) == 1 {
-		r.propose(touched[0])
-	} else {
-		var wg sync.WaitGroup
+	// A large batch goes as several entries of at most maxEntryBytes, each
+	// partition's in order, so that no entry outgrows what a replica's Raft log
+	// takes as one record.
+	for {
+		var round []int
+		now := time.Now().UnixNano()
 		for _, p := range touched {
-			wg.Go(func() { r.propose(p) })
-		}
-		wg.Wait()
-	}
-	for _, p := range touched {
-		pp := &r.proposals[p]
-		for j, i := range pp.items {
-			a := &s.acks[i]
-			switch {
-			case pp.err != nil:
-				// Not committed here (no leader, a new one, too slow): the
-				// publisher retries, with its message id if it has one.
-				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
-			case pp.res[j].code != 0:
-				a.code, a.err = pp.res[j].code, pp.res[j].err
-			default:
-				a.seq, a.dup = pp.res[j].seq, pp.res[j].dup
+			pp := &r.proposals[p]
+			if pp.next == len(pp.all) {
+				continue
 			}
+			end, size := pp.next, 0
+			for end < len(pp.all) {
+				it := &q.items[pp.all[end]]
+				n := it.subj.n + it.hdr.n + it.data.n + 16
+				if end > pp.next && size+n > maxEntryBytes {
+					break
+				}
+				size += n
+				end++
+			}
+			pp.items, pp.next = pp.all[pp.next:end], end
+			r.token++
+			pp.token = r.tokenBase | r.token&0x7fffffff
+			// Each entry gets a buffer of its own: its bytes belong to the group
+			// once proposed (its Raft log keeps them).
+			pp.entry = appendMsgEntry(nil, pp.token, now, q, pp.items)
+			round = append(round, p)
 		}
-		pp.entry, pp.res = nil, nil
+		if len(round) == 0 {
+			break
+		}
+		if len(round) == 1 {
+			r.propose(round[0])
+		} else {
+			var wg sync.WaitGroup
+			for _, p := range round {
+				wg.Go(func() { r.propose(p) })
+			}
+			wg.Wait()
+		}
+		for _, p := range round {
+			pp := &r.proposals[p]
+			for j, i := range pp.items {
+				a := &s.acks[i]
+				switch {
+				case pp.err != nil:
+					// Not committed here (no leader, a new one, too slow): the
+					// publisher retries, with its message id if it has one.
+					a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+				case pp.res[j].code != 0:
+					a.code, a.err = pp.res[j].code, pp.res[j].err
+				default:
+					a.seq, a.dup = pp.res[j].seq, pp.res[j].dup
+				}
+			}
+			if pp.err != nil {
+				// The rest of the partition's messages are not proposed after a
+				// failed entry: stored behind it, they would pass it by.
+				for _, i := range pp.all[pp.next:] {
+					a := &s.acks[i]
+					a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+				}
+				pp.next = len(pp.all)
+			}
+			pp.entry, pp.res, pp.err = nil, nil, nil
+		}
 	}
 	s.answer(q)
 	if s.retention == streamapi.RetainInterest && s.numConsumers() == 0 {

@@ -26,13 +26,14 @@ func (memRaftStorage) Sync() error { return nil }
 // replNode is one node of an in-process cluster of stream replicas: a broker, a
 // stream engine and a Raft host on a shared in-process network.
 type replNode struct {
-	id     uint64
-	b      *broker.Broker
-	m      *Manager
-	h      *replica.Host
-	s      *Stream
-	inbox  *ackInbox
-	leader sync.Mutex
+	id       uint64
+	storages []*raft.MemoryStorage // each group's Raft log
+	b        *broker.Broker
+	m        *Manager
+	h        *replica.Host
+	s        *Stream
+	inbox    *ackInbox
+	leader   sync.Mutex
 
 	changes     chan bool
 	changesDone chan struct{}
@@ -136,7 +137,9 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 		}
 	}()
 	for p, g := range groups {
-		if err := h.AddGroup(replica.GroupConfig{ID: g, Storage: memRaftStorage{raft.NewMemoryStorage()},
+		st := raft.NewMemoryStorage()
+		n.storages = append(n.storages, st)
+		if err := h.AddGroup(replica.GroupConfig{ID: g, Storage: memRaftStorage{st},
 			StateMachine: machines[p], Voters: []uint64{1, 2, 3}}); err != nil {
 			t.Fatal(err)
 		}
@@ -335,5 +338,77 @@ func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 				t.Fatalf("node %d: partition %d ends at %d, want %d", n.id, p, got, last[p])
 			}
 		}
+	}
+}
+
+// TestReplicatedBigBatchInEntries: a captured batch larger than one entry may
+// hold (several MiB, as a Kafka producer's pipelined requests make) is proposed
+// as several entries, in order; every message is acknowledged at the sequence it
+// was sent in, and every replica holds them all.
+func TestReplicatedBigBatchInEntries(t *testing.T) {
+	net := replica.NewLocalNetwork()
+	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}
+	var nodes []*replNode
+	for id := uint64(1); id <= 3; id++ {
+		nodes = append(nodes, startReplNode(t, net, id, cfg))
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.stop(net)
+		}
+	}()
+	leader := leaderOf(t, nodes)
+	// 10 MiB in one broker batch: the writer takes it as one queue.
+	const count, size = 1280, 8 << 10
+	payload := make([]byte, size)
+	var p broker.Batch
+	for i := 1; i <= count; i++ {
+		payload[0] = byte(i)
+		leader.b.Publish(&p, &broker.Message{Subject: []byte("orders.x"), Reply: []byte(fmt.Sprintf("_ACK.big.%d", i)), Payload: payload})
+	}
+	p.Flush()
+	for i := 1; i <= count; i++ {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if a, ok := leader.inbox.get(fmt.Sprintf("_ACK.big.%d", i)); ok {
+				if a != fmt.Sprintf("+OK ORDERS 0 %d", i) {
+					t.Fatalf("ack of message %d: %s", i, a)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no ack for message %d", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for _, n := range nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for n.s.parts[0].State().LastSeq < count && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if st := n.s.parts[0].State(); st.LastSeq != count || st.Msgs != count {
+			t.Fatalf("node %d holds %d messages up to %d, want %d", n.id, st.Msgs, st.LastSeq, count)
+		}
+	}
+	// No entry held more than maxEntryBytes of messages (and one message's worth).
+	st := leader.storages[0]
+	first, _ := st.FirstIndex()
+	last, _ := st.LastIndex()
+	ents, err := st.Entries(first, last+1, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := 0
+	for _, e := range ents {
+		if len(e.Data) > 0 && e.Data[0] == entryMsgs {
+			entries++
+			if len(e.Data) > maxEntryBytes+size+64 {
+				t.Fatalf("an entry of %d bytes, over %d", len(e.Data), maxEntryBytes)
+			}
+		}
+	}
+	if entries < count*size/maxEntryBytes {
+		t.Fatalf("%d message entries for %d MiB", entries, count*size>>20)
 	}
 }
