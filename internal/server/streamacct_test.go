@@ -471,18 +471,8 @@ func TestAccountStreamsReplicated(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: creating ORDERS of 3 replicas: %v", who, err)
 		}
-		if info.Config.Name != "ORDERS" || info.Config.Replicas != 3 || info.Cluster == nil {
-			t.Fatalf("%s: created %+v (cluster %+v)", who, info.Config, info.Cluster)
-		}
-		// The answer to the create may come before the followers report in.
-		for len(info.Cluster.Replicas) != 3 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: ORDERS has replicas %+v, want 3", who, info.Cluster.Replicas)
-			}
-			time.Sleep(100 * time.Millisecond)
-			if info, err = js.StreamInfo(ctx, "ORDERS"); err != nil || info.Cluster == nil {
-				t.Fatalf("%s: stream info: %v", who, err)
-			}
+		if info.Config.Name != "ORDERS" || info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 3 {
+			t.Fatalf("%s: created %+v (cluster %+v), want 3 replicas", who, info.Config, info.Cluster)
 		}
 	}
 	for i, who := range whos {

@@ -501,15 +501,16 @@ func (s *Service) delete(ctx context.Context, key string) []byte {
 }
 
 // infoFromLeader asks the stream's leader for its info, retrying until the leader
-// serves the stream (its group elected it and its subscriptions reached this node)
-// and, with want, shows that configuration. Past the deadline it answers from the
-// catalogue.
+// serves the stream (its group elected it and its subscriptions reached this node),
+// describes the group with every replica the catalogue placed, and, with want,
+// shows that configuration. Past the deadline it answers from the catalogue.
 func (s *Service) infoFromLeader(ctx context.Context, st *meta.Stream, want *streamapi.StreamConfig) []byte {
 	for {
 		b, err := s.cfg.Node.Request(ctx, infoSubject(st.Name), nil, 500*time.Millisecond)
 		if err == nil {
 			var r streamapi.Response[streamapi.StreamInfo]
-			if json.Unmarshal(b, &r) == nil && r.Value != nil && (want == nil || sameConfig(r.Value.Config, *want)) {
+			if json.Unmarshal(b, &r) == nil && r.Value != nil && (want == nil || sameConfig(r.Value.Config, *want)) &&
+				describesPlacement(r.Value.Cluster, st) {
 				return b
 			}
 		}
@@ -520,6 +521,18 @@ func (s *Service) infoFromLeader(ctx context.Context, st *meta.Stream, want *str
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// describesPlacement reports whether a replicated stream's info comes from an
+// elected leader that knows every replica the catalogue placed: a leader that has
+// just opened the stream may answer before its group's status has a term and its
+// followers' progress, and a client reading the create's answer must see the
+// replicas it asked for.
+func describesPlacement(c *streamapi.StreamCluster, st *meta.Stream) bool {
+	if st.Replicas <= 1 || len(st.Groups) == 0 {
+		return true
+	}
+	return c != nil && c.Term > 0 && c.Leader != "" && len(c.Replicas) >= len(st.Groups[0].Replicas)
 }
 
 func sameConfig(a, b streamapi.StreamConfig) bool {
