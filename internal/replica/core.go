@@ -48,9 +48,13 @@ type LeaderChange struct {
 	Group, Term, Leader uint64
 }
 
-// Ready is the work of one loop iteration: Sync every storage in Sync, then send
-// every batch in Out, then call Advance. It stays valid until Advance.
+// Ready is the work of one loop iteration: send every batch in Early, Sync every
+// storage in Sync, then send every batch in Out, then call Advance. It stays
+// valid until Advance.
 type Ready struct {
+	// Early are batches that may be sent before Sync (Config.SendBeforeSync),
+	// Out those that must wait for it.
+	Early   []*Batch
 	Sync    []Storage
 	Out     []*Batch
 	Leaders []LeaderChange
@@ -132,9 +136,13 @@ type group struct {
 	members []uint64 // other nodes of the membership
 
 	term, commit, lastIndex uint64
-	lead                    uint64
-	state                   raft.StateType
-	applied, snapIndex      uint64
+	vote                    uint64
+	// termOrVoteChanged: the Ready being handled changes the term or the vote,
+	// which must be durable before any message of the group goes out.
+	termOrVoteChanged  bool
+	lead               uint64
+	state              raft.StateType
+	applied, snapIndex uint64
 
 	queued    []proposal // not yet stepped
 	unindexed []proposal // stepped; their index comes with the next Ready
@@ -157,6 +165,7 @@ type group struct {
 type peer struct {
 	id        uint64
 	out       Batch
+	early     Batch  // messages that need not wait for this iteration's sync
 	beats     []Beat // coalesced heartbeats waiting for the next flush
 	lastHeard uint64
 	refs      int // replicas of local groups on this node
@@ -394,6 +403,7 @@ func (c *Core) peer(id uint64) *peer {
 	if p == nil {
 		p = &peer{id: id, lastHeard: c.ticks}
 		p.out.From, p.out.To = c.id, id
+		p.early.From, p.early.To = c.id, id
 		c.peers[id] = p
 		i, _ := slices.BinarySearchFunc(c.plist, id, func(a *peer, id uint64) int { return cmp.Compare(a.id, id) })
 		c.plist = slices.Insert(c.plist, i, p)
@@ -798,6 +808,7 @@ func (c *Core) TakeResults() []Result {
 func (c *Core) Ready() *Ready {
 	rd := &c.rd
 	rd.Sync = rd.Sync[:0]
+	rd.Early = rd.Early[:0]
 	rd.Out = rd.Out[:0]
 	rd.Leaders = rd.Leaders[:0]
 	rd.groups = rd.groups[:0]
@@ -838,6 +849,15 @@ func (c *Core) Ready() *Ready {
 	flush := c.flush
 	c.flush = false
 	for _, p := range c.plist {
+		if len(p.early.Msgs) > 0 {
+			if len(rd.Sync) == 0 {
+				// Nothing to wait for: one batch to the node, not two.
+				p.out.Msgs = append(p.out.Msgs, p.early.Msgs...)
+				p.early.Reset()
+			} else {
+				rd.Early = append(rd.Early, &p.early)
+			}
+		}
 		if flush && len(p.beats) > 0 {
 			p.out.Beats = append(p.out.Beats, p.beats...)
 			p.beats = p.beats[:0]
@@ -912,8 +932,10 @@ func (c *Core) dropErr(g *group, err error) error {
 // the Ready tells (leadership, the indexes of new proposals).
 func (c *Core) persist(g *group) error {
 	rd := &g.rd
+	g.termOrVoteChanged = false
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-		g.term, g.commit = rd.HardState.GetTerm(), rd.HardState.GetCommit()
+		g.termOrVoteChanged = rd.HardState.GetTerm() != g.term || rd.HardState.GetVote() != g.vote
+		g.term, g.commit, g.vote = rd.HardState.GetTerm(), rd.HardState.GetCommit(), rd.HardState.GetVote()
 	}
 	if rd.SoftState != nil && (rd.SoftState.Lead != g.lead || rd.SoftState.RaftState != g.state) {
 		if rd.SoftState.Lead != g.lead || (g.state == raft.StateLeader) != (rd.SoftState.RaftState == raft.StateLeader) {
@@ -987,6 +1009,9 @@ func (c *Core) persist(g *group) error {
 // route sorts g's outgoing messages into the batches of their nodes.
 func (c *Core) route(g *group) {
 	g.snapsTo = g.snapsTo[:0]
+	// Only a leader's traffic goes early: its appends, heartbeats and read
+	// answers vouch for nothing it has not already made durable.
+	early := c.cfg.SendBeforeSync && !g.termOrVoteChanged && g.state == raft.StateLeader
 	for _, m := range g.rd.Messages {
 		p := c.peer(m.GetTo())
 		switch {
@@ -998,9 +1023,24 @@ func (c *Core) route(g *group) {
 			if m.GetType() == raftpb.MsgSnap {
 				g.snapsTo = append(g.snapsTo, m.GetTo())
 			}
-			p.out.Msgs = append(p.out.Msgs, Msg{Group: g.id, M: m})
+			if early && !afterAppend(m.GetType()) {
+				p.early.Msgs = append(p.early.Msgs, Msg{Group: g.id, M: m})
+			} else {
+				p.out.Msgs = append(p.out.Msgs, Msg{Group: g.id, M: m})
+			}
 		}
 	}
+}
+
+// afterAppend reports whether a message of type t vouches for this node's own
+// log or vote, and so may leave only once they are durable (raft queues these
+// as its msgsAfterAppend).
+func afterAppend(t raftpb.MessageType) bool {
+	switch t {
+	case raftpb.MsgAppResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp:
+		return true
+	}
+	return false
 }
 
 // Advance finishes the iteration of rd after its storages were synced and its
@@ -1032,6 +1072,9 @@ func (c *Core) Advance(rd *Ready) []Result {
 				c.fail(g, err)
 			}
 		}
+	}
+	for _, p := range rd.Early {
+		p.Reset()
 	}
 	for _, p := range rd.Out {
 		p.Reset()

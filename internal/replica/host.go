@@ -413,21 +413,13 @@ func (h *Host) run() {
 // iterate runs one Ready: sync, send, advance, complete.
 func (h *Host) iterate() error {
 	rd := h.core.Ready()
+	h.send(rd.Early)
 	if err := h.syncAll(rd.Sync); err != nil {
 		// What was written cannot be known durable: nothing that depends
 		// on it may be sent, and the node must not go on.
 		return fmt.Errorf("replica: syncing storage: %w", err)
 	}
-	for _, b := range rd.Out {
-		var err error
-		h.enc, err = AppendBatch(h.enc[:0], b)
-		if err == nil {
-			err = h.tr.Send(b.To, h.enc)
-		}
-		if err != nil {
-			h.core.ReportUnreachable(b.To)
-		}
-	}
+	h.send(rd.Out)
 	if h.onLeader != nil {
 		for _, lc := range rd.Leaders {
 			h.onLeader(lc)
@@ -443,6 +435,20 @@ func (h *Host) iterate() error {
 		r.done <- struct{}{}
 	}
 	return nil
+}
+
+// send encodes and sends batches, one frame per node.
+func (h *Host) send(batches []*Batch) {
+	for _, b := range batches {
+		var err error
+		h.enc, err = AppendBatch(h.enc[:0], b)
+		if err == nil {
+			err = h.tr.Send(b.To, h.enc)
+		}
+		if err != nil {
+			h.core.ReportUnreachable(b.To)
+		}
+	}
 }
 
 // syncAll syncs the storages written in an iteration, several at once.

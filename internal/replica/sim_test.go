@@ -32,6 +32,9 @@ type simConf struct {
 	drop, dup               float64
 	faults                  bool
 	noQuiesce               bool
+	// sendBeforeSync turns on Config.SendBeforeSync, and crashes a node now and
+	// then between sending its early batches and syncing its storage.
+	sendBeforeSync bool
 }
 
 type delivery struct {
@@ -98,9 +101,10 @@ type sim struct {
 	pending  map[[2]uint64]simProposal // node, token
 	token    uint64
 	trace    uint64 // hash of everything that happened, for the replay check
+	faulting bool   // within runFor with faults
 	stats    struct {
 		sent, dropped, dups, acks, proposals, crashes, elections, quiesces int
-		reads, transfers                                                   int
+		reads, transfers, syncCrashes                                      int
 	}
 }
 
@@ -110,7 +114,7 @@ func newSim(t testing.TB, seed uint64, sc simConf) *sim {
 		hint: map[uint64]uint64{}, refData: map[[2]uint64][]byte{}, refDig: map[[2]uint64]uint64{},
 		acked: map[[2]uint64][]byte{}, maxAcked: map[uint64]uint64{}, pending: map[[2]uint64]simProposal{}}
 	s.cfg = Config{ElectionTicks: 8, HeartbeatTicks: 2, SnapshotEntries: 40, CompactionOverhead: 10,
-		MaxSizePerMsg: 2048, MaxInflightMsgs: 16, DisableQuiescence: sc.noQuiesce}
+		MaxSizePerMsg: 2048, MaxInflightMsgs: 16, DisableQuiescence: sc.noQuiesce, SendBeforeSync: sc.sendBeforeSync}
 	for i := 1; i <= sc.nodes; i++ {
 		s.nodes = append(s.nodes, &simNode{id: uint64(i), stores: map[uint64]*memStorage{}, sms: map[uint64]*chainSM{}})
 	}
@@ -229,6 +233,17 @@ func (s *sim) run(n *simNode) {
 			s.t.Fatalf("t=%d node %d: still ready after %d rounds", s.now, n.id, round)
 		}
 		rd := n.core.Ready()
+		for _, b := range rd.Early {
+			s.send(n.id, b)
+		}
+		if len(rd.Early) > 0 && s.faulting && s.allUp() && s.rng.Float64() < 0.005 {
+			// Killed during its fsync: the followers may get entries this
+			// node's own log loses.
+			s.crash(n)
+			s.stats.syncCrashes++
+			n.restart = s.now + 100 + s.rng.IntN(700)
+			return
+		}
 		for _, st := range rd.Sync {
 			if err := st.Sync(); err != nil {
 				s.t.Fatal(err)
@@ -429,7 +444,19 @@ func (s *sim) step(tick bool) {
 	}
 }
 
+// allUp reports whether every node is running.
+func (s *sim) allUp() bool {
+	for _, n := range s.nodes {
+		if !n.up {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *sim) runFor(ms int, faults bool, load float64) {
+	s.faulting = faults
+	defer func() { s.faulting = false }()
 	end := s.now + ms
 	for ; s.now < end; s.now++ {
 		if faults && s.now%300 == 0 {
@@ -532,6 +559,8 @@ func TestSimulation(t *testing.T) {
 		{"5nodes", simConf{nodes: 5, groups: 8, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true}},
 		{"5replicas", simConf{nodes: 5, groups: 4, replicas: 5, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true}},
 		{"noquiesce", simConf{nodes: 3, groups: 6, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, noQuiesce: true}},
+		{"sendBeforeSync", simConf{nodes: 3, groups: 6, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, sendBeforeSync: true}},
+		{"sendBeforeSync5", simConf{nodes: 5, groups: 4, replicas: 5, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, sendBeforeSync: true}},
 	}
 	seeds := simSeeds(t, 2)
 	for _, c := range confs {

@@ -14,6 +14,7 @@ import (
 	"github.com/tern-mq/tern/internal/cluster/streams"
 	"github.com/tern-mq/tern/internal/monitor"
 	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/store"
 )
 
 // startCluster makes the server a cluster node: its listeners are bound, so the
@@ -25,6 +26,11 @@ func (s *Server) startCluster() error {
 			join = append(join, j)
 		}
 	}
+	policy, err := store.ParseSyncPolicy(s.cfg.Sync)
+	if err != nil {
+		return err
+	}
+	syncAlways := policy == store.SyncAlways
 	ccfg := cluster.Config{
 		NodeName: s.cfg.ServerName, Cluster: s.cfg.ClusterName, Host: s.cfg.Host,
 		RoutePort: s.cfg.ClusterPort, GossipPort: s.cfg.GossipPort, Advertise: s.cfg.ClusterAdvertise,
@@ -35,7 +41,10 @@ func (s *Server) startCluster() error {
 			SuspicionMult: s.cfg.ClusterSuspicionMult},
 		DataDir: s.cfg.StoreDir, ClusterSize: s.cfg.ClusterSize, OpenStorage: s.openRaftStorage,
 		Replica: replica.Config{SnapshotEntries: uint64(s.cfg.RaftSnapshotEntries),
-			CompactionOverhead: uint64(s.cfg.RaftSnapshotEntries / 2)},
+			CompactionOverhead: uint64(s.cfg.RaftSnapshotEntries / 2),
+			// With an fsync per iteration (sync = always), a leader's fsync
+			// overlaps its followers' instead of preceding them.
+			SendBeforeSync: syncAlways},
 	}
 	if s.mqttState != nil {
 		ccfg.MQTTState = s.mqttState

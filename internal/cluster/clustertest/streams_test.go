@@ -45,9 +45,17 @@ func streamLeader(js *tern.Streams, name string) string {
 // one node is served by every node; messages published with ids through a node
 // that is not its leader are acknowledged once a quorum has them; kill -9 of the
 // leader loses none of them, the retries of the publishes that were in flight create
-// no duplicate, and the killed node, restarted, catches up.
+// no duplicate, and the killed node, restarted, catches up. Under both the default
+// sync policy and sync = always, where a leader sends its appends before its own
+// fsync ends.
 func TestReplicatedStreamSurvivesLeaderKill(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	for _, sync := range []string{"interval", "always"} {
+		t.Run(sync, func(t *testing.T) { replicatedStreamSurvivesLeaderKill(t, sync) })
+	}
+}
+
+func replicatedStreamSurvivesLeaderKill(t *testing.T, sync string) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3", "--sync", sync} }})
 	waitCatalogue(c)
 
 	admin := c.Nodes[0].Connect(t, c.Nodes[0].URL())
