@@ -33,6 +33,7 @@
 #   SYSTEMS (js,kafka)            which clusters to run
 #   TERN_R3 (1)                   0: no Tern R3 cluster
 #   TERN_BASE (24700)             Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
+#   TERN_ARGS                     more arguments for every Tern node (e.g. "--sync always")
 #   TERN_CPUPROFILE=DIR           run Tern under bench/ternserve, a CPU profile per node
 #                                 in DIR (tern1.prof .. tern3.prof)
 #   OUT (bench/out)               results in $OUT/replicated
@@ -133,7 +134,7 @@ start_tern_r3() {
 		"$bin" server --server-name "tern$i" --host 127.0.0.1 --port "$(tern_port "$i")" \
 			--http "127.0.0.1:$(($(tern_port "$i") + 3))" --cluster-name r3 --cluster-port "$(($(tern_port "$i") + 1))" \
 			--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
-			--store-dir "$RUN_DIR/tern$i" >"$ROUT/tern-n$i.log" 2>&1 &
+			--store-dir "$RUN_DIR/tern$i" ${TERN_ARGS:-} >"$ROUT/tern-n$i.log" 2>&1 &
 		TERN_R3_PIDS+=($!)
 	done
 	for i in 1 2 3; do wait_port "$(tern_port "$i")" "${TERN_R3_PIDS[$((i - 1))]}" "tern node $i"; done
