@@ -261,6 +261,45 @@ func TestInterruptedWrites(t *testing.T) {
 			t.Fatal("torn hardstate.tmp left behind")
 		}
 	})
+	t.Run("hard state being synced", func(t *testing.T) {
+		// A crash in Sync after it took hardstate.tmp: hardstate.sync is newer
+		// than hardstate; a hardstate.tmp written since is newer still.
+		cfg := filled(t)
+		synced := &pb.HardState{Term: new(uint64(3)), Vote: new(uint64(2)), Commit: new(uint64(45))}
+		if err := os.WriteFile(filepath.Join(cfg.Dir, hsSyncFile), encodeHardState(synced), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l := mustOpen(t, cfg)
+		if hs, _, _ := l.InitialState(); !proto.Equal(hs, synced) {
+			t.Fatalf("hard state %v, want hardstate.sync's %v", hs, synced)
+		}
+		l.Close()
+		newer := &pb.HardState{Term: new(uint64(4)), Vote: new(uint64(1)), Commit: new(uint64(50))}
+		if err := os.WriteFile(filepath.Join(cfg.Dir, hsSyncFile), encodeHardState(synced), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg.Dir, hsTmpFile), encodeHardState(newer), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l = mustOpen(t, cfg)
+		if hs, _, _ := l.InitialState(); !proto.Equal(hs, newer) {
+			t.Fatalf("hard state %v, want hardstate.tmp's %v", hs, newer)
+		}
+		for _, name := range []string{hsTmpFile, hsSyncFile} {
+			if _, err := os.Stat(filepath.Join(cfg.Dir, name)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s left behind", name)
+			}
+		}
+		l.Close()
+		// A torn hardstate.sync was never synced: the older hard state stands.
+		if err := os.WriteFile(filepath.Join(cfg.Dir, hsSyncFile), encodeHardState(&pb.HardState{Term: new(uint64(9))})[:20], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l = mustOpen(t, cfg)
+		if hs, _, _ := l.InitialState(); !proto.Equal(hs, newer) {
+			t.Fatalf("hard state %v after a torn hardstate.sync, want %v", hs, newer)
+		}
+	})
 	t.Run("snapshot being created", func(t *testing.T) {
 		cfg := filled(t)
 		os.WriteFile(filepath.Join(cfg.Dir, snapTmpFile), []byte("half"), 0o644)
@@ -330,5 +369,56 @@ func TestInterruptedWrites(t *testing.T) {
 				t.Fatalf("Entries: %d, %v", len(got), err)
 			}
 		})
+	}
+}
+
+// TestSyncDoesNotStallWrites: while Sync makes the log durable, appends and hard
+// states go on (the Raft loop must not wait for a timer's fsync); what they wrote
+// meanwhile is made durable by the next Sync, and the hard state Sync took
+// reaches the disk in its place.
+func TestSyncDoesNotStallWrites(t *testing.T) {
+	cfg := Config{Dir: t.TempDir(), Sync: store.SyncNever}
+	l := mustOpen(t, cfg)
+	if err := l.Append(ents(1, 11, 1)); err != nil {
+		t.Fatal(err)
+	}
+	taken := &pb.HardState{Term: new(uint64(1)), Commit: new(uint64(10))}
+	if err := l.SetHardState(taken); err != nil {
+		t.Fatal(err)
+	}
+	inSync, release := make(chan struct{}), make(chan struct{})
+	l.syncing = func() { close(inSync); <-release }
+	synced := make(chan error, 1)
+	go func() { synced <- l.Sync() }()
+	<-inSync
+	// The writes below would deadlock if Sync held the log's lock now.
+	if err := l.Append(ents(11, 21, 1)); err != nil {
+		t.Fatal(err)
+	}
+	later := &pb.HardState{Term: new(uint64(2)), Vote: new(uint64(1)), Commit: new(uint64(20))}
+	if err := l.SetHardState(later); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	l.syncing = nil
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, hsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs, err := decodeHardState(b); err != nil || !proto.Equal(hs, taken) {
+		t.Fatalf("hardstate after the Sync: %v (%v), want the one it took, %v", hs, err, taken)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l = reopen(t, l)
+	if hs, _, _ := l.InitialState(); !proto.Equal(hs, later) {
+		t.Fatalf("hard state %v, want %v", hs, later)
+	}
+	if last, _ := l.LastIndex(); last != 20 {
+		t.Fatalf("last index %d, want 20", last)
 	}
 }

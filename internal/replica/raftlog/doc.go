@@ -9,7 +9,8 @@
 //
 //	<dir>/log/               the entries: an internal/store log, sequence = raft index
 //	<dir>/hardstate          the hard state (40 bytes)
-//	<dir>/hardstate.tmp      a newer hard state Sync has not renamed yet
+//	<dir>/hardstate.tmp      a newer hard state Sync has not taken yet
+//	<dir>/hardstate.sync     a newer hard state a Sync is making durable
 //	<dir>/snapshot           the latest snapshot: metadata and data
 //	<dir>/snapshot.tmp       a CreateSnapshot in progress (removed by Open)
 //	<dir>/snapshot.install   an ApplySnapshot in progress (finished by Open)
@@ -43,7 +44,8 @@
 // and after applying, now and then, CreateSnapshot(applied, confState, data)
 // and Compact(some index at or below it). raft.RawNode's Config.Storage is the
 // *Log itself. Every method takes one lock, so raft's goroutine and the host's
-// may call it at once; Sync holds it while it fsyncs.
+// may call it at once. Sync holds it only to take what it makes durable, not
+// while it fsyncs: a timer's Sync must not stall the Raft loop's appends.
 //
 // # Durability and crashes
 //
@@ -66,8 +68,9 @@
 // install. A crash therefore leaves the old snapshot with the old log or the
 // new snapshot with the new log, never a mix.
 //
-// Open recovers whatever a crash left: the newer hard state if
-// hardstate.tmp is intact (a torn one is dropped: it was never synced), a torn
+// Open recovers whatever a crash left: the newest intact hard state of
+// hardstate.tmp, hardstate.sync and hardstate (a torn one is dropped: it was
+// never synced), a torn
 // tail of entries cut off (Report.TruncatedBytes; written, never synced), an
 // interrupted install finished, an interrupted truncation or compaction taken
 // as far as it got (store.TruncateAfter and Purge leave a prefix of the old log

@@ -69,6 +69,7 @@ const (
 	logDir      = "log"
 	hsFile      = "hardstate"
 	hsTmpFile   = "hardstate.tmp"
+	hsSyncFile  = "hardstate.sync" // a hard state Sync is making durable
 	snapFile    = "snapshot"
 	snapTmpFile = "snapshot.tmp"
 	installFile = "snapshot.install"
@@ -84,6 +85,12 @@ type Log struct {
 	mu     sync.Mutex
 	st     *store.Log
 	closed bool
+	// syncRun serializes Sync and Close; Sync holds mu only to take what it
+	// makes durable, not while it fsyncs.
+	syncRun sync.Mutex
+	// syncing, if set (tests), runs in Sync once the lock is let go, before
+	// the fsyncs.
+	syncing func()
 
 	// The log holds the dummy entry (dummy, terms.at(dummy)) and the entries
 	// dummy+1 … last. In the store the dummy is the first record, except in a
@@ -300,18 +307,60 @@ func (l *Log) ioErr(op, path string, err error) error {
 // written since the last Sync, then the hard state (fsync, rename, fsync of
 // the directory) when it changed. Entries go first, so a hard state on disk
 // never commits entries that are not.
+//
+// The fsyncs run without the log's lock: under SyncInterval a timer calls Sync
+// while the Raft loop goes on appending and setting hard states, and an fsync
+// (often milliseconds) must not stall it. The newest hard state is renamed out
+// of SetHardState's way (hardstate.tmp to hardstate.sync) under the lock, so
+// the next one starts a new hardstate.tmp; it was written after every entry it
+// commits, so the entries synced next include them all.
 func (l *Log) Sync() error {
+	l.syncRun.Lock()
+	defer l.syncRun.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return ErrClosed
 	}
-	return l.syncLocked()
+	hs := l.hsTmp
+	if hs != nil {
+		if err := os.Rename(l.path(hsTmpFile), l.path(hsSyncFile)); err != nil {
+			l.mu.Unlock()
+			return l.ioErr("rename", l.path(hsTmpFile), err)
+		}
+		l.hsTmp = nil
+		defer hs.Close()
+	}
+	st := l.st
+	l.mu.Unlock()
+	if l.syncing != nil {
+		l.syncing()
+	}
+	if err := st.Sync(); err != nil {
+		return fmt.Errorf("raftlog %q: %w", l.cfg.Name, err)
+	}
+	if hs == nil {
+		return nil
+	}
+	if err := hs.Sync(); err != nil {
+		return l.ioErr("fsync", l.path(hsSyncFile), err)
+	}
+	if err := os.Rename(l.path(hsSyncFile), l.path(hsFile)); err != nil {
+		return l.ioErr("rename", l.path(hsSyncFile), err)
+	}
+	return l.syncDir()
 }
 
+// syncLocked is Sync holding the lock throughout, for Close.
 func (l *Log) syncLocked() error {
 	if err := l.st.Sync(); err != nil {
 		return fmt.Errorf("raftlog %q: %w", l.cfg.Name, err)
+	}
+	if _, err := os.Stat(l.path(hsSyncFile)); err == nil {
+		// Left by a Sync that failed after taking it: newer than hardstate.
+		if err := l.adopt(l.path(hsSyncFile), l.path(hsFile)); err != nil {
+			return err
+		}
 	}
 	if l.hsTmp == nil {
 		return nil
@@ -337,6 +386,8 @@ func (l *Log) syncDir() error {
 
 // Close syncs and closes the log.
 func (l *Log) Close() error {
+	l.syncRun.Lock()
+	defer l.syncRun.Unlock()
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()

@@ -139,20 +139,30 @@ func (l *Log) install(s *pb.Snapshot) error {
 	return nil
 }
 
-// loadHardState reads the hard state: hardstate.tmp if it is intact (it is
-// newer: Sync had not renamed it yet), else hardstate; none if neither exists.
+// loadHardState reads the hard state: the newest intact one of hardstate.tmp
+// (SetHardState's, not yet taken by Sync), hardstate.sync (taken by a Sync that
+// had not finished) and hardstate; none if none exists.
 func (l *Log) loadHardState() error {
-	tmp := l.path(hsTmpFile)
-	if b, err := os.ReadFile(tmp); err == nil {
-		if _, derr := decodeHardState(b); derr == nil {
-			if err := l.adopt(tmp, l.path(hsFile)); err != nil {
-				return err
-			}
-		} else {
-			os.Remove(tmp) // torn by a crash before it was synced
+	for _, name := range []string{hsTmpFile, hsSyncFile} {
+		tmp := l.path(name)
+		b, err := os.ReadFile(tmp)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return l.ioErr("read", tmp, err)
+		if err != nil {
+			return l.ioErr("read", tmp, err)
+		}
+		if _, derr := decodeHardState(b); derr != nil {
+			os.Remove(tmp) // torn by a crash before it was synced
+			continue
+		}
+		if err := l.adopt(tmp, l.path(hsFile)); err != nil {
+			return err
+		}
+		if name == hsTmpFile {
+			os.Remove(l.path(hsSyncFile)) // older than the one adopted
+		}
+		break
 	}
 	b, err := os.ReadFile(l.path(hsFile))
 	if errors.Is(err, os.ErrNotExist) {
