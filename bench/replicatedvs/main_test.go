@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tern-mq/tern/bench/internal/records"
+
 	"github.com/tern-mq/tern/bench/internal/stats"
 	"github.com/tern-mq/tern/bench/internal/streambench"
 )
@@ -75,35 +77,6 @@ func TestParseDescribeAndBrokers(t *testing.T) {
 		"127.0.0.1:19120 (id: 2 rack: null) -> (\n)\n"
 	if ids := brokerIDs(vers); len(ids) != 2 || ids[0] != 1 || ids[1] != 2 {
 		t.Fatalf("broker ids %v", ids)
-	}
-}
-
-func TestMetaReady(t *testing.T) {
-	page := func(s string) jsz {
-		var p jsz
-		if err := json.Unmarshal([]byte(s), &p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	f1 := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js2","current":false},{"name":"js3","current":true}]}}`)
-	f2 := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js1","current":false},{"name":"js3","current":true}]}}`)
-	l3 := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js1","current":true},{"name":"js2","current":true}]}}`)
-	l3behind := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js1","current":true},{"name":"js2","current":false}]}}`)
-	none := page(`{"meta_cluster":{"cluster_size":3}}`)
-	other := page(`{"meta_cluster":{"leader":"js1","cluster_size":3,"replicas":[{"name":"js1","current":true},{"name":"js3","current":true}]}}`)
-	if ok, why := metaReady([]jsz{f1, f2, l3}, 3); !ok {
-		t.Errorf("formed: %s", why)
-	}
-	for name, pages := range map[string][]jsz{
-		"a peer not current": {f1, f2, l3behind},
-		"no leader":          {f1, none, l3},
-		"disagreement":       {f1, other, l3},
-		"a missing page":     {f1, l3},
-	} {
-		if ok, why := metaReady(pages, 3); ok || why == "" {
-			t.Errorf("%s: ready %v (%q)", name, ok, why)
-		}
 	}
 }
 
@@ -210,7 +183,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("a line no system has:\n%s", md)
 	}
 	var c combined
-	if err := readJSON(jsonPath, &c); err != nil {
+	if err := records.ReadJSON(jsonPath, &c); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Systems) != 2 || len(c.Rows) != 5 || c.Rows[1].P99US.Median != 800 || c.Rows[3].P99US.Median != 110_000 {
