@@ -51,9 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"mesh":     cmdMesh,
 		"recovery": cmdRecovery,
 		"interest": cmdInterest,
-		"report": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
-			return cmdReport(args, stdout, stderr)
-		},
+		"report":   cmdReport,
 	})
 }
 
@@ -212,7 +210,7 @@ func cmdInterest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return json.NewEncoder(stdout).Encode(res)
 }
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("clustervs report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	recovery := fs.String("recovery", "", "file of recovery runs (JSON lines)")

@@ -43,16 +43,10 @@ const usageText = `Usage: mqttclustervs ready|throughput|resume|report [options]
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return harness.Dispatch(ctx, args, stdout, stderr, usageText, map[string]harness.Func{
-		"ready": cmdReady,
-		"throughput": func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return cmdThroughput(ctx, args, stderr)
-		},
-		"resume": func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return cmdResume(ctx, args, stderr)
-		},
-		"report": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
-			return cmdReport(args, stdout, stderr)
-		},
+		"ready":      cmdReady,
+		"throughput": cmdThroughput,
+		"resume":     cmdResume,
+		"report":     cmdReport,
 	})
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mqttclustervs report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tin := fs.String("throughput", "", "the throughput runs, one JSON object a line")

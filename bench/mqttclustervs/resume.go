@@ -123,7 +123,7 @@ type resumeResult struct {
 	Error string `json:"error,omitempty"`
 }
 
-func cmdResume(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdResume(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mqttclustervs resume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cf := addCluster(fs)

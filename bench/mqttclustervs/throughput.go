@@ -120,7 +120,7 @@ type throughputResult struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-func cmdThroughput(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdThroughput(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mqttclustervs throughput", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cf := addCluster(fs)

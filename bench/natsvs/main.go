@@ -422,11 +422,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rr.Systems[s.Key] = &outcome{}
 		}
 		for n := range *runs {
-			order := slices.Clone(systems)
-			if n%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, s := range order {
+			for _, s := range harness.RunOrder(systems, n) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -531,14 +527,7 @@ func rateCell(o *outcome, runs int) string {
 	if o == nil {
 		return "—"
 	}
-	if len(o.Results) == 0 {
-		return "FAILED"
-	}
-	s := tablefmt.Rate(o.MsgsPerSec.Median)
-	if len(o.Results) > 1 {
-		s += " (" + tablefmt.Rate(o.MsgsPerSec.Min) + "–" + tablefmt.Rate(o.MsgsPerSec.Max) + ")"
-	}
-	return s + failNote(o, runs)
+	return tablefmt.RateCell(o.MsgsPerSec, len(o.Results), len(o.Failures), runs)
 }
 
 // latCell is "median (min–max)" for a latency percentile across runs.
@@ -554,14 +543,7 @@ func latCell(o *outcome, sp func(*outcome) spread, runs int) string {
 	if len(o.Results) > 1 {
 		s += " (" + loadgen.FormatDuration(usDur(v.Min)) + "–" + loadgen.FormatDuration(usDur(v.Max)) + ")"
 	}
-	return s + failNote(o, runs)
-}
-
-func failNote(o *outcome, runs int) string {
-	if len(o.Failures) == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" [%d of %d runs failed]", len(o.Failures), runs)
+	return s + tablefmt.FailNote(len(o.Failures), runs)
 }
 
 func ratio(v float64) string {

@@ -134,26 +134,54 @@ type kafkaResult struct {
 	Summary string `json:"summary"`
 }
 
-type kafkaOutcome struct {
-	kafkaRow
+// rowRuns is what a row of either Kafka-tool matrix (kafka, kafkaapi) records over
+// its runs: each completed run's result, why the others failed, and the spread of
+// the rates. Embedded, its fields stand in the row's JSON object as its own.
+type rowRuns struct {
 	Results    []kafkaResult `json:"results"`
 	Failures   []string      `json:"failures,omitempty"`
 	MsgsPerSec stats.Spread  `json:"msgs_per_sec"`
 	MBPerSec   stats.Spread  `json:"mb_per_sec"`
-	P50Ms      stats.Spread  `json:"p50_ms"`
-	P99Ms      stats.Spread  `json:"p99_ms"`
-	Seconds    stats.Spread  `json:"seconds"`
+}
+
+// record adds one run: its result, or the error it failed with; it returns the
+// progress line's note of a failure.
+func (o *rowRuns) record(res kafkaResult, err error) string {
+	if err != nil {
+		o.Failures = append(o.Failures, err.Error())
+		return "  FAILED: " + err.Error()
+	}
+	o.Results = append(o.Results, res)
+	return ""
+}
+
+// summarizeRates takes the rates' spread over the completed runs.
+func (o *rowRuns) summarizeRates() {
+	var rate, mb []float64
+	for _, r := range o.Results {
+		rate, mb = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec)
+	}
+	o.MsgsPerSec, o.MBPerSec = stats.SpreadOf(rate), stats.SpreadOf(mb)
+}
+
+type kafkaOutcome struct {
+	kafkaRow
+	rowRuns
+	P50Ms   stats.Spread `json:"p50_ms"`
+	P99Ms   stats.Spread `json:"p99_ms"`
+	Seconds stats.Spread `json:"seconds"`
 }
 
 func (o *kafkaOutcome) summarize() {
-	var rate, mb, p50, p99, secs []float64
+	o.summarizeRates()
+	var p50, p99, secs []float64
 	for _, r := range o.Results {
-		rate, mb, secs = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec), append(secs, r.Seconds)
+		secs = append(secs, r.Seconds)
 		if o.Kind == kindProduce {
 			p50, p99 = append(p50, r.P50Ms), append(p99, r.P99Ms)
 		}
 	}
-	o.MsgsPerSec, o.MBPerSec, o.Seconds = stats.SpreadOf(rate), stats.SpreadOf(mb), stats.SpreadOf(secs)
+	o.Seconds = stats.SpreadOf(secs)
 	o.P50Ms, o.P99Ms = stats.SpreadOf(p50), stats.SpreadOf(p99)
 }
 
@@ -696,13 +724,7 @@ func cmdKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				rep.BusyStarts++
 			}
 			res, err := k.once(ctx, r, n)
-			status := ""
-			if err != nil {
-				o.Failures = append(o.Failures, err.Error())
-				status = "  FAILED: " + err.Error()
-			} else {
-				o.Results = append(o.Results, res)
-			}
+			status := o.record(res, err)
 			extra := ""
 			if r.Kind == kindProduce && err == nil {
 				extra = fmt.Sprintf(", p50 %gms, p99 %gms", res.P50Ms, res.P99Ms)

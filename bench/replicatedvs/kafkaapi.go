@@ -79,10 +79,7 @@ func sizeKey(n int) string {
 // apiOutcome is one row's runs against one system.
 type apiOutcome struct {
 	kafkaRow
-	Results    []kafkaResult `json:"results"`
-	Failures   []string      `json:"failures,omitempty"`
-	MsgsPerSec stats.Spread  `json:"msgs_per_sec"`
-	MBPerSec   stats.Spread  `json:"mb_per_sec"`
+	rowRuns
 	// Latency in µs: send → ack (ProducerPerformance, whole ms) for producer rows,
 	// publish → receive for the e2e rows; none for the consumer row.
 	P50US  stats.Spread `json:"p50_us"`
@@ -94,9 +91,9 @@ type apiOutcome struct {
 }
 
 func (o *apiOutcome) summarize() {
-	var rate, mb, p50, p99, p999, hwm []float64
+	o.summarizeRates()
+	var p50, p99, p999, hwm []float64
 	for _, r := range o.Results {
-		rate, mb = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec)
 		switch o.Kind {
 		case kindProduce:
 			p50, p99, p999 = append(p50, r.P50Ms*1000), append(p99, r.P99Ms*1000), append(p999, r.P999Ms*1000)
@@ -107,7 +104,6 @@ func (o *apiOutcome) summarize() {
 			hwm = append(hwm, float64(r.HWMKiB))
 		}
 	}
-	o.MsgsPerSec, o.MBPerSec = stats.SpreadOf(rate), stats.SpreadOf(mb)
 	o.P50US, o.P99US, o.P999US, o.HWMKiB = stats.SpreadOf(p50), stats.SpreadOf(p99), stats.SpreadOf(p999), stats.SpreadOf(hwm)
 }
 
@@ -327,13 +323,7 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				res, err = k.apiOnce(ctx, r, n, pids)
 			}
 			res.LoadAvg1 = load
-			status := ""
-			if err != nil {
-				o.Failures = append(o.Failures, err.Error())
-				status = "  FAILED: " + err.Error()
-			} else {
-				o.Results = append(o.Results, res)
-			}
+			status := o.record(res, err)
 			extra := ""
 			switch {
 			case err != nil:

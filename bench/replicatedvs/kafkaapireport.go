@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -216,7 +217,7 @@ func spreadOf(o *apiOutcome, s func(*apiOutcome) stats.Spread) stats.Spread {
 	return s(o)
 }
 
-func cmdKafkaAPIReport(args []string, stdout, stderr io.Writer) error {
+func cmdKafkaAPIReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs kafkaapi-report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mdPath := fs.String("md", "", "write the Markdown here (default: stdout)")

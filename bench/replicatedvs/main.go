@@ -41,16 +41,10 @@ bench/kafkaapi.sh start the systems and run these.
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return harness.Dispatch(ctx, args, stdout, stderr, usage, map[string]harness.Func{
-		"wait-js": func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return cmdWaitJS(ctx, args, stderr)
-		},
-		"kafka": cmdKafka,
-		"report": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
-			return cmdReport(args, stdout, stderr)
-		},
-		"kafkaapi": cmdKafkaAPI,
-		"kafkaapi-report": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
-			return cmdKafkaAPIReport(args, stdout, stderr)
-		},
+		"wait-js":         cmdWaitJS,
+		"kafka":           cmdKafka,
+		"report":          cmdReport,
+		"kafkaapi":        cmdKafkaAPI,
+		"kafkaapi-report": cmdKafkaAPIReport,
 	})
 }

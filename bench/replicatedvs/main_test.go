@@ -141,9 +141,9 @@ func TestReport(t *testing.T) {
 		Server: kafkaServer{Name: "Kafka", Version: "4.4.0", Brokers: 3, Partitions: 1, ReplicationFactor: 3, MinInsync: 2, ProducerDefaults: producerDefaults},
 		Rows: []*kafkaOutcome{
 			{kafkaRow: kafkaRow{Key: "produce16", Workload: "producer, acks=all, defaults", Group: groupPublish16, Kind: kindProduce, Size: 16, Msgs: 30000},
-				Results: []kafkaResult{{}}, MsgsPerSec: sp(50000), MBPerSec: sp(0.8), P50Ms: sp(60), P99Ms: sp(110)},
+				rowRuns: rowRuns{Results: []kafkaResult{{}}, MsgsPerSec: sp(50000), MBPerSec: sp(0.8)}, P50Ms: sp(60), P99Ms: sp(110)},
 			{kafkaRow: kafkaRow{Key: "replay", Workload: "consumer", Group: groupReplay1k, Kind: kindReplay, Size: 1024, Msgs: 1024},
-				Results: []kafkaResult{{}, {}}, MsgsPerSec: stats.Spread{Median: 40000, Min: 30000, Max: 50000}, MBPerSec: sp(41)},
+				rowRuns: rowRuns{Results: []kafkaResult{{}, {}}, MsgsPerSec: stats.Spread{Median: 40000, Min: 30000, Max: 50000}, MBPerSec: sp(41)}},
 		}}
 	write := func(name string, v any) string {
 		b, err := json.Marshal(v)

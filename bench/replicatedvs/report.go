@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -336,7 +337,7 @@ func writeCombined(w io.Writer, c *combined) {
 	}
 }
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	streams := fs.String("streams", "", "bench/streamvs's --json file (JetStream R3, and Tern R3 once it runs)")

@@ -14,7 +14,7 @@ import (
 
 // cmdWaitJS waits until every node of a JetStream cluster names the same meta leader
 // and the leader sees every other node as current (monitoring.JetStreamMetaReady).
-func cmdWaitJS(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdWaitJS(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs wait-js", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	monitors := fs.String("monitors", "", "comma-separated monitoring URLs of every node (http://127.0.0.1:24512,...)")

@@ -46,15 +46,9 @@ const usageText = `Usage: replicavs wait-tern|failover|idle|report [options]
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return harness.Dispatch(ctx, args, stdout, stderr, usageText, map[string]harness.Func{
 		"wait-tern": cmdWaitTern,
-		"failover": func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return cmdFailover(ctx, args, stderr)
-		},
-		"idle": func(ctx context.Context, args []string, _, stderr io.Writer) error {
-			return cmdIdle(ctx, args, stderr)
-		},
-		"report": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
-			return cmdReport(args, stdout, stderr)
-		},
+		"failover":  cmdFailover,
+		"idle":      cmdIdle,
+		"report":    cmdReport,
 	})
 }
 
@@ -95,7 +89,7 @@ func (n *nodes) waitQuiet(ctx context.Context, stderr io.Writer) bool {
 	return host.WaitQuietOrNote(ctx, *n.quietWait, 0.25, stderr)
 }
 
-func cmdFailover(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdFailover(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicavs failover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nd := addNodes(fs)
@@ -151,7 +145,7 @@ func cmdFailover(ctx context.Context, args []string, stderr io.Writer) error {
 	return records.Append(*out, res)
 }
 
-func cmdIdle(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdIdle(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicavs idle", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nd := addNodes(fs)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "failover" && args[0] != "idle") {
 		return errors.New("report: want failover or idle first")
 	}

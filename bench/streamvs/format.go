@@ -23,26 +23,12 @@ func kbLabel(kb int64) string {
 
 func usDur(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
 
-func failNote(o *outcome, runs int) string {
-	if len(o.Failures) == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" [%d of %d runs failed]", len(o.Failures), runs)
-}
-
 // rateCell is "median (min–max)" for a throughput.
 func rateCell(o *outcome, runs int) string {
 	if o == nil {
 		return "—"
 	}
-	if len(o.Results) == 0 {
-		return "FAILED"
-	}
-	s := tablefmt.Rate(o.MsgsPerSec.Median)
-	if len(o.Results) > 1 {
-		s += " (" + tablefmt.Rate(o.MsgsPerSec.Min) + "–" + tablefmt.Rate(o.MsgsPerSec.Max) + ")"
-	}
-	return s + failNote(o, runs)
+	return tablefmt.RateCell(o.MsgsPerSec, len(o.Results), len(o.Failures), runs)
 }
 
 // latCell is the median of a latency percentile, with its min–max when withSpread.

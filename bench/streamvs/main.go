@@ -345,11 +345,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rr.Systems[s.Key] = &outcome{}
 		}
 		for n := range *runs {
-			order := slices.Clone(systems)
-			if n%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, s := range order {
+			for _, s := range harness.RunOrder(systems, n) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}

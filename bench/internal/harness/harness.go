@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -112,4 +113,15 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q (want e.g. 1GiB, 256MiB, 4194304)", s)
 	}
 	return int64(v * float64(mult)), nil
+}
+
+// RunOrder is the order run n (from 0) takes the systems in: as given on even runs,
+// reversed on odd ones, so that no system always runs first, on a machine the other
+// has just left.
+func RunOrder[T any](systems []T, n int) []T {
+	order := slices.Clone(systems)
+	if n%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
 }

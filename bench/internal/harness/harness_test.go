@@ -59,3 +59,13 @@ func TestDispatch(t *testing.T) {
 		t.Errorf("unknown command: %v", err)
 	}
 }
+
+func TestRunOrder(t *testing.T) {
+	systems := []string{"tern", "js"}
+	if got := RunOrder(systems, 0); !slices.Equal(got, systems) {
+		t.Errorf("run 0: %q", got)
+	}
+	if got := RunOrder(systems, 1); !slices.Equal(got, []string{"js", "tern"}) || systems[0] != "tern" {
+		t.Errorf("run 1: %q (systems now %q)", got, systems)
+	}
+}

@@ -4,7 +4,11 @@
 // natsvs, replicatedvs) comparable cell by cell.
 package tablefmt
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tern-mq/tern/bench/internal/stats"
+)
 
 const kib = 1024
 
@@ -64,4 +68,26 @@ func Plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// RateCell is a throughput cell over a row's runs: "FAILED" when none completed,
+// else the median rate, its min–max after more than one completed run, and a note
+// when some failed (FailNote).
+func RateCell(rate stats.Spread, completed, failed, runs int) string {
+	if completed == 0 {
+		return "FAILED"
+	}
+	s := Rate(rate.Median)
+	if completed > 1 {
+		s += " (" + Rate(rate.Min) + "–" + Rate(rate.Max) + ")"
+	}
+	return s + FailNote(failed, runs)
+}
+
+// FailNote is " [2 of 3 runs failed]", or nothing when no run failed.
+func FailNote(failed, runs int) string {
+	if failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [%d of %d runs failed]", failed, runs)
 }
