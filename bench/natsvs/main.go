@@ -137,17 +137,6 @@ func placed(dials []loadgen.Dialer, place map[string][]int) loadgen.Dialer {
 	}
 }
 
-// splitURLs splits a comma-separated list of node URLs.
-func splitURLs(list string) []string {
-	var urls []string
-	for _, u := range strings.Split(list, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			urls = append(urls, u)
-		}
-	}
-	return urls
-}
-
 // system is one broker under test: one server, or with --cluster one URL per node.
 type system struct {
 	Key     string           `json:"-"`
@@ -333,7 +322,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// nodeURLs is a flag's list of servers: one, or with --cluster one per node.
 	nodeURLs := func(flagName, list string) ([]string, error) {
-		urls := splitURLs(list)
+		urls := harness.SplitList(list)
 		if !*cluster && len(urls) > 1 {
 			return nil, fmt.Errorf("--%s lists %d URLs: one URL per node needs --cluster", flagName, len(urls))
 		}

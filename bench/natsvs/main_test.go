@@ -135,9 +135,6 @@ func TestClusterMatrixAndPlacement(t *testing.T) {
 	if _, err := placed(dials[:1], map[string][]int{loadgen.RoleSub: {2}})("bench-sub-0"); err == nil {
 		t.Fatal("a connection placed beyond the nodes given: no error")
 	}
-	if u := splitURLs(" a, b,,c "); strings.Join(u, "|") != "a|b|c" {
-		t.Fatalf("splitURLs: %q", u)
-	}
 }
 
 // TestRunClusterAgainstTern runs part of the cluster matrix against an in-process

@@ -611,19 +611,22 @@ func (f *toolFlags) selectRows(rows []kafkaRow, stdout io.Writer, keyWidth int) 
 	return rows, false, nil
 }
 
-// tool is the JVM runner the flags describe, its output appended to --log (closed
-// by the returned func) or discarded.
-func (f *toolFlags) tool() (*javaTool, func() error, error) {
+// runner drives the Kafka tools the flags describe against their brokers, making
+// topics of the flags' partitions with replication factor rf (and
+// min.insync.replicas minISR when above 0); every tool's output goes to --log, or
+// nowhere. close closes that log.
+func (f *toolFlags) runner(brokers, rf, minISR int, progress io.Writer) (k *kafkaRunner, close func() error, err error) {
 	t := &javaTool{java: *f.java, cp: *f.classpath, opts: f.jvm, log: io.Discard}
-	if *f.log == "" {
-		return t, func() error { return nil }, nil
+	close = func() error { return nil }
+	if *f.log != "" {
+		lf, err := os.OpenFile(*f.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, err
+		}
+		t.log, close = lf, lf.Close
 	}
-	lf, err := os.OpenFile(*f.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, err
-	}
-	t.log = lf
-	return t, lf.Close, nil
+	k = &kafkaRunner{tool: t, bootstrap: *f.bootstrap, brokers: brokers, parts: *f.partitions, rf: rf, minISR: minISR, progress: progress}
+	return k, close, nil
 }
 
 // beforeRun gives every run the same start: garbage collected, dirty pages
@@ -682,13 +685,11 @@ func cmdKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil || listed {
 		return err
 	}
-	tool, closeLog, err := tf.tool()
+	k, closeLog, err := tf.runner(*brokers, *rf, *minISR, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	k := &kafkaRunner{tool: tool, bootstrap: *tf.bootstrap, brokers: *brokers,
-		parts: *tf.partitions, rf: *rf, minISR: *minISR, progress: stderr}
 	rep := &kafkaReport{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Command: "replicatedvs kafka " + strings.Join(args, " "),

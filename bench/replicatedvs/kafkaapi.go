@@ -260,13 +260,11 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *name == "" {
 		*name = map[string]string{"kafka": "Kafka", "tern": "Tern"}[*sysKey]
 	}
-	tool, closeLog, err := tf.tool()
+	k, closeLog, err := tf.runner(*brokers, *rf, *minISR, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	k := &kafkaRunner{tool: tool, bootstrap: *tf.bootstrap, brokers: *brokers,
-		parts: *tf.partitions, rf: *rf, minISR: *minISR, progress: stderr}
 	adminClient, err := kgo.NewClient(kgo.SeedBrokers(harness.SplitList(*tf.bootstrap)...), kgo.ClientID("bench-admin"))
 	if err != nil {
 		return err
