@@ -76,15 +76,8 @@ BENCH=failover.sh BENCH_LOGS=$ROUT
 . bench/r3clusters.sh
 r3_systems "$SYSTEMS"
 
-# --- install, check ports, build ---------------------------------------------------------
-NATS_SERVER=$(go_tool nats-server)
-r3_require_free_ports "${SYS_LIST[@]}"
-echo "== building tern, bench/replicavs and bench/replicatedvs"
-r3_build
-
-# --- processes started here; stopped by pid ------------------------------------------------
-RUN_DIR=$(mktemp -d /tmp/sbench-failover.XXXXXX)
-bench_stop_on_exit r3_stop
+# --- install, check ports, build; processes started here are stopped by pid -----------------
+r3_setup sbench-failover
 
 # --- machine ---------------------------------------------------------------------------------
 machine_head

@@ -105,17 +105,11 @@ BENCH=mqttcluster.sh BENCH_LOGS=$ROUT
 . bench/r3clusters.sh
 r3_systems "$SYSTEMS"
 
-# --- install, check ports, build ---------------------------------------------------------
-NATS_SERVER=$(go_tool nats-server)
-r3_require_free_ports "${SYS_LIST[@]}"
-echo "== building tern, bench/mqttclustervs, bench/replicavs and bench/replicatedvs"
-r3_build
+# --- install, check ports, build; processes started here are stopped by pid -----------------
+r3_setup tern-mqttcluster
+echo "== building bench/mqttclustervs"
 MQTTCLUSTERVS=$ROUT/mqttclustervs
 bench_build "$MQTTCLUSTERVS" ./mqttclustervs
-
-# --- processes started here; stopped by pid ------------------------------------------------
-RUN_DIR=$(mktemp -d /tmp/tern-mqttcluster.XXXXXX)
-bench_stop_on_exit r3_stop
 cluster_args() { # the running cluster, as mqttclustervs takes it
 	echo --system "$R3_SYS" --mqtt "$(r3_list mqtt)" --monitors "$(r3_list monitors)" --names "$(r3_list names)" --pids "$(r3_list pids)"
 }

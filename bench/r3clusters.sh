@@ -55,6 +55,16 @@ r3_build() { # tern and the harnesses whose readiness waits r3_start runs, into 
 	bench_build "$REPLICAVS" ./replicavs
 	bench_build "$REPLICATEDVS" ./replicatedvs
 }
+r3_setup() { # run-dir-prefix: what a driver of SYS_LIST's clusters does before its first
+	# run: install nats-server, check the clusters' ports, build (r3_build), make
+	# RUN_DIR (/tmp/<prefix>.XXXXXX) and stop everything on EXIT, INT and TERM
+	NATS_SERVER=$(go_tool nats-server)
+	r3_require_free_ports "${SYS_LIST[@]}"
+	echo "== building tern, bench/replicavs and bench/replicatedvs"
+	r3_build
+	RUN_DIR=$(mktemp -d "/tmp/$1.XXXXXX")
+	bench_stop_on_exit r3_stop
+}
 r3_require_free_ports() { # sys...: exit if a port of their clusters is taken
 	local sys ports=()
 	for sys in "$@"; do
