@@ -199,12 +199,8 @@ order() { # run number: both systems, the first one alternating
 }
 
 rm -f "$OUT"/nats-n*.log "$OUT"/tern-n*.log
-echo "== machine"
-echo "nproc:        $(nproc)"
-echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "kernel:       $(uname -sr)"
-echo "go:           $(go version | awk '{print $3, $4}')"
+machine_head
+machine_go
 echo "nats-server:  $nats_version (node i: 127.0.0.1:$NATS_BASE+10i)"
 echo "tern:         $tern_version (node i: 127.0.0.1:$TERN_BASE+10i)"
 echo "GOMAXPROCS:   ${GOMAXPROCS:-unset (Go uses every CPU)}; every node and the load generator share the machine"

@@ -68,66 +68,23 @@ JS_BASE=${JS_BASE:-25500}
 SYSTEMS=${SYSTEMS:-tern,js}
 OUT=${OUT:-bench/out}
 ROUT=$OUT/idlegroups
-SYS_LIST=()
-for s in ${SYSTEMS//,/ }; do
-	case "$s" in tern | js) SYS_LIST+=("$s") ;; *) echo "idlegroups.sh: SYSTEMS: unknown system $s (tern, js)" >&2; exit 2 ;; esac
-done
 
 mkdir -p "$ROUT"
 BENCH=idlegroups.sh BENCH_LOGS=$ROUT
 . bench/lib.sh
 . bench/r3clusters.sh
+r3_systems "$SYSTEMS"
 
-# --- install, check ports, build ---------------------------------------------------------
-NATS_SERVER=$(go_tool nats-server)
-ports=()
-for s in "${SYS_LIST[@]}"; do
-	# shellcheck disable=SC2207 # numbers
-	ports+=($(r3_all_ports "$s"))
-done
-require_free_ports "TERN_BASE / JS_BASE" "${ports[@]}"
-echo "== building tern, bench/replicavs and bench/replicatedvs"
-TERN_BIN=$ROUT/tern
-REPLICAVS=$ROUT/replicavs
-REPLICATEDVS=$ROUT/replicatedvs
-go build -o "$TERN_BIN" ./cmd/tern
-bench_build "$REPLICAVS" ./replicavs
-bench_build "$REPLICATEDVS" ./replicatedvs
-
-# --- processes started here; stopped by pid ------------------------------------------------
-RUN_DIR=$(mktemp -d /tmp/sbench-idlegroups.XXXXXX)
-JOB= # the harness being waited for
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$JOB" ] && stop_pid "$JOB" harness 30
-	r3_stop
-	rm -rf "$RUN_DIR"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-run_job() { # command...: in the background, waited for, so a signal is handled at once
-	"$@" &
-	JOB=$!
-	local rc=0
-	wait "$JOB" || rc=$?
-	JOB=
-	return "$rc"
-}
+# --- install, check ports, build; processes started here are stopped by pid -----------------
+r3_setup sbench-idlegroups
 
 # --- machine ---------------------------------------------------------------------------------
-echo "== machine"
-echo "nproc:        $(nproc)"
-echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "kernel:       $(uname -sr)"
-echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stores in $RUN_DIR)"
-echo "go:           $(go version | awk '{print $3, $4}')"
-echo "tern:         $("$TERN_BIN" version | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
-echo "nats-server:  $("$NATS_SERVER" --version 2>&1)"
-echo "load:         $(uptime | sed 's/.*load average/load average/')"
+machine_head
+machine_disk "$RUN_DIR"
+machine_go
+machine_tern "$TERN_BIN"
+machine_nats
+machine_load
 echo
 
 RUNS_FILE=$ROUT/runs.jsonl
@@ -135,9 +92,7 @@ rm -f "$RUNS_FILE"
 failed=
 echo "== $RUNS run(s) per system: $STREAMS streams of 3 replicas, ${WINDOW} idle window"
 for r in $(seq 1 "$RUNS"); do
-	order=("${SYS_LIST[@]}")
-	if [ $((r % 2)) -eq 0 ] && [ "${#order[@]}" -gt 1 ]; then order=("${order[1]}" "${order[0]}"); fi
-	for s in "${order[@]}"; do
+	for s in $(run_order "$r" "${SYS_LIST[@]}"); do
 		r3_start "$s" "$s-r$r"
 		run_job "$REPLICAVS" idle --system "$s" --urls "$(r3_list urls)" --names "$(r3_list names)" \
 			--pids "$(r3_list pids)" --run "$r" --streams "$STREAMS" --concurrency "$CONC" \

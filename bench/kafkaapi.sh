@@ -119,54 +119,25 @@ if has tern; then
 fi
 require_free_ports "KAFKA_BASE / TERN_BASE" "${ports[@]}"
 echo "== building tern, bench/replicatedvs and bench/replicavs into ${ROUT#"$PWD"/}"
-go build -o "$ROUT/tern" ./cmd/tern
-bench_build "$ROUT/replicatedvs" ./replicatedvs
-bench_build "$ROUT/replicavs" ./replicavs
-REPLICATEDVS=$ROUT/replicatedvs
-REPLICAVS=$ROUT/replicavs
+r3_build
 TERN_BIN=$(tern_server_bin "$ROUT/tern" "$ROUT")
 tern_version=$("$ROUT/tern" version | sed -n 's/^tern *//p')
 
 # --- processes started here; stopped by pid ---------------------------------------------------
 RUN_DIR=$(mktemp -d /tmp/sbench-kafkaapi.XXXXXX)
 TERN1_PID=
-JOB= # the harness being waited for
 stop_tern1() {
 	stop_pid "$TERN1_PID" "tern server" 30
 	TERN1_PID=
 }
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$JOB" ] && stop_pid "$JOB" harness 30
-	kafka_stop_cluster
-	stop_tern1
-	r3_stop
-	rm -rf "$RUN_DIR"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-run_job() { # command...: in the background, waited for, so a signal is handled at once
-	"$@" &
-	JOB=$!
-	local rc=0
-	wait "$JOB" || rc=$?
-	JOB=
-	return "$rc"
-}
+bench_stop_on_exit kafka_stop_cluster stop_tern1 r3_stop
 
 # --- machine -----------------------------------------------------------------------------------
-echo "== machine"
-echo "nproc:        $(nproc)"
-echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "kernel:       $(uname -sr)"
+machine_head
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stores in $RUN_DIR)"
-echo "go:           $(go version | awk '{print $3, $4}')"
-echo "java:         $(java -version 2>&1 | head -1)"
+machine_disk "$RUN_DIR"
+machine_go
+machine_java
 echo "tern:         $tern_version ($(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ', modified'))"
 echo
 
@@ -229,7 +200,7 @@ for nodes in ${NODES//,/ }; do
 		else
 			echo "== Tern: 3 nodes, --cluster-size 3, on 127.0.0.1 (Kafka API on $(r3_kafka_port 1), +10, +20)"
 			r3_start tern tern3
-			for i in 1 2 3; do wait_port "$(r3_kafka_port "$i")" "${R3_PIDS[$((i - 1))]}" "tern node $i (Kafka API)" 30; done
+			for i in 1 2 3; do wait_port "$(r3_kafka_port "$i")" "$(r3_pid tern "$i")" "tern node $i (Kafka API)" 30; done
 			harness tern 3 "$(r3_list kafka)" "$(r3_list pids)" "3 nodes, --cluster-size 3, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
 			r3_stop
 		fi

@@ -1,6 +1,7 @@
 # Shell helpers the bench scripts (and scripts/deps.sh) share: installing what is
-# missing, building the bench module's commands, waiting for a server's port, and
-# stopping exactly the processes a script started.
+# missing, building the bench module's commands, waiting for a server's port,
+# stopping exactly the processes a script started (on EXIT, INT and TERM too), and
+# the machine's description a script prints before measuring.
 # A script sets BENCH (its name, for messages) and BENCH_LOGS (where its server logs
 # go), then sources this file from the repository root: `. bench/lib.sh`.
 
@@ -116,6 +117,73 @@ stop_pid() { # pid [name [seconds]]: TERM, wait up to seconds (30), then KILL
 		kill -KILL "$pid" 2>/dev/null || true
 	fi
 	wait "$pid" 2>/dev/null || true
+}
+
+# --- the harness being waited for, and stopping everything on exit -----------------------
+JOB=          # the harness run_job is waiting for
+BENCH_STOPS=() # what bench_stop_on_exit was told to run on exit
+
+PIDS=() # servers a script started one by one (mqtt.sh, streams.sh), for stop_servers
+stop_servers() { # stop each of PIDS in turn
+	local pid
+	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+	PIDS=()
+}
+
+run_job() { # command...: in the background, waited for, so a signal is handled at once
+	"$@" &
+	JOB=$!
+	local rc=0
+	wait "$JOB" || rc=$?
+	JOB=
+	return "$rc"
+}
+
+bench_stop_on_exit() { # command...: on EXIT, INT and TERM stop the harness run_job waits
+	# for, run each command (the script's own stop functions, which stop its servers by
+	# pid), remove RUN_DIR if set, and exit with the script's status (130 after INT,
+	# 143 after TERM)
+	BENCH_STOPS=("$@")
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+bench_cleanup() {
+	local rc=$? stop
+	trap - EXIT INT TERM
+	[ -z "$JOB" ] || stop_pid "$JOB" harness 30
+	for stop in "${BENCH_STOPS[@]}"; do "$stop"; done
+	[ -z "${RUN_DIR:-}" ] || rm -rf "$RUN_DIR"
+	exit "$rc"
+}
+
+# --- the machine, as a script prints it before measuring -------------------------------------
+machine_head() { # "== machine", then the CPUs, memory and kernel, one fact a line
+	echo "== machine"
+	echo "nproc:        $(nproc)"
+	echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
+	echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+	echo "kernel:       $(uname -sr)"
+}
+machine_disk() { # dir: the filesystem the stores in dir live on, and its free space
+	echo "disk:         $(df -h "$1" | awk 'NR==2 {print $1 ", " $4 " free"}') (stores in $1)"
+}
+machine_go() { echo "go:           $(go version | awk '{print $3, $4}')"; }
+machine_java() { echo "java:         $(java -version 2>&1 | head -1)"; }
+machine_tern() { # tern-binary [note]: its version and this tree's commit
+	echo "tern:         $("$1" version | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))${2:-}"
+}
+machine_nats() { echo "nats-server:  $("$NATS_SERVER" --version 2>&1)"; }
+machine_load() { echo "load:         $(uptime | sed 's/.*load average/load average/')"; }
+
+run_order() { # run items...: the items, the first two swapped on even runs, so that
+	# neither of two systems always runs first
+	if [ $(($1 % 2)) -eq 0 ] && [ $# -gt 2 ]; then
+		echo "$3" "$2" "${@:4}"
+	else
+		echo "${@:2}"
+	fi
 }
 
 make_test_certs() { # dir: a throwaway CA and a server certificate for 127.0.0.1 (and ::1,

@@ -121,32 +121,7 @@ log_dest stderr
 log_type error
 log_type warning
 EOF
-PIDS=()
-JOB=
-stop_servers() {
-	local pid
-	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-	PIDS=()
-}
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$JOB" ] && stop_pid "$JOB"
-	stop_servers
-	rm -rf "$RUN_DIR"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-run_job() {
-	"$@" &
-	JOB=$!
-	local rc=0
-	wait "$JOB" || rc=$?
-	JOB=
-	return "$rc"
-}
+bench_stop_on_exit stop_servers
 start_servers() {
 	"$MOSQUITTO" -c "$RUN_DIR/mosquitto.conf" >>"$MOUT/mosquitto.log" 2>&1 &
 	MOSQ_PID=$!
@@ -166,12 +141,8 @@ start_servers() {
 
 mosq_version=$({ "$MOSQUITTO" -h 2>&1 || true; } | sed -n 's/^mosquitto version \([^ ]*\).*/\1/p' | head -1)
 {
-	echo "== machine"
-	echo "nproc:        $(nproc)"
-	echo "CPU:          $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
-	echo "memory:       $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-	echo "kernel:       $(uname -sr)"
-	echo "go:           $(go env GOVERSION) $(go env GOOS)/$(go env GOARCH)"
+	machine_head
+	machine_go
 	echo "mosquitto:    ${mosq_version:-unknown} (127.0.0.1:$MOSQ_PORT)"
 	echo "mochi-mqtt:   $MOCHI_VERSION (127.0.0.1:$MOCHI_PORT)"
 	echo "tern:         $("$MOUT/tern" version 2>/dev/null || echo 0.1.0-dev) (127.0.0.1:$TERN_PORT)"

@@ -98,56 +98,18 @@ OUT=${OUT:-bench/out}
 ROUT=$OUT/mqttcluster
 TERN_ARGS="--mqtt-max-queued 1000000${TERN_ARGS:+ $TERN_ARGS}"
 R3_MQTT=1
-SYS_LIST=()
-for s in ${SYSTEMS//,/ }; do
-	case "$s" in tern | js) SYS_LIST+=("$s") ;; *) echo "mqttcluster.sh: SYSTEMS: unknown system $s (tern, js)" >&2; exit 2 ;; esac
-done
 
 mkdir -p "$ROUT"
 BENCH=mqttcluster.sh BENCH_LOGS=$ROUT
 . bench/lib.sh
 . bench/r3clusters.sh
+r3_systems "$SYSTEMS"
 
-# --- install, check ports, build ---------------------------------------------------------
-NATS_SERVER=$(go_tool nats-server)
-ports=()
-for s in "${SYS_LIST[@]}"; do
-	# shellcheck disable=SC2207 # numbers
-	ports+=($(r3_all_ports "$s"))
-done
-require_free_ports "TERN_BASE / JS_BASE" "${ports[@]}"
-echo "== building tern, bench/mqttclustervs, bench/replicavs and bench/replicatedvs"
-TERN_BIN=$ROUT/tern
+# --- install, check ports, build; processes started here are stopped by pid -----------------
+r3_setup tern-mqttcluster
+echo "== building bench/mqttclustervs"
 MQTTCLUSTERVS=$ROUT/mqttclustervs
-REPLICAVS=$ROUT/replicavs
-REPLICATEDVS=$ROUT/replicatedvs
-go build -o "$TERN_BIN" ./cmd/tern
 bench_build "$MQTTCLUSTERVS" ./mqttclustervs
-bench_build "$REPLICAVS" ./replicavs
-bench_build "$REPLICATEDVS" ./replicatedvs
-
-# --- processes started here; stopped by pid ------------------------------------------------
-RUN_DIR=$(mktemp -d /tmp/tern-mqttcluster.XXXXXX)
-JOB= # the harness being waited for
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$JOB" ] && stop_pid "$JOB" harness 30
-	r3_stop
-	rm -rf "$RUN_DIR"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-run_job() { # command...: in the background, waited for, so a signal is handled at once
-	"$@" &
-	JOB=$!
-	local rc=0
-	wait "$JOB" || rc=$?
-	JOB=
-	return "$rc"
-}
 cluster_args() { # the running cluster, as mqttclustervs takes it
 	echo --system "$R3_SYS" --mqtt "$(r3_list mqtt)" --monitors "$(r3_list monitors)" --names "$(r3_list names)" --pids "$(r3_list pids)"
 }
@@ -159,15 +121,11 @@ start_cluster() { # sys tag: a fresh cluster with MQTT, ready for persistent ses
 
 # --- machine ---------------------------------------------------------------------------------
 {
-	echo "== machine"
-	echo "nproc:        $(nproc)"
-	echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-	echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-	echo "kernel:       $(uname -sr)"
-	echo "go:           $(go version | awk '{print $3, $4}')"
-	echo "tern:         $("$TERN_BIN" version | head -1) ($(git rev-parse --short HEAD 2>/dev/null || echo '?')); options $TERN_ARGS"
-	echo "nats-server:  $("$NATS_SERVER" --version 2>&1)"
-	echo "load:         $(uptime | sed 's/.*load average/load average/')"
+	machine_head
+	machine_go
+	machine_tern "$TERN_BIN" "; options $TERN_ARGS"
+	machine_nats
+	machine_load
 	echo "date:         $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$ROUT/machine.txt"
 echo
@@ -192,10 +150,8 @@ if [ "$ONLY" != throughput ]; then
 	report_args+=(--resume "$RS_FILE")
 	echo "== resume: $RUNS run(s) per system and placement (${PLACE_LIST[*]}): ${RATE} msgs/s for $DURATION, kill -9 of the subscriber's node at $KILL_AT"
 	for r in $(seq 1 "$RUNS"); do
-		order=("${SYS_LIST[@]}")
-		if [ $((r % 2)) -eq 0 ] && [ "${#order[@]}" -gt 1 ]; then order=("${order[1]}" "${order[0]}"); fi
 		for place in "${PLACE_LIST[@]}"; do
-			for s in "${order[@]}"; do
+			for s in $(run_order "$r" "${SYS_LIST[@]}"); do
 				start_cluster "$s" "$s-resume-$place-r$r"
 				# shellcheck disable=SC2046 # words
 				run_job "$MQTTCLUSTERVS" resume $(cluster_args) --run "$r" --placement "$place" --rate "$RATE" \

@@ -87,6 +87,7 @@ mkdir -p "$ROUT"
 BENCH=replicated.sh BENCH_LOGS=$ROUT
 . bench/lib.sh
 . bench/kafka.sh
+. bench/r3clusters.sh
 
 SV_COMMON=(--scale "$SCALE" --runs "$RUNS" --replay-bytes "$REPLAY_BYTES" --quiet-wait "$QUIET")
 KAFKA_ROWS=(--scale "$SCALE" --replay-bytes "$REPLAY_BYTES" --alt-props "$KAFKA_ALT_PROPS" --paced-rate "$KAFKA_PACED_RATE")
@@ -103,140 +104,48 @@ has js && NATS_SERVER=$(go_tool nats-server)
 has kafka && kafka_install
 ports=()
 if has js; then
-	for i in $(seq 1 "$JS_NODES"); do ports+=($((JS_BASE + 10 * i)) $((JS_BASE + 10 * i + 1)) $((JS_BASE + 10 * i + 2))); done
+	# shellcheck disable=SC2207 # numbers
+	ports+=($(r3_all_ports js))
 fi
 if has kafka; then
 	# shellcheck disable=SC2207 # numbers
 	ports+=($(kafka_ports))
 fi
 if [ "$TERN_R3" = 1 ]; then
-	for i in 1 2 3; do ports+=($((TERN_BASE + 10 * i)) $((TERN_BASE + 10 * i + 1)) $((TERN_BASE + 10 * i + 2)) $((TERN_BASE + 10 * i + 3))); done
+	# shellcheck disable=SC2207 # numbers
+	ports+=($(r3_all_ports tern))
 fi
 require_free_ports "JS_BASE / KAFKA_BASE / TERN_BASE" "${ports[@]}"
 echo "== building bench/streamvs and bench/replicatedvs"
 bench_build "$ROUT/streamvs" ./streamvs
 bench_build "$ROUT/replicatedvs" ./replicatedvs
+REPLICATEDVS=$ROUT/replicatedvs # its wait-js says when the JetStream cluster is ready
+
+# --- processes started here; stopped by pid --------------------------------------------------
+# Both clusters are r3clusters.sh's: JetStream R3 (tag nats: nats-n<i>.conf and .log)
+# and Tern R3 (tag tern: tern-n<i>.log), stores in RUN_DIR.
+RUN_DIR=$(mktemp -d /tmp/sbench-replicated.XXXXXX)
+bench_stop_on_exit r3_stop kafka_stop_cluster
 
 # --- TERN R3 ---------------------------------------------------------------------------------
 # A 3-node Tern cluster that replicates (--cluster-size 3) on 127.0.0.1, node i on
 # TERN_BASE+10i (client), +1 (routes), +2 (gossip), +3 (monitoring); streamvs runs its
 # rows against it and JetStream R3 alternately (--replicas 3: each stream a Raft group
 # of 3). Tern's default fsync policy, as JetStream's and Kafka's own.
-TERN_R3_PIDS=()
-tern_port() { echo $((TERN_BASE + 10 * $1)); }
 start_tern_r3() {
-	local i join=""
-	go build -o "$ROUT/tern" ./cmd/tern
-	local bin
-	bin=$(tern_server_bin "$ROUT/tern" "$ROUT")
-	for i in 1 2 3; do join+="127.0.0.1:$(($(tern_port "$i") + 1)),"; done
-	for i in 1 2 3; do
-		"$bin" server --server-name "tern$i" --host 127.0.0.1 --port "$(tern_port "$i")" \
-			--http "127.0.0.1:$(($(tern_port "$i") + 3))" --cluster-name r3 --cluster-port "$(($(tern_port "$i") + 1))" \
-			--join "${join%,}" --cluster-size 3 --mqtt-port -1 --mqtt-ws-port -1 --kafka-port -1 --udp-port -1 \
-			--store-dir "$RUN_DIR/tern$i" ${TERN_ARGS:-} >"$ROUT/tern-n$i.log" 2>&1 &
-		TERN_R3_PIDS+=($!)
-	done
-	for i in 1 2 3; do wait_port "$(tern_port "$i")" "${TERN_R3_PIDS[$((i - 1))]}" "tern node $i"; done
-	# Ready once a stream of 3 replicas can be made: the meta group has formed and
-	# knows all three nodes.
-	local tries=0
-	until "$ROUT/tern" stream add bench-ready --replicas 3 --server "tern://127.0.0.1:$(tern_port 1)" >/dev/null 2>&1; do
-		tries=$((tries + 1))
-		if [ "$tries" -gt 120 ]; then
-			echo "replicated.sh: the Tern cluster did not get ready in 60 s (see $ROUT/tern-n*.log)" >&2
-			return 1
-		fi
-		sleep 0.5
-	done
-	"$ROUT/tern" stream rm bench-ready --force --server "tern://127.0.0.1:$(tern_port 1)" >/dev/null
+	r3_build # and replicavs, whose wait-tern says when the meta group has formed
+	TERN_BIN=$(tern_server_bin "$ROUT/tern" "$ROUT")
+	r3_start tern tern
 	SV_DRIVERS=${SV_DRIVERS:+$SV_DRIVERS,}tern
-	SV_ARGS+=(--tern-url "tern://127.0.0.1:$(tern_port 1)" --tern-pid "${TERN_R3_PIDS[0]}"
+	SV_ARGS+=(--tern-url "tern://127.0.0.1:$(r3_port tern 1)" --tern-pid "$(r3_pid tern 1)"
 		--tern-version "$("$ROUT/tern" version | sed -n 's/^tern *//p')")
-}
-stop_tern_r3() {
-	local pid
-	for pid in "${TERN_R3_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${TERN_R3_PIDS[@]}"; do stop_pid "$pid" "tern server" 30; done
-	TERN_R3_PIDS=()
-}
-
-# --- processes started here; stopped by pid --------------------------------------------------
-RUN_DIR=$(mktemp -d /tmp/sbench-replicated.XXXXXX)
-declare -A JS_PID=() # node -> pid
-JOB=                 # the harness being waited for
-stop_js_cluster() {
-	local i
-	for i in "${!JS_PID[@]}"; do kill -TERM "${JS_PID[$i]}" 2>/dev/null || true; done
-	for i in "${!JS_PID[@]}"; do stop_pid "${JS_PID[$i]}" "nats-server node $i" 30; done
-	JS_PID=()
-}
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$JOB" ] && stop_pid "$JOB" harness 30
-	stop_js_cluster
-	kafka_stop_cluster
-	stop_tern_r3
-	rm -rf "$RUN_DIR"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-run_job() { # command...: in the background, waited for, so a signal is handled at once
-	"$@" &
-	JOB=$!
-	local rc=0
-	wait "$JOB" || rc=$?
-	JOB=
-	return "$rc"
-}
-
-js_port() { echo $((JS_BASE + 10 * $1)); }
-js_route_port() { echo $((JS_BASE + 10 * $1 + 1)); }
-js_monitor_port() { echo $((JS_BASE + 10 * $1 + 2)); }
-
-start_js_cluster() {
-	local i j routes="" monitors="" conf
-	for j in $(seq 1 "$JS_NODES"); do routes+="nats-route://127.0.0.1:$(js_route_port "$j"), "; done
-	for i in $(seq 1 "$JS_NODES"); do
-		conf=$ROUT/nats-n$i.conf
-		# nats-server's defaults otherwise: sync_interval 2m (no fsync per message),
-		# max_file_store and max_memory_store from the machine, three pooled routes.
-		cat >"$conf" <<-EOF
-			server_name: js$i
-			listen: 127.0.0.1:$(js_port "$i")
-			http: 127.0.0.1:$(js_monitor_port "$i")
-			jetstream {
-			  store_dir: "$RUN_DIR/js$i"
-			}
-			cluster {
-			  name: r3
-			  listen: 127.0.0.1:$(js_route_port "$i")
-			  routes: [${routes%, }]
-			}
-		EOF
-		"$NATS_SERVER" -c "$conf" >"$ROUT/nats-n$i.log" 2>&1 &
-		JS_PID[$i]=$!
-	done
-	for i in $(seq 1 "$JS_NODES"); do
-		wait_port "$(js_port "$i")" "${JS_PID[$i]}" "nats-server node $i"
-		wait_port "$(js_monitor_port "$i")" "${JS_PID[$i]}" "nats-server node $i (monitoring)"
-		monitors+="http://127.0.0.1:$(js_monitor_port "$i"),"
-	done
-	"$ROUT/replicatedvs" wait-js --monitors "${monitors%,}" --timeout 60s
 }
 
 # --- machine ---------------------------------------------------------------------------------
-echo "== machine"
-echo "nproc:        $(nproc)"
-echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "kernel:       $(uname -sr)"
-echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stores in $RUN_DIR)"
-echo "go:           $(go version | awk '{print $3, $4}')"
-echo "java:         $(java -version 2>&1 | head -1)"
+machine_head
+machine_disk "$RUN_DIR"
+machine_go
+machine_java
 echo
 
 rm -f "$ROUT/streams.json" "$ROUT/kafka.json" "$ROUT/kafka-tools.log"
@@ -247,11 +156,11 @@ failed=
 SV_DRIVERS=
 SV_ARGS=()
 if has js; then
-	echo "== JetStream R3: $JS_NODES nats-server nodes on 127.0.0.1 (client ports $(js_port 1), $(js_port 2), $(js_port 3))"
-	start_js_cluster
+	echo "== JetStream R3: $JS_NODES nats-server nodes on 127.0.0.1 (client ports $(r3_port js 1), $(r3_port js 2), $(r3_port js 3))"
+	r3_start js nats
 	nats_version=$("$NATS_SERVER" --version 2>&1 | sed -n 's/^nats-server: *v\{0,1\}//p')
 	SV_DRIVERS=js
-	SV_ARGS+=(--js-url "nats://127.0.0.1:$(js_port 1)" --js-version "$nats_version")
+	SV_ARGS+=(--js-url "nats://127.0.0.1:$(r3_port js 1)" --js-version "$nats_version")
 fi
 if [ "$TERN_R3" = 1 ]; then
 	start_tern_r3
@@ -265,9 +174,7 @@ if [ -n "$SV_DRIVERS" ]; then
 		echo "replicated.sh: the streamvs run failed; the report has no JetStream R3 rows" >&2
 		failed=1
 	fi
-	stop_js_cluster
-	stop_tern_r3
-	rm -rf "$RUN_DIR"/js*
+	r3_stop
 fi
 
 # --- Kafka RF3 ---------------------------------------------------------------------------------

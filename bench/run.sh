@@ -150,12 +150,8 @@ wait_port "$TERN_PORT" "${PIDS[-1]}" "tern server"
 # --- machine -----------------------------------------------------------------------------
 nats_version=$("$NATS_SERVER" --version 2>&1 | sed -n 's/^nats-server: *//p')
 tern_version=$("$OUT/tern" version | sed -n 's/^tern *//p')
-echo "== machine"
-echo "nproc:        $(nproc)"
-echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "kernel:       $(uname -sr)"
-echo "go:           $(go version | awk '{print $3, $4}')"
+machine_head
+machine_go
 echo "nats-server:  $nats_version (pid ${PIDS[0]}, 127.0.0.1:$NATS_PORT)"
 echo "tern:         $tern_version (pid ${PIDS[1]}, 127.0.0.1:$TERN_PORT)"
 echo "GOMAXPROCS:   ${GOMAXPROCS:-unset (Go uses every CPU)}; brokers and load generator share the machine"

@@ -69,13 +69,6 @@ bench_build "$SOUT/streamvs" ./streamvs
 
 # --- processes started here; stopped by pid -----------------------------------------------
 RUN_DIR=$(mktemp -d /tmp/sbench-streams.XXXXXX)
-PIDS=() # servers
-JOB=    # the streamvs or rabbit/run.sh child being waited for
-stop_servers() {
-	local pid
-	for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-	PIDS=()
-}
 # Memory cgroups made here (MEM_LIMIT), removed on exit once their process is gone.
 CGROUPS=()
 memcg_create() { # name: make the cgroup; its directory in $MEMCG
@@ -112,27 +105,12 @@ start_server() {
 		"$@" &
 	fi
 }
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$JOB" ] && stop_pid "$JOB" # rabbit/run.sh stops its own node on TERM
-	stop_servers
+remove_cgroups() {
 	local cg
 	for cg in "${CGROUPS[@]}"; do rmdir "$cg" 2>/dev/null || true; done
-	rm -rf "$RUN_DIR"
-	exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-run_job() { # command...: run in the background and wait, so a signal is handled at once
-	"$@" &
-	JOB=$!
-	local rc=0
-	wait "$JOB" || rc=$?
-	JOB=
-	return "$rc"
-}
+# run_job's child is streamvs or rabbit/run.sh, which stops its own node on TERM.
+bench_stop_on_exit stop_servers remove_cgroups
 
 start_server js "$NATS_SERVER" -js -sd "$RUN_DIR/jetstream" -a 127.0.0.1 -p "$JS_PORT" >"$SOUT/nats-server.log" 2>&1
 JS_PID=$!
@@ -153,14 +131,10 @@ if [ -n "$TERN" ]; then
 fi
 
 # --- machine -----------------------------------------------------------------------------
-echo "== machine"
-echo "nproc:        $(nproc)"
-echo "CPU:          $(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1)"
-echo "memory:       $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-echo "kernel:       $(uname -sr)"
+machine_head
 [ -n "$MEM_LIMIT" ] && echo "memory limit: $MEM_LIMIT per server (cgroup, page cache included)"
 echo "disk:         $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $4 " free"}') (stream stores in $RUN_DIR)"
-echo "go:           $(go version | awk '{print $3, $4}')"
+machine_go
 echo "nats-server:  $nats_version -js (pid $JS_PID, 127.0.0.1:$JS_PORT)"
 if [ -n "$TERN" ]; then
 	echo "tern:         $tern_version (pid $TERN_PID, 127.0.0.1:$TERN_PORT)"

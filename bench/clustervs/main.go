@@ -16,27 +16,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/harness"
 	"github.com/tern-mq/tern/bench/internal/host"
+	"github.com/tern-mq/tern/bench/internal/records"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "clustervs:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("clustervs", run) }
 
 const usage = `Usage: clustervs mesh|recovery|interest|report [options]
 
@@ -57,25 +47,12 @@ clusters and runs these.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
-	}
-	switch args[0] {
-	case "mesh":
-		return cmdMesh(ctx, args[1:], stdout, stderr)
-	case "recovery":
-		return cmdRecovery(ctx, args[1:], stdout, stderr)
-	case "interest":
-		return cmdInterest(ctx, args[1:], stdout, stderr)
-	case "report":
-		return cmdReport(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return harness.Dispatch(ctx, args, stdout, stderr, usage, map[string]harness.Func{
+		"mesh":     cmdMesh,
+		"recovery": cmdRecovery,
+		"interest": cmdInterest,
+		"report":   cmdReport,
+	})
 }
 
 // common are the options every measuring command takes.
@@ -119,57 +96,14 @@ func (c *common) parse(args []string) (*kind, []string, []string, error) {
 	}
 	var urls []string
 	if c.urls != nil {
-		urls = splitList(*c.urls)
+		urls = harness.SplitList(*c.urls)
 	}
-	return k, urls, splitList(*c.monitors), nil
+	return k, urls, harness.SplitList(*c.monitors), nil
 }
 
 // waitQuiet waits for a quiet machine before a measurement and says so if it is not.
 func (c *common) waitQuiet(ctx context.Context, stderr io.Writer) bool {
-	if *c.quietWait <= 0 || host.WaitQuiet(ctx, *c.quietWait, *c.quietBusy) {
-		return false
-	}
-	fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *c.quietWait)
-	return true
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func parsePIDs(s string) ([]int, error) {
-	var out []int
-	for _, p := range splitList(s) {
-		n, err := strconv.Atoi(p)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("bad pid %q", p)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-// appendRecord adds v as one JSON line to path.
-func appendRecord(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return host.WaitQuietOrNote(ctx, *c.quietWait, *c.quietBusy, stderr)
 }
 
 func cmdMesh(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -235,7 +169,7 @@ func cmdRecovery(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		k.Name, res.Victim, formatMs(res.ResumedMs), formatMs(res.ReconnectedMs), res.ReconnectedTo, res.Lost, formatMs(res.RoutesGoneMs),
 		memberNote(res.MemberGoneMs), errNote(res.Error))
 	if *out != "" {
-		return appendRecord(*out, res)
+		return records.Append(*out, res)
 	}
 	return json.NewEncoder(stdout).Encode(res)
 }
@@ -254,7 +188,7 @@ func cmdInterest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	pids, err := parsePIDs(*pidList)
+	pids, err := harness.ParsePIDs(*pidList)
 	if err != nil {
 		return err
 	}
@@ -271,12 +205,12 @@ func cmdInterest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stderr, "%s: %d subscriptions made in %s ms, on all %d other nodes after %s ms; %.0f B per remote entry, %.0f B per local subscription%s\n",
 		k.Name, res.Subs, formatMs(res.SubscribedMs), res.Nodes-1, formatMs(res.AllSeenMs), res.PeerBytesPerEntry, res.LocalBytesPerSub, errNote(res.Error))
 	if *out != "" {
-		return appendRecord(*out, res)
+		return records.Append(*out, res)
 	}
 	return json.NewEncoder(stdout).Encode(res)
 }
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("clustervs report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	recovery := fs.String("recovery", "", "file of recovery runs (JSON lines)")
@@ -309,11 +243,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	}
 	writeReport(stdout, rep)
 	if *jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+		return records.WriteJSON(*jsonPath, rep)
 	}
 	return nil
 }

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/tern-mq/tern/bench/internal/host"
+	"github.com/tern-mq/tern/bench/internal/records"
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
 
@@ -67,30 +64,19 @@ type section struct {
 // measure it.
 var detailKeys = []string{"nodes", "rate", "reconnect_wait_ms", "victim", "reconnected_to", "subs"}
 
-// readRecords reads a file of JSON objects, one a line (blank lines skipped).
+// readRecords reads a file of JSON objects, one a line (blank lines skipped), each
+// naming its system.
 func readRecords(path string) ([]map[string]any, error) {
-	b, err := os.ReadFile(path)
+	recs, err := records.ReadLines[map[string]any](path)
 	if err != nil {
 		return nil, err
 	}
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for line := 1; sc.Scan(); line++ {
-		t := bytes.TrimSpace(sc.Bytes())
-		if len(t) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(t, &m); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
+	for i, m := range recs {
 		if _, ok := m["system"].(string); !ok {
-			return nil, fmt.Errorf("%s:%d: no system", path, line)
+			return nil, fmt.Errorf("%s: record %d: no system", path, i+1)
 		}
-		out = append(out, m)
 	}
-	return out, sc.Err()
+	return recs, nil
 }
 
 // summarize groups records by system and takes each metric's spread over the runs

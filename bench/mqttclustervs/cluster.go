@@ -2,15 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tern-mq/tern/bench/internal/monitoring"
 
 	"github.com/tern-mq/tern/bench/internal/mqttload"
 )
@@ -104,7 +104,7 @@ func waitTernMQTTGroup(ctx context.Context, monitors []string) error {
 		ready, leader := true, ""
 		for _, m := range monitors {
 			var st ternCluster
-			if err := getJSON(ctx, m+"/cluster", &st); err != nil {
+			if err := monitoring.GetJSON(ctx, m+"/cluster", &st); err != nil {
 				ready, why = false, err.Error()
 				break
 			}
@@ -149,7 +149,7 @@ func leadersFrom(ctx context.Context, c cluster, monitor string) map[string]stri
 	out := map[string]string{}
 	if c.System == "tern" {
 		var st ternCluster
-		if err := getJSON(ctx, monitor+"/cluster", &st); err != nil {
+		if err := monitoring.GetJSON(ctx, monitor+"/cluster", &st); err != nil {
 			out["error"] = err.Error()
 			return out
 		}
@@ -162,7 +162,7 @@ func leadersFrom(ctx context.Context, c cluster, monitor string) map[string]stri
 		return out
 	}
 	var jsz natsJsz
-	if err := getJSON(ctx, monitor+"/jsz?acc="+url.QueryEscape("$G")+"&streams=true&consumers=true", &jsz); err != nil {
+	if err := monitoring.GetJSON(ctx, monitor+"/jsz?acc="+url.QueryEscape("$G")+"&streams=true&consumers=true", &jsz); err != nil {
 		out["error"] = err.Error()
 		return out
 	}
@@ -226,22 +226,4 @@ func formatLeaders(m map[string]string) string {
 		fmt.Fprintf(&b, "%s=%s", k, m[k])
 	}
 	return b.String()
-}
-
-var httpClient = &http.Client{Timeout: 2 * time.Second}
-
-func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", u, resp.Status)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v)
 }

@@ -14,32 +14,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/harness"
 	"github.com/tern-mq/tern/bench/internal/host"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "mqttclustervs:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("mqttclustervs", run) }
 
 const usageText = `Usage: mqttclustervs ready|throughput|resume|report [options]
 
@@ -58,25 +42,12 @@ const usageText = `Usage: mqttclustervs ready|throughput|resume|report [options]
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return errors.New("no command")
-	}
-	switch args[0] {
-	case "ready":
-		return cmdReady(ctx, args[1:], stdout, stderr)
-	case "throughput":
-		return cmdThroughput(ctx, args[1:], stderr)
-	case "resume":
-		return cmdResume(ctx, args[1:], stderr)
-	case "report":
-		return cmdReport(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usageText)
-		return nil
-	}
-	fmt.Fprint(stderr, usageText)
-	return fmt.Errorf("unknown command %q", args[0])
+	return harness.Dispatch(ctx, args, stdout, stderr, usageText, map[string]harness.Func{
+		"ready":      cmdReady,
+		"throughput": cmdThroughput,
+		"resume":     cmdResume,
+		"report":     cmdReport,
+	})
 }
 
 // clusterFlags name a running cluster's nodes, in node order.
@@ -106,20 +77,18 @@ type cluster struct {
 }
 
 func (f *clusterFlags) parse(needPIDs bool) (cluster, error) {
-	c := cluster{System: *f.system, MQTT: splitList(*f.mqtt), Monitors: splitList(*f.monitors), Names: splitList(*f.names)}
+	c := cluster{System: *f.system, MQTT: harness.SplitList(*f.mqtt), Monitors: harness.SplitList(*f.monitors), Names: harness.SplitList(*f.names)}
 	if c.System != "tern" && c.System != "js" {
 		return c, fmt.Errorf("--system %q: want tern or js", c.System)
 	}
 	if len(c.MQTT) != 3 || len(c.Monitors) != 3 {
 		return c, fmt.Errorf("--mqtt and --monitors want three entries each, node order (got %d, %d)", len(c.MQTT), len(c.Monitors))
 	}
-	for _, p := range splitList(*f.pids) {
-		n, err := strconv.Atoi(p)
-		if err != nil || n <= 0 {
-			return c, fmt.Errorf("--pids: bad pid %q", p)
-		}
-		c.PIDs = append(c.PIDs, n)
+	pids, err := harness.ParsePIDs(*f.pids)
+	if err != nil {
+		return c, fmt.Errorf("--pids: %w", err)
 	}
+	c.PIDs = pids
 	if len(c.Names) != 0 && len(c.Names) != 3 {
 		return c, fmt.Errorf("--names wants three entries, node order (got %d)", len(c.Names))
 	}
@@ -131,38 +100,7 @@ func (f *clusterFlags) parse(needPIDs bool) (cluster, error) {
 
 // waitQuiet waits for a quiet machine and says whether it was still busy.
 func (f *clusterFlags) waitQuiet(ctx context.Context, stderr io.Writer) bool {
-	if *f.quietWait <= 0 || host.WaitQuiet(ctx, *f.quietWait, 0.25) {
-		return false
-	}
-	fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *f.quietWait)
-	return true
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// appendRecord adds v as one JSON line to path.
-func appendRecord(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return host.WaitQuietOrNote(ctx, *f.quietWait, 0.25, stderr)
 }
 
 // msSince is b − a in milliseconds, both Unix nanoseconds.

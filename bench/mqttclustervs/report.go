@@ -1,21 +1,21 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strings"
+
+	"github.com/tern-mq/tern/bench/internal/records"
 
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mqttclustervs report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tin := fs.String("throughput", "", "the throughput runs, one JSON object a line")
@@ -29,7 +29,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	}
 	summary := map[string]any{}
 	if *tin != "" {
-		runs, err := readLines[throughputResult](*tin)
+		runs, err := records.ReadLines[throughputResult](*tin)
 		if err != nil {
 			return err
 		}
@@ -38,7 +38,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 		summary["throughput"] = s
 	}
 	if *rin != "" {
-		runs, err := readLines[resumeResult](*rin)
+		runs, err := records.ReadLines[resumeResult](*rin)
 		if err != nil {
 			return err
 		}
@@ -64,35 +64,9 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 		summary["resume"] = all
 	}
 	if *jsonOut != "" {
-		b, err := json.MarshalIndent(summary, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(*jsonOut, append(b, '\n'), 0o644)
+		return records.WriteJSON(*jsonOut, summary)
 	}
 	return nil
-}
-
-func readLines[T any](path string) ([]T, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, v)
-	}
-	return out, sc.Err()
 }
 
 var systemNames = map[string]string{"tern": "Tern", "js": "NATS"}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/records"
+
 	"github.com/tern-mq/tern/bench/internal/mqttload"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 )
@@ -121,7 +123,7 @@ type resumeResult struct {
 	Error string `json:"error,omitempty"`
 }
 
-func cmdResume(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdResume(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mqttclustervs resume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cf := addCluster(fs)
@@ -170,7 +172,7 @@ func cmdResume(ctx context.Context, args []string, stderr io.Writer) error {
 			res.System, res.Run, res.Placement, res.ReconnectMs, res.SessionPresent, res.ReconnectAttempts, res.FirstMsgMs, res.Backlog, res.BacklogMs,
 			res.Acked, res.Lost, res.Duplicates, res.FirstAckMs, res.LongestAckGapMs)
 	}
-	return appendRecord(*out, res)
+	return records.Append(*out, res)
 }
 
 func runResume(ctx context.Context, cfg resumeConfig) resumeResult {

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/harness"
+	"github.com/tern-mq/tern/bench/internal/records"
+
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/tern-mq/tern/bench/internal/host"
@@ -78,7 +81,7 @@ func selectRows(all []row, only string) ([]row, error) {
 	}
 	var out []row
 	for _, r := range all {
-		for _, k := range splitList(only) {
+		for _, k := range harness.SplitList(only) {
 			if strings.HasPrefix(r.Key, k) {
 				out = append(out, r)
 				break
@@ -117,7 +120,7 @@ type throughputResult struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-func cmdThroughput(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdThroughput(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mqttclustervs throughput", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cf := addCluster(fs)
@@ -167,7 +170,7 @@ func cmdThroughput(ctx context.Context, args []string, stderr io.Writer) error {
 				line += "  FAILED: " + res.Error
 			}
 			fmt.Fprintln(stderr, line)
-			if err := appendRecord(*out, res); err != nil {
+			if err := records.Append(*out, res); err != nil {
 				return err
 			}
 		}

@@ -14,19 +14,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/tern-mq/tern/bench/internal/harness"
+	"github.com/tern-mq/tern/bench/internal/records"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
 
 	"github.com/nats-io/nats.go"
 
@@ -134,17 +135,6 @@ func placed(dials []loadgen.Dialer, place map[string][]int) loadgen.Dialer {
 		}
 		return dials[node](name)
 	}
-}
-
-// splitURLs splits a comma-separated list of node URLs.
-func splitURLs(list string) []string {
-	var urls []string
-	for _, u := range strings.Split(list, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			urls = append(urls, u)
-		}
-	}
-	return urls
 }
 
 // system is one broker under test: one server, or with --cluster one URL per node.
@@ -265,17 +255,7 @@ func ternDialer(url string, extra []tern.Option) loadgen.Dialer {
 	return func(name string) (loadgen.Bus, error) { return ternDial(url, name, extra) }
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "natsvs:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("natsvs", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("natsvs", flag.ContinueOnError)
@@ -321,7 +301,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rows := selectRows(all, *only)
 	if *list {
 		for _, r := range rows {
-			fmt.Fprintf(stdout, "%-12s %s, %s, %d msgs per publisher\n", r.Key, r.Workload, sizeLabel(r.Cfg.Size), r.Cfg.Msgs)
+			fmt.Fprintf(stdout, "%-12s %s, %s, %d msgs per publisher\n", r.Key, r.Workload, tablefmt.Size(r.Cfg.Size), r.Cfg.Msgs)
 		}
 		return nil
 	}
@@ -342,7 +322,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// nodeURLs is a flag's list of servers: one, or with --cluster one per node.
 	nodeURLs := func(flagName, list string) ([]string, error) {
-		urls := splitURLs(list)
+		urls := harness.SplitList(list)
 		if !*cluster && len(urls) > 1 {
 			return nil, fmt.Errorf("--%s lists %d URLs: one URL per node needs --cluster", flagName, len(urls))
 		}
@@ -431,19 +411,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rr.Systems[s.Key] = &outcome{}
 		}
 		for n := range *runs {
-			order := slices.Clone(systems)
-			if n%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, s := range order {
+			for _, s := range harness.RunOrder(systems, n) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				runtime.GC()
 				time.Sleep(*pause)
-				if *quietWait > 0 && !host.WaitQuiet(ctx, *quietWait, *quietBusy) {
+				if host.WaitQuietOrNote(ctx, *quietWait, *quietBusy, stderr) {
 					rep.BusyStarts++
-					fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
 				}
 				res, err := loadgen.Run(ctx, placed(s.dials, r.Place), r.Cfg)
 				o := rr.Systems[s.Key]
@@ -455,7 +430,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					o.Results = append(o.Results, res)
 				}
 				fmt.Fprintf(stderr, "[%d/%d] %-12s %-4s run %d/%d: %s %s, p99 %s%s\n", i+1, len(rows), r.Key, s.Name, n+1, *runs,
-					rate(res.MsgsPerSec), unitOf(r.Cfg.Mode), latency(res.Latency.P99, res.Latency.Samples), status)
+					tablefmt.Rate(res.MsgsPerSec), unitOf(r.Cfg.Mode), latency(res.Latency.P99, res.Latency.Samples), status)
 			}
 		}
 		for _, o := range rr.Systems {
@@ -475,13 +450,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	writeMarkdown(stdout, rep, systems)
 	if *jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*jsonPath, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
+		return records.WriteJSON(*jsonPath, rep)
 	}
 	return nil
 }
@@ -526,37 +495,11 @@ func selectRows(rows []row, only string) []row {
 	return out
 }
 
-func sizeLabel(n int) string {
-	if n >= kib && n%kib == 0 {
-		return fmt.Sprintf("%d KiB", n/kib)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func unitOf(mode string) string {
 	if mode == loadgen.ModeReqRep {
 		return "req/s"
 	}
 	return "msgs/s"
-}
-
-// rate prints a throughput with three significant digits: 812k, 5.12M.
-func rate(v float64) string {
-	unit := ""
-	switch {
-	case v >= 1e6:
-		v, unit = v/1e6, "M"
-	case v >= 1e3:
-		v, unit = v/1e3, "k"
-	}
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f%s", v, unit)
-	case v >= 10:
-		return fmt.Sprintf("%.1f%s", v, unit)
-	default:
-		return fmt.Sprintf("%.2f%s", v, unit)
-	}
 }
 
 func latency(d time.Duration, samples int64) string {
@@ -573,14 +516,7 @@ func rateCell(o *outcome, runs int) string {
 	if o == nil {
 		return "—"
 	}
-	if len(o.Results) == 0 {
-		return "FAILED"
-	}
-	s := rate(o.MsgsPerSec.Median)
-	if len(o.Results) > 1 {
-		s += " (" + rate(o.MsgsPerSec.Min) + "–" + rate(o.MsgsPerSec.Max) + ")"
-	}
-	return s + failNote(o, runs)
+	return tablefmt.RateCell(o.MsgsPerSec, len(o.Results), len(o.Failures), runs)
 }
 
 // latCell is "median (min–max)" for a latency percentile across runs.
@@ -596,14 +532,7 @@ func latCell(o *outcome, sp func(*outcome) spread, runs int) string {
 	if len(o.Results) > 1 {
 		s += " (" + loadgen.FormatDuration(usDur(v.Min)) + "–" + loadgen.FormatDuration(usDur(v.Max)) + ")"
 	}
-	return s + failNote(o, runs)
-}
-
-func failNote(o *outcome, runs int) string {
-	if len(o.Failures) == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" [%d of %d runs failed]", len(o.Failures), runs)
+	return s + tablefmt.FailNote(len(o.Failures), runs)
 }
 
 func ratio(v float64) string {
@@ -643,7 +572,7 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 		if r.Mode == loadgen.ModeReqRep {
 			workload += " — req/s, round trip"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", workload, sizeLabel(r.Size),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", workload, tablefmt.Size(r.Size),
 			rateCell(n, rep.Runs), rateCell(t, rep.Runs), ratio(r.RatioRate),
 			latCell(n, func(o *outcome) spread { return o.P99 }, rep.Runs),
 			latCell(t, func(o *outcome) spread { return o.P99 }, rep.Runs), ratio(r.RatioP99))
@@ -666,13 +595,13 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 		n, t := r.Systems["nats"], r.Systems["tern"]
 		p50 := func(o *outcome) spread { return o.P50 }
 		p999 := func(o *outcome) spread { return o.P999 }
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Workload, sizeLabel(r.Size), med(n, p50), med(t, p50), med(n, p999), med(t, p999))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Workload, tablefmt.Size(r.Size), med(n, p50), med(t, p50), med(n, p999), med(t, p999))
 	}
 	var failed []string
 	for _, r := range rep.Rows {
 		for k, o := range r.Systems {
 			for _, f := range o.Failures {
-				failed = append(failed, fmt.Sprintf("- %s %s %s: %s", rep.Servers[k].Name, r.Workload, sizeLabel(r.Size), f))
+				failed = append(failed, fmt.Sprintf("- %s %s %s: %s", rep.Servers[k].Name, r.Workload, tablefmt.Size(r.Size), f))
 			}
 		}
 	}

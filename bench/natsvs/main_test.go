@@ -19,20 +19,6 @@ import (
 	"github.com/tern-mq/tern/internal/testenv/testcerts"
 )
 
-func TestFormatting(t *testing.T) {
-	for v, want := range map[float64]string{5_123_000: "5.12M", 812_345: "812k", 20_000: "20.0k", 999: "999", 4.5: "4.50"} {
-		if got := rate(v); got != want {
-			t.Errorf("rate(%v) = %q, want %q", v, got, want)
-		}
-	}
-	if got := sizeLabel(1024); got != "1 KiB" {
-		t.Errorf("sizeLabel(1024) = %q", got)
-	}
-	if got := sizeLabel(16); got != "16 B" {
-		t.Errorf("sizeLabel(16) = %q", got)
-	}
-}
-
 func TestMaskCreds(t *testing.T) {
 	got := strings.Join(maskCreds([]string{"--creds", "u:secret", "--runs", "1", "-creds=v:pw:x", "--creds"}), " ")
 	if want := "--creds u:*** --runs 1 -creds=v:*** --creds"; got != want {
@@ -148,9 +134,6 @@ func TestClusterMatrixAndPlacement(t *testing.T) {
 	}
 	if _, err := placed(dials[:1], map[string][]int{loadgen.RoleSub: {2}})("bench-sub-0"); err == nil {
 		t.Fatal("a connection placed beyond the nodes given: no error")
-	}
-	if u := splitURLs(" a, b,,c "); strings.Join(u, "|") != "a|b|c" {
-		t.Fatalf("splitURLs: %q", u)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,8 +21,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/tern-mq/tern/bench/internal/harness"
 	"github.com/tern-mq/tern/bench/internal/host"
+	"github.com/tern-mq/tern/bench/internal/records"
 	"github.com/tern-mq/tern/bench/internal/stats"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
 	"github.com/tern-mq/tern/internal/loadgen"
 )
 
@@ -132,26 +134,54 @@ type kafkaResult struct {
 	Summary string `json:"summary"`
 }
 
-type kafkaOutcome struct {
-	kafkaRow
+// rowRuns is what a row of either Kafka-tool matrix (kafka, kafkaapi) records over
+// its runs: each completed run's result, why the others failed, and the spread of
+// the rates. Embedded, its fields stand in the row's JSON object as its own.
+type rowRuns struct {
 	Results    []kafkaResult `json:"results"`
 	Failures   []string      `json:"failures,omitempty"`
 	MsgsPerSec stats.Spread  `json:"msgs_per_sec"`
 	MBPerSec   stats.Spread  `json:"mb_per_sec"`
-	P50Ms      stats.Spread  `json:"p50_ms"`
-	P99Ms      stats.Spread  `json:"p99_ms"`
-	Seconds    stats.Spread  `json:"seconds"`
+}
+
+// record adds one run: its result, or the error it failed with; it returns the
+// progress line's note of a failure.
+func (o *rowRuns) record(res kafkaResult, err error) string {
+	if err != nil {
+		o.Failures = append(o.Failures, err.Error())
+		return "  FAILED: " + err.Error()
+	}
+	o.Results = append(o.Results, res)
+	return ""
+}
+
+// summarizeRates takes the rates' spread over the completed runs.
+func (o *rowRuns) summarizeRates() {
+	var rate, mb []float64
+	for _, r := range o.Results {
+		rate, mb = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec)
+	}
+	o.MsgsPerSec, o.MBPerSec = stats.SpreadOf(rate), stats.SpreadOf(mb)
+}
+
+type kafkaOutcome struct {
+	kafkaRow
+	rowRuns
+	P50Ms   stats.Spread `json:"p50_ms"`
+	P99Ms   stats.Spread `json:"p99_ms"`
+	Seconds stats.Spread `json:"seconds"`
 }
 
 func (o *kafkaOutcome) summarize() {
-	var rate, mb, p50, p99, secs []float64
+	o.summarizeRates()
+	var p50, p99, secs []float64
 	for _, r := range o.Results {
-		rate, mb, secs = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec), append(secs, r.Seconds)
+		secs = append(secs, r.Seconds)
 		if o.Kind == kindProduce {
 			p50, p99 = append(p50, r.P50Ms), append(p99, r.P99Ms)
 		}
 	}
-	o.MsgsPerSec, o.MBPerSec, o.Seconds = stats.SpreadOf(rate), stats.SpreadOf(mb), stats.SpreadOf(secs)
+	o.Seconds = stats.SpreadOf(secs)
 	o.P50Ms, o.P99Ms = stats.SpreadOf(p50), stats.SpreadOf(p99)
 }
 
@@ -316,7 +346,7 @@ func parseDescribe(out string) []partition {
 		if err != nil {
 			leader = -1
 		}
-		ps = append(ps, partition{Leader: leader, ISR: len(splitList(m[4]))})
+		ps = append(ps, partition{Leader: leader, ISR: len(harness.SplitList(m[4]))})
 	}
 	return ps
 }
@@ -473,14 +503,37 @@ func (k *kafkaRunner) consume(ctx context.Context, topic string, r kafkaRow) (ka
 	return res, nil
 }
 
-// once is one run of a row on a fresh topic, deleted afterwards.
-func (k *kafkaRunner) once(ctx context.Context, r kafkaRow, run int) (kafkaResult, error) {
+// freshTopic makes a topic of its own for one run of r, named after the row, the
+// run and a random suffix (a rerun never meets an old topic's records); it returns
+// the topic and partition 0's leader.
+func (k *kafkaRunner) freshTopic(ctx context.Context, r kafkaRow, run int) (string, int, error) {
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
 	topic := fmt.Sprintf("bench-%s-%d-%s", r.Key, run, hex.EncodeToString(id))
 	leader, err := k.createTopic(ctx, topic)
 	if err != nil {
-		return kafkaResult{}, fmt.Errorf("create topic: %w", err)
+		return "", 0, fmt.Errorf("create topic: %w", err)
+	}
+	return topic, leader, nil
+}
+
+// prefill writes a read row's records into topic before the timed read, with
+// ProducerPerformance at the producer's defaults (acks=all); it is not timed as
+// part of the row.
+func (k *kafkaRunner) prefill(ctx context.Context, topic string, r kafkaRow) (time.Duration, error) {
+	fill := kafkaRow{Key: r.Key, Kind: kindProduce, Size: r.Size, Msgs: r.Msgs, Throughput: -1, Props: []string{"acks=all"}}
+	start := time.Now()
+	if _, err := k.produce(ctx, topic, fill); err != nil {
+		return 0, fmt.Errorf("pre-fill: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// once is one run of a row on a fresh topic, deleted afterwards.
+func (k *kafkaRunner) once(ctx context.Context, r kafkaRow, run int) (kafkaResult, error) {
+	topic, leader, err := k.freshTopic(ctx, r, run)
+	if err != nil {
+		return kafkaResult{}, err
 	}
 	defer k.deleteTopic(ctx, topic)
 	var res kafkaResult
@@ -488,14 +541,10 @@ func (k *kafkaRunner) once(ctx context.Context, r kafkaRow, run int) (kafkaResul
 	case kindProduce:
 		res, err = k.produce(ctx, topic, r)
 	case kindReplay:
-		// Pre-fill (not timed) at the producer's defaults.
-		fill := kafkaRow{Key: r.Key, Kind: kindProduce, Size: r.Size, Msgs: r.Msgs, Throughput: -1, Props: []string{"acks=all"}}
-		start := time.Now()
-		if _, err = k.produce(ctx, topic, fill); err != nil {
-			err = fmt.Errorf("pre-fill: %w", err)
+		var prefill time.Duration
+		if prefill, err = k.prefill(ctx, topic, r); err != nil {
 			break
 		}
-		prefill := time.Since(start)
 		res, err = k.consume(ctx, topic, r)
 		res.PrefillSeconds = prefill.Seconds()
 	default:
@@ -507,92 +556,151 @@ func (k *kafkaRunner) once(ctx context.Context, r kafkaRow, run int) (kafkaResul
 
 func flushDisk() { syscall.Sync() }
 
+// toolFlags are the options the commands driving Kafka's clients share (kafka,
+// kafkaapi): the tools' JVM, the brokers, which rows and how often, where the
+// results and the tools' output go, and the wait before each run.
+type toolFlags struct {
+	java, classpath, bootstrap, only, json, log *string
+	jvm                                         []string
+	partitions, runs                            *int
+	pause, quietWait                            *time.Duration
+	quietBusy                                   *float64
+	list                                        *bool
+}
+
+func addToolFlags(fs *flag.FlagSet) *toolFlags {
+	f := &toolFlags{
+		java:       fs.String("java", "java", "the java command"),
+		classpath:  fs.String("classpath", "", "the Kafka jars, as java's -cp (bench/.tools/kafka-4.4.0/libs/*)"),
+		bootstrap:  fs.String("bootstrap", "", "the brokers' listeners, comma-separated host:port"),
+		partitions: fs.Int("partitions", 1, "partitions of every topic"),
+		runs:       fs.Int("runs", 3, "runs of each row; the tables show the median and the min–max"),
+		only:       fs.String("only", "", "comma-separated row keys (default all; see --list)"),
+		json:       fs.String("json", "", "write every run's result and the medians as JSON to this file"),
+		log:        fs.String("log", "", "append every tool's command line and output to this file (default: discard)"),
+		pause:      fs.Duration("pause", 500*time.Millisecond, "idle time before each run"),
+		quietWait:  fs.Duration("quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine's other CPU use to drop below --quiet-busy (0 = do not wait)"),
+		quietBusy:  fs.Float64("quiet-busy", 0.25, "share of all CPUs busy (0–1) below which the machine counts as quiet"),
+		list:       fs.Bool("list", false, "list the rows and exit"),
+	}
+	fs.Func("jvm-opt", "a JVM option for every Kafka tool (repeatable), e.g. -Xmx512M, -Dlog4j2.configurationFile=...", func(s string) error {
+		f.jvm = append(f.jvm, s)
+		return nil
+	})
+	return f
+}
+
+// selectRows keeps the rows --only names; with --list it prints them, keys padded
+// to keyWidth, and says the command is done.
+func (f *toolFlags) selectRows(rows []kafkaRow, stdout io.Writer, keyWidth int) ([]kafkaRow, bool, error) {
+	if keys := harness.SplitList(*f.only); len(keys) > 0 {
+		rows = slices.DeleteFunc(rows, func(r kafkaRow) bool { return !slices.Contains(keys, r.Key) })
+		if len(rows) == 0 {
+			return nil, false, fmt.Errorf("--only %q matches no row (see --list)", *f.only)
+		}
+	}
+	if *f.list {
+		for _, r := range rows {
+			fmt.Fprintf(stdout, "%-*s %s, %s, %s records\n", keyWidth, r.Key, r.Workload, tablefmt.Size(r.Size), loadgen.Commas(float64(r.Msgs)))
+		}
+		return rows, true, nil
+	}
+	if *f.classpath == "" || *f.bootstrap == "" {
+		return nil, false, errors.New("--classpath and --bootstrap are required")
+	}
+	return rows, false, nil
+}
+
+// runner drives the Kafka tools the flags describe against their brokers, making
+// topics of the flags' partitions with replication factor rf (and
+// min.insync.replicas minISR when above 0); every tool's output goes to --log, or
+// nowhere. close closes that log.
+func (f *toolFlags) runner(brokers, rf, minISR int, progress io.Writer) (k *kafkaRunner, close func() error, err error) {
+	t := &javaTool{java: *f.java, cp: *f.classpath, opts: f.jvm, log: io.Discard}
+	close = func() error { return nil }
+	if *f.log != "" {
+		lf, err := os.OpenFile(*f.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, err
+		}
+		t.log, close = lf, lf.Close
+	}
+	k = &kafkaRunner{tool: t, bootstrap: *f.bootstrap, brokers: brokers, parts: *f.partitions, rf: rf, minISR: minISR, progress: progress}
+	return k, close, nil
+}
+
+// beforeRun gives every run the same start: garbage collected, dirty pages
+// written, --pause of idleness, and a wait for a quiet machine; it reports whether
+// the machine was still busy.
+func (f *toolFlags) beforeRun(ctx context.Context, stderr io.Writer) bool {
+	runtime.GC()
+	flushDisk()
+	time.Sleep(*f.pause)
+	return host.WaitQuietOrNote(ctx, *f.quietWait, *f.quietBusy, stderr)
+}
+
+// configLines is the settings of a config file (properties, TOML), without blank
+// lines and comments, for a report.
+func configLines(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
 func cmdKafka(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs kafka", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	java := fs.String("java", "java", "the java command")
-	cp := fs.String("classpath", "", "the Kafka jars, as java's -cp (bench/.tools/kafka-4.4.0/libs/*)")
-	var jvm []string
-	fs.Func("jvm-opt", "a JVM option for every tool (repeatable), e.g. -Xmx512M, -Dlog4j2.configurationFile=...", func(s string) error {
-		jvm = append(jvm, s)
-		return nil
-	})
-	bootstrap := fs.String("bootstrap", "", "the brokers' listeners, comma-separated host:port")
+	tf := addToolFlags(fs)
 	brokers := fs.Int("brokers", 3, "brokers to wait for")
-	parts := fs.Int("partitions", 1, "partitions of every topic")
 	rf := fs.Int("replication-factor", 3, "replication factor of every topic")
 	minISR := fs.Int("min-insync", 2, "min.insync.replicas of every topic")
 	version := fs.String("version", "", "Kafka version, for the report")
 	brokerConfig := fs.String("broker-config", "", "node 1's server.properties, copied into the JSON")
-	runs := fs.Int("runs", 3, "runs of each row; the tables show the median and the min–max")
 	scale := fs.Float64("scale", 1, "multiply every row's record count except replay's")
 	replayBytes := fs.String("replay-bytes", "1GiB", "bytes the replay row pre-fills and reads, in 1 KiB records")
 	alt := fs.String("alt-props", "linger.ms=0", "producer properties of the extra 16 B row (space-separated k=v; empty: no such row)")
 	paced := fs.Int("paced-rate", 1000, "records/s of the paced 16 B latency row (0: no such row)")
-	only := fs.String("only", "", "comma-separated row keys (default all; see --list)")
-	jsonPath := fs.String("json", "", "write every run's result and the medians as JSON to this file")
-	logPath := fs.String("log", "", "append every tool's command line and output to this file (default: discard)")
-	pause := fs.Duration("pause", 500*time.Millisecond, "idle time before each run")
-	quietWait := fs.Duration("quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine's other CPU use to drop below --quiet-busy (0 = do not wait)")
-	quietBusy := fs.Float64("quiet-busy", 0.25, "share of all CPUs busy (0–1) below which the machine counts as quiet")
-	list := fs.Bool("list", false, "list the rows and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if *runs < 1 || *scale <= 0 || *paced < 0 {
+	if *tf.runs < 1 || *scale <= 0 || *paced < 0 {
 		return errors.New("--runs must be at least 1, --scale positive, --paced-rate not negative")
 	}
-	rb, err := parseBytes(*replayBytes)
+	rb, err := harness.ParseBytes(*replayBytes)
 	if err != nil {
 		return fmt.Errorf("--replay-bytes: %w", err)
 	}
-	rows := kafkaMatrix(*scale, rb, strings.Fields(*alt), *paced)
-	if keys := splitList(*only); len(keys) > 0 {
-		rows = slices.DeleteFunc(rows, func(r kafkaRow) bool { return !slices.Contains(keys, r.Key) })
-		if len(rows) == 0 {
-			return fmt.Errorf("--only %q matches no row (see --list)", *only)
-		}
+	rows, listed, err := tf.selectRows(kafkaMatrix(*scale, rb, strings.Fields(*alt), *paced), stdout, 13)
+	if err != nil || listed {
+		return err
 	}
-	if *list {
-		for _, r := range rows {
-			fmt.Fprintf(stdout, "%-13s %s, %s, %s records\n", r.Key, r.Workload, sizeLabel(r.Size), loadgen.Commas(float64(r.Msgs)))
-		}
-		return nil
+	k, closeLog, err := tf.runner(*brokers, *rf, *minISR, stderr)
+	if err != nil {
+		return err
 	}
-	if *cp == "" || *bootstrap == "" {
-		return errors.New("--classpath and --bootstrap are required")
-	}
-	var logw io.Writer = io.Discard
-	if *logPath != "" {
-		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		logw = f
-	}
-	k := &kafkaRunner{tool: &javaTool{java: *java, cp: *cp, opts: jvm, log: logw}, bootstrap: *bootstrap, brokers: *brokers,
-		parts: *parts, rf: *rf, minISR: *minISR, progress: stderr}
+	defer closeLog()
 	rep := &kafkaReport{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Command: "replicatedvs kafka " + strings.Join(args, " "),
 		Machine: host.Info(),
-		Server: kafkaServer{Name: "Kafka", Version: *version, Bootstrap: *bootstrap, Brokers: *brokers, Partitions: *parts,
-			ReplicationFactor: *rf, MinInsync: *minISR, ProducerDefaults: producerDefaults, JVM: jvm},
-		Runs: *runs, Scale: *scale, ReplayBytes: rb,
+		Server: kafkaServer{Name: "Kafka", Version: *version, Bootstrap: *tf.bootstrap, Brokers: *brokers, Partitions: *tf.partitions,
+			ReplicationFactor: *rf, MinInsync: *minISR, ProducerDefaults: producerDefaults, JVM: tf.jvm},
+		Runs: *tf.runs, Scale: *scale, ReplayBytes: rb,
 	}
 	if *brokerConfig != "" {
-		b, err := os.ReadFile(*brokerConfig)
-		if err != nil {
+		if rep.Server.BrokerConfig, err = configLines(*brokerConfig); err != nil {
 			return err
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-				rep.Server.BrokerConfig = append(rep.Server.BrokerConfig, l)
-			}
 		}
 	}
 
@@ -609,49 +717,28 @@ func cmdKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	for i, r := range rows {
 		o := &kafkaOutcome{kafkaRow: r}
-		for n := range *runs {
+		for n := range *tf.runs {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			runtime.GC()
-			flushDisk()
-			time.Sleep(*pause)
-			if *quietWait > 0 && !host.WaitQuiet(ctx, *quietWait, *quietBusy) {
+			if tf.beforeRun(ctx, stderr) {
 				rep.BusyStarts++
-				fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
 			}
 			res, err := k.once(ctx, r, n)
-			status := ""
-			if err != nil {
-				o.Failures = append(o.Failures, err.Error())
-				status = "  FAILED: " + err.Error()
-			} else {
-				o.Results = append(o.Results, res)
-			}
+			status := o.record(res, err)
 			extra := ""
 			if r.Kind == kindProduce && err == nil {
 				extra = fmt.Sprintf(", p50 %gms, p99 %gms", res.P50Ms, res.P99Ms)
 			}
-			fmt.Fprintf(stderr, "[%d/%d] %-13s Kafka run %d/%d: %s msgs/s, %.1f MB/s%s, leader %d%s\n", i+1, len(rows), r.Key, n+1, *runs,
+			fmt.Fprintf(stderr, "[%d/%d] %-13s Kafka run %d/%d: %s msgs/s, %.1f MB/s%s, leader %d%s\n", i+1, len(rows), r.Key, n+1, *tf.runs,
 				loadgen.Commas(res.MsgsPerSec), res.MBPerSec, extra, res.Leader, status)
 		}
 		o.summarize()
 		rep.Rows = append(rep.Rows, o)
 	}
 	fmt.Fprintf(stderr, "kafka rows done in %s\n", time.Since(start).Round(time.Second))
-	if *jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+	if *tf.json != "" {
+		return records.WriteJSON(*tf.json, rep)
 	}
 	return nil
-}
-
-func sizeLabel(n int) string {
-	if n >= kib && n%kib == 0 {
-		return fmt.Sprintf("%d KiB", n/kib)
-	}
-	return fmt.Sprintf("%d B", n)
 }

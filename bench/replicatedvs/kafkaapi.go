@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tern-mq/tern/bench/internal/harness"
 	"github.com/tern-mq/tern/bench/internal/host"
+	"github.com/tern-mq/tern/bench/internal/records"
 	"github.com/tern-mq/tern/bench/internal/stats"
 	"github.com/tern-mq/tern/internal/loadgen"
 )
@@ -81,10 +79,7 @@ func sizeKey(n int) string {
 // apiOutcome is one row's runs against one system.
 type apiOutcome struct {
 	kafkaRow
-	Results    []kafkaResult `json:"results"`
-	Failures   []string      `json:"failures,omitempty"`
-	MsgsPerSec stats.Spread  `json:"msgs_per_sec"`
-	MBPerSec   stats.Spread  `json:"mb_per_sec"`
+	rowRuns
 	// Latency in µs: send → ack (ProducerPerformance, whole ms) for producer rows,
 	// publish → receive for the e2e rows; none for the consumer row.
 	P50US  stats.Spread `json:"p50_us"`
@@ -96,9 +91,9 @@ type apiOutcome struct {
 }
 
 func (o *apiOutcome) summarize() {
-	var rate, mb, p50, p99, p999, hwm []float64
+	o.summarizeRates()
+	var p50, p99, p999, hwm []float64
 	for _, r := range o.Results {
-		rate, mb = append(rate, r.MsgsPerSec), append(mb, r.MBPerSec)
 		switch o.Kind {
 		case kindProduce:
 			p50, p99, p999 = append(p50, r.P50Ms*1000), append(p99, r.P99Ms*1000), append(p999, r.P999Ms*1000)
@@ -109,7 +104,6 @@ func (o *apiOutcome) summarize() {
 			hwm = append(hwm, float64(r.HWMKiB))
 		}
 	}
-	o.MsgsPerSec, o.MBPerSec = stats.SpreadOf(rate), stats.SpreadOf(mb)
 	o.P50US, o.P99US, o.P999US, o.HWMKiB = stats.SpreadOf(p50), stats.SpreadOf(p99), stats.SpreadOf(p999), stats.SpreadOf(hwm)
 }
 
@@ -158,24 +152,15 @@ func resetHWM(pids []int) bool {
 	return ok
 }
 
-// readHWM is the sum of the processes' VmHWM in KiB, and each one's.
+// readHWM is the sum of the processes' VmHWM in KiB, and each one's (0 for a
+// process gone).
 func readHWM(pids []int) (int64, []int64) {
 	var sum int64
 	var each []int64
 	for _, p := range pids {
-		var v int64
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); err == nil {
-			for _, l := range strings.Split(string(b), "\n") {
-				if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-					f := strings.Fields(rest)
-					if len(f) > 0 {
-						v, _ = strconv.ParseInt(f[0], 10, 64)
-					}
-				}
-			}
-		}
-		each = append(each, v)
-		sum += v
+		_, hwm, _ := host.ProcMemory(p)
+		each = append(each, hwm)
+		sum += hwm
 	}
 	return sum, each
 }
@@ -196,12 +181,9 @@ func loadAvg1() float64 {
 // apiOnce is one run of a row on a fresh topic (made through the admin API,
 // deleted afterwards), with the servers' peak RSS over the measured phase.
 func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []int) (kafkaResult, error) {
-	id := make([]byte, 4)
-	_, _ = rand.Read(id)
-	topic := fmt.Sprintf("bench-%s-%d-%s", r.Key, run, hex.EncodeToString(id))
-	leader, err := k.createTopic(ctx, topic)
+	topic, leader, err := k.freshTopic(ctx, r, run)
 	if err != nil {
-		return kafkaResult{}, fmt.Errorf("create topic: %w", err)
+		return kafkaResult{}, err
 	}
 	defer k.deleteTopic(ctx, topic)
 	var res kafkaResult
@@ -211,28 +193,24 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 		res, err = k.produce(ctx, topic, r)
 	case kindFranzProduce:
 		resetHWM(pids)
-		res, err = franzProduce(ctx, franzConfig{Brokers: splitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
+		res, err = franzProduce(ctx, franzConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
 	case kindReplay, kindFranzConsume:
-		// Pre-fill (not timed) with the producer's defaults (acks=all).
-		fill := kafkaRow{Key: r.Key, Kind: kindProduce, Size: r.Size, Msgs: r.Msgs, Throughput: -1, Props: []string{"acks=all"}}
-		start := time.Now()
-		if _, err = k.produce(ctx, topic, fill); err != nil {
-			err = fmt.Errorf("pre-fill: %w", err)
+		var prefill time.Duration
+		if prefill, err = k.prefill(ctx, topic, r); err != nil {
 			break
 		}
-		prefill := time.Since(start)
 		runtime.GC()
 		time.Sleep(500 * time.Millisecond)
 		resetHWM(pids)
 		if r.Kind == kindReplay {
 			res, err = k.consume(ctx, topic, r)
 		} else {
-			res, err = franzConsume(ctx, franzConfig{Brokers: splitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
+			res, err = franzConsume(ctx, franzConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
 		}
 		res.PrefillSeconds = prefill.Seconds()
 	case kindE2E:
 		resetHWM(pids)
-		res, err = e2eRun(ctx, e2eConfig{Brokers: splitList(k.bootstrap), Topic: topic, Size: r.Size, Rate: r.Throughput,
+		res, err = e2eRun(ctx, e2eConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Rate: r.Throughput,
 			Warmup: r.Warmup, Msgs: r.Msgs, Timeout: runTimeout(r)})
 	default:
 		err = fmt.Errorf("unknown kind %q", r.Kind)
@@ -242,98 +220,52 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 	return res, err
 }
 
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, v := range splitList(s) {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return nil, fmt.Errorf("bad number %q", v)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs kafkaapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	java := fs.String("java", "java", "the java command")
-	cp := fs.String("classpath", "", "the Kafka jars, as java's -cp (bench/.tools/kafka-4.4.0/libs/*)")
-	var jvm []string
-	fs.Func("jvm-opt", "a JVM option for every Kafka tool (repeatable)", func(s string) error {
-		jvm = append(jvm, s)
-		return nil
-	})
+	tf := addToolFlags(fs)
 	sysKey := fs.String("system", "kafka", "the system's key: kafka or tern")
 	name := fs.String("name", "", "the system's name, for the report (default from --system)")
 	version := fs.String("version", "", "the system's version, for the report")
 	setup := fs.String("setup", "", "how the system was started, for the report")
-	bootstrap := fs.String("bootstrap", "", "the brokers' listeners, comma-separated host:port")
 	brokers := fs.Int("brokers", 1, "brokers to wait for (and the system's node count)")
 	pidList := fs.String("pids", "", "the system's server processes, comma-separated, for their peak RSS")
-	parts := fs.Int("partitions", 1, "partitions of every topic")
 	rf := fs.Int("replication-factor", 1, "replication factor of every topic (CreateTopics)")
 	minISR := fs.Int("min-insync", 0, "min.insync.replicas given in CreateTopics (0: none; the broker's default applies)")
 	config := fs.String("config", "", "a config file of the system, copied into the JSON")
-	runs := fs.Int("runs", 3, "runs of each row; the tables show the median and the min–max")
 	scale := fs.Float64("scale", 1, "multiply every row's record count")
 	rates := fs.String("e2e-rates", "1000,10000", "records/s of the end-to-end latency rows, comma-separated (empty: none)")
 	e2eSize := fs.Int("e2e-size", 100, "record size of the end-to-end latency rows, bytes (at least 16)")
-	only := fs.String("only", "", "comma-separated row keys (default all; see --list)")
-	jsonPath := fs.String("json", "", "write every run's result and the medians as JSON to this file")
-	logPath := fs.String("log", "", "append every tool's command line and output to this file (default: discard)")
-	pause := fs.Duration("pause", 500*time.Millisecond, "idle time before each run")
-	quietWait := fs.Duration("quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine's other CPU use to drop below --quiet-busy (0 = do not wait)")
-	quietBusy := fs.Float64("quiet-busy", 0.25, "share of all CPUs busy (0–1) below which the machine counts as quiet")
-	list := fs.Bool("list", false, "list the rows and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	rateList, err := parseInts(*rates)
+	rateList, err := harness.ParseInts(*rates)
 	if err != nil {
 		return fmt.Errorf("--e2e-rates: %w", err)
 	}
-	if *runs < 1 || *scale <= 0 || *e2eSize < 16 {
+	if *tf.runs < 1 || *scale <= 0 || *e2eSize < 16 {
 		return errors.New("--runs must be at least 1, --scale positive, --e2e-size at least 16")
 	}
-	rows := apiMatrix(*scale, rateList, *e2eSize)
-	if keys := splitList(*only); len(keys) > 0 {
-		rows = slices.DeleteFunc(rows, func(r kafkaRow) bool { return !slices.Contains(keys, r.Key) })
-		if len(rows) == 0 {
-			return fmt.Errorf("--only %q matches no row (see --list)", *only)
-		}
+	rows, listed, err := tf.selectRows(apiMatrix(*scale, rateList, *e2eSize), stdout, 18)
+	if err != nil || listed {
+		return err
 	}
-	if *list {
-		for _, r := range rows {
-			fmt.Fprintf(stdout, "%-18s %s, %s, %s records\n", r.Key, r.Workload, sizeLabel(r.Size), loadgen.Commas(float64(r.Msgs)))
-		}
-		return nil
-	}
-	if *cp == "" || *bootstrap == "" {
-		return errors.New("--classpath and --bootstrap are required")
-	}
-	pids, err := parseInts(*pidList)
+	pids, err := harness.ParseInts(*pidList)
 	if err != nil {
 		return fmt.Errorf("--pids: %w", err)
 	}
 	if *name == "" {
 		*name = map[string]string{"kafka": "Kafka", "tern": "Tern"}[*sysKey]
 	}
-	var logw io.Writer = io.Discard
-	if *logPath != "" {
-		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		logw = f
+	k, closeLog, err := tf.runner(*brokers, *rf, *minISR, stderr)
+	if err != nil {
+		return err
 	}
-	k := &kafkaRunner{tool: &javaTool{java: *java, cp: *cp, opts: jvm, log: logw}, bootstrap: *bootstrap, brokers: *brokers,
-		parts: *parts, rf: *rf, minISR: *minISR, progress: stderr}
-	adminClient, err := kgo.NewClient(kgo.SeedBrokers(splitList(*bootstrap)...), kgo.ClientID("bench-admin"))
+	defer closeLog()
+	adminClient, err := kgo.NewClient(kgo.SeedBrokers(harness.SplitList(*tf.bootstrap)...), kgo.ClientID("bench-admin"))
 	if err != nil {
 		return err
 	}
@@ -343,19 +275,13 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Command: "replicatedvs kafkaapi " + strings.Join(args, " "),
 		Machine: host.Info(),
-		System: apiSystem{Key: *sysKey, Name: *name, Version: *version, Nodes: *brokers, Bootstrap: *bootstrap, Partitions: *parts,
+		System: apiSystem{Key: *sysKey, Name: *name, Version: *version, Nodes: *brokers, Bootstrap: *tf.bootstrap, Partitions: *tf.partitions,
 			ReplicationFactor: *rf, Setup: *setup, Pids: pids, HWMReset: resetHWM(pids)},
-		Runs: *runs, Scale: *scale, JVM: jvm, Producer: producerDefaults,
+		Runs: *tf.runs, Scale: *scale, JVM: tf.jvm, Producer: producerDefaults,
 	}
 	if *config != "" {
-		b, err := os.ReadFile(*config)
-		if err != nil {
+		if rep.System.Config, err = configLines(*config); err != nil {
 			return err
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-				rep.System.Config = append(rep.System.Config, l)
-			}
 		}
 	}
 	if err := k.waitBrokers(ctx, 120*time.Second); err != nil {
@@ -376,16 +302,12 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	start := time.Now()
 	for i, r := range rows {
 		o := &apiOutcome{kafkaRow: r}
-		for n := range *runs {
+		for n := range *tf.runs {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			runtime.GC()
-			flushDisk()
-			time.Sleep(*pause)
-			if *quietWait > 0 && !host.WaitQuiet(ctx, *quietWait, *quietBusy) {
+			if tf.beforeRun(ctx, stderr) {
 				rep.BusyStarts++
-				fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
 			}
 			load := loadAvg1()
 			rep.LoadAvg = append(rep.LoadAvg, load)
@@ -399,13 +321,7 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				res, err = k.apiOnce(ctx, r, n, pids)
 			}
 			res.LoadAvg1 = load
-			status := ""
-			if err != nil {
-				o.Failures = append(o.Failures, err.Error())
-				status = "  FAILED: " + err.Error()
-			} else {
-				o.Results = append(o.Results, res)
-			}
+			status := o.record(res, err)
 			extra := ""
 			switch {
 			case err != nil:
@@ -414,7 +330,7 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			case r.Kind == kindE2E:
 				extra = fmt.Sprintf(", e2e p50 %s p99 %s p99.9 %s", usLabel(res.E2EP50US), usLabel(res.E2EP99US), usLabel(res.E2EP999US))
 			}
-			fmt.Fprintf(stderr, "[%d/%d] %-18s %s run %d/%d: %s msgs/s, %.1f MB/s%s, peak RSS %s, load %.2f%s\n", i+1, len(rows), r.Key, *name, n+1, *runs,
+			fmt.Fprintf(stderr, "[%d/%d] %-18s %s run %d/%d: %s msgs/s, %.1f MB/s%s, peak RSS %s, load %.2f%s\n", i+1, len(rows), r.Key, *name, n+1, *tf.runs,
 				loadgen.Commas(res.MsgsPerSec), res.MBPerSec, extra, kibLabel(float64(res.HWMKiB)), load, status)
 		}
 		o.summarize()
@@ -422,12 +338,8 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	fmt.Fprintf(stderr, "%s rows done in %s\n", *name, time.Since(start).Round(time.Second))
-	if *jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+	if *tf.json != "" {
+		return records.WriteJSON(*tf.json, rep)
 	}
 	return nil
 }

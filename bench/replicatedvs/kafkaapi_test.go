@@ -60,7 +60,7 @@ func TestHWM(t *testing.T) {
 func TestAPIReport(t *testing.T) {
 	out := func(key, kind string, rate, p99 float64) *apiOutcome {
 		o := &apiOutcome{kafkaRow: kafkaRow{Key: key, Kind: kind, Workload: key, Size: 100, Msgs: 1000},
-			Results: []kafkaResult{{MsgsPerSec: rate}}}
+			rowRuns: rowRuns{Results: []kafkaResult{{MsgsPerSec: rate}}}}
 		o.MsgsPerSec = stats.Spread{Median: rate, Min: rate, Max: rate}
 		o.P99US = stats.Spread{Median: p99, Min: p99, Max: p99}
 		o.HWMKiB = stats.Spread{Median: 2048, Min: 2048, Max: 2048}

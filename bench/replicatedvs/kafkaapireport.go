@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/tern-mq/tern/bench/internal/records"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
 
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
@@ -96,7 +100,7 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 	if len(reps) > 0 {
 		m := reps[0].Machine
 		fmt.Fprintf(w, "Machine: %d CPUs (%s), %s, %s, %s. ", m.CPUs, m.CPUModel, m.Memory, m.OS, m.Go)
-		fmt.Fprintf(w, "%s per row and system, one system running at a time.\n\n", plural(reps[0].Runs, "run"))
+		fmt.Fprintf(w, "%s per row and system, one system running at a time.\n\n", tablefmt.Plural(reps[0].Runs, "run"))
 	}
 	if len(loads) > 0 {
 		l := stats.SpreadOf(loads)
@@ -126,7 +130,7 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 			}
 			s := r.System
 			fmt.Fprintf(w, "- **%s %s**: %s; topics of %s, replication factor %d (CreateTopics), bootstrap %s.",
-				s.Name, s.Version, s.Setup, plural(s.Partitions, "partition"), s.ReplicationFactor, s.Bootstrap)
+				s.Name, s.Version, s.Setup, tablefmt.Plural(s.Partitions, "partition"), s.ReplicationFactor, s.Bootstrap)
 			if !s.HWMReset {
 				fmt.Fprint(w, " Peak RSS is since the process started (resetting it failed).")
 			}
@@ -158,8 +162,8 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 			if !hasLatency(row.Kind) {
 				lat = "—"
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Workload, sizeLabel(row.Size), rate(float64(row.Msgs)),
-				apiCell(ko, spreadOf(ko, rateSpread), rate), apiCell(to, spreadOf(to, rateSpread), rate), tput,
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Workload, tablefmt.Size(row.Size), tablefmt.Rate(float64(row.Msgs)),
+				apiCell(ko, spreadOf(ko, rateSpread), tablefmt.Rate), apiCell(to, spreadOf(to, rateSpread), tablefmt.Rate), tput,
 				apiCell(ko, spreadOf(ko, p99), usLabel), apiCell(to, spreadOf(to, p99), usLabel), lat,
 				apiCell(ko, spreadOf(ko, func(o *apiOutcome) stats.Spread { return o.HWMKiB }), kibLabel),
 				apiCell(to, spreadOf(to, func(o *apiOutcome) stats.Spread { return o.HWMKiB }), kibLabel))
@@ -182,7 +186,7 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 			}
 			p50 := func(o *apiOutcome) stats.Spread { return o.P50US }
 			p999 := func(o *apiOutcome) stats.Spread { return o.P999US }
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Workload, sizeLabel(row.Size), med(ko, p50), med(to, p50), med(ko, p999), med(to, p999))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Workload, tablefmt.Size(row.Size), med(ko, p50), med(to, p50), med(ko, p999), med(to, p999))
 		}
 		fmt.Fprintln(w)
 		var fails []string
@@ -213,7 +217,7 @@ func spreadOf(o *apiOutcome, s func(*apiOutcome) stats.Spread) stats.Spread {
 	return s(o)
 }
 
-func cmdKafkaAPIReport(args []string, stdout, stderr io.Writer) error {
+func cmdKafkaAPIReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs kafkaapi-report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mdPath := fs.String("md", "", "write the Markdown here (default: stdout)")
@@ -226,7 +230,7 @@ func cmdKafkaAPIReport(args []string, stdout, stderr io.Writer) error {
 	var reps []*apiReport
 	for _, p := range fs.Args() {
 		r := &apiReport{}
-		if err := readJSON(p, r); err != nil {
+		if err := records.ReadJSON(p, r); err != nil {
 			return err
 		}
 		reps = append(reps, r)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tern-mq/tern/bench/internal/records"
+
 	"github.com/tern-mq/tern/bench/internal/stats"
 	"github.com/tern-mq/tern/bench/internal/streambench"
 )
@@ -78,35 +80,6 @@ func TestParseDescribeAndBrokers(t *testing.T) {
 	}
 }
 
-func TestMetaReady(t *testing.T) {
-	page := func(s string) jsz {
-		var p jsz
-		if err := json.Unmarshal([]byte(s), &p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	f1 := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js2","current":false},{"name":"js3","current":true}]}}`)
-	f2 := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js1","current":false},{"name":"js3","current":true}]}}`)
-	l3 := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js1","current":true},{"name":"js2","current":true}]}}`)
-	l3behind := page(`{"meta_cluster":{"leader":"js3","cluster_size":3,"replicas":[{"name":"js1","current":true},{"name":"js2","current":false}]}}`)
-	none := page(`{"meta_cluster":{"cluster_size":3}}`)
-	other := page(`{"meta_cluster":{"leader":"js1","cluster_size":3,"replicas":[{"name":"js1","current":true},{"name":"js3","current":true}]}}`)
-	if ok, why := metaReady([]jsz{f1, f2, l3}, 3); !ok {
-		t.Errorf("formed: %s", why)
-	}
-	for name, pages := range map[string][]jsz{
-		"a peer not current": {f1, f2, l3behind},
-		"no leader":          {f1, none, l3},
-		"disagreement":       {f1, other, l3},
-		"a missing page":     {f1, l3},
-	} {
-		if ok, why := metaReady(pages, 3); ok || why == "" {
-			t.Errorf("%s: ready %v (%q)", name, ok, why)
-		}
-	}
-}
-
 func TestKafkaMatrix(t *testing.T) {
 	rows := kafkaMatrix(1, 1<<30, []string{"linger.ms=0"}, 1000)
 	want := map[string]int{"produce16": 300_000, "produce1k": 200_000, "produce16alt": 300_000, "paced16": 10_000, "replay": 1 << 20}
@@ -168,9 +141,9 @@ func TestReport(t *testing.T) {
 		Server: kafkaServer{Name: "Kafka", Version: "4.4.0", Brokers: 3, Partitions: 1, ReplicationFactor: 3, MinInsync: 2, ProducerDefaults: producerDefaults},
 		Rows: []*kafkaOutcome{
 			{kafkaRow: kafkaRow{Key: "produce16", Workload: "producer, acks=all, defaults", Group: groupPublish16, Kind: kindProduce, Size: 16, Msgs: 30000},
-				Results: []kafkaResult{{}}, MsgsPerSec: sp(50000), MBPerSec: sp(0.8), P50Ms: sp(60), P99Ms: sp(110)},
+				rowRuns: rowRuns{Results: []kafkaResult{{}}, MsgsPerSec: sp(50000), MBPerSec: sp(0.8)}, P50Ms: sp(60), P99Ms: sp(110)},
 			{kafkaRow: kafkaRow{Key: "replay", Workload: "consumer", Group: groupReplay1k, Kind: kindReplay, Size: 1024, Msgs: 1024},
-				Results: []kafkaResult{{}, {}}, MsgsPerSec: stats.Spread{Median: 40000, Min: 30000, Max: 50000}, MBPerSec: sp(41)},
+				rowRuns: rowRuns{Results: []kafkaResult{{}, {}}, MsgsPerSec: stats.Spread{Median: 40000, Min: 30000, Max: 50000}, MBPerSec: sp(41)}},
 		}}
 	write := func(name string, v any) string {
 		b, err := json.Marshal(v)
@@ -210,7 +183,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("a line no system has:\n%s", md)
 	}
 	var c combined
-	if err := readJSON(jsonPath, &c); err != nil {
+	if err := records.ReadJSON(jsonPath, &c); err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Systems) != 2 || len(c.Rows) != 5 || c.Rows[1].P99US.Median != 800 || c.Rows[3].P99US.Median != 110_000 {

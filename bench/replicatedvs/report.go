@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tern-mq/tern/bench/internal/records"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
 
 	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/stats"
@@ -124,7 +127,7 @@ func combine(sv *svReport, kr *kafkaReport, nodes int, notRun []string) *combine
 			replicas := max(1, sv.Replicas)
 			c.Systems = append(c.Systems, system{Key: k, Name: s.Name, Version: s.Version, Runs: sv.Runs,
 				Setup: fmt.Sprintf("%d-node cluster on 127.0.0.1, every stream with %d replicas (file storage); clients connect to %s; bench/streamvs --replicas %d, scale %g, replay %s",
-					nodes, replicas, s.URL, replicas, sv.Scale, bytesLabel(sv.ReplayBytes))})
+					nodes, replicas, s.URL, replicas, sv.Scale, tablefmt.Bytes(sv.ReplayBytes))})
 			for _, r := range sv.Rows {
 				o := r.Systems[k]
 				if o == nil {
@@ -155,7 +158,7 @@ func combine(sv *svReport, kr *kafkaReport, nodes int, notRun []string) *combine
 		s := kr.Server
 		c.Systems = append(c.Systems, system{Key: "kafka", Name: fmt.Sprintf("Kafka RF%d", s.ReplicationFactor), Version: s.Version, Runs: kr.Runs,
 			Setup: fmt.Sprintf("%d brokers on 127.0.0.1 (KRaft, each broker also a controller), topics of %s, replication factor %d, min.insync.replicas %d; Kafka's ProducerPerformance (acks=all; producer defaults: %s) and ConsumerPerformance, scale %g, replay %s",
-				s.Brokers, plural(s.Partitions, "partition"), s.ReplicationFactor, s.MinInsync, s.ProducerDefaults, kr.Scale, bytesLabel(kr.ReplayBytes))})
+				s.Brokers, tablefmt.Plural(s.Partitions, "partition"), s.ReplicationFactor, s.MinInsync, s.ProducerDefaults, kr.Scale, tablefmt.Bytes(kr.ReplayBytes))})
 		for _, o := range kr.Rows {
 			r := row{System: "kafka", Key: o.Key, Group: o.Group, Workload: o.Workload, Size: o.Size, Msgs: o.Msgs,
 				Runs: len(o.Results) + len(o.Failures), OKRuns: len(o.Results), Failures: o.Failures, MsgsPerSec: o.MsgsPerSec, MBPerSec: o.MBPerSec}
@@ -167,54 +170,6 @@ func combine(sv *svReport, kr *kafkaReport, nodes int, notRun []string) *combine
 		}
 	}
 	return c
-}
-
-// plural is "1 run", "3 runs".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-func bytesLabel(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
-	}
-}
-
-// rate prints a throughput with three significant digits: 812k, 5.12M.
-func rate(v float64) string {
-	unit := ""
-	switch {
-	case v >= 1e6:
-		v, unit = v/1e6, "M"
-	case v >= 1e3:
-		v, unit = v/1e3, "k"
-	}
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f%s", v, unit)
-	case v >= 10:
-		return fmt.Sprintf("%.1f%s", v, unit)
-	default:
-		return fmt.Sprintf("%.2f%s", v, unit)
-	}
-}
-
-func mbps(v float64) string {
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.2f", v)
 }
 
 // spreadCell is "median (min–max)", or the median alone after one valid run.
@@ -279,7 +234,7 @@ func writeCombined(w io.Writer, c *combined) {
 	fmt.Fprintf(w, "## Replicated streams: %s, %s\n\n", strings.Join(names, " vs "), c.Date)
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s; servers and load generators share the CPUs, one system running at a time\n", m.CPUs, m.CPUModel, m.Memory, m.OS)
 	for _, s := range c.Systems {
-		fmt.Fprintf(w, "- %s (%s): %s; %s per row, median (min–max)\n", s.Name, s.Version, s.Setup, plural(s.Runs, "run"))
+		fmt.Fprintf(w, "- %s (%s): %s; %s per row, median (min–max)\n", s.Name, s.Version, s.Setup, tablefmt.Plural(s.Runs, "run"))
 	}
 	for _, n := range c.NotRun {
 		fmt.Fprintf(w, "- %s\n", n)
@@ -311,7 +266,7 @@ func writeCombined(w io.Writer, c *combined) {
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, sep)
 	for _, g := range groups {
-		line := fmt.Sprintf("| %s | %s |", g.What, sizeLabel(groupSize(g.Key)))
+		line := fmt.Sprintf("| %s | %s |", g.What, tablefmt.Size(groupSize(g.Key)))
 		found := false
 		for _, s := range c.Systems {
 			r := c.find(s.Key, g.Key)
@@ -320,7 +275,7 @@ func writeCombined(w io.Writer, c *combined) {
 				found = true
 				rs, p50, p99 = r.MsgsPerSec, r.P50US, r.P99US
 			}
-			line += fmt.Sprintf(" %s | %s | %s |", spreadCell(r, rs, rate), latCell(r, p50), latCell(r, p99))
+			line += fmt.Sprintf(" %s | %s | %s |", spreadCell(r, rs, tablefmt.Rate), latCell(r, p50), latCell(r, p99))
 		}
 		for _, ref := range refs {
 			t, o := c.find("tern", g.Key), c.find(ref.Key, g.Key)
@@ -353,8 +308,8 @@ func writeCombined(w io.Writer, c *combined) {
 			if lat == "" {
 				lat = "—"
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, r.Key, r.Workload, sizeLabel(r.Size),
-				loadgen.Commas(float64(r.Msgs)), spreadCell(r, r.MsgsPerSec, rate), spreadCell(r, r.MBPerSec, mbps),
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, r.Key, r.Workload, tablefmt.Size(r.Size),
+				loadgen.Commas(float64(r.Msgs)), spreadCell(r, r.MsgsPerSec, tablefmt.Rate), spreadCell(r, r.MBPerSec, tablefmt.MBps),
 				latCell(r, r.P50US), latCell(r, r.P99US), lat)
 		}
 	}
@@ -382,18 +337,7 @@ func writeCombined(w io.Writer, c *combined) {
 	}
 }
 
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicatedvs report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	streams := fs.String("streams", "", "bench/streamvs's --json file (JetStream R3, and Tern R3 once it runs)")
@@ -417,14 +361,14 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	var sources []string
 	if *streams != "" {
 		sv = &svReport{}
-		if err := readJSON(*streams, sv); err != nil {
+		if err := records.ReadJSON(*streams, sv); err != nil {
 			return err
 		}
 		sources = append(sources, *streams)
 	}
 	if *kafka != "" {
 		kr = &kafkaReport{}
-		if err := readJSON(*kafka, kr); err != nil {
+		if err := records.ReadJSON(*kafka, kr); err != nil {
 			return err
 		}
 		sources = append(sources, *kafka)
@@ -442,11 +386,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	}
 	writeCombined(out, c)
 	if *jsonPath != "" {
-		b, err := json.MarshalIndent(c, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+		return records.WriteJSON(*jsonPath, c)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tern-mq/tern/bench/internal/host"
 )
 
 // idleConfig is one idle-groups run against a running cluster: CPU and memory of
@@ -110,31 +112,6 @@ func parseStat(s string) (ticks uint64, threads int, err error) {
 	return u + st, th, nil
 }
 
-// parseStatus reads VmRSS and VmHWM (KiB) from the text of /proc/<pid>/status.
-func parseStatus(s string) (rss, hwm uint64) {
-	for _, line := range strings.Split(s, "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "VmRSS":
-			rss = n
-		case "VmHWM":
-			hwm = n
-		}
-	}
-	return rss, hwm
-}
-
 func sampleProc(pid int) (procSample, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -148,7 +125,7 @@ func sampleProc(pid int) (procSample, error) {
 	if err != nil {
 		return procSample{}, err
 	}
-	rss, hwm := parseStatus(string(b))
+	rss, hwm := host.ParseStatus(string(b))
 	return procSample{ticks: ticks, rssKiB: rss, hwmKiB: hwm, threads: threads}, nil
 }
 

@@ -12,33 +12,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/harness"
 	"github.com/tern-mq/tern/bench/internal/host"
+	"github.com/tern-mq/tern/bench/internal/monitoring"
+	"github.com/tern-mq/tern/bench/internal/records"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "replicavs:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("replicavs", run) }
 
 const usageText = `Usage: replicavs wait-tern|failover|idle|report [options]
 
@@ -57,25 +44,12 @@ const usageText = `Usage: replicavs wait-tern|failover|idle|report [options]
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return errors.New("no command")
-	}
-	switch args[0] {
-	case "wait-tern":
-		return cmdWaitTern(ctx, args[1:], stdout, stderr)
-	case "failover":
-		return cmdFailover(ctx, args[1:], stderr)
-	case "idle":
-		return cmdIdle(ctx, args[1:], stderr)
-	case "report":
-		return cmdReport(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usageText)
-		return nil
-	}
-	fmt.Fprint(stderr, usageText)
-	return fmt.Errorf("unknown command %q", args[0])
+	return harness.Dispatch(ctx, args, stdout, stderr, usageText, map[string]harness.Func{
+		"wait-tern": cmdWaitTern,
+		"failover":  cmdFailover,
+		"idle":      cmdIdle,
+		"report":    cmdReport,
+	})
 }
 
 // nodes are the options naming a running cluster's nodes.
@@ -99,8 +73,8 @@ func (n *nodes) parse() (system, []string, []string, []int, error) {
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	urls, names := splitList(*n.urls), splitList(*n.names)
-	pids, err := parsePIDs(*n.pids)
+	urls, names := harness.SplitList(*n.urls), harness.SplitList(*n.names)
+	pids, err := harness.ParsePIDs(*n.pids)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -112,14 +86,10 @@ func (n *nodes) parse() (system, []string, []string, []int, error) {
 
 // waitQuiet waits for a quiet machine and says whether it was still busy.
 func (n *nodes) waitQuiet(ctx context.Context, stderr io.Writer) bool {
-	if *n.quietWait <= 0 || host.WaitQuiet(ctx, *n.quietWait, 0.25) {
-		return false
-	}
-	fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *n.quietWait)
-	return true
+	return host.WaitQuietOrNote(ctx, *n.quietWait, 0.25, stderr)
 }
 
-func cmdFailover(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdFailover(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicavs failover", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nd := addNodes(fs)
@@ -172,10 +142,10 @@ func cmdFailover(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s run %d: first ack %.0f ms after the kill, longest gap %.0f ms, in-flight done %.0f ms; %d acked, %d errors retried, %d failed, %d lost, %d duplicated; new leader %s\n",
 			res.System, res.Run, res.FirstAckMs, res.LongestGapMs, res.InFlightDoneMs, res.Acked, sumCounts(res.Errors), res.Failed, res.Lost, res.Duplicated, res.NewLeader)
 	}
-	return appendRecord(*out, res)
+	return records.Append(*out, res)
 }
 
-func cmdIdle(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdIdle(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replicavs idle", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nd := addNodes(fs)
@@ -220,23 +190,13 @@ func cmdIdle(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s idle run %d: %d streams made in %.1f s, led after %.1f s; idle: %.2f %% of a core, %.0f MiB RSS in all (other processes %.2f %%)\n",
 			res.System, res.Run, res.Streams, res.CreateS, res.LedS, res.Idle.TotalCPUPct, res.Idle.TotalRSSMiB, res.Idle.OtherCPUPct)
 	}
-	if err := appendRecord(*out, res); err != nil {
+	if err := records.Append(*out, res); err != nil {
 		return err
 	}
 	if res.Error != "" {
 		return errors.New(res.Error)
 	}
 	return nil
-}
-
-// ternCluster is the part of a Tern node's /cluster page wait-tern reads.
-type ternCluster struct {
-	Node string `json:"node"`
-	Meta *struct {
-		Running bool     `json:"running"`
-		Leader  string   `json:"leader"`
-		Voters  []string `json:"voters"`
-	} `json:"meta"`
 }
 
 func cmdWaitTern(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -247,87 +207,17 @@ func cmdWaitTern(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	bases := splitList(*monitors)
+	bases := harness.SplitList(*monitors)
 	if len(bases) == 0 {
 		return errors.New("wait-tern: --monitors is required")
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	client := &http.Client{Timeout: 2 * time.Second}
 	start := time.Now()
-	why := ""
-	for {
-		ready, leader := true, ""
-		for _, b := range bases {
-			var c ternCluster
-			if err := getJSON(ctx, client, b+"/cluster", &c); err != nil {
-				ready, why = false, err.Error()
-				break
-			}
-			switch {
-			case c.Meta == nil:
-				ready, why = false, c.Node+": no meta group (is cluster_size set?)"
-			case !c.Meta.Running || c.Meta.Leader == "":
-				ready, why = false, c.Node+": meta group not formed yet"
-			case len(c.Meta.Voters) != len(bases):
-				ready, why = false, fmt.Sprintf("%s: %d voters of %d", c.Node, len(c.Meta.Voters), len(bases))
-			case leader != "" && c.Meta.Leader != leader:
-				ready, why = false, fmt.Sprintf("nodes disagree on the meta leader (%s, %s)", leader, c.Meta.Leader)
-			default:
-				leader = c.Meta.Leader
-			}
-			if !ready {
-				break
-			}
-		}
-		if ready {
-			fmt.Fprintf(stdout, "tern: meta group of %d formed, leader %s, after %s\n", len(bases), leader, time.Since(start).Round(time.Millisecond))
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait-tern: not ready after %s: %s", *timeout, why)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	leader, err := monitoring.WaitTernMeta(ctx, bases, *timeout)
 	if err != nil {
-		return err
+		return fmt.Errorf("wait-tern: %w", err)
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func parsePIDs(s string) ([]int, error) {
-	var out []int
-	for _, p := range splitList(s) {
-		n, err := strconv.Atoi(p)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("bad pid %q", p)
-		}
-		out = append(out, n)
-	}
-	return out, nil
+	fmt.Fprintf(stdout, "tern: meta group of %d formed, leader %s, after %s\n", len(bases), leader, time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 func sumCounts(m map[string]int) int {
@@ -336,21 +226,4 @@ func sumCounts(m map[string]int) int {
 		n += v
 	}
 	return n
-}
-
-// appendRecord adds v as one JSON line to path.
-func appendRecord(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

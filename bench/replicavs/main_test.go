@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/records"
+
 	tern "github.com/tern-mq/tern/client/go"
 )
 
@@ -26,10 +28,6 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, _, err := parseStat("4242 (tern) S 1 2"); err == nil {
 		t.Error("short stat: no error")
-	}
-	rss, hwm := parseStatus("Name:\ttern\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nThreads:\t12\n")
-	if rss != 40960 || hwm != 51200 {
-		t.Fatalf("rss %d hwm %d", rss, hwm)
 	}
 }
 
@@ -133,7 +131,7 @@ func TestReports(t *testing.T) {
 		{System: "Tern", Run: 2, ClientOn: "follower", Error: "boom"},
 		{System: "Tern", Version: "0.1.0-dev", Run: 1, ClientOn: "leader", Rate: 2000, DurationS: 20, KillAtS: 10, Messages: 10, Acked: 9, Failed: 1, FirstAckMs: 700, ClientReconnectedMs: 3},
 	} {
-		if err := appendRecord(fo, r); err != nil {
+		if err := records.Append(fo, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +166,7 @@ func TestReports(t *testing.T) {
 			Baseline: &usage{TotalCPUPct: 3, TotalRSSMiB: 70},
 			Idle:     &usage{WindowS: 60, TotalCPUPct: 6, TotalRSSMiB: 300, Nodes: []nodeUsage{{CPUPct: 2, RSSMiB: 100}, {CPUPct: 2, RSSMiB: 100}, {CPUPct: 2, RSSMiB: 100}}}},
 	} {
-		if err := appendRecord(idle, r); err != nil {
+		if err := records.Append(idle, r); err != nil {
 			t.Fatal(err)
 		}
 	}

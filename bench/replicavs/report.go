@@ -1,22 +1,21 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
+	"github.com/tern-mq/tern/bench/internal/records"
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
 
-func cmdReport(args []string, stdout, stderr io.Writer) error {
+func cmdReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "failover" && args[0] != "idle") {
 		return errors.New("report: want failover or idle first")
 	}
@@ -31,14 +30,9 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	if *in == "" {
 		return errors.New("report: --in is required")
 	}
-	f, err := os.Open(*in)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	var summary any
 	if what == "failover" {
-		runs, err := readLines[failoverResult](f)
+		runs, err := records.ReadLines[failoverResult](*in)
 		if err != nil {
 			return err
 		}
@@ -46,7 +40,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 		md, summary = failoverReport(runs)
 		fmt.Fprint(stdout, md)
 	} else {
-		runs, err := readLines[idleResult](f)
+		runs, err := records.ReadLines[idleResult](*in)
 		if err != nil {
 			return err
 		}
@@ -55,31 +49,9 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, md)
 	}
 	if *jsonOut != "" {
-		b, err := json.MarshalIndent(summary, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(*jsonOut, append(b, '\n'), 0o644)
+		return records.WriteJSON(*jsonOut, summary)
 	}
 	return nil
-}
-
-func readLines[T any](r io.Reader) ([]T, error) {
-	var out []T
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		var v T
-		if err := json.Unmarshal([]byte(line), &v); err != nil {
-			return nil, fmt.Errorf("bad line %q: %w", line, err)
-		}
-		out = append(out, v)
-	}
-	return out, sc.Err()
 }
 
 // systemOrder puts Tern first, then the others by name.

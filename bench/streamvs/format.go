@@ -7,16 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/stats"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
+
 	"github.com/tern-mq/tern/bench/internal/streambench"
 	"github.com/tern-mq/tern/internal/loadgen"
 )
-
-func sizeLabel(n int) string {
-	if n >= kib && n%kib == 0 {
-		return fmt.Sprintf("%d KiB", n/kib)
-	}
-	return fmt.Sprintf("%d B", n)
-}
 
 func kbLabel(kb int64) string {
 	if kb >= 1<<20 {
@@ -25,72 +21,18 @@ func kbLabel(kb int64) string {
 	return fmt.Sprintf("%.0f MiB", float64(kb)/(1<<10))
 }
 
-func bytesLabel(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
-	}
-}
-
-// rate prints a throughput with three significant digits: 812k, 5.12M.
-func rate(v float64) string {
-	unit := ""
-	switch {
-	case v >= 1e6:
-		v, unit = v/1e6, "M"
-	case v >= 1e3:
-		v, unit = v/1e3, "k"
-	}
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f%s", v, unit)
-	case v >= 10:
-		return fmt.Sprintf("%.1f%s", v, unit)
-	default:
-		return fmt.Sprintf("%.2f%s", v, unit)
-	}
-}
-
-func mbps(v float64) string {
-	if v >= 100 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	if v >= 10 {
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
 func usDur(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
-
-func failNote(o *outcome, runs int) string {
-	if len(o.Failures) == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" [%d of %d runs failed]", len(o.Failures), runs)
-}
 
 // rateCell is "median (min–max)" for a throughput.
 func rateCell(o *outcome, runs int) string {
 	if o == nil {
 		return "—"
 	}
-	if len(o.Results) == 0 {
-		return "FAILED"
-	}
-	s := rate(o.MsgsPerSec.Median)
-	if len(o.Results) > 1 {
-		s += " (" + rate(o.MsgsPerSec.Min) + "–" + rate(o.MsgsPerSec.Max) + ")"
-	}
-	return s + failNote(o, runs)
+	return tablefmt.RateCell(o.MsgsPerSec, len(o.Results), len(o.Failures), runs)
 }
 
 // latCell is the median of a latency percentile, with its min–max when withSpread.
-func latCell(o *outcome, sp spread, withSpread bool) string {
+func latCell(o *outcome, sp stats.Spread, withSpread bool) string {
 	if o == nil || len(o.Results) == 0 || sp.Median == 0 {
 		return "—"
 	}
@@ -110,7 +52,7 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	fmt.Fprintf(w, "## Durable streams: %s, %s\n\n", strings.Join(names, " vs "), rep.Date)
 	fmt.Fprintf(w, "- machine: %d CPUs (%s), %s memory, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Memory, m.OS, m.GOMAXPROCS)
 	fmt.Fprintf(w, "- load generator: bench/streamvs (%s), %d runs per row per broker, median (min–max); scale %g, replay %s\n",
-		m.Go, rep.Runs, rep.Scale, bytesLabel(rep.ReplayBytes))
+		m.Go, rep.Runs, rep.Scale, tablefmt.Bytes(rep.ReplayBytes))
 	if rep.Replicas > 1 {
 		fmt.Fprintf(w, "- every stream has %d replicas (file storage, acknowledged once the replicas' quorum has it)\n", rep.Replicas)
 	}
@@ -136,12 +78,12 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, sep)
 	for _, r := range rep.Rows {
-		line := fmt.Sprintf("| %s | %s | %s | %s |", r.Key, r.Workload, sizeLabel(r.Size), loadgen.Commas(float64(r.Msgs)))
+		line := fmt.Sprintf("| %s | %s | %s | %s |", r.Key, r.Workload, tablefmt.Size(r.Size), loadgen.Commas(float64(r.Msgs)))
 		for _, s := range systems {
 			o := r.Systems[s.Key]
 			mb, secs := "—", "—"
 			if o != nil && len(o.Results) > 0 {
-				mb, secs = mbps(o.MBPerSec.Median), fmt.Sprintf("%.2fs", o.Seconds.Median)
+				mb, secs = tablefmt.MBps(o.MBPerSec.Median), fmt.Sprintf("%.2fs", o.Seconds.Median)
 			}
 			line += fmt.Sprintf(" %s | %s | %s | %s |", rateCell(o, rep.Runs), mb, latCell(o, o.P99, true), secs)
 		}
@@ -220,7 +162,7 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 					line += " — | — | — |"
 					continue
 				}
-				line += fmt.Sprintf(" %s | %s | %s |", kbLabel(int64(spreadOf(ready).Median)), kbLabel(int64(spreadOf(done).Median)), kbLabel(int64(spreadOf(hwm).Max)))
+				line += fmt.Sprintf(" %s | %s | %s |", kbLabel(int64(stats.SpreadOf(ready).Median)), kbLabel(int64(stats.SpreadOf(done).Median)), kbLabel(int64(stats.SpreadOf(hwm).Max)))
 			}
 			fmt.Fprintln(w, line)
 		}

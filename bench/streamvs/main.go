@@ -11,19 +11,19 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/tern-mq/tern/bench/internal/harness"
+	"github.com/tern-mq/tern/bench/internal/records"
+	"github.com/tern-mq/tern/bench/internal/stats"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
 
 	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/streambench"
@@ -121,26 +121,6 @@ type system struct {
 	driver  streambench.Driver
 }
 
-// spread is the median, min and max of one figure across runs.
-type spread struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func spreadOf(v []float64) spread {
-	if len(v) == 0 {
-		return spread{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return spread{Median: m, Min: s[0], Max: s[len(s)-1]}
-}
-
 // memory is the server's memory around one run, from /proc/PID/status (KiB).
 type memory struct {
 	RSSReadyKB int64 `json:"rss_ready_kb"` // when the stream was ready (pre-filled), before the clock
@@ -148,49 +128,20 @@ type memory struct {
 	HWMDoneKB  int64 `json:"hwm_done_kb"`  // the process's peak RSS so far
 }
 
-// procStatus reads VmRSS and VmHWM (KiB) of pid.
-func procStatus(pid int) (rss, hwm int64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, found := strings.Cut(line, ":")
-		if !found {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "VmRSS":
-			rss = n
-		case "VmHWM":
-			hwm = n
-		}
-	}
-	return rss, hwm, true
-}
-
 // outcome is one system's runs of one row.
 type outcome struct {
 	Results    []streambench.Result `json:"results"`
 	Memory     []memory             `json:"memory,omitempty"`
 	Failures   []string             `json:"failures,omitempty"`
-	MsgsPerSec spread               `json:"msgs_per_sec"`
-	MBPerSec   spread               `json:"mb_per_sec"`
-	P50        spread               `json:"p50_us"`
-	P90        spread               `json:"p90_us"`
-	P99        spread               `json:"p99_us"`
-	P999       spread               `json:"p999_us"`
-	MaxLat     spread               `json:"max_us"`
-	RSSDoneKB  spread               `json:"rss_done_kb"`
-	Seconds    spread               `json:"seconds"` // the timed phase
+	MsgsPerSec stats.Spread         `json:"msgs_per_sec"`
+	MBPerSec   stats.Spread         `json:"mb_per_sec"`
+	P50        stats.Spread         `json:"p50_us"`
+	P90        stats.Spread         `json:"p90_us"`
+	P99        stats.Spread         `json:"p99_us"`
+	P999       stats.Spread         `json:"p999_us"`
+	MaxLat     stats.Spread         `json:"max_us"`
+	RSSDoneKB  stats.Spread         `json:"rss_done_kb"`
+	Seconds    stats.Spread         `json:"seconds"` // the timed phase
 	Errors     int                  `json:"errors"`  // summed over the valid runs
 }
 
@@ -212,9 +163,9 @@ func (o *outcome) summarize() {
 			rss = append(rss, float64(m.RSSDoneKB))
 		}
 	}
-	o.MsgsPerSec, o.MBPerSec = spreadOf(rate), spreadOf(mb)
-	o.P50, o.P90, o.P99, o.P999, o.MaxLat = spreadOf(p50), spreadOf(p90), spreadOf(p99), spreadOf(p999), spreadOf(mx)
-	o.RSSDoneKB, o.Seconds = spreadOf(rss), spreadOf(secs)
+	o.MsgsPerSec, o.MBPerSec = stats.SpreadOf(rate), stats.SpreadOf(mb)
+	o.P50, o.P90, o.P99, o.P999, o.MaxLat = stats.SpreadOf(p50), stats.SpreadOf(p90), stats.SpreadOf(p99), stats.SpreadOf(p999), stats.SpreadOf(mx)
+	o.RSSDoneKB, o.Seconds = stats.SpreadOf(rss), stats.SpreadOf(secs)
 }
 
 type rowReport struct {
@@ -245,38 +196,7 @@ type report struct {
 	BusyStarts  int                `json:"busy_starts"`
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "streamvs:", err)
-		os.Exit(1)
-	}
-}
-
-// parseBytes reads a size: 1073741824, 1GiB, 256MiB, 4MiB, 512KiB (also G, M, K,
-// GB, MB, KB as powers of 1024).
-func parseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"KB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
-		if v, ok := strings.CutSuffix(t, u.suffix); ok {
-			t, mult = strings.TrimSpace(v), u.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("bad size %q (want e.g. 1GiB, 256MiB, 4194304)", s)
-	}
-	return int64(v * float64(mult)), nil
-}
+func main() { harness.Main("streamvs", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("streamvs", flag.ContinueOnError)
@@ -331,7 +251,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *runs < 1 || *scale <= 0 {
 		return errors.New("--runs must be at least 1 and --scale positive")
 	}
-	rb, err := parseBytes(*replayBytes)
+	rb, err := harness.ParseBytes(*replayBytes)
 	if err != nil {
 		return fmt.Errorf("--replay-bytes: %w", err)
 	}
@@ -349,7 +269,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rows := selectRows(matrix(p), *only)
 	if *list {
 		for _, r := range rows {
-			fmt.Fprintf(stdout, "%-11s %s, %s, %s msgs\n", r.Key, r.Workload, sizeLabel(r.Cfg.Size), loadgen.Commas(float64(r.Cfg.Msgs)))
+			fmt.Fprintf(stdout, "%-11s %s, %s, %s msgs\n", r.Key, r.Workload, tablefmt.Size(r.Cfg.Size), loadgen.Commas(float64(r.Cfg.Msgs)))
 		}
 		return nil
 	}
@@ -387,7 +307,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		_ = c.Close()
 		if s.Pid != 0 {
-			if _, _, ok := procStatus(s.Pid); !ok {
+			if _, _, ok := host.ProcMemory(s.Pid); !ok {
 				return fmt.Errorf("--%s-pid %d: no such process to read memory from", k, s.Pid)
 			}
 		}
@@ -425,11 +345,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rr.Systems[s.Key] = &outcome{}
 		}
 		for n := range *runs {
-			order := slices.Clone(systems)
-			if n%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, s := range order {
+			for _, s := range harness.RunOrder(systems, n) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -438,15 +354,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					flushDisk()
 				}
 				time.Sleep(*pause)
-				if *quietWait > 0 && !host.WaitQuiet(ctx, *quietWait, *quietBusy) {
+				if host.WaitQuietOrNote(ctx, *quietWait, *quietBusy, stderr) {
 					rep.BusyStarts++
-					fmt.Fprintf(stderr, "note: the machine was still busy after %s; running anyway\n", *quietWait)
 				}
 				cfg := r.Cfg
 				var mem memory
 				if s.Pid != 0 {
 					cfg.Observe = func(point string) {
-						rss, hwm, _ := procStatus(s.Pid)
+						rss, hwm, _ := host.ProcMemory(s.Pid)
 						switch point {
 						case streambench.ObserveReady:
 							mem.RSSReadyKB = rss
@@ -475,7 +390,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					extra += fmt.Sprintf(", server RSS %s", kbLabel(mem.RSSDoneKB))
 				}
 				fmt.Fprintf(stderr, "[%d/%d] %-10s %-9s run %d/%d: %s msgs/s, %.1f MB/s%s%s\n", i+1, len(rows), r.Key, s.Name, n+1, *runs,
-					rate(res.MsgsPerSec), res.MBPerSec, extra, status)
+					tablefmt.Rate(res.MsgsPerSec), res.MBPerSec, extra, status)
 			}
 		}
 		for _, o := range rr.Systems {
@@ -490,13 +405,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	writeMarkdown(stdout, rep, systems)
 	if *jsonPath != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*jsonPath, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
+		return records.WriteJSON(*jsonPath, rep)
 	}
 	return nil
 }

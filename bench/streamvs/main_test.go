@@ -14,19 +14,6 @@ import (
 	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"1GiB": 1 << 30, "256MiB": 256 << 20, "4 MiB": 4 << 20, "512KiB": 512 << 10, "4194304": 4 << 20, "1.5G": 3 << 29, "100B": 100} {
-		if got, err := parseBytes(in); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "lots", "-1MiB", "0"} {
-		if _, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q): no error", in)
-		}
-	}
-}
-
 func TestListAndErrors(t *testing.T) {
 	var out, errw bytes.Buffer
 	if err := run(context.Background(), []string{"--list", "--replay-bytes", "4MiB", "--only", "fetch,replay1g"}, &out, &errw); err != nil {

@@ -6,6 +6,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/tern-mq/tern/bench/internal/stats"
+	"github.com/tern-mq/tern/bench/internal/tablefmt"
+
 	"github.com/tern-mq/tern/internal/loadgen"
 )
 
@@ -29,16 +32,16 @@ type rabbitSummary struct {
 		Runs          int `json:"runs"`
 	} `json:"workload"`
 	Rows []struct {
-		QueueType            string `json:"queue_type"`
-		Size                 int    `json:"size"`
-		OKRuns               int    `json:"ok_runs"`
-		FailedRuns           int    `json:"failed_runs"`
-		PublishedPerSec      spread `json:"published_per_sec"`
-		ConsumedPerSec       spread `json:"consumed_per_sec"`
-		ConsumerLatencyP50US spread `json:"consumer_latency_p50_us"`
-		ConsumerLatencyP99US spread `json:"consumer_latency_p99_us"`
-		ConfirmLatencyP50US  spread `json:"confirm_latency_p50_us"`
-		ConfirmLatencyP99US  spread `json:"confirm_latency_p99_us"`
+		QueueType            string       `json:"queue_type"`
+		Size                 int          `json:"size"`
+		OKRuns               int          `json:"ok_runs"`
+		FailedRuns           int          `json:"failed_runs"`
+		PublishedPerSec      stats.Spread `json:"published_per_sec"`
+		ConsumedPerSec       stats.Spread `json:"consumed_per_sec"`
+		ConsumerLatencyP50US stats.Spread `json:"consumer_latency_p50_us"`
+		ConsumerLatencyP99US stats.Spread `json:"consumer_latency_p99_us"`
+		ConfirmLatencyP50US  stats.Spread `json:"confirm_latency_p50_us"`
+		ConfirmLatencyP99US  stats.Spread `json:"confirm_latency_p99_us"`
 	} `json:"rows"`
 }
 
@@ -78,7 +81,7 @@ func runReport(w io.Writer, streamsPath, rabbitPath string) error {
 	return nil
 }
 
-func spreadCell(s spread, f func(float64) string, runs int) string {
+func spreadCell(s stats.Spread, f func(float64) string, runs int) string {
 	if s.Median == 0 {
 		return "—"
 	}
@@ -112,8 +115,8 @@ func writeRabbit(w io.Writer, rs *rabbitSummary) {
 		if r.FailedRuns > 0 {
 			note = fmt.Sprintf(" [%d of %d runs failed]", r.FailedRuns, r.FailedRuns+r.OKRuns)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s%s | %s | %s | %s | %s |\n", r.QueueType, sizeLabel(r.Size),
-			spreadCell(r.PublishedPerSec, rate, r.OKRuns), spreadCell(r.ConsumedPerSec, rate, r.OKRuns), note,
+		fmt.Fprintf(w, "| %s | %s | %s | %s%s | %s | %s | %s | %s |\n", r.QueueType, tablefmt.Size(r.Size),
+			spreadCell(r.PublishedPerSec, tablefmt.Rate, r.OKRuns), spreadCell(r.ConsumedPerSec, tablefmt.Rate, r.OKRuns), note,
 			spreadCell(r.ConsumerLatencyP50US, usCell, 1), spreadCell(r.ConsumerLatencyP99US, usCell, 1),
 			spreadCell(r.ConfirmLatencyP50US, usCell, 1), spreadCell(r.ConfirmLatencyP99US, usCell, 1))
 	}
@@ -141,13 +144,13 @@ func writeWorkQueues(w io.Writer, rep *report, systems []*system, rs *rabbitSumm
 				client = "Tern client/go"
 			}
 			fmt.Fprintf(w, "| %s %s | stream, work-queue retention (window %d) | %s | %s | %s | %s | %d pull, batch %d, each message | %s |\n",
-				s.Name, s.Version, r.Window, sizeLabel(r.Size), rateCell(o, rep.Runs), latCell(o, o.P50, false), latCell(o, o.P99, false),
+				s.Name, s.Version, r.Window, tablefmt.Size(r.Size), rateCell(o, rep.Runs), latCell(o, o.P50, false), latCell(o, o.P99, false),
 				r.Consumers, r.Batch, client)
 		}
 	}
 	for _, r := range rs.Rows {
 		fmt.Fprintf(w, "| RabbitMQ %s | %s queue (confirm window %d) | %s | %s | %s | %s | %d push, prefetch %d, %s | PerfTest (Java) |\n",
-			rs.Server.Version, r.QueueType, rs.Workload.ConfirmWindow, sizeLabel(r.Size), spreadCell(r.ConsumedPerSec, rate, r.OKRuns),
+			rs.Server.Version, r.QueueType, rs.Workload.ConfirmWindow, tablefmt.Size(r.Size), spreadCell(r.ConsumedPerSec, tablefmt.Rate, r.OKRuns),
 			spreadCell(r.ConsumerLatencyP50US, usCell, 1), spreadCell(r.ConsumerLatencyP99US, usCell, 1),
 			rs.Workload.Consumers, rs.Workload.Prefetch, rabbitAcks(rs))
 	}

@@ -1,11 +1,12 @@
 // Package host is what the benchmark harnesses learn of the machine they run on:
-// its description for a report, and whether other processes keep it busy before a
-// run starts.
+// its description for a report, whether other processes keep it busy before a run
+// starts, and how much memory a server process holds.
 package host
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -166,4 +167,51 @@ func procTicks(pid int) (uint64, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
 	}
 	return u + st, nil
+}
+
+// WaitQuietOrNote is WaitQuiet before a measurement, max 0 or less meaning do not
+// wait; when the machine is still busy it says so on log ("running anyway": the run
+// goes ahead and its record says it started busy) and returns true.
+func WaitQuietOrNote(ctx context.Context, max time.Duration, threshold float64, log io.Writer) (busy bool) {
+	if max <= 0 || WaitQuiet(ctx, max, threshold) {
+		return false
+	}
+	fmt.Fprintf(log, "note: the machine was still busy after %s; running anyway\n", max)
+	return true
+}
+
+// ParseStatus reads VmRSS and VmHWM (KiB) from the text of /proc/<pid>/status.
+func ParseStatus(s string) (rss, hwm uint64) {
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			hwm = n
+		}
+	}
+	return rss, hwm
+}
+
+// ProcMemory is pid's resident memory now and at its peak (VmRSS, VmHWM, KiB); ok
+// is false when /proc/<pid>/status cannot be read (no such process, no /proc).
+func ProcMemory(pid int) (rss, hwm int64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, false
+	}
+	r, h := ParseStatus(string(b))
+	return int64(r), int64(h), true
 }

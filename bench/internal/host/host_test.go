@@ -51,3 +51,13 @@ func TestMeter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestParseStatus(t *testing.T) {
+	rss, hwm := ParseStatus("Name:\ttern\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\nThreads:\t12\n")
+	if rss != 40960 || hwm != 51200 {
+		t.Fatalf("rss %d hwm %d", rss, hwm)
+	}
+	if _, _, ok := ProcMemory(os.Getpid()); !ok && runtime.GOOS == "linux" {
+		t.Error("ProcMemory of this process: not ok")
+	}
+}

@@ -122,8 +122,12 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 	if spec.Sync != streambench.SyncDefault {
 		return fmt.Errorf("%w: JetStream has no per-stream fsync policy (asked %q)", streambench.ErrUnsupported, spec.Sync)
 	}
-	if spec.Storage != "" && spec.Storage != streambench.StorageFile {
-		return fmt.Errorf("%w: storage %q", streambench.ErrUnsupported, spec.Storage)
+	if err := spec.CheckStorage(); err != nil {
+		return err
+	}
+	workQueue, err := spec.WorkQueue()
+	if err != nil {
+		return err
 	}
 	cfg := jetstream.StreamConfig{
 		Name:      spec.Name,
@@ -132,14 +136,10 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 		Replicas:  max(1, spec.Replicas),
 		Retention: jetstream.LimitsPolicy,
 	}
-	switch spec.Retention {
-	case streambench.RetainLimits, "":
-	case streambench.RetainWorkQueue:
+	if workQueue {
 		cfg.Retention = jetstream.WorkQueuePolicy
-	default:
-		return fmt.Errorf("%w: retention %q", streambench.ErrUnsupported, spec.Retention)
 	}
-	_, err := c.js.CreateStream(ctx, cfg)
+	_, err = c.js.CreateStream(ctx, cfg)
 	return err
 }
 
@@ -196,14 +196,14 @@ func (c *Conn) AddConsumer(ctx context.Context, stream string, spec streambench.
 		AckWait:       spec.AckWait,
 		MaxAckPending: spec.MaxAckPending,
 	}
-	switch spec.AckPolicy {
-	case streambench.AckExplicit, "":
-	case streambench.AckAll:
-		cfg.AckPolicy = jetstream.AckAllPolicy
-	default:
-		return fmt.Errorf("%w: ack policy %q", streambench.ErrUnsupported, spec.AckPolicy)
+	ackAll, err := spec.AcksAll()
+	if err != nil {
+		return err
 	}
-	_, err := c.js.CreateConsumer(ctx, stream, cfg)
+	if ackAll {
+		cfg.AckPolicy = jetstream.AckAllPolicy
+	}
+	_, err = c.js.CreateConsumer(ctx, stream, cfg)
 	return err
 }
 
@@ -266,22 +266,8 @@ func (c *Conn) Replay(ctx context.Context, stream string, handler func(data []by
 	if err != nil {
 		return err
 	}
-	var (
-		mu      sync.Mutex
-		stopped bool
-		done    = make(chan struct{})
-	)
-	sub, err := ljs.Subscribe("", func(m *nats.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if !handler(m.Data) {
-			stopped = true
-			close(done)
-		}
-	}, nats.BindStream(stream), nats.OrderedConsumer(), nats.DeliverAll(), nats.Context(ctx))
+	gate := streambench.NewReplayGate(handler)
+	sub, err := ljs.Subscribe("", func(m *nats.Msg) { gate.Deliver(m.Data) }, nats.BindStream(stream), nats.OrderedConsumer(), nats.DeliverAll(), nats.Context(ctx))
 	if err != nil {
 		return err
 	}
@@ -290,7 +276,7 @@ func (c *Conn) Replay(ctx context.Context, stream string, handler func(data []by
 		return err
 	}
 	select {
-	case <-done:
+	case <-gate.Done():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -303,23 +289,11 @@ func (c *Conn) replayPull(ctx context.Context, stream string, handler func(data 
 		return err
 	}
 	var (
-		mu      sync.Mutex
-		stopped bool
-		done    = make(chan struct{})
+		gate    = streambench.NewReplayGate(handler)
 		errMu   sync.Mutex
 		lastErr error
 	)
-	cc, err := oc.Consume(func(m jetstream.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if !handler(m.Data()) {
-			stopped = true
-			close(done)
-		}
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	cc, err := oc.Consume(func(m jetstream.Msg) { gate.Deliver(m.Data()) }, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		errMu.Lock()
 		lastErr = err
 		errMu.Unlock()
@@ -332,7 +306,7 @@ func (c *Conn) replayPull(ctx context.Context, stream string, handler func(data 
 		<-cc.Closed()
 	}()
 	select {
-	case <-done:
+	case <-gate.Done():
 		return nil
 	case <-ctx.Done():
 		errMu.Lock()

@@ -3,6 +3,8 @@ package streambench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -192,3 +194,68 @@ var ErrUnsupported = errors.New("streambench: not supported by this driver")
 // MaxWindow is the largest Config.Window; drivers must let at least this many async
 // publishes be outstanding.
 const MaxWindow = 1 << 16
+
+// CheckStorage is nil when the spec asks for an on-disk log (StorageFile, or no
+// storage named), the only storage the drivers keep; else ErrUnsupported.
+func (s StreamSpec) CheckStorage() error {
+	if s.Storage != "" && s.Storage != StorageFile {
+		return fmt.Errorf("%w: storage %q", ErrUnsupported, s.Storage)
+	}
+	return nil
+}
+
+// WorkQueue says whether the spec asks for work-queue retention rather than limits
+// (RetainLimits, or none named); another retention is ErrUnsupported.
+func (s StreamSpec) WorkQueue() (bool, error) {
+	switch s.Retention {
+	case RetainLimits, "":
+		return false, nil
+	case RetainWorkQueue:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: retention %q", ErrUnsupported, s.Retention)
+}
+
+// AcksAll says whether the spec asks for cumulative acknowledgement rather than
+// each message on its own (AckExplicit, or no policy named); another policy is
+// ErrUnsupported.
+func (s ConsumerSpec) AcksAll() (bool, error) {
+	switch s.AckPolicy {
+	case AckExplicit, "":
+		return false, nil
+	case AckAll:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: ack policy %q", ErrUnsupported, s.AckPolicy)
+}
+
+// ReplayGate passes the messages a client's delivery callbacks receive during a
+// Replay on to its handler as the Conn contract wants: one call at a time, none
+// after the handler returned false; Done is closed then.
+type ReplayGate struct {
+	handler func(data []byte) bool
+	mu      sync.Mutex
+	stopped bool
+	done    chan struct{}
+}
+
+// NewReplayGate gates handler.
+func NewReplayGate(handler func(data []byte) bool) *ReplayGate {
+	return &ReplayGate{handler: handler, done: make(chan struct{})}
+}
+
+// Deliver hands data to the handler unless it has asked to stop.
+func (g *ReplayGate) Deliver(data []byte) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	if !g.handler(data) {
+		g.stopped = true
+		close(g.done)
+	}
+}
+
+// Done is closed once the handler has returned false.
+func (g *ReplayGate) Done() <-chan struct{} { return g.done }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/tern-mq/tern/bench/internal/streambench"
@@ -60,8 +59,12 @@ func (c *Conn) ServerVersion() string { return c.nc.ServerInfo().Version }
 
 // CreateStream creates a stream with the asked retention and fsync policy.
 func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) error {
-	if spec.Storage != "" && spec.Storage != streambench.StorageFile {
-		return fmt.Errorf("%w: storage %q", streambench.ErrUnsupported, spec.Storage)
+	if err := spec.CheckStorage(); err != nil {
+		return err
+	}
+	workQueue, err := spec.WorkQueue()
+	if err != nil {
+		return err
 	}
 	// More than one replica needs a Tern cluster that replicates (cluster_size);
 	// bench/replicated.sh starts one.
@@ -69,14 +72,10 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 	if spec.Replicas > 1 {
 		cfg.Replicas = spec.Replicas
 	}
-	switch spec.Retention {
-	case streambench.RetainLimits, "":
-	case streambench.RetainWorkQueue:
+	if workQueue {
 		cfg.Retention = tern.RetainWorkQueue
-	default:
-		return fmt.Errorf("%w: retention %q", streambench.ErrUnsupported, spec.Retention)
 	}
-	_, err := c.js.AddStream(ctx, cfg)
+	_, err = c.js.AddStream(ctx, cfg)
 	return err
 }
 
@@ -125,14 +124,14 @@ func (c *Conn) AddConsumer(ctx context.Context, stream string, spec streambench.
 		AckWait:       tern.Duration(spec.AckWait),
 		MaxAckPending: spec.MaxAckPending,
 	}
-	switch spec.AckPolicy {
-	case streambench.AckExplicit, "":
-	case streambench.AckAll:
-		cfg.AckPolicy = tern.AckAll
-	default:
-		return fmt.Errorf("%w: ack policy %q", streambench.ErrUnsupported, spec.AckPolicy)
+	ackAll, err := spec.AcksAll()
+	if err != nil {
+		return err
 	}
-	_, err := c.js.AddConsumer(ctx, stream, cfg)
+	if ackAll {
+		cfg.AckPolicy = tern.AckAll
+	}
+	_, err = c.js.AddConsumer(ctx, stream, cfg)
 	return err
 }
 
@@ -182,30 +181,16 @@ func (c *Conn) Replay(ctx context.Context, stream string, handler func(data []by
 		defer cancel()
 		_ = c.js.DeleteConsumer(dctx, stream, info.Name)
 	}()
-	var (
-		mu      sync.Mutex
-		stopped bool
-		done    = make(chan struct{})
-	)
+	gate := streambench.NewReplayGate(handler)
 	p := c.js.Pull(stream, info.Name)
 	defer p.Close()
-	cc, err := p.Consume(replayBatch, func(m *tern.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		if !handler(m.Data) {
-			stopped = true
-			close(done)
-		}
-	})
+	cc, err := p.Consume(replayBatch, func(m *tern.Msg) { gate.Deliver(m.Data) })
 	if err != nil {
 		return err
 	}
 	defer cc.Stop()
 	select {
-	case <-done:
+	case <-gate.Done():
 		return nil
 	case <-ctx.Done():
 		if err := cc.Err(); err != nil {
