@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,8 @@ const (
 )
 
 // User is an authenticated client's identity and rights. Users are immutable;
-// a reload of the users file makes new ones for new connections.
+// a reload of the users file makes new ones, which Recheck gives the
+// connections already open.
 type User struct {
 	// Name is the user's name, "" for an anonymous client.
 	Name string
@@ -114,6 +116,12 @@ type Authenticator struct {
 	// usage holds each account's counters, by name, across reloads.
 	usageMu sync.Mutex
 	usage   map[string]*accountUsage
+
+	// reloadMu orders reloads, with the calls of their listeners (OnReload).
+	reloadMu     sync.Mutex
+	listenersMu  sync.Mutex
+	listeners    []reloadListener
+	nextListener uint64
 }
 
 func (a *Authenticator) accountUsage(name string) *accountUsage {
@@ -209,9 +217,13 @@ func New(opts Options) (*Authenticator, error) {
 	return a, nil
 }
 
-// Reload re-reads the users file. On error the users in force stay.
-// Connections already authenticated keep the rights they were given.
+// Reload re-reads the users file. On error the users in force stay. On success
+// the functions given to OnReload are called, in order, before Reload returns:
+// the protocols check their clients' logins again (Recheck) and apply the new
+// rights.
 func (a *Authenticator) Reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
 	t := &userTable{}
 	if a.opts.UsersFile != "" {
 		data, err := os.ReadFile(a.opts.UsersFile)
@@ -223,7 +235,37 @@ func (a *Authenticator) Reload() error {
 		}
 	}
 	a.table.Store(t)
+	a.listenersMu.Lock()
+	ls := make([]func(), 0, len(a.listeners))
+	for _, l := range a.listeners {
+		ls = append(ls, l.f)
+	}
+	a.listenersMu.Unlock()
+	for _, f := range ls {
+		f()
+	}
 	return nil
+}
+
+// OnReload calls f after each successful Reload, in Reload's goroutine (never
+// two calls at once); remove stops the calls. A protocol registers the function
+// that checks its connections' logins again (Recheck).
+func (a *Authenticator) OnReload(f func()) (remove func()) {
+	a.listenersMu.Lock()
+	defer a.listenersMu.Unlock()
+	a.nextListener++
+	id := a.nextListener
+	a.listeners = append(a.listeners, reloadListener{id: id, f: f})
+	return func() {
+		a.listenersMu.Lock()
+		defer a.listenersMu.Unlock()
+		a.listeners = slices.DeleteFunc(a.listeners, func(l reloadListener) bool { return l.id == id })
+	}
+}
+
+type reloadListener struct {
+	id uint64
+	f  func()
 }
 
 // Users reports how many users the users file defines.
@@ -232,9 +274,10 @@ func (a *Authenticator) Users() int { return len(a.table.Load().byName) }
 // AnonymousPolicy is the anonymous access policy in force.
 func (a *Authenticator) AnonymousPolicy() string { return a.anon }
 
-// Stats counts logins since the start.
+// Stats counts logins since the start, and the connections closed because a
+// reload of the users file no longer admitted their login (Recheck).
 type Stats struct {
-	Successes, Failures uint64
+	Successes, Failures, Revoked uint64
 }
 
 // Stats returns the login counters by protocol (Request.Protocol).
@@ -249,6 +292,16 @@ func (a *Authenticator) Stats() map[string]Stats {
 }
 
 func (a *Authenticator) count(protocol string, ok bool) {
+	a.countStats(protocol, func(c *Stats) {
+		if ok {
+			c.Successes++
+		} else {
+			c.Failures++
+		}
+	})
+}
+
+func (a *Authenticator) countStats(protocol string, f func(*Stats)) {
 	a.countsMu.Lock()
 	defer a.countsMu.Unlock()
 	if a.counts == nil {
@@ -259,29 +312,38 @@ func (a *Authenticator) count(protocol string, ok bool) {
 		c = &Stats{}
 		a.counts[protocol] = c
 	}
-	if ok {
-		c.Successes++
-	} else {
-		c.Failures++
-	}
+	f(c)
 }
 
 // Authenticate checks a client's credentials and returns its user. A source
 // address with recent failures waits before its credentials are checked, and
 // again before a failure is answered. Errors wrap ErrDenied or ErrAnonymous.
+// A client that stays connected logs in with Login instead, which a reload of
+// the users file can check again.
 func (a *Authenticator) Authenticate(r Request) (*User, error) {
+	l, err := a.Login(r)
+	if err != nil {
+		return nil, err
+	}
+	return l.user, nil
+}
+
+// Login is Authenticate for a client that stays connected: the Login it returns
+// is its user and what proved it, for Recheck after each reload of the users
+// file (OnReload).
+func (a *Authenticator) Login(r Request) (*Login, error) {
 	host := hostOf(r.Remote)
 	if d := a.throttle.delay(host); d > 0 {
 		time.Sleep(d)
 	}
-	u, reason := a.check(&r)
-	if u != nil && !servesAccounts(r.Protocol, u) {
-		u, reason = nil, fmt.Errorf("%w: user %q of account %q: %s clients cannot use accounts yet", ErrDenied, u.Name, u.Account.Name, r.Protocol)
+	l, reason := a.check(&r)
+	if l != nil && !servesAccounts(r.Protocol, l.user) {
+		l, reason = nil, fmt.Errorf("%w: user %q of account %q: %s clients cannot use accounts yet", ErrDenied, l.user.Name, l.user.Account.Name, r.Protocol)
 	}
-	if u != nil {
+	if l != nil {
 		a.count(r.Protocol, true)
 		a.throttle.succeeded(host)
-		return u, nil
+		return l, nil
 	}
 	return nil, a.fail(r.Protocol, r.Remote, r.Username, reason)
 }
@@ -312,26 +374,27 @@ func (a *Authenticator) fail(protocol string, remote net.Addr, user string, reas
 	return ErrDenied
 }
 
-// check finds the user r names; on failure it says why (for the server's log).
-func (a *Authenticator) check(r *Request) (*User, error) {
+// check finds the user r names and makes its Login; on failure it says why
+// (for the server's log).
+func (a *Authenticator) check(r *Request) (*Login, error) {
 	t := a.table.Load()
 	var certUser *entry
 	if r.Cert != nil {
 		certUser = t.byCert(r.Cert)
 	}
+	login := func(e *entry, how proofKind) *Login {
+		return &Login{user: e.user, table: t, protocol: r.Protocol, remote: r.Remote, how: how, name: e.user.Name}
+	}
 	if r.anonymous() && certUser == nil {
-		switch {
-		case a.anon == AnonymousAll, a.anon == AnonymousLoopback && isLoopback(r.Remote):
-			if t.anonymous != nil {
-				return t.anonymous, nil
-			}
-			return unrestricted, nil
-		case a.anon == AnonymousLoopback:
-			return nil, fmt.Errorf("%w: only loopback clients may connect without credentials", ErrAnonymous)
+		u, err := a.anonymousUser(t, r.Remote)
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("%w: credentials required", ErrAnonymous)
+		return &Login{user: u, table: t, protocol: r.Protocol, remote: r.Remote, how: proofAnonymous}, nil
 	}
 	if e := certUser; e != nil {
+		l := login(e, proofCert)
+		l.cert = r.Cert
 		switch {
 		case r.Username != "" && r.Username != e.user.Name:
 			return nil, fmt.Errorf("%w: certificate of user %q presented with user name %q", ErrDenied, e.user.Name, r.Username)
@@ -339,8 +402,9 @@ func (a *Authenticator) check(r *Request) (*User, error) {
 			if !a.passwordMatches(e, r.Password) {
 				return nil, fmt.Errorf("%w: wrong password", ErrDenied)
 			}
+			l.hash = e.password
 		}
-		return e.user, nil
+		return l, nil
 	}
 	if len(r.Token) > 0 && r.Username == "" {
 		h := sha256.Sum256(r.Token)
@@ -348,7 +412,9 @@ func (a *Authenticator) check(r *Request) (*User, error) {
 		if e == nil {
 			return nil, fmt.Errorf("%w: unknown token", ErrDenied)
 		}
-		return e.user, nil
+		l := login(e, proofToken)
+		l.token = h
+		return l, nil
 	}
 	e := t.byName[r.Username]
 	pw := r.Password
@@ -358,7 +424,24 @@ func (a *Authenticator) check(r *Request) (*User, error) {
 	if !a.passwordMatches(e, pw) || e == nil {
 		return nil, fmt.Errorf("%w: wrong user name or password", ErrDenied)
 	}
-	return e.user, nil
+	l := login(e, proofPassword)
+	l.hash = e.password
+	return l, nil
+}
+
+// anonymousUser is who an anonymous client from remote is under the users of
+// t, or why it may not connect.
+func (a *Authenticator) anonymousUser(t *userTable, remote net.Addr) (*User, error) {
+	switch {
+	case a.anon == AnonymousAll, a.anon == AnonymousLoopback && isLoopback(remote):
+		if t.anonymous != nil {
+			return t.anonymous, nil
+		}
+		return unrestricted, nil
+	case a.anon == AnonymousLoopback:
+		return nil, fmt.Errorf("%w: only loopback clients may connect without credentials", ErrAnonymous)
+	}
+	return nil, fmt.Errorf("%w: credentials required", ErrAnonymous)
 }
 
 // passwordMatches compares password with e's hash, or with a dummy hash when
@@ -390,15 +473,6 @@ func (t *userTable) byCert(c *x509.Certificate) *entry {
 		if e := t.bySAN[u.String()]; e != nil {
 			return e
 		}
-	}
-	return nil
-}
-
-// userByName returns the named user, for identities proven some other way (a
-// finished SCRAM exchange).
-func (a *Authenticator) userByName(name string) *User {
-	if e := a.table.Load().byName[name]; e != nil {
-		return e.user
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -152,13 +153,22 @@ func (p *Permissions) mayReceive(s []byte, wildFirst bool) bool {
 const cacheLimit = 256
 
 // Checker makes one connection's permission decisions and caches them by
-// subject. CanPublish and CanSubscribe are for the connection's reading
-// goroutine; MayReceive may be called from any goroutine.
+// subject. CanPublish is for the connection's reading goroutine; CanSubscribe,
+// MayReceive and Update may be called from any goroutine.
+//
+// The permissions in force can change while the connection lives (Update, when
+// a reload of the users file changes its user's): each cache remembers which
+// permissions its decisions are of and starts over when they are no longer the
+// ones in force, so that a cached decision costs one atomic load more than a map
+// lookup, and no allocation.
 type Checker struct {
-	p   *Permissions
-	pub map[string]bool
+	perms atomic.Pointer[Permissions] // in force; nil: unrestricted
+	// pubOf is what pub caches decisions of (the reader's, like pub).
+	pubOf *Permissions
+	pub   map[string]bool
 
 	recvMu sync.Mutex
+	recvOf *Permissions // what recv caches decisions of
 	recv   map[string]bool
 	// replies are the reply subjects of requests delivered to the connection that
 	// it may answer (allow_responses), with when they stop being open.
@@ -168,22 +178,37 @@ type Checker struct {
 // OpenChecker decides the subscriptions and deliveries of unrestricted clients:
 // the cluster's and other accounts' subjects stay closed to them. Its
 // CanSubscribe and MayReceive are safe from any goroutine; its CanPublish is not
-// for use.
+// for use, nor its Update.
 var OpenChecker = (*Permissions)(nil).NewChecker()
 
 // NewChecker returns a checker of p for one connection.
 func (p *Permissions) NewChecker() *Checker {
-	return &Checker{p: p, pub: make(map[string]bool)}
+	c := &Checker{pubOf: p, pub: make(map[string]bool)}
+	c.perms.Store(p)
+	return c
 }
+
+// Update makes p the permissions in force: every decision from then on, and
+// every subscription's delivery check (MayReceive), is p's. Cached decisions of
+// the permissions before are dropped. Safe from any goroutine.
+func (c *Checker) Update(p *Permissions) { c.perms.Store(p) }
 
 // CanPublish reports whether the connection may publish to subject. A cached
 // decision costs one map lookup and no allocation.
 func (c *Checker) CanPublish(subject []byte) bool {
-	if ok, hit := c.pub[string(subject)]; hit {
-		return ok || c.answers(subject)
+	p := c.perms.Load()
+	if p == nil {
+		return !Reserved(subject) // unrestricted: nothing to cache
 	}
-	ok := c.p.canPublish(subject)
-	if !ok && c.answers(subject) {
+	if p != c.pubOf {
+		c.pubOf = p
+		clear(c.pub)
+	}
+	if ok, hit := c.pub[string(subject)]; hit {
+		return ok || c.answers(p, subject)
+	}
+	ok := p.canPublish(subject)
+	if !ok && c.answers(p, subject) {
 		return true // not cached: the permission is for one answer
 	}
 	if len(c.pub) >= cacheLimit {
@@ -201,7 +226,7 @@ func (c *Checker) CanSubscribe(filter string) (ok, check bool) {
 	if err != nil {
 		return false, false
 	}
-	return c.p.subscribe(f)
+	return c.perms.Load().subscribe(f)
 }
 
 // MayReceive reports whether a message on subject may be delivered to a
@@ -211,7 +236,8 @@ func (c *Checker) MayReceive(subject []byte, wildFirst bool) bool {
 	if Reserved(subject) {
 		return false
 	}
-	if c.p.Unrestricted() {
+	p := c.perms.Load()
+	if p.Unrestricted() {
 		return true
 	}
 	if wildFirst && len(subject) > 0 && subject[0] == '$' {
@@ -219,10 +245,13 @@ func (c *Checker) MayReceive(subject []byte, wildFirst bool) bool {
 	}
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
+	if c.recvOf != p {
+		c.recvOf, c.recv = p, nil
+	}
 	if ok, hit := c.recv[string(subject)]; hit {
 		return ok
 	}
-	ok := c.p.mayReceive(subject, false)
+	ok := p.mayReceive(subject, false)
 	if c.recv == nil || len(c.recv) >= cacheLimit {
 		c.recv = make(map[string]bool)
 	}
@@ -240,7 +269,10 @@ func Reserved(subject []byte) bool {
 
 // TracksRequests reports whether NoteRequest must be called for the messages
 // delivered to the connection.
-func (c *Checker) TracksRequests() bool { return c.p != nil && c.p.responses }
+func (c *Checker) TracksRequests() bool {
+	p := c.perms.Load()
+	return p != nil && p.responses
+}
 
 // NoteRequest opens reply, the reply subject of a message delivered to the
 // connection, to one answer.
@@ -263,9 +295,10 @@ func (c *Checker) NoteRequest(reply []byte, now time.Time) {
 	c.replies[string(reply)] = now.Add(responseTTL)
 }
 
-// answers reports whether subject is an open reply subject, and closes it.
-func (c *Checker) answers(subject []byte) bool {
-	if c.p == nil || !c.p.responses {
+// answers reports whether subject is an open reply subject, and closes it; p
+// are the permissions in force.
+func (c *Checker) answers(p *Permissions, subject []byte) bool {
+	if p == nil || !p.responses {
 		return false
 	}
 	c.recvMu.Lock()

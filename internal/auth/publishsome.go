@@ -13,7 +13,7 @@ func (c *Checker) CanPublishSome(filter string) bool {
 	if f[0] == "$TERN" && len(f) > 1 && f[1] == "SYS" {
 		return false
 	}
-	p := c.p
+	p := c.perms.Load()
 	if p == nil {
 		return true
 	}

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"encoding/base64"
 	"errors"
@@ -23,7 +24,9 @@ type SCRAMLogin struct {
 	protocol string
 	remote   net.Addr
 	conv     *scram.ServerConversation
+	mech     string
 	user     *User
+	login    *Login
 	failed   bool
 
 	// For the final message's check by hand (lenientFinal): the hash, the
@@ -49,7 +52,7 @@ func (a *Authenticator) NewSCRAMLogin(mechanism, protocol string, remote net.Add
 		return nil, fmt.Errorf("mechanism %q not supported", mechanism)
 	}
 	t := a.table.Load()
-	l := &SCRAMLogin{a: a, protocol: protocol, remote: remote, hf: hf}
+	l := &SCRAMLogin{a: a, protocol: protocol, remote: remote, hf: hf, mech: mechanism}
 	lookup := func(name string) (scram.StoredCredentials, error) {
 		if e := t.byName[name]; e != nil {
 			if c, ok := e.scram[mechanism]; ok {
@@ -110,16 +113,27 @@ func (l *SCRAMLogin) Step(msg []byte) ([]byte, error) {
 		return nil, l.a.fail(l.protocol, l.remote, l.conv.Username(), reason)
 	}
 	if valid {
-		u := l.a.userByName(l.conv.Username())
+		// The users file in force now: it may have been reloaded during the
+		// exchange, which ran on the credentials of the one before.
+		t := l.a.table.Load()
+		name := l.conv.Username()
+		var u *User
+		if e := t.byName[name]; e != nil {
+			if c, ok := e.scram[l.mech]; ok && bytes.Equal(c.StoredKey, l.creds.StoredKey) {
+				u = e.user
+			}
+		}
 		if u != nil && !servesAccounts(l.protocol, u) {
 			l.failed = true
 			return nil, l.a.fail(l.protocol, l.remote, u.Name, fmt.Errorf("%w: user of account %q: %s clients cannot use accounts yet", ErrDenied, u.Account.Name, l.protocol))
 		}
 		if u == nil {
 			l.failed = true
-			return nil, l.a.fail(l.protocol, l.remote, l.conv.Username(), fmt.Errorf("%w: user removed during login", ErrDenied))
+			return nil, l.a.fail(l.protocol, l.remote, name, fmt.Errorf("%w: user removed or credentials changed during login", ErrDenied))
 		}
 		l.user = u
+		l.login = &Login{user: u, table: t, protocol: l.protocol, remote: l.remote, how: proofSCRAM, name: u.Name,
+			scramMech: l.mech, scramKey: l.creds.StoredKey}
 		l.a.count(l.protocol, true)
 		l.a.throttle.succeeded(hostOf(l.remote))
 	}
@@ -131,6 +145,9 @@ func (l *SCRAMLogin) Done() bool { return l.user != nil }
 
 // User is the authenticated user once Done.
 func (l *SCRAMLogin) User() *User { return l.user }
+
+// Login is the exchange's Login once Done, for Recheck.
+func (l *SCRAMLogin) Login() *Login { return l.login }
 
 // lenientFinal checks a client's final message whose nonce is longer than the
 // server's and ends with it, as Kafka's brokers accept (librdkafka 2.0 sends its

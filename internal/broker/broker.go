@@ -106,10 +106,6 @@ type Subscription struct {
 	Filter  *filter.Filter // nil: every matching message
 	// NoEcho skips messages whose Origin is this subscription's Sink.
 	NoEcho bool
-	// Permit, when set, is asked about each matching message's subject: the
-	// subscriber's permissions may deny some subjects its filter matches. It is
-	// called from publishers' goroutines.
-	Permit func(subject []byte) bool
 	// NodeLocal marks a service every node runs for itself (the stream API and
 	// acks until streams are replicated): the InterestObserver is not told of it,
 	// so other nodes do not forward its subjects here.
@@ -120,11 +116,26 @@ type Subscription struct {
 	// spreads messages over nodes in proportion.
 	Weight uint32
 
-	remote    Remote        // Sink, when it is a Remote
-	coalesce  atomic.Bool   // see SetCoalesce
-	max       atomic.Uint64 // stop after this many deliveries; 0 = no limit
+	remote    Remote                                    // Sink, when it is a Remote
+	permit    atomic.Pointer[func(subject []byte) bool] // see SetPermit
+	coalesce  atomic.Bool                               // see SetCoalesce
+	max       atomic.Uint64                             // stop after this many deliveries; 0 = no limit
 	delivered atomic.Uint64
 	closed    atomic.Bool
+}
+
+// SetPermit makes f (nil: none) the check each message the subscription
+// matches must pass, asked about its subject from publishers' goroutines: the
+// subscriber's permissions may deny some subjects its filter matches. It may be
+// set before Subscribe, or changed while the subscription is live (its
+// subscriber's permissions changed); a message routed meanwhile may see the old
+// one.
+func (s *Subscription) SetPermit(f func(subject []byte) bool) {
+	if f == nil {
+		s.permit.Store(nil)
+		return
+	}
+	s.permit.Store(&f)
 }
 
 // SetCoalesce marks a plain subscription of a MultiSink whose deliveries the sink
@@ -367,7 +378,7 @@ func (b *Broker) eligible(p *Batch, sub *Subscription, m *Message, filtered *boo
 	if sub.NoEcho && m.Origin == sub.Sink && m.Origin != nil {
 		return false
 	}
-	if sub.Permit != nil && !sub.Permit(m.Subject) {
+	if f := sub.permit.Load(); f != nil && !(*f)(m.Subject) {
 		return false
 	}
 	if sub.Filter != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,13 @@ type conn struct {
 	user   *auth.User
 	perms  *auth.Checker
 	rights map[string]*topicRights
+	// authLogin is what the client logged in with, for the checks after each reload
+	// of the users file (recheckLogin), under authMu; reloaded is the user as a
+	// reload redefined it, taken by the connection's goroutine before its next
+	// request (applyReload).
+	authMu    sync.Mutex
+	authLogin *auth.Login
+	reloaded  atomic.Pointer[auth.User]
 	// acct is the user's account, "" for the global one (and without an
 	// Authenticator); prefix is its subject prefix inside the server
 	// ("$A.<account>.", "" for the global account). The connection sees the
@@ -226,6 +234,9 @@ func (c *conn) handle(frame []byte) error {
 	}
 	if key != produceKey {
 		c.drainProduce() // its answer goes after theirs
+	}
+	if c.reloaded.Load() != nil {
+		c.applyReload()
 	}
 	if err := c.gate(key); err != nil {
 		return err

@@ -294,7 +294,7 @@ func FuzzRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	alice, err := a.Authenticate(auth.Request{Username: authtest.Alice, Password: []byte(authtest.AlicePassword)})
+	alice, err := a.Login(auth.Request{Username: authtest.Alice, Password: []byte(authtest.AlicePassword)})
 	if err != nil {
 		f.Fatal(err)
 	}

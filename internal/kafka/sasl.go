@@ -62,22 +62,25 @@ func (c *conn) gate(key int16) error {
 		c.authed = true
 		return nil
 	}
-	u, err := a.Authenticate(auth.Request{Protocol: "kafka", Remote: c.nc.RemoteAddr(), Cert: auth.PeerCert(c.nc)})
+	l, err := a.Login(auth.Request{Protocol: "kafka", Remote: c.nc.RemoteAddr(), Cert: auth.PeerCert(c.nc)})
 	if err != nil {
 		return fmt.Errorf("%w: %s request without SASL authentication: %w", errAuth, kmsg.NameForKey(key), err)
 	}
-	if err := c.login(u); err != nil {
+	if err := c.login(l); err != nil {
 		return fmt.Errorf("%w: %w", errAuth, err)
 	}
 	return nil
 }
 
-// login makes u the connection's user, in u's account, and counts the
+// login makes l's user the connection's user, in its account, and counts the
 // connection against the account's max_connections. Past the maximum it refuses
 // the login: a SASL client is answered SASL_AUTHENTICATION_FAILED with the
 // reason, then the connection closes (Kafka has no other way to refuse a
-// connection with a message); an anonymous or v0-SASL one is closed.
-func (c *conn) login(u *auth.User) error {
+// connection with a message); an anonymous or v0-SASL one is closed. A login
+// that a reload of the users file made during the exchange no longer admits
+// is refused so too.
+func (c *conn) login(l *auth.Login) error {
+	u := l.User()
 	if !u.Account.AcquireConnection() {
 		c.s.log.Warn("connection refused: account limit reached", "remote", c.remote, "user", u.Name,
 			"account", u.Account.Name, "max_connections", u.Account.Limits.MaxConnections)
@@ -94,7 +97,80 @@ func (c *conn) login(u *auth.User) error {
 	if u.Name != "" {
 		c.s.log.Debug("authenticated", "remote", c.remote, "user", u.Name, "account", acctAttr(c.acct))
 	}
+	c.authMu.Lock()
+	c.authLogin = l
+	c.authMu.Unlock()
+	// A reload between the login and now found no login to check here.
+	if a := c.s.cfg.Auth; a.Stale(l) {
+		if err := c.recheckLogin(a); err != nil {
+			return err
+		}
+		c.applyReload()
+	}
 	return nil
+}
+
+// usersReloaded checks every connection's login after a reload of the users
+// file. A login that no longer holds (its user removed, its password or SCRAM
+// credentials changed, its user moved to another account) closes the
+// connection: Kafka has no way to tell a client why. Otherwise the user's new
+// rights apply from the connection's next request (every request is decided
+// by its user's permissions).
+func (s *Server) usersReloaded() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		if err := c.recheckLogin(s.cfg.Auth); err != nil {
+			c.q.Close(fmt.Errorf("%w: %w", errAuth, err))
+		}
+	}
+}
+
+// recheckLogin checks the connection's login against the users file in force:
+// it returns the error that closes the connection when the login no longer
+// holds, and otherwise leaves the user as the file now defines it for
+// applyReload. Nothing to do before a login, or when the file has not changed
+// since the last check.
+func (c *conn) recheckLogin(a *auth.Authenticator) error {
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
+	l := c.authLogin
+	if l == nil {
+		return nil
+	}
+	nl, err := a.Recheck(l)
+	if err != nil {
+		c.authLogin = nil
+		return err
+	}
+	if nl != l {
+		c.authLogin = nl
+		c.reloaded.Store(nl.User())
+	}
+	return nil
+}
+
+// applyReload gives the connection the rights of its user as a reload of the
+// users file redefined it. Its account is the same (a reload that moves the
+// user closes the connection). Called by the connection's goroutine.
+func (c *conn) applyReload() {
+	u := c.reloaded.Swap(nil)
+	if u == nil {
+		return
+	}
+	c.user, c.rights = u, nil
+	switch {
+	case u.Perms.Unrestricted():
+		c.perms = nil
+	case c.perms != nil:
+		c.perms.Update(u.Perms)
+	default:
+		c.perms = u.Perms.NewChecker()
+	}
 }
 
 func (c *conn) saslHandshake(req *kmsg.SASLHandshakeRequest) (kmsg.Response, error) {
@@ -174,12 +250,12 @@ func (c *conn) saslStep(token []byte) ([]byte, error) {
 		if len(authz) > 0 && !bytes.Equal(authz, user) {
 			return nil, errors.New("authentication failed: the authorization id differs from the user name")
 		}
-		u, err := c.s.cfg.Auth.Authenticate(auth.Request{Protocol: "kafka", Remote: c.nc.RemoteAddr(),
+		l, err := c.s.cfg.Auth.Login(auth.Request{Protocol: "kafka", Remote: c.nc.RemoteAddr(),
 			Username: string(user), Password: pw, Cert: auth.PeerCert(c.nc)})
 		if err != nil {
 			return nil, failed()
 		}
-		if err := c.login(u); err != nil {
+		if err := c.login(l); err != nil {
 			return nil, err
 		}
 		return []byte{}, nil
@@ -189,7 +265,7 @@ func (c *conn) saslStep(token []byte) ([]byte, error) {
 		return nil, failed()
 	}
 	if st.scram.Done() {
-		if err := c.login(st.scram.User()); err != nil {
+		if err := c.login(st.scram.Login()); err != nil {
 			return nil, err
 		}
 	}

@@ -102,6 +102,9 @@ type Server struct {
 	closing   bool
 	wg        sync.WaitGroup
 	done      chan struct{} // closed at Shutdown: waiting fetches and produces end
+	// stopReloads ends the checks of the connections after each reload of the
+	// users file (sasl.go); nil without authentication.
+	stopReloads func()
 }
 
 // NewServer returns a Kafka front end publishing through b and serving the streams
@@ -163,6 +166,9 @@ func NewServer(cfg Config, b *broker.Broker, m *stream.Manager, log *slog.Logger
 		s.coords = nodeCoordinators{s}
 	}
 	s.groups = newGroups(s, cfg.Groups)
+	if cfg.Auth != nil {
+		s.stopReloads = cfg.Auth.OnReload(s.usersReloaded)
+	}
 	return s, nil
 }
 
@@ -277,6 +283,9 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	}
 	s.closing = true
 	close(s.done)
+	if s.stopReloads != nil {
+		s.stopReloads()
+	}
 	for _, l := range s.listeners {
 		_ = l.Close()
 	}

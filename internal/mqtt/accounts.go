@@ -3,6 +3,7 @@ package mqtt
 import (
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
@@ -97,9 +98,22 @@ func externalReply(reply []byte, prefix string) []byte {
 type importSink struct {
 	s  *session
 	im auth.ImportedSubscription
+	// subj is the subject of the session's filter (in the account's names) the
+	// import was made for.
+	subj string
 	// permit, when set, decides each message by the importer's name of its
-	// subject (the user's permissions).
-	permit func(subject []byte) bool
+	// subject (the user's permissions); it changes when a reload of the users
+	// file changes them (setPermit).
+	permit atomic.Pointer[func(subject []byte) bool]
+}
+
+// setPermit makes f (nil: none) the sink's check.
+func (k *importSink) setPermit(f func(subject []byte) bool) {
+	if f == nil {
+		k.permit.Store(nil)
+		return
+	}
+	k.permit.Store(&f)
 }
 
 // Deliver implements broker.Sink.
@@ -108,7 +122,7 @@ func (k *importSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
 	mm := *m
 	mm.Subject = k.im.AppendLocal(buf[:0], m.Subject)
 	mm.Reply = nil
-	if k.permit != nil && !k.permit(external(mm.Subject, k.s.prefix())) {
+	if f := k.permit.Load(); f != nil && !(*f)(external(mm.Subject, k.s.prefix())) {
 		return false
 	}
 	one := [1]*broker.Subscription{sub}

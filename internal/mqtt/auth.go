@@ -37,6 +37,10 @@ type access struct {
 	// rate is the user's account when it has a message rate (the reader of conn
 	// waits for it), else nil.
 	rate *auth.Account
+	// login is what conn's client logged in with, for the checks after each
+	// reload of the users file (reload.go); nil for a session's access by its
+	// owner's name alone (restored, or its client away).
+	login *auth.Login
 }
 
 // newAccess returns the access of user u on c: nil when authentication is off or u
@@ -196,7 +200,7 @@ func (c *conn) mayPublish(x *sessionExtra, a *access, subj []byte) bool {
 // which nothing else waits for: a slow password hash, or the pause after failed
 // logins from the client's address, holds up this client only. The CONNECT's
 // keepalive starts once it is accepted.
-func (c *conn) authenticate(p *packet.Connect) (*auth.User, error) {
+func (c *conn) authenticate(p *packet.Connect) (*auth.Login, error) {
 	a := c.srv.cfg.Auth
 	r := auth.Request{Protocol: "mqtt", Remote: c.nc.RemoteAddr()}
 	if ws, ok := c.nc.(*wsConn); ok {
@@ -212,7 +216,7 @@ func (c *conn) authenticate(p *packet.Connect) (*auth.User, error) {
 	default:
 		r.Username, r.Password = p.Username, p.Password
 	}
-	return a.Authenticate(r)
+	return a.Login(r)
 }
 
 // refusal is the CONNACK reason of a failed authentication.

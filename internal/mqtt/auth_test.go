@@ -369,8 +369,8 @@ func TestRawPermissions(t *testing.T) {
 	}
 	dev.nc.Close()
 
-	// Alice loses cmd.> in the users file: her session keeps the subscription
-	// while she is away, and loses it when she comes back.
+	// Alice loses cmd.> in the users file: her session, away, loses the
+	// subscription at the reload, and she finds it gone when she comes back.
 	data, err := os.ReadFile(users)
 	if err != nil {
 		t.Fatal(err)

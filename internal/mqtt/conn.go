@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/auth"
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	sm "github.com/tern-mq/tern/internal/mqtt/session"
@@ -423,13 +424,16 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		opts.AssignedID = clientID
 	}
 	var acc *access
+	var login *auth.Login
 	key := clientID
 	if c.srv.cfg.Auth != nil {
-		u, err := c.authenticate(p)
+		l, err := c.authenticate(p)
 		if err != nil {
 			c.connack(false, refusal(err), nil)
 			return fmt.Errorf("%w: %w", errClosedByServer, err)
 		}
+		login = l
+		u := l.User()
 		// The account's connections on this node: MQTT 5 says quota exceeded
 		// (0x97), MQTT 3 server unavailable (3).
 		if !u.Account.AcquireConnection() {
@@ -439,6 +443,9 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		counted := u.Account // the session's once it is bound, else released here
 		defer func() { counted.ReleaseConnection() }()
 		acc = newAccess(u, u.Name, c)
+		if acc != nil {
+			acc.login = l
+		}
 		key = sessionKey(u.Account, clientID)
 		defer func() {
 			if sess := c.sess(); sess != nil && counted != nil {
@@ -473,6 +480,11 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 		return fmt.Errorf("%w: %w", errClosedByServer, err)
 	}
 	c.sessp.Store(sess)
+	if login != nil && c.srv.cfg.Auth.Stale(login) {
+		// The users file was reloaded since the login: its checks found no
+		// session bound to this connection.
+		sess.recheckRights(c.srv.cfg.Auth)
+	}
 	if c.srv.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.logger().Debug("mqtt client connected", "version", c.version, "clean", p.CleanStart, "keepalive", c.keepAlive())
 	}
@@ -807,6 +819,16 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) error {
 	}
 	c.ownFlush = true
 	err := c.step(func(now time.Time) error {
+		if x := sess.x.Load(); x != nil && x.access.Load() != acc {
+			// A reload of the users file changed the session's rights since
+			// the subscriptions were decided: decide them again.
+			acc = x.access.Load()
+			for _, e := range subs {
+				if e != nil {
+					e.Denied = !c.srv.mayKeep(acc, e)
+				}
+			}
+		}
 		sess.reserveSubs(subs) // the account's maximum
 		err := sess.m.Subscribe(now, p, subs)
 		sess.countSubsLocked(sess.m.SubCount())

@@ -219,6 +219,9 @@ type Server struct {
 	// server's records, by client id. Both guarded by mu.
 	registry Registry
 	claims   map[string]claim
+	// stopReloads ends the checks of the sessions after each reload of the
+	// users file (reload.go); nil without authentication.
+	stopReloads func()
 }
 
 // NewServer makes an MQTT server publishing into and subscribing on b.
@@ -277,6 +280,9 @@ func NewServer(cfg Config, b *broker.Broker, log *slog.Logger) (*Server, error) 
 			return nil, err
 		}
 		s.poll = p
+	}
+	if cfg.Auth != nil {
+		s.stopReloads = cfg.Auth.OnReload(s.usersReloaded)
 	}
 	if cfg.SysInterval >= 0 {
 		go func() {
@@ -479,6 +485,9 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	s.lns = nil
 	conns := append([]*conn(nil), s.conns...)
 	s.mu.Unlock()
+	if s.stopReloads != nil {
+		s.stopReloads()
+	}
 	for _, l := range lns {
 		_ = l.Close()
 	}

@@ -466,13 +466,14 @@ func (s *session) bindSubsLocked(changes []sm.SubChange) subChanges {
 					sub.Subject = x.prefix + subj
 					permit = s.accountPermit(acc, subj, true)
 				}
-				sub.Permit = permit
+				sub.SetPermit(permit)
 				sub.SetCoalesce(coalesce)
 				bySub[sub] = e
 				sc.add = append(sc.add, sub)
 				for _, im := range acc.account().Imports(subj) {
 					x.nextSID++
-					k := &importSink{s: s, im: auth.ImportedSubscription{Strip: im.Strip, Add: x.prefix + im.Add}, permit: s.accountPermit(acc, subj, false)}
+					k := &importSink{s: s, im: auth.ImportedSubscription{Strip: im.Strip, Add: x.prefix + im.Add}, subj: subj}
+					k.setPermit(s.accountPermit(acc, subj, false))
 					isub := &broker.Subscription{Sink: k, SID: x.nextSID, Subject: im.Filter, Queue: importQueue(s.id, e.Queue)}
 					bySub[isub] = e
 					sc.add = append(sc.add, isub)
@@ -744,26 +745,35 @@ func (s *session) setAccessLocked(a *access) {
 // returns them: none when the user is no more. Nothing to do without
 // authentication.
 func (s *session) restoreOwner(name string) *access {
-	a := s.srv.cfg.Auth
-	if a == nil {
+	if s.srv.cfg.Auth == nil {
 		return nil
 	}
-	u := a.UserNamed(name)
-	acct, id := splitKey(s.id)
-	switch {
-	case u == nil:
-		s.srv.log.Warn("mqtt session restored without rights: its user is not in the users file", "client_id", id, "account", acct, "user", name)
-	case accountName(u) != acct:
-		// The session's subjects are its account's: a user moved to another
-		// account since has none of its rights there.
-		s.srv.log.Warn("mqtt session restored without rights: its user is in another account now", "client_id", id, "account", acct, "user", name)
-		u = nil
+	acc, problem := s.ownerAccess(name)
+	if problem != "" {
+		acct, id := splitKey(s.id)
+		s.srv.log.Warn("mqtt session restored without rights: "+problem, "client_id", id, "account", acct, "user", name)
 	}
-	acc := newAccess(u, name, nil)
 	s.mu.Lock()
 	s.setAccessLocked(acc)
 	s.mu.Unlock()
 	return acc
+}
+
+// ownerAccess is the access of the session's user, called name, by the users
+// file in force, for a session without its client: no rights when the user is
+// no more or is in another account (problem says which).
+func (s *session) ownerAccess(name string) (acc *access, problem string) {
+	u := s.srv.cfg.Auth.UserNamed(name)
+	acct, _ := splitKey(s.id)
+	switch {
+	case u == nil:
+		problem = "its user is not in the users file"
+	case accountName(u) != acct:
+		// The session's subjects are its account's: a user moved to another
+		// account since has none of its rights there.
+		problem, u = "its user is in another account now", nil
+	}
+	return newAccess(u, name, nil), problem
 }
 
 // disconnected ends c's part in the session if it is still the bound connection.

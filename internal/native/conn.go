@@ -46,12 +46,22 @@ type Conn struct {
 	name   string
 	noEcho bool
 	noResp bool
-	// user is who the client authenticated as (nil without authentication); perms
-	// checks its permissions, nil when it is unrestricted.
-	user  *auth.User
+	// user is who the client authenticated as (nil without authentication), as
+	// the users file in force defines it; perms checks its permissions (nil
+	// without authentication), and follows user's when a reload changes them.
+	// Both are set at CONNECT.
+	user  atomic.Pointer[auth.User]
 	perms *auth.Checker
+	// authMu orders the reader's subscriptions with the checks a reload of the
+	// users file makes (recheckLogin), so that no subscription escapes them;
+	// login is what the client logged in with, under authMu.
+	authMu sync.Mutex
+	login  *auth.Login
 	// acct is the client's account when it is not the global one: its subjects
-	// are prefixed inside the server (auth.Account), in subjBuf and replyBuf.
+	// are prefixed inside the server (auth.Account), in subjBuf and replyBuf. It
+	// is the account at login, for its prefix: a reload that moves the user to
+	// another account closes the connection. The account's imports and services
+	// are read from user's, as the users file in force defines them.
 	acct                       *auth.Account
 	subjBuf, replyBuf, callBuf []byte
 	// imports holds, by sid, the subscriptions to other accounts' exported
@@ -234,19 +244,25 @@ func (c *Conn) handleConnect(f *wire.Frame) error {
 		if c.transport == "udp" {
 			req.Protocol = "udp"
 		}
-		u, aerr := a.Authenticate(req)
+		l, aerr := a.Login(req)
 		if aerr != nil {
 			return c.fatal(wire.CodeAuth, aerr.Error())
 		}
+		u := l.User()
 		if !u.Account.AcquireConnection() {
 			return c.fatal(wire.CodeMaxConnections, fmt.Sprintf("account %q has the maximum of %d connections", u.Account.Name, u.Account.Limits.MaxConnections))
 		}
-		c.user = u
-		if !u.Perms.Unrestricted() {
-			c.perms = u.Perms.NewChecker()
-		}
+		c.authMu.Lock()
+		c.login = l
+		c.user.Store(u)
+		c.perms = u.Perms.NewChecker()
 		if !u.Account.Global() {
 			c.acct = u.Account
+		}
+		c.authMu.Unlock()
+		// A reload between the login and now found no login to check here.
+		if err := c.recheckLogin(a); err != nil {
+			return err
 		}
 	}
 	c.subsMu.Lock()
@@ -323,8 +339,9 @@ func (c *Conn) handlePub(f *wire.Frame) {
 		c.sendErr(wire.CodePermission, f.ID, fmt.Sprintf("publish to %q denied", f.Subject))
 		return
 	}
-	if c.user != nil && c.user.Account != nil && c.user.Account.Limits.MaxMsgRate > 0 {
-		if d := c.user.Account.PublishDelay(time.Now()); d > 0 {
+	u := c.user.Load()
+	if u != nil && u.Account != nil && u.Account.Limits.MaxMsgRate > 0 {
+		if d := u.Account.PublishDelay(time.Now()); d > 0 {
 			time.Sleep(d) // the account's rate: this client's reads wait
 		}
 	}
@@ -333,7 +350,7 @@ func (c *Conn) handlePub(f *wire.Frame) {
 	subj, reply := f.Subject, f.Reply
 	var call bool // a request to another account's service
 	if c.acct != nil {
-		if sc, ok := c.acct.Service(subj); ok {
+		if sc, ok := u.Account.Service(subj); ok {
 			call = true
 			c.subjBuf = sc.AppendSubject(c.subjBuf[:0], subj)
 			subj = c.subjBuf
@@ -373,12 +390,10 @@ func (c *Conn) handlePub(f *wire.Frame) {
 }
 
 // mayPublish checks the client's permissions; an unrestricted client is kept
-// off the cluster's own subjects only.
+// off the cluster's own subjects only (by its checker), a client without
+// authentication off nothing.
 func (c *Conn) mayPublish(subject []byte) bool {
-	if c.perms != nil {
-		return c.perms.CanPublish(subject)
-	}
-	return c.user == nil || !auth.Reserved(subject)
+	return c.perms == nil || c.perms.CanPublish(subject)
 }
 
 // credentials reads a CONNECT's credentials: "user:password", or a bearer token.
@@ -406,35 +421,20 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		c.sendErr(wire.CodeBadSubject, f.ID, err.Error())
 		return
 	}
-	if c.user != nil {
-		checker := c.perms
-		if checker == nil {
-			checker = auth.OpenChecker
-		}
-		ok, check := checker.CanSubscribe(sub.Subject)
+	// Decided and made under authMu: a reload's checks come before or after.
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
+	u := c.user.Load()
+	if u != nil {
+		ok, permit := c.subPermit(u, sub.Subject)
 		if !ok {
 			c.sendErr(wire.CodePermission, f.ID, fmt.Sprintf("subscription to %q denied", sub.Subject))
 			return
 		}
-		if check {
-			wildFirst := auth.WildFirst(sub.Subject)
-			sub.Permit = func(s []byte) bool { return checker.MayReceive(s, wildFirst) }
-		}
+		sub.SetPermit(permit)
 		if c.acct != nil {
-			imported = c.acct.Imports(sub.Subject)
+			imported = u.Account.Imports(sub.Subject)
 			sub.Subject = c.acct.Prefix() + sub.Subject
-			sub.Permit = nil // the account's own subjects: checked by the filter's prefix
-			if check && c.perms != nil {
-				checker, prefix, wildFirst := c.perms, c.acct.Prefix(), auth.WildFirst(string(f.Subject))
-				sub.Permit = func(s []byte) bool {
-					// A stream of the account delivers its messages under their
-					// subjects in the account's terms already.
-					if len(s) >= len(prefix) && string(s[:len(prefix)]) == prefix {
-						s = s[len(prefix):]
-					}
-					return checker.MayReceive(s, wildFirst)
-				}
-			}
 		}
 	}
 	if len(f.Filter) > 0 {
@@ -456,9 +456,9 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		c.sendErr(wire.CodeMaxSubscriptions, f.ID, fmt.Sprintf("connection has the maximum of %d subscriptions", cfg.MaxSubscriptions))
 		return
 	}
-	if c.user != nil && !c.user.Account.AcquireSubscriptions(1) {
+	if u != nil && !u.Account.AcquireSubscriptions(1) {
 		c.subsMu.Unlock()
-		c.sendErr(wire.CodeMaxSubscriptions, f.ID, fmt.Sprintf("account %q has the maximum of %d subscriptions", c.user.Account.Name, c.user.Account.Limits.MaxSubscriptions))
+		c.sendErr(wire.CodeMaxSubscriptions, f.ID, fmt.Sprintf("account %q has the maximum of %d subscriptions", u.Account.Name, u.Account.Limits.MaxSubscriptions))
 		return
 	}
 	c.subs[f.SID] = sub
@@ -472,21 +472,57 @@ func (c *Conn) handleSub(f *wire.Frame) {
 		c.sendErr(code, f.ID, err.Error())
 		return
 	}
-	for _, im := range imported {
-		isub := &broker.Subscription{Sink: &importSink{c: c, im: im},
-			SID: f.SID, Subject: im.Filter, Queue: auth.ImportQueue(c.acct.Name, sub.Queue), Filter: sub.Filter}
-		if err := c.srv.broker.Subscribe(isub); err != nil {
-			c.log.Warn("import subscription", "filter", im.Filter, "err", err)
-			continue
-		}
+	if isubs := c.subscribeImports(sub, imported); len(isubs) > 0 {
 		c.subsMu.Lock()
 		if c.imports == nil {
 			c.imports = make(map[uint64][]*broker.Subscription)
 		}
-		c.imports[f.SID] = append(c.imports[f.SID], isub)
+		c.imports[f.SID] = isubs
 		c.subsMu.Unlock()
 	}
 	c.ok(f.ID)
+}
+
+// subPermit decides a subscription of user u (the client's) to filter, in the
+// client's terms: whether it is allowed, and the check (nil: none) each message
+// it matches must pass.
+func (c *Conn) subPermit(u *auth.User, filter string) (ok bool, permit func([]byte) bool) {
+	ok, check := c.perms.CanSubscribe(filter)
+	if !ok || !check {
+		return ok, nil
+	}
+	checker, wildFirst := c.perms, auth.WildFirst(filter)
+	if c.acct == nil {
+		return true, func(s []byte) bool { return checker.MayReceive(s, wildFirst) }
+	}
+	if u.Perms.Unrestricted() {
+		return true, nil // the account's own subjects: checked by the filter's prefix
+	}
+	prefix := c.acct.Prefix()
+	return true, func(s []byte) bool {
+		// A stream of the account delivers its messages under their subjects in
+		// the account's terms already.
+		if len(s) >= len(prefix) && string(s[:len(prefix)]) == prefix {
+			s = s[len(prefix):]
+		}
+		return checker.MayReceive(s, wildFirst)
+	}
+}
+
+// subscribeImports makes the subscriptions to other accounts' exported subjects
+// that sub, a subscription of the client of an account, reaches.
+func (c *Conn) subscribeImports(sub *broker.Subscription, imported []auth.ImportedSubscription) []*broker.Subscription {
+	var out []*broker.Subscription
+	for _, im := range imported {
+		isub := &broker.Subscription{Sink: &importSink{c: c, im: im},
+			SID: sub.SID, Subject: im.Filter, Queue: auth.ImportQueue(c.acct.Name, sub.Queue), Filter: sub.Filter}
+		if err := c.srv.broker.Subscribe(isub); err != nil {
+			c.log.Warn("import subscription", "filter", im.Filter, "err", err)
+			continue
+		}
+		out = append(out, isub)
+	}
+	return out
 }
 
 // forget drops subscription sid (sub) and its imports from the connection's
@@ -500,8 +536,8 @@ func (c *Conn) forget(sid uint64, sub *broker.Subscription) (imports []*broker.S
 		delete(c.imports, sid)
 	}
 	c.subsMu.Unlock()
-	if found && c.user != nil {
-		c.user.Account.ReleaseSubscriptions(1)
+	if u := c.user.Load(); found && u != nil {
+		u.Account.ReleaseSubscriptions(1) // counted by name: the same across reloads
 	}
 	return imports, found
 }
@@ -597,9 +633,9 @@ func (c *Conn) cleanup() {
 			_ = c.srv.broker.Unsubscribe(isub)
 		}
 	}
-	if c.user != nil {
-		c.user.Account.ReleaseSubscriptions(len(subs))
-		c.user.Account.ReleaseConnection()
+	if u := c.user.Load(); u != nil {
+		u.Account.ReleaseSubscriptions(len(subs))
+		u.Account.ReleaseConnection()
 	}
 	c.srv.remove(c)
 	reason := c.Reason()

@@ -84,6 +84,10 @@ type Server struct {
 	urlMu  sync.Mutex
 	urls   []string // the latest list, never modified (INFO frames share it)
 	urlGen uint64   // counts list changes; 0 until the list is first read
+
+	// stopReloads ends the checks of the connections after each reload of the
+	// users file (reload.go); nil without authentication.
+	stopReloads func()
 }
 
 // NewServer returns a server routing through b. info is sent to every client after its
@@ -115,6 +119,9 @@ func NewServer(cfg Config, b *broker.Broker, info wire.Info, log *slog.Logger) (
 			return nil, fmt.Errorf("native config: %w", err)
 		}
 		s.groups[transport] = g
+	}
+	if cfg.Auth != nil {
+		s.stopReloads = cfg.Auth.OnReload(s.usersReloaded)
 	}
 	s.noRespHeader = wire.AppendHeader(nil, wire.HeaderStatus, wire.StatusNoResponders)
 	s.noRespHeader = wire.AppendHeader(s.noRespHeader, wire.HeaderDescription, "no responders")
@@ -277,6 +284,9 @@ func (s *Server) Shutdown(timeout time.Duration) error {
 	s.closing = true
 	ls := s.listeners
 	s.mu.Unlock()
+	if s.stopReloads != nil {
+		s.stopReloads()
+	}
 	close(s.stopPing)
 	s.services.Close()
 	for _, l := range ls {

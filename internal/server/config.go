@@ -409,7 +409,7 @@ var options = []option{
 	{key: "udp_psk_file", group: groupUDP, help: "file with a pre-shared key (tern udp-keygen --psk -o FILE) that UDP clients must also have; needs udp_key_file",
 		bind: func(c *Config) pflag.Value { return str(&c.UDPPSKFile) }},
 
-	{key: "users_file", group: groupSecurity, help: "file of users, groups and permissions (docs/security.md); re-read on SIGHUP; empty = no users",
+	{key: "users_file", group: groupSecurity, help: "file of users, groups and permissions (docs/security.md); re-read on SIGHUP, applied to open connections too; empty = no users",
 		bind: func(c *Config) pflag.Value { return str(&c.UsersFile) }},
 	{key: "anonymous", group: groupSecurity, help: "who may connect without credentials: loopback (clients on 127.0.0.0/8 and ::1), all, or none",
 		bind:        func(c *Config) pflag.Value { return enum(&c.Anonymous, "loopback", "all", "none") },

@@ -582,7 +582,9 @@ type reloader struct {
 // the TLS certificate, key, CA and CRL files, of the listeners and of the routes,
 // and the users file. Each part that fails keeps what it
 // had; every outcome is logged, and the errors returned joined. Connections
-// already made are left as they are.
+// already made keep their TLS sessions; a new users file applies to them at
+// once (each protocol checks its clients' logins again: auth.OnReload), before
+// Reload returns.
 func (s *Server) Reload() error {
 	var errs []error
 	for _, r := range s.reloaders {

@@ -99,3 +99,24 @@ func Users(t testing.TB, format string) string {
 	}
 	return p
 }
+
+// ReloadableUsers is Users for a test that changes the file while the server
+// runs: write writes another format to the same path, its %[1]q verbs the same
+// hash as before, so that a login with Password made before a reload still
+// holds after it (a password hashed again is a password changed).
+func ReloadableUsers(t testing.TB, format string) (path string, write func(format string)) {
+	t.Helper()
+	h, err := bcrypt.GenerateFromPassword([]byte(Password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "users.toml")
+	write = func(format string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(format, h)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(format)
+	return path, write
+}

@@ -825,6 +825,33 @@ func (s *Session) Recheck(keep func(*Sub) bool) {
 	}
 }
 
+// Prune removes the subscriptions keep refuses, for a client whose rights
+// changed while its session lives (a reload of the users file): the driver
+// applies the new rights to the deliveries of those that stay itself, so Ready
+// lists only the removed ones (and the session is saved when there are). The
+// client is told nothing.
+func (s *Session) Prune(keep func(*Sub) bool) {
+	if len(s.subs) == 0 || s.ended {
+		return
+	}
+	var rd *Ready
+	for _, f := range slices.Sorted(maps.Keys(s.subs)) {
+		e := s.subs[f]
+		if keep(e) {
+			continue
+		}
+		if rd == nil {
+			rd = s.ready()
+		}
+		delete(s.subs, f)
+		s.live(e, nil)
+		rd.Subs = append(rd.Subs, SubChange{Remove: e})
+	}
+	if rd != nil {
+		s.saveSession()
+	}
+}
+
 // Unsubscribe takes an UNSUBSCRIBE.
 func (s *Session) Unsubscribe(now time.Time, p *packet.Unsubscribe) {
 	s.Heard(now)

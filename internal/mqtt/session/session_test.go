@@ -87,6 +87,16 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.s.End(h.now)
 	case "restart":
 		h.restart()
+	case "prune":
+		// prune keep=a/+,b: a reload of the users file leaves these filters
+		// allowed.
+		keep := map[string]bool{}
+		for _, a := range d.CmdArgs {
+			for _, f := range a.Vals {
+				keep[f] = true
+			}
+		}
+		h.s.Prune(func(e *Sub) bool { return keep[e.Filter] })
 	case "state":
 		h.state()
 		return h.out.String()
