@@ -25,11 +25,13 @@ soak:
 	TERN_KILL9_SEEDS=20 TERN_STORE_SEEDS=200 go test -count=1 -timeout 60m -run 'TestKill9|RandomOps' ./internal/stream/ ./internal/store/
 	TERN_CLUSTER_SEEDS=10 go test -count=1 -timeout 30m -run 'TestKill9UnderLoad|TestPartitions' ./internal/cluster/clustertest/
 
-# Replicated streams under faults: seeded rounds of kill -9, restarts and SIGSTOP of
-# random nodes under an idempotent producer and an acking consumer (the suite runs
-# one round of 3 faults).
+# The nemesis (TestNemesis, needs root): seeded rounds on 3 and 5 nodes, each in a
+# network namespace of its own, under an idempotent producer, an acking consumer and
+# catalogue clients on every node, while nodes are killed (-9) and restarted, paused
+# (SIGSTOP) and cut off (a minority, one link, one way, a 2|3 split, and faults
+# combined). The suite runs four rounds of four faults.
 nemesis:
-	TERN_CLUSTER_SEEDS=10 TERN_NEMESIS_FAULTS=12 go test -count=1 -timeout 60m -run 'TestNemesis' ./internal/cluster/clustertest/
+	TERN_CLUSTER_SEEDS=10 TERN_NEMESIS_FAULTS=12 go test -count=1 -timeout 60m -run '^TestNemesis$$' ./internal/cluster/clustertest/
 
 # A local cluster of N nodes (default 3) in the background: ports, logs and stores in
 # scripts/cluster.sh and docs/cluster.md. make cluster N=5 for five.

@@ -113,6 +113,38 @@ func (b *Bridge) Isolate(i int) error {
 	return nil
 }
 
+// Partition splits the network between groups of hosts: every link between two
+// hosts of different groups is cut, both ways, while hosts of one group still reach
+// each other. A host in no group keeps all its links, and so bridges the groups
+// (Partition([]int{0}, []int{1}) is Cut(0, 1)). Partition([]int{0, 1},
+// []int{2, 3, 4}) splits five hosts into a minority and a majority.
+func (b *Bridge) Partition(groups ...[]int) error {
+	in := map[int]int{} // host → its group
+	for g, hosts := range groups {
+		for _, h := range hosts {
+			if h < 0 || h >= len(b.Hosts) {
+				return fmt.Errorf("netns: partition: no host %d of %d", h, len(b.Hosts))
+			}
+			if other, ok := in[h]; ok {
+				return fmt.Errorf("netns: partition: host %d in groups %d and %d", h, other, g)
+			}
+			in[h] = g
+		}
+	}
+	for g, hosts := range groups {
+		for _, other := range groups[g+1:] {
+			for _, i := range hosts {
+				for _, j := range other {
+					if err := b.Cut(i, j); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // Heal removes every cut.
 func (b *Bridge) Heal() error {
 	var errs []error

@@ -5,9 +5,10 @@
 // helpers read /cluster from it to learn what each node believes.
 //
 // The tests of this directory are the cluster's failure tests (kill -9 under load, a
-// five-node mesh with every client kind, partitions, a frozen node).
-// TERN_CLUSTER_SEEDS=N runs the randomised ones N times with different seeds (make
-// soak); TERN_NO_NETNS=1 skips those that need network namespaces.
+// five-node mesh with every client kind, partitions, a frozen node, and the nemesis,
+// which mixes them all). TERN_CLUSTER_SEEDS=N runs the randomised ones N times with
+// different seeds (make soak, make nemesis); TERN_NO_NETNS=1 skips those that need
+// network namespaces.
 package clustertest
 
 import (

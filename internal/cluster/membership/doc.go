@@ -136,4 +136,14 @@
 // stall, raise ProbeInterval (1 s) and ProbeTimeout (500 ms) and keep
 // SuspicionMult at 4 to 6. A route that is merely slow is the route layer's to
 // stop using at once; membership only answers whether the node is gone.
+//
+// A node declared dead while it was cut off refutes the verdict once it hears of
+// it. Cut off for less than its own suspicion of the others lasts (from four
+// nodes on, a suspicion few others confirm lasts longest, and a node alone has no
+// one to confirm it, two of five only each other), it still
+// believes the others alive when the network heals, gossip of the verdict went
+// out while it could not hear it, and a dead node is not probed: it hears of it
+// at its next full state exchange (push/pull) with a live member. Each node has
+// one every 2 s (pushPullInterval; memberlist's LAN default, 30 s, kept such a
+// node out for up to a minute), so it is back a second or two after the heal.
 package membership

@@ -145,6 +145,19 @@ const (
 	// address, as a Kubernetes pod is, out until the dead entry is reaped). Names
 	// are unique by configuration, so a dead holder frees its name at once.
 	deadNodeReclaim = time.Nanosecond
+	// pushPullInterval is how often a node exchanges its whole state with one other
+	// live member (memberlist's LAN default is 30 s). It is how a node learns that
+	// the others declared it dead while it did not notice them gone: cut off for
+	// less than its own suspicion lasts (from four nodes on, Lifeguard makes that
+	// up to six times the base when few other members confirm it: 4.8 s with the
+	// default timing, so a node cut off alone, or two of five together, may still
+	// believe the others alive), it hears nothing more of the verdict once the
+	// network heals — gossip of it went out while it was cut off, and the others
+	// no longer probe a dead node — and refutes it only at its next exchange,
+	// until which it has no routes. Every 2 s keeps that to a second or two; an
+	// exchange is one TCP round trip with a few hundred bytes per member, and
+	// memberlist spaces them out for clusters of more than 32 nodes.
+	pushPullInterval = 2 * time.Second
 	// updateWait bounds how long UpdateTags and Leave wait for their news to go out.
 	updateWait = time.Second
 	// logEvery rate-limits the log line for one refused node or conflict: refused
@@ -212,6 +225,7 @@ func Start(cfg Config) (*Membership, error) {
 	mc.SuspicionMult = cfg.SuspicionMult
 	mc.GossipInterval = cfg.GossipInterval
 	mc.TCPTimeout = streamTimeout
+	mc.PushPullInterval = pushPullInterval
 	mc.DeadNodeReclaimTime = deadNodeReclaim
 	mc.EnableCompression = !cfg.uncompressed
 	d := &delegate{m: m}
