@@ -119,6 +119,9 @@ type readReq struct {
 	index    uint64
 	known    bool // index arrived
 	deadline uint64
+	// leaderTerm, for a read that proves leadership (LeaderReadIndex): the
+	// term this replica led when it was asked; 0 for any read.
+	leaderTerm uint64
 }
 
 type transferReq struct {
@@ -707,17 +710,34 @@ func (c *Core) TransferLeadership(group, token, to uint64) error {
 // replica has applied it, so a read of the state machine then sees every write
 // acknowledged before ReadIndex was called. Any replica may serve it.
 func (c *Core) ReadIndex(group, token uint64) error {
+	return c.readIndex(group, token, false)
+}
+
+// LeaderReadIndex is ReadIndex for a replica that must prove it leads: it fails
+// with a *NotLeaderError unless this replica leads the group when asked and still
+// leads it, in the same term, when a quorum has confirmed the read. (ReadIndex
+// alone is served on any replica, through the leader.)
+func (c *Core) LeaderReadIndex(group, token uint64) error {
+	return c.readIndex(group, token, true)
+}
+
+func (c *Core) readIndex(group, token uint64, leaderOnly bool) error {
 	g, err := c.lookup(group)
 	if err != nil {
 		return err
 	}
-	if g.lead == 0 {
-		return &NotLeaderError{Group: group}
+	bs := g.rn.BasicStatus()
+	if g.lead == 0 || (leaderOnly && bs.RaftState != raft.StateLeader) {
+		return &NotLeaderError{Group: group, Leader: g.lead}
 	}
 	c.unquiesce(g)
 	c.markActive(g)
 	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, token))
-	g.reads = append(g.reads, readReq{token: token, deadline: c.ticks + 2*uint64(c.cfg.ElectionTicks)})
+	r := readReq{token: token, deadline: c.ticks + 2*uint64(c.cfg.ElectionTicks)}
+	if leaderOnly {
+		r.leaderTerm = bs.GetTerm()
+	}
+	g.reads = append(g.reads, r)
 	return nil
 }
 
@@ -1165,7 +1185,11 @@ func (c *Core) apply(g *group) error {
 	if len(g.reads) > 0 {
 		g.reads = slices.DeleteFunc(g.reads, func(r readReq) bool {
 			if r.known && r.index <= g.applied {
-				c.results = append(c.results, Result{Token: r.token, Index: r.index})
+				res := Result{Token: r.token, Index: r.index}
+				if bs := g.rn.BasicStatus(); r.leaderTerm != 0 && (bs.RaftState != raft.StateLeader || bs.GetTerm() != r.leaderTerm) {
+					res = Result{Token: r.token, Err: &NotLeaderError{Group: g.id, Leader: g.lead}}
+				}
+				c.results = append(c.results, res)
 				return true
 			}
 			return false

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -156,6 +157,37 @@ func TestSendBeforeSync(t *testing.T) {
 			if st, _ := ec.cores[id].Status(1); st.Applied < idx {
 				t.Fatalf("sendBeforeSync=%v: node %d applied %d, want the proposal (%d) applied everywhere", on, id, st.Applied, idx)
 			}
+		}
+	}
+}
+
+// TestLeaderReadIndex: a read index is served on any replica, through the
+// leader, but one that must prove leadership is refused on a follower: a deposed
+// leader serving from its own state would otherwise take it for proof that it
+// still leads.
+func TestLeaderReadIndex(t *testing.T) {
+	ec := newEarlyCluster(t, false)
+	if err := ec.cores[1].Campaign(1); err != nil {
+		t.Fatal(err)
+	}
+	ec.settle()
+	var nl *NotLeaderError
+	if err := ec.cores[2].LeaderReadIndex(1, 21); !errors.As(err, &nl) || nl.Leader != 1 {
+		t.Fatalf("a follower's leader read: %v, want a NotLeaderError naming node 1", err)
+	}
+	for id, token := range map[uint64]uint64{1: 22, 2: 23} {
+		read := ec.cores[id].ReadIndex
+		if id == 1 {
+			read = ec.cores[id].LeaderReadIndex
+		}
+		if err := read(1, token); err != nil {
+			t.Fatalf("node %d: %v", id, err)
+		}
+	}
+	ec.settle()
+	for _, token := range []uint64{22, 23} {
+		if _, ok := ec.acked[token]; !ok {
+			t.Fatalf("read %d was not answered", token)
 		}
 	}
 }

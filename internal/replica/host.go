@@ -70,6 +70,7 @@ const (
 	reqConf
 	reqTransfer
 	reqRead
+	reqLeaderRead
 	reqStatus
 	reqAdd
 	reqRemove
@@ -310,6 +311,18 @@ func (h *Host) ReadIndex(ctx context.Context, group uint64) (uint64, error) {
 	return finish(r)
 }
 
+// LeaderReadIndex is ReadIndex for a caller that must know this node leads the
+// group (a leader serving from its own state): it fails with a *NotLeaderError
+// unless the local replica leads when called and still leads, in the same term,
+// once a quorum has confirmed the read.
+func (h *Host) LeaderReadIndex(ctx context.Context, group uint64) (uint64, error) {
+	r := newReq(reqLeaderRead, group)
+	if err := h.do(ctx, r); err != nil {
+		return 0, err
+	}
+	return finish(r)
+}
+
 // Campaign makes the local replica of group start an election.
 func (h *Host) Campaign(ctx context.Context, group uint64) error {
 	r := newReq(reqCampaign, group)
@@ -490,7 +503,7 @@ func (h *Host) handle(r *request) {
 	var err error
 	wait := false
 	switch r.kind {
-	case reqPropose, reqConf, reqTransfer, reqRead:
+	case reqPropose, reqConf, reqTransfer, reqRead, reqLeaderRead:
 		h.token++
 		tok := h.token
 		switch r.kind {
@@ -502,6 +515,8 @@ func (h *Host) handle(r *request) {
 			err = h.core.TransferLeadership(r.group, tok, r.node)
 		case reqRead:
 			err = h.core.ReadIndex(r.group, tok)
+		case reqLeaderRead:
+			err = h.core.LeaderReadIndex(r.group, tok)
 		}
 		if err == nil {
 			h.waiters[tok] = r

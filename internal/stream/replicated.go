@@ -416,6 +416,10 @@ type Replicator interface {
 	// ReadIndex returns once this node has applied everything the group had
 	// committed when it was called (this node leading it).
 	ReadIndex(ctx context.Context, group uint64) (uint64, error)
+	// LeaderReadIndex is ReadIndex that also proves this node leads the group:
+	// it fails unless this node led it when called and still does, in the same
+	// term, once a quorum confirmed the read.
+	LeaderReadIndex(ctx context.Context, group uint64) (uint64, error)
 }
 
 // streamRepl is a stream's replication: each partition's group and the machine that

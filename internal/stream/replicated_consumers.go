@@ -380,7 +380,10 @@ func (s *Stream) confirmLeader() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := r.r.ReadIndex(ctx, r.groups[0]); err != nil {
+	// A plain read index is served on any replica (through the leader): only
+	// one that checks this replica's own leadership proves a deposed leader,
+	// paused or cut off, that it no longer leads.
+	if _, err := r.r.LeaderReadIndex(ctx, r.groups[0]); err != nil {
 		r.leaseUntil.Store(nil)
 		return fmt.Errorf("stream %q: %w: %w", s.name, ErrNotLeader, err)
 	}

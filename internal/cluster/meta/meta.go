@@ -30,6 +30,10 @@ var (
 	ErrNoPlacement = errors.New("meta: not enough nodes for the replicas asked")
 	// ErrInvalid: a value out of range (replicas not 1, 3 or 5, partitions < 1).
 	ErrInvalid = errors.New("meta: invalid request")
+	// ErrApplied: a command was committed again (a proposer's retry) after it
+	// had been applied, and its first result is no longer known here (the state
+	// came from a snapshot since). It was applied once, not twice.
+	ErrApplied = errors.New("meta: command applied before")
 )
 
 // Op names a command.
@@ -51,7 +55,8 @@ const (
 // Command is one entry of the meta group's log.
 type Command struct {
 	Op Op `json:"op"`
-	// ID lets the proposing node find its command's Result; Apply ignores it.
+	// ID lets the proposing node find its command's Result, and Apply skip a
+	// command committed again by a retry (the last recentCommands IDs are kept).
 	ID string `json:"id,omitempty"`
 	// Time is the proposer's clock (Unix ns): Apply reads no clock of its own.
 	Time       int64           `json:"time,omitempty"`
@@ -136,6 +141,13 @@ type Result struct {
 	Node, Previous uint64
 }
 
+// recentCommands is how many of the last commands' IDs the state keeps to apply
+// each command once: a proposer retries a command whose outcome it did not
+// learn (a forward that timed out, a leader change), and the first attempt may
+// have been committed too. A retry comes within seconds; thousands of other
+// commands in between would be needed to outrun the window.
+const recentCommands = 4096
+
 // State is the catalogue. The zero value is not usable; call New.
 type State struct {
 	applied   uint64
@@ -143,11 +155,19 @@ type State struct {
 	nodes     map[uint64]*Node
 	streams   map[string]*Stream
 	clients   map[string]*Client
+	// recent are the IDs of the last recentCommands commands applied, a ring
+	// whose oldest is at recentHead once full (replicated: they are in the
+	// snapshot); results has each one's Result as applying it gave it here, for
+	// a retry's proposer (a state restored from a snapshot has ErrApplied).
+	recent     []string
+	recentHead int
+	results    map[string]Result
 }
 
 // New returns an empty catalogue.
 func New() *State {
-	return &State{nextGroup: FirstStreamGroup, nodes: map[uint64]*Node{}, streams: map[string]*Stream{}, clients: map[string]*Client{}}
+	return &State{nextGroup: FirstStreamGroup, nodes: map[uint64]*Node{}, streams: map[string]*Stream{}, clients: map[string]*Client{},
+		results: map[string]Result{}}
 }
 
 // Applied is the index of the last command applied.
@@ -166,9 +186,30 @@ func (s *State) Apply(index uint64, data []byte) Result {
 	if err := dec.Decode(&c); err != nil {
 		return Result{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
+	if c.ID != "" {
+		if r, ok := s.results[c.ID]; ok {
+			return r
+		}
+	}
 	r := s.apply(index, &c)
 	r.ID = c.ID
+	if c.ID != "" {
+		s.remember(c.ID, r)
+	}
 	return r
+}
+
+// remember keeps a command's ID and result, forgetting the oldest past
+// recentCommands.
+func (s *State) remember(id string, r Result) {
+	if len(s.recent) < recentCommands {
+		s.recent = append(s.recent, id)
+	} else {
+		delete(s.results, s.recent[s.recentHead])
+		s.recent[s.recentHead] = id
+		s.recentHead = (s.recentHead + 1) % recentCommands
+	}
+	s.results[id] = r
 }
 
 func (s *State) apply(index uint64, c *Command) Result {
@@ -510,12 +551,16 @@ type snapshot struct {
 	Nodes     []*Node            `json:"nodes"`
 	Streams   []*Stream          `json:"streams"`
 	Clients   map[string]*Client `json:"clients"`
+	Recent    []string           `json:"recent,omitempty"`
 }
 
 // Snapshot encodes the whole state (deterministically: the same state gives the
 // same bytes on every node).
 func (s *State) Snapshot() []byte {
 	snap := snapshot{Applied: s.applied, NextGroup: s.nextGroup, Clients: s.clients}
+	if len(s.recent) > 0 {
+		snap.Recent = append(slices.Clone(s.recent[s.recentHead:]), s.recent[:s.recentHead]...)
+	}
 	for _, id := range slices.Sorted(maps.Keys(s.nodes)) {
 		snap.Nodes = append(snap.Nodes, s.nodes[id])
 	}
@@ -568,6 +613,12 @@ func (s *State) Restore(data []byte) error {
 		if c != nil {
 			n.clients[k] = c
 		}
+	}
+	if len(snap.Recent) > recentCommands {
+		return fmt.Errorf("meta: snapshot: %d recent commands, at most %d", len(snap.Recent), recentCommands)
+	}
+	for _, id := range snap.Recent {
+		n.remember(id, Result{ID: id, Err: fmt.Errorf("%w: %s", ErrApplied, id)})
 	}
 	*s = *n
 	return nil

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -333,4 +334,48 @@ func randomCommands(rng *rand.Rand, n int) [][]byte {
 		out = append(out, EncodeCommand(&c))
 	}
 	return out
+}
+
+// TestCommandAppliedOnce: a command committed twice (a proposer's retry whose
+// first attempt was committed too) is applied once: the retry gets the first
+// result and changes nothing, even after other commands in between and on a
+// replica restored from a snapshot taken between the two.
+func TestCommandAppliedOnce(t *testing.T) {
+	s := New()
+	add := func(st *State, index uint64, c *Command) Result { return st.Apply(index, EncodeCommand(c)) }
+	node := &Command{Op: OpAddNode, ID: "n1", Node: &Node{ID: 1, Name: "n1"}}
+	add(s, 1, node)
+	create := &Command{Op: OpAddStream, ID: "create-cat", Stream: "CAT", Config: json.RawMessage(`{}`), Replicas: 1, NodeID: 1}
+	first := add(s, 2, create)
+	if first.Err != nil || first.Stream == nil {
+		t.Fatalf("create: %+v", first)
+	}
+	if r := add(s, 3, &Command{Op: OpDeleteStream, ID: "delete-cat", Stream: "CAT"}); r.Err != nil {
+		t.Fatalf("delete: %v", r.Err)
+	}
+	snap := s.Snapshot()
+	again := add(s, 4, create)
+	if s.Stream("CAT") != nil {
+		t.Fatal("the create committed again brought the deleted stream back")
+	}
+	if again.Err != nil || again.Stream == nil || again.Stream.Groups[0].ID != first.Stream.Groups[0].ID {
+		t.Fatalf("the retry got %+v, want the first result %+v", again, first)
+	}
+	restored := New()
+	if err := restored.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if r := add(restored, 4, create); !errors.Is(r.Err, ErrApplied) || restored.Stream("CAT") != nil {
+		t.Fatalf("a restored replica applied the retry: %+v, stream %v", r, restored.Stream("CAT"))
+	}
+	if !bytes.Equal(restored.Snapshot(), s.Snapshot()) {
+		t.Fatal("the replica restored from a snapshot and the other disagree after the retry")
+	}
+	// The window forgets the oldest IDs past recentCommands.
+	for i := range recentCommands {
+		add(s, uint64(5+i), &Command{Op: OpReleaseClient, ID: fmt.Sprint("r", i), Client: "c", NodeID: 1})
+	}
+	if _, ok := s.results["create-cat"]; ok || len(s.results) != recentCommands {
+		t.Fatalf("%d results kept, the create's among them: %v", len(s.results), ok)
+	}
 }
