@@ -136,7 +136,10 @@ snapshot only from a membership that names the receiving replica (a new replica
 catches up from it). TransferLeadership returns once this replica sees the
 target lead. ReadIndex gives a linearizable read: the index has been confirmed by
 a quorum after the call and applied here, so the state machine then reflects
-every write acknowledged before the call; any replica can serve it. Status
+every write acknowledged before the call; any replica can serve it.
+LeaderReadIndex is the read of a leader that serves from its own state (a
+stream's consumers): it is refused unless this replica leads when asked and
+still leads, in the same term, when the quorum confirms. Status
 reports leader, term, commit, applied, membership and, on the leader, every
 replica's progress and lag. OnLeaderChange reports leadership changes as the
 loop sees them.

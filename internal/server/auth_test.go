@@ -21,8 +21,12 @@ import (
 func nativeURL(s *server.Server) string { return "tern://" + s.Addr().String() }
 
 // connectAs connects with credentials; the test fails if the server refuses.
+// The wait is longer than the client's default: a bcrypt comparison under the
+// race detector, after failed logins from the same address have been slowed,
+// can take longer than 2 s on a busy machine.
 func connectAs(t *testing.T, s *server.Server, creds string, opts ...tern.Option) *tern.Conn {
 	t.Helper()
+	opts = append([]tern.Option{tern.Timeout(15 * time.Second)}, opts...)
 	opts = append(opts, tern.Credentials([]byte(creds)), tern.NoReconnect())
 	c, err := tern.Connect(nativeURL(s), opts...)
 	if err != nil {
@@ -35,7 +39,7 @@ func connectAs(t *testing.T, s *server.Server, creds string, opts ...tern.Option
 func TestNativeAuthentication(t *testing.T) {
 	s := servertest.Start(t, func(c *server.Config) { c.UsersFile = authtest.File(t) })
 	for _, creds := range []string{"", "alice:wrong", "nobody:" + authtest.AlicePassword, "not-a-token"} {
-		c, err := tern.Connect(nativeURL(s), tern.Credentials([]byte(creds)), tern.NoReconnect())
+		c, err := tern.Connect(nativeURL(s), tern.Credentials([]byte(creds)), tern.NoReconnect(), tern.Timeout(15*time.Second))
 		var we *wire.Error
 		if err == nil || !errors.As(err, &we) || we.Code != wire.CodeAuth {
 			if c != nil {

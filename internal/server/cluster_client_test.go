@@ -20,7 +20,7 @@ func joinNode(t *testing.T, nodes []*server.Server, name string) *server.Server 
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
-	cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
+	cfg.MQTTPort, cfg.MQTTWSPort, cfg.KafkaPort = 0, -1, -1 // never the machine's default ports
 	cfg.ServerName = name
 	cfg.ClusterPort, cfg.Join, cfg.ClusterName = servertest.RoutePort(t), nodes[0].ClusterNode().RouteAddr(), "test-"+t.Name()
 	s, err := server.New(cfg, nil)

@@ -167,7 +167,7 @@ func startProcess(t *testing.T, dir, sync string) *serverProcess {
 		t.Fatal(err)
 	}
 	defer log.Close() // the child holds its own descriptor
-	cmd := exec.Command(bin, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--http", "", "--mqtt-port", "-1", "--udp-port", "-1",
+	cmd := exec.Command(bin, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--http", "", "--mqtt-port", "-1", "--kafka-port", "-1", "--udp-port", "-1",
 		"--store-dir", dir, "--sync", sync, "--segment-size", "1MiB")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
