@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"github.com/tern-mq/tern/internal/tlsconf"
 )
 
 // tlsPrefix marks a server reached over TLS (URL scheme tls://).
@@ -85,6 +87,16 @@ func (c *Conn) dialTLS(addr string) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
-	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
-	return d.DialContext(ctx, "tcp", addr)
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// Deliveries come as a stream of records: read them in batches.
+	tc := tls.Client(tlsconf.BatchReads(nc), cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return tc, nil
 }

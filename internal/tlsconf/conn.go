@@ -47,7 +47,7 @@ type Conn struct {
 
 // Server makes nc the server side of a TLS connection (see Conn).
 func Server(nc net.Conn, config *tls.Config, timeout time.Duration) *Conn {
-	return &Conn{Conn: tls.Server(nc, config), timeout: timeout}
+	return &Conn{Conn: tls.Server(BatchReads(nc), config), timeout: timeout}
 }
 
 // HandshakeContext runs the handshake unless it has run; it gives up when ctx
