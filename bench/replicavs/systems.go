@@ -214,7 +214,10 @@ func (a *ternAdmin) Close() {
 
 func (ternSystem) publisher(urls []string, ev *clientEvents) (publisher, error) {
 	// The client's defaults (reconnection on, its reconnect buffer, APITimeout 5 s,
-	// 4000 async publishes outstanding at most), cluster discovery included.
+	// 4000 async publishes outstanding at most, a failed publish retried by the
+	// client for 2 s: one that found no responders, and, as every message here has
+	// an id, one answered 503, lost with its connection, or not acknowledged within
+	// 1 s), cluster discovery included.
 	nc, err := tern.Connect(strings.Join(urls, ","), tern.Name("replicavs-publisher"),
 		tern.DisconnectErrHandler(func(*tern.Conn, error) { ev.disconnect() }),
 		tern.ReconnectHandler(func(c *tern.Conn) { ev.reconnect(c.ConnectedURL()) }))

@@ -3,6 +3,7 @@ package tern_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -77,10 +78,11 @@ func (p *cutProxy) close() {
 	p.conns = nil
 }
 
-// TestAsyncPublishesFailWhenTheConnectionIsLost: async publishes whose
-// acknowledgements were on a connection that broke fail at once with
-// ErrConnectionLost (their callers retry, with the same message id), rather than
-// after the API timeout.
+// TestAsyncPublishesFailWhenTheConnectionIsLost: async publishes without a message
+// id whose acknowledgements were on a connection that broke fail at once with
+// ErrConnectionLost, rather than after the API timeout: the client cannot know
+// whether they were stored, and does not send them again (its retries are for
+// messages with an id, TestAsyncPublishesWithIDsRetriedAcrossALostConnection).
 func TestAsyncPublishesFailWhenTheConnectionIsLost(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, 0)
@@ -107,7 +109,7 @@ func TestAsyncPublishesFailWhenTheConnectionIsLost(t *testing.T) {
 	p.cut.Store(true) // acknowledgements from here on never arrive
 	var futures []*tern.PubAckFuture
 	for i := range 100 {
-		f, err := js.PublishAsync("lost.x", []byte{byte(i)}, tern.MsgID(string(rune('a'+i%26))+string(rune('a'+i/26))))
+		f, err := js.PublishAsync("lost.x", []byte{byte(i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,5 +126,126 @@ func TestAsyncPublishesFailWhenTheConnectionIsLost(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("publish %d still pending %v after the connection was lost", i, time.Since(cutAt))
 		}
+	}
+}
+
+// TestAsyncPublishesWithIDsRetriedAcrossALostConnection: async publishes with
+// message ids whose acknowledgements were lost with their connection are sent
+// again once the client has reconnected, and every one resolves with its ack:
+// the caller sees no error, and the stream holds each message once.
+func TestAsyncPublishesWithIDsRetriedAcrossALostConnection(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, 0)
+	admin := connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := admin.Streams().AddStream(ctx, tern.StreamConfig{Name: "RETRIED", Subjects: []string{"retried.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newCutProxy(t, s.Addr().String())
+	nc, err := tern.Connect("tern://"+p.ln.Addr().String(), tern.MaxReconnects(-1), tern.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js := nc.Streams(tern.PublishRetryFor(10 * time.Second))
+	first, err := js.PublishAsync("retried.x", []byte("first")) // makes the ack subscription
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.cut.Store(true) // the server stores what comes; its acks do not reach the client
+	const n = 100
+	var futures []*tern.PubAckFuture
+	for i := range n {
+		f, err := js.PublishAsync("retried.x", []byte{byte(i)}, tern.MsgID(fmt.Sprintf("m-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	waitFor(t, "the publishes to reach the stream before the cut", func() bool {
+		info, err := admin.Streams().StreamInfo(ctx, "RETRIED")
+		return err == nil && info.State.Msgs == n+1
+	})
+	p.close()          // the connection breaks with every ack outstanding
+	p.cut.Store(false) // and the next one works
+	dups := 0
+	for i, f := range futures {
+		ack, err := f.Wait(ctx)
+		if err != nil {
+			t.Fatalf("publish %d: %v, want its ack after a retry", i, err)
+		}
+		if ack.Duplicate {
+			dups++
+		}
+	}
+	info, err := admin.Streams().StreamInfo(ctx, "RETRIED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n+1 {
+		t.Fatalf("stream holds %d messages, want %d (each once)", info.State.Msgs, n+1)
+	}
+	if dups != n {
+		t.Fatalf("%d of %d retried acks say duplicate: every message was stored before the cut", dups, n)
+	}
+}
+
+// TestPublishRetriedUntilAStreamCapturesIt: a publish nobody answers (no stream's
+// leader yet: the window of a leader election) is sent again until one does,
+// sync and async; with retries off, or once PublishRetryFor has passed, the caller
+// gets ErrNoResponders.
+func TestPublishRetriedUntilAStreamCapturesIt(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, 0)
+	nc := connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	if _, err := nc.Streams(tern.PublishRetryFor(0)).Publish(ctx, "late.x", nil); !errors.Is(err, tern.ErrNoResponders) {
+		t.Fatalf("publish without retries: %v, want ErrNoResponders", err)
+	}
+	start := time.Now()
+	if _, err := nc.Streams(tern.PublishRetryFor(300*time.Millisecond)).Publish(ctx, "late.x", nil); !errors.Is(err, tern.ErrNoResponders) {
+		t.Fatalf("publish with retries and no stream: %v, want ErrNoResponders", err)
+	} else if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("the retries of a publish with no stream lasted %v, want about 300 ms", d)
+	}
+
+	js := nc.Streams(tern.PublishRetryFor(10 * time.Second))
+	syncDone := make(chan error, 1)
+	go func() {
+		ack, err := js.Publish(ctx, "late.sync", []byte("s"))
+		if err == nil && ack.Stream != "LATE" {
+			err = fmt.Errorf("ack from stream %q", ack.Stream)
+		}
+		syncDone <- err
+	}()
+	f, err := js.PublishAsync("late.async", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-f.Done():
+		_, err := f.Result()
+		t.Fatalf("the async publish resolved before any stream captured it: %v", err)
+	default:
+	}
+	if _, err := nc.Streams().AddStream(ctx, tern.StreamConfig{Name: "LATE", Subjects: []string{"late.sync", "late.async"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-syncDone; err != nil {
+		t.Fatalf("sync publish retried until the stream existed: %v", err)
+	}
+	if ack, err := f.Wait(ctx); err != nil || ack.Stream != "LATE" {
+		t.Fatalf("async publish retried until the stream existed: %v, %v", ack, err)
+	}
+	info, err := nc.Streams().StreamInfo(ctx, "LATE")
+	if err != nil || info.State.Msgs != 2 {
+		t.Fatalf("stream info: %+v, %v; want 2 messages", info, err)
 	}
 }

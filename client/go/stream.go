@@ -76,6 +76,8 @@ type Streams struct {
 	timeout   time.Duration
 	window    int
 	stallWait time.Duration
+	retryFor  time.Duration // 0: publishes are not retried
+	ackWait   time.Duration // one attempt's wait for its ack, with a message id and retries left
 
 	mu       sync.Mutex
 	ackSub   *Subscription
@@ -105,9 +107,50 @@ func PublishAsyncStallWait(d time.Duration) StreamsOpt {
 	return func(s *Streams) { s.stallWait = d }
 }
 
+// Defaults of the publish retries, and their schedule: the first retry 25 ms after
+// a failure, each wait then doubling up to 500 ms.
+const (
+	defaultRetryFor = 2 * time.Second
+	defaultAckWait  = time.Second
+	retryFirstWait  = 25 * time.Millisecond
+	retryMaxWait    = 500 * time.Millisecond
+)
+
+// PublishRetryFor is how long after its first attempt a stream publish (sync or
+// async) is sent again when it fails in a way a retry can mend (default 2 s; 0:
+// never), 25 ms after each failure, the wait doubling up to 500 ms, the last one
+// at PublishRetryFor; the last failure is what the caller gets. A leader election of a replicated stream (half
+// a second or so) then costs its publishers time, not errors. Retried are:
+//
+//   - a publish that no stream's leader answered (ErrNoResponders: nothing was
+//     stored; also what a stream that does not exist gives, after the retries),
+//     or that the client could not buffer while reconnecting;
+//   - for a message with a MsgID, which the stream stores once however often it
+//     comes within its duplicate window, also an answer that the stream could not
+//     replicate or store it (code 503), a connection lost before the
+//     acknowledgement came, and an acknowledgement that has not come within
+//     PublishAckWait.
+//
+// A message without an id is not sent again after an outcome the client cannot
+// know (it might be stored twice).
+func PublishRetryFor(d time.Duration) StreamsOpt { return func(s *Streams) { s.retryFor = max(d, 0) } }
+
+// PublishAckWait bounds how long one attempt of a publish with a MsgID waits for
+// its acknowledgement while PublishRetryFor leaves time for another (default 1 s):
+// the publishes a node forwarded to a leader that died are never answered, and
+// are sent again after this wait instead of failing after APITimeout.
+func PublishAckWait(d time.Duration) StreamsOpt {
+	return func(s *Streams) {
+		if d > 0 {
+			s.ackWait = d
+		}
+	}
+}
+
 // Streams returns the stream API over this connection.
 func (c *Conn) Streams(opts ...StreamsOpt) *Streams {
 	s := &Streams{c: c, timeout: defaultAPITimeout, window: 4000, stallWait: 5 * time.Second,
+		retryFor: defaultRetryFor, ackWait: defaultAckWait,
 		futures: make(map[string]*PubAckFuture), room: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
@@ -299,13 +342,41 @@ func (s *Streams) Publish(ctx context.Context, subject string, data []byte, opts
 	return s.PublishMsg(ctx, m)
 }
 
-// PublishMsg is Publish with headers.
+// PublishMsg is Publish with headers. It is retried as PublishRetryFor says,
+// within ctx (or APITimeout when ctx has no deadline).
 func (s *Streams) PublishMsg(ctx context.Context, m *Msg) (*PubAck, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	withID := m.Header.Get(streamapi.HeaderMsgID) != ""
+	first, wait := time.Now(), retryFirstWait
+	for {
+		attempt, cancel := ctx, context.CancelFunc(func() {})
+		if withID && s.retryFor > 0 && time.Since(first)+s.ackWait < s.retryFor {
+			attempt, cancel = context.WithTimeout(ctx, s.ackWait)
+		}
+		ack, err := s.publishOnce(attempt, m)
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+		elapsed := time.Since(first)
+		if !s.retries(withID, err) || elapsed >= s.retryFor {
+			return nil, err
+		}
+		select {
+		case <-time.After(min(wait, s.retryFor-elapsed)):
+		case <-ctx.Done():
+			return nil, err
+		}
+		wait = min(2*wait, retryMaxWait)
+	}
+}
+
+// publishOnce sends m once and waits for its acknowledgement until ctx ends.
+func (s *Streams) publishOnce(ctx context.Context, m *Msg) (*PubAck, error) {
 	r, err := s.c.RequestMsg(ctx, m)
 	if err != nil {
 		if errors.Is(err, ErrNoResponders) {
@@ -320,13 +391,37 @@ func (s *Streams) PublishMsg(ctx context.Context, m *Msg) (*PubAck, error) {
 	return &ack, nil
 }
 
+// retries reports whether a publish that failed with err is sent again (see
+// PublishRetryFor); withID: the message has a MsgID.
+func (s *Streams) retries(withID bool, err error) bool {
+	if s.retryFor <= 0 {
+		return false
+	}
+	if errors.Is(err, ErrNoResponders) || errors.Is(err, ErrReconnectBufExceeded) {
+		return true // not stored: no leader took it, or it was never sent
+	}
+	if !withID {
+		return false
+	}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == streamapi.CodeUnavailable
+	}
+	return errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrTimeout)
+}
+
 // PubAckFuture is the pending acknowledgement of an async publish.
 type PubAckFuture struct {
 	msg      *Msg
 	done     chan struct{}
 	ack      PubAck
 	err      error
-	deadline time.Time
+	deadline time.Time // of the attempt in flight; zero while a retry waits to go
+
+	// Retries (PublishRetryFor), guarded by Streams.mu.
+	withID bool
+	first  time.Time     // the first attempt
+	wait   time.Duration // before the next retry
 }
 
 // Done is closed when the acknowledgement (or an error) has arrived.
@@ -365,12 +460,14 @@ func (s *Streams) PublishAsync(subject string, data []byte, opts ...PubOpt) (*Pu
 	return s.PublishMsgAsync(m)
 }
 
-// PublishMsgAsync is PublishAsync with headers.
+// PublishMsgAsync is PublishAsync with headers. The future is retried as
+// PublishRetryFor says before it resolves with an error.
 func (s *Streams) PublishMsgAsync(m *Msg) (*PubAckFuture, error) {
 	if err := s.ensureAckSub(); err != nil {
 		return nil, err
 	}
-	f := &PubAckFuture{msg: m, done: make(chan struct{})}
+	f := &PubAckFuture{msg: m, done: make(chan struct{}), withID: m.Header.Get(streamapi.HeaderMsgID) != "",
+		wait: retryFirstWait}
 	var stall *time.Timer
 	s.mu.Lock()
 	for len(s.futures) >= s.window {
@@ -388,7 +485,8 @@ func (s *Streams) PublishMsgAsync(m *Msg) (*PubAckFuture, error) {
 	}
 	s.nextID++
 	id := strconv.FormatUint(s.nextID, 36)
-	f.deadline = time.Now().Add(s.timeout)
+	f.first = time.Now()
+	f.deadline = f.first.Add(s.attemptWait(f, f.first))
 	s.futures[id] = f
 	if s.idle == nil {
 		s.idle = make(chan struct{})
@@ -401,10 +499,41 @@ func (s *Streams) PublishMsgAsync(m *Msg) (*PubAckFuture, error) {
 		go s.sweep()
 	}
 	if err := s.c.publish(m.Subject, reply, m.Header, m.Data); err != nil {
-		s.resolve(id, nil, err)
+		s.resolve(id, nil, err, false)
 		return nil, err
 	}
 	return f, nil
+}
+
+// attemptWait is how long an attempt of f sent at now waits for its ack. Called
+// with s.mu held.
+func (s *Streams) attemptWait(f *PubAckFuture, now time.Time) time.Duration {
+	if f.withID && s.retryFor > 0 && now.Sub(f.first)+s.ackWait < s.retryFor {
+		return s.ackWait
+	}
+	return s.timeout
+}
+
+// resend sends the future id again, unless it has resolved meanwhile.
+func (s *Streams) resend(id string) {
+	s.mu.Lock()
+	f := s.futures[id]
+	if f == nil || !f.deadline.IsZero() {
+		s.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	f.deadline = now.Add(s.attemptWait(f, now))
+	reply := s.prefix + id
+	sweep := !s.sweeping
+	s.sweeping = true
+	s.mu.Unlock()
+	if sweep {
+		go s.sweep()
+	}
+	if err := s.c.publish(f.msg.Subject, reply, f.msg.Header, f.msg.Data); err != nil {
+		s.resolve(id, nil, err, true)
+	}
 }
 
 // PublishAsyncPending reports how many async publishes await their acknowledgement.
@@ -456,7 +585,7 @@ func (s *Streams) failPending(err error) {
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
-		s.resolve(id, nil, err)
+		s.resolve(id, nil, err, true)
 	}
 }
 
@@ -464,22 +593,36 @@ func (s *Streams) failPending(err error) {
 func (s *Streams) onAck(m *Msg) {
 	id := m.Subject[len(s.prefix):]
 	if len(m.Data) == 0 && m.Header.Get(wire.HeaderStatus) == wire.StatusNoResponders {
-		s.resolve(id, nil, ErrNoResponders)
+		s.resolve(id, nil, ErrNoResponders, true)
 		return
 	}
 	ack, err := streamapi.ParsePubAck(m.Data)
 	if err != nil {
-		s.resolve(id, nil, err)
+		s.resolve(id, nil, err, true)
 		return
 	}
-	s.resolve(id, &ack, nil)
+	s.resolve(id, &ack, nil, false)
 }
 
-func (s *Streams) resolve(id string, ack *PubAck, err error) {
+// resolve completes the future id with ack or err, or, when retry is set and err
+// is one PublishRetryFor retries with time left, schedules the next attempt.
+func (s *Streams) resolve(id string, ack *PubAck, err error, retry bool) {
 	s.mu.Lock()
 	f := s.futures[id]
 	if f == nil {
 		s.mu.Unlock()
+		return
+	}
+	if elapsed := time.Since(f.first); err != nil && retry && !f.deadline.IsZero() &&
+		s.retries(f.withID, err) && elapsed < s.retryFor {
+		// Not resolved: the future keeps its place in the window until the retry
+		// answers. A zero deadline keeps the sweep off it meanwhile, and stale
+		// answers of the attempt that failed from scheduling a second retry.
+		f.deadline = time.Time{}
+		wait := min(f.wait, s.retryFor-elapsed)
+		f.wait = min(2*f.wait, retryMaxWait)
+		s.mu.Unlock()
+		time.AfterFunc(wait, func() { s.resend(id) })
 		return
 	}
 	full := len(s.futures) >= s.window
@@ -512,7 +655,7 @@ func (s *Streams) sweep() {
 		var late []string
 		s.mu.Lock()
 		for id, f := range s.futures {
-			if now.After(f.deadline) {
+			if !f.deadline.IsZero() && now.After(f.deadline) {
 				late = append(late, id)
 			}
 		}
@@ -522,7 +665,7 @@ func (s *Streams) sweep() {
 		stop := !s.sweeping
 		s.mu.Unlock()
 		for _, id := range late {
-			s.resolve(id, nil, fmt.Errorf("publish acknowledgement: %w", ErrTimeout))
+			s.resolve(id, nil, fmt.Errorf("publish acknowledgement: %w", ErrTimeout), true)
 		}
 		if stop {
 			return
