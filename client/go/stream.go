@@ -613,11 +613,16 @@ func (s *Streams) resolve(id string, ack *PubAck, err error, retry bool) {
 		s.mu.Unlock()
 		return
 	}
-	if elapsed := time.Since(f.first); err != nil && retry && !f.deadline.IsZero() &&
-		s.retries(f.withID, err) && elapsed < s.retryFor {
+	if err != nil && retry && f.deadline.IsZero() {
+		// A retry is scheduled already: this is news of an attempt that failed
+		// before it (or of the connection it went out on), and the retry decides.
+		s.mu.Unlock()
+		return
+	}
+	if elapsed := time.Since(f.first); err != nil && retry && s.retries(f.withID, err) && elapsed < s.retryFor {
 		// Not resolved: the future keeps its place in the window until the retry
-		// answers. A zero deadline keeps the sweep off it meanwhile, and stale
-		// answers of the attempt that failed from scheduling a second retry.
+		// answers. A zero deadline marks the retry as scheduled: the sweep leaves
+		// the future alone meanwhile.
 		f.deadline = time.Time{}
 		wait := min(f.wait, s.retryFor-elapsed)
 		f.wait = min(2*f.wait, retryMaxWait)
