@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,27 +86,9 @@ func (p *cutProxy) close() {
 // messages with an id, TestAsyncPublishesWithIDsRetriedAcrossALostConnection).
 func TestAsyncPublishesFailWhenTheConnectionIsLost(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, 0)
-	admin := connect(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := admin.Streams().AddStream(ctx, tern.StreamConfig{Name: "LOST", Subjects: []string{"lost.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	p := newCutProxy(t, s.Addr().String())
-	nc, err := tern.Connect("tern://"+p.ln.Addr().String(), tern.MaxReconnects(-1), tern.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js := nc.Streams(tern.APITimeout(30 * time.Second))
-	first, err := js.PublishAsync("lost.x", []byte("first"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, p, js := proxiedStream(ctx, t, "lost", tern.APITimeout(30*time.Second))
 	p.cut.Store(true) // acknowledgements from here on never arrive
 	var futures []*tern.PubAckFuture
 	for i := range 100 {
@@ -135,27 +118,9 @@ func TestAsyncPublishesFailWhenTheConnectionIsLost(t *testing.T) {
 // the caller sees no error, and the stream holds each message once.
 func TestAsyncPublishesWithIDsRetriedAcrossALostConnection(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, 0)
-	admin := connect(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := admin.Streams().AddStream(ctx, tern.StreamConfig{Name: "RETRIED", Subjects: []string{"retried.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	p := newCutProxy(t, s.Addr().String())
-	nc, err := tern.Connect("tern://"+p.ln.Addr().String(), tern.MaxReconnects(-1), tern.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js := nc.Streams(tern.PublishRetryFor(10 * time.Second))
-	first, err := js.PublishAsync("retried.x", []byte("first")) // makes the ack subscription
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	admin, p, js := proxiedStream(ctx, t, "retried", tern.PublishRetryFor(10*time.Second))
 	p.cut.Store(true) // the server stores what comes; its acks do not reach the client
 	const n = 100
 	var futures []*tern.PubAckFuture
@@ -167,7 +132,7 @@ func TestAsyncPublishesWithIDsRetriedAcrossALostConnection(t *testing.T) {
 		futures = append(futures, f)
 	}
 	waitFor(t, "the publishes to reach the stream before the cut", func() bool {
-		info, err := admin.Streams().StreamInfo(ctx, "RETRIED")
+		info, err := admin.StreamInfo(ctx, "RETRIED")
 		return err == nil && info.State.Msgs == n+1
 	})
 	p.close()          // the connection breaks with every ack outstanding
@@ -182,7 +147,7 @@ func TestAsyncPublishesWithIDsRetriedAcrossALostConnection(t *testing.T) {
 			dups++
 		}
 	}
-	info, err := admin.Streams().StreamInfo(ctx, "RETRIED")
+	info, err := admin.StreamInfo(ctx, "RETRIED")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +213,32 @@ func TestPublishRetriedUntilAStreamCapturesIt(t *testing.T) {
 	if err != nil || info.State.Msgs != 2 {
 		t.Fatalf("stream info: %+v, %v; want 2 messages", info, err)
 	}
+}
+
+// proxiedStream makes the stream NAME (upper case) of the subjects name.> on a new
+// server, and a client that reaches the server through a cutProxy; its stream API
+// (opts) has published one message asynchronously, so that its ack subscription
+// exists. It returns a direct client's stream API too.
+func proxiedStream(ctx context.Context, t *testing.T, name string, opts ...tern.StreamsOpt) (admin *tern.Streams, p *cutProxy, js *tern.Streams) {
+	t.Helper()
+	s := startServer(t, 0)
+	admin = connect(t, s).Streams()
+	if _, err := admin.AddStream(ctx, tern.StreamConfig{Name: strings.ToUpper(name), Subjects: []string{name + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	p = newCutProxy(t, s.Addr().String())
+	nc, err := tern.Connect("tern://"+p.ln.Addr().String(), tern.MaxReconnects(-1), tern.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js = nc.Streams(opts...)
+	first, err := js.PublishAsync(name+".x", []byte("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return admin, p, js
 }

@@ -486,11 +486,22 @@ func (s *Streams) PublishMsgAsync(m *Msg) (*PubAckFuture, error) {
 	s.nextID++
 	id := strconv.FormatUint(s.nextID, 36)
 	f.first = time.Now()
-	f.deadline = f.first.Add(s.attemptWait(f, f.first))
 	s.futures[id] = f
 	if s.idle == nil {
 		s.idle = make(chan struct{})
 	}
+	if err := s.sendLocked(id, f); err != nil {
+		s.resolve(id, nil, err, false)
+		return nil, err
+	}
+	return f, nil
+}
+
+// sendLocked sends an attempt of the future id, with the deadline of its ack and
+// the sweep that enforces it. Called with s.mu held; it releases it.
+func (s *Streams) sendLocked(id string, f *PubAckFuture) error {
+	now := time.Now()
+	f.deadline = now.Add(s.attemptWait(f, now))
 	reply := s.prefix + id
 	sweep := !s.sweeping
 	s.sweeping = true
@@ -498,11 +509,7 @@ func (s *Streams) PublishMsgAsync(m *Msg) (*PubAckFuture, error) {
 	if sweep {
 		go s.sweep()
 	}
-	if err := s.c.publish(m.Subject, reply, m.Header, m.Data); err != nil {
-		s.resolve(id, nil, err, false)
-		return nil, err
-	}
-	return f, nil
+	return s.c.publish(f.msg.Subject, reply, f.msg.Header, f.msg.Data)
 }
 
 // attemptWait is how long an attempt of f sent at now waits for its ack. Called
@@ -522,16 +529,7 @@ func (s *Streams) resend(id string) {
 		s.mu.Unlock()
 		return
 	}
-	now := time.Now()
-	f.deadline = now.Add(s.attemptWait(f, now))
-	reply := s.prefix + id
-	sweep := !s.sweeping
-	s.sweeping = true
-	s.mu.Unlock()
-	if sweep {
-		go s.sweep()
-	}
-	if err := s.c.publish(f.msg.Subject, reply, f.msg.Header, f.msg.Data); err != nil {
+	if err := s.sendLocked(id, f); err != nil {
 		s.resolve(id, nil, err, true)
 	}
 }

@@ -60,15 +60,21 @@ func tlsPair(t testing.TB) (*tls.Conn, *Conn, *socketReader) {
 	cfg := cs.CA.ClientConfig(nil)
 	cfg.ServerName = "127.0.0.1"
 	cli := tls.Client(cnc, cfg)
+	handshake(t, cli, srv)
+	return cli, srv, sr
+}
+
+// handshake runs both sides' handshakes.
+func handshake(t testing.TB, cli *tls.Conn, srv interface{ Handshake() error }) {
+	t.Helper()
 	errc := make(chan error, 1)
-	go func() { errc <- cli.Handshake() }()
-	if err := srv.Handshake(); err != nil {
+	go func() { errc <- srv.Handshake() }()
+	if err := cli.Handshake(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	return cli, srv, sr
 }
 
 // Records sent in a burst come in with a few socket reads, not one or two each,
@@ -213,14 +219,7 @@ func BenchmarkTLSRead(b *testing.B) {
 				cfg.DynamicRecordSizingDisabled = true
 				bw := &bufferedWrites{Conn: cnc, w: bufio.NewWriterSize(cnc, 64<<10)}
 				cli := tls.Client(bw, cfg)
-				errc := make(chan error, 1)
-				go func() { errc <- srv.Handshake() }()
-				if err := cli.Handshake(); err != nil {
-					b.Fatal(err)
-				}
-				if err := <-errc; err != nil {
-					b.Fatal(err)
-				}
+				handshake(b, cli, srv)
 				bw.buffered = true
 				go func() {
 					msg := make([]byte, record)
