@@ -414,7 +414,7 @@ func (s *Server) openFrontends() ([]Frontend, error) {
 			// The HTTP server runs each handshake in the connection's goroutine,
 			// bounded by its ReadHeaderTimeout (connect_timeout), and gives the
 			// handler the TLS state (the client's certificate).
-			wl := tls.NewListener(l, s.tls.ServerConfig())
+			wl := tls.NewListener(tlsconf.BatchReadsListener(l), s.tls.ServerConfig())
 			fes = append(fes, &mqttFrontend{name: "mqtt_wss", transport: "wss", ln: wl, srv: s.mqtt, ws: wsServer(), stop: mqttStop})
 		}
 	}

@@ -33,6 +33,21 @@ func (l *listener) Accept() (net.Conn, error) {
 	return Server(nc, l.config, l.timeout), nil
 }
 
+// BatchReadsListener returns a listener whose connections are read through
+// BatchReads, for a TLS layer made over it elsewhere (an HTTP server needs its
+// connections to be *tls.Conn itself).
+func BatchReadsListener(inner net.Listener) net.Listener { return batchReadsListener{inner} }
+
+type batchReadsListener struct{ net.Listener }
+
+func (l batchReadsListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return BatchReads(nc), nil
+}
+
 // Conn is the server side of a TLS connection whose handshake happens once, on
 // its first Read, Write or Handshake, and is bounded by the timeout it was made
 // with.
