@@ -119,8 +119,9 @@ const (
 // PublishRetryFor is how long after its first attempt a stream publish (sync or
 // async) is sent again when it fails in a way a retry can mend (default 2 s; 0:
 // never), 25 ms after each failure, the wait doubling up to 500 ms, the last one
-// at PublishRetryFor; the last failure is what the caller gets. A leader election of a replicated stream (half
-// a second or so) then costs its publishers time, not errors. Retried are:
+// at PublishRetryFor; the last failure is what the caller gets. A leader election
+// of a replicated stream (half a second or so) then costs its publishers time,
+// not errors. Retried are:
 //
 //   - a publish that no stream's leader answered (ErrNoResponders: nothing was
 //     stored; also what a stream that does not exist gives, after the retries),
