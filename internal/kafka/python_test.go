@@ -26,8 +26,14 @@ var pythonGroupScripts = map[string]string{
 import sys, time
 from kafka import KafkaConsumer
 addr, topic, group, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-c = KafkaConsumer(topic, bootstrap_servers=addr, group_id=group, auto_offset_reset='earliest',
+c = KafkaConsumer(bootstrap_servers=addr, group_id=group, auto_offset_reset='earliest',
                   enable_auto_commit=False, session_timeout_ms=10000, heartbeat_interval_ms=500)
+# The topic's metadata before the group is joined: kafka-python 3.0.12 that joins
+# first assigns nothing, rejoins once the metadata comes, and then, now and then,
+# never applies the second SyncGroup's assignment (the server's answer carries
+# it; the consumer never fetches).
+c.partitions_for_topic(topic)
+c.subscribe([topic])
 got, deadline = [], time.time() + 25
 while len(got) < n and time.time() < deadline:
     for recs in c.poll(timeout_ms=200).values():
