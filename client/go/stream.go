@@ -355,7 +355,7 @@ func (s *Streams) PublishMsg(ctx context.Context, m *Msg) (*PubAck, error) {
 	first, wait := time.Now(), retryFirstWait
 	for {
 		attempt, cancel := ctx, context.CancelFunc(func() {})
-		if withID && s.retryFor > 0 && time.Since(first)+s.ackWait < s.retryFor {
+		if s.boundedAttempt(withID, time.Since(first)) {
 			attempt, cancel = context.WithTimeout(ctx, s.ackWait)
 		}
 		ack, err := s.publishOnce(attempt, m)
@@ -513,10 +513,17 @@ func (s *Streams) sendLocked(id string, f *PubAckFuture) error {
 	return s.c.publish(f.msg.Subject, reply, f.msg.Header, f.msg.Data)
 }
 
+// boundedAttempt reports whether an attempt made elapsed after a publish's first
+// waits only PublishAckWait for its ack: it has a message id, and the retries
+// have time for another attempt after this one.
+func (s *Streams) boundedAttempt(withID bool, elapsed time.Duration) bool {
+	return withID && s.retryFor > 0 && elapsed+s.ackWait < s.retryFor
+}
+
 // attemptWait is how long an attempt of f sent at now waits for its ack. Called
 // with s.mu held.
 func (s *Streams) attemptWait(f *PubAckFuture, now time.Time) time.Duration {
-	if f.withID && s.retryFor > 0 && now.Sub(f.first)+s.ackWait < s.retryFor {
+	if s.boundedAttempt(f.withID, now.Sub(f.first)) {
 		return s.ackWait
 	}
 	return s.timeout

@@ -92,8 +92,7 @@ func (c *Conn) dialTLS(addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Deliveries come as a stream of records: read them in batches.
-	tc := tls.Client(tlsconf.BatchReads(nc), cfg)
+	tc := tlsconf.Client(nc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
 		return nil, err

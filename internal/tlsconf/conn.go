@@ -60,6 +60,10 @@ type Conn struct {
 	err  error
 }
 
+// Client makes nc the client side of a TLS connection, read through BatchReads:
+// what Tern dials over TLS (cluster routes, the Go client) goes through it.
+func Client(nc net.Conn, config *tls.Config) *tls.Conn { return tls.Client(BatchReads(nc), config) }
+
 // Server makes nc the server side of a TLS connection (see Conn).
 func Server(nc net.Conn, config *tls.Config, timeout time.Duration) *Conn {
 	return &Conn{Conn: tls.Server(BatchReads(nc), config), timeout: timeout}

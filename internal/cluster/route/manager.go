@@ -319,7 +319,7 @@ func (m *Manager) dialLoop(name string, w *wantNode) {
 		if err == nil && m.cfg.TLS != nil {
 			// The handshake runs in serveRoute, bounded like the rest of the
 			// route's; the peer's name is checked once its RHELLO says it.
-			nc = tls.Client(tlsconf.BatchReads(nc), m.cfg.TLS.PeerConfig())
+			nc = tlsconf.Client(nc, m.cfg.TLS.PeerConfig())
 		}
 		if err == nil {
 			if m.serveRoute(nc, true) {
