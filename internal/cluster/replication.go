@@ -114,11 +114,11 @@ func (n *Node) startReplication(raftID uint64) error {
 	n.host = host
 	host.OnLeaderChange(n.leaderChanged)
 	n.routes.HandleRaft(func(from string, batch []byte) error {
-		if err := host.Receive(batch); err != nil && !errors.Is(err, replica.ErrStopped) {
+		if err := host.Enqueue(batch); err != nil && !errors.Is(err, replica.ErrStopped) {
 			return err // malformed: the route closes, and says why in its log
 		}
 		return nil
-	})
+	}, host.Kick)
 	dir := filepath.Join(n.cfg.DataDir, "raft", "meta")
 	st, err := n.cfg.OpenStorage(dir)
 	if err != nil {

@@ -58,6 +58,14 @@ Each wake-up it steps everything queued since the last one, then repeats
 Ready → sync → send → Advance while the Core has work. Requests wait on a
 channel for their Result; every Host method is safe for concurrent use.
 
+Whoever runs the Core holds the host's loop role. A transport reader that
+queued a read's batches with Enqueue calls Kick: when the loop is idle the
+reader takes the role and runs the loop's work itself (a few iterations at
+most), so a follower writes and answers an append, and a leader commits and
+applies, on the goroutine that read it — the outbound queues' inline flush,
+for Raft — instead of waking the loop's goroutine for it. A batch carrying a
+snapshot, and anything past those few iterations, is left to the loop.
+
 # Starting a host
 
 	h, err := replica.NewHost(replica.Config{NodeID: 1}, transport)
@@ -65,7 +73,7 @@ channel for their Result; every Host method is safe for concurrent use.
 	err = h.AddGroup(replica.GroupConfig{ID: 7, Storage: st, StateMachine: sm, Voters: []uint64{1, 2, 3}})
 	h.Start()
 	// the transport's reader, for each frame from another node:
-	err = h.Receive(frame)
+	err = h.Receive(frame)   // or Enqueue for each frame of a read, then Kick once
 	...
 	idx, err := h.Propose(ctx, 7, data)   // returns once committed and applied here
 	h.Stop()

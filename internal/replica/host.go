@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -23,8 +24,9 @@ type Transport interface {
 
 // Host runs a Core on real time: one goroutine per node serves every group,
 // ticking them on a ticker, taking batches from Receive and requests from the
-// methods below, and running the loop of the package documentation. All
-// methods are safe for concurrent use.
+// methods below, and running the loop of the package documentation (which a
+// transport reader runs itself when the loop is idle, Kick). All methods are
+// safe for concurrent use.
 type Host struct {
 	cfg  Config
 	tr   Transport
@@ -34,15 +36,22 @@ type Host struct {
 	inbox    []*Batch
 	reqs     []*request
 	free     []*Batch
+	snaps    int // batches in inbox carrying a snapshot
 	stopping bool
 	started  bool
 	err      error // fatal: a storage failed to sync
+
+	// role is held by whoever runs the Core: the loop goroutine, or a transport
+	// reader in Kick. Everything below "Owned by the loop" belongs to its holder.
+	role sync.Mutex
+	live atomic.Bool // Start was called and the loop has not ended
 
 	wake  chan struct{}
 	stopc chan struct{}
 	done  chan struct{}
 
-	// Owned by the loop.
+	// Owned by the loop (the role's holder).
+	over     bool // the Core is stopped: nobody runs it again
 	waiters  map[uint64]*request
 	token    uint64
 	enc      []byte
@@ -121,6 +130,8 @@ func (h *Host) Start() {
 	defer h.mu.Unlock()
 	if !h.started && !h.stopping {
 		h.started = true
+		h.syncq = make(chan syncJob)
+		h.live.Store(true)
 		go h.run()
 	}
 }
@@ -154,6 +165,16 @@ func (h *Host) Err() error {
 // that does not decode, or is not addressed to this node, gets an error and
 // changes nothing.
 func (h *Host) Receive(b []byte) error {
+	if err := h.Enqueue(b); err != nil {
+		return err
+	}
+	h.signal()
+	return nil
+}
+
+// Enqueue is Receive without waking the loop: a transport reader queues the
+// batches of one read with it, then calls Kick once.
+func (h *Host) Enqueue(b []byte) error {
 	h.mu.Lock()
 	var bt *Batch
 	if n := len(h.free); n > 0 {
@@ -177,9 +198,54 @@ func (h *Host) Receive(b []byte) error {
 		return ErrStopped
 	}
 	h.inbox = append(h.inbox, bt)
+	if hasSnapshot(bt) {
+		h.snaps++
+	}
 	h.mu.Unlock()
-	h.signal()
 	return nil
+}
+
+// maxInlineIterations bounds the loop iterations Kick runs on its caller's
+// goroutine; more work is left to the loop.
+const maxInlineIterations = 4
+
+// Kick gets what Enqueue queued stepped. When the loop is idle the caller runs
+// it on its own goroutine — the transport reader that just read the batches, as
+// the outbound queues flush inline — so that a received append is written,
+// answered and, once committed, applied without a hand-off to the loop's
+// goroutine: two fewer goroutine wake-ups on a replicated publish's path (the
+// follower's and the leader's). Otherwise, and for a batch carrying a snapshot
+// (whose install may take long, and the reader must keep reading), it wakes the
+// loop. Kick never waits for the loop.
+func (h *Host) Kick() {
+	if !h.live.Load() || !h.role.TryLock() {
+		h.signal()
+		return
+	}
+	if h.over {
+		h.role.Unlock()
+		return
+	}
+	more, err := h.work(true)
+	if err != nil {
+		h.fail(err)
+		h.role.Unlock()
+		return
+	}
+	h.role.Unlock()
+	if more {
+		h.signal()
+	}
+	// Work queued while the role was held here found it taken and woke the loop.
+}
+
+func hasSnapshot(b *Batch) bool {
+	for _, m := range b.Msgs {
+		if m.M.GetType() == raftpb.MsgSnap {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Host) putBatch(b *Batch) {
@@ -387,7 +453,6 @@ func (h *Host) RemoveGroup(group uint64) error {
 
 func (h *Host) run() {
 	defer close(h.done)
-	h.syncq = make(chan syncJob)
 	defer close(h.syncq)
 	for range syncWorkers {
 		go func() {
@@ -400,27 +465,69 @@ func (h *Host) run() {
 	t := time.NewTicker(h.cfg.TickInterval)
 	defer t.Stop()
 	for {
+		tick := false
 		select {
 		case <-h.stopc:
-			h.shutdown(ErrStopped)
+			// The role is kept: nobody runs the Core after this.
+			h.role.Lock()
+			h.live.Store(false)
+			if !h.over {
+				h.over = true
+				h.shutdown(ErrStopped)
+			}
 			return
 		case <-t.C:
-			h.core.Tick()
+			tick = true
 		case <-h.wake:
 		}
-		h.drain()
-		for h.core.HasReady() {
-			if err := h.iterate(); err != nil {
-				h.mu.Lock()
-				h.err = err
-				h.stopping = true
-				h.mu.Unlock()
-				h.shutdown(err)
-				return
-			}
-			h.drain()
+		h.role.Lock()
+		if h.over {
+			h.role.Unlock()
+			continue // failed in Kick: Stop (or the fatal error's close of stopc) ends the loop
+		}
+		if tick {
+			h.core.Tick()
+		}
+		if _, err := h.work(false); err != nil {
+			h.fail(err)
+		}
+		h.role.Unlock()
+	}
+}
+
+// work steps what is queued and runs the loop while the Core has work. Inline
+// (Kick), it leaves a batch with a snapshot and anything past
+// maxInlineIterations to the loop and reports more.
+func (h *Host) work(inline bool) (more bool, err error) {
+	if !h.drain(inline) {
+		return true, nil
+	}
+	for n := 0; h.core.HasReady(); n++ {
+		if inline && n == maxInlineIterations {
+			return true, nil
+		}
+		if err := h.iterate(); err != nil {
+			return false, err
+		}
+		if !h.drain(inline) {
+			return true, nil
 		}
 	}
+	return false, nil
+}
+
+// fail stops the host for a fatal error; the role is held.
+func (h *Host) fail(err error) {
+	h.mu.Lock()
+	h.err = err
+	already := h.stopping
+	h.stopping = true
+	h.mu.Unlock()
+	if !already {
+		close(h.stopc)
+	}
+	h.over = true
+	h.shutdown(err)
 }
 
 // iterate runs one Ready: sync, send, advance, complete.
@@ -482,9 +589,15 @@ func (h *Host) syncAll(sts []Storage) error {
 	return errors.Join(h.syncErrs...)
 }
 
-// drain steps the batches and requests queued since the last call.
-func (h *Host) drain() {
+// drain steps the batches and requests queued since the last call. Inline, it
+// takes nothing while a snapshot is queued and reports false.
+func (h *Host) drain(inline bool) bool {
 	h.mu.Lock()
+	if inline && h.snaps > 0 {
+		h.mu.Unlock()
+		return false
+	}
+	h.snaps = 0
 	h.takenB, h.inbox = h.inbox, h.takenB[:0]
 	h.taken, h.reqs = h.reqs, h.taken[:0]
 	h.mu.Unlock()
@@ -497,6 +610,7 @@ func (h *Host) drain() {
 		h.taken[i] = nil
 		h.handle(r)
 	}
+	return true
 }
 
 func (h *Host) handle(r *request) {
@@ -623,5 +737,12 @@ func (t localTransport) Send(to uint64, b []byte) error {
 	if h == nil || cut {
 		return fmt.Errorf("%w: %d", ErrUnreachable, to)
 	}
-	return h.Receive(b)
+	// As a route's reader does: the receiver steps the batch on this goroutine
+	// when its loop is idle. The sender's own loop role is held meanwhile, so a
+	// reply to it is left to its loop.
+	if err := h.Enqueue(b); err != nil {
+		return err
+	}
+	h.Kick()
+	return nil
 }

@@ -99,7 +99,7 @@ type Manager struct {
 	// flush wakes the flusher, which flushes the routes with interest frames queued.
 	flush chan struct{}
 	// raft receives the RRAFT batches of every route (HandleRaft).
-	raft atomic.Pointer[RaftHandler]
+	raft atomic.Pointer[raftReceiver]
 	// authFailures counts the routes refused for ErrUnauthenticated or ErrTLS.
 	authFailures atomic.Uint64
 }
@@ -109,9 +109,19 @@ type Manager struct {
 // error says the batch is malformed: the route is closed as for any bad frame.
 type RaftHandler func(from string, batch []byte) error
 
-// HandleRaft installs h as the receiver of the RRAFT batches of every route. Before
-// it is called, batches that arrive are dropped, as Raft allows of any message.
-func (m *Manager) HandleRaft(h RaftHandler) { m.raft.Store(&h) }
+type raftReceiver struct {
+	take      RaftHandler
+	afterRead func()
+}
+
+// HandleRaft installs h as the receiver of the RRAFT batches of every route, and
+// afterRead (if not nil) as what a route's reader calls, on its goroutine, once it
+// has handed h every batch of one read and flushed what it queued itself: the
+// receiver may queue batches in h and step them in afterRead. Before HandleRaft is
+// called, batches that arrive are dropped, as Raft allows of any message.
+func (m *Manager) HandleRaft(h RaftHandler, afterRead func()) {
+	m.raft.Store(&raftReceiver{take: h, afterRead: afterRead})
+}
 
 // SendRaft queues an RRAFT frame carrying batch (copied) to the named node and wakes
 // the route's writer. It reports false, having sent nothing, when there is no route

@@ -44,6 +44,9 @@ type Route struct {
 	rttNanos atomic.Int64
 	pingSent atomic.Int64
 	heard    atomic.Int64 // when the peer last sent anything (Unix ns)
+	// raftRead (reader goroutine only) is the Raft receiver's afterRead once a
+	// batch of the current read went to it.
+	raftRead func()
 	// Over TLS (Config.TLS): the peer's certificate and the version agreed on,
 	// set by the handshake.
 	peerCert   *x509.Certificate
@@ -277,6 +280,10 @@ func (r *Route) run(buf []byte, filled int) error {
 			r.q.Append(func(b []byte) []byte { return wire.AppendRouteAck(b, last) })
 		}
 		r.q.Flush()
+		if after := r.raftRead; after != nil {
+			r.raftRead = nil
+			after()
+		}
 		buf, filled, _ = wire.KeepTail(buf, off, filled)
 		n, err := r.nc.Read(buf[filled:])
 		filled += n
@@ -313,7 +320,8 @@ func (r *Route) handle(f *wire.Frame) error {
 		r.out.acked(f.Seq)
 	case wire.TypeRouteRaft:
 		if h := r.m.raft.Load(); h != nil {
-			if err := (*h)(r.peer.NodeName, f.Payload); err != nil {
+			r.raftRead = h.afterRead
+			if err := h.take(r.peer.NodeName, f.Payload); err != nil {
 				return fmt.Errorf("%w: %s: %w", ErrProtocol, f.Type, err)
 			}
 		}

@@ -627,7 +627,7 @@ func TestRaftBatchesCrossRoutes(t *testing.T) {
 	b.m.HandleRaft(func(from string, batch []byte) error {
 		ch <- got{from, append([]byte(nil), batch...)}
 		return nil
-	})
+	}, nil)
 	mesh(a, b)
 	waitFor(t, "route a→b", func() bool { return len(a.m.Routes()) == 1 && len(b.m.Routes()) == 1 })
 	big := make([]byte, 1<<20)
