@@ -274,7 +274,13 @@ func (h *Host) do(ctx context.Context, r *request) error {
 	}
 	h.reqs = append(h.reqs, r)
 	h.mu.Unlock()
-	h.signal()
+	if r.kind == reqPropose {
+		// The proposer appends and sends its entry itself when the loop is
+		// idle, as a transport reader steps what it read.
+		h.Kick()
+	} else {
+		h.signal()
+	}
 	select {
 	case <-r.done:
 		return nil
