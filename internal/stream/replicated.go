@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/replica"
 	"github.com/tern-mq/tern/internal/store"
@@ -440,7 +441,10 @@ type streamRepl struct {
 	leaseUntil atomic.Pointer[time.Time]
 
 	mu       sync.Mutex
-	waiting  map[uint64][]pubResult  // by token; nil value: applied results not in yet
+	waiting  map[uint64]*proposalWait // by token
+	// ackBatch and ackBuf answer publishers from applied (under mu).
+	ackBatch broker.Batch
+	ackBuf   []byte
 	purges   map[uint64]*purgeResult // likewise, for purges
 	purgeSeq atomic.Uint64           // purge tokens: bit 31 set, apart from the writer's
 
@@ -454,6 +458,18 @@ type streamRepl struct {
 // replica's Raft log takes as one record (its segment size), and small enough
 // for the group's flow control to pace.
 const maxEntryBytes = 1 << 20
+
+// proposalWait is the writer's proposal of one entry, waiting for its results.
+// The machine answers the entry's publishers itself once this node applied it
+// (applied), without waking the writer: the acknowledgement leaves from the
+// goroutine that committed the entry.
+type proposalWait struct {
+	s        *Stream
+	q        *inbound
+	items    []int // the entry's messages: indexes into q and s.acks
+	res      []pubResult
+	answered bool
+}
 
 // partProposal is one partition's share of a captured batch.
 type partProposal struct {
@@ -532,28 +548,25 @@ func (s *Stream) replicate(q *inbound) {
 			break
 		}
 		if len(round) == 1 {
-			r.propose(round[0])
+			r.propose(s, q, round[0])
 		} else {
 			var wg sync.WaitGroup
 			for _, p := range round {
-				wg.Go(func() { r.propose(p) })
+				wg.Go(func() { r.propose(s, q, p) })
 			}
 			wg.Wait()
 		}
 		for _, p := range round {
 			pp := &r.proposals[p]
-			for j, i := range pp.items {
-				a := &s.acks[i]
-				switch {
-				case pp.err != nil:
+			if pp.err != nil {
+				for _, i := range pp.items {
 					// Not committed here (no leader, a new one, too slow): the
 					// publisher retries, with its message id if it has one.
+					a := &s.acks[i]
 					a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
-				case pp.res[j].code != 0:
-					a.code, a.err = pp.res[j].code, pp.res[j].err
-				default:
-					a.seq, a.dup = pp.res[j].seq, pp.res[j].dup
 				}
+			} else {
+				s.fillAcks(pp.items, pp.res)
 			}
 			if pp.err != nil {
 				// The rest of the partition's messages are not proposed after a
@@ -567,7 +580,7 @@ func (s *Stream) replicate(q *inbound) {
 			pp.entry, pp.res, pp.err = nil, nil, nil
 		}
 	}
-	s.answer(q)
+	s.answer(q) // what the machine did not answer
 	if s.retention == streamapi.RetainInterest && s.numConsumers() == 0 {
 		// Nobody was interested: the messages were acknowledged and are gone.
 		var gone []partSeq
@@ -585,31 +598,61 @@ func (s *Stream) replicate(q *inbound) {
 }
 
 // propose commits partition p's share of a batch and collects its results.
-func (r *streamRepl) propose(p int) {
+func (r *streamRepl) propose(s *Stream, q *inbound, p int) {
 	pp := &r.proposals[p]
+	w := &proposalWait{s: s, q: q, items: pp.items}
 	r.mu.Lock()
-	r.waiting[pp.token] = nil
+	r.waiting[pp.token] = w
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	_, pp.err = r.r.Propose(ctx, r.groups[p], pp.entry)
 	cancel()
 	r.mu.Lock()
-	pp.res = r.waiting[pp.token]
 	delete(r.waiting, pp.token)
+	pp.res = w.res
+	if w.answered {
+		pp.err = nil // applied and answered, though Propose gave up waiting
+	}
 	r.mu.Unlock()
 	if pp.err == nil && len(pp.res) != len(pp.items) {
 		pp.err = fmt.Errorf("partition %d: %d results for %d messages", p, len(pp.res), len(pp.items))
 	}
 }
 
-// applied is the machine's hand-over of a batch's results: kept for the writer
-// when this node proposed it, dropped otherwise.
+// fillAcks sets the acks of items from their results.
+func (s *Stream) fillAcks(items []int, res []pubResult) {
+	for j, i := range items {
+		a := &s.acks[i]
+		if res[j].code != 0 {
+			a.code, a.err = res[j].code, res[j].err
+		} else {
+			a.seq, a.dup = res[j].seq, res[j].dup
+		}
+	}
+}
+
+// applied is the machine's hand-over of a batch's results when this node
+// proposed it (dropped otherwise): their publishers are answered at once, on the
+// goroutine applying the entry, while the writer still waits in propose.
 func (r *streamRepl) applied(token uint64, res []pubResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.waiting[token]; ok {
-		r.waiting[token] = append([]pubResult(nil), res...)
+	w := r.waiting[token]
+	if w == nil {
+		return
 	}
+	w.res = append(w.res[:0], res...)
+	if len(res) != len(w.items) || w.answered {
+		return // the writer reports it
+	}
+	s := w.s
+	s.fillAcks(w.items, res)
+	r.ackBuf = answerAcks(s.m.broker, &r.ackBatch, r.ackBuf, w.q, len(w.items),
+		func(k int) *pendingAck { return &s.acks[w.items[k]] }, s.name)
+	for _, i := range w.items {
+		s.acks[i].reply = span{} // answered
+	}
+	w.answered = true
 }
 
 // SetLeader tells a replica whether its node leads the stream's group: only the
@@ -730,7 +773,7 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 			s.close(false)
 			return nil, nil, err
 		}
-		s.repl = &streamRepl{r: r, groups: rc.Groups, waiting: map[uint64][]pubResult{}, purges: map[uint64]*purgeResult{},
+		s.repl = &streamRepl{r: r, groups: rc.Groups, waiting: map[uint64]*proposalWait{}, purges: map[uint64]*purgeResult{},
 			tokenBase: rand.Uint64() &^ 0xffffffff, proposals: make([]partProposal, len(s.parts))}
 		for p, l := range s.parts {
 			pm := newPartitionMachine(l, time.Duration(cfg.DuplicateWindow), s.repl.applied)

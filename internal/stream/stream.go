@@ -774,36 +774,45 @@ func (s *Stream) commit(q *inbound) {
 // answer sends the publishers of q the acks s.acks holds: a run of messages
 // stored one after another for a publisher that takes range acks gets one.
 func (s *Stream) answer(q *inbound) {
-	for i := 0; i < len(s.acks); i++ {
-		a := &s.acks[i]
+	s.ackBuf = answerAcks(s.m.broker, &s.batch, s.ackBuf, q, len(s.acks), func(k int) *pendingAck { return &s.acks[k] }, s.name)
+}
+
+// answerAcks publishes the answers of n acks (at(k), in order) of stream's
+// publishers through br and batch b, then flushes b: a run of range acks of one
+// publisher on consecutive sequences in one answer; an ack without a reply is
+// skipped. It returns buf, grown.
+func answerAcks(br *broker.Broker, b *broker.Batch, buf []byte, q *inbound, n int, at func(k int) *pendingAck, stream string) []byte {
+	for i := 0; i < n; i++ {
+		a := at(i)
 		reply := q.get(a.reply)
 		if len(reply) == 0 {
 			continue
 		}
 		switch {
 		case a.code != 0:
-			s.ackBuf = streamapi.AppendPubErr(s.ackBuf[:0], a.code, a.err)
+			buf = streamapi.AppendPubErr(buf[:0], a.code, a.err)
 		case a.rangeAck && !a.dup:
-			n := 1
-			for i+n < len(s.acks) {
-				b := &s.acks[i+n]
-				if !b.rangeAck || b.dup || b.code != 0 || b.part != a.part || b.seq != a.seq+uint64(n) || !bytes.Equal(q.get(b.reply), reply) {
+			run := 1
+			for i+run < n {
+				c := at(i + run)
+				if !c.rangeAck || c.dup || c.code != 0 || c.part != a.part || c.seq != a.seq+uint64(run) || !bytes.Equal(q.get(c.reply), reply) {
 					break
 				}
-				n++
+				run++
 			}
-			if n > 1 {
-				s.ackBuf = streamapi.AppendPubAckRange(s.ackBuf[:0], s.name, a.part, a.seq, n)
-				i += n - 1
+			if run > 1 {
+				buf = streamapi.AppendPubAckRange(buf[:0], stream, a.part, a.seq, run)
+				i += run - 1
 			} else {
-				s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, false)
+				buf = streamapi.AppendPubAck(buf[:0], stream, a.part, a.seq, false)
 			}
 		default:
-			s.ackBuf = streamapi.AppendPubAck(s.ackBuf[:0], s.name, a.part, a.seq, a.dup)
+			buf = streamapi.AppendPubAck(buf[:0], stream, a.part, a.seq, a.dup)
 		}
-		s.m.broker.Publish(&s.batch, &broker.Message{Subject: reply, Payload: s.ackBuf})
+		br.Publish(b, &broker.Message{Subject: reply, Payload: buf})
 	}
-	s.batch.Flush()
+	b.Flush()
+	return buf
 }
 
 // errorCode maps a store error to the code a publisher sees.
