@@ -440,8 +440,8 @@ type streamRepl struct {
 	// nil when there is none.
 	leaseUntil atomic.Pointer[time.Time]
 
-	mu       sync.Mutex
-	waiting  map[uint64]*proposalWait // by token
+	mu      sync.Mutex
+	waiting map[uint64]*proposalWait // by token
 	// ackBatch and ackBuf answer publishers from applied (under mu).
 	ackBatch broker.Batch
 	ackBuf   []byte
