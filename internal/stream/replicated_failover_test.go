@@ -42,12 +42,17 @@ type replNode struct {
 // ackInbox collects publish acks.
 type ackInbox struct {
 	mu   sync.Mutex
-	acks map[string]string // reply subject -> ack payload
+	acks map[string]string   // reply subject -> ack payload
+	all  map[string][]string // reply subject -> every ack payload, in order
 }
 
 func (in *ackInbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	in.mu.Lock()
 	in.acks[string(m.Subject)] = string(m.Payload)
+	if in.all == nil {
+		in.all = map[string][]string{}
+	}
+	in.all[string(m.Subject)] = append(in.all[string(m.Subject)], string(m.Payload))
 	in.mu.Unlock()
 	return true
 }
@@ -410,5 +415,91 @@ func TestReplicatedBigBatchInEntries(t *testing.T) {
 	}
 	if entries < count*size/maxEntryBytes {
 		t.Fatalf("%d message entries for %d MiB", entries, count*size>>20)
+	}
+}
+
+// Every publisher of a batch the leader's writer proposes is answered once: those
+// whose messages were stored by the goroutine that applied them (a run of range
+// acks of one publisher as one answer), one refused before any proposal by the
+// writer.
+func TestReplicatedPublishersAnsweredOnce(t *testing.T) {
+	net := replica.NewLocalNetwork()
+	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: 100}
+	var nodes []*replNode
+	for id := uint64(1); id <= 3; id++ {
+		nodes = append(nodes, startReplNode(t, net, id, cfg))
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.stop(net)
+		}
+	}()
+	leader := leaderOf(t, nodes)
+	const single, ranged = 40, 30
+	for round := range 5 {
+		var p broker.Batch
+		pub := func(reply string, rangeAck bool, payload []byte) {
+			leader.b.Publish(&p, &broker.Message{Subject: []byte("orders.x"), Reply: []byte(reply), RangeAck: rangeAck, Payload: payload})
+		}
+		rangeReply := fmt.Sprintf("_ACK.R.%d", round)
+		for i := range single {
+			pub(fmt.Sprintf("_ACK.S.%d.%d", round, i), false, []byte("s"))
+			pub(rangeReply, true, []byte("r")) // interleaved: runs of one
+		}
+		for range ranged { // consecutive: one answer for the run
+			pub(rangeReply, true, []byte("r"))
+		}
+		bigReply := fmt.Sprintf("_ACK.B.%d", round)
+		pub(bigReply, false, make([]byte, 200))
+		p.Flush()
+
+		wantReplies := single + 2
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			leader.inbox.mu.Lock()
+			got := 0
+			for r := range leader.inbox.all {
+				if r == rangeReply || r == bigReply || strings.HasPrefix(r, fmt.Sprintf("_ACK.S.%d.", round)) {
+					got++
+				}
+			}
+			leader.inbox.mu.Unlock()
+			if got == wantReplies {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d publishers answered", round, got, wantReplies)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // a second answer would come by now
+		leader.inbox.mu.Lock()
+		for i := range single {
+			r := fmt.Sprintf("_ACK.S.%d.%d", round, i)
+			if a := leader.inbox.all[r]; len(a) != 1 || !strings.HasPrefix(a[0], "+OK ORDERS 0 ") {
+				t.Errorf("%s answered %q", r, a)
+			}
+		}
+		if a := leader.inbox.all[bigReply]; len(a) != 1 || !strings.HasPrefix(a[0], fmt.Sprintf("-ERR %d ", streamapi.CodeTooLarge)) {
+			t.Errorf("the message too large answered %q", a)
+		}
+		seqs := map[uint64]bool{}
+		answers := leader.inbox.all[rangeReply]
+		for _, a := range answers {
+			_, seq, n, _, err := streamapi.ParsePubAckRange([]byte(a))
+			if err != nil {
+				t.Fatalf("range ack %q: %v", a, err)
+			}
+			for k := range uint64(n) {
+				if seqs[seq+k] {
+					t.Errorf("round %d: sequence %d acknowledged twice", round, seq+k)
+				}
+				seqs[seq+k] = true
+			}
+		}
+		if len(seqs) != single+ranged || len(answers) > single+1 {
+			t.Errorf("round %d: %d answers cover %d messages, want at most %d covering %d", round, len(answers), len(seqs), single+1, single+ranged)
+		}
+		leader.inbox.mu.Unlock()
 	}
 }
