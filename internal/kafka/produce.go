@@ -137,7 +137,7 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 		c.inBytes.Add(uint64(len(m.value)))
 	}
 	c.inMsgs.Add(uint64(len(ps.msgs)))
-	c.batch.Flush()
+	c.batch.FlushInline()
 	c.batch.WaitStalled(time.Second)
 	if req.Acks == 0 {
 		c.endIdem(ps, nil)

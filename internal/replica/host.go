@@ -266,6 +266,15 @@ func (h *Host) signal() {
 
 // do queues r for the loop and waits for its completion or ctx.
 func (h *Host) do(ctx context.Context, r *request) error {
+	if err := h.submit(r); err != nil {
+		return err
+	}
+	return h.wait(ctx, r)
+}
+
+// submit queues r for the loop; a proposal is appended and sent by the caller
+// itself when the loop is idle.
+func (h *Host) submit(r *request) error {
 	h.mu.Lock()
 	if h.stopping {
 		h.mu.Unlock()
@@ -281,6 +290,11 @@ func (h *Host) do(ctx context.Context, r *request) error {
 	} else {
 		h.signal()
 	}
+	return nil
+}
+
+// wait waits for the loop to complete r.
+func (h *Host) wait(ctx context.Context, r *request) error {
 	select {
 	case <-r.done:
 		return nil
@@ -319,12 +333,39 @@ func finish(r *request) (uint64, error) {
 // data belongs to the group from the call on, whatever its outcome: the Raft log
 // keeps it (in memory too) for replicas that ask for it later. Do not reuse it.
 func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (uint64, error) {
-	r := newReq(reqPropose, group)
-	r.data = data
-	if err := h.do(ctx, r); err != nil {
+	p, err := h.Submit(group, data)
+	if err != nil {
 		return 0, err
 	}
-	return finish(r)
+	return p.Wait(ctx)
+}
+
+// Proposal is an entry submitted with Submit, whose outcome Wait gives.
+type Proposal struct {
+	h *Host
+	r *request
+}
+
+// Submit is Propose without the wait: it queues data for group and returns at
+// once — having appended and sent the entry itself when the loop was idle — so
+// that a caller can hand the wait to another goroutine. Wait must be called
+// once for every Proposal Submit returned.
+func (h *Host) Submit(group uint64, data []byte) (Proposal, error) {
+	r := newReq(reqPropose, group)
+	r.data = data
+	if err := h.submit(r); err != nil {
+		return Proposal{}, err
+	}
+	return Proposal{h: h, r: r}, nil
+}
+
+// Wait returns the proposal's index once it is committed and applied on this
+// node, as Propose does.
+func (p Proposal) Wait(ctx context.Context) (uint64, error) {
+	if err := p.h.wait(ctx, p.r); err != nil {
+		return 0, err
+	}
+	return finish(p.r)
 }
 
 // ChangeMembership proposes a membership change and returns its index once it

@@ -414,6 +414,8 @@ func (m *partitionMachine) Restore(data []byte) error {
 type Replicator interface {
 	// Propose commits data to group and returns once this node has applied it.
 	Propose(ctx context.Context, group uint64, data []byte) (uint64, error)
+	// Submit is Propose without the wait, which the Proposal's Wait does.
+	Submit(group uint64, data []byte) (replica.Proposal, error)
 	// ReadIndex returns once this node has applied everything the group had
 	// committed when it was called (this node leading it).
 	ReadIndex(ctx context.Context, group uint64) (uint64, error)
@@ -451,6 +453,8 @@ type streamRepl struct {
 	// Owned by the writer.
 	tokenBase, token uint64
 	proposals        []partProposal // by partition
+	touched          []int          // the partitions of the batch being written
+	round            []int          // the partitions whose entries are proposed
 }
 
 // maxEntryBytes bounds the messages of one Raft entry (a partition's share of a
@@ -478,6 +482,8 @@ type partProposal struct {
 	items []int // the entry being proposed: a run of all
 	entry []byte
 	token uint64
+	wait  *proposalWait
+	prop  replica.Proposal // submitted, awaited by await
 	res   []pubResult
 	err   error
 }
@@ -493,6 +499,16 @@ const proposeTimeout = 5 * time.Second
 // partition (proposed side by side), and answers their publishers from what
 // applying them gave (acks only once a quorum has the batch).
 func (s *Stream) replicate(q *inbound) {
+	s.startReplicate(q)
+	if s.proposeRound(q) {
+		s.finishReplicate(q)
+	} else {
+		s.endReplicate(q)
+	}
+}
+
+// startReplicate sorts q's messages by partition, with an ack each.
+func (s *Stream) startReplicate(q *inbound) {
 	r := s.repl
 	s.acks = s.acks[:0]
 	for p := range r.proposals {
@@ -509,77 +525,92 @@ func (s *Stream) replicate(q *inbound) {
 		}
 		s.acks = append(s.acks, a)
 	}
-	var touched []int
+	r.touched = r.touched[:0]
 	for p := range r.proposals {
 		if len(r.proposals[p].all) > 0 {
-			touched = append(touched, p)
+			r.touched = append(r.touched, p)
 		}
 	}
-	// A large batch goes as several entries of at most maxEntryBytes, each
-	// partition's in order, so that no entry outgrows what a replica's Raft log
-	// takes as one record.
-	for {
-		var round []int
-		now := time.Now().UnixNano()
-		for _, p := range touched {
-			pp := &r.proposals[p]
-			if pp.next == len(pp.all) {
-				continue
-			}
-			end, size := pp.next, 0
-			for end < len(pp.all) {
-				it := &q.items[pp.all[end]]
-				n := it.subj.n + it.hdr.n + it.data.n + 16
-				if end > pp.next && size+n > maxEntryBytes {
-					break
-				}
-				size += n
-				end++
-			}
-			pp.items, pp.next = pp.all[pp.next:end], end
-			r.token++
-			pp.token = r.tokenBase | r.token&0x7fffffff
-			// Each entry gets a buffer of its own: its bytes belong to the group
-			// once proposed (its Raft log keeps them).
-			pp.entry = appendMsgEntry(nil, pp.token, now, q, pp.items)
-			round = append(round, p)
+}
+
+// proposeRound submits the next entry of every partition with messages left to
+// propose, and reports whether there was any. A large batch goes as several
+// entries of at most maxEntryBytes, each partition's in order, so that no entry
+// outgrows what a replica's Raft log takes as one record.
+func (s *Stream) proposeRound(q *inbound) bool {
+	r := s.repl
+	r.round = r.round[:0]
+	now := time.Now().UnixNano()
+	for _, p := range r.touched {
+		pp := &r.proposals[p]
+		if pp.next == len(pp.all) {
+			continue
 		}
-		if len(round) == 0 {
+		end, size := pp.next, 0
+		for end < len(pp.all) {
+			it := &q.items[pp.all[end]]
+			n := it.subj.n + it.hdr.n + it.data.n + 16
+			if end > pp.next && size+n > maxEntryBytes {
+				break
+			}
+			size += n
+			end++
+		}
+		pp.items, pp.next = pp.all[pp.next:end], end
+		r.token++
+		pp.token = r.tokenBase | r.token&0x7fffffff
+		// Each entry gets a buffer of its own: its bytes belong to the group
+		// once proposed (its Raft log keeps them).
+		pp.entry = appendMsgEntry(nil, pp.token, now, q, pp.items)
+		r.round = append(r.round, p)
+	}
+	for _, p := range r.round {
+		r.submit(s, q, p)
+	}
+	return len(r.round) > 0
+}
+
+// finishReplicate waits for the round proposed and proposes the rest, round by
+// round, then answers the publishers.
+func (s *Stream) finishReplicate(q *inbound) {
+	for {
+		s.awaitRound()
+		if !s.proposeRound(q) {
 			break
 		}
-		if len(round) == 1 {
-			r.propose(s, q, round[0])
-		} else {
-			var wg sync.WaitGroup
-			for _, p := range round {
-				wg.Go(func() { r.propose(s, q, p) })
-			}
-			wg.Wait()
-		}
-		for _, p := range round {
-			pp := &r.proposals[p]
-			if pp.err != nil {
-				for _, i := range pp.items {
-					// Not committed here (no leader, a new one, too slow): the
-					// publisher retries, with its message id if it has one.
-					a := &s.acks[i]
-					a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
-				}
-			} else {
-				s.fillAcks(pp.items, pp.res)
-			}
-			if pp.err != nil {
-				// The rest of the partition's messages are not proposed after a
-				// failed entry: stored behind it, they would pass it by.
-				for _, i := range pp.all[pp.next:] {
-					a := &s.acks[i]
-					a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
-				}
-				pp.next = len(pp.all)
-			}
-			pp.entry, pp.res, pp.err = nil, nil, nil
-		}
 	}
+	s.endReplicate(q)
+}
+
+// awaitRound collects the results of the round proposed.
+func (s *Stream) awaitRound() {
+	r := s.repl
+	for _, p := range r.round {
+		pp := &r.proposals[p]
+		r.await(p)
+		if pp.err != nil {
+			for _, i := range pp.items {
+				// Not committed here (no leader, a new one, too slow): the
+				// publisher retries, with its message id if it has one.
+				a := &s.acks[i]
+				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+			}
+			// The rest of the partition's messages are not proposed after a
+			// failed entry: stored behind it, they would pass it by.
+			for _, i := range pp.all[pp.next:] {
+				a := &s.acks[i]
+				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+			}
+			pp.next = len(pp.all)
+		} else {
+			s.fillAcks(pp.items, pp.res)
+		}
+		pp.entry, pp.res, pp.err = nil, nil, nil
+	}
+}
+
+// endReplicate answers what the machine did not and wakes the consumers.
+func (s *Stream) endReplicate(q *inbound) {
 	s.answer(q) // what the machine did not answer
 	if s.retention == streamapi.RetainInterest && s.numConsumers() == 0 {
 		// Nobody was interested: the messages were acknowledged and are gone.
@@ -592,26 +623,44 @@ func (s *Stream) replicate(q *inbound) {
 		s.replicateRemovals(gone, nil)
 		return
 	}
-	for _, p := range touched {
+	for _, p := range s.repl.touched {
 		s.notify(p)
 	}
 }
 
-// propose commits partition p's share of a batch and collects its results.
-func (r *streamRepl) propose(s *Stream, q *inbound, p int) {
+// submit proposes partition p's entry without waiting for it (await does).
+func (r *streamRepl) submit(s *Stream, q *inbound, p int) {
 	pp := &r.proposals[p]
-	w := &proposalWait{s: s, q: q, items: pp.items}
+	pp.wait = &proposalWait{s: s, q: q, items: pp.items}
 	r.mu.Lock()
-	r.waiting[pp.token] = w
+	r.waiting[pp.token] = pp.wait
 	r.mu.Unlock()
+	pp.prop, pp.err = r.r.Submit(r.groups[p], pp.entry)
+	if pp.err != nil {
+		r.mu.Lock()
+		delete(r.waiting, pp.token)
+		r.mu.Unlock()
+		pp.wait = nil
+	}
+}
+
+// await waits for partition p's entry to commit and collects its results.
+func (r *streamRepl) await(p int) {
+	pp := &r.proposals[p]
+	w := pp.wait
+	if w == nil {
+		return // not submitted: pp.err says why
+	}
+	pp.wait = nil
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
-	_, pp.err = r.r.Propose(ctx, r.groups[p], pp.entry)
+	_, pp.err = pp.prop.Wait(ctx)
 	cancel()
+	pp.prop = replica.Proposal{}
 	r.mu.Lock()
 	delete(r.waiting, pp.token)
 	pp.res = w.res
 	if w.answered {
-		pp.err = nil // applied and answered, though Propose gave up waiting
+		pp.err = nil // applied and answered, though the wait gave up
 	}
 	r.mu.Unlock()
 	if pp.err == nil && len(pp.res) != len(pp.items) {

@@ -69,6 +69,13 @@ const replGroup = 16
 
 func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg streamapi.StreamConfig) *replNode {
 	t.Helper()
+	return startReplNodeWith(t, net, id, cfg, func(h *replica.Host) Replicator { return h })
+}
+
+// startReplNodeWith is startReplNode with the stream reaching its host through
+// what replicator makes of it.
+func startReplNodeWith(t *testing.T, net *replica.LocalNetwork, id uint64, cfg streamapi.StreamConfig, replicator func(*replica.Host) Replicator) *replNode {
+	t.Helper()
 	n := &replNode{id: id, b: broker.New(), inbox: &ackInbox{acks: map[string]string{}}}
 	m, err := New(Config{Dir: t.TempDir()}, n.b, nil)
 	if err != nil {
@@ -87,7 +94,7 @@ func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg strea
 	for p := range groups {
 		groups[p] = replGroup + uint64(p)
 	}
-	s, machines, err := m.OpenReplica(cfg, time.Now(), ReplicaConfig{Groups: groups, Replicator: h})
+	s, machines, err := m.OpenReplica(cfg, time.Now(), ReplicaConfig{Groups: groups, Replicator: replicator(h)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,6 +430,11 @@ func TestReplicatedBigBatchInEntries(t *testing.T) {
 // acks of one publisher as one answer), one refused before any proposal by the
 // writer.
 func TestReplicatedPublishersAnsweredOnce(t *testing.T) {
+	t.Run("writer", func(t *testing.T) { testPublishersAnsweredOnce(t, (*broker.Batch).Flush) })
+	t.Run("inline", func(t *testing.T) { testPublishersAnsweredOnce(t, (*broker.Batch).FlushInline) })
+}
+
+func testPublishersAnsweredOnce(t *testing.T, flush func(*broker.Batch)) {
 	net := replica.NewLocalNetwork()
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: 100}
 	var nodes []*replNode
@@ -451,7 +463,7 @@ func TestReplicatedPublishersAnsweredOnce(t *testing.T) {
 		}
 		bigReply := fmt.Sprintf("_ACK.B.%d", round)
 		pub(bigReply, false, make([]byte, 200))
-		p.Flush()
+		flush(&p)
 
 		wantReplies := single + 2
 		deadline := time.Now().Add(10 * time.Second)

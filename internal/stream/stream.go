@@ -67,12 +67,20 @@ type Stream struct {
 	stopped  chan struct{}
 	started  bool
 
-	// Owned by the writer.
-	batch   broker.Batch
-	acks    []pendingAck
-	ackBuf  []byte
-	touched []bool
-	dedup   *dedupWindow
+	// role is held by whoever does the writer's work: the writer goroutine, or
+	// a publisher's goroutine proposing a replicated batch itself while the
+	// writer is idle (writeInline), so the logs have one writer at a time.
+	role sync.Mutex
+
+	// Owned by the writer (whoever holds role).
+	writerLive bool    // the writer goroutine runs: inline passes may start
+	cur        inbound // the batch being written
+	inPass     bool    // cur was proposed inline; the writer waits for its commit
+	batch      broker.Batch
+	acks       []pendingAck
+	ackBuf     []byte
+	touched    []bool
+	dedup      *dedupWindow
 
 	cmu       sync.RWMutex
 	consumers map[string]*Consumer
@@ -415,6 +423,7 @@ func (c *accountCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message
 }
 
 func (c *accountCaptureSink) Flush()                 { (*captureSink)(c).Flush() }
+func (c *accountCaptureSink) FlushInline()           { (*captureSink)(c).FlushInline() }
 func (c *accountCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c).Stall() }
 func (c *accountCaptureSink) Stuck()                 {}
 
@@ -447,6 +456,7 @@ func notCaptured(subj []byte) bool {
 }
 
 func (c *globalWildCaptureSink) Flush()                 { (*captureSink)(c).Flush() }
+func (c *globalWildCaptureSink) FlushInline()           { (*captureSink)(c).FlushInline() }
 func (c *globalWildCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c).Stall() }
 func (c *globalWildCaptureSink) Stuck()                 {}
 
@@ -455,6 +465,14 @@ func (c *captureSink) Flush() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
+	}
+}
+
+// FlushInline is Flush for a publisher that may do the writer's work itself
+// (writeInline).
+func (c *captureSink) FlushInline() {
+	if !(*Stream)(c).writeInline() {
+		c.Flush()
 	}
 }
 
@@ -494,23 +512,46 @@ func (s *Stream) writer() {
 	defer close(s.stopped)
 	ticker := time.NewTicker(expireEvery)
 	defer ticker.Stop()
+	s.role.Lock()
+	s.writerLive = true
+	s.role.Unlock()
 	for {
 		select {
 		case <-s.kick:
 		case <-ticker.C:
+			s.lockWriter()
 			s.expire()
+			s.role.Unlock()
 			continue
 		case op := <-s.ops:
+			s.lockWriter()
 			s.writeBatch()
 			op.fn()
+			s.role.Unlock()
 			close(op.done)
 			continue
 		case <-s.done:
 			// Answer what is queued so publishers are not left waiting.
+			s.lockWriter()
 			s.writeBatch()
+			s.writerLive = false
+			s.role.Unlock()
 			return
 		}
+		s.lockWriter()
 		s.writeBatch()
+		s.role.Unlock()
+	}
+}
+
+// lockWriter takes the writer's role on the writer goroutine and first
+// finishes the batch a publisher proposed inline, if any.
+func (s *Stream) lockWriter() {
+	s.role.Lock()
+	if s.inPass {
+		s.inPass = false
+		s.finishReplicate(&s.cur)
+		s.recycle(nil)
 	}
 }
 
@@ -552,43 +593,106 @@ func (s *Stream) expire() {
 // partition, then answers the publishers and wakes the consumers.
 func (s *Stream) writeBatch() {
 	for {
-		s.qmu.Lock()
-		if len(s.q.items) == 0 && len(s.deletes) == 0 && len(s.interest) == 0 {
-			if s.stallCh != nil {
-				close(s.stallCh)
-				s.stallCh = nil
-			}
-			s.qmu.Unlock()
+		dels, checks, ok := s.take(true)
+		if !ok {
 			return
 		}
-		q := s.q
-		s.q = s.spare
-		dels := s.deletes
-		s.deletes = s.spareDel[:0]
-		checks := s.interest
-		s.interest = nil
-		if s.stallCh != nil && len(q.buf) > 0 {
-			// The queue was just emptied: publishers may go on.
-			close(s.stallCh)
-			s.stallCh = nil
-		}
-		s.qmu.Unlock()
-
 		if s.repl != nil {
 			s.replicateRemovals(dels, checks)
-			s.replicate(&q)
+			s.replicate(&s.cur)
 		} else {
 			s.applyDeletes(dels)
 			s.checkInterest(checks)
-			s.commit(&q)
+			s.commit(&s.cur)
 		}
-
-		q.reset()
-		s.qmu.Lock()
-		s.spare = q
-		s.spareDel = dels[:0]
-		s.qmu.Unlock()
+		s.recycle(dels)
 	}
+}
+
+// take moves what was captured into s.cur, with the removals and interest
+// checks queued when withRemovals (ok is false when there is nothing to do). It
+// lets stalled publishers go on once the queue is emptied.
+func (s *Stream) take(withRemovals bool) (dels, checks []partSeq, ok bool) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q.items) == 0 && (!withRemovals || len(s.deletes) == 0 && len(s.interest) == 0) {
+		if s.stallCh != nil {
+			close(s.stallCh)
+			s.stallCh = nil
+		}
+		return nil, nil, false
+	}
+	s.cur, s.q = s.q, s.spare
+	s.spare = inbound{}
+	if withRemovals {
+		dels, checks = s.deletes, s.interest
+		s.deletes, s.interest = s.spareDel[:0], nil
+	}
+	if s.stallCh != nil && len(s.cur.buf) > 0 {
+		// The queue was just emptied: publishers may go on.
+		close(s.stallCh)
+		s.stallCh = nil
+	}
+	return dels, checks, true
+}
+
+// recycle keeps the written batch's buffers (and dels's, unless nil) for the
+// next one.
+func (s *Stream) recycle(dels []partSeq) {
+	s.cur.reset()
+	s.qmu.Lock()
+	s.spare, s.cur = s.cur, inbound{}
+	if dels != nil {
+		s.spareDel = dels[:0]
+	}
+	s.qmu.Unlock()
+}
+
+// writeInline does the writer's work for a captured batch on the publisher's
+// goroutine that captured it, when the writer is idle. A stream of one node
+// commits it there and then, answering its publishers. A replicated stream
+// proposes the batch — its Raft entry appended and sent from here too when the
+// group's loop is idle (replica.Host.Submit) — and leaves the wait for the
+// commit to the writer goroutine, so the entry goes out without waking it first
+// and the publisher is not held for the round trip. The acknowledgements leave
+// from the goroutine that applies the entry (streamRepl.applied). It reports
+// false when the writer must be woken instead: busy, still waiting for a batch,
+// or with removals queued.
+func (s *Stream) writeInline() bool {
+	if !s.role.TryLock() {
+		return false
+	}
+	defer s.role.Unlock()
+	if !s.writerLive || s.inPass {
+		return false
+	}
+	if s.repl == nil {
+		dels, checks, ok := s.take(true)
+		if ok {
+			s.applyDeletes(dels)
+			s.checkInterest(checks)
+			s.commit(&s.cur)
+			s.recycle(dels)
+		}
+		return true
+	}
+	s.qmu.Lock()
+	removals := len(s.deletes) > 0 || len(s.interest) > 0
+	s.qmu.Unlock()
+	if removals {
+		return false
+	}
+	if _, _, ok := s.take(false); !ok {
+		return true
+	}
+	s.startReplicate(&s.cur)
+	if !s.proposeRound(&s.cur) {
+		s.endReplicate(&s.cur)
+		s.recycle(nil)
+		return true
+	}
+	s.inPass = true
+	return false // the writer waits for the commit
 }
 
 // queueInterestCheck asks the writer whether every consumer is now done with a
