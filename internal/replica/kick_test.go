@@ -1,26 +1,16 @@
 package replica
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-)
 
-// goroutineID is the running goroutine's number, from its stack's first line.
-func goroutineID() uint64 {
-	var b [64]byte
-	n := runtime.Stack(b[:], false)
-	f := bytes.Fields(b[:n])
-	id, _ := strconv.ParseUint(string(f[1]), 10, 64)
-	return id
-}
+	"github.com/tern-mq/tern/internal/testenv"
+)
 
 // A follower steps what it receives on the sender's goroutine when its loop is
 // idle (LocalNetwork delivers as a route reader does: Enqueue, then Kick), so one
@@ -35,7 +25,7 @@ func TestKickStepsOnTheReceiversGoroutine(t *testing.T) {
 		applyOn[n] = map[uint64]bool{}
 		c.sms[[2]uint64{n, 1}].onApply = func(Entry, uint64) {
 			mu.Lock()
-			applyOn[n][goroutineID()] = true
+			applyOn[n][testenv.GoroutineID()] = true
 			mu.Unlock()
 		}
 	}

@@ -589,17 +589,14 @@ func (s *Stream) awaitRound() {
 		pp := &r.proposals[p]
 		r.await(p)
 		if pp.err != nil {
-			for _, i := range pp.items {
-				// Not committed here (no leader, a new one, too slow): the
-				// publisher retries, with its message id if it has one.
-				a := &s.acks[i]
-				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
-			}
-			// The rest of the partition's messages are not proposed after a
-			// failed entry: stored behind it, they would pass it by.
-			for _, i := range pp.all[pp.next:] {
-				a := &s.acks[i]
-				a.code, a.err = streamapi.CodeUnavailable, fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+			// Not committed here (no leader, a new one, too slow): the
+			// publisher retries, with its message id if it has one. The rest
+			// of the partition's messages (pp.items is the run of pp.all
+			// before pp.next) are not proposed after a failed entry: stored
+			// behind it, they would pass it by.
+			why := fmt.Sprintf("stream %q not replicated: %v", s.name, pp.err)
+			for _, i := range pp.all[pp.next-len(pp.items):] {
+				s.acks[i].code, s.acks[i].err = streamapi.CodeUnavailable, why
 			}
 			pp.next = len(pp.all)
 		} else {

@@ -197,6 +197,12 @@ func (n *replNode) publish(t *testing.T, i int) string {
 	n.b.Publish(&p, &broker.Message{Subject: []byte(fmt.Sprintf("orders.%d", i%7)), Reply: []byte(reply),
 		Header: header.Append(nil, streamapi.HeaderMsgID, fmt.Sprint("m", i)), Payload: []byte(fmt.Sprint("order ", i))})
 	p.Flush()
+	return n.waitAck(t, reply)
+}
+
+// waitAck waits for the ack on reply.
+func (n *replNode) waitAck(t *testing.T, reply string) string {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if a, ok := n.inbox.get(reply); ok {
@@ -204,7 +210,7 @@ func (n *replNode) publish(t *testing.T, i int) string {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("no ack for message %d on node %d", i, n.id)
+	t.Fatalf("no ack on %s", reply)
 	return ""
 }
 

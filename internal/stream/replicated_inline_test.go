@@ -1,10 +1,7 @@
 package stream
 
 import (
-	"bytes"
 	"fmt"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +9,7 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/replica"
 	"github.com/tern-mq/tern/internal/streamapi"
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 // submitRecorder is a node's real Raft host that also notes which goroutine
@@ -24,7 +22,7 @@ type submitRecorder struct {
 
 func (r *submitRecorder) Submit(group uint64, data []byte) (replica.Proposal, error) {
 	r.mu.Lock()
-	r.gorts = append(r.gorts, goroutineID())
+	r.gorts = append(r.gorts, testenv.GoroutineID())
 	r.mu.Unlock()
 	return r.Host.Submit(group, data)
 }
@@ -33,15 +31,6 @@ func (r *submitRecorder) submitters() []uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]uint64(nil), r.gorts...)
-}
-
-// goroutineID is the running goroutine's number, from its stack's first line.
-func goroutineID() uint64 {
-	var b [64]byte
-	line := b[:runtime.Stack(b[:], false)]
-	line = bytes.TrimPrefix(line, []byte("goroutine "))
-	id, _ := strconv.ParseUint(string(line[:bytes.IndexByte(line, ' ')]), 10, 64)
-	return id
 }
 
 // writerIdle waits until the writer runs, no one does its work and no inline
@@ -83,25 +72,12 @@ func startRecordedCluster(t *testing.T) (leader *replNode, rec *submitRecorder) 
 	return leader, recs[leader.id]
 }
 
-func (n *replNode) waitAck(t *testing.T, reply string) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if a, ok := n.inbox.get(reply); ok {
-			return a
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("no ack on %s", reply)
-	return ""
-}
-
 // A publisher flushing inline to an idle replicated stream proposes its batch
 // on its own goroutine: the writer goroutine is not woken before the entry
 // goes out, and the publish is acknowledged and stored in order.
 func TestInlinePublisherProposesItself(t *testing.T) {
 	leader, rec := startRecordedCluster(t)
-	me := goroutineID()
+	me := testenv.GoroutineID()
 	const n = 20
 	for i := range n {
 		writerIdle(t, leader.s)
@@ -155,7 +131,7 @@ func TestInlinePublisherLeavesABusyWriter(t *testing.T) {
 	if a := leader.waitAck(t, "_ACK.busy"); a != "+OK ORDERS 0 1" {
 		t.Fatalf("answered %q", a)
 	}
-	if subs := rec.submitters(); len(subs) != 1 || subs[0] == goroutineID() {
+	if subs := rec.submitters(); len(subs) != 1 || subs[0] == testenv.GoroutineID() {
 		t.Fatalf("submitted by %v, want once by the writer", subs)
 	}
 }

@@ -597,16 +597,23 @@ func (s *Stream) writeBatch() {
 		if !ok {
 			return
 		}
-		if s.repl != nil {
-			s.replicateRemovals(dels, checks)
-			s.replicate(&s.cur)
-		} else {
-			s.applyDeletes(dels)
-			s.checkInterest(checks)
-			s.commit(&s.cur)
-		}
-		s.recycle(dels)
+		s.write(dels, checks)
 	}
+}
+
+// write writes the batch taken into s.cur with the removals taken beside it:
+// committed here on a stream of one node, proposed and awaited on a replicated
+// one.
+func (s *Stream) write(dels, checks []partSeq) {
+	if s.repl != nil {
+		s.replicateRemovals(dels, checks)
+		s.replicate(&s.cur)
+	} else {
+		s.applyDeletes(dels)
+		s.checkInterest(checks)
+		s.commit(&s.cur)
+	}
+	s.recycle(dels)
 }
 
 // take moves what was captured into s.cur, with the removals and interest
@@ -667,12 +674,8 @@ func (s *Stream) writeInline() bool {
 		return false
 	}
 	if s.repl == nil {
-		dels, checks, ok := s.take(true)
-		if ok {
-			s.applyDeletes(dels)
-			s.checkInterest(checks)
-			s.commit(&s.cur)
-			s.recycle(dels)
+		if dels, checks, ok := s.take(true); ok {
+			s.write(dels, checks)
 		}
 		return true
 	}

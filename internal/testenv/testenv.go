@@ -1,11 +1,14 @@
 // Package testenv finds, for tests, what scripts/deps.sh installs in the repository:
-// the repository's root and the interpreter of its Python virtual environment.
-// Only tests import it.
+// the repository's root and the interpreter of its Python virtual environment; and
+// it tells tests which goroutine runs them (GoroutineID). Only tests import it.
 package testenv
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"testing"
 )
 
@@ -39,4 +42,13 @@ func Python(t testing.TB, forWhat string) string {
 		t.Fatalf("%s missing: run scripts/deps.sh to install %s", py, forWhat)
 	}
 	return py
+}
+
+// GoroutineID is the running goroutine's number, from its stack's first line
+// ("goroutine N [running]:"): for tests asserting which goroutine did some work.
+func GoroutineID() uint64 {
+	var b [64]byte
+	f := bytes.Fields(b[:runtime.Stack(b[:], false)])
+	id, _ := strconv.ParseUint(string(f[1]), 10, 64)
+	return id
 }
