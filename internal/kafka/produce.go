@@ -31,16 +31,17 @@ const (
 
 // produceScratch is a connection's reusable produce state.
 type produceScratch struct {
-	hdr    []byte // header blocks of the records, one after another
-	reply  []byte
-	num    []byte
-	bufs   [][]byte // decompression buffers, one per compressed batch
-	msgs   []outMsg
-	parts  []partOut
-	idem   []idemBatch
-	rec    kmsg.Record
-	bm     broker.Message
-	errIdx []kmsg.ProduceResponseTopicPartitionErrorRecord
+	hdr      []byte // header blocks of the records, one after another
+	idPrefix []byte // the message ids' start of the batch being decoded
+	reply    []byte
+	num      []byte
+	bufs     [][]byte // decompression buffers, one per compressed batch
+	msgs     []outMsg
+	parts    []partOut
+	idem     []idemBatch
+	rec      kmsg.Record
+	bm       broker.Message
+	errIdx   []kmsg.ProduceResponseTopicPartitionErrorRecord
 }
 
 // outMsg is a record ready to publish.
@@ -238,6 +239,11 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 			nbuf++
 		}
 		from := len(ps.msgs)
+		if idem {
+			// The ids of a batch's records differ in their sequence only.
+			ps.idPrefix = appendIDPrefix(ps.idPrefix[:0], batch.ProducerID, batch.ProducerEpoch, po.partition)
+		}
+		lastTS, tsText := int64(0), []byte(nil)
 		err = eachRecord(body, batch.NumRecords, &ps.rec, func(i int, rec *kmsg.Record) error {
 			subj, err := recordSubject(t, rec)
 			if err != nil {
@@ -264,13 +270,16 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 			if rec.Key != nil {
 				h = header.Append(h, streamapi.HeaderKey, unsafeString(rec.Key))
 			}
-			ts := batch.FirstTimestamp + rec.TimestampDelta64
-			h = header.Append(h, HeaderTimestamp, unsafeString(strconv.AppendInt(tsNum[:0], ts, 10)))
+			if ts := batch.FirstTimestamp + rec.TimestampDelta64; tsText == nil || ts != lastTS {
+				// A batch's records mostly share their timestamp.
+				lastTS, tsText = ts, strconv.AppendInt(tsNum[:0], ts, 10)
+			}
+			h = header.Append(h, HeaderTimestamp, unsafeString(tsText))
 			if idem {
-				h = appendMsgID(h, streamapi.HeaderMsgID, batch.ProducerID, batch.ProducerEpoch, po.partition, nextSeq(batch.FirstSequence, int64(i)))
+				h = appendMsgID(h, streamapi.HeaderMsgID, ps.idPrefix, nextSeq(batch.FirstSequence, int64(i)))
 				if i == 0 && hasAfter {
 					// Behind a batch still in flight: stored only if that one was.
-					h = appendMsgID(h, streamapi.HeaderExpectedLastMsgID, batch.ProducerID, batch.ProducerEpoch, po.partition, after)
+					h = appendMsgID(h, streamapi.HeaderExpectedLastMsgID, ps.idPrefix, after)
 				}
 			}
 			for j := range rec.Headers {
@@ -370,18 +379,24 @@ type errRecord string
 
 func (e errRecord) Error() string { return string(e) }
 
+// appendIDPrefix appends what the message ids of an idempotent producer's records
+// on one partition start with: "kafka:<producer id>:<epoch>:<partition>:".
+func appendIDPrefix(dst []byte, id int64, epoch int16, part int32) []byte {
+	dst = append(dst, msgIDPrefix...)
+	dst = strconv.AppendInt(dst, id, 10)
+	dst = append(dst, ':')
+	dst = strconv.AppendInt(dst, int64(epoch), 10)
+	dst = append(dst, ':')
+	dst = strconv.AppendInt(dst, int64(part), 10)
+	return append(dst, ':')
+}
+
 // appendMsgID appends header key (Tern-Msg-Id, or Tern-Expected-Last-Msg-Id)
-// with the id of an idempotent producer's record.
-func appendMsgID(h []byte, key string, id int64, epoch int16, part, seq int32) []byte {
-	var b [80]byte
-	v := append(b[:0], msgIDPrefix...)
-	v = strconv.AppendInt(v, id, 10)
-	v = append(v, ':')
-	v = strconv.AppendInt(v, int64(epoch), 10)
-	v = append(v, ':')
-	v = strconv.AppendInt(v, int64(part), 10)
-	v = append(v, ':')
-	v = strconv.AppendInt(v, int64(seq), 10)
+// with the id of the record of sequence seq, prefix being its producer's and
+// partition's (appendIDPrefix).
+func appendMsgID(h []byte, key string, prefix []byte, seq int32) []byte {
+	var b [96]byte
+	v := strconv.AppendInt(append(b[:0], prefix...), int64(seq), 10)
 	return header.Append(h, key, unsafeString(v))
 }
 

@@ -136,26 +136,32 @@ func benchIdle(b *testing.B, groups int, noQuiesce bool) {
 // SendBeforeSync the leader's fsync overlaps its followers' instead of coming
 // before them.
 func BenchmarkProposeOneAtATime(b *testing.B) {
-	for _, early := range []bool{false, true} {
-		b.Run(fmt.Sprintf("fsync=500µs/sendBeforeSync=%v", early), func(b *testing.B) {
-			c := newCluster(b, Config{SnapshotEntries: 20000, CompactionOverhead: 1000, SendBeforeSync: early}, 3)
-			c.addGroup(1, []uint64{1, 2, 3})
-			for _, st := range c.stores {
-				st.delay = 500 * time.Microsecond
-			}
-			for _, h := range c.hosts {
-				h.Start()
-			}
-			_ = c.hosts[1].Campaign(context.Background(), 1)
-			leader := c.waitLeaders(b, []uint64{1}, 10*time.Second, 0)[1]
-			data := make([]byte, 16)
-			ctx := context.Background()
-			b.ResetTimer()
-			for b.Loop() {
-				if _, err := c.hosts[leader].Propose(ctx, 1, data); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	for _, fsync := range []time.Duration{0, 500 * time.Microsecond} {
+		for _, early := range []bool{false, true} {
+			b.Run(fmt.Sprintf("fsync=%v/sendBeforeSync=%v", fsync, early), func(b *testing.B) {
+				benchProposeOneAtATime(b, fsync, early)
+			})
+		}
+	}
+}
+
+func benchProposeOneAtATime(b *testing.B, fsync time.Duration, early bool) {
+	c := newCluster(b, Config{SnapshotEntries: 20000, CompactionOverhead: 1000, SendBeforeSync: early}, 3)
+	c.addGroup(1, []uint64{1, 2, 3})
+	for _, st := range c.stores {
+		st.delay = fsync
+	}
+	for _, h := range c.hosts {
+		h.Start()
+	}
+	_ = c.hosts[1].Campaign(context.Background(), 1)
+	leader := c.waitLeaders(b, []uint64{1}, 10*time.Second, 0)[1]
+	data := make([]byte, 16)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.hosts[leader].Propose(ctx, 1, data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

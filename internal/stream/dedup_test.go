@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/streamapi"
 )
 
 // TestDedupWindowMatchesASet drives the window with seeded random ids — numbered
@@ -141,6 +144,32 @@ func BenchmarkDedupPlain(b *testing.B) {
 		id := unsafe.String(unsafe.SliceData(buf), len(buf))
 		if _, _, dup := d.lookup(id, now); !dup {
 			d.add(id, 0, i+1, now)
+		}
+	}
+}
+
+// pubIDs answers as header Lookups of the message id and the expected last id do:
+// the first of each, an empty id being none.
+func TestPubIDsAsLookups(t *testing.T) {
+	blocks := [][][2]string{
+		nil,
+		{{"a", "1"}},
+		{{streamapi.HeaderMsgID, "x"}},
+		{{streamapi.HeaderMsgID, ""}, {streamapi.HeaderMsgID, "y"}},
+		{{"k", "v"}, {streamapi.HeaderExpectedLastMsgID, "e1"}, {streamapi.HeaderMsgID, "m1"}, {streamapi.HeaderExpectedLastMsgID, "e2"}},
+		{{streamapi.HeaderExpectedLastMsgID, ""}},
+		{{streamapi.HeaderMsgID, "m1"}, {streamapi.HeaderMsgID, "m2"}, {streamapi.HeaderExpectedLastMsgID, "e"}},
+	}
+	for _, pairs := range blocks {
+		var h []byte
+		for _, p := range pairs {
+			h = header.Append(h, p[0], p[1])
+		}
+		id, exp, hasExp := pubIDs(header.Block(h))
+		wantID, _ := header.Block(h).Lookup(streamapi.HeaderMsgID)
+		wantExp, wantHas := header.Block(h).Lookup(streamapi.HeaderExpectedLastMsgID)
+		if id != wantID || exp != wantExp || hasExp != wantHas {
+			t.Errorf("%v: pubIDs = %q, %q, %v; Lookups %q, %q, %v", pairs, id, exp, hasExp, wantID, wantExp, wantHas)
 		}
 	}
 }

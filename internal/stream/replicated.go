@@ -309,8 +309,8 @@ type appliedBatch struct {
 // store applies one message. Refusals by the store's limits are results, not
 // failures: every replica refuses alike.
 func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
-	id, hasID := header.Block(hdr).Lookup(streamapi.HeaderMsgID)
-	if hasID && id != "" {
+	id, exp, hasExp := pubIDs(hdr)
+	if id != "" {
 		if _, seq, dup := m.dedup.lookup(id, ts); dup {
 			return pubResult{seq: seq, dup: true}
 		}
@@ -319,12 +319,12 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 	if st := m.log.State(); st.LastSeq >= seq {
 		// Stored before a restart: this entry is being applied again.
 		m.last = seq
-		if hasID && id != "" {
+		if id != "" {
 			m.dedup.add(id, m.part, seq, ts)
 		}
 		return pubResult{seq: seq}
 	}
-	if exp, ok := header.Block(hdr).Lookup(streamapi.HeaderExpectedLastMsgID); ok && !m.dedup.isHighest(exp, ts) {
+	if hasExp && !m.dedup.isHighest(exp, ts) {
 		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: " + exp + " is not the last one stored"}
 	}
 	got, err := m.log.Append(subj, hdr, data, ts)
@@ -342,7 +342,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 		return pubResult{code: streamapi.CodeInternal, err: fmt.Sprintf("stored at %d, expected %d", got, seq)}
 	}
 	m.last = seq
-	if hasID && id != "" {
+	if id != "" {
 		m.dedup.add(id, m.part, seq, ts)
 	}
 	return pubResult{seq: seq}

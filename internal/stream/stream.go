@@ -814,7 +814,8 @@ func (s *Stream) commit(q *inbound) {
 		}
 		hdr := header.Block(q.get(it.hdr))
 		subj := q.get(it.subj)
-		if id, ok := hdr.Lookup(streamapi.HeaderMsgID); ok && id != "" {
+		id, exp, hasExp := pubIDs(hdr)
+		if id != "" {
 			if part, seq, dup := s.dedup.lookup(id, now); dup {
 				a.part, a.seq, a.dup = part, seq, true
 				s.acks = append(s.acks, a)
@@ -822,7 +823,7 @@ func (s *Stream) commit(q *inbound) {
 			}
 			a.msgID = id
 		}
-		if exp, ok := hdr.Lookup(streamapi.HeaderExpectedLastMsgID); ok && !s.dedup.isHighest(exp, now) {
+		if hasExp && !s.dedup.isHighest(exp, now) {
 			a.code, a.err, a.msgID = streamapi.CodeWrongLastMsgID, "wrong last message id: "+exp+" is not the last one stored", ""
 			s.acks = append(s.acks, a)
 			continue
