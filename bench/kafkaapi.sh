@@ -11,7 +11,11 @@
 # ProducerPerformance at 100 B and 1 KiB with acks=1 and acks=all, unthrottled;
 # ConsumerPerformance (one consumer group member reading a pre-filled topic from the
 # start); end-to-end latency at fixed rates with a franz-go producer and consumer in
-# one process; each run's peak RSS (VmHWM) of the servers, summed over a cluster.
+# one process; each run's peak RSS (VmHWM) of the servers, summed over a cluster,
+# and the CPU time per record of the servers (utime+stime of their pids, summed)
+# and of the client (the harness process for the franz-go rows, the tool's JVM,
+# start-up included, for ProducerPerformance and ConsumerPerformance), over the same
+# measured phase.
 #
 # Installs what is missing (Kafka's jars from Maven Central, bench/kafka.sh), builds
 # tern and the harness, checks that every port it uses is free, starts each system
@@ -40,8 +44,9 @@
 #   TERN_CPUPROFILE=DIR  run Tern under bench/ternserve, writing a CPU profile per
 #                        node into DIR (tern.prof single node, tern1..3.prof cluster)
 #   OUT (bench/out)      results in $OUT/kafkaapi
-# Outputs in $OUT/kafkaapi: results.md (the tables), kafka-1.json, tern-1.json,
-# kafka-3.json, tern-3.json (every run), tools.log (every Kafka tool's output), the
+# Outputs in $OUT/kafkaapi: results.md (the tables: records/s, p99, peak RSS, server
+# and client CPU µs/rec), kafka-1.json, tern-1.json, kafka-3.json, tern-3.json (every
+# run, with its CPU seconds and µs per record), tools.log (every Kafka tool's output), the
 # servers' configs and logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -130,6 +130,19 @@ type kafkaResult struct {
 	HWMKiB     int64   `json:"hwm_kib,omitempty"`
 	HWMEachKiB []int64 `json:"hwm_each_kib,omitempty"`
 	LoadAvg1   float64 `json:"load_avg1,omitempty"`
+	// kafkaapi: CPU time (user and system) over the same window as the peak RSS.
+	// Server: the system's processes (utime+stime of /proc/<pid>/stat, in 10 ms
+	// ticks), summed and each. Client: the tool's JVM from its start to its exit
+	// (ProducerPerformance, ConsumerPerformance: the JVM's start-up included), or
+	// this process (the franz-go rows). Per record: divided by CPURecords, the
+	// records the window handled (the measured ones and a producer row's warm-up
+	// records, which are sent in the same window).
+	ServerCPUSeconds     float64   `json:"server_cpu_seconds,omitempty"`
+	ServerCPUEachSeconds []float64 `json:"server_cpu_each_seconds,omitempty"`
+	ClientCPUSeconds     float64   `json:"client_cpu_seconds,omitempty"`
+	CPURecords           int64     `json:"cpu_records,omitempty"`
+	ServerCPUUSPerRecord float64   `json:"server_cpu_us_per_record,omitempty"`
+	ClientCPUUSPerRecord float64   `json:"client_cpu_us_per_record,omitempty"`
 	// Summary is the tool's result line(s), verbatim.
 	Summary string `json:"summary"`
 }
@@ -224,6 +237,13 @@ type javaTool struct {
 // printed on stdout. On timeout or cancellation the JVM gets SIGTERM, then SIGKILL
 // 10 s later.
 func (j *javaTool) run(ctx context.Context, timeout time.Duration, class string, args ...string) (string, error) {
+	out, _, err := j.runCPU(ctx, timeout, class, args...)
+	return out, err
+}
+
+// runCPU is run, also returning the CPU time the JVM used, user and system, from
+// its start to its exit (0 when it did not start).
+func (j *javaTool) runCPU(ctx context.Context, timeout time.Duration, class string, args ...string) (string, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	argv := append(append(slices.Clone(j.opts), "-cp", j.cp, class), args...)
@@ -235,13 +255,17 @@ func (j *javaTool) run(ctx context.Context, timeout time.Duration, class string,
 	cmd.Stderr = io.MultiWriter(&errb, j.log)
 	fmt.Fprintf(j.log, "\n== %s %s %s\n", time.Now().Format(time.TimeOnly), class, strings.Join(args, " "))
 	err := cmd.Run()
+	var cpu time.Duration
+	if ps := cmd.ProcessState; ps != nil {
+		cpu = ps.UserTime() + ps.SystemTime()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
 		}
-		return out.String(), fmt.Errorf("%s: %w%s", shortClass(class), err, tail(errb.String(), 3))
+		return out.String(), cpu, fmt.Errorf("%s: %w%s", shortClass(class), err, tail(errb.String(), 3))
 	}
-	return out.String(), nil
+	return out.String(), cpu, nil
 }
 
 func shortClass(c string) string { return c[strings.LastIndex(c, ".")+1:] }
@@ -473,11 +497,12 @@ func (k *kafkaRunner) produce(ctx context.Context, topic string, r kafkaRow) (ka
 	if len(r.Props) > 0 {
 		args = append(append(args, "--command-property"), r.Props...)
 	}
-	out, err := k.tool.run(ctx, runTimeout(r), "org.apache.kafka.tools.ProducerPerformance", args...)
+	out, cpu, err := k.tool.runCPU(ctx, runTimeout(r), "org.apache.kafka.tools.ProducerPerformance", args...)
 	if err != nil {
 		return kafkaResult{}, err
 	}
 	res, err := parseProducer(out, r.Size)
+	res.ClientCPUSeconds = cpu.Seconds()
 	if err != nil {
 		return res, err
 	}
@@ -488,12 +513,13 @@ func (k *kafkaRunner) produce(ctx context.Context, topic string, r kafkaRow) (ka
 }
 
 func (k *kafkaRunner) consume(ctx context.Context, topic string, r kafkaRow) (kafkaResult, error) {
-	out, err := k.tool.run(ctx, runTimeout(r), "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", k.bootstrap,
+	out, cpu, err := k.tool.runCPU(ctx, runTimeout(r), "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", k.bootstrap,
 		"--topic", topic, "--num-records", strconv.Itoa(r.Msgs), "--group", "bench-"+topic, "--timeout", "10000")
 	if err != nil {
 		return kafkaResult{}, err
 	}
 	res, err := parseConsumer(out, r.Size)
+	res.ClientCPUSeconds = cpu.Seconds()
 	if err != nil {
 		return res, err
 	}

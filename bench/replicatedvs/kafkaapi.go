@@ -88,11 +88,15 @@ type apiOutcome struct {
 	// The servers' peak RSS during the run (VmHWM, summed over the system's
 	// processes), KiB.
 	HWMKiB stats.Spread `json:"hwm_kib"`
+	// CPU time per record over the same window, µs: the servers' (summed over the
+	// system's processes) and the client's (kafkaResult).
+	ServerCPUUS stats.Spread `json:"server_cpu_us_per_record"`
+	ClientCPUUS stats.Spread `json:"client_cpu_us_per_record"`
 }
 
 func (o *apiOutcome) summarize() {
 	o.summarizeRates()
-	var p50, p99, p999, hwm []float64
+	var p50, p99, p999, hwm, scpu, ccpu []float64
 	for _, r := range o.Results {
 		switch o.Kind {
 		case kindProduce:
@@ -103,8 +107,15 @@ func (o *apiOutcome) summarize() {
 		if r.HWMKiB > 0 {
 			hwm = append(hwm, float64(r.HWMKiB))
 		}
+		if r.ServerCPUUSPerRecord > 0 {
+			scpu = append(scpu, r.ServerCPUUSPerRecord)
+		}
+		if r.ClientCPUUSPerRecord > 0 {
+			ccpu = append(ccpu, r.ClientCPUUSPerRecord)
+		}
 	}
 	o.P50US, o.P99US, o.P999US, o.HWMKiB = stats.SpreadOf(p50), stats.SpreadOf(p99), stats.SpreadOf(p999), stats.SpreadOf(hwm)
+	o.ServerCPUUS, o.ClientCPUUS = stats.SpreadOf(scpu), stats.SpreadOf(ccpu)
 }
 
 // apiSystem describes the system measured.
@@ -165,6 +176,66 @@ func readHWM(pids []int) (int64, []int64) {
 	return sum, each
 }
 
+// cpuWindow is the CPU time of the servers and of this process from its start
+// (startCPU, beside resetHWM) to the end of a run's measured phase.
+type cpuWindow struct {
+	pids     []int
+	server   []time.Duration
+	self     time.Duration
+	serverOK bool // every server's CPU time could be read
+	selfOK   bool
+}
+
+func startCPU(pids []int) *cpuWindow {
+	w := &cpuWindow{pids: pids, serverOK: true}
+	for _, p := range pids {
+		t, err := host.ProcCPU(p)
+		w.server = append(w.server, t)
+		w.serverOK = w.serverOK && err == nil
+	}
+	self, err := host.SelfCPU()
+	w.self, w.selfOK = self, err == nil
+	return w
+}
+
+// finish records in res the servers' CPU time since startCPU and, for the rows
+// whose client runs in this process (the franz-go rows), this process's as the
+// client's (the Kafka tools' rows have theirs from the JVM's exit); then both per
+// record of the window: the ones measured, and the warm-up records a producer row
+// sends in the same window. A server that could not be read leaves the server
+// figures out.
+func (w *cpuWindow) finish(res *kafkaResult, r kafkaRow) {
+	self, selfErr := host.SelfCPU()
+	var sum time.Duration
+	each := make([]float64, len(w.pids))
+	ok := w.serverOK
+	for i, p := range w.pids {
+		t, err := host.ProcCPU(p)
+		ok = ok && err == nil && t >= w.server[i]
+		each[i] = (t - w.server[i]).Seconds()
+		sum += t - w.server[i]
+	}
+	records := res.Records
+	if r.Kind == kindProduce || r.Kind == kindE2E {
+		records += int64(r.Warmup)
+	}
+	res.CPURecords = records
+	if ok && len(w.pids) > 0 {
+		res.ServerCPUSeconds, res.ServerCPUEachSeconds = sum.Seconds(), each
+	}
+	switch r.Kind {
+	case kindFranzProduce, kindFranzConsume, kindE2E:
+		res.ClientCPUSeconds = 0
+		if w.selfOK && selfErr == nil {
+			res.ClientCPUSeconds = (self - w.self).Seconds()
+		}
+	}
+	if records > 0 {
+		res.ServerCPUUSPerRecord = res.ServerCPUSeconds * 1e6 / float64(records)
+		res.ClientCPUUSPerRecord = res.ClientCPUSeconds * 1e6 / float64(records)
+	}
+}
+
 func loadAvg1() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -179,7 +250,8 @@ func loadAvg1() float64 {
 }
 
 // apiOnce is one run of a row on a fresh topic (made through the admin API,
-// deleted afterwards), with the servers' peak RSS over the measured phase.
+// deleted afterwards), with the servers' peak RSS and the servers' and the
+// client's CPU time over the measured phase.
 func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []int) (kafkaResult, error) {
 	topic, leader, err := k.freshTopic(ctx, r, run)
 	if err != nil {
@@ -187,12 +259,17 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 	}
 	defer k.deleteTopic(ctx, topic)
 	var res kafkaResult
+	var cpu *cpuWindow
+	begin := func() {
+		resetHWM(pids)
+		cpu = startCPU(pids)
+	}
 	switch r.Kind {
 	case kindProduce:
-		resetHWM(pids)
+		begin()
 		res, err = k.produce(ctx, topic, r)
 	case kindFranzProduce:
-		resetHWM(pids)
+		begin()
 		res, err = franzProduce(ctx, franzConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
 	case kindReplay, kindFranzConsume:
 		var prefill time.Duration
@@ -201,7 +278,7 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 		}
 		runtime.GC()
 		time.Sleep(500 * time.Millisecond)
-		resetHWM(pids)
+		begin()
 		if r.Kind == kindReplay {
 			res, err = k.consume(ctx, topic, r)
 		} else {
@@ -209,11 +286,14 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 		}
 		res.PrefillSeconds = prefill.Seconds()
 	case kindE2E:
-		resetHWM(pids)
+		begin()
 		res, err = e2eRun(ctx, e2eConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Rate: r.Throughput,
 			Warmup: r.Warmup, Msgs: r.Msgs, Timeout: runTimeout(r)})
 	default:
 		err = fmt.Errorf("unknown kind %q", r.Kind)
+	}
+	if cpu != nil {
+		cpu.finish(&res, r)
 	}
 	res.HWMKiB, res.HWMEachKiB = readHWM(pids)
 	res.Topic, res.Leader = topic, leader
@@ -229,7 +309,7 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	version := fs.String("version", "", "the system's version, for the report")
 	setup := fs.String("setup", "", "how the system was started, for the report")
 	brokers := fs.Int("brokers", 1, "brokers to wait for (and the system's node count)")
-	pidList := fs.String("pids", "", "the system's server processes, comma-separated, for their peak RSS")
+	pidList := fs.String("pids", "", "the system's server processes, comma-separated, for their peak RSS and CPU time")
 	rf := fs.Int("replication-factor", 1, "replication factor of every topic (CreateTopics)")
 	minISR := fs.Int("min-insync", 0, "min.insync.replicas given in CreateTopics (0: none; the broker's default applies)")
 	config := fs.String("config", "", "a config file of the system, copied into the JSON")
@@ -330,8 +410,9 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			case r.Kind == kindE2E:
 				extra = fmt.Sprintf(", e2e p50 %s p99 %s p99.9 %s", usLabel(res.E2EP50US), usLabel(res.E2EP99US), usLabel(res.E2EP999US))
 			}
-			fmt.Fprintf(stderr, "[%d/%d] %-18s %s run %d/%d: %s msgs/s, %.1f MB/s%s, peak RSS %s, load %.2f%s\n", i+1, len(rows), r.Key, *name, n+1, *tf.runs,
-				loadgen.Commas(res.MsgsPerSec), res.MBPerSec, extra, kibLabel(float64(res.HWMKiB)), load, status)
+			fmt.Fprintf(stderr, "[%d/%d] %-18s %s run %d/%d: %s msgs/s, %.1f MB/s%s, peak RSS %s, CPU µs/rec server %s client %s, load %.2f%s\n", i+1, len(rows), r.Key, *name, n+1, *tf.runs,
+				loadgen.Commas(res.MsgsPerSec), res.MBPerSec, extra, kibLabel(float64(res.HWMKiB)),
+				cpuLabel(res.ServerCPUUSPerRecord), cpuLabel(res.ClientCPUUSPerRecord), load, status)
 		}
 		o.summarize()
 		rep.Rows = append(rep.Rows, o)
@@ -346,6 +427,14 @@ func cmdKafkaAPI(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 func usLabel(us float64) string {
 	return loadgen.FormatDuration(time.Duration(us * float64(time.Microsecond)))
+}
+
+// cpuLabel is CPU µs per record: two decimals below 10, one above.
+func cpuLabel(us float64) string {
+	if us < 10 {
+		return fmt.Sprintf("%.2f", us)
+	}
+	return fmt.Sprintf("%.1f", us)
 }
 
 func kibLabel(k float64) string {

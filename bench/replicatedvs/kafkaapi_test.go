@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
@@ -64,6 +65,10 @@ func TestAPIReport(t *testing.T) {
 		o.MsgsPerSec = stats.Spread{Median: rate, Min: rate, Max: rate}
 		o.P99US = stats.Spread{Median: p99, Min: p99, Max: p99}
 		o.HWMKiB = stats.Spread{Median: 2048, Min: 2048, Max: 2048}
+		// CPU per record: a thousandth of the rate's figure on the server, twice that
+		// on the client, so each cell tells which row it came from.
+		o.ServerCPUUS = stats.Spread{Median: rate / 1e4, Min: rate / 1e4, Max: rate / 1e4}
+		o.ClientCPUUS = stats.Spread{Median: rate / 5e3, Min: rate / 5e3, Max: rate / 5e3}
 		return o
 	}
 	rep := func(sys string, nodes int, rows ...*apiOutcome) *apiReport {
@@ -79,12 +84,87 @@ func TestAPIReport(t *testing.T) {
 	s := b.String()
 	for _, want := range []string{
 		"### One node",
-		"| p | 100 B | 1.00k | 100k | 200k | 2.00× ✓ | 10.00ms | 4.00ms | 0.40× ✓ | 2 MiB | 2 MiB |",
-		"| c | 100 B | 1.00k | 50.0k | 60.0k | 1.20× ✗ | — | — | — |",
-		"| e | 100 B | 1.00k | 1.00k | 1.00k | (paced) | 2.00ms | 1.50ms | 0.75× ✗ |",
+		"| Kafka peak RSS | Tern peak RSS | Kafka server CPU µs/rec | Tern server CPU µs/rec | Kafka client CPU µs/rec | Tern client CPU µs/rec |\n" +
+			"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+		"| p | 100 B | 1.00k | 100k | 200k | 2.00× ✓ | 10.00ms | 4.00ms | 0.40× ✓ | 2 MiB | 2 MiB | 10.0 | 20.0 | 20.0 | 40.0 |",
+		"| c | 100 B | 1.00k | 50.0k | 60.0k | 1.20× ✗ | — | — | — | 2 MiB | 2 MiB | 5.00 | 6.00 | 10.0 | 12.0 |",
+		"| e | 100 B | 1.00k | 1.00k | 1.00k | (paced) | 2.00ms | 1.50ms | 0.75× ✗ | 2 MiB | 2 MiB | 0.10 | 0.10 | 0.20 | 0.20 |",
+		"CPU µs/rec: user + system CPU time",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// A report of a row measured before the CPU columns (JSON without them) shows a
+// dash in them; a failed row FAILED.
+func TestAPIReportWithoutCPU(t *testing.T) {
+	o := &apiOutcome{kafkaRow: kafkaRow{Key: "p", Kind: kindProduce, Workload: "p", Size: 100, Msgs: 1000},
+		rowRuns: rowRuns{Results: []kafkaResult{{MsgsPerSec: 1000, P99Ms: 2, HWMKiB: 1024}}}}
+	o.summarize()
+	f := &apiOutcome{kafkaRow: o.kafkaRow, rowRuns: rowRuns{Failures: []string{"boom"}}}
+	var b bytes.Buffer
+	writeAPIReport(&b, []*apiReport{
+		{System: apiSystem{Key: "kafka", Name: "Kafka", Nodes: 1}, Runs: 1, Rows: []*apiOutcome{o}},
+		{System: apiSystem{Key: "tern", Name: "Tern", Nodes: 1}, Runs: 1, Rows: []*apiOutcome{f}},
+	})
+	want := "| p | 100 B | 1.00k | 1.00k | FAILED | — | 2.00ms | FAILED | — | 1 MiB | FAILED | — | FAILED | — | FAILED |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, b.String())
+	}
+}
+
+func TestAPISummarizeCPU(t *testing.T) {
+	o := &apiOutcome{kafkaRow: kafkaRow{Key: "f", Kind: kindFranzProduce}, rowRuns: rowRuns{Results: []kafkaResult{
+		{ServerCPUUSPerRecord: 3, ClientCPUUSPerRecord: 1.5},
+		{ServerCPUUSPerRecord: 5, ClientCPUUSPerRecord: 0}, // client not measured: left out
+		{ServerCPUUSPerRecord: 4, ClientCPUUSPerRecord: 2.5},
+	}}}
+	o.summarize()
+	if o.ServerCPUUS != (stats.Spread{Median: 4, Min: 3, Max: 5}) {
+		t.Errorf("server %+v", o.ServerCPUUS)
+	}
+	if o.ClientCPUUS != (stats.Spread{Median: 2, Min: 1.5, Max: 2.5}) {
+		t.Errorf("client %+v", o.ClientCPUUS)
+	}
+}
+
+func TestCPUWindow(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	busy := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+		}
+	}
+	// This process as the server and, for a franz-go row, the client: both grow by
+	// the busy time, per record of the window (a producer row's warm-up included).
+	pid := os.Getpid()
+	for _, c := range []struct {
+		row     kafkaRow
+		records int64
+	}{
+		{kafkaRow{Kind: kindE2E, Msgs: 900, Warmup: 100}, 1000},
+		{kafkaRow{Kind: kindFranzConsume, Msgs: 1000}, 1000},
+	} {
+		w := startCPU([]int{pid})
+		busy(200 * time.Millisecond)
+		res := kafkaResult{Records: int64(c.row.Msgs)}
+		w.finish(&res, c.row)
+		if res.CPURecords != c.records || res.ServerCPUSeconds < 0.1 || res.ClientCPUSeconds < 0.1 || len(res.ServerCPUEachSeconds) != 1 {
+			t.Fatalf("%s: %+v", c.row.Kind, res)
+		}
+		if res.ServerCPUUSPerRecord < 100 || res.ClientCPUUSPerRecord < 100 {
+			t.Fatalf("%s: %.1f µs/rec server, %.1f client, want about 200", c.row.Kind, res.ServerCPUUSPerRecord, res.ClientCPUUSPerRecord)
+		}
+	}
+	// A Kafka tool's row keeps the JVM's CPU time it was given; a server gone leaves
+	// the server figures out.
+	w := startCPU([]int{pid, 1 << 30})
+	res := kafkaResult{Records: 900, ClientCPUSeconds: 0.5}
+	w.finish(&res, kafkaRow{Kind: kindProduce, Msgs: 900, Warmup: 100})
+	if res.ClientCPUSeconds != 0.5 || res.ClientCPUUSPerRecord != 500 || res.ServerCPUSeconds != 0 || res.ServerCPUUSPerRecord != 0 || res.CPURecords != 1000 {
+		t.Fatalf("produce: %+v", res)
 	}
 }

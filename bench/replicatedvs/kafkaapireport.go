@@ -81,8 +81,8 @@ func findAPIRow(r *apiReport, key string) *apiOutcome {
 	return nil
 }
 
-// writeAPIReport writes the Markdown: for each node count, the throughput, p99 and
-// memory table, then p50 and p99.9.
+// writeAPIReport writes the Markdown: for each node count, the throughput, p99,
+// memory and CPU table, then p50 and p99.9.
 func writeAPIReport(w io.Writer, reps []*apiReport) {
 	nodes := []int{}
 	for _, r := range reps {
@@ -137,8 +137,9 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| row | size | records | Kafka msgs/s | Tern msgs/s | Tern/Kafka | Kafka p99 | Tern p99 | Tern/Kafka | Kafka peak RSS | Tern peak RSS |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| row | size | records | Kafka msgs/s | Tern msgs/s | Tern/Kafka | Kafka p99 | Tern p99 | Tern/Kafka | Kafka peak RSS | Tern peak RSS |"+
+			" Kafka server CPU µs/rec | Tern server CPU µs/rec | Kafka client CPU µs/rec | Tern client CPU µs/rec |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		var keys []*apiOutcome
 		for _, r := range []*apiReport{kafka, tern} {
 			if r == nil {
@@ -162,12 +163,18 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 			if !hasLatency(row.Kind) {
 				lat = "—"
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Workload, tablefmt.Size(row.Size), tablefmt.Rate(float64(row.Msgs)),
+			hwm := func(o *apiOutcome) stats.Spread { return o.HWMKiB }
+			scpu := func(o *apiOutcome) stats.Spread { return o.ServerCPUUS }
+			ccpu := func(o *apiOutcome) stats.Spread { return o.ClientCPUUS }
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Workload, tablefmt.Size(row.Size), tablefmt.Rate(float64(row.Msgs)),
 				apiCell(ko, spreadOf(ko, rateSpread), tablefmt.Rate), apiCell(to, spreadOf(to, rateSpread), tablefmt.Rate), tput,
 				apiCell(ko, spreadOf(ko, p99), usLabel), apiCell(to, spreadOf(to, p99), usLabel), lat,
-				apiCell(ko, spreadOf(ko, func(o *apiOutcome) stats.Spread { return o.HWMKiB }), kibLabel),
-				apiCell(to, spreadOf(to, func(o *apiOutcome) stats.Spread { return o.HWMKiB }), kibLabel))
+				apiCell(ko, spreadOf(ko, hwm), kibLabel), apiCell(to, spreadOf(to, hwm), kibLabel),
+				apiCell(ko, spreadOf(ko, scpu), cpuLabel), apiCell(to, spreadOf(to, scpu), cpuLabel),
+				apiCell(ko, spreadOf(ko, ccpu), cpuLabel), apiCell(to, spreadOf(to, ccpu), cpuLabel))
 		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, apiCPUNote)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Latency detail (median over runs; producer rows: send → ack, whole ms as ProducerPerformance prints it; e2e rows: publish → receive):")
 		fmt.Fprintln(w)
@@ -208,6 +215,14 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 		}
 	}
 }
+
+// apiCPUNote says under each main table what its CPU columns count.
+const apiCPUNote = "CPU µs/rec: user + system CPU time over the run's measured phase (the window of the peak RSS; a consumer row's after its pre-fill), " +
+	"divided by the records of that phase (a producer or e2e row's warm-up records included: they are sent in it). " +
+	"Server: the system's processes, summed over a cluster (/proc/<pid>/stat, 10 ms ticks). " +
+	"Client: the harness process for the franz-go rows (producer and consumer, e2e both); the tool's JVM for the ProducerPerformance and ConsumerPerformance rows, " +
+	"which includes the JVM's start-up (and so overstates the tool's cost per record, the more the fewer records). " +
+	"µs/rec × records/s ÷ 10⁶ is about the cores a side kept busy: when server and client together come near the machine's CPUs, the row is CPU-bound, and the larger side binds it."
 
 // spreadOf is s(o), or the zero Spread for a missing row.
 func spreadOf(o *apiOutcome, s func(*apiOutcome) stats.Spread) stats.Spread {

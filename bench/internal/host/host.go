@@ -1,6 +1,6 @@
 // Package host is what the benchmark harnesses learn of the machine they run on:
 // its description for a report, whether other processes keep it busy before a run
-// starts, and how much memory a server process holds.
+// starts, and how much memory and CPU time a server process uses.
 package host
 
 import (
@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -167,6 +168,31 @@ func procTicks(pid int) (uint64, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
 	}
 	return u + st, nil
+}
+
+// clockTick is one of the kernel's clock ticks, the unit of /proc/<pid>/stat's
+// utime and stime: Linux's USER_HZ is 100 on every architecture Go runs on.
+const clockTick = 10 * time.Millisecond
+
+// ProcCPU is the CPU time pid has used so far, user and system (utime+stime of
+// /proc/<pid>/stat), in whole clock ticks (10 ms); threads that ended count, the
+// children it waited for do not.
+func ProcCPU(pid int) (time.Duration, error) {
+	t, err := procTicks(pid)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(t) * clockTick, nil
+}
+
+// SelfCPU is the CPU time this process has used so far, user and system
+// (getrusage RUSAGE_SELF, to the microsecond).
+func SelfCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // WaitQuietOrNote is WaitQuiet before a measurement, max 0 or less meaning do not

@@ -61,3 +61,52 @@ func TestParseStatus(t *testing.T) {
 		t.Error("ProcMemory of this process: not ok")
 	}
 }
+
+// sink keeps the busy loop's result, so the compiler keeps the loop.
+var sink int
+
+func TestProcCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	pid := os.Getpid()
+	p0, err := ProcCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, err := SelfCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Busy on one goroutine until this process has used at least 300 ms of CPU
+	// more, or 5 s have passed on a machine busy with others.
+	deadline := time.Now().Add(5 * time.Second)
+	x := 0
+	for time.Now().Before(deadline) {
+		for range 1_000_000 {
+			x = x*31 + 7
+		}
+		if s, _ := SelfCPU(); s-s0 >= 300*time.Millisecond {
+			break
+		}
+	}
+	sink = x
+	s1, _ := SelfCPU()
+	p1, err := ProcCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1-s0 < 300*time.Millisecond {
+		t.Skipf("only %v of CPU in 5 s: the machine is too busy to tell", s1-s0)
+	}
+	// /proc counts whole 10 ms ticks, sampled: allow some of them either way.
+	if d := p1 - p0; d < 200*time.Millisecond || d > s1-s0+200*time.Millisecond {
+		t.Fatalf("ProcCPU grew by %v while SelfCPU grew by %v", d, s1-s0)
+	}
+	if p1%clockTick != 0 {
+		t.Fatalf("ProcCPU %v is not in whole ticks", p1)
+	}
+	if _, err := ProcCPU(1 << 30); err == nil {
+		t.Fatal("ProcCPU of a pid that does not exist: no error")
+	}
+}
