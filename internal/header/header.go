@@ -105,14 +105,42 @@ func (h Block) Lookup(key string) (string, bool) {
 			return "", false
 		}
 		if string(k) == key {
-			if len(v) == 0 {
-				return "", true
-			}
-			return unsafe.String(&v[0], len(v)), true
+			return aliasString(v), true
 		}
 		b = rest
 	}
 	return "", false
+}
+
+// LookupPair is Lookup of two keys in one pass over the block: the first value
+// of each and whether it is there.
+func (h Block) LookupPair(key1, key2 string) (v1 string, ok1 bool, v2 string, ok2 bool) {
+	b := []byte(h)
+	for len(b) > 0 && !(ok1 && ok2) {
+		k, rest, err := nextStr(b)
+		if err != nil {
+			break
+		}
+		v, rest, err := nextStr(rest)
+		if err != nil {
+			break
+		}
+		switch {
+		case !ok1 && string(k) == key1:
+			v1, ok1 = aliasString(v), true
+		case !ok2 && string(k) == key2:
+			v2, ok2 = aliasString(v), true
+		}
+		b = rest
+	}
+	return v1, ok1, v2, ok2
+}
+
+func aliasString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 // Get returns a copy of the first value of key, or "".

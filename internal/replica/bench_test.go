@@ -151,11 +151,7 @@ func benchProposeOneAtATime(b *testing.B, fsync time.Duration, early bool) {
 	for _, st := range c.stores {
 		st.delay = fsync
 	}
-	for _, h := range c.hosts {
-		h.Start()
-	}
-	_ = c.hosts[1].Campaign(context.Background(), 1)
-	leader := c.waitLeaders(b, []uint64{1}, 10*time.Second, 0)[1]
+	leader := c.startGroupOne(b)
 	data := make([]byte, 16)
 	ctx := context.Background()
 	b.ResetTimer()
@@ -164,4 +160,14 @@ func benchProposeOneAtATime(b *testing.B, fsync time.Duration, early bool) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// startGroupOne starts every host, has node 1 campaign in group 1 and returns the
+// leader that group elected.
+func (c *cluster) startGroupOne(b *testing.B) uint64 {
+	for _, h := range c.hosts {
+		h.Start()
+	}
+	_ = c.hosts[1].Campaign(context.Background(), 1)
+	return c.waitLeaders(b, []uint64{1}, 10*time.Second, 0)[1]
 }

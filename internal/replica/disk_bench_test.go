@@ -32,11 +32,7 @@ func BenchmarkProposeOnDisk(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, h := range c.hosts {
-		h.Start()
-	}
-	_ = c.hosts[1].Campaign(context.Background(), 1)
-	leader := c.waitLeaders(b, []uint64{1}, 10*time.Second, 0)[1]
+	leader := c.startGroupOne(b)
 	data := make([]byte, 16)
 	ctx := context.Background()
 	var lat []time.Duration

@@ -3,34 +3,16 @@ package stream
 import (
 	"sort"
 	"time"
-	"unsafe"
 
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
-// pubIDs reads, in one pass over a published message's header block, the first
-// message id it holds (empty: none) and the first last message id it expects
-// stored before it, as two Lookups would. The strings alias hdr.
+// pubIDs reads a published message's first message id (empty: none) and the
+// last message id it expects stored before it, in one pass over its headers.
 func pubIDs(hdr header.Block) (id, expected string, hasExpected bool) {
-	hasID := false
-	hdr.Each(func(k, v []byte) bool {
-		switch {
-		case !hasID && string(k) == streamapi.HeaderMsgID:
-			id, hasID = aliasString(v), true
-		case !hasExpected && string(k) == streamapi.HeaderExpectedLastMsgID:
-			expected, hasExpected = aliasString(v), true
-		}
-		return !hasID || !hasExpected
-	})
+	id, _, expected, hasExpected = hdr.LookupPair(streamapi.HeaderMsgID, streamapi.HeaderExpectedLastMsgID)
 	return id, expected, hasExpected
-}
-
-func aliasString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
 }
 
 // dedupWindow remembers the message ids a stream stored within its duplicate window,
