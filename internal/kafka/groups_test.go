@@ -1,8 +1,11 @@
 package kafka_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,13 +73,20 @@ func startMember(t *testing.T, addr, topic, grp, name string, balancer kgo.Group
 	t.Helper()
 	cl := newClient(t, addr, kgo.ConsumerGroup(grp), kgo.ConsumeTopics(topic), kgo.Balancers(balancer),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
-		kgo.HeartbeatInterval(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(name))
+		kgo.HeartbeatInterval(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(name),
+		kgo.WithLogger(kgo.BasicLogger(testLog{t, name}, kgo.LogLevelInfo, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &groupMember{cl: cl, cancel: cancel, done: make(chan struct{})}
+	// A member the test left behind (it failed) stops before its client is closed:
+	// polling a closed client returns at once, and the loop would spin.
+	t.Cleanup(func() { cancel(); <-m.done })
 	go func() {
 		defer close(m.done)
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
+			if fs.IsClientClosed() {
+				return
+			}
 			fs.EachRecord(func(r *kgo.Record) {
 				rec.mu.Lock()
 				rec.n[string(r.Value)]++
@@ -93,6 +103,18 @@ func startMember(t *testing.T, addr, topic, grp, name string, balancer kgo.Group
 		}
 	}()
 	return m
+}
+
+// testLog writes a member's client log into the test's, which shows it when the
+// test fails: the group's joins, assignments and revocations, by member.
+type testLog struct {
+	t    *testing.T
+	name string
+}
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Logf("%s: %s", l.name, bytes.TrimRight(p, "\n"))
+	return len(p), nil
 }
 
 // leave stops polling and leaves the group (LeaveGroup), after committing.
@@ -112,6 +134,45 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitRecords waits until the group consumed n distinct records and, if it does not,
+// fails with where the group stands: each member's partitions, each partition's
+// committed and end offsets.
+func waitRecords(t *testing.T, adm *kadm.Client, grp, topic string, rec *seen, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, _ := rec.total()
+		if d == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var state strings.Builder
+	if dg, err := adm.DescribeGroups(ctxT(t), grp); err != nil {
+		fmt.Fprintf(&state, "describe: %v; ", err)
+	} else {
+		g := dg[grp]
+		fmt.Fprintf(&state, "group %s:", g.State)
+		for _, m := range g.Members {
+			ca, _ := m.Assigned.AsConsumer()
+			fmt.Fprintf(&state, " %s %v", m.ClientID, ca.Topics)
+		}
+	}
+	offs, err := adm.FetchOffsets(ctxT(t), grp)
+	ends, err2 := adm.ListEndOffsets(ctxT(t), topic)
+	if err == nil && err2 == nil {
+		ends.Each(func(e kadm.ListedOffset) {
+			o, _ := offs.Lookup(topic, e.Partition)
+			fmt.Fprintf(&state, "; p%d committed %d end %d", e.Partition, o.At, e.Offset)
+		})
+	}
+	d, _ := rec.total()
+	t.Fatalf("the group consumed %d distinct records, want %d; %s", d, n, state.String())
 }
 
 // TestFranzGroupRebalance: franz-go group consumers with each assignor (range,
@@ -153,13 +214,13 @@ func TestFranzGroupRebalance(t *testing.T) {
 				return true
 			})
 			produceN(t, prod, topic, 300, 300)
-			waitUntil(t, "600 records", 30*time.Second, func() bool { d, _ := rec.total(); return d == 600 })
+			waitRecords(t, adm, grp, topic, rec, 600)
 			b.leave()
 			produceN(t, prod, topic, 600, 300)
-			waitUntil(t, "900 records", 30*time.Second, func() bool { d, _ := rec.total(); return d == 900 })
+			waitRecords(t, adm, grp, topic, rec, 900)
 			c.leave()
 			produceN(t, prod, topic, 900, 300)
-			waitUntil(t, "1200 records", 30*time.Second, func() bool { d, _ := rec.total(); return d == 1200 })
+			waitRecords(t, adm, grp, topic, rec, 1200)
 			a.leave()
 			if d, dups := rec.total(); d != 1200 || dups != 0 {
 				t.Fatalf("%d distinct records, %d duplicates; want 1200 and 0", d, dups)
