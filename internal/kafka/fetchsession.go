@@ -65,6 +65,9 @@ func keyOf(rt *kmsg.FetchRequestTopic, partition int32, v int16) sessionKey {
 
 // begin resolves req's session: nil for a fetch without one; incremental tells
 // that the answer carries only what changed. A non-zero code refuses the fetch.
+// A full fetch (epoch 0, or -1 for none) closes the session it names, known or
+// not, as Kafka's broker does: a client whose fetch opened a session but whose
+// answer was lost with its connection asks again with the id it had before.
 func (fs *fetchSessions) begin(req *kmsg.FetchRequest, now time.Time) (s *fetchSession, incremental bool, code int16) {
 	if req.Version < 7 {
 		return nil, false, 0
@@ -74,29 +77,25 @@ func (fs *fetchSessions) begin(req *kmsg.FetchRequest, now time.Time) (s *fetchS
 	if fs.m == nil {
 		fs.m = map[int32]*fetchSession{}
 	}
-	if req.SessionID != 0 {
+	switch req.SessionEpoch {
+	case -1, 0:
+		delete(fs.m, req.SessionID)
+		if req.SessionEpoch == -1 {
+			return nil, false, 0
+		}
+	default:
+		if req.SessionID == 0 {
+			return nil, false, kerr.InvalidFetchSessionEpoch.Code
+		}
 		old := fs.m[req.SessionID]
 		if old == nil {
 			return nil, false, kerr.FetchSessionIDNotFound.Code
 		}
-		switch req.SessionEpoch {
-		case -1: // closed; this fetch is a full one without a session
-			delete(fs.m, req.SessionID)
-			return nil, false, 0
-		case 0: // closed and made again below
-			delete(fs.m, req.SessionID)
-		default:
-			if req.SessionEpoch != old.epoch {
-				return nil, false, kerr.InvalidFetchSessionEpoch.Code
-			}
-			old.used = now
-			return old, true, 0
+		if req.SessionEpoch != old.epoch {
+			return nil, false, kerr.InvalidFetchSessionEpoch.Code
 		}
-	} else if req.SessionEpoch != 0 {
-		if req.SessionEpoch == -1 {
-			return nil, false, 0 // no session asked for
-		}
-		return nil, false, kerr.InvalidFetchSessionEpoch.Code
+		old.used = now
+		return old, true, 0
 	}
 	for id, s := range fs.m {
 		if now.Sub(s.used) > fetchSessionIdle {

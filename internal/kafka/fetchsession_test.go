@@ -11,7 +11,10 @@ import (
 // TestIncrementalFetchSessions: a full fetch with epoch 0 opens a session; the
 // session's next fetches name nothing and are answered with only the partitions
 // that have news (here none, then the one produced to, at the offset the session
-// remembers); a wrong epoch and an unknown id are refused; epoch -1 closes it.
+// remembers); a wrong epoch and an unknown id are refused; epoch -1 closes it. A
+// full fetch naming a session that is gone (its opening answer was lost with the
+// client's connection, and the client asks again with the id it had) gets a new
+// session, or none with epoch -1, as from Kafka.
 func TestIncrementalFetchSessions(t *testing.T) {
 	_, addr := startTern(t, nil)
 	if res, err := kadm.NewClient(newClient(t, addr)).CreateTopic(ctxT(t), 2, -1, nil, "sess"); err != nil || res.Err != nil {
@@ -76,5 +79,18 @@ func TestIncrementalFetchSessions(t *testing.T) {
 	}
 	if inc := fetch(id, 3, nil); inc.ErrorCode != kerr.FetchSessionIDNotFound.Code {
 		t.Fatalf("closed session: error %d", inc.ErrorCode)
+	}
+	again := fetch(id, 0, map[int32]int64{0: 1, 1: 1})
+	if again.ErrorCode != 0 || again.SessionID == 0 || again.SessionID == id || parts(again)[1] == 0 {
+		t.Fatalf("full fetch naming the closed session: error %d, session %d, partitions %v", again.ErrorCode, again.SessionID, parts(again))
+	}
+	if inc := fetch(again.SessionID, 1, nil); inc.ErrorCode != 0 || inc.SessionID != again.SessionID {
+		t.Fatalf("the new session's next fetch: error %d, session %d", inc.ErrorCode, inc.SessionID)
+	}
+	if none := fetch(id, -1, map[int32]int64{0: 0}); none.ErrorCode != 0 || none.SessionID != 0 || parts(none)[0] == 0 {
+		t.Fatalf("sessionless fetch naming the closed session: error %d, session %d, partitions %v", none.ErrorCode, none.SessionID, parts(none))
+	}
+	if inc := fetch(0, 1, nil); inc.ErrorCode != kerr.InvalidFetchSessionEpoch.Code {
+		t.Fatalf("an epoch without a session: error %d", inc.ErrorCode)
 	}
 }
