@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,30 @@ type franzConfig struct {
 	Topic   string
 	Size    int
 	Msgs    int
+	Values  string // kafkaRow.Values
 	Timeout time.Duration
+}
+
+// letterValues is the pool the valuesLetters rows cycle through: enough distinct
+// values that one repeats only far beyond snappy's 64 KiB window.
+const letterValues = 4096
+
+// recordValues are the values franzProduce cycles through, each shared by the
+// records that carry it (franz-go does not modify a record's value).
+func recordValues(size int, kind string) [][]byte {
+	if kind != valuesLetters {
+		return [][]byte{make([]byte, size)}
+	}
+	rng := rand.New(rand.NewPCG(1, uint64(size)))
+	pool := make([][]byte, letterValues)
+	for i := range pool {
+		v := make([]byte, size)
+		for j := range v {
+			v[j] = byte('A' + rng.IntN(26))
+		}
+		pool[i] = v
+	}
+	return pool
 }
 
 // franzProduce sends Msgs records of Size bytes as fast as the client's buffer
@@ -48,10 +72,10 @@ func franzProduce(ctx context.Context, c franzConfig) (kafkaResult, error) {
 		prodErr error
 		acked   atomic.Int64
 	)
-	value := make([]byte, c.Size) // franz-go does not modify a record's value
+	values := recordValues(c.Size, c.Values)
 	start := time.Now()
 	for i := 0; i < c.Msgs && ctx.Err() == nil; i++ {
-		cl.Produce(ctx, &kgo.Record{Value: value}, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, &kgo.Record{Value: values[i%len(values)]}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				if prodErr == nil {

@@ -61,7 +61,15 @@ type kafkaRow struct {
 	// result), so the tool's fresh JVM has connected, fetched metadata and compiled
 	// its hot code before the measurement starts.
 	Warmup int `json:"warmup,omitempty"`
+	// Values of the franz-go producer rows: "" all zero bytes (one value for every
+	// record, which the client's default snappy compression shrinks to almost
+	// nothing), valuesLetters distinct random A–Z values (ProducerPerformance's
+	// alphabet), which snappy barely shrinks.
+	Values string `json:"values,omitempty"`
 }
+
+// valuesLetters makes each franz-go record's value different random letters.
+const valuesLetters = "letters"
 
 // warmupOf is the warm-up of a producer row of n records: a tenth of them, at least
 // 1,000 (one second of the paced row).

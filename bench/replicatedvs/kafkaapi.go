@@ -58,6 +58,8 @@ func apiMatrix(scale float64, e2eRates []int, e2eSize int) []kafkaRow {
 	rows = append(rows,
 		kafkaRow{Key: "franz100-acksall", Workload: "franz-go producer, acks=all (idempotent), linger 5 ms, unthrottled",
 			Kind: kindFranzProduce, Size: 100, Msgs: n(1_000_000)},
+		kafkaRow{Key: "franz100l-acksall", Workload: "franz-go producer as franz100-acksall, each value different random letters",
+			Kind: kindFranzProduce, Size: 100, Msgs: n(1_000_000), Values: valuesLetters},
 		kafkaRow{Key: "franzconsume1k", Workload: "franz-go consumer, no group, pre-filled topic from the start",
 			Kind: kindFranzConsume, Size: kib, Msgs: n(400_000)})
 	for _, r := range e2eRates {
@@ -270,7 +272,8 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 		res, err = k.produce(ctx, topic, r)
 	case kindFranzProduce:
 		begin()
-		res, err = franzProduce(ctx, franzConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs, Timeout: runTimeout(r)})
+		res, err = franzProduce(ctx, franzConfig{Brokers: harness.SplitList(k.bootstrap), Topic: topic, Size: r.Size, Msgs: r.Msgs,
+			Values: r.Values, Timeout: runTimeout(r)})
 	case kindReplay, kindFranzConsume:
 		var prefill time.Duration
 		if prefill, err = k.prefill(ctx, topic, r); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tern-mq/tern/bench/internal/host"
 	"github.com/tern-mq/tern/bench/internal/stats"
 )
 
@@ -27,16 +28,40 @@ func TestAPIMatrix(t *testing.T) {
 			t.Errorf("%s: rate %d, warm-up %d", r.Key, r.Throughput, r.Warmup)
 		}
 	}
-	if kinds[kindProduce] != 4 || kinds[kindReplay] != 1 || kinds[kindE2E] != 2 || kinds[kindFranzProduce] != 1 || kinds[kindFranzConsume] != 1 {
+	if kinds[kindProduce] != 4 || kinds[kindReplay] != 1 || kinds[kindE2E] != 2 || kinds[kindFranzProduce] != 2 || kinds[kindFranzConsume] != 1 {
 		t.Fatalf("kinds %v", kinds)
 	}
-	for _, k := range []string{"produce100-acks1", "produce100-acksall", "produce1k-acks1", "produce1k-acksall", "consume1k", "franz100-acksall", "franzconsume1k", "e2e100-1000", "e2e100-10000"} {
+	for _, k := range []string{"produce100-acks1", "produce100-acksall", "produce1k-acks1", "produce1k-acksall", "consume1k", "franz100-acksall", "franz100l-acksall", "franzconsume1k", "e2e100-1000", "e2e100-10000"} {
 		if !seen[k] {
 			t.Errorf("no row %s", k)
 		}
 	}
-	if r := apiMatrix(0.1, []int{10000}, 100)[7]; r.Kind != kindE2E || r.Msgs != 10000 {
+	if r := apiMatrix(0.1, []int{10000}, 100)[8]; r.Kind != kindE2E || r.Msgs != 10000 {
 		t.Errorf("e2e at 10k/s, scale 0.1: %d records, want 10,000 (10 s times the scale)", r.Msgs)
+	}
+}
+
+// TestRecordValues: the zero row shares one zero value; the letters row's values
+// are distinct, A–Z only, and the same from run to run.
+func TestRecordValues(t *testing.T) {
+	if z := recordValues(100, ""); len(z) != 1 || !bytes.Equal(z[0], make([]byte, 100)) {
+		t.Fatalf("zero values: %d of them", len(z))
+	}
+	a, b := recordValues(100, valuesLetters), recordValues(100, valuesLetters)
+	distinct := map[string]bool{}
+	for i, v := range a {
+		if len(v) != 100 || !bytes.Equal(v, b[i]) {
+			t.Fatalf("value %d: %d bytes, the same in a second pool: %v", i, len(v), bytes.Equal(v, b[i]))
+		}
+		for _, c := range v {
+			if c < 'A' || c > 'Z' {
+				t.Fatalf("value %d has byte %q", i, c)
+			}
+		}
+		distinct[string(v)] = true
+	}
+	if len(distinct) != letterValues {
+		t.Fatalf("%d distinct values of %d", len(distinct), letterValues)
 	}
 }
 
@@ -134,9 +159,19 @@ func TestCPUWindow(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
+	// Busy until this process has used d of CPU more, however long a machine busy
+	// with other tests takes to give it that (at most 20 s).
 	busy := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); {
+		s0, err := host.SelfCPU()
+		if err != nil {
+			t.Fatal(err)
 		}
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+			if s, _ := host.SelfCPU(); s-s0 >= d {
+				return
+			}
+		}
+		t.Fatalf("this process did not get %v of CPU in 20 s", d)
 	}
 	// This process as the server and, for a franz-go row, the client: both grow by
 	// the busy time, per record of the window (a producer row's warm-up included).
