@@ -115,10 +115,17 @@ func TestAPIReport(t *testing.T) {
 		"| c | 100 B | 1.00k | 50.0k | 60.0k | 1.20× ✗ | — | — | — | 2 MiB | 2 MiB | 5.00 | 6.00 | 10.0 | 12.0 |",
 		"| e | 100 B | 1.00k | 1.00k | 1.00k | (paced) | 2.00ms | 1.50ms | 0.75× ✗ | 2 MiB | 2 MiB | 0.10 | 0.10 | 0.20 | 0.20 |",
 		"CPU µs/rec: user + system CPU time",
+		"Latency detail",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}
+	}
+	// Rows without latencies (a consumer's) get no latency table.
+	b.Reset()
+	writeAPIReport(&b, []*apiReport{rep("kafka", 1, out("c", kindReplay, 50_000, 0)), rep("tern", 1, out("c", kindReplay, 60_000, 0))})
+	if strings.Contains(b.String(), "Latency detail") {
+		t.Errorf("a latency table without latency rows:\n%s", b.String())
 	}
 }
 

@@ -176,14 +176,19 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, apiCPUNote)
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Latency detail (median over runs; producer rows: send → ack, whole ms as ProducerPerformance prints it; e2e rows: publish → receive):")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| row | size | Kafka p50 | Tern p50 | Kafka p99.9 | Tern p99.9 |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		var latencyRows []*apiOutcome
 		for _, row := range keys {
-			if !hasLatency(row.Kind) {
-				continue
+			if hasLatency(row.Kind) {
+				latencyRows = append(latencyRows, row)
 			}
+		}
+		if len(latencyRows) > 0 {
+			fmt.Fprintln(w, "Latency detail (median over runs; producer rows: send → ack, whole ms as ProducerPerformance prints it; e2e rows: publish → receive):")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| row | size | Kafka p50 | Tern p50 | Kafka p99.9 | Tern p99.9 |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		}
+		for _, row := range latencyRows {
 			ko, to := findAPIRow(kafka, row.Key), findAPIRow(tern, row.Key)
 			med := func(o *apiOutcome, s func(*apiOutcome) stats.Spread) string {
 				if o == nil || len(o.Results) == 0 {
@@ -195,7 +200,9 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 			p999 := func(o *apiOutcome) stats.Spread { return o.P999US }
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", row.Workload, tablefmt.Size(row.Size), med(ko, p50), med(to, p50), med(ko, p999), med(to, p999))
 		}
-		fmt.Fprintln(w)
+		if len(latencyRows) > 0 {
+			fmt.Fprintln(w)
+		}
 		var fails []string
 		for _, r := range []*apiReport{kafka, tern} {
 			if r == nil {
