@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/s2"
+
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/replica"
@@ -34,6 +36,59 @@ import (
 // token identifies the proposal on the node that made it, which answers its
 // publishers from the results applying it gave; other replicas ignore it.
 const entryMsgs byte = 1
+
+// A message batch compressed (entryMsgsS2): the op (1 byte, 9), then the S2 block
+// (github.com/klauspost/compress/s2) of the whole entryMsgs entry, op included.
+// The leader compresses a batch of at least compressMinBytes that shrinks by an
+// eighth or more — subjects and header keys repeat from message to message — so
+// that its Raft log, its appends to the followers and theirs carry fewer bytes;
+// every replica expands it before applying (and stores the messages as they came).
+const entryMsgsS2 byte = 9
+
+// compressMinBytes is the smallest message batch compressed: below it the bytes
+// saved are not worth a pass.
+const compressMinBytes = 512
+
+// maxEntryExpanded bounds what a compressed entry may expand to: a batch of
+// maxEntryBytes and one message over it, with room to spare; a block that says
+// more is malformed.
+const maxEntryExpanded = 64 << 20
+
+// compressMsgEntry is the entry to propose for the message batch plain: plain's
+// S2 block in a buffer of its own when that saves an eighth, else plain itself.
+func compressMsgEntry(plain []byte) []byte {
+	if len(plain) < compressMinBytes {
+		return plain
+	}
+	n := s2.MaxEncodedLen(len(plain))
+	if n < 0 {
+		return plain
+	}
+	out := make([]byte, 1+n)
+	out[0] = entryMsgsS2
+	out = out[:1+len(s2.Encode(out[1:], plain))]
+	if len(out) > len(plain)-len(plain)/8 {
+		return plain
+	}
+	return out
+}
+
+// expandMsgEntry expands a compressed message batch b into buf (reused) and
+// returns the entryMsgs entry.
+func expandMsgEntry(buf, b []byte) ([]byte, error) {
+	n, err := s2.DecodedLen(b[1:])
+	if err != nil || n > maxEntryExpanded {
+		return buf, fmt.Errorf("%w: compressed batch of %d bytes (%v)", errBadEntry, n, err)
+	}
+	out, err := s2.Decode(buf[:cap(buf)], b[1:])
+	if err != nil {
+		return buf, fmt.Errorf("%w: compressed batch: %v", errBadEntry, err)
+	}
+	if len(out) == 0 || out[0] != entryMsgs {
+		return out, fmt.Errorf("%w: a compressed batch of something else", errBadEntry)
+	}
+	return out, nil
+}
 
 // Limits of entries, checked when they are decoded.
 const (
@@ -178,6 +233,7 @@ type partitionMachine struct {
 	// cannot be applied).
 	consumers *consumerSet
 	delSeqs   []uint64 // applyRemoval's scratch
+	expanded  []byte   // a compressed batch's messages (Log.Append copies them)
 	results   []pubResult
 	batches   []appliedBatch
 }
@@ -226,6 +282,10 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		switch op {
 		case entryMsgs:
 			err = m.applyMsgs(ent.Data)
+		case entryMsgsS2:
+			if m.expanded, err = expandMsgEntry(m.expanded, ent.Data); err == nil {
+				err = m.applyMsgs(m.expanded)
+			}
 		case entryDelete, entryExpire, entryPurge:
 			// The messages of earlier entries of this batch are committed
 			// first: a removal may name them.
@@ -455,6 +515,7 @@ type streamRepl struct {
 	proposals        []partProposal // by partition
 	touched          []int          // the partitions of the batch being written
 	round            []int          // the partitions whose entries are proposed
+	plain            []byte         // proposeRound's scratch: an entry before compression
 }
 
 // maxEntryBytes bounds the messages of one Raft entry (a partition's share of a
@@ -560,8 +621,12 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		r.token++
 		pp.token = r.tokenBase | r.token&0x7fffffff
 		// Each entry gets a buffer of its own: its bytes belong to the group
-		// once proposed (its Raft log keeps them).
-		pp.entry = appendMsgEntry(nil, pp.token, now, q, pp.items)
+		// once proposed (its Raft log keeps them). A compressed one is made
+		// from the plain one, whose buffer is then used again.
+		r.plain = appendMsgEntry(r.plain[:0], pp.token, now, q, pp.items)
+		if pp.entry = compressMsgEntry(r.plain); pp.entry[0] == entryMsgs {
+			r.plain = nil // proposed as it is
+		}
 		r.round = append(r.round, p)
 	}
 	for _, p := range r.round {

@@ -3,12 +3,15 @@ package stream
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/replica"
@@ -122,7 +125,21 @@ func FuzzMsgEntry(f *testing.F) {
 	f.Add(msgEntryOf(1, 1, testMsg{"a", "x", "y"}))
 	f.Add(msgEntryOf(1<<60, -1<<60, testMsg{"a.b.c", "", "payload"}, testMsg{"d", "id", ""}))
 	f.Add([]byte{entryMsgs, 0, 0, 0})
+	many := make([]testMsg, 20)
+	for i := range many {
+		many[i] = testMsg{"orders.created", fmt.Sprintf("id-%d", i), "payload payload"}
+	}
+	f.Add(compressMsgEntry(msgEntryOf(3, 3, many...)))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var err error
+		if len(b) > 0 && b[0] == entryMsgsS2 {
+			if b, err = expandMsgEntry(nil, b); err != nil {
+				if !errors.Is(err, errBadEntry) {
+					t.Fatalf("error not errBadEntry: %v", err)
+				}
+				return
+			}
+		}
 		e, err := decodeMsgEntry(b)
 		for n := 0; err == nil; n++ {
 			var ok bool
@@ -502,4 +519,90 @@ func FuzzPurgeEntry(f *testing.F) {
 			t.Fatalf("error not errBadEntry: %v", err)
 		}
 	})
+}
+
+// TestMsgEntryCompression: a batch of messages whose subjects and headers repeat is
+// proposed compressed, one too small or that does not shrink by an eighth as it
+// is; a replica applying the compressed entries stores what one applying the plain
+// ones does.
+func TestMsgEntryCompression(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	letters := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('A' + rng.IntN(26))
+		}
+		return string(b)
+	}
+	var plain, proposed []replica.Entry
+	for i := range 40 {
+		var msgs []testMsg
+		for j := range 1 + i%20 {
+			msgs = append(msgs, testMsg{"orders.created.eu-west", fmt.Sprintf("kafka:7:0:0:%d", i*100+j), letters(100)})
+		}
+		e := msgEntryOf(uint64(i), int64(i+1)*int64(time.Second), msgs...)
+		plain = append(plain, replica.Entry{Index: uint64(i + 2), Term: 1, Data: e})
+		c := compressMsgEntry(e)
+		switch {
+		case len(e) < compressMinBytes:
+			if &c[0] != &e[0] {
+				t.Fatalf("entry %d of %d bytes compressed", i, len(e))
+			}
+		case c[0] != entryMsgsS2 || len(c) > len(e)-len(e)/8:
+			t.Fatalf("entry %d of %d bytes (%d messages): op %d, %d bytes", i, len(e), len(msgs), c[0], len(c))
+		}
+		proposed = append(proposed, replica.Entry{Index: uint64(i + 2), Term: 1, Data: c})
+	}
+	// Payloads that do not repeat, under one-letter subjects and no headers:
+	// not worth it.
+	var q inbound
+	var idx []int
+	for range 8 {
+		b := make([]byte, 200)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		idx = append(idx, len(q.items))
+		q.items = append(q.items, inItem{subj: q.put([]byte("s")), hdr: q.put(nil), data: q.put(b)})
+	}
+	if e := appendMsgEntry(nil, 1, 1, &q, idx); compressMsgEntry(e)[0] != entryMsgs {
+		t.Fatalf("an incompressible batch of %d bytes compressed", len(e))
+	}
+	var logs []string
+	for _, ents := range [][]replica.Entry{plain, proposed} {
+		l := openTestLog(t, t.TempDir())
+		m := newPartitionMachine(l, 5*time.Second, nil)
+		for i := 0; i < len(ents); i += 7 {
+			if err := m.Apply(ents[i:min(i+7, len(ents))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		logs = append(logs, fmt.Sprint(logRecords(t, l)))
+	}
+	if logs[0] != logs[1] {
+		t.Fatalf("the replica of compressed entries differs:\n%v\n%v", logs[0], logs[1])
+	}
+	if n := strings.Count(logs[0], "orders.created.eu-west"); n != 420 {
+		t.Fatalf("%d messages stored, want 420", n)
+	}
+
+	big := plain[len(plain)-1].Data
+	c := compressMsgEntry(big)
+	huge := append([]byte{entryMsgsS2}, binary.AppendUvarint(nil, maxEntryExpanded+1)...)
+	for name, bad := range map[string][]byte{
+		"truncated":      c[:len(c)-3],
+		"no block":       {entryMsgsS2},
+		"too large":      huge,
+		"not a batch":    append([]byte{entryMsgsS2}, s2.Encode(nil, []byte{entryDelete, 1, 2, 3})...),
+		"compressed S2":  append([]byte{entryMsgsS2}, s2.Encode(nil, c)...),
+		"an empty block": append([]byte{entryMsgsS2}, s2.Encode(nil, nil)...),
+	} {
+		if _, err := expandMsgEntry(nil, bad); !errors.Is(err, errBadEntry) {
+			t.Errorf("%s: %v, want errBadEntry", name, err)
+		}
+		l := openTestLog(t, t.TempDir())
+		if err := newPartitionMachine(l, time.Second, nil).Apply([]replica.Entry{{Index: 2, Data: bad}}); !errors.Is(err, errBadEntry) {
+			t.Errorf("%s applied: %v, want errBadEntry", name, err)
+		}
+	}
 }
