@@ -30,6 +30,7 @@
 #   KAFKA_PACED_RATE (1000)       records/s of the paced Kafka latency row (0: none)
 #   STREAM_ROWS (pubasync16,pubasync1k,pubsync,workqueue,workqueue1k,replay1g)
 #                                 streamvs rows run against JetStream R3
+#   STREAM_PAYLOADS (zeros)       random: streamvs payloads of random bytes (--random-payloads)
 #   SYSTEMS (js,kafka)            which clusters to run
 #   TERN_R3 (1)                   0: no Tern R3 cluster
 #   TERN_BASE (24700)             Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
@@ -90,6 +91,7 @@ BENCH=replicated.sh BENCH_LOGS=$ROUT
 . bench/r3clusters.sh
 
 SV_COMMON=(--scale "$SCALE" --runs "$RUNS" --replay-bytes "$REPLAY_BYTES" --quiet-wait "$QUIET")
+[ "${STREAM_PAYLOADS:-zeros}" = random ] && SV_COMMON+=(--random-payloads)
 KAFKA_ROWS=(--scale "$SCALE" --replay-bytes "$REPLAY_BYTES" --alt-props "$KAFKA_ALT_PROPS" --paced-rate "$KAFKA_PACED_RATE")
 if [ -n "$LIST" ]; then
 	echo "JetStream R3 (bench/streamvs --replicas 3):"

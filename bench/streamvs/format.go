@@ -56,6 +56,11 @@ func writeMarkdown(w io.Writer, rep *report, systems []*system) {
 	if rep.Replicas > 1 {
 		fmt.Fprintf(w, "- every stream has %d replicas (file storage, acknowledged once the replicas' quorum has it)\n", rep.Replicas)
 	}
+	if rep.Random {
+		fmt.Fprintln(w, "- payloads: random bytes after the sequence number, each of a publisher's buffers different (--random-payloads)")
+	} else {
+		fmt.Fprintln(w, "- payloads: zero bytes after the sequence number, which a broker that compresses (Tern's replicated entries) shrinks to almost nothing")
+	}
 	if rep.BusyStarts > 0 {
 		fmt.Fprintf(w, "- %d runs started while other processes kept the machine busy: treat their rows with care\n", rep.BusyStarts)
 	}

@@ -50,6 +50,7 @@ type params struct {
 	Sync        streambench.Sync
 	Timeout     time.Duration
 	Replicas    int
+	Random      bool // random payloads (streambench.Config.RandomPayloads)
 }
 
 // matrix is the benchmark. Counts are sized so one run takes a few seconds on a
@@ -57,7 +58,7 @@ type params struct {
 func matrix(p params) []row {
 	n := func(v int) int { return max(1, int(float64(v)*p.Scale)) }
 	base := streambench.Config{Window: p.Window, Batch: p.Batch, Consumers: p.Consumers, Sync: p.Sync, Timeout: p.Timeout,
-		Replicas: p.Replicas}
+		Replicas: p.Replicas, RandomPayloads: p.Random}
 	with := func(w string, size, msgs int) streambench.Config {
 		c := base
 		c.Workload, c.Size, c.Msgs = w, size, msgs
@@ -192,6 +193,7 @@ type report struct {
 	Scale       float64            `json:"scale"`
 	ReplayBytes int64              `json:"replay_bytes"`
 	Replicas    int                `json:"replicas,omitempty"` // copies of each stream; 0 in files from before it was recorded: 1
+	Random      bool               `json:"random_payloads,omitempty"`
 	Rows        []*rowReport       `json:"rows"`
 	BusyStarts  int                `json:"busy_starts"`
 }
@@ -223,6 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ackAll := fs.Bool("ack-all", false, "fetch rows: cumulative ack policy, acknowledging only the last message of each batch (default: every message)")
 	consumers := fs.Int("consumers", streambench.DefaultConsumers, "pull consumers in the work queue")
 	syncPolicy := fs.String("sync", "", "fsync policy asked of every stream: always, interval, never (default: each server's own; JetStream supports only that)")
+	random := fs.Bool("random-payloads", false, "payloads of random bytes after the sequence number, each publisher buffer different (default: zero bytes, which a broker that compresses shrinks to almost nothing)")
 	replicas := fs.Int("replicas", 1, "copies of every stream (JetStream's R); more than 1 needs clustered servers (bench/replicated.sh starts them)")
 	timeout := fs.Duration("timeout", 0, "hard limit on each run, pre-fill included (0: 60s plus 100µs per message, 2ms in pubsync)")
 	flush := fs.Bool("flush", true, "before each run, write the machine's dirty pages back to disk (sync(2)), so one run's writes do not land in the next")
@@ -265,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("--replicas must be 1 to 5")
 	}
 	p := params{Scale: *scale, ReplayBytes: rb, Window: *window, Batch: *batch, AckAll: *ackAll, Consumers: *consumers,
-		Sync: streambench.Sync(*syncPolicy), Timeout: *timeout, Replicas: *replicas}
+		Sync: streambench.Sync(*syncPolicy), Timeout: *timeout, Replicas: *replicas, Random: *random}
 	rows := selectRows(matrix(p), *only)
 	if *list {
 		for _, r := range rows {
@@ -326,6 +329,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Scale:       *scale,
 		ReplayBytes: rb,
 		Replicas:    *replicas,
+		Random:      *random,
 	}
 	for _, s := range systems {
 		rep.Servers[s.Key] = s

@@ -82,6 +82,11 @@ type Config struct {
 	// (JetStream's R, Tern's replication factor); 0 or 1 is one copy. A driver that
 	// cannot replicate refuses more than one with ErrUnsupported.
 	Replicas int
+	// RandomPayloads fills every payload after its sequence number (and time)
+	// with random bytes, each of the publisher's buffers different, so that a
+	// broker that compresses what it stores or replicates gains nothing; by
+	// default the rest of a payload is zero bytes.
+	RandomPayloads bool
 	// Timeout is the hard limit on the whole run, pre-fill and clean-up included.
 	// 0 computes one from Msgs: 60s plus 2ms per message in pubsync, 100µs per
 	// message otherwise.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,6 +192,19 @@ func (r *runner) cleanup() {
 }
 
 // payload fills buf for message seq (1-based), with the publish time if stamp.
+// payloadBuffer is a publisher's buffer number i: zero bytes, or random ones
+// (Config.RandomPayloads), the same from run to run.
+func (r *runner) payloadBuffer(i uint64) []byte {
+	buf := make([]byte, r.cfg.Size)
+	if r.cfg.RandomPayloads {
+		rng := mathrand.New(mathrand.NewPCG(i, uint64(len(buf))))
+		for j := range buf {
+			buf[j] = byte(rng.Uint32())
+		}
+	}
+	return buf
+}
+
 func payload(buf []byte, seq uint64, stamp bool) {
 	binary.LittleEndian.PutUint64(buf, seq)
 	if stamp {
@@ -222,7 +236,7 @@ func (r *runner) publishAsync(ctx context.Context, c Conn, n int, stamp bool) pu
 	futures := make(chan PubFuture, w)
 	ring := make([][]byte, min(w, n))
 	for i := range ring {
-		ring[i] = make([]byte, r.cfg.Size)
+		ring[i] = r.payloadBuffer(uint64(i))
 	}
 	var (
 		st       pubStats
@@ -358,7 +372,7 @@ func (r *runner) pubSync(ctx context.Context) error {
 	}
 	r.observe(ObserveReady)
 	h := newHist()
-	buf := make([]byte, r.cfg.Size)
+	buf := r.payloadBuffer(0)
 	consecutive := 0
 	var stopErr error
 	start := time.Now()
