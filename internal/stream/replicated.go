@@ -54,6 +54,11 @@ const compressMinBytes = 512
 // more is malformed.
 const maxEntryExpanded = 64 << 20
 
+// entryBuffers are scratch buffers for message batches before compression and
+// after expansion, shared by every stream: a stream keeps none while idle, which
+// matters with a thousand of them.
+var entryBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
 // compressMsgEntry is the entry to propose for the message batch plain: plain's
 // S2 block in a buffer of its own when that saves an eighth, else plain itself.
 func compressMsgEntry(plain []byte) []byte {
@@ -233,7 +238,6 @@ type partitionMachine struct {
 	// cannot be applied).
 	consumers *consumerSet
 	delSeqs   []uint64 // applyRemoval's scratch
-	expanded  []byte   // a compressed batch's messages (Log.Append copies them)
 	results   []pubResult
 	batches   []appliedBatch
 }
@@ -283,9 +287,11 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		case entryMsgs:
 			err = m.applyMsgs(ent.Data)
 		case entryMsgsS2:
-			if m.expanded, err = expandMsgEntry(m.expanded, ent.Data); err == nil {
-				err = m.applyMsgs(m.expanded)
+			buf := entryBuffers.Get().(*[]byte)
+			if *buf, err = expandMsgEntry(*buf, ent.Data); err == nil {
+				err = m.applyMsgs(*buf) // Log.Append copies the messages
 			}
+			entryBuffers.Put(buf)
 		case entryDelete, entryExpire, entryPurge:
 			// The messages of earlier entries of this batch are committed
 			// first: a removal may name them.
@@ -515,7 +521,6 @@ type streamRepl struct {
 	proposals        []partProposal // by partition
 	touched          []int          // the partitions of the batch being written
 	round            []int          // the partitions whose entries are proposed
-	plain            []byte         // proposeRound's scratch: an entry before compression
 }
 
 // maxEntryBytes bounds the messages of one Raft entry (a partition's share of a
@@ -623,9 +628,10 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		// Each entry gets a buffer of its own: its bytes belong to the group
 		// once proposed (its Raft log keeps them). A compressed one is made
 		// from the plain one, whose buffer is then used again.
-		r.plain = appendMsgEntry(r.plain[:0], pp.token, now, q, pp.items)
-		if pp.entry = compressMsgEntry(r.plain); pp.entry[0] == entryMsgs {
-			r.plain = nil // proposed as it is
+		plain := entryBuffers.Get().(*[]byte)
+		*plain = appendMsgEntry((*plain)[:0], pp.token, now, q, pp.items)
+		if pp.entry = compressMsgEntry(*plain); pp.entry[0] != entryMsgs {
+			entryBuffers.Put(plain)
 		}
 		r.round = append(r.round, p)
 	}
