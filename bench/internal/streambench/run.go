@@ -191,7 +191,6 @@ func (r *runner) cleanup() {
 	}
 }
 
-// payload fills buf for message seq (1-based), with the publish time if stamp.
 // payloadBuffer is a publisher's buffer number i: zero bytes, or random ones
 // (Config.RandomPayloads), the same from run to run.
 func (r *runner) payloadBuffer(i uint64) []byte {
@@ -205,6 +204,7 @@ func (r *runner) payloadBuffer(i uint64) []byte {
 	return buf
 }
 
+// payload fills buf for message seq (1-based), with the publish time if stamp.
 func payload(buf []byte, seq uint64, stamp bool) {
 	binary.LittleEndian.PutUint64(buf, seq)
 	if stamp {
