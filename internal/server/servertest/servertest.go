@@ -4,9 +4,12 @@ package servertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,36 +81,46 @@ func RoutePort(t testing.TB) int {
 // other; the servers are shut down when the test ends.
 func StartCluster(t testing.TB, n int, mutate func(i int, c *server.Config)) []*server.Server {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = RoutePort(t)
-	}
-	join := "127.0.0.1:" + strconv.Itoa(ports[0])
+	var join string
 	var nodes []*server.Server
 	for i := 0; i < n; i++ {
-		cfg := server.DefaultConfig()
-		cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
-		cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
-		cfg.KafkaPort = -1 // off: tests of the Kafka API on a cluster start their own ports
-		cfg.ServerName = fmt.Sprintf("n%d", i+1)
-		cfg.ClusterPort, cfg.Join, cfg.ClusterName = ports[i], join, "test-"+t.Name()
-		if mutate != nil {
-			mutate(i, &cfg)
+		// A port found free can be taken before the node binds it (an outgoing
+		// connection of another test binary gets it as its local port): the node
+		// is then started again on another.
+		for attempt := 1; ; attempt++ {
+			port := pickRoutePort(t)
+			if i == 0 {
+				join = "127.0.0.1:" + strconv.Itoa(port)
+			}
+			cfg := server.DefaultConfig()
+			cfg.Host, cfg.Port, cfg.HTTPAddr, cfg.StoreDir, cfg.UDPPort = "127.0.0.1", 0, "", t.TempDir(), -1
+			cfg.MQTTPort, cfg.MQTTWSPort = 0, -1
+			cfg.KafkaPort = -1 // off: tests of the Kafka API on a cluster start their own ports
+			cfg.ServerName = fmt.Sprintf("n%d", i+1)
+			cfg.ClusterPort, cfg.Join, cfg.ClusterName = port, join, "test-"+t.Name()
+			if mutate != nil {
+				mutate(i, &cfg)
+			}
+			s, err := server.New(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Start(); err != nil {
+				if addrInUse(err) && attempt < 5 {
+					t.Logf("node n%d: %v; again on another port", i+1, err)
+					continue // a failed Start stopped what it had started
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				// Tests may have stopped a node already: a second shutdown's error is no news.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = s.Shutdown(ctx)
+			})
+			nodes = append(nodes, s)
+			break
 		}
-		s, err := server.New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			// Tests may have stopped a node already: a second shutdown's error is no news.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = s.Shutdown(ctx)
-		})
-		nodes = append(nodes, s)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for !fullMesh(nodes) {
@@ -117,6 +130,16 @@ func StartCluster(t testing.TB, n int, mutate func(i int, c *server.Config)) []*
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nodes
+}
+
+// pickRoutePort is RoutePort; a test of StartCluster's retry hands out a port
+// that is taken.
+var pickRoutePort = RoutePort
+
+// addrInUse tells whether a Start failed on a port another process holds. The
+// gossip library reports its listener's error as text only.
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
 }
 
 func fullMesh(nodes []*server.Server) bool {
