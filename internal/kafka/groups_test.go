@@ -127,13 +127,21 @@ func (m *groupMember) leave() {
 
 func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
+	if !pollUntil(d, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// pollUntil checks cond every 20 ms until it holds (true) or d has passed (false).
+func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // waitRecords waits until the group consumed n distinct records and, if it does not,
@@ -141,16 +149,8 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 // committed and end offsets.
 func waitRecords(t *testing.T, adm *kadm.Client, grp, topic string, rec *seen, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		d, _ := rec.total()
-		if d == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if pollUntil(30*time.Second, func() bool { d, _ := rec.total(); return d == n }) {
+		return
 	}
 	var state strings.Builder
 	if dg, err := adm.DescribeGroups(ctxT(t), grp); err != nil {

@@ -60,7 +60,9 @@ const maxEntryExpanded = 64 << 20
 var entryBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // compressMsgEntry is the entry to propose for the message batch plain: plain's
-// S2 block in a buffer of its own when that saves an eighth, else plain itself.
+// S2 block in a buffer of its own, exactly its size, when that saves an eighth,
+// else plain itself. The block is made in a scratch buffer, so a batch that does
+// not shrink costs no allocation.
 func compressMsgEntry(plain []byte) []byte {
 	if len(plain) < compressMinBytes {
 		return plain
@@ -69,12 +71,16 @@ func compressMsgEntry(plain []byte) []byte {
 	if n < 0 {
 		return plain
 	}
-	out := make([]byte, 1+n)
-	out[0] = entryMsgsS2
-	out = out[:1+len(s2.Encode(out[1:], plain))]
-	if len(out) > len(plain)-len(plain)/8 {
+	scratch := entryBuffers.Get().(*[]byte)
+	defer entryBuffers.Put(scratch)
+	*scratch = slices.Grow((*scratch)[:0], n)[:n]
+	block := s2.Encode(*scratch, plain)
+	if 1+len(block) > len(plain)-len(plain)/8 {
 		return plain
 	}
+	out := make([]byte, 1+len(block))
+	out[0] = entryMsgsS2
+	copy(out[1:], block)
 	return out
 }
 
