@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tern-mq/tern/internal/runtimetune"
 	"github.com/tern-mq/tern/internal/server"
 )
 
@@ -65,6 +66,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	runtimetune.Apply(cfg, log)
 	s, err := server.New(cfg, log)
 	if err != nil {
 		return err

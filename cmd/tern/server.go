@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tern-mq/tern/internal/runtimetune"
 	"github.com/tern-mq/tern/internal/server"
 )
 
@@ -59,6 +60,7 @@ func runServer(ctx context.Context, cfg server.Config) error {
 		return err
 	}
 	server.Version = version
+	runtimetune.Apply(cfg, log)
 	// From before the server starts: SIGHUP's default is to end the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

@@ -46,8 +46,14 @@ type Config struct {
 	// TCPNotSentLowat bounds the unsent bytes in each client socket's kernel
 	// buffer (TCP_NOTSENT_LOWAT); 0 leaves the kernel's default.
 	TCPNotSentLowat int
-	LogLevel        string // debug, info, warn, error
-	LogFormat       string // text or json
+	// GCPercent and MemoryLimit tune the Go collector of the process running the
+	// server (GOGC and GOMEMLIMIT); 0 lets the process choose (cmd/tern: the
+	// environment variable if set, else its own default). GCPercent -1 turns
+	// collection off until MemoryLimit is reached.
+	GCPercent   int
+	MemoryLimit int64
+	LogLevel    string // debug, info, warn, error
+	LogFormat   string // text or json
 	// StoreDir holds durable streams; "" disables them.
 	StoreDir     string
 	Sync         string // fsync policy of stream logs: always, interval or never
@@ -226,6 +232,7 @@ const (
 	groupKafka    = "Kafka"
 	groupUDP      = "UDP"
 	groupLogging  = "Logging"
+	groupRuntime  = "Runtime"
 	groupCluster  = "Cluster"
 	groupSecurity = "Security"
 )
@@ -419,6 +426,11 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return enum(&c.LogLevel, "debug", "info", "warn", "error") }},
 	{key: "log_format", group: groupLogging, help: "text, or json (one object per line)",
 		bind: func(c *Config) pflag.Value { return enum(&c.LogFormat, "text", "json") }},
+
+	{key: "gc_percent", group: groupRuntime, help: "heap growth between Go garbage collections, in percent of the live heap (GOGC; -1 = only at memory_limit); 0 = GOGC if set, else 400: fewer collections, so fewer pauses on the publish path",
+		bind: func(c *Config) pflag.Value { return cliflags.NewInt(&c.GCPercent, -1, 1_000_000) }},
+	{key: "memory_limit", group: groupRuntime, help: "soft limit of the process's memory: the collector runs as often as it must to stay under it (GOMEMLIMIT); 0 = GOMEMLIMIT if set, else half of the machine's or the cgroup's memory",
+		bind: func(c *Config) pflag.Value { return cliflags.NewByteSize(&c.MemoryLimit) }},
 }
 
 func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
