@@ -83,9 +83,8 @@ func AppendBatch(dst []byte, b *Batch) ([]byte, error) {
 	for i := range b.Msgs {
 		m := &b.Msgs[i]
 		dst = binary.AppendUvarint(dst, m.Group)
-		dst = binary.AppendUvarint(dst, uint64(proto.Size(m.M)))
-		if dst, err = marshalOpts.MarshalAppend(dst, m.M); err != nil {
-			return dst, fmt.Errorf("replica: encoding a message of group %d: %w", m.Group, err)
+		if dst, err = appendMessage(dst, m.M); err != nil {
+			return dst, fmt.Errorf("replica: group %d: %w", m.Group, err)
 		}
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(b.Beats)))
@@ -162,8 +161,8 @@ func DecodeBatch(data []byte, b *Batch) error {
 			d.err = fmt.Errorf("%w: message of %d bytes in %d", ErrMalformed, l, len(d.b))
 			break
 		}
-		m := new(raftpb.Message)
-		if err := proto.Unmarshal(d.b[:l], m); err != nil {
+		m, err := decodeMessage(d.b[:l])
+		if err != nil {
 			d.err = fmt.Errorf("%w: message of group %d: %w", ErrMalformed, g, err)
 			break
 		}
