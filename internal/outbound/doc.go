@@ -24,8 +24,9 @@
 //   - Counters: messages and payload bytes sent and messages dropped, per
 //     connection, kept under the queue's lock (no contended server-wide atomics);
 //     a Group keeps the totals of connections that have gone.
-//   - Idle buffers: a buffer grown past MaxIdleBuffer by a burst is let go once
-//     drained; an idle queue can give up all its state (Release).
+//   - Buffers: a buffer short of room for a delivery doubles; one grown past
+//     MaxIdleBuffer is kept while frames keep coming and let go once the burst
+//     is over; an idle queue can give up all its state (Release).
 //   - Graceful close: Finish sends what is queued, then, when the server closed the
 //     connection for a reason it told the client, shuts down the write side and
 //     reads and discards input for up to Linger before closing, so that a client

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,6 +309,12 @@ func (q *Queue) Reserve(size int) ([]byte, bool) {
 		q.overflowLocked(st, pending)
 		return nil, false
 	}
+	if size > cap(st.out)-len(st.out) {
+		// Doubling, where append grows a large buffer by a quarter: a burst
+		// queued into an empty buffer copies its bytes about once, not four
+		// times over.
+		st.out = slices.Grow(st.out, max(size, cap(st.out)))
+	}
 	return st.out, true
 }
 
@@ -606,12 +613,15 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 }
 
 // wrote notes that the writer sent all it had taken, and keeps buf as the spare
-// buffer unless a burst grew it past MaxIdleBuffer.
+// buffer unless a burst grew it past MaxIdleBuffer and is over: neither what buf
+// carried nor what has been queued since fills a quarter of it. While a steady
+// flow (a replay) keeps both buffers busy they stay, or each round would grow a
+// new buffer from nothing, copying its contents at every growth.
 func (q *Queue) wrote(st *state, buf []byte) {
 	q.mu.Lock()
 	st.writing = 0
 	q.progressLocked(st)
-	if cap(buf) > MaxIdleBuffer && len(st.out) < cap(buf)/4 {
+	if c := cap(buf); c > MaxIdleBuffer && len(buf) < c/4 && len(st.out) < c/4 {
 		buf = nil // let a burst's buffer go
 	}
 	st.spare = buf[:0]

@@ -395,3 +395,50 @@ func TestQueueStaysSmall(t *testing.T) {
 		t.Fatalf("Queue is %d bytes, want at most 56", size)
 	}
 }
+
+// A burst queued into an empty buffer grows it by doubling: a few reallocations
+// for megabytes of frames, not the dozens append's quarter steps would take.
+func TestReserveGrowsGeometrically(t *testing.T) {
+	q, _, _, _ := pair(t, Config{MaxPending: 64 << 20})
+	frame := bytes.Repeat([]byte("m"), 1024)
+	grown, lastCap := 0, -1
+	for range 16 << 10 { // 16 MiB, never flushed
+		b, ok := q.Reserve(len(frame))
+		if !ok {
+			t.Fatal("refused below MaxPending")
+		}
+		if cap(b) != lastCap {
+			grown, lastCap = grown+1, cap(b)
+		}
+		q.Commit(append(b, frame...), len(frame))
+	}
+	if grown > 16 {
+		t.Fatalf("the buffer was reallocated %d times for 16 MiB, want at most 16", grown)
+	}
+	q.Close(nil)
+}
+
+// The writer keeps a large buffer as its spare while frames keep coming, and lets
+// it go once the burst is over.
+func TestWriterKeepsBusyBuffersAndDropsBurstOnes(t *testing.T) {
+	q, _, _, _ := pair(t, Config{MaxPending: 64 << 20})
+	big := 4 * MaxIdleBuffer
+	for _, c := range []struct {
+		name           string
+		carried, since int
+		kept           bool
+	}{
+		{"steady flow", big, big / 2, true},
+		{"written full, nothing since", big, 0, true},
+		{"little written, much since", big / 8, big / 2, true},
+		{"burst over", big / 8, 1024, false},
+	} {
+		st := q.stateLocked()
+		st.out = make([]byte, c.since)
+		q.wrote(st, make([]byte, c.carried, big))
+		if kept := cap(st.spare) == big; kept != c.kept {
+			t.Errorf("%s: spare of capacity %d, kept %v, want %v", c.name, cap(st.spare), kept, c.kept)
+		}
+	}
+	q.Close(nil)
+}
