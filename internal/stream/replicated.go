@@ -84,6 +84,40 @@ func compressMsgEntry(plain []byte) []byte {
 	return out
 }
 
+// compressGate paces a partition's attempts at compressing its batches: a
+// stream of payloads that do not shrink (random or already compressed bytes)
+// would otherwise pay for an S2 pass per batch and keep none of them. After a
+// batch that did not shrink the next one is tried, after two misses in a row
+// every second batch, then every fourth, down to one in 32; a batch that
+// shrinks restores trying every batch.
+type compressGate struct {
+	misses uint8 // attempts in a row that did not shrink, at most maxCompressMisses
+	skip   uint8 // batches left to propose plain before the next attempt
+}
+
+const maxCompressMisses = 6
+
+// entry is compressMsgEntry(plain) or plain, as the gate's pace says.
+func (g *compressGate) entry(plain []byte) []byte {
+	if len(plain) < compressMinBytes {
+		return plain
+	}
+	if g.skip > 0 {
+		g.skip--
+		return plain
+	}
+	e := compressMsgEntry(plain)
+	if e[0] != entryMsgs {
+		g.misses = 0
+		return e
+	}
+	if g.misses < maxCompressMisses {
+		g.misses++
+	}
+	g.skip = 1<<(g.misses-1) - 1
+	return e
+}
+
 // expandMsgEntry expands a compressed message batch b into buf (reused) and
 // returns the entryMsgs entry.
 func expandMsgEntry(buf, b []byte) ([]byte, error) {
@@ -558,6 +592,7 @@ type partProposal struct {
 	prop  replica.Proposal // submitted, awaited by await
 	res   []pubResult
 	err   error
+	gate  compressGate
 }
 
 // consumers is the machine holding the stream's consumers: partition 0's.
@@ -636,7 +671,7 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		// from the plain one, whose buffer is then used again.
 		plain := entryBuffers.Get().(*[]byte)
 		*plain = appendMsgEntry((*plain)[:0], pp.token, now, q, pp.items)
-		if pp.entry = compressMsgEntry(*plain); pp.entry[0] != entryMsgs {
+		if pp.entry = pp.gate.entry(*plain); pp.entry[0] != entryMsgs {
 			entryBuffers.Put(plain)
 		}
 		r.round = append(r.round, p)

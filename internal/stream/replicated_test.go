@@ -606,3 +606,56 @@ func TestMsgEntryCompression(t *testing.T) {
 		}
 	}
 }
+
+// A partition whose batches do not shrink is tried less and less often, down to
+// one batch in 32, and back to every batch once one shrinks.
+func TestCompressGatePacesAttempts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	batch := func(random bool) []byte {
+		var q inbound
+		var idx []int
+		for range 8 {
+			b := make([]byte, 200)
+			for i := range b {
+				if random {
+					b[i] = byte(rng.Uint32())
+				} else {
+					b[i] = 'a' + byte(i%3)
+				}
+			}
+			idx = append(idx, len(q.items))
+			q.items = append(q.items, inItem{subj: q.put([]byte("s")), hdr: q.put(nil), data: q.put(b)})
+		}
+		return appendMsgEntry(nil, 1, 1, &q, idx)
+	}
+	var g compressGate
+	attempts := 0
+	for range 320 {
+		if g.skip == 0 {
+			attempts++
+		}
+		if e := g.entry(batch(true)); e[0] != entryMsgs {
+			t.Fatal("an incompressible batch compressed")
+		}
+	}
+	// 1, 1, 2, 4, 8, 16 batches per attempt, then one in 32.
+	if attempts < 10 || attempts > 16 {
+		t.Fatalf("%d attempts at 320 incompressible batches, want 10 to 16", attempts)
+	}
+	plainBefore := 0
+	for g.entry(batch(false))[0] == entryMsgs {
+		plainBefore++
+		if plainBefore > 32 {
+			t.Fatal("a compressible batch still not compressed after 32")
+		}
+	}
+	for i := range 50 {
+		if g.entry(batch(false))[0] != entryMsgsS2 {
+			t.Fatalf("compressible batch %d after the first one that shrank went plain", i)
+		}
+	}
+	// Small batches are not attempts and do not move the pace.
+	if e := g.entry([]byte{entryMsgs, 1, 2}); len(e) != 3 || g.misses != 0 {
+		t.Fatal("a batch under compressMinBytes changed the gate")
+	}
+}
