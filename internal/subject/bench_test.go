@@ -2,6 +2,7 @@ package subject
 
 import (
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 )
@@ -67,6 +68,27 @@ func BenchmarkMatchMiss(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		s.Match(subjects[i%len(subjects)])
+		i++
+	}
+}
+
+// BenchmarkMatchUniqueReplies matches subjects each seen once, as a stream's
+// acknowledgements to a client's per-publish reply subjects are: one inbox
+// wildcard subscription among the fleet's.
+func BenchmarkMatchUniqueReplies(b *testing.B) {
+	s := benchSublist(b)
+	if err := s.Insert("_INBOX.Qx7pKm2.*", "", 5); err != nil {
+		b.Fatal(err)
+	}
+	subj := []byte("_INBOX.Qx7pKm2.")
+	n := len(subj)
+	b.ReportAllocs()
+	i := uint64(0)
+	for b.Loop() {
+		subj = strconv.AppendUint(subj[:n], i, 36)
+		if r := s.Match(subj); len(r.Plain) == 0 {
+			b.Fatal("no match")
+		}
 		i++
 	}
 }

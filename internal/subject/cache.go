@@ -3,6 +3,7 @@ package subject
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 const (
@@ -31,7 +32,16 @@ type shard[T comparable] struct {
 	mu sync.RWMutex
 	m  map[string]*Result[T]
 	_  [128 - 24 - 8]byte // keep shards' lock words on separate cache lines
+	// door holds hashes of subjects that missed once and were not cached: a
+	// subject is cached on its second miss while its hash is still here. Most
+	// subjects seen once are seen only once (a client's reply subject per
+	// request or publish), and caching each would cost a key, an eviction and a
+	// longer scan of every wildcard insert, for no hit.
+	door [doorSlots]atomic.Uint64
 }
+
+// doorSlots is the number of recent one-time subjects a shard remembers.
+const doorSlots = 64
 
 func (c *cache[T]) init(size int) {
 	c.seed = maphash.MakeSeed()
@@ -41,9 +51,10 @@ func (c *cache[T]) init(size int) {
 	}
 }
 
-func (c *cache[T]) shardOf(subject []byte) *shard[T] {
-	return &c.shards[maphash.Bytes(c.seed, subject)%cacheShards]
-}
+// hash is the hash that places subject in a shard and in its door.
+func (c *cache[T]) hash(subject []byte) uint64 { return maphash.Bytes(c.seed, subject) }
+
+func (c *cache[T]) shardOfHash(h uint64) *shard[T] { return &c.shards[h%cacheShards] }
 
 func (c *cache[T]) shardOfString(subject string) *shard[T] {
 	return &c.shards[maphash.String(c.seed, subject)%cacheShards]
@@ -55,6 +66,19 @@ func (sh *shard[T]) get(subject []byte) *Result[T] {
 	r := sh.m[string(subject)]
 	sh.mu.RUnlock()
 	return r
+}
+
+// admit reports whether the subject of hash h, which just missed, is to be
+// cached: it missed recently before. Otherwise it remembers h, in the place of
+// whichever subject had its slot.
+func (sh *shard[T]) admit(h uint64) bool {
+	slot := &sh.door[(h/cacheShards)%doorSlots]
+	if slot.Load() == h {
+		slot.Store(0)
+		return true
+	}
+	slot.Store(h)
+	return false
 }
 
 // put stores r under key unless an entry is already there, and returns the entry

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Result is what a published subject matches: every plain subscriber and every queue
@@ -245,24 +246,27 @@ func (s *Sublist[T]) Remove(filter, queue string, item T) error {
 // result is shared and immutable. On a cache hit Match takes one shard read lock and
 // allocates nothing.
 func (s *Sublist[T]) Match(subject []byte) *Result[T] {
-	sh := s.cache.shardOf(subject)
+	h := s.cache.hash(subject)
+	sh := s.cache.shardOfHash(h)
 	if r := sh.get(subject); r != nil {
 		return r
 	}
-	return s.matchSlow(sh, subject)
+	return s.matchSlow(sh, h, subject)
 }
 
-// matchSlow computes a result from the trie and caches it. Holding the read lock
-// keeps writers out until the result is stored, so it cannot be stale. Subjects
-// longer than any valid one are answered but not cached.
-func (s *Sublist[T]) matchSlow(sh *shard[T], subject []byte) *Result[T] {
+// matchSlow computes a result from the trie and caches it if the subject missed
+// recently before (shard.admit). Holding the read lock keeps writers out until
+// the result is stored, so it cannot be stale. Subjects longer than any valid
+// one are answered but not cached.
+func (s *Sublist[T]) matchSlow(sh *shard[T], h uint64, subject []byte) *Result[T] {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if len(subject) > MaxLen {
-		return s.compute(string(subject))
-	}
 	if r := sh.get(subject); r != nil {
 		return r
+	}
+	if len(subject) > MaxLen || !sh.admit(h) {
+		// compute keeps nothing of the subject it is given.
+		return s.compute(unsafe.String(unsafe.SliceData(subject), len(subject)))
 	}
 	key := string(subject)
 	return sh.put(key, s.compute(key), s.cache.perShard)

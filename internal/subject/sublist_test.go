@@ -263,9 +263,11 @@ func TestInsertRejectsInvalid(t *testing.T) {
 func TestCacheSeesInsertAndRemove(t *testing.T) {
 	s := NewSublist[int]()
 	mustInsert(t, s, "a.*", "", 1)
-	expectMatch(t, s, "a.b", "[1]")
-	expectMatch(t, s, "a.c", "[1]")
-	expectMatch(t, s, "x.y", "[]")
+	for range 2 { // a subject is cached on its second miss
+		expectMatch(t, s, "a.b", "[1]")
+		expectMatch(t, s, "a.c", "[1]")
+		expectMatch(t, s, "x.y", "[]")
+	}
 	if s.CacheLen() != 3 {
 		t.Fatalf("CacheLen() = %d, want 3", s.CacheLen())
 	}
@@ -368,7 +370,8 @@ func TestEmptyResultIsShared(t *testing.T) {
 func TestGroupCursorCarriesOver(t *testing.T) {
 	s := NewSublist[int]()
 	mustInsert(t, s, "a", "g", 1)
-	r := s.Match([]byte("a"))
+	s.Match([]byte("a"))
+	r := s.Match([]byte("a")) // cached
 	r.Groups[0].Cursor.Store(41)
 	mustInsert(t, s, "a", "g", 2)
 	r2 := s.Match([]byte("a"))
@@ -388,8 +391,10 @@ func TestCacheIsBounded(t *testing.T) {
 	mustInsert(t, s, ">", "", 1)
 	for i := range 3 * cacheSize {
 		subj := fmt.Sprintf("s.%d", i)
-		if r := s.Match([]byte(subj)); len(r.Plain) != 1 {
-			t.Fatalf("Match(%s) = %+v", subj, r)
+		for range 2 {
+			if r := s.Match([]byte(subj)); len(r.Plain) != 1 {
+				t.Fatalf("Match(%s) = %+v", subj, r)
+			}
 		}
 		if n := s.CacheLen(); n > cacheSize {
 			t.Fatalf("cache holds %d > %d entries", n, cacheSize)
@@ -406,11 +411,43 @@ func TestCacheIsBounded(t *testing.T) {
 	}
 }
 
+// A subject matched once is answered and not cached (most are reply subjects
+// never seen again); matched again soon after, it is cached.
+func TestSubjectSeenOnceIsNotCached(t *testing.T) {
+	s := NewSublist[int]()
+	mustInsert(t, s, "_INBOX.abc.*", "", 1)
+	mustInsert(t, s, "_INBOX.abc.7", "g", 2)
+	for i := range 1000 {
+		subj := fmt.Appendf(nil, "_INBOX.abc.%d", 100+i)
+		if r := s.Match(subj); fmt.Sprint(r.Plain) != "[1]" || len(r.Groups) != 0 {
+			t.Fatalf("Match(%s) = %+v", subj, r)
+		}
+	}
+	if n := s.CacheLen(); n != 0 {
+		t.Fatalf("%d subjects seen once were cached", n)
+	}
+	for range 3 {
+		if r := s.Match([]byte("_INBOX.abc.7")); fmt.Sprint(r.Plain) != "[1]" || len(r.Groups) != 1 {
+			t.Fatalf("Match(_INBOX.abc.7) = %+v", r)
+		}
+	}
+	if n := s.CacheLen(); n != 1 {
+		t.Fatalf("a subject matched three times: %d cached, want 1", n)
+	}
+	// The uncached answer must not keep the caller's buffer.
+	subj := []byte("_INBOX.abc.zz")
+	r := s.Match(subj)
+	copy(subj, "xxxxxxxxxxxxx")
+	if fmt.Sprint(r.Plain) != "[1]" || fmt.Sprint(s.Match([]byte("_INBOX.abc.zz")).Plain) != "[1]" {
+		t.Fatal("an uncached match depends on the subject's buffer")
+	}
+}
+
 func TestShardHashesAgree(t *testing.T) {
 	var c cache[int]
 	c.init(cacheSize)
 	for _, subj := range []string{"", "a", "a.b", "sensors.k1.temp", strings.Repeat("x", 1000)} {
-		if c.shardOf([]byte(subj)) != c.shardOfString(subj) {
+		if c.shardOfHash(c.hash([]byte(subj))) != c.shardOfString(subj) {
 			t.Fatalf("%.20q hashes to different shards as bytes and as a string", subj)
 		}
 	}
