@@ -164,7 +164,7 @@ func benchProposeOneAtATime(b *testing.B, fsync time.Duration, early bool) {
 
 // startGroupOne starts every host, has node 1 campaign in group 1 and returns the
 // leader that group elected.
-func (c *cluster) startGroupOne(b *testing.B) uint64 {
+func (c *cluster) startGroupOne(b testing.TB) uint64 {
 	for _, h := range c.hosts {
 		h.Start()
 	}

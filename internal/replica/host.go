@@ -330,8 +330,11 @@ func finish(r *request) (uint64, error) {
 // a *NotLeaderError naming the leader. A ctx that ends first leaves the outcome
 // unknown.
 //
-// data belongs to the group from the call on, whatever its outcome: the Raft log
-// keeps it (in memory too) for replicas that ask for it later. Do not reuse it.
+// data belongs to the group from the call on until Propose (or a Submit's Wait)
+// returns an index: committed, the entry lives on in the group's own copy (the
+// Raft library copies a proposal as the leader appends it to its log;
+// TestProposalDataReusableAfterCommit holds it to that), and the caller may
+// reuse data. After an error data may still be queued or in flight: leave it.
 func (h *Host) Propose(ctx context.Context, group uint64, data []byte) (uint64, error) {
 	p, err := h.Submit(group, data)
 	if err != nil {

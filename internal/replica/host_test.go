@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // cluster is nodes Hosts on a LocalNetwork with groups groups of 3 replicas.
@@ -365,5 +368,80 @@ func TestHostLearnerCatchesUpBySnapshot(t *testing.T) {
 	a, b := c.sms[[2]uint64{leader, 9}], sm3
 	if a.digest != b.digest || a.applied != b.applied {
 		t.Fatalf("state machines differ: leader %+v, new replica %+v", *a, *b)
+	}
+}
+
+// A proposal's data is the caller's again once Wait returned its index: the
+// stream reuses its entry buffers on that promise. Every entry here is
+// proposed from one buffer, overwritten after each commit, and every replica
+// must still apply and keep what was proposed.
+func TestProposalDataReusableAfterCommit(t *testing.T) {
+	c := newCluster(t, Config{SnapshotEntries: 20000, CompactionOverhead: 1000}, 3)
+	c.addGroup(1, []uint64{1, 2, 3})
+	var mu sync.Mutex
+	applied := map[uint64][]string{}
+	for _, n := range c.nodes {
+		c.sms[[2]uint64{n, 1}].onApply = func(e Entry, _ uint64) {
+			if len(e.Data) > 0 {
+				mu.Lock()
+				applied[n] = append(applied[n], string(e.Data))
+				mu.Unlock()
+			}
+		}
+	}
+	leader := c.startGroupOne(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	buf := make([]byte, 0, 64)
+	var want []string
+	for i := range 200 {
+		buf = fmt.Appendf(buf[:0], "entry %03d %s", i, strings.Repeat("x", i%40))
+		want = append(want, string(buf))
+		p, err := c.hosts[leader].Submit(1, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for j := range buf {
+			buf[j] = '#'
+		}
+	}
+	allApplied := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range c.nodes {
+			if len(applied[n]) < len(want) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); !allApplied() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range c.nodes {
+		if fmt.Sprint(applied[n]) != fmt.Sprint(want) {
+			t.Fatalf("node %d applied other data than proposed:\n%q", n, applied[n])
+		}
+		st := c.stores[[2]uint64{n, 1}]
+		first, _ := st.FirstIndex()
+		last, _ := st.LastIndex()
+		ents, err := st.Entries(first, last+1, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, e := range ents {
+			if e.GetType() == raftpb.EntryNormal && len(e.Data) > 0 {
+				kept = append(kept, string(e.Data))
+			}
+		}
+		if fmt.Sprint(kept) != fmt.Sprint(want) {
+			t.Fatalf("node %d's log keeps other data than proposed:\n%q", n, kept)
+		}
 	}
 }

@@ -59,6 +59,10 @@ const maxEntryExpanded = 64 << 20
 // matters with a thousand of them.
 var entryBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
+// maxPooledEntry bounds the buffers entryBuffers keeps: an entry of
+// maxEntryBytes and one large message past it.
+const maxPooledEntry = 2 * maxEntryBytes
+
 // compressMsgEntry is the entry to propose for the message batch plain: plain's
 // S2 block in a buffer of its own, exactly its size, when that saves an eighth,
 // else plain itself. The block is made in a scratch buffer, so a batch that does
@@ -587,6 +591,9 @@ type partProposal struct {
 	next  int   // all[next:] are still to propose
 	items []int // the entry being proposed: a run of all
 	entry []byte
+	// plain is entry's pooled buffer when entry went uncompressed: back to
+	// entryBuffers once the entry committed (the group keeps its own copy).
+	plain *[]byte
 	token uint64
 	wait  *proposalWait
 	prop  replica.Proposal // submitted, awaited by await
@@ -666,13 +673,16 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		pp.items, pp.next = pp.all[pp.next:end], end
 		r.token++
 		pp.token = r.tokenBase | r.token&0x7fffffff
-		// Each entry gets a buffer of its own: its bytes belong to the group
-		// once proposed (its Raft log keeps them). A compressed one is made
-		// from the plain one, whose buffer is then used again.
+		// An entry's bytes belong to the group from its proposal until it
+		// commits (replica.Host.Propose); a plain entry's buffer goes back to
+		// the pool then (awaitRound), a compressed one is made from the plain
+		// one, whose buffer is used again at once.
 		plain := entryBuffers.Get().(*[]byte)
 		*plain = appendMsgEntry((*plain)[:0], pp.token, now, q, pp.items)
 		if pp.entry = pp.gate.entry(*plain); pp.entry[0] != entryMsgs {
 			entryBuffers.Put(plain)
+		} else {
+			pp.plain = plain
 		}
 		r.round = append(r.round, p)
 	}
@@ -713,8 +723,11 @@ func (s *Stream) awaitRound() {
 			pp.next = len(pp.all)
 		} else {
 			s.fillAcks(pp.items, pp.res)
+			if pp.plain != nil && cap(*pp.plain) <= maxPooledEntry {
+				entryBuffers.Put(pp.plain)
+			}
 		}
-		pp.entry, pp.res, pp.err = nil, nil, nil
+		pp.entry, pp.plain, pp.res, pp.err = nil, nil, nil, nil
 	}
 }
 
