@@ -390,6 +390,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if res.Latency.Samples > 0 {
 					extra = ", p99 " + loadgen.FormatDuration(res.Latency.P99)
 				}
+				if res.Leader != "" {
+					where := "remote"
+					if res.LeaderLocal {
+						where = "local"
+					}
+					extra += fmt.Sprintf(", leader %s (%s)", res.Leader, where)
+				}
 				if s.Pid != 0 && mem.RSSDoneKB > 0 {
 					extra += fmt.Sprintf(", server RSS %s", kbLabel(mem.RSSDoneKB))
 				}

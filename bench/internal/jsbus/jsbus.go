@@ -143,6 +143,25 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 	return err
 }
 
+// StreamLeader names the server leading the stream and says whether the
+// connection is to it.
+func (c *Conn) StreamLeader(ctx context.Context, name string) (string, bool, error) {
+	s, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return "", false, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", false, fmt.Errorf("stream %q: no leader", name)
+	}
+	return info.Cluster.Leader, info.Cluster.Leader == c.nc.ConnectedServerName(), nil
+}
+
+var _ streambench.LeaderLocator = (*Conn)(nil)
+
 // DeleteStream deletes a stream.
 func (c *Conn) DeleteStream(ctx context.Context, name string) error {
 	return c.js.DeleteStream(ctx, name)

@@ -259,3 +259,9 @@ func (g *ReplayGate) Deliver(data []byte) {
 
 // Done is closed once the handler has returned false.
 func (g *ReplayGate) Done() <-chan struct{} { return g.done }
+
+// LeaderLocator is a Conn that can say which server leads a replicated stream
+// and whether it is the server the connection is to.
+type LeaderLocator interface {
+	StreamLeader(ctx context.Context, name string) (leader string, local bool, err error)
+}

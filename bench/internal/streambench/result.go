@@ -47,6 +47,13 @@ type Result struct {
 	// Latency is the publish round trip in pubsync and publish-to-consumer in
 	// workqueue; Samples is 0 elsewhere.
 	Latency Percentiles
+
+	// Leader is the server that led the replicated stream when the timed phase
+	// began, and LeaderLocal whether the run's first connection was to it (a
+	// publish to another server takes a hop more); empty when the driver cannot
+	// tell (LeaderLocator) or the stream has one replica.
+	Leader      string
+	LeaderLocal bool
 }
 
 // Missing is the number of messages expected and never acknowledged (publishing

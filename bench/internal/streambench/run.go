@@ -127,10 +127,34 @@ func (r *runner) watch(ctx context.Context, cancel context.CancelCauseFunc) (sto
 }
 
 func (r *runner) observe(point string) {
+	if point == ObserveReady && r.cfg.Replicas > 1 {
+		r.locateLeader()
+	}
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(point)
 		r.touch()
 	}
+}
+
+// locateLeader notes which server leads the stream, as the first connection
+// sees it, when its driver can tell.
+func (r *runner) locateLeader() {
+	r.mu.Lock()
+	var c Conn
+	if len(r.conns) > 0 {
+		c = r.conns[0]
+	}
+	r.mu.Unlock()
+	ll, ok := c.(LeaderLocator)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if leader, local, err := ll.StreamLeader(ctx, r.stream); err == nil {
+		r.res.Leader, r.res.LeaderLocal = leader, local
+	}
+	r.touch()
 }
 
 // connect opens a connection the run closes at the end.

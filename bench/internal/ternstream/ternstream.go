@@ -57,6 +57,21 @@ var _ streambench.Conn = (*Conn)(nil)
 // ServerVersion is what the server said in its handshake.
 func (c *Conn) ServerVersion() string { return c.nc.ServerInfo().Version }
 
+// StreamLeader names the node leading the stream and says whether the
+// connection is to it.
+func (c *Conn) StreamLeader(ctx context.Context, name string) (string, bool, error) {
+	info, err := c.js.StreamInfo(ctx, name)
+	if err != nil {
+		return "", false, err
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", false, fmt.Errorf("stream %q: no leader", name)
+	}
+	return info.Cluster.Leader, info.Cluster.Leader == c.nc.ServerInfo().ServerName, nil
+}
+
+var _ streambench.LeaderLocator = (*Conn)(nil)
+
 // CreateStream creates a stream with the asked retention and fsync policy.
 func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) error {
 	if err := spec.CheckStorage(); err != nil {
