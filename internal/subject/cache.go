@@ -33,10 +33,10 @@ type shard[T comparable] struct {
 	m  map[string]*Result[T]
 	_  [128 - 24 - 8]byte // keep shards' lock words on separate cache lines
 	// door holds hashes of subjects that missed once and were not cached: a
-	// subject is cached on its second miss while its hash is still here. Most
-	// subjects seen once are seen only once (a client's reply subject per
-	// request or publish), and caching each would cost a key, an eviction and a
-	// longer scan of every wildcard insert, for no hit.
+	// subject without queue groups is cached on its second miss while its hash
+	// is still here. Most subjects seen once are seen only once (a client's
+	// reply subject per request or publish), and caching each would cost a key,
+	// an eviction and a longer scan of every wildcard insert, for no hit.
 	door [doorSlots]atomic.Uint64
 }
 

@@ -22,10 +22,12 @@
 // plain subscriber whose filter matches and, per queue group, all matching members
 // merged across filters (groups sorted by name). Results are cached per subject in a
 // bounded cache of 4096 entries, split by subject hash into 16 shards; a full shard
-// drops a quarter of its entries, whichever its map yields first. A subject is
-// cached on its second miss, while its hash is among the 64 a shard remembers of
-// subjects that missed once: a reply subject used once (an acknowledgement per
-// publish, an answer per request) is answered from the trie and not cached. A Result is
+// drops a quarter of its entries, whichever its map yields first. A subject that
+// matches no queue group is cached on its second miss, while its hash is among
+// the 64 a shard remembers of subjects that missed once: a reply subject used
+// once (an acknowledgement per publish, an answer per request) is answered from
+// the trie and not cached. One that matches a queue group is cached at once, so
+// that its group's cursor turns from its first message on. A Result is
 // immutable and shared by every caller that gets it: Insert and Remove never change a
 // Result already handed out but replace, copy-on-write, the cached Results of the
 // subjects they affect, so the cache never serves a stale Result. A Match that finds

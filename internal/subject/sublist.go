@@ -254,22 +254,24 @@ func (s *Sublist[T]) Match(subject []byte) *Result[T] {
 	return s.matchSlow(sh, h, subject)
 }
 
-// matchSlow computes a result from the trie and caches it if the subject missed
-// recently before (shard.admit). Holding the read lock keeps writers out until
-// the result is stored, so it cannot be stale. Subjects longer than any valid
-// one are answered but not cached.
+// matchSlow computes a result from the trie and caches it if it has queue
+// groups (whose cursors spread the subject's messages over their members from
+// one message to the next) or the subject missed recently before
+// (shard.admit). Holding the read lock keeps writers out until the result is
+// stored, so it cannot be stale. Subjects longer than any valid one are
+// answered but not cached.
 func (s *Sublist[T]) matchSlow(sh *shard[T], h uint64, subject []byte) *Result[T] {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if r := sh.get(subject); r != nil {
 		return r
 	}
-	if len(subject) > MaxLen || !sh.admit(h) {
-		// compute keeps nothing of the subject it is given.
-		return s.compute(unsafe.String(unsafe.SliceData(subject), len(subject)))
+	// compute keeps nothing of the subject it is given.
+	r := s.compute(unsafe.String(unsafe.SliceData(subject), len(subject)))
+	if len(subject) > MaxLen || len(r.Groups) == 0 && !sh.admit(h) {
+		return r
 	}
-	key := string(subject)
-	return sh.put(key, s.compute(key), s.cache.perShard)
+	return sh.put(string(subject), r, s.cache.perShard)
 }
 
 // Count reports the number of insertions not yet removed.

@@ -434,6 +434,13 @@ func TestSubjectSeenOnceIsNotCached(t *testing.T) {
 	if n := s.CacheLen(); n != 1 {
 		t.Fatalf("a subject matched three times: %d cached, want 1", n)
 	}
+	// A subject with a queue group is cached at once: its group's cursor
+	// turns from the first message on.
+	mustInsert(t, s, "jobs.*", "workers", 3)
+	s.Match([]byte("jobs.1"))
+	if n := s.CacheLen(); n != 2 {
+		t.Fatalf("a subject with a queue group matched once: %d cached, want 2", n)
+	}
 	// The uncached answer must not keep the caller's buffer.
 	subj := []byte("_INBOX.abc.zz")
 	r := s.Match(subj)
