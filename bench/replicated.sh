@@ -31,6 +31,8 @@
 #   STREAM_ROWS (pubasync16,pubasync1k,pubsync,workqueue,workqueue1k,replay1g)
 #                                 streamvs rows run against JetStream R3
 #   STREAM_PAYLOADS (zeros)       random: streamvs payloads of random bytes (--random-payloads)
+#   JS_LEADER (any)               local: move each JetStream stream's leader to the node the
+#                                 clients connect to (streamvs --js-leader), as Tern's is
 #   SYSTEMS (js,kafka)            which clusters to run
 #   TERN_R3 (1)                   0: no Tern R3 cluster
 #   TERN_BASE (24700)             Tern node i: client TERN_BASE+10i, route +1, gossip +2, monitoring +3
@@ -92,6 +94,7 @@ BENCH=replicated.sh BENCH_LOGS=$ROUT
 
 SV_COMMON=(--scale "$SCALE" --runs "$RUNS" --replay-bytes "$REPLAY_BYTES" --quiet-wait "$QUIET")
 [ "${STREAM_PAYLOADS:-zeros}" = random ] && SV_COMMON+=(--random-payloads)
+SV_COMMON+=(--js-leader "${JS_LEADER:-any}")
 KAFKA_ROWS=(--scale "$SCALE" --replay-bytes "$REPLAY_BYTES" --alt-props "$KAFKA_ALT_PROPS" --paced-rate "$KAFKA_PACED_RATE")
 if [ -n "$LIST" ]; then
 	echo "JetStream R3 (bench/streamvs --replicas 3):"

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/tern-mq/tern/bench/internal/jsbus"
 	"github.com/tern-mq/tern/bench/internal/streambench"
 	"github.com/tern-mq/tern/bench/internal/ternstream"
@@ -15,6 +17,9 @@ type driverInfo struct {
 
 // jsReplay is --js-replay: which of nats.go's ordered consumers the replay row uses.
 var jsReplay = jsbus.ReplayPush
+
+// jsLeader is --js-leader: where a replicated JetStream stream's leader is.
+var jsLeader = "any"
 
 // knownDrivers are the --drivers keys, in table order. Each has --<key>-url,
 // --<key>-pid and --<key>-version flags whether or not its driver is built in, so
@@ -31,7 +36,15 @@ var registry = map[string]driverInfo{
 			if err != nil {
 				return nil, err
 			}
-			return jsbus.New(url, opt), nil
+			opts := []jsbus.Option{opt}
+			switch jsLeader {
+			case "any":
+			case "local":
+				opts = append(opts, jsbus.LocalLeader())
+			default:
+				return nil, fmt.Errorf("--js-leader %q: want any or local", jsLeader)
+			}
+			return jsbus.New(url, opts...), nil
 		},
 	},
 

@@ -214,6 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		pids[k] = fs.Int(k+"-pid", 0, "pid of the "+k+" server, to report its memory (VmRSS, VmHWM from /proc); 0: not reported")
 		versions[k] = fs.String(k+"-version", "", "version of the "+k+" server to report (default: as its client reports it)")
 	}
+	fs.StringVar(&jsLeader, "js-leader", jsLeader, "where a replicated JetStream stream's leader is: any (where JetStream puts it) or local (moved to the server the clients connect to, as Tern's is)")
 	fs.StringVar(&jsReplay, "js-replay", jsReplay, "JetStream replay consumer: push (JetStreamContext's ordered consumer, the faster) or pull (the jetstream package's)")
 	runs := fs.Int("runs", 3, "runs of each row per broker; the tables show the median and the min–max")
 	jsonPath := fs.String("json", "", "also write every run's result and the summary as JSON to this file")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -165,5 +166,42 @@ func TestDriver(t *testing.T) {
 	}
 	if _, err := c.StreamState(ctx, "T"); err == nil {
 		t.Fatal("stream still there after DeleteStream")
+	}
+}
+
+// With LocalLeader every replicated stream is led by the server the connection
+// is to; StreamLeader says so, and names another server for a stream led
+// elsewhere.
+func TestLocalLeader(t *testing.T) {
+	servers := jstest.StartCluster(t, 3)
+	jstest.WaitJetStream(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := jsbus.New(servers[0].URL, jsbus.LocalLeader())
+	c, err := d.Connect(ctx, "leader-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ll := c.(streambench.LeaderLocator)
+	for i := range 3 {
+		name := fmt.Sprintf("L%d", i)
+		if err := c.CreateStream(ctx, streambench.StreamSpec{Name: name, Subjects: []string{"l" + fmt.Sprint(i)}, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		leader, local, err := ll.StreamLeader(ctx, name)
+		if err != nil || !local || leader != "js1" {
+			t.Fatalf("stream %s: leader %q, local %v, %v; want js1", name, leader, local, err)
+		}
+	}
+	// From another server the same stream's leader is remote.
+	other, err := jsbus.New(servers[1].URL).Connect(ctx, "leader-test-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	leader, local, err := other.(streambench.LeaderLocator).StreamLeader(ctx, "L0")
+	if err != nil || local || leader != "js1" {
+		t.Fatalf("seen from js2: leader %q, local %v, %v; want js1, remote", leader, local, err)
 	}
 }

@@ -22,6 +22,7 @@ package jsbus
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -34,9 +35,10 @@ import (
 
 // Driver connects to one NATS server with JetStream enabled.
 type Driver struct {
-	url        string
-	natsOpts   []nats.Option
-	pullReplay bool
+	url         string
+	natsOpts    []nats.Option
+	pullReplay  bool
+	localLeader bool
 }
 
 var _ streambench.Driver = (*Driver)(nil)
@@ -55,6 +57,12 @@ func NATSOptions(opts ...nats.Option) Option {
 // reference machine (2 CPUs, nats-server 2.9.10) it replays 1 KiB messages at about
 // 150–165k msgs/s where the pull one does 115–130k.
 func PullReplay() Option { return func(d *Driver) { d.pullReplay = true } }
+
+// LocalLeader makes CreateStream move a replicated stream's leader to the server
+// the connection is to (a leader step-down naming it as preferred), so that a
+// run's publishes take no hop to another server: JetStream at its best placement.
+// Without it the leader is wherever JetStream put it.
+func LocalLeader() Option { return func(d *Driver) { d.localLeader = true } }
 
 // Replay modes, for ReplayMode.
 const (
@@ -101,14 +109,15 @@ func (d *Driver) Connect(ctx context.Context, name string) (streambench.Conn, er
 		nc.Close()
 		return nil, fmt.Errorf("jetstream at %s: %w", d.url, err)
 	}
-	return &Conn{nc: nc, js: js, pullReplay: d.pullReplay}, nil
+	return &Conn{nc: nc, js: js, pullReplay: d.pullReplay, localLeader: d.localLeader}, nil
 }
 
 // Conn is one NATS connection with its JetStream context.
 type Conn struct {
-	nc         *nats.Conn
-	js         jetstream.JetStream
-	pullReplay bool
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	pullReplay  bool
+	localLeader bool
 }
 
 var _ streambench.Conn = (*Conn)(nil)
@@ -139,8 +148,46 @@ func (c *Conn) CreateStream(ctx context.Context, spec streambench.StreamSpec) er
 	if workQueue {
 		cfg.Retention = jetstream.WorkQueuePolicy
 	}
-	_, err = c.js.CreateStream(ctx, cfg)
-	return err
+	if _, err = c.js.CreateStream(ctx, cfg); err != nil || !c.localLeader || cfg.Replicas == 1 {
+		return err
+	}
+	return c.moveLeaderHere(ctx, spec.Name)
+}
+
+// moveLeaderHere asks the stream's leader to step down in favour of the server
+// the connection is to, until that server leads it.
+func (c *Conn) moveLeaderHere(ctx context.Context, name string) error {
+	here := c.nc.ConnectedServerName()
+	req := fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, here)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		leader, local, err := c.StreamLeader(ctx, name)
+		if err == nil && local {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %q: leader %q, not %q, after 20s of step-downs (%v)", name, leader, here, err)
+		}
+		if err == nil {
+			msg, rerr := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, req)
+			if rerr != nil {
+				return fmt.Errorf("stream %q: leader step-down: %w", name, rerr)
+			}
+			var resp struct {
+				Error *struct {
+					Description string `json:"description"`
+				} `json:"error"`
+			}
+			if json.Unmarshal(msg.Data, &resp) == nil && resp.Error != nil {
+				return fmt.Errorf("stream %q: leader step-down to %q: %s", name, here, resp.Error.Description)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // StreamLeader names the server leading the stream and says whether the

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,72 @@ func Start(t testing.TB) *Server {
 			t.Fatalf("nats-server -js did not come up on %s: %v", s.URL, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartCluster starts n nats-server -js nodes named js1..jsn on free loopback
+// ports, routed to each other; WaitJetStream waits for them. The servers are
+// killed and their stores removed when the test ends.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	bin := refserver.NATSServer(t)
+	ports := make([]int, 2*n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(ports[n+i]))
+	}
+	servers := make([]*Server, n)
+	for i := range n {
+		dir := t.TempDir()
+		var log bytes.Buffer
+		cmd := exec.Command(bin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(ports[i]),
+			"-n", "js"+strconv.Itoa(i+1), "--cluster_name", "r3", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+			if t.Failed() {
+				t.Logf("js%d:\n%s", i+1, log.String())
+			}
+		})
+		servers[i] = &Server{URL: "nats://127.0.0.1:" + strconv.Itoa(ports[i]), Pid: cmd.Process.Pid, Dir: dir}
+	}
+	return servers
+}
+
+// WaitJetStream waits until every server answers JetStream's account info, which
+// needs a meta leader.
+func WaitJetStream(t testing.TB, servers []*Server) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range servers {
+		for {
+			nc, err := nats.Connect(s.URL, nats.NoReconnect())
+			if err == nil {
+				var msg *nats.Msg
+				msg, err = nc.Request("$JS.API.INFO", nil, time.Second)
+				nc.Close()
+				if err == nil && !bytes.Contains(msg.Data, []byte(`"error"`)) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("JetStream on %s not ready: %v", s.URL, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
