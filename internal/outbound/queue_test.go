@@ -107,6 +107,10 @@ func TestWritesInOrderAndWriterComesAndGoes(t *testing.T) {
 		if q.WriterRunning() {
 			t.Fatalf("writer still running %v after its last write", 5*time.Second)
 		}
+		// The writer lets the role go, then says it stopped.
+		for ep.idle.Load() != int32(i+1) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		if got := ep.idle.Load(); got != int32(i+1) {
 			t.Fatalf("WriterStopped called %d times, want %d", got, i+1)
 		}

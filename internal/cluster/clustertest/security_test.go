@@ -101,11 +101,21 @@ func TestClusterSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.WaitFor("the interest at "+members[0].Name, 5*time.Second, func() bool { return interestFrom(members[0], members[2].Name) >= 1 })
-		if err := members[0].Connect(t, members[0].URL()).Publish("routed."+what, []byte(what)); err != nil {
-			t.Fatal(err)
-		}
-		if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != what {
-			t.Fatalf("routed %s: %v, %v", what, m, err)
+		// The count above may be other subscriptions' of the node: publish
+		// until this one's interest has reached the publisher's node.
+		pub := members[0].Connect(t, members[0].URL())
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if err := pub.Publish("routed."+what, []byte(what)); err != nil {
+				t.Fatal(err)
+			}
+			m, err := sub.NextMsg(200 * time.Millisecond)
+			if err == nil && string(m.Data) == what {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("routed %s: %v, %v", what, m, err)
+			}
 		}
 		_ = sub.Unsubscribe()
 	}

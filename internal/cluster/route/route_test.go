@@ -74,7 +74,9 @@ func mesh(nodes ...*testNode) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: under the race detector, beside other packages' tests on two
+	// CPUs, 20 MiB through a route has taken over 10 s.
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
