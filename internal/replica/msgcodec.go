@@ -62,40 +62,62 @@ type messageLayout struct {
 	entries, dataBytes int
 }
 
+// field is one varint or length-delimited field of an encoded message.
+type field struct {
+	num   protowire.Number
+	typ   protowire.Type
+	v     uint64 // a varint's value
+	bytes []byte // a length-delimited field's contents
+}
+
+// nextField reads the field at the start of b and returns it with the rest of
+// b; ok is false for a field of another wire type or malformed input.
+func nextField(b []byte) (f field, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return f, nil, false
+	}
+	b = b[n:]
+	f.num, f.typ = num, typ
+	switch typ {
+	case protowire.VarintType:
+		f.v, n = protowire.ConsumeVarint(b)
+	case protowire.BytesType:
+		f.bytes, n = protowire.ConsumeBytes(b)
+	default:
+		return f, nil, false
+	}
+	if n < 0 {
+		return f, nil, false
+	}
+	return f, b[n:], true
+}
+
 // scanMessage checks that b is a message the lean decoder handles whole.
 func scanMessage(b []byte) (messageLayout, bool) {
 	var l messageLayout
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		f, rest, ok := nextField(b)
+		if !ok {
 			return l, false
 		}
-		b = b[n:]
-		switch num {
+		b = rest
+		switch f.num {
 		case msgFieldType, msgFieldTo, msgFieldFrom, msgFieldTerm, msgFieldLogTerm, msgFieldIndex,
 			msgFieldCommit, msgFieldReject, msgFieldRejectHint, msgFieldVote:
-			if typ != protowire.VarintType {
+			if f.typ != protowire.VarintType || f.num == msgFieldType && !knownMessageType(f.v) {
 				return l, false
 			}
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 || (num == msgFieldType && !knownMessageType(v)) {
+		case msgFieldContext:
+			if f.typ != protowire.BytesType {
 				return l, false
 			}
-			b = b[n:]
-		case msgFieldContext, msgFieldEntries:
-			if typ != protowire.BytesType {
+			l.dataBytes += len(f.bytes)
+		case msgFieldEntries:
+			if f.typ != protowire.BytesType {
 				return l, false
 			}
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return l, false
-			}
-			b = b[n:]
-			if num == msgFieldContext {
-				l.dataBytes += len(v)
-				continue
-			}
-			data, ok := scanEntry(v)
+			data, ok := scanEntry(f.bytes)
 			if !ok {
 				return l, false
 			}
@@ -112,31 +134,21 @@ func scanMessage(b []byte) (messageLayout, bool) {
 func scanEntry(b []byte) (int, bool) {
 	data := 0
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		f, rest, ok := nextField(b)
+		if !ok {
 			return 0, false
 		}
-		b = b[n:]
-		switch num {
+		b = rest
+		switch f.num {
 		case entryFieldType, entryFieldTerm, entryFieldIndex:
-			if typ != protowire.VarintType {
+			if f.typ != protowire.VarintType || f.num == entryFieldType && !knownEntryType(f.v) {
 				return 0, false
 			}
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 || (num == entryFieldType && !knownEntryType(v)) {
-				return 0, false
-			}
-			b = b[n:]
 		case entryFieldData:
-			if typ != protowire.BytesType {
+			if f.typ != protowire.BytesType {
 				return 0, false
 			}
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return 0, false
-			}
-			b = b[n:]
-			data += len(v)
+			data += len(f.bytes)
 		default:
 			return 0, false
 		}
@@ -183,53 +195,46 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 	// Present but empty bytes decode to a non-nil empty slice, as the generic
 	// decoder's do; make gives one even for no bytes.
 	data := make([]byte, 0, layout.dataBytes)
+	// scanMessage accepted every field: each is what its number says.
 	for len(b) > 0 {
-		num, _, n := protowire.ConsumeTag(b)
-		b = b[n:]
-		if num == msgFieldContext || num == msgFieldEntries {
-			v, n := protowire.ConsumeBytes(b)
-			b = b[n:]
-			if num == msgFieldContext {
-				m.Context, data = carve(data, v)
-				continue
-			}
+		var f field
+		f, b, _ = nextField(b)
+		switch f.num {
+		case msgFieldContext:
+			m.Context, data = carve(data, f.bytes)
+		case msgFieldEntries:
 			eb := &entries[len(m.Entries)]
-			data = decodeEntry(v, eb, data)
+			data = decodeEntry(f.bytes, eb, data)
 			m.Entries = append(m.Entries, &eb.e)
-			continue
-		}
-		v, n := protowire.ConsumeVarint(b)
-		b = b[n:]
-		switch num {
 		case msgFieldType:
-			box.typ = raftpb.MessageType(v)
+			box.typ = raftpb.MessageType(f.v)
 			m.Type = &box.typ
 		case msgFieldTo:
-			box.to = v
+			box.to = f.v
 			m.To = &box.to
 		case msgFieldFrom:
-			box.from = v
+			box.from = f.v
 			m.From = &box.from
 		case msgFieldTerm:
-			box.term = v
+			box.term = f.v
 			m.Term = &box.term
 		case msgFieldLogTerm:
-			box.logTerm = v
+			box.logTerm = f.v
 			m.LogTerm = &box.logTerm
 		case msgFieldIndex:
-			box.index = v
+			box.index = f.v
 			m.Index = &box.index
 		case msgFieldCommit:
-			box.commit = v
+			box.commit = f.v
 			m.Commit = &box.commit
 		case msgFieldReject:
-			box.reject = v != 0
+			box.reject = f.v != 0
 			m.Reject = &box.reject
 		case msgFieldRejectHint:
-			box.rejectHint = v
+			box.rejectHint = f.v
 			m.RejectHint = &box.rejectHint
 		case msgFieldVote:
-			box.vote = v
+			box.vote = f.v
 			m.Vote = &box.vote
 		}
 	}
@@ -241,25 +246,19 @@ func decodeMessage(b []byte) (*raftpb.Message, error) {
 func decodeEntry(b []byte, eb *entryBox, data []byte) []byte {
 	e := &eb.e
 	for len(b) > 0 {
-		num, _, n := protowire.ConsumeTag(b)
-		b = b[n:]
-		if num == entryFieldData {
-			v, n := protowire.ConsumeBytes(b)
-			b = b[n:]
-			e.Data, data = carve(data, v)
-			continue
-		}
-		v, n := protowire.ConsumeVarint(b)
-		b = b[n:]
-		switch num {
+		var f field
+		f, b, _ = nextField(b)
+		switch f.num {
+		case entryFieldData:
+			e.Data, data = carve(data, f.bytes)
 		case entryFieldType:
-			eb.typ = raftpb.EntryType(v)
+			eb.typ = raftpb.EntryType(f.v)
 			e.Type = &eb.typ
 		case entryFieldTerm:
-			eb.term = v
+			eb.term = f.v
 			e.Term = &eb.term
 		case entryFieldIndex:
-			eb.index = v
+			eb.index = f.v
 			e.Index = &eb.index
 		}
 	}

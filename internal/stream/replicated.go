@@ -63,6 +63,14 @@ var entryBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // maxEntryBytes and one large message past it.
 const maxPooledEntry = 2 * maxEntryBytes
 
+// putEntryBuffer gives b back to entryBuffers unless it grew past
+// maxPooledEntry.
+func putEntryBuffer(b *[]byte) {
+	if cap(*b) <= maxPooledEntry {
+		entryBuffers.Put(b)
+	}
+}
+
 // compressMsgEntry is the entry to propose for the message batch plain: plain's
 // S2 block in a buffer of its own, exactly its size, when that saves an eighth,
 // else plain itself. The block is made in a scratch buffer, so a batch that does
@@ -76,7 +84,7 @@ func compressMsgEntry(plain []byte) []byte {
 		return plain
 	}
 	scratch := entryBuffers.Get().(*[]byte)
-	defer entryBuffers.Put(scratch)
+	defer putEntryBuffer(scratch)
 	*scratch = slices.Grow((*scratch)[:0], n)[:n]
 	block := s2.Encode(*scratch, plain)
 	if 1+len(block) > len(plain)-len(plain)/8 {
@@ -335,7 +343,7 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 			if *buf, err = expandMsgEntry(*buf, ent.Data); err == nil {
 				err = m.applyMsgs(*buf) // Log.Append copies the messages
 			}
-			entryBuffers.Put(buf)
+			putEntryBuffer(buf)
 		case entryDelete, entryExpire, entryPurge:
 			// The messages of earlier entries of this batch are committed
 			// first: a removal may name them.
@@ -680,7 +688,7 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		plain := entryBuffers.Get().(*[]byte)
 		*plain = appendMsgEntry((*plain)[:0], pp.token, now, q, pp.items)
 		if pp.entry = pp.gate.entry(*plain); pp.entry[0] != entryMsgs {
-			entryBuffers.Put(plain)
+			putEntryBuffer(plain)
 		} else {
 			pp.plain = plain
 		}
@@ -723,8 +731,8 @@ func (s *Stream) awaitRound() {
 			pp.next = len(pp.all)
 		} else {
 			s.fillAcks(pp.items, pp.res)
-			if pp.plain != nil && cap(*pp.plain) <= maxPooledEntry {
-				entryBuffers.Put(pp.plain)
+			if pp.plain != nil {
+				putEntryBuffer(pp.plain)
 			}
 		}
 		pp.entry, pp.plain, pp.res, pp.err = nil, nil, nil, nil

@@ -57,7 +57,7 @@ func (c *cache[T]) hash(subject []byte) uint64 { return maphash.Bytes(c.seed, su
 func (c *cache[T]) shardOfHash(h uint64) *shard[T] { return &c.shards[h%cacheShards] }
 
 func (c *cache[T]) shardOfString(subject string) *shard[T] {
-	return &c.shards[maphash.String(c.seed, subject)%cacheShards]
+	return c.shardOfHash(maphash.String(c.seed, subject))
 }
 
 // get returns the cached result for subject or nil. It allocates nothing.

@@ -29,26 +29,8 @@ type Server struct {
 // store removed when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := refserver.NATSServer(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir := t.TempDir()
-	var log bytes.Buffer
-	cmd := exec.Command(bin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	port, dir := freePort(t), t.TempDir()
+	cmd, log, exited := run(t, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
 	s := &Server{URL: "nats://127.0.0.1:" + strconv.Itoa(port), Pid: cmd.Process.Pid, Dir: dir}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -78,15 +60,9 @@ func Start(t testing.TB) *Server {
 // killed and their stores removed when the test ends.
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
-	bin := refserver.NATSServer(t)
 	ports := make([]int, 2*n)
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+		ports[i] = freePort(t)
 	}
 	var routes []string
 	for i := range n {
@@ -95,22 +71,8 @@ func StartCluster(t testing.TB, n int) []*Server {
 	servers := make([]*Server, n)
 	for i := range n {
 		dir := t.TempDir()
-		var log bytes.Buffer
-		cmd := exec.Command(bin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(ports[i]),
+		cmd, _, _ := run(t, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(ports[i]),
 			"-n", "js"+strconv.Itoa(i+1), "--cluster_name", "r3", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-			if t.Failed() {
-				t.Logf("js%d:\n%s", i+1, log.String())
-			}
-		})
 		servers[i] = &Server{URL: "nats://127.0.0.1:" + strconv.Itoa(ports[i]), Pid: cmd.Process.Pid, Dir: dir}
 	}
 	return servers
@@ -138,4 +100,38 @@ func WaitJetStream(t testing.TB, servers []*Server) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+// freePort returns a loopback port nothing listened on a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// run starts the project's nats-server with args; it is killed when the test
+// ends, and its output logged if the test failed. exited is closed once it has
+// exited.
+func run(t testing.TB, args ...string) (cmd *exec.Cmd, log *bytes.Buffer, exited <-chan struct{}) {
+	t.Helper()
+	cmd = exec.Command(refserver.NATSServer(t), args...)
+	log = new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("nats-server %v:\n%s", args, log.String())
+		}
+	})
+	return cmd, log, done
 }
