@@ -4,6 +4,7 @@ package jstest
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"os/exec"
 	"strconv"
@@ -13,14 +14,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/tern-mq/tern/bench/internal/monitoring"
 	"github.com/tern-mq/tern/bench/internal/refserver"
 )
 
 // Server is a running nats-server.
 type Server struct {
-	URL string
-	Pid int
-	Dir string // the JetStream store directory
+	URL     string
+	Pid     int
+	Dir     string // the JetStream store directory
+	Monitor string // the monitoring base URL; set by StartCluster only
 }
 
 // Start starts nats-server -js on a free port and waits until it accepts connections
@@ -60,7 +63,7 @@ func Start(t testing.TB) *Server {
 // killed and their stores removed when the test ends.
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
-	ports := make([]int, 2*n)
+	ports := make([]int, 3*n)
 	for i := range ports {
 		ports[i] = freePort(t)
 	}
@@ -72,18 +75,26 @@ func StartCluster(t testing.TB, n int) []*Server {
 	for i := range n {
 		dir := t.TempDir()
 		cmd, _, _ := run(t, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(ports[i]),
+			"-m", strconv.Itoa(ports[2*n+i]),
 			"-n", "js"+strconv.Itoa(i+1), "--cluster_name", "r3", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
-		servers[i] = &Server{URL: "nats://127.0.0.1:" + strconv.Itoa(ports[i]), Pid: cmd.Process.Pid, Dir: dir}
+		servers[i] = &Server{URL: "nats://127.0.0.1:" + strconv.Itoa(ports[i]), Pid: cmd.Process.Pid, Dir: dir,
+			Monitor: "http://127.0.0.1:" + strconv.Itoa(ports[2*n+i])}
 	}
 	return servers
 }
 
 // WaitJetStream waits until every server answers JetStream's account info, which
-// needs a meta leader.
+// needs a meta leader, and, for a cluster, until the meta leader sees every other
+// server as current: before that, placing an R3 stream can fail with "peer
+// offline".
 func WaitJetStream(t testing.TB, servers []*Server) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	var bases []string
 	for _, s := range servers {
+		if s.Monitor != "" {
+			bases = append(bases, s.Monitor)
+		}
 		for {
 			nc, err := nats.Connect(s.URL, nats.NoReconnect())
 			if err == nil {
@@ -98,6 +109,11 @@ func WaitJetStream(t testing.TB, servers []*Server) {
 				t.Fatalf("JetStream on %s not ready: %v", s.URL, err)
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if len(servers) > 1 && len(bases) == len(servers) {
+		if err := monitoring.WaitJetStreamMeta(context.Background(), bases, time.Until(deadline)); err != nil {
+			t.Fatalf("JetStream meta group: %v", err)
 		}
 	}
 }
