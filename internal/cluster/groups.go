@@ -56,7 +56,9 @@ func groupDir(dataDir string, id uint64) string {
 // StartGroup starts this node's replica of group id with machine as its state
 // machine. Its storage is opened under the data directory. A replica with no Raft
 // state founds the group with founders as its voters when this node is one of them;
-// otherwise it starts empty and waits for the group's leader to add it.
+// otherwise it starts empty and waits for the group's leader to add it. Its
+// followers learn of commits lazily (replica.GroupConfig.LazyCommit): a stream
+// partition's followers serve nothing from their replica before they lead.
 func (n *Node) StartGroup(id uint64, machine replica.StateMachine, founders []uint64) error {
 	if n.host == nil {
 		return ErrNoMetaGroup
@@ -70,7 +72,7 @@ func (n *Node) StartGroup(id uint64, machine replica.StateMachine, founders []ui
 		_ = st.Close()
 		return fmt.Errorf("cluster: group %x storage: %w", id, err)
 	}
-	gc := replica.GroupConfig{ID: id, Storage: st, StateMachine: machine}
+	gc := replica.GroupConfig{ID: id, Storage: st, StateMachine: machine, LazyCommit: true}
 	if last == 0 && slices.Contains(founders, n.host.ID()) {
 		if first, _ := st.FirstIndex(); first <= 1 {
 			gc.Voters = slices.Clone(founders)

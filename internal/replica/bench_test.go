@@ -139,14 +139,18 @@ func BenchmarkProposeOneAtATime(b *testing.B) {
 	for _, fsync := range []time.Duration{0, 500 * time.Microsecond} {
 		for _, early := range []bool{false, true} {
 			b.Run(fmt.Sprintf("fsync=%v/sendBeforeSync=%v", fsync, early), func(b *testing.B) {
-				benchProposeOneAtATime(b, fsync, early)
+				benchProposeOneAtATime(b, fsync, early, false)
 			})
 		}
+		b.Run(fmt.Sprintf("fsync=%v/sendBeforeSync=true/lazyCommit", fsync), func(b *testing.B) {
+			benchProposeOneAtATime(b, fsync, true, true)
+		})
 	}
 }
 
-func benchProposeOneAtATime(b *testing.B, fsync time.Duration, early bool) {
+func benchProposeOneAtATime(b *testing.B, fsync time.Duration, early, lazyCommit bool) {
 	c := newCluster(b, Config{SnapshotEntries: 20000, CompactionOverhead: 1000, SendBeforeSync: early}, 3)
+	c.lazyCommit = lazyCommit
 	c.addGroup(1, []uint64{1, 2, 3})
 	for _, st := range c.stores {
 		st.delay = fsync

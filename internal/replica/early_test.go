@@ -17,6 +17,11 @@ type earlyCluster struct {
 }
 
 func newEarlyCluster(t *testing.T, sendBeforeSync bool) *earlyCluster {
+	return newEarlyClusterGroup(t, sendBeforeSync, false)
+}
+
+// newEarlyClusterGroup is newEarlyCluster with the group's GroupConfig.LazyCommit.
+func newEarlyClusterGroup(t *testing.T, sendBeforeSync, lazyCommit bool) *earlyCluster {
 	ec := &earlyCluster{t: t, cores: map[uint64]*Core{}, stores: map[uint64]*memStorage{}, acked: map[uint64]uint64{}}
 	for id := uint64(1); id <= 3; id++ {
 		cfg := testConfig()
@@ -26,7 +31,7 @@ func newEarlyCluster(t *testing.T, sendBeforeSync bool) *earlyCluster {
 			t.Fatal(err)
 		}
 		st := newMemStorage()
-		if err := c.AddGroup(GroupConfig{ID: 1, Storage: st, StateMachine: &chainSM{}, Voters: []uint64{1, 2, 3}}); err != nil {
+		if err := c.AddGroup(GroupConfig{ID: 1, Storage: st, StateMachine: &chainSM{}, Voters: []uint64{1, 2, 3}, LazyCommit: lazyCommit}); err != nil {
 			t.Fatal(err)
 		}
 		ec.cores[id], ec.stores[id] = c, st
@@ -86,6 +91,12 @@ func copyBatch(t *testing.T, b *Batch) Batch {
 
 // settle delivers everything until no node has anything to do.
 func (ec *earlyCluster) settle() {
+	ec.settleCounting()
+}
+
+// settleCounting is settle; it returns how many appends without entries the
+// nodes sent.
+func (ec *earlyCluster) settleCounting() (emptyApps int) {
 	for round := 0; round < 100; round++ {
 		busy := false
 		for id := uint64(1); id <= 3; id++ {
@@ -94,14 +105,81 @@ func (ec *earlyCluster) settle() {
 			}
 			busy = true
 			for _, b := range ec.ready(id).batches {
+				for _, m := range b.Msgs {
+					if m.M.GetType() == raftpb.MsgApp && len(m.M.GetEntries()) == 0 {
+						emptyApps++
+					}
+				}
 				ec.cores[b.To].Step(&b)
 			}
 		}
 		if !busy {
-			return
+			return emptyApps
 		}
 	}
 	ec.t.Fatal("the nodes never settled")
+	return emptyApps
+}
+
+// TestLazyCommit: with GroupConfig.LazyCommit a commit is not followed by an
+// empty append to each follower; the followers learn it with the next
+// proposal's append, or with the heartbeats of the next heartbeat interval.
+// Without it they learn it at once.
+func TestLazyCommit(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		ec := newEarlyClusterGroup(t, true, lazy)
+		if err := ec.cores[1].Campaign(1); err != nil {
+			t.Fatal(err)
+		}
+		ec.settle()
+		followersApplied := func() uint64 {
+			least := uint64(1 << 63)
+			for id := uint64(2); id <= 3; id++ {
+				st, _ := ec.cores[id].Status(1)
+				least = min(least, st.Applied)
+			}
+			return least
+		}
+		before := ec.cores[1].Stats().LazyCommits
+		if err := ec.cores[1].Propose(1, 7, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		empty := ec.settleCounting()
+		idx, ok := ec.acked[7]
+		if !ok {
+			t.Fatalf("lazy=%v: the proposal was not acknowledged", lazy)
+		}
+		switch {
+		case !lazy && (empty != 2 || followersApplied() < idx):
+			t.Fatalf("eager commit: %d empty appends, followers applied %d of %d; want 2 and all of it", empty, followersApplied(), idx)
+		case lazy && (empty != 0 || followersApplied() >= idx):
+			t.Fatalf("lazy commit: %d empty appends, followers applied %d of %d; want none and not yet", empty, followersApplied(), idx)
+		}
+		if lazy {
+			if got := ec.cores[1].Stats().LazyCommits - before; got != 2 {
+				t.Fatalf("LazyCommits went up by %d, want 2 (one per follower)", got)
+			}
+			// The next proposal's append carries the commit.
+			if err := ec.cores[1].Propose(1, 8, []byte("y")); err != nil {
+				t.Fatal(err)
+			}
+			ec.settle()
+			if followersApplied() < idx {
+				t.Fatalf("followers applied %d after the next append, want %d", followersApplied(), idx)
+			}
+			// And the heartbeats carry the last one.
+			last := ec.acked[8]
+			for range ec.cores[1].Config().HeartbeatTicks {
+				for id := uint64(1); id <= 3; id++ {
+					ec.cores[id].Tick()
+				}
+				ec.settle()
+			}
+			if followersApplied() < last {
+				t.Fatalf("followers applied %d a heartbeat interval after the commit of %d", followersApplied(), last)
+			}
+		}
+	}
 }
 
 func has(ts []raftpb.MessageType, t raftpb.MessageType) bool {

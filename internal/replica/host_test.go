@@ -23,6 +23,8 @@ type cluster struct {
 	sms    map[[2]uint64]*chainSM
 	nodes  []uint64
 	leader sync.Map // group -> node, from OnLeaderChange
+	// lazyCommit: the groups addGroup adds have GroupConfig.LazyCommit.
+	lazyCommit bool
 }
 
 func newCluster(t testing.TB, cfg Config, nodes int) *cluster {
@@ -65,7 +67,7 @@ func (c *cluster) addGroup(g uint64, voters []uint64) {
 		st := newMemStorage()
 		sm := &chainSM{}
 		c.stores[[2]uint64{n, g}], c.sms[[2]uint64{n, g}] = st, sm
-		if err := c.hosts[n].AddGroup(GroupConfig{ID: g, Storage: st, StateMachine: sm, Voters: voters}); err != nil {
+		if err := c.hosts[n].AddGroup(GroupConfig{ID: g, Storage: st, StateMachine: sm, Voters: voters, LazyCommit: c.lazyCommit}); err != nil {
 			c.t.Fatal(err)
 		}
 	}

@@ -35,6 +35,8 @@ type simConf struct {
 	// sendBeforeSync turns on Config.SendBeforeSync, and crashes a node now and
 	// then between sending its early batches and syncing its storage.
 	sendBeforeSync bool
+	// lazyCommit sets GroupConfig.LazyCommit on every group.
+	lazyCommit bool
 }
 
 type delivery struct {
@@ -164,7 +166,7 @@ func (s *sim) start(n *simNode) {
 		g := g
 		sm.onApply = func(e Entry, digest uint64) { s.checkApply(n.id, g, e, digest) }
 		n.sms[g] = sm
-		if err := core.AddGroup(GroupConfig{ID: g, Storage: st, StateMachine: sm, Voters: s.members[g]}); err != nil {
+		if err := core.AddGroup(GroupConfig{ID: g, Storage: st, StateMachine: sm, Voters: s.members[g], LazyCommit: s.sc.lazyCommit}); err != nil {
 			s.t.Fatal(err)
 		}
 	}
@@ -532,6 +534,15 @@ func (s *sim) finish() {
 	}
 }
 
+// lazyCommits counts the empty appends the nodes' Cores did not send.
+func (s *sim) lazyCommits() uint64 {
+	var n uint64
+	for _, node := range s.nodes {
+		n += node.core.Stats().LazyCommits
+	}
+	return n
+}
+
 func simSeeds(t *testing.T, def int) int {
 	if n, err := strconv.Atoi(os.Getenv("TERN_REPLICA_SEEDS")); err == nil && n > 0 {
 		return n
@@ -560,6 +571,8 @@ func TestSimulation(t *testing.T) {
 		{"5replicas", simConf{nodes: 5, groups: 4, replicas: 5, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true}},
 		{"noquiesce", simConf{nodes: 3, groups: 6, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, noQuiesce: true}},
 		{"sendBeforeSync", simConf{nodes: 3, groups: 6, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, sendBeforeSync: true}},
+		{"lazyCommit", simConf{nodes: 3, groups: 6, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, sendBeforeSync: true, lazyCommit: true}},
+		{"lazyCommitNoQuiesce", simConf{nodes: 3, groups: 6, replicas: 3, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, noQuiesce: true, lazyCommit: true}},
 		{"sendBeforeSync5", simConf{nodes: 5, groups: 4, replicas: 5, duration: 6000, quiet: 1500, drop: 0.05, dup: 0.02, faults: true, sendBeforeSync: true}},
 	}
 	seeds := simSeeds(t, 2)
@@ -572,6 +585,9 @@ func TestSimulation(t *testing.T) {
 				}
 				if seed == 1 {
 					t.Logf("seed 1: %+v", s.stats)
+				}
+				if lazy := s.lazyCommits(); c.sc.lazyCommit != (lazy > 0) {
+					t.Fatalf("seed %d: %d empty appends left out, with lazyCommit %v", seed, lazy, c.sc.lazyCommit)
 				}
 				if s.stats.acks == 0 {
 					t.Fatalf("seed %d: nothing acknowledged", seed)
