@@ -163,6 +163,13 @@ come back the same way, in one batch. Heartbeats that carry a read-index context
 go as ordinary messages, uncoalesced, at once. (CockroachDB does the same with
 its coalesced heartbeats.)
 
+The commit index rides on those heartbeats too, which is what
+GroupConfig.LazyCommit relies on: a group with it drops the empty append raft
+sends each replicating follower after every commit, and its followers learn the
+commit with the next append, the next heartbeat batch or the quiescing
+heartbeat. Probes, and appends sent while a follower's in-flight window is full,
+still go.
+
 # Quiescence
 
 A group whose leader finds nothing left to do — the whole log committed, applied
