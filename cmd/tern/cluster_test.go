@@ -71,8 +71,7 @@ func TestClusterCommands(t *testing.T) {
 	}
 	wantAligned(t, out, "STATE", "alive")
 
-	out = ternOK(t, "cluster", "status", "--monitor", strings.TrimPrefix(n1, "http://"))
-	for _, re := range []string{
+	statusLines := []string{
 		`^Cluster ` + regexp.QuoteMeta(name) + `, node n1 \(id \w+\)$`,
 		`^  route address: +127\.0\.0\.1:\d+$`,
 		`^  gossip address: +127\.0\.0\.1:\d+$`,
@@ -82,14 +81,21 @@ func TestClusterCommands(t *testing.T) {
 		`^NODE +STATE +DIR +REMOTE +UP FOR +RTT +MSGS IN +BYTES IN +MSGS OUT +BYTES OUT +DROPPED +PENDING +UNACKED +INTEREST$`,
 		`^n2 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +0 +0 B +1 +5 B +0 +0 B +0 +1$`,
 		`^n3 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +0 +0 B +0 +0 B +0 +0 B +0 +0$`,
-	} {
+	}
+	out = settledOutput(t, statusLines, "cluster", "status", "--monitor", strings.TrimPrefix(n1, "http://"))
+	for _, re := range statusLines {
 		wantLine(t, out, re)
 	}
 	wantAligned(t, out, "MSGS OUT", "1")
 
-	out = ternOK(t, "cluster", "status", "--monitor", monitorOf(nodes[1]))
-	wantLine(t, out, `^n1 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +1 +5 B +0 +0 B +0 +0 B +0 +0$`)
-	wantLine(t, out, `^  local interest: +1 entry$`)
+	n2Lines := []string{
+		`^n1 +up +(in|out) +127\.0\.0\.1:\d+ +\d+s +\S+ +1 +5 B +0 +0 B +0 +0 B +0 +0$`,
+		`^  local interest: +1 entry$`,
+	}
+	out = settledOutput(t, n2Lines, "cluster", "status", "--monitor", monitorOf(nodes[1]))
+	for _, re := range n2Lines {
+		wantLine(t, out, re)
+	}
 
 	// --json is the /cluster document as served.
 	var st cluster.Status
@@ -242,4 +248,25 @@ func TestClusterShowsExclusion(t *testing.T) {
 	}
 	wantLine(t, b.String(), `^n2 +excluded +out +10\.0\.0\.2:7401 +1m0s +1\.23ms +0 +0 B +0 +0 B +7 +6\.0 MiB +0 +4$`)
 	wantLine(t, b.String(), `^n4 +up +in +10\.0\.0\.4:50000 +- +- `)
+}
+
+// settledOutput runs the tern command args until its output has a line matching
+// each of res, for at most 5 s, and returns the last output: a route's PENDING
+// column counts a ping or an interest refresh for the moment it waits for the
+// socket.
+func settledOutput(t *testing.T, res []string, args ...string) string {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out := ternOK(t, args...)
+		all := true
+		for _, re := range res {
+			if !regexp.MustCompile(`(?m)` + re).MatchString(out) {
+				all = false
+				break
+			}
+		}
+		if all || time.Now().After(deadline) {
+			return out
+		}
+	}
 }
