@@ -35,16 +35,9 @@ func TestClusterCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := regexp.MustCompile(`(?m)^  n2 .*s +1\n  n3 .*s +0$`) // interest, and round trips measured
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		out := ternOK(t, "cluster", "ls", "--monitor", n1)
-		if ready.MatchString(out) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("n1 never saw n2's interest and both round trips:\n%s", out)
-		}
-		time.Sleep(10 * time.Millisecond)
+	ready := `^  n2 .*s +1\n  n3 .*s +0$` // interest, and round trips measured
+	if out := settledOutput(t, []string{ready}, "cluster", "ls", "--monitor", n1); !regexp.MustCompile(`(?m)` + ready).MatchString(out) {
+		t.Fatalf("n1 never saw n2's interest and both round trips:\n%s", out)
 	}
 	c1, err := tern.Connect(nodes[0].URL())
 	if err != nil {
@@ -251,9 +244,9 @@ func TestClusterShowsExclusion(t *testing.T) {
 }
 
 // settledOutput runs the tern command args until its output has a line matching
-// each of res, for at most 5 s, and returns the last output: a route's PENDING
-// column counts a ping or an interest refresh for the moment it waits for the
-// socket.
+// each of res, for at most 5 s, and returns the last output: interest and round
+// trips take a moment to reach a node's view, and a route's PENDING column counts
+// a ping or an interest refresh for the moment it waits for the socket.
 func settledOutput(t *testing.T, res []string, args ...string) string {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
