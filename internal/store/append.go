@@ -260,3 +260,19 @@ func (l *Log) SetLimits(maxAge time.Duration, maxBytes int64, maxMsgs uint64, di
 	}
 	return nil
 }
+
+// SetCompression changes how the next commits are written (a stream's
+// configuration was updated). Writer only. Records already written stay as they
+// are: blocks are read whatever the setting.
+func (l *Log) SetCompression(c Compression) error {
+	if l.shut.Load() {
+		return ErrClosed
+	}
+	switch c {
+	case CompressNone, CompressS2:
+	default:
+		return fmt.Errorf("store %q: unknown compression %d", l.cfg.Name, int(c))
+	}
+	l.cfg.Compression = c
+	return nil
+}

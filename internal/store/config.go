@@ -79,6 +79,7 @@ type Config struct {
 	MaxBytes     int64            // 0 = unlimited
 	MaxMsgs      uint64           // 0 = unlimited
 	Discard      Discard          // what reaching MaxMsgs or MaxBytes does; default DiscardOld
+	Compression  Compression      // how commits are written; default CompressNone (blocks are read whatever it says)
 	Now          func() time.Time // nil = time.Now; tests pass a fake clock
 
 	hooks *testHooks // set only by this package's tests
@@ -114,5 +115,43 @@ func (c *Config) setDefaults() error {
 	default:
 		return fmt.Errorf("store %q: unknown sync policy %d", c.Name, int(c.Sync))
 	}
+	switch c.Compression {
+	case CompressNone, CompressS2:
+	default:
+		return fmt.Errorf("store %q: unknown compression %d", c.Name, int(c.Compression))
+	}
 	return nil
+}
+
+// Compression says how Commit writes the records appended since the last one.
+type Compression int
+
+const (
+	// CompressNone writes every record as it is (the default).
+	CompressNone Compression = iota
+	// CompressS2 packs consecutive records into S2-compressed blocks (docs/storage.md,
+	// "Compressed blocks") when that saves at least an eighth of their bytes; records
+	// that do not shrink are written as they are. Reads expand blocks transparently.
+	CompressS2
+)
+
+// ParseCompression parses "none" (or "") and "s2".
+func ParseCompression(s string) (Compression, error) {
+	switch s {
+	case "none", "":
+		return CompressNone, nil
+	case "s2":
+		return CompressS2, nil
+	}
+	return CompressNone, fmt.Errorf("store: unknown compression %q (want none or s2)", s)
+}
+
+func (c Compression) String() string {
+	switch c {
+	case CompressNone:
+		return "none"
+	case CompressS2:
+		return "s2"
+	}
+	return fmt.Sprintf("Compression(%d)", int(c))
 }
