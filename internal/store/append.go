@@ -62,7 +62,11 @@ func (l *Log) resetBatch() {
 	if cap(l.batch) > 64<<20 {
 		l.batch = nil // one huge batch should not pin its buffer forever
 	}
+	if cap(l.packed) > 64<<20 {
+		l.packed = nil
+	}
 	l.batch = l.batch[:0]
+	l.packed = l.packed[:0]
 	l.parts = l.parts[:0]
 	l.npend = 0
 	l.pendBytes = 0
@@ -73,6 +77,27 @@ func (l *Log) partEnd(i int) int {
 		return l.parts[i+1].start
 	}
 	return len(l.batch)
+}
+
+// pack packs every part's records into compressed blocks where they shrink.
+func (l *Log) pack() {
+	for i := range l.parts {
+		p := &l.parts[i]
+		if p.n == 0 {
+			continue
+		}
+		p.packedFrom = len(l.packed)
+		l.packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)])
+		p.packedTo = len(l.packed)
+	}
+}
+
+// written is what part i puts in its segment file.
+func (l *Log) written(i int) []byte {
+	if p := &l.parts[i]; p.packedTo > 0 {
+		return l.packed[p.packedFrom:p.packedTo]
+	}
+	return l.batch[l.parts[i].start:l.partEnd(i)]
 }
 
 // Commit writes everything appended since the last Commit with one write per segment
@@ -126,6 +151,9 @@ func (l *Log) writeBatch() error {
 		}
 		return err
 	}
+	if l.cfg.Compression == CompressS2 {
+		l.pack()
+	}
 	for i := range l.parts {
 		p := &l.parts[i]
 		if p.n == 0 {
@@ -139,7 +167,7 @@ func (l *Log) writeBatch() error {
 			created = append(created, s)
 			p.seg = s
 		}
-		if _, err := p.seg.f.WriteAt(l.batch[p.start:l.partEnd(i)], p.off); err != nil {
+		if _, err := p.seg.f.WriteAt(l.written(i), p.off); err != nil {
 			return undo(l.ioErr("write segment", p.seg.logPath, err))
 		}
 	}
@@ -196,31 +224,37 @@ func (l *Log) publishBatch() []*segment {
 			sealed = append(sealed, prev)
 			l.segs = append(l.segs, s)
 		}
+		// The records as appended, and the units (records and blocks) the file got:
+		// a block's records are all indexed at the block's offset.
 		b := l.batch[p.start:l.partEnd(i)]
+		s.liveBytes += int64(len(b))
 		off := p.off
-		for len(b) > 0 {
-			n := recLen(b)
-			rec := b[:n]
-			seq, ts := recSeq(rec), recTime(rec)
-			s.index = s.ib.add(s.index, l.cfg.IndexEvery, uint32(seq-s.base), off, ts)
-			s.tmax = max(s.tmax, ts)
-			subj := recSubject(rec)
-			si := l.subjects[string(subj)]
-			if si == nil {
-				si = &subjInfo{subj: string(subj)}
-				l.subjects[si.subj] = si
+		for out := l.written(i); len(out) > 0; {
+			for k := unitCount(out); k > 0; k-- {
+				n := recLen(b)
+				rec := b[:n]
+				seq, ts := recSeq(rec), recTime(rec)
+				s.index = s.ib.add(s.index, l.cfg.IndexEvery, uint32(seq-s.base), off, ts)
+				s.tmax = max(s.tmax, ts)
+				subj := recSubject(rec)
+				si := l.subjects[string(subj)]
+				if si == nil {
+					si = &subjInfo{subj: string(subj)}
+					l.subjects[si.subj] = si
+				}
+				si.msgs++
+				si.last = seq
+				l.lastTime = ts
+				if wasEmpty {
+					l.firstTime = ts
+					wasEmpty = false
+				}
+				b = b[n:]
 			}
-			si.msgs++
-			si.last = seq
-			l.lastTime = ts
-			if wasEmpty {
-				l.firstTime = ts
-				wasEmpty = false
-			}
+			n := recLen(out)
 			off += int64(n)
-			b = b[n:]
+			out = out[n:]
 		}
-		s.liveBytes += off - p.off
 		s.size = off
 		s.last += uint64(p.n)
 	}

@@ -10,21 +10,25 @@ const (
 	randChunk = 16 << 10  // read size for the writer's random reads
 )
 
-// cursor is a position in the log: the record seq starts at off in seg.
+// cursor is a position in the log: the record (or block) holding seq starts at
+// off in seg. exp holds the block last expanded through it.
 type cursor struct {
 	seg *segment
 	off int64
 	seq uint64
 	win window
+	exp expander
+	u   unit // the unit at off, once rawAt has read it
 }
 
 func (l *Log) notFound(seq uint64) error {
 	return fmt.Errorf("store %q: message %d: %w", l.cfg.Name, seq, ErrNotFound)
 }
 
-// rawAt reads record seq for the writer through cursor c, which it leaves at seq
-// so that reading seq+1 next costs one header parse. The record's slices point
-// into c's window. Damage gives a *Corruption.
+// rawAt reads record seq for the writer through cursor c, which it leaves at the
+// record (or block) holding seq so that reading seq+1 next costs one header
+// parse. The record's slices point into c's window or expander; the int is the
+// record's length (uncompressed). Damage gives a *Corruption.
 func (l *Log) rawAt(c *cursor, seq uint64, chunk int) (Record, int, error) {
 	s := l.segFor(seq)
 	if s == nil || s.removed {
@@ -42,14 +46,35 @@ func (l *Log) rawAt(c *cursor, seq uint64, chunk int) (Record, int, error) {
 	corrupt := func(err error) error {
 		return &Corruption{Log: l.cfg.Name, Segment: s.logPath, Offset: c.off, FirstSeq: seq, LastSeq: seq, Err: err}
 	}
-	for c.seq < seq {
-		n, err := c.win.skip(s.f, c.off, s.size, chunk)
+	for {
+		u, err := c.win.skip(s.f, c.off, s.size, chunk)
 		if err != nil {
 			c.seg = nil
 			return Record{}, 0, l.readErr(s, err, corrupt)
 		}
-		c.off += int64(n)
-		c.seq++
+		c.u = u
+		if seq < c.seq+u.count {
+			break
+		}
+		c.off += int64(u.n)
+		c.seq += u.count
+	}
+	if c.u.block {
+		if !c.exp.holds(s.f, c.off) {
+			raw, err := c.win.record(s.f, c.off, s.size, chunk)
+			if err == nil {
+				err = c.exp.load(s.f, c.off, raw, l.cfg.SegmentBytes)
+			}
+			if err == nil && c.exp.first != c.seq {
+				err = errSeq
+			}
+			if err != nil {
+				c.seg = nil
+				return Record{}, 0, l.readErr(s, err, corrupt)
+			}
+		}
+		rec, n := c.exp.at(seq)
+		return rec, n, nil
 	}
 	raw, err := c.win.record(s.f, c.off, s.size, chunk)
 	if err != nil {
@@ -77,7 +102,7 @@ func (l *Log) readErr(s *segment, err error, corrupt func(error) error) error {
 
 func isDecodeErr(err error) bool {
 	switch err {
-	case errMagic, errLength, errFields, errCRC, errSeq, errMissing, io.ErrUnexpectedEOF:
+	case errMagic, errLength, errFields, errCRC, errSeq, errMissing, errBlock, io.ErrUnexpectedEOF:
 		return true
 	}
 	return false

@@ -13,6 +13,10 @@ var (
 	ErrCorrupt  = errors.New("store: corrupt record")
 	ErrClosed   = errors.New("store: log closed")
 	ErrTooLarge = errors.New("store: record too large") // larger than SegmentBytes (or MaxBytes)
+	// ErrCutInBlock: TruncateAfter can cut a log only between compressed blocks,
+	// not inside one (a log that is cut, as a replication log is, keeps
+	// Compression off).
+	ErrCutInBlock = errors.New("store: cut inside a compressed block")
 )
 
 // Corruption describes damaged bytes found in a segment: by recovery (listed in

@@ -61,6 +61,9 @@ type part struct {
 	start int      // offset in Log.batch
 	off   int64    // file offset it is written at
 	n     int      // records
+	// packed is where its bytes went into Log.packed, as compressed blocks
+	// and records (Config.Compression); to == 0 when written as appended.
+	packedFrom, packedTo int
 }
 
 // Log is one partition's message log. See the package comment for who may call what.
@@ -85,6 +88,7 @@ type Log struct {
 	shut      atomic.Bool // Close started; checked without taking mu
 	broken    error       // a failed write could not be undone; the log refuses writes
 	batch     []byte
+	packed    []byte // the batch with runs packed into compressed blocks
 	parts     []part
 	npend     int
 	pendBytes uint64

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 )
 
 // Read returns the record at seq. Its byte slices point into buf (grown and returned) and
@@ -41,19 +42,26 @@ func (l *Log) Read(seq uint64, buf []byte) (Record, []byte, error) {
 	// One pread usually covers the index block and the record.
 	w := window{buf: buf}
 	chunk := l.cfg.IndexEvery + 1024
-	var err error
-	for at < seq && err == nil {
-		var n int
-		if n, err = w.skip(f, off, limit, chunk); err == nil {
-			off += int64(n)
-			at++
+	var (
+		u   unit
+		err error
+	)
+	for err == nil {
+		if u, err = w.skip(f, off, limit, chunk); err == nil {
+			if seq < at+u.count {
+				break
+			}
+			off += int64(u.n)
+			at += u.count
 		}
 	}
 	var rec Record
 	if err == nil {
 		var raw []byte
 		if raw, err = w.record(f, off, limit, chunk); err == nil {
-			if rec, err = decodeRecord(raw); err == nil && rec.Seq != seq {
+			if u.block {
+				rec, err = l.readInBlock(f, off, at, raw, seq, &w)
+			} else if rec, err = decodeRecord(raw); err == nil && rec.Seq != seq {
 				err = errSeq
 			}
 		}
@@ -124,14 +132,55 @@ func (l *Log) timeSeek(t int64, w *window) (uint64, error) {
 			}
 			return 0, l.ioErr("read segment", s.logPath, err)
 		}
+		count := unitCount(raw)
 		if recTime(raw) >= t {
-			return recSeq(raw), nil
+			if recFlags(raw)&flagBlock == 0 {
+				return recSeq(raw), nil
+			}
+			// A block's time is its newest record's: look inside.
+			var e expander
+			if err := e.load(f, off, raw, l.cfg.SegmentBytes); err != nil {
+				return seq, nil
+			}
+			if q, ok := e.firstAtOrAfter(t); ok {
+				return q, nil
+			}
 		}
 		off += int64(len(raw))
-		seq++
+		seq += max(count, 1)
 	}
 	return last + 1, nil
 }
+
+// readInBlock returns record seq of the block raw (read through w at off in f,
+// holding the sequences from first on), copied into w's buffer, which the caller
+// hands back to Read's caller.
+func (l *Log) readInBlock(f *os.File, off int64, first uint64, raw []byte, seq uint64, w *window) (Record, error) {
+	e := expanders.Get().(*expander)
+	defer func() {
+		e.reset()
+		if cap(e.buf) <= 2*maxBlockRaw {
+			expanders.Put(e)
+		}
+	}()
+	if err := e.load(f, off, raw, l.cfg.SegmentBytes); err != nil {
+		return Record{}, err
+	}
+	if e.first != first || seq >= first+e.count {
+		return Record{}, errSeq
+	}
+	_, n := e.at(seq)
+	// The window's bytes are not needed any more: the record goes there.
+	w.reset()
+	if cap(w.buf) < n {
+		w.buf = make([]byte, n)
+	}
+	b := w.buf[:n]
+	copy(b, e.buf[e.pos:e.pos+n])
+	return decodeRecord(b)
+}
+
+var expanders = sync.Pool{New: func() any { return new(expander) }}
 
 // SeqForTime returns the first live seq whose Time >= t (LastSeq+1 if none).
 func (l *Log) SeqForTime(t int64) uint64 {

@@ -72,6 +72,7 @@ func (r *Reader) Next() (Record, error) {
 			r.gen = l.gen
 			c.seg = nil
 			c.win.reset()
+			c.exp.reset()
 			r.seq = min(r.seq, l.last+1)
 		}
 		if r.seq < l.first {
@@ -136,22 +137,40 @@ func (r *Reader) advance(s *segment, f *os.File, limit int64, last uint64) (Reco
 			rec Record
 			err error
 		)
-		if c.seq < r.seq {
-			var n int
-			if n, err = c.win.skip(f, c.off, limit, r.chunk); err == nil {
-				c.off += int64(n)
-				c.seq++
-				continue
-			}
-		} else if raw, err = c.win.record(f, c.off, limit, r.chunk); err == nil {
-			if rec, err = decodeRecord(raw); err == nil && rec.Seq != r.seq {
-				err = errSeq
+		var u unit
+		if u, err = c.win.skip(f, c.off, limit, r.chunk); err == nil && r.seq >= c.seq+u.count {
+			c.off += int64(u.n)
+			c.seq += u.count
+			continue
+		}
+		switch {
+		case err != nil:
+		case u.block:
+			// The cursor stays at the block until the reader is past it.
+			if !c.exp.holds(f, c.off) {
+				if raw, err = c.win.record(f, c.off, limit, r.chunk); err == nil {
+					if err = c.exp.load(f, c.off, raw, l.cfg.SegmentBytes); err == nil && c.exp.first != c.seq {
+						c.exp.reset()
+						err = errSeq
+					}
+				}
 			}
 			if err == nil {
-				c.off += int64(len(raw))
-				c.seq++
+				rec, _ = c.exp.at(r.seq)
 				r.seq++
 				return rec, nil
+			}
+		default:
+			if raw, err = c.win.record(f, c.off, limit, r.chunk); err == nil {
+				if rec, err = decodeRecord(raw); err == nil && rec.Seq != r.seq {
+					err = errSeq
+				}
+				if err == nil {
+					c.off += int64(len(raw))
+					c.seq++
+					r.seq++
+					return rec, nil
+				}
 			}
 		}
 		if !isDecodeErr(err) {

@@ -90,15 +90,35 @@ func peekRecord(b []byte) (int, error) {
 	if n < recHdrSize {
 		return 0, errLength
 	}
-	if binary.LittleEndian.Uint16(b[offFlags:]) != 0 {
-		return 0, errFields
-	}
 	s := int(binary.LittleEndian.Uint16(b[offSubj:]))
 	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
+	switch binary.LittleEndian.Uint16(b[offFlags:]) {
+	case 0:
+	case flagBlock:
+		if s != 0 || h != blockHdrSize-recHdrSize || n <= blockHdrSize {
+			return 0, errFields
+		}
+	default:
+		return 0, errFields
+	}
 	if s+h > n-recHdrSize {
 		return 0, errFields
 	}
 	return n, nil
+}
+
+// checkUnit verifies the CRC of raw, a record or a block exactly (its header
+// checked by peekRecord), and returns its first sequence and how many it stands
+// for. It does not expand a block.
+func checkUnit(raw []byte) (seq, count uint64, err error) {
+	if crc32.Checksum(raw[offLen:], crcTable) != binary.LittleEndian.Uint32(raw[offCRC:]) {
+		return 0, 0, errCRC
+	}
+	count = unitCount(raw)
+	if count == 0 {
+		return 0, 0, errBlock
+	}
+	return recSeq(raw), count, nil
 }
 
 func recSeq(b []byte) uint64 { return binary.LittleEndian.Uint64(b[offSeq:]) }
@@ -118,6 +138,9 @@ func decodeRecord(b []byte) (Record, error) {
 	n, err := peekRecord(b)
 	if err != nil {
 		return Record{}, err
+	}
+	if recFlags(b) != 0 {
+		return Record{}, errFields // a block holds records; it is not one (expander)
 	}
 	if n != len(b) {
 		return Record{}, errLength

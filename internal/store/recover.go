@@ -64,6 +64,7 @@ type recovery struct {
 	segs []*segment
 	dels rangeCursor
 	win  window
+	exp  expander
 
 	haveFirst bool
 	delFiles  map[uint64][]byte // raw .del contents by segment base
@@ -278,16 +279,31 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 	for off < size {
 		raw, err := w.record(s.f, off, size, scanChunk)
 		var rec Record
-		if err == nil {
+		if err == nil && recFlags(raw)&flagBlock != 0 {
+			if err = rc.exp.load(s.f, off, raw, l.cfg.SegmentBytes); err == nil &&
+				(rc.exp.first != expect || expect+rc.exp.count-1 > bound) {
+				err = errSeq
+			}
+			if err == nil {
+				for q := expect; q < expect+rc.exp.count; q++ {
+					rec, n := rc.exp.at(q)
+					rc.accept(s, rec, off, n)
+				}
+				off += int64(len(raw))
+				expect += rc.exp.count
+				rc.exp.reset()
+				continue
+			}
+		} else if err == nil {
 			if rec, err = decodeRecord(raw); err == nil && rec.Seq != expect {
 				err = errSeq
 			}
-		}
-		if err == nil {
-			rc.accept(s, rec, off, len(raw))
-			off += int64(len(raw))
-			expect++
-			continue
+			if err == nil {
+				rc.accept(s, rec, off, len(raw))
+				off += int64(len(raw))
+				expect++
+				continue
+			}
 		}
 		if !isDecodeErr(err) {
 			return l.ioErr("read segment", s.logPath, err)
@@ -414,10 +430,11 @@ func (rc *recovery) countDeleted(a, b uint64) uint64 {
 	return n
 }
 
-// resync looks for the first intact record after the damage at off: one whose
-// seq is in [minSeq, maxSeq] and which leaves room before it for the records
-// minSeq..seq-1 (each at least recHdrSize bytes), so stray bytes that happen to
-// look like a record with a wild sequence are not taken for one.
+// resync looks for the first intact record or block after the damage at off: one
+// whose seq is in [minSeq, maxSeq] and which leaves room before it for the
+// records minSeq..seq-1 (each at least a byte, as they may have been in a
+// compressed block), so stray bytes that happen to look like a record with a wild
+// sequence are not taken for one.
 func resync(w *window, f *os.File, off, limit int64, minSeq, maxSeq uint64, chunk int) (int64, uint64, bool, error) {
 	pos := off + 1
 	for pos+recHdrSize <= limit {
@@ -434,10 +451,10 @@ func resync(w *window, f *os.File, off, limit int64, minSeq, maxSeq uint64, chun
 		cand := pos + int64(i)
 		raw, err := w.record(f, cand, limit, chunk)
 		if err == nil {
-			var rec Record
-			if rec, err = decodeRecord(raw); err == nil &&
-				rec.Seq >= minSeq && rec.Seq <= maxSeq && rec.Seq-minSeq <= uint64(cand-off)/recHdrSize {
-				return cand, rec.Seq, true, nil
+			var seq uint64
+			if seq, _, err = checkUnit(raw); err == nil &&
+				seq >= minSeq && seq <= maxSeq && seq-minSeq <= uint64(cand-off) {
+				return cand, seq, true, nil
 			}
 		}
 		if err != nil && !isDecodeErr(err) {

@@ -222,6 +222,12 @@ func (l *Log) cutOffset(s *segment, seq uint64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if c := &l.rc; c.u.block {
+		if seq != c.seq+c.u.count-1 {
+			return 0, fmt.Errorf("store %q: truncate after %d: %w", l.cfg.Name, seq, ErrCutInBlock)
+		}
+		return c.off + int64(c.u.n), nil
+	}
 	return l.rc.off + int64(size), nil
 }
 

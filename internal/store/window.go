@@ -66,18 +66,36 @@ func (w *window) record(f *os.File, off, limit int64, chunk int) ([]byte, error)
 	return w.get(f, off, n, limit, chunk)
 }
 
-// skip returns the length of the record at off without reading all of it.
-func (w *window) skip(f *os.File, off, limit int64, chunk int) (int, error) {
+// unit is what skip learns of the record or block at an offset.
+type unit struct {
+	n     int    // bytes
+	count uint64 // sequences it stands for
+	block bool
+}
+
+// skip returns the length of the record or block at off and how many sequences
+// it stands for, without reading all of it.
+func (w *window) skip(f *os.File, off, limit int64, chunk int) (unit, error) {
 	h, err := w.get(f, off, recHdrSize, limit, chunk)
 	if err != nil {
-		return 0, err
+		return unit{}, err
 	}
 	n, err := peekRecord(h)
 	if err != nil {
-		return 0, err
+		return unit{}, err
 	}
 	if off+int64(n) > limit {
-		return 0, errLength
+		return unit{}, errLength
 	}
-	return n, nil
+	if recFlags(h)&flagBlock == 0 {
+		return unit{n: n, count: 1}, nil
+	}
+	if h, err = w.get(f, off, blockHdrSize, limit, chunk); err != nil {
+		return unit{}, err
+	}
+	count := unitCount(h)
+	if count == 0 {
+		return unit{}, errBlock
+	}
+	return unit{n: n, count: count, block: true}, nil
 }

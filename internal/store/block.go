@@ -1,0 +1,208 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"slices"
+
+	"github.com/klauspost/compress/s2"
+)
+
+// A compressed block (Config.Compression = CompressS2) is a record whose flags say
+// so and whose body holds consecutive records, exactly as Append encoded them,
+// S2-compressed:
+//
+//	0  36 the record header: magic, CRC, length as for any record; seq = the first
+//	      inner record's; time = the largest inner Time; flags = flagBlock;
+//	      subject length 0; header length 8
+//	36 4  count of inner records (at least 1)
+//	40 4  their uncompressed length
+//	44 .. S2 block (github.com/klauspost/compress/s2, block format)
+//
+// A block stands for the sequences seq … seq+count-1; everything that walks a
+// segment steps over it as over count records. Its CRC covers the compressed
+// bytes, and every inner record keeps its own.
+const (
+	flagBlock    = 1
+	blockHdrSize = recHdrSize + 8
+	offCount     = recHdrSize
+	offRawLen    = recHdrSize + 4
+
+	// maxBlockRaw bounds the inner bytes of a block holding more than one record,
+	// and so what a random read expands to reach one message; a single record
+	// larger than this is a block of its own when it shrinks.
+	maxBlockRaw = 64 << 10
+	// minBlockRaw: smaller runs are not worth a block header and a pass of S2.
+	minBlockRaw = 128
+)
+
+var errBlock = errors.New("bad compressed block")
+
+func recFlags(b []byte) uint16 { return binary.LittleEndian.Uint16(b[offFlags:]) }
+
+// unitCount is how many sequences the record or block at the start of b stands
+// for; b holds at least blockHdrSize bytes when the flags say it is a block.
+func unitCount(b []byte) uint64 {
+	if recFlags(b)&flagBlock == 0 {
+		return 1
+	}
+	return uint64(binary.LittleEndian.Uint32(b[offCount:]))
+}
+
+// packBlocks appends to dst the records of src (whole records, as Append encoded
+// them, consecutive sequences) with runs of them packed into compressed blocks
+// wherever that saves an eighth of their bytes; the rest are copied as they are.
+func packBlocks(dst, src []byte) []byte {
+	for len(src) > 0 {
+		// The run: records up to maxBlockRaw bytes, or one larger record.
+		n := recLen(src)
+		for n < len(src) && n+recLen(src[n:]) <= maxBlockRaw {
+			n += recLen(src[n:])
+		}
+		dst = appendRun(dst, src[:n])
+		src = src[n:]
+	}
+	return dst
+}
+
+// appendRun appends run (whole records) to dst as one block, or as it is when a
+// block would not save an eighth of it.
+func appendRun(dst, run []byte) []byte {
+	if len(run) < minBlockRaw {
+		return append(dst, run...)
+	}
+	at := len(dst)
+	room := s2.MaxEncodedLen(len(run))
+	if room < 0 {
+		return append(dst, run...)
+	}
+	room += blockHdrSize
+	dst = slices.Grow(dst, room)[:at+room]
+	enc := s2.Encode(dst[at+blockHdrSize:], run)
+	size := blockHdrSize + len(enc)
+	if &enc[0] != &dst[at+blockHdrSize] || size > len(run)-len(run)/8 {
+		return append(dst[:at], run...)
+	}
+	dst = dst[:at+size]
+	b := dst[at:]
+	var count uint32
+	tmax := int64(minTime)
+	for r := run; len(r) > 0; r = r[recLen(r):] {
+		count++
+		tmax = max(tmax, recTime(r))
+	}
+	copy(b, recMagic[:])
+	binary.LittleEndian.PutUint32(b[offLen:], uint32(size))
+	binary.LittleEndian.PutUint64(b[offSeq:], recSeq(run))
+	binary.LittleEndian.PutUint64(b[offTime:], uint64(tmax))
+	binary.LittleEndian.PutUint16(b[offFlags:], flagBlock)
+	binary.LittleEndian.PutUint16(b[offSubj:], 0)
+	binary.LittleEndian.PutUint32(b[offHdr:], 8)
+	binary.LittleEndian.PutUint32(b[offCount:], count)
+	binary.LittleEndian.PutUint32(b[offRawLen:], uint32(len(run)))
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:], crcTable))
+	return dst
+}
+
+// expander holds one block's inner records, expanded, so that reading its
+// messages one after another expands it once.
+type expander struct {
+	f     *os.File // the block's file and offset; nil when nothing is held
+	off   int64
+	first uint64 // its first sequence
+	count uint64
+	buf   []byte // the inner records
+	// A walk position: the record with sequence posSeq starts at buf[pos].
+	pos    int
+	posSeq uint64
+}
+
+func (e *expander) holds(f *os.File, off int64) bool { return e.f != nil && e.f == f && e.off == off }
+
+func (e *expander) reset() { e.f = nil }
+
+// load checks raw, the block record read at off in f (its length and header
+// already checked by peekRecord), and expands it: the block's CRC, the S2 data,
+// then every inner record's framing, CRC and sequence. limit bounds the
+// expanded size. Any fault is errBlock or errCRC, which callers treat as damage.
+func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
+	e.f = nil
+	if len(raw) < blockHdrSize {
+		return errBlock
+	}
+	if crc32.Checksum(raw[offLen:], crcTable) != binary.LittleEndian.Uint32(raw[offCRC:]) {
+		return errCRC
+	}
+	count := uint64(binary.LittleEndian.Uint32(raw[offCount:]))
+	rawLen := int64(binary.LittleEndian.Uint32(raw[offRawLen:]))
+	if count == 0 || rawLen < int64(count)*recHdrSize || rawLen > max(limit, maxBlockRaw) {
+		return errBlock
+	}
+	body := raw[blockHdrSize:]
+	if n, err := s2.DecodedLen(body); err != nil || int64(n) != rawLen {
+		return errBlock
+	}
+	if int64(cap(e.buf)) < rawLen {
+		e.buf = make([]byte, rawLen)
+	}
+	out, err := s2.Decode(e.buf[:rawLen], body)
+	if err != nil || int64(len(out)) != rawLen || &out[0] != &e.buf[0] {
+		return errBlock
+	}
+	e.buf = e.buf[:rawLen]
+	first := recSeq(raw)
+	seq, b := first, e.buf
+	for len(b) > 0 {
+		if len(b) < recHdrSize {
+			return errBlock
+		}
+		n, err := peekRecord(b)
+		if err != nil || n > len(b) || recFlags(b) != 0 {
+			return errBlock
+		}
+		if _, err := decodeRecord(b[:n]); err != nil {
+			return err
+		}
+		if recSeq(b) != seq {
+			return errBlock
+		}
+		seq++
+		b = b[n:]
+	}
+	if seq-first != count {
+		return errBlock
+	}
+	e.f, e.off, e.first, e.count = f, off, first, count
+	e.pos, e.posSeq = 0, first
+	return nil
+}
+
+// at returns the inner record seq (first <= seq < first+count) and its length.
+// Its slices alias the expander's buffer: valid until the next load.
+func (e *expander) at(seq uint64) (Record, int) {
+	if seq < e.posSeq {
+		e.pos, e.posSeq = 0, e.first
+	}
+	for e.posSeq < seq {
+		e.pos += recLen(e.buf[e.pos:])
+		e.posSeq++
+	}
+	n := recLen(e.buf[e.pos:])
+	rec, _ := decodeRecord(e.buf[e.pos : e.pos+n]) // checked by load
+	return rec, n
+}
+
+// firstAtOrAfter returns the sequence of the first inner record with Time >= t,
+// or false when there is none.
+func (e *expander) firstAtOrAfter(t int64) (uint64, bool) {
+	seq := e.first
+	for b := e.buf; len(b) > 0; b = b[recLen(b):] {
+		if recTime(b) >= t {
+			return seq, true
+		}
+		seq++
+	}
+	return 0, false
+}

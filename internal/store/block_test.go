@@ -1,0 +1,421 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+)
+
+// compressible is a payload S2 shrinks: text with a counter in it.
+func compressible(seq uint64, size int) []byte {
+	line := fmt.Sprintf(`{"event":"page_view","user":%d,"path":"/catalog/items"},`, seq%97)
+	b := bytes.Repeat([]byte(line), size/len(line)+1)
+	return b[:size]
+}
+
+// fillCompressed commits n messages in commits of per, with compressible
+// payloads, and returns what it wrote.
+func fillCompressed(t *testing.T, l *Log, clk *fakeClock, n, per, size int) []msg {
+	t.Helper()
+	var out []msg
+	for len(out) < n {
+		for k := 0; k < per && len(out) < n; k++ {
+			clk.Add(time.Millisecond)
+			seq := uint64(len(out) + 1)
+			x := msg{seq: seq, ts: clk.Now().UnixNano(), subject: fmt.Sprintf("orders.%d", seq%3), header: []byte("\x02id\x03abc"), payload: compressible(seq, size)}
+			got, err := l.Append([]byte(x.subject), x.header, x.payload, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != x.seq {
+				t.Fatalf("Append seq %d, want %d", got, x.seq)
+			}
+			out = append(out, x)
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func checkAll(t *testing.T, l *Log, want []msg) {
+	t.Helper()
+	got := readAll(t, l, 0)
+	if len(got) != len(want) {
+		t.Fatalf("reader: %d records, want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		x := want[i]
+		if r.Seq != x.seq || r.Time != x.ts || string(r.Subject) != x.subject || !bytes.Equal(r.Header, x.header) || !bytes.Equal(r.Payload, x.payload) {
+			t.Fatalf("reader: record %d differs: seq %d", i, r.Seq)
+		}
+	}
+	var buf []byte
+	for _, x := range want {
+		r, b, err := l.Read(x.seq, buf)
+		buf = b
+		if err != nil {
+			t.Fatalf("Read(%d): %v", x.seq, err)
+		}
+		if r.Seq != x.seq || r.Time != x.ts || string(r.Subject) != x.subject || !bytes.Equal(r.Payload, x.payload) {
+			t.Fatalf("Read(%d) differs", x.seq)
+		}
+	}
+	for _, x := range want[:min(len(want), 50)] {
+		if got := l.SeqForTime(x.ts); got != x.seq {
+			t.Fatalf("SeqForTime(%d) = %d, want %d", x.ts, got, x.seq)
+		}
+	}
+}
+
+func diskBytes(t *testing.T, l *Log) int64 {
+	t.Helper()
+	var n int64
+	for _, s := range l.segs {
+		st, err := os.Stat(s.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += st.Size()
+	}
+	return n
+}
+
+func TestCompressedRoundTrip(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	cfg.SegmentBytes = 64 << 10 // several segments
+	l, _ := mustOpen(t, cfg)
+	want := fillCompressed(t, l, clk, 3000, 100, 300)
+	st := l.State()
+	if st.Msgs != 3000 || st.LastSeq != 3000 {
+		t.Fatalf("state %+v", st)
+	}
+	// Sizes and limits count records as appended; the files hold far less.
+	var logical uint64
+	for _, x := range want {
+		logical += uint64(recordSize(len(x.subject), len(x.header), len(x.payload)))
+	}
+	if st.Bytes != logical {
+		t.Fatalf("State.Bytes = %d, want %d (uncompressed)", st.Bytes, logical)
+	}
+	if disk := diskBytes(t, l); disk*4 > int64(logical) {
+		t.Fatalf("%d bytes on disk for %d bytes of records: not compressed", disk, logical)
+	}
+	if blocks := countBlocks(t, l); blocks < 30 {
+		t.Fatalf("%d blocks", blocks)
+	}
+	checkAll(t, l, want)
+	// A reader starting in the middle of a block, and one following the writer.
+	if got := readAll(t, l, 1234); len(got) != 3000-1233 || got[0].Seq != 1234 {
+		t.Fatalf("reader from 1234: %d records from %d", len(got), got[0].Seq)
+	}
+	l, rep := reopen(t, l)
+	if len(rep.Corrupt) > 0 || rep.TruncatedBytes > 0 || rep.Msgs != 3000 {
+		t.Fatalf("reopen: %+v", rep)
+	}
+	checkAll(t, l, want)
+	// Deleting inside a block, purging by subject and from the front.
+	if err := l.Delete(1500); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Purge(1001, ""); err != nil || n != 1000 {
+		t.Fatalf("Purge: %d, %v", n, err)
+	}
+	var rest []msg
+	var ones uint64
+	for _, x := range want[1000:] {
+		switch {
+		case x.seq == 1500:
+		case x.subject == "orders.1":
+			ones++
+		default:
+			rest = append(rest, x)
+		}
+	}
+	if n, err := l.Purge(0, "orders.1"); err != nil || n != ones {
+		t.Fatalf("Purge by subject: %d, %v; want %d", n, err, ones)
+	}
+	checkAll(t, l, rest)
+	l, _ = reopen(t, l)
+	checkAll(t, l, rest)
+}
+
+func TestIncompressibleStaysPlain(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	l, _ := mustOpen(t, cfg)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want []msg
+	for i := 0; i < 200; i++ {
+		p := make([]byte, 500)
+		for j := range p {
+			p[j] = byte(rng.Uint32())
+		}
+		if _, err := l.Append([]byte("x"), nil, p, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, msg{subject: "x", payload: p})
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := countBlocks(t, l); n != 0 {
+		t.Fatalf("%d blocks of incompressible records", n)
+	}
+	var logical int64
+	for _, x := range want {
+		logical += int64(recordSize(len(x.subject), len(x.header), len(x.payload)))
+	}
+	if disk := diskBytes(t, l); disk != logical {
+		t.Fatalf("%d bytes on disk, want %d", disk, logical)
+	}
+}
+
+func TestCompressionSwitchedOnAndOff(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	l, _ := mustOpen(t, cfg)
+	var want []msg
+	add := func(n int) {
+		for k := 0; k < n; k++ {
+			clk.Add(time.Millisecond)
+			x := msg{seq: uint64(len(want) + 1), ts: clk.Now().UnixNano(), subject: "s", payload: compressible(uint64(len(want)), 200)}
+			if _, err := l.Append([]byte(x.subject), nil, x.payload, 0); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, x)
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(50)
+	if countBlocks(t, l) != 0 {
+		t.Fatal("blocks without compression")
+	}
+	if err := l.SetCompression(CompressS2); err != nil {
+		t.Fatal(err)
+	}
+	add(50)
+	if countBlocks(t, l) == 0 {
+		t.Fatal("no block after SetCompression(CompressS2)")
+	}
+	if err := l.SetCompression(CompressNone); err != nil {
+		t.Fatal(err)
+	}
+	blocks := countBlocks(t, l)
+	add(50)
+	if countBlocks(t, l) != blocks {
+		t.Fatal("a block after SetCompression(CompressNone)")
+	}
+	if err := l.SetCompression(Compression(9)); err == nil {
+		t.Fatal("SetCompression(9) accepted")
+	}
+	checkAll(t, l, want)
+	// A log opened without compression reads the blocks all the same.
+	l, _ = reopen(t, l)
+	checkAll(t, l, want)
+}
+
+// blockSpans lists the offsets and lengths of the blocks in a segment file.
+func blockSpans(t *testing.T, path string) (offs, lens []int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off+recHdrSize <= len(b); {
+		n, err := peekRecord(b[off:])
+		if err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+		if recFlags(b[off:])&flagBlock != 0 {
+			offs, lens = append(offs, off), append(lens, n)
+		}
+		off += n
+	}
+	return offs, lens
+}
+
+func TestDamagedBlock(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	l, _ := mustOpen(t, cfg)
+	want := fillCompressed(t, l, clk, 400, 100, 300) // 4 commits, each of several blocks
+	path := l.segs[0].logPath
+	offs, lens := blockSpans(t, path)
+	if len(offs) < 4 {
+		t.Fatalf("%d blocks", len(offs))
+	}
+	// The second block's sequences.
+	raw, _ := os.ReadFile(path)
+	first := recSeq(raw[offs[1]:])
+	count := uint64(unitCount(raw[offs[1]:]))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw[offs[1]+lens[1]/2] ^= 0x40 // inside its compressed bytes
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := mustOpen(t, cfg)
+	if len(rep.Corrupt) != 1 || rep.Corrupt[0].FirstSeq != first || rep.Corrupt[0].LastSeq != first+count-1 {
+		t.Fatalf("Corrupt = %+v, want messages %d-%d", rep.Corrupt, first, first+count-1)
+	}
+	if rep.TruncatedBytes != 0 {
+		t.Fatalf("truncated %d bytes", rep.TruncatedBytes)
+	}
+	for _, q := range []uint64{first, first + count - 1} {
+		_, _, err := l.Read(q, nil)
+		var corr *Corruption
+		if !errors.As(err, &corr) {
+			t.Fatalf("Read(%d) of a damaged block: %v", q, err)
+		}
+	}
+	var rest []msg
+	for _, x := range want {
+		if x.seq < first || x.seq >= first+count {
+			rest = append(rest, x)
+		}
+	}
+	// The reader reports the damage once and goes on after it.
+	r := l.NewReader(0)
+	var got []uint64
+	var damaged []*Corruption
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			var corr *Corruption
+			if errors.As(err, &corr) {
+				damaged = append(damaged, corr)
+				continue
+			}
+			break
+		}
+		got = append(got, rec.Seq)
+	}
+	r.Close()
+	if len(damaged) != 1 || damaged[0].FirstSeq != first || damaged[0].LastSeq != first+count-1 || len(got) != len(rest) {
+		t.Fatalf("reader: %d records, damage %+v", len(got), damaged)
+	}
+	for _, x := range rest {
+		if r, _, err := l.Read(x.seq, nil); err != nil || !bytes.Equal(r.Payload, x.payload) {
+			t.Fatalf("Read(%d): %v", x.seq, err)
+		}
+	}
+}
+
+func TestTornBlockAtTheTail(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	l, _ := mustOpen(t, cfg)
+	want := fillCompressed(t, l, clk, 300, 100, 300)
+	path := l.segs[0].logPath
+	offs, lens := blockSpans(t, path)
+	last := len(offs) - 1
+	raw, _ := os.ReadFile(path)
+	lost := recSeq(raw[offs[last]:])
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A write cut short in the middle of the last block.
+	if err := os.Truncate(path, int64(offs[last]+lens[last]/2)); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := mustOpen(t, cfg)
+	if len(rep.Corrupt) != 0 || rep.TruncatedBytes != int64(lens[last]/2) {
+		t.Fatalf("report %+v", rep)
+	}
+	if st := l.State(); st.LastSeq != lost-1 {
+		t.Fatalf("LastSeq %d, want %d", st.LastSeq, lost-1)
+	}
+	checkAll(t, l, want[:lost-1])
+	// The lost sequences are handed out again.
+	if seq, err := l.Append([]byte("s"), nil, []byte("p"), 0); err != nil || seq != lost {
+		t.Fatalf("Append: %d, %v", seq, err)
+	}
+}
+
+func TestTruncateCompressedLog(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	l, _ := mustOpen(t, cfg)
+	want := fillCompressed(t, l, clk, 300, 100, 300)
+	offs, _ := blockSpans(t, l.segs[0].logPath)
+	raw, _ := os.ReadFile(l.segs[0].logPath)
+	second := recSeq(raw[offs[1]:])
+	if err := l.TruncateAfter(second); !errors.Is(err, ErrCutInBlock) {
+		t.Fatalf("cut inside a block: %v", err)
+	}
+	checkAll(t, l, want) // nothing changed
+	// Between blocks: after the first block's last record.
+	if err := l.TruncateAfter(second - 1); err != nil {
+		t.Fatal(err)
+	}
+	checkAll(t, l, want[:second-1])
+	if seq, err := l.Append([]byte("s"), nil, []byte("p"), 0); err != nil || seq != second {
+		t.Fatalf("Append after the cut: %d, %v", seq, err)
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := reopen(t, l)
+	if len(rep.Corrupt) != 0 || l.State().LastSeq != second {
+		t.Fatalf("reopen: %+v, state %+v", rep, l.State())
+	}
+}
+
+// FuzzExpandBlock: expanding arbitrary bytes as a block never panics, and what
+// it accepts holds exactly the records it says, each one intact.
+func FuzzExpandBlock(f *testing.F) {
+	var run []byte
+	for i := uint64(1); i <= 20; i++ {
+		run = appendRecord(run, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
+	}
+	block := packBlocks(nil, run)
+	f.Add(block)
+	f.Add(packBlocks(nil, run[:recLen(run)]))
+	f.Add(block[:len(block)-1])
+	f.Add(block[:blockHdrSize])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < recHdrSize {
+			return
+		}
+		n, err := peekRecord(b)
+		if err != nil || n != len(b) || recFlags(b)&flagBlock == 0 {
+			return
+		}
+		var e expander
+		if err := e.load(nil, 0, b, 1<<20); err != nil {
+			return
+		}
+		var total int
+		for q := e.first; q < e.first+e.count; q++ {
+			rec, n := e.at(q)
+			if rec.Seq != q {
+				t.Fatalf("record %d has seq %d", q, rec.Seq)
+			}
+			total += n
+		}
+		if total != len(e.buf) {
+			t.Fatalf("records cover %d of %d bytes", total, len(e.buf))
+		}
+	})
+}
