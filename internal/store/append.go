@@ -87,7 +87,7 @@ func (l *Log) pack() {
 			continue
 		}
 		p.packedFrom = len(l.packed)
-		l.packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)])
+		l.packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)], &l.gate)
 		p.packedTo = len(l.packed)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/klauspost/compress/s2"
+
+	"github.com/tern-mq/tern/internal/s2pace"
 )
 
 // A compressed block (Config.Compression = CompressS2) is a record whose flags say
@@ -54,36 +56,43 @@ func unitCount(b []byte) uint64 {
 // packBlocks appends to dst the records of src (whole records, as Append encoded
 // them, consecutive sequences) with runs of them packed into compressed blocks
 // wherever that saves an eighth of their bytes; the rest are copied as they are.
-func packBlocks(dst, src []byte) []byte {
+// gate paces the attempts (nil: every run is tried).
+func packBlocks(dst, src []byte, gate *s2pace.Gate) []byte {
 	for len(src) > 0 {
 		// The run: records up to maxBlockRaw bytes, or one larger record.
 		n := recLen(src)
 		for n < len(src) && n+recLen(src[n:]) <= maxBlockRaw {
 			n += recLen(src[n:])
 		}
-		dst = appendRun(dst, src[:n])
+		run := src[:n]
 		src = src[n:]
+		if len(run) < minBlockRaw || (gate != nil && !gate.Try()) {
+			dst = append(dst, run...)
+			continue
+		}
+		var shrank bool
+		dst, shrank = appendRun(dst, run)
+		if gate != nil {
+			gate.Shrank(shrank)
+		}
 	}
 	return dst
 }
 
 // appendRun appends run (whole records) to dst as one block, or as it is when a
-// block would not save an eighth of it.
-func appendRun(dst, run []byte) []byte {
-	if len(run) < minBlockRaw {
-		return append(dst, run...)
-	}
+// block would not save an eighth of it; it reports which.
+func appendRun(dst, run []byte) ([]byte, bool) {
 	at := len(dst)
 	room := s2.MaxEncodedLen(len(run))
 	if room < 0 {
-		return append(dst, run...)
+		return append(dst, run...), false
 	}
 	room += blockHdrSize
 	dst = slices.Grow(dst, room)[:at+room]
 	enc := s2.Encode(dst[at+blockHdrSize:], run)
 	size := blockHdrSize + len(enc)
 	if &enc[0] != &dst[at+blockHdrSize] || size > len(run)-len(run)/8 {
-		return append(dst[:at], run...)
+		return append(dst[:at], run...), false
 	}
 	dst = dst[:at+size]
 	b := dst[at:]
@@ -103,7 +112,7 @@ func appendRun(dst, run []byte) []byte {
 	binary.LittleEndian.PutUint32(b[offCount:], count)
 	binary.LittleEndian.PutUint32(b[offRawLen:], uint32(len(run)))
 	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:], crcTable))
-	return dst
+	return dst, true
 }
 
 // expander holds one block's inner records, expanded, so that reading its

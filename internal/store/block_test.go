@@ -389,9 +389,9 @@ func FuzzExpandBlock(f *testing.F) {
 	for i := uint64(1); i <= 20; i++ {
 		run = appendRecord(run, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	block := packBlocks(nil, run)
+	block := packBlocks(nil, run, nil)
 	f.Add(block)
-	f.Add(packBlocks(nil, run[:recLen(run)]))
+	f.Add(packBlocks(nil, run[:recLen(run)], nil))
 	f.Add(block[:len(block)-1])
 	f.Add(block[:blockHdrSize])
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tern-mq/tern/internal/s2pace"
 )
 
 const minTime = math.MinInt64
@@ -88,7 +90,8 @@ type Log struct {
 	shut      atomic.Bool // Close started; checked without taking mu
 	broken    error       // a failed write could not be undone; the log refuses writes
 	batch     []byte
-	packed    []byte // the batch with runs packed into compressed blocks
+	packed    []byte      // the batch with runs packed into compressed blocks
+	gate      s2pace.Gate // paces attempts at packing runs that do not shrink
 	parts     []part
 	npend     int
 	pendBytes uint64

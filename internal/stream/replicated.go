@@ -21,6 +21,7 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/s2pace"
 	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
@@ -96,37 +97,18 @@ func compressMsgEntry(plain []byte) []byte {
 	return out
 }
 
-// compressGate paces a partition's attempts at compressing its batches: a
-// stream of payloads that do not shrink (random or already compressed bytes)
-// would otherwise pay for an S2 pass per batch and keep none of them. After a
-// batch that did not shrink the next one is tried, after two misses in a row
-// every second batch, then every fourth, down to one in 32; a batch that
-// shrinks restores trying every batch.
-type compressGate struct {
-	misses uint8 // attempts in a row that did not shrink, at most maxCompressMisses
-	skip   uint8 // batches left to propose plain before the next attempt
-}
+// compressGate paces a partition's attempts at compressing its batches
+// (s2pace.Gate).
+type compressGate struct{ s2pace.Gate }
 
-const maxCompressMisses = 6
-
-// entry is compressMsgEntry(plain) or plain, as the gate's pace says.
+// entry is compressMsgEntry(plain) or plain, as the gate's pace says. Batches
+// under compressMinBytes are not attempts and do not move the pace.
 func (g *compressGate) entry(plain []byte) []byte {
-	if len(plain) < compressMinBytes {
-		return plain
-	}
-	if g.skip > 0 {
-		g.skip--
+	if len(plain) < compressMinBytes || !g.Try() {
 		return plain
 	}
 	e := compressMsgEntry(plain)
-	if e[0] != entryMsgs {
-		g.misses = 0
-		return e
-	}
-	if g.misses < maxCompressMisses {
-		g.misses++
-	}
-	g.skip = 1<<(g.misses-1) - 1
+	g.Shrank(e[0] != entryMsgs)
 	return e
 }
 
