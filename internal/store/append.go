@@ -86,9 +86,11 @@ func (l *Log) pack() {
 		if p.n == 0 {
 			continue
 		}
-		p.packedFrom = len(l.packed)
-		l.packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)], &l.gate)
-		p.packedTo = len(l.packed)
+		from := len(l.packed)
+		var packed bool
+		if l.packed, packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)], &l.gate); packed {
+			p.packedFrom, p.packedTo = from, len(l.packed)
+		}
 	}
 }
 

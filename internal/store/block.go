@@ -56,27 +56,42 @@ func unitCount(b []byte) uint64 {
 // packBlocks appends to dst the records of src (whole records, as Append encoded
 // them, consecutive sequences) with runs of them packed into compressed blocks
 // wherever that saves an eighth of their bytes; the rest are copied as they are.
-// gate paces the attempts (nil: every run is tried).
-func packBlocks(dst, src []byte, gate *s2pace.Gate) []byte {
-	for len(src) > 0 {
+// When no run shrinks it appends nothing and reports false: src is then written
+// as it is, without a copy. gate paces the attempts (nil: every run is tried).
+func packBlocks(dst, src []byte, gate *s2pace.Gate) ([]byte, bool) {
+	start := len(dst)
+	plain := 0 // src[plain:] is not in dst yet
+	packed := false
+	for at := 0; at < len(src); {
 		// The run: records up to maxBlockRaw bytes, or one larger record.
-		n := recLen(src)
-		for n < len(src) && n+recLen(src[n:]) <= maxBlockRaw {
-			n += recLen(src[n:])
+		n := recLen(src[at:])
+		for at+n < len(src) && n+recLen(src[at+n:]) <= maxBlockRaw {
+			n += recLen(src[at+n:])
 		}
-		run := src[:n]
-		src = src[n:]
+		run := src[at : at+n]
 		if len(run) < minBlockRaw || (gate != nil && !gate.Try()) {
-			dst = append(dst, run...)
+			at += n
 			continue
 		}
+		mark := len(dst)
+		dst = append(dst, src[plain:at]...)
 		var shrank bool
 		dst, shrank = appendRun(dst, run)
 		if gate != nil {
 			gate.Shrank(shrank)
 		}
+		if shrank {
+			packed = true
+			plain = at + n
+		} else {
+			dst = dst[:mark] // the run stays with the plain bytes before it
+		}
+		at += n
 	}
-	return dst
+	if !packed {
+		return dst[:start], false
+	}
+	return append(dst, src[plain:]...), true
 }
 
 // appendRun appends run (whole records) to dst as one block, or as it is when a

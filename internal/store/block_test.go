@@ -389,9 +389,10 @@ func FuzzExpandBlock(f *testing.F) {
 	for i := uint64(1); i <= 20; i++ {
 		run = appendRecord(run, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	block := packBlocks(nil, run, nil)
+	block, _ := packBlocks(nil, run, nil)
 	f.Add(block)
-	f.Add(packBlocks(nil, run[:recLen(run)], nil))
+	one, _ := packBlocks(nil, run[:recLen(run)], nil)
+	f.Add(one)
 	f.Add(block[:len(block)-1])
 	f.Add(block[:blockHdrSize])
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -418,4 +419,55 @@ func FuzzExpandBlock(f *testing.F) {
 			t.Fatalf("records cover %d of %d bytes", total, len(e.buf))
 		}
 	})
+}
+
+// TestPackBlocksKeepsOrder: runs that shrink become blocks, the others stay as
+// they were, and the output expands back to exactly the input.
+func TestPackBlocksKeepsOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var src []byte
+	seq := uint64(1)
+	for run := 0; run < 6; run++ {
+		for size := 0; size < maxBlockRaw-2000; seq++ {
+			p := compressible(seq, 1000)
+			if run%2 == 1 {
+				for j := range p {
+					p[j] = byte(rng.Uint32())
+				}
+			}
+			src = appendRecord(src, seq, int64(seq), []byte("s"), nil, p)
+			size += recordSize(1, 0, len(p))
+		}
+	}
+	out, packed := packBlocks([]byte("prefix"), src, nil)
+	if !packed || string(out[:6]) != "prefix" {
+		t.Fatal("nothing packed, or dst's bytes lost")
+	}
+	var back []byte
+	blocks, plain := 0, 0
+	for b := out[6:]; len(b) > 0; {
+		n, err := peekRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if recFlags(b)&flagBlock != 0 {
+			var e expander
+			if err := e.load(nil, 0, b[:n], 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			back = append(back, e.buf...)
+			blocks++
+		} else {
+			back = append(back, b[:n]...)
+			plain++
+		}
+		b = b[n:]
+	}
+	if !bytes.Equal(back, src) || blocks != 3 || plain == 0 {
+		t.Fatalf("expanded %d of %d bytes back, equal %v; %d blocks, %d plain records", len(back), len(src), bytes.Equal(back, src), blocks, plain)
+	}
+	small := appendRecord(nil, 1, 1, []byte("s"), nil, bytes.Repeat([]byte("a"), minBlockRaw-recHdrSize-2))
+	if out, packed := packBlocks([]byte("x"), small, nil); packed || string(out) != "x" {
+		t.Fatal("a run too small for a block was packed")
+	}
 }

@@ -494,7 +494,7 @@ func FuzzRecover(f *testing.F) {
 	for i := uint64(1); i <= 30; i++ {
 		run = appendRecord(run, i, int64(i)*1000, []byte("a.b"), nil, compressible(i, 90))
 	}
-	packed := packBlocks(nil, run, nil)
+	packed, _ := packBlocks(nil, run, nil)
 	f.Add(packed)
 	f.Add(packed[:len(packed)-5])
 	badBlock := bytes.Clone(packed)
