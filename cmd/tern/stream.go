@@ -129,7 +129,8 @@ func newStreamAddCmd() *cobra.Command {
 		Short: "Create a stream (or confirm an identical one exists)",
 		Example: `  tern stream add ORDERS --subjects 'orders.>' --max-age 24h --max-bytes 1GiB --dupe-window 5m
   tern stream add JOBS --retention workqueue --partitions 4 --max-msgs 1000000 --discard new
-  tern stream add AUDIT --subjects 'audit.>' --sync always --segment-size 16MiB --json`,
+  tern stream add AUDIT --subjects 'audit.>' --sync always --segment-size 16MiB --json
+  tern stream add LOGS --subjects 'logs.>' --compression s2 --max-bytes 10GiB`,
 		Args: argsBetween(1, 1, "want a stream name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Name = args[0]
@@ -190,6 +191,9 @@ func newStreamAddCmd() *cobra.Command {
 	enumFlag(cmd, &cfg.Sync, "sync", "fsync policy of this stream", "always", "interval", "never")
 	_ = fs.SetAnnotation("sync", defaultAnnotation, []string{"the server's"})
 	fs.Var(cliflags.NewByteSize(&segs), "segment-size", "segment file size, e.g. 64MiB (0 = the server's segment_size)")
+	// Left empty rather than "none" when not given, so that adding a stream
+	// again without the option matches one made by the API without the field.
+	compressionFlag(cmd, &cfg.Compression)
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
 }
@@ -205,13 +209,15 @@ func newStreamEditCmd() *cobra.Command {
 		maxBytes, maxMsgSize int64
 		maxMsgs              uint64
 		replicas             int
+		compression          string
 		asJSON               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "edit <name> [options]",
-		Short: "Change a stream's subjects, limits or replica count (the options given, the rest as they are)",
+		Short: "Change a stream's subjects, limits, compression or replica count (the options given, the rest as they are)",
 		Example: `  tern stream edit ORDERS --max-age 48h --max-bytes 2GiB
   tern stream edit ORDERS --subjects 'orders.>,returns.>'
+  tern stream edit ORDERS --compression s2
   tern stream edit ORDERS --replicas 5`,
 		Args: argsBetween(1, 1, "want a stream name"),
 		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
@@ -256,6 +262,9 @@ func newStreamEditCmd() *cobra.Command {
 			if fs.Changed("discard") {
 				cfg.Discard = discard
 			}
+			if fs.Changed("compression") {
+				cfg.Compression = compression
+			}
 			if fs.Changed("replicas") {
 				if replicas != 1 && replicas != 3 && replicas != 5 {
 					return usageErrorf("--replicas must be 1, 3 or 5")
@@ -284,8 +293,14 @@ func newStreamEditCmd() *cobra.Command {
 	enumFlag(cmd, &discard, "discard", "at a limit: old removes the oldest messages, new refuses new ones", "old", "new")
 	fs.DurationVar(&dupeWindow, "dupe-window", 0, "how long message ids are remembered (0 = 2m)")
 	fs.IntVar(&replicas, "replicas", 0, "nodes of the cluster that keep the stream: 3 or 5 (a stream of 1 stays 1)")
+	compressionFlag(cmd, &compression)
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
+}
+
+// compressionFlag adds --compression.
+func compressionFlag(cmd *cobra.Command, p *string) {
+	enumFlag(cmd, p, "compression", "how the stream's logs store messages: s2 writes compressed blocks of consecutive messages; a change applies to what is written next", "none", "s2")
 }
 
 // enumFlag adds an option taking one of values, completed by the shell.
@@ -397,6 +412,7 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	fmt.Fprintf(tw, "  duplicate window:\t%s\n", serverDefault(c.DuplicateWindow > 0, time.Duration(c.DuplicateWindow).String()))
 	fmt.Fprintf(tw, "  sync:\t%s\n", serverDefault(c.Sync != "", c.Sync))
 	fmt.Fprintf(tw, "  segment size:\t%s\n", serverDefault(c.SegmentBytes > 0, humanBytes(uint64(max(c.SegmentBytes, 0)))))
+	fmt.Fprintf(tw, "  compression:\t%s\n", orDefault(c.Compression, "none"))
 	fmt.Fprintf(tw, "State\n")
 	fmt.Fprintf(tw, "  messages:\t%d\n", st.Msgs)
 	fmt.Fprintf(tw, "  bytes:\t%s\n", humanBytes(st.Bytes))

@@ -72,7 +72,7 @@ func TestStreamCommands(t *testing.T) {
 	out = mustRun(t, streamCLI, with("add", "ORDERS", "--subjects", "orders.>,refunds.*", "--max-age", "1h",
 		"--max-bytes", "1MiB", "--max-msgs", "1000", "--discard", "old", "--dupe-window", "1m")...)
 	for _, re := range []string{`^Stream ORDERS created$`, `subjects:\s+orders\.>, refunds\.\*$`, `max age:\s+1h0m0s$`,
-		`max bytes:\s+1\.0 MiB$`, `max msgs:\s+1000$`, `duplicate window:\s+1m0s$`, `retention:\s+limits$`, `messages:\s+0$`} {
+		`max bytes:\s+1\.0 MiB$`, `max msgs:\s+1000$`, `duplicate window:\s+1m0s$`, `retention:\s+limits$`, `compression:\s+none$`, `messages:\s+0$`} {
 		wantLine(t, out, re)
 	}
 
@@ -171,14 +171,15 @@ func TestStreamAddOptions(t *testing.T) {
 	s := startCLIServer(t)
 	srv := []string{"--server", s.URL()}
 	out := mustRun(t, streamCLI, append([]string{"add", "--json", "--retention", "workqueue", "--partitions", "3",
-		"--max-msg-size", "2KiB", "--discard", "new", "--sync", "always", "--segment-size", "1MiB", "--max-bytes", "10MB", "JOBS"}, srv...)...)
+		"--max-msg-size", "2KiB", "--discard", "new", "--sync", "always", "--segment-size", "1MiB", "--max-bytes", "10MB", "--compression", "s2", "JOBS"}, srv...)...)
 	var info tern.StreamInfo
 	if err := json.Unmarshal([]byte(out), &info); err != nil {
 		t.Fatalf("add --json: %v\n%s", err, out)
 	}
 	c := info.Config
 	if c.Name != "JOBS" || len(c.Subjects) != 1 || c.Subjects[0] != "JOBS" || c.Retention != tern.RetainWorkQueue ||
-		c.Partitions != 3 || c.MaxMsgSize != 2048 || c.Discard != "new" || c.Sync != "always" || c.SegmentBytes != 1<<20 || c.MaxBytes != 10e6 {
+		c.Partitions != 3 || c.MaxMsgSize != 2048 || c.Discard != "new" || c.Sync != "always" || c.SegmentBytes != 1<<20 || c.MaxBytes != 10e6 ||
+		c.Compression != "s2" {
 		t.Fatalf("config %+v", c)
 	}
 	// Keys spread messages over the partitions; the info shows each.
@@ -191,11 +192,28 @@ func TestStreamAddOptions(t *testing.T) {
 	wantLine(t, out, `^\s+partitions:\s+3$`)
 	wantLine(t, out, `^\s+messages:\s+6$`)
 	wantLine(t, out, `^\s+partition 2:\s+\d+ msgs`)
+	wantLine(t, out, `^\s+compression:\s+s2$`)
+
+	// Compression can change on an existing stream; the messages stay readable.
+	out = mustRun(t, streamCLI, append([]string{"edit", "JOBS", "--compression", "none"}, srv...)...)
+	wantLine(t, out, `^Stream JOBS updated$`)
+	wantLine(t, out, `^\s+compression:\s+none$`)
+	wantLine(t, out, `^\s+messages:\s+6$`)
+	if _, err := runCLI(t, pubCLI, append(srv, "--ack", "--key", "g", "JOBS", "job g")...); err != nil {
+		t.Fatal(err)
+	}
+	out = mustRun(t, streamCLI, append([]string{"edit", "JOBS", "--compression", "s2", "--json"}, srv...)...)
+	info = tern.StreamInfo{}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Config.Compression != "s2" || info.State.Msgs != 7 {
+		t.Fatalf("edit --compression s2 --json: %v %+v\n%s", err, info, out)
+	}
 
 	for _, bad := range [][]string{
 		{"add", "X", "--retention", "forever"},
 		{"add", "X", "--discard", "middle"},
 		{"add", "X", "--sync", "sometimes"},
+		{"add", "X", "--compression", "lz4"},
+		{"edit", "JOBS", "--compression", "zstd"},
 		{"add", "X", "--max-bytes", "lots"},
 		{"add", "X", "--partitions", "0"},
 		{"add"},
@@ -228,7 +246,8 @@ func TestStreamAndConsumerHelp(t *testing.T) {
 		{[]string{"stream", "--help"}, []string{"add ", "ls ", "info ", "rm ", "purge ", "get "}},
 		{[]string{"consumer", "--help"}, []string{"add ", "ls ", "info ", "next ", "rm "}},
 		{[]string{"stream", "add", "--help"}, []string{"--subjects", "--retention limits|workqueue|interest", "--max-age", "--max-bytes bytes", "--max-msgs",
-			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--json", "--server"}},
+			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--compression none|s2", "--json", "--server"}},
+		{[]string{"stream", "edit", "--help"}, []string{"--compression none|s2"}},
 		{[]string{"stream", "purge", "--help"}, []string{"--subject", "--keep", "--seq", "--partition"}},
 		{[]string{"stream", "get", "--help"}, []string{"--seq", "--partition", "--last-subject", "--raw", "--json"}},
 		{[]string{"stream", "rm", "--help"}, []string{"-f, --force"}},

@@ -110,7 +110,7 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 			values := map[string]*string{}
 			var order []string
 			for _, e := range topicConfigEntries(cur) {
-				if e.name == "retention.ms" || e.name == "retention.bytes" || e.name == "max.message.bytes" {
+				if settableConfig(e.name) {
 					v := e.value
 					values[e.name] = &v
 					order = append(order, e.name)
@@ -135,6 +135,17 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 		resp.Resources = append(resp.Resources, out)
 	}
 	return resp
+}
+
+// settableConfig reports whether a topic config can change after the topic is
+// made: what incrementalAlterConfigs carries over from the topic's current
+// configuration when a request does not name it.
+func settableConfig(name string) bool {
+	switch name {
+	case "retention.ms", "retention.bytes", "max.message.bytes", "compression.type":
+		return true
+	}
+	return false
 }
 
 // alterTopic applies the configs configsFor gives (from the topic's current
@@ -163,7 +174,7 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 		return fail(kerr.InvalidConfig.Code, "segment.bytes cannot change after a topic is made")
 	}
 	cfg := t.cfg
-	cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgSize = set.MaxAge, set.MaxBytes, set.MaxMsgSize
+	cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgSize, cfg.Compression = set.MaxAge, set.MaxBytes, set.MaxMsgSize, set.Compression
 	if validateOnly {
 		if err := c.s.streams.Normalise(&cfg); err != nil {
 			return fail(kerr.InvalidConfig.Code, err.Error())

@@ -113,7 +113,7 @@ func (s *Server) lookup(acct, name string, create bool) (*topic, int16, string) 
 	if !create || !s.cfg.AutoCreate {
 		return nil, kerr.UnknownTopicOrPartition.Code, ""
 	}
-	t, code, msg := s.createTopic(acct, name, 1, streamapi.StreamConfig{})
+	t, code, msg := s.createTopic(acct, name, 1, streamapi.StreamConfig{Compression: topicCompression})
 	if code == kerr.TopicAlreadyExists.Code { // made meanwhile
 		return s.lookup(acct, name, false)
 	}
@@ -396,10 +396,18 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 	return resp
 }
 
+// topicCompression is the compression of a topic's stream unless its
+// compression.type says otherwise. Kafka's default, producer, keeps the batches
+// producers compressed as they came, compressed on disk; a Tern stream stores
+// messages one by one, and S2 blocks of them are what keeps a topic's disk
+// footprint near that.
+const topicCompression = "s2"
+
 // topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
-// retention.bytes, max.message.bytes, segment.bytes and cleanup.policy=delete.
+// retention.bytes, max.message.bytes, segment.bytes, compression.type and
+// cleanup.policy=delete. A config not given is at its default.
 func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int) (streamapi.StreamConfig, error) {
-	var cfg streamapi.StreamConfig
+	cfg := streamapi.StreamConfig{Compression: topicCompression}
 	for _, kv := range configs {
 		if kv.Value == nil {
 			continue
@@ -448,12 +456,24 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int) 
 			if n > 0 {
 				cfg.SegmentBytes = n
 			}
+		case "compression.type":
+			switch v {
+			case "producer", "snappy", "lz4", "zstd", "gzip":
+				// Kafka would keep or recompress producers' batches with
+				// the codec named; Tern's compressed blocks are S2 whatever
+				// it is.
+				cfg.Compression = "s2"
+			case "uncompressed":
+				cfg.Compression = "none"
+			default:
+				return cfg, fmt.Errorf("config compression.type=%q: want producer, uncompressed, snappy, lz4, zstd or gzip", v)
+			}
 		case "cleanup.policy":
 			if v != "delete" {
 				return cfg, fmt.Errorf("config cleanup.policy=%q: Tern streams only delete (no compaction)", v)
 			}
 		default:
-			return cfg, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, cleanup.policy=delete)", kv.Name)
+			return cfg, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy=delete)", kv.Name)
 		}
 	}
 	return cfg, nil
@@ -632,7 +652,8 @@ func createdConfigs(cfg streamapi.StreamConfig) []kmsg.CreateTopicsResponseTopic
 	return out
 }
 
-// topicConfigEntries describes a stream's limits as Kafka topic configs.
+// topicConfigEntries describes a stream's limits and compression as Kafka topic
+// configs.
 func topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
 	ms := int64(-1)
 	if cfg.MaxAge > 0 {
@@ -646,10 +667,20 @@ func topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
 		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "max.message.bytes", value: strconv.Itoa(cfg.MaxMsgSize), typ: kmsg.ConfigTypeInt},
+		{name: "compression.type", value: compressionType(cfg), def: compressionType(cfg) == "producer", typ: kmsg.ConfigTypeString},
 		{name: "cleanup.policy", value: "delete", def: true, readOnly: true, typ: kmsg.ConfigTypeList},
 		{name: "tern.subjects", value: strings.Join(cfg.Subjects, ","), readOnly: true, typ: kmsg.ConfigTypeList},
 		{name: "tern.retention", value: string(cfg.Retention), readOnly: true, typ: kmsg.ConfigTypeString},
 	}
+}
+
+// compressionType is a stream's compression as a topic's compression.type:
+// producer (the default) when its logs compress, uncompressed when not.
+func compressionType(cfg streamapi.StreamConfig) string {
+	if cfg.Compression == "" || cfg.Compression == "none" {
+		return "uncompressed"
+	}
+	return "producer"
 }
 
 func contains(list []string, s string) bool {

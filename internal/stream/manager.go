@@ -445,8 +445,8 @@ func (m *Manager) countStreams(account string) int {
 	return n
 }
 
-// UpdateStream changes a stream's limits and subjects. Retention, partitions and the
-// storage settings cannot change.
+// UpdateStream changes a stream's limits, subjects and compression. Retention,
+// partitions and the other storage settings cannot change.
 func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	return m.UpdateAccountStream("", cfg)
 }
@@ -591,6 +591,9 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 	}
 	if cfg.SegmentBytes < 0 {
 		return bad("segment size must not be negative")
+	}
+	if _, err := store.ParseCompression(cfg.Compression); err != nil {
+		return bad("%v", err)
 	}
 	switch cfg.Replicas {
 	case 0, 1, 3, 5:

@@ -274,6 +274,13 @@ type partitionMachine struct {
 	delSeqs   []uint64 // applyRemoval's scratch
 	results   []pubResult
 	batches   []appliedBatch
+	// compression is the store.Compression the stream's configuration asks
+	// for, set by setCompression from any goroutine; logCompression is what the
+	// log was opened with or last given (CompressNone unless the opener says).
+	// The log's setting is for its writer, this machine, to change: Apply and
+	// Restore pass it on before they write.
+	compression    atomic.Int32
+	logCompression store.Compression
 }
 
 func newPartitionMachine(l *store.Log, window time.Duration, done func(uint64, []pubResult)) *partitionMachine {
@@ -305,9 +312,32 @@ func (m *partitionMachine) rebuildDedup() {
 	}
 }
 
+// setCompression asks the machine to write the log's next commits with c (the
+// stream's configuration changed). Any goroutine.
+func (m *partitionMachine) setCompression(c store.Compression) {
+	m.compression.Store(int32(c))
+}
+
+// passCompression gives the log the compression setCompression last asked for.
+// Only compression changes; the messages stored are the same on every replica.
+func (m *partitionMachine) passCompression() error {
+	c := store.Compression(m.compression.Load())
+	if c == m.logCompression {
+		return nil
+	}
+	if err := m.log.SetCompression(c); err != nil {
+		return fmt.Errorf("stream replica: %w", err)
+	}
+	m.logCompression = c
+	return nil
+}
+
 // Apply implements replica.StateMachine: the messages of every entry are stored,
 // committed to the log once, and then each entry's results go to its proposer.
 func (m *partitionMachine) Apply(ents []replica.Entry) error {
+	if err := m.passCompression(); err != nil {
+		return err
+	}
 	m.results = m.results[:0]
 	m.batches = m.batches[:0]
 	committed := 0
@@ -484,6 +514,9 @@ func (m *partitionMachine) Restore(data []byte) error {
 		if err := json.Unmarshal(data, &snap); err != nil {
 			return fmt.Errorf("stream replica: snapshot: %w", err)
 		}
+	}
+	if err := m.passCompression(); err != nil {
+		return err
 	}
 	if st := m.log.State(); st.LastSeq < snap.Last {
 		if m.fetch == nil {
@@ -938,6 +971,8 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 			tokenBase: rand.Uint64() &^ 0xffffffff, proposals: make([]partProposal, len(s.parts))}
 		for p, l := range s.parts {
 			pm := newPartitionMachine(l, time.Duration(cfg.DuplicateWindow), s.repl.applied)
+			pm.logCompression = s.compression() // what openStream opened l with
+			pm.setCompression(pm.logCompression)
 			pm.part = p
 			if rc.Fetch != nil {
 				pm.fetch = rc.Fetch(p)

@@ -203,7 +203,15 @@ func (s *Stream) logConfig(part int) store.Config {
 	if cfg.Discard == "new" {
 		lc.Discard = store.DiscardNew
 	}
+	lc.Compression = s.compression()
 	return lc
+}
+
+// compression is the store's form of the configuration's compression (checked
+// by normalise).
+func (s *Stream) compression() store.Compression {
+	c, _ := store.ParseCompression(s.cfg.Compression)
+	return c
 }
 
 func (s *Stream) syncPolicy() store.SyncPolicy {
@@ -292,7 +300,7 @@ func (s *Stream) unsubscribe() {
 	s.subs = nil
 }
 
-// update applies a changed configuration: new subjects and limits.
+// update applies a changed configuration: new subjects, limits and compression.
 func (s *Stream) update(cfg streamapi.StreamConfig) error {
 	def := streamDef{Config: cfg, Created: s.created, Group: s.group, Groups: s.groups, Account: s.acct}
 	if err := writeJSON(filepath.Join(s.dir, "stream.json"), def, true); err != nil {
@@ -307,6 +315,14 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 		for i, l := range s.parts {
 			lc := s.logConfig(i)
 			l.SetLimits(lc.MaxAge, lc.MaxBytes, lc.MaxMsgs, lc.Discard)
+			if s.repl != nil {
+				// A replica's logs are written by its groups' machines, not
+				// this goroutine: each gives its log the setting before it
+				// next writes.
+				s.repl.machines[i].setCompression(lc.Compression)
+			} else if err := l.SetCompression(lc.Compression); err != nil {
+				s.m.log.Error("stream compression", "stream", s.name, "partition", i, "err", err)
+			}
 		}
 		s.dedup.setWindow(time.Duration(cfg.DuplicateWindow))
 	})

@@ -178,6 +178,11 @@ type StreamConfig struct {
 	// or "never".
 	Sync         string `json:"sync,omitempty"`
 	SegmentBytes int64  `json:"segment_bytes,omitempty"`
+	// Compression is how the stream's logs store messages: "none" (default) or
+	// "s2" (S2-compressed blocks of consecutive messages, when that saves space;
+	// reads are unchanged). Unlike the other storage settings it may change on an
+	// update, for what is written next.
+	Compression string `json:"compression,omitempty"`
 	// Replicas is how many nodes of a cluster keep the stream: 1, 3 or 5 (0: the
 	// server's default, 1 on a single node). More than one needs a cluster that
 	// replicates (cluster_size).
