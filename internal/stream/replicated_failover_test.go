@@ -339,6 +339,22 @@ func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 	rest := stopNode(net, nodes, leader)
 	nodes = rest
 	next := leaderOf(t, rest)
+	// Every partition's group follows the stream's leader; until it has, a
+	// publish for that partition may go to the dead node and be lost unanswered
+	// (clients retry such publishes; this test publishes once).
+	deadline := time.Now().Add(10 * time.Second)
+	for g := replGroup; g < replGroup+parts; g++ {
+		for {
+			st, err := next.h.Status(uint64(g))
+			if err == nil && st.Leader == next.id {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("group %d not led by the new stream leader %d: %+v %v", g, next.id, st, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	publishAll(next, 140, 200) // 140..150 again: duplicates
 	for _, n := range rest {
 		for i, want := range acked {

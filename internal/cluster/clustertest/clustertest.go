@@ -167,44 +167,13 @@ func Start(t testing.TB, opts Options) *Cluster {
 			}
 		} else {
 			n.Host = "127.0.0.1"
-			n.Port, n.RoutePort, n.HTTPPort = ports.one(opts.UDP), ports.routePair(), ports.one(false)
-			if opts.MQTT {
-				n.MQTTPort = ports.one(false)
-			}
-			if opts.Kafka {
-				n.KafkaPort = ports.one(false)
-			}
+			ports.pick(n, opts)
 		}
 		n.httpc = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.dial, MaxIdleConnsPerHost: 1}}
 		c.Nodes = append(c.Nodes, n)
 	}
-	var join []string
-	for _, n := range c.Nodes {
-		join = append(join, net.JoinHostPort(n.Host, strconv.Itoa(n.RoutePort)))
-	}
-	for i, n := range c.Nodes {
-		udp, mqtt, kafka := "-1", "-1", "-1"
-		if n.UDP {
-			udp = "0"
-		}
-		if n.MQTTPort != 0 {
-			mqtt = strconv.Itoa(n.MQTTPort)
-		}
-		if n.KafkaPort != 0 {
-			kafka = strconv.Itoa(n.KafkaPort)
-		}
-		n.args = []string{"server", "--server-name", n.Name, "--host", n.Host, "--port", strconv.Itoa(n.Port),
-			"--http", net.JoinHostPort(n.Host, strconv.Itoa(n.HTTPPort)), "--udp-port", udp,
-			"--mqtt-port", mqtt, "--mqtt-ws-port", "-1", "--kafka-port", kafka, "--store-dir", n.dir,
-			"--cluster-port", strconv.Itoa(n.RoutePort), "--join", strings.Join(join, ","),
-			"--cluster-name", c.Name}
-		if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
-			n.args = append(n.args, "--anonymous", "all") // clients reach nodes in network namespaces
-		}
-		if opts.Args != nil {
-			n.args = append(n.args, opts.Args(i)...)
-		}
-		n.log = filepath.Join(n.dir, "server.log")
+	for i := range c.Nodes {
+		c.setArgs(i, opts)
 	}
 	if ports != nil {
 		ports.release() // the nodes bind them now
@@ -220,8 +189,24 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	})
 	began := time.Now()
-	for _, n := range c.Nodes {
-		n.start(t, bin)
+	for i, n := range c.Nodes {
+		for attempt := 1; ; attempt++ {
+			err := n.tryStart(bin)
+			if err == nil {
+				break
+			}
+			// Between the release of its ports and its start another process may
+			// have bound one (another test binary's connection, say): the node
+			// starts again on ports picked anew, and joins the others, which it
+			// names, with them.
+			if ports == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+				t.Fatal(err)
+			}
+			t.Logf("%s: a port was taken, starting it on others: %v", n.Name, err)
+			ports.pick(n, opts)
+			ports.release()
+			c.setArgs(i, opts)
+		}
 	}
 	up := time.Since(began)
 	mesh := c.WaitFor("a full mesh", 15*time.Second, func() bool { return c.MeshOf(c.Nodes[:opts.N-opts.Apart]...) })
@@ -229,11 +214,50 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// setArgs makes node i's command line: its ports and the join list of every
+// node's route port.
+func (c *Cluster) setArgs(i int, opts Options) {
+	var join []string
+	for _, n := range c.Nodes {
+		join = append(join, net.JoinHostPort(n.Host, strconv.Itoa(n.RoutePort)))
+	}
+	n := c.Nodes[i]
+	udp, mqtt, kafka := "-1", "-1", "-1"
+	if n.UDP {
+		udp = "0"
+	}
+	if n.MQTTPort != 0 {
+		mqtt = strconv.Itoa(n.MQTTPort)
+	}
+	if n.KafkaPort != 0 {
+		kafka = strconv.Itoa(n.KafkaPort)
+	}
+	n.args = []string{"server", "--server-name", n.Name, "--host", n.Host, "--port", strconv.Itoa(n.Port),
+		"--http", net.JoinHostPort(n.Host, strconv.Itoa(n.HTTPPort)), "--udp-port", udp,
+		"--mqtt-port", mqtt, "--mqtt-ws-port", "-1", "--kafka-port", kafka, "--store-dir", n.dir,
+		"--cluster-port", strconv.Itoa(n.RoutePort), "--join", strings.Join(join, ","),
+		"--cluster-name", c.Name}
+	if ip := net.ParseIP(n.Host); ip == nil || !ip.IsLoopback() {
+		n.args = append(n.args, "--anonymous", "all") // clients reach nodes in network namespaces
+	}
+	if opts.Args != nil {
+		n.args = append(n.args, opts.Args(i)...)
+	}
+	n.log = filepath.Join(n.dir, "server.log")
+}
+
 func (n *Node) start(t testing.TB, bin string) {
 	t.Helper()
+	if err := n.tryStart(bin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryStart starts the node's process and waits until it answers.
+func (n *Node) tryStart(bin string) error {
 	f, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer f.Close() // the child holds its own descriptor
 	var cmd *exec.Cmd
@@ -245,7 +269,7 @@ func (n *Node) start(t testing.TB, bin string) {
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	exited := make(chan struct{})
 	n.mu.Lock()
@@ -255,15 +279,15 @@ func (n *Node) start(t testing.TB, bin string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := n.Status(); err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-exited:
-			t.Fatalf("%s exited at start: %s", n.Name, tail(n.Output(), 20))
+			return fmt.Errorf("%s exited at start: %s", n.Name, tail(n.Output(), 20))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not start: %s", n.Name, tail(n.Output(), 20))
+			return fmt.Errorf("%s did not start: %s", n.Name, tail(n.Output(), 20))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -598,6 +622,17 @@ func (p *portSet) routePair() int {
 	}
 	p.t.Fatal("no free port pair")
 	return 0
+}
+
+// pick gives n free ports for what opts runs.
+func (p *portSet) pick(n *Node, opts Options) {
+	n.Port, n.RoutePort, n.HTTPPort = p.one(opts.UDP), p.routePair(), p.one(false)
+	if opts.MQTT {
+		n.MQTTPort = p.one(false)
+	}
+	if opts.Kafka {
+		n.KafkaPort = p.one(false)
+	}
 }
 
 func (p *portSet) release() {
