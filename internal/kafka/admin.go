@@ -109,7 +109,7 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 			// Start from the topic's current values, then apply the changes.
 			values := map[string]*string{}
 			var order []string
-			for _, e := range topicConfigEntries(cur) {
+			for _, e := range topicConfigEntries(cur, c.s.topicCompression()) {
 				if settableConfig(e.name) {
 					v := e.value
 					values[e.name] = &v
@@ -166,7 +166,7 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 	if !c.mayManage(streamapi.StreamUpdateSubject(name)) {
 		return fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to change topic %q", name))
 	}
-	set, err := topicConfig(configsFor(t.cfg), c.s.cfg.MaxPayload)
+	set, err := topicConfig(configsFor(t.cfg), c.s.cfg.MaxPayload, c.s.topicCompression())
 	if err != nil {
 		return fail(kerr.InvalidConfig.Code, err.Error())
 	}

@@ -36,6 +36,11 @@ type Config struct {
 	// AutoCreate creates a topic's stream on the first Produce or Metadata request
 	// that names a topic that does not exist.
 	AutoCreate bool
+	// Uncompressed makes topics made by the Kafka API store their messages as
+	// they are unless their compression.type says otherwise (the broker's
+	// compression.type=uncompressed); by default they store S2 blocks
+	// (compression.type=producer).
+	Uncompressed bool
 	// MaxRequestSize bounds a request's size; a larger one closes the connection,
 	// as Kafka does. 0 means DefaultMaxRequestSize.
 	MaxRequestSize int

@@ -189,3 +189,44 @@ func TestAutoCreatedTopicCompresses(t *testing.T) {
 		t.Fatalf("read back %q", got[0].Value)
 	}
 }
+
+// TestServerUncompressedTopics: with kafka_compression = uncompressed, topics
+// made by CreateTopics or on first produce store messages as they are, report
+// compression.type uncompressed as their default, and can still ask for
+// compression.
+func TestServerUncompressedTopics(t *testing.T) {
+	s, addr := startTern(t, func(c *server.Config) { c.KafkaAutoCreate, c.KafkaCompression = true, "uncompressed" })
+	cl := newClient(t, addr, kgo.AllowAutoTopicCreation())
+	adm := kadm.NewClient(cl)
+	ctx := ctxT(t)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "auto", Value: []byte("first")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, -1, nil, "made"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"compression.type": kadm.StringPtr("lz4")}, "zipped"); err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]string{"auto": "none", "made": "none", "zipped": "s2"} {
+		st, err := s.Streams().Stream(topic)
+		if err != nil || st.Config().Compression != want {
+			t.Fatalf("%s: %v, compression %q, want %q", topic, err, st.Config().Compression, want)
+		}
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, "made", "zipped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range rcs {
+		for _, c := range rc.Configs {
+			if c.Key != "compression.type" {
+				continue
+			}
+			def := c.Source == kmsg.ConfigSourceDefaultConfig
+			if rc.Name == "made" && (c.MaybeValue() != "uncompressed" || !def) || rc.Name == "zipped" && (c.MaybeValue() != "producer" || def) {
+				t.Fatalf("%s: compression.type %q, default %v", rc.Name, c.MaybeValue(), def)
+			}
+		}
+	}
+}

@@ -113,7 +113,7 @@ func (s *Server) lookup(acct, name string, create bool) (*topic, int16, string) 
 	if !create || !s.cfg.AutoCreate {
 		return nil, kerr.UnknownTopicOrPartition.Code, ""
 	}
-	t, code, msg := s.createTopic(acct, name, 1, streamapi.StreamConfig{Compression: topicCompression})
+	t, code, msg := s.createTopic(acct, name, 1, streamapi.StreamConfig{Compression: s.topicCompression()})
 	if code == kerr.TopicAlreadyExists.Code { // made meanwhile
 		return s.lookup(acct, name, false)
 	}
@@ -339,7 +339,7 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 			out.ErrorCode, out.ErrorMessage = code, &msg
 		}
 		parts := int(rt.NumPartitions)
-		cfg, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload)
+		cfg, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload, c.s.topicCompression())
 		switch {
 		case !c.mayManage(streamapi.StreamCreateSubject(rt.Topic)):
 			fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to create topic %q", rt.Topic))
@@ -371,14 +371,14 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 				} else if _, code, _ := c.s.lookup(c.acct, rt.Topic, false); code == 0 {
 					fail(kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", rt.Topic))
 				} else {
-					out.Configs = createdConfigs(c2)
+					out.Configs = createdConfigs(c2, c.s.topicCompression())
 				}
 			} else if t, code, msg := c.s.createTopic(c.acct, rt.Topic, parts, cfg); code != 0 {
 				fail(code, msg)
 			} else {
 				// Kafka's Java admin client reads the configs of every topic
 				// made (v5+): never null.
-				out.Configs = createdConfigs(t.cfg)
+				out.Configs = createdConfigs(t.cfg, c.s.topicCompression())
 				out.TopicID = t.id
 				if t.placement != nil {
 					out.ReplicationFactor = int16(len(t.placement[0].Replicas))
@@ -397,17 +397,23 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 }
 
 // topicCompression is the compression of a topic's stream unless its
-// compression.type says otherwise. Kafka's default, producer, keeps the batches
-// producers compressed as they came, compressed on disk; a Tern stream stores
-// messages one by one, and S2 blocks of them are what keeps a topic's disk
-// footprint near that.
-const topicCompression = "s2"
+// compression.type says otherwise: "s2" unless the server is configured
+// uncompressed. Kafka's default, producer, keeps the batches producers
+// compressed as they came, compressed on disk; a Tern stream stores messages one
+// by one, and S2 blocks of them are what keeps a topic's disk footprint near
+// that.
+func (s *Server) topicCompression() string {
+	if s.cfg.Uncompressed {
+		return "none"
+	}
+	return "s2"
+}
 
 // topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
 // retention.bytes, max.message.bytes, segment.bytes, compression.type and
 // cleanup.policy=delete. A config not given is at its default.
-func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int) (streamapi.StreamConfig, error) {
-	cfg := streamapi.StreamConfig{Compression: topicCompression}
+func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (streamapi.StreamConfig, error) {
+	cfg := streamapi.StreamConfig{Compression: compression}
 	for _, kv := range configs {
 		if kv.Value == nil {
 			continue
@@ -596,7 +602,7 @@ func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeC
 				resp.Resources = append(resp.Resources, out)
 				continue
 			}
-			entries = topicConfigEntries(t.cfg)
+			entries = topicConfigEntries(t.cfg, c.s.topicCompression())
 		case kmsg.ConfigResourceTypeBroker:
 			if !c.mayManage(clusterConfigSubject) {
 				msg := "not authorized to describe the broker's configs"
@@ -637,9 +643,9 @@ type configEntry struct {
 }
 
 // createdConfigs is a made topic's configuration as CreateTopics answers it.
-func createdConfigs(cfg streamapi.StreamConfig) []kmsg.CreateTopicsResponseTopicConfig {
+func createdConfigs(cfg streamapi.StreamConfig, defCompression string) []kmsg.CreateTopicsResponseTopicConfig {
 	out := []kmsg.CreateTopicsResponseTopicConfig{}
-	for _, e := range topicConfigEntries(cfg) {
+	for _, e := range topicConfigEntries(cfg, defCompression) {
 		c := kmsg.NewCreateTopicsResponseTopicConfig()
 		v := e.value
 		c.Name, c.Value, c.ReadOnly = e.name, &v, e.readOnly
@@ -653,8 +659,8 @@ func createdConfigs(cfg streamapi.StreamConfig) []kmsg.CreateTopicsResponseTopic
 }
 
 // topicConfigEntries describes a stream's limits and compression as Kafka topic
-// configs.
-func topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
+// configs; defCompression is the server's default stream compression for topics.
+func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []configEntry {
 	ms := int64(-1)
 	if cfg.MaxAge > 0 {
 		ms = time.Duration(cfg.MaxAge).Milliseconds()
@@ -667,7 +673,7 @@ func topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
 		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "max.message.bytes", value: strconv.Itoa(cfg.MaxMsgSize), typ: kmsg.ConfigTypeInt},
-		{name: "compression.type", value: compressionType(cfg), def: compressionType(cfg) == "producer", typ: kmsg.ConfigTypeString},
+		{name: "compression.type", value: compressionType(cfg), def: compressionType(cfg) == compressionType(streamapi.StreamConfig{Compression: defCompression}), typ: kmsg.ConfigTypeString},
 		{name: "cleanup.policy", value: "delete", def: true, readOnly: true, typ: kmsg.ConfigTypeList},
 		{name: "tern.subjects", value: strings.Join(cfg.Subjects, ","), readOnly: true, typ: kmsg.ConfigTypeList},
 		{name: "tern.retention", value: string(cfg.Retention), readOnly: true, typ: kmsg.ConfigTypeString},
@@ -675,7 +681,7 @@ func topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
 }
 
 // compressionType is a stream's compression as a topic's compression.type:
-// producer (the default) when its logs compress, uncompressed when not.
+// producer when its logs compress, uncompressed when not.
 func compressionType(cfg streamapi.StreamConfig) string {
 	if cfg.Compression == "" || cfg.Compression == "none" {
 		return "uncompressed"

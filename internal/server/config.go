@@ -91,6 +91,10 @@ type Config struct {
 	// KafkaAutoCreate creates a topic's stream on the first Produce or Metadata
 	// request that names it.
 	KafkaAutoCreate bool
+	// KafkaCompression is the compression.type of topics made by the Kafka API
+	// that do not set one: "producer" (S2 blocks in the stream's logs) or
+	// "uncompressed".
+	KafkaCompression string
 	// KafkaGroupInitialDelay holds an empty consumer group's first rebalance this
 	// long (Kafka's group.initial.rebalance.delay.ms); negative: no delay.
 	KafkaGroupInitialDelay time.Duration
@@ -201,6 +205,7 @@ func DefaultConfig() Config {
 		MQTT:                   mqtt.DefaultConfig(),
 		KafkaPort:              9092,
 		KafkaAutoCreate:        true,
+		KafkaCompression:       "producer",
 		KafkaGroupInitialDelay: 3 * time.Second,
 		ClusterPort:            -1,
 		ClusterName:            "tern",
@@ -400,6 +405,8 @@ var options = []option{
 		bind: func(c *Config) pflag.Value { return str(&c.KafkaAdvertise) }},
 	{key: "kafka_auto_create", group: groupKafka, help: "create a topic (a stream of the same name capturing that subject) on the first Produce or Metadata request naming it",
 		bind: func(c *Config) pflag.Value { return cliflags.NewBool(&c.KafkaAutoCreate) }},
+	{key: "kafka_compression", group: groupKafka, help: "compression.type of topics made by the Kafka API that set none: producer = their streams store S2-compressed blocks, uncompressed = messages as they are (docs/kafka.md)",
+		bind: func(c *Config) pflag.Value { return enum(&c.KafkaCompression, "producer", "uncompressed") }},
 	{key: "kafka_group_initial_delay", group: groupKafka, help: "how long an empty consumer group's first rebalance waits for more members to join (Kafka's group.initial.rebalance.delay.ms; 0 = none)",
 		bind: func(c *Config) pflag.Value { return dur(&c.KafkaGroupInitialDelay) }},
 

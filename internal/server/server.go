@@ -234,7 +234,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 		log.Warn("Kafka API off: it serves streams, and streams are off (store_dir is empty)")
 	default:
 		ks, err := kafka.NewServer(kafka.Config{
-			Advertise: cfg.KafkaAdvertise, TLSAdvertise: cfg.KafkaTLSAdvertise, AutoCreate: cfg.KafkaAutoCreate, MaxConnections: cfg.MaxConnections,
+			Advertise: cfg.KafkaAdvertise, TLSAdvertise: cfg.KafkaTLSAdvertise, AutoCreate: cfg.KafkaAutoCreate, Uncompressed: cfg.KafkaCompression == "uncompressed", MaxConnections: cfg.MaxConnections,
 			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload,
 			MaxPending: cfg.MaxPending, SlowConsumerPolicy: cfg.SlowConsumerPolicy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.TCPNotSentLowat, Auth: s.auth,

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 
@@ -147,6 +148,19 @@ func (e *expander) holds(f *os.File, off int64) bool { return e.f != nil && e.f 
 
 func (e *expander) reset() { e.f = nil }
 
+// expandBufs keeps the buffers of expanders that are done (closed readers), so
+// that a reader per fetch or replay does not allocate one per block size.
+var expandBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// release gives the expander's buffer back for another one to use.
+func (e *expander) release() {
+	if e.buf != nil && cap(e.buf) <= 2*maxBlockRaw {
+		b := e.buf[:0]
+		expandBufs.Put(&b)
+	}
+	e.buf, e.f = nil, nil
+}
+
 // load checks raw, the block record read at off in f (its length and header
 // already checked by peekRecord), and expands it: the block's CRC, the S2 data,
 // then every inner record's framing, CRC and sequence. limit bounds the
@@ -168,14 +182,17 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	if n, err := s2.DecodedLen(body); err != nil || int64(n) != rawLen {
 		return errBlock
 	}
+	if e.buf == nil && rawLen <= 2*maxBlockRaw {
+		e.buf = *expandBufs.Get().(*[]byte)
+	}
 	if int64(cap(e.buf)) < rawLen {
 		e.buf = make([]byte, rawLen)
 	}
-	out, err := s2.Decode(e.buf[:rawLen], body)
+	e.buf = e.buf[:rawLen]
+	out, err := s2.Decode(e.buf, body)
 	if err != nil || int64(len(out)) != rawLen || &out[0] != &e.buf[0] {
 		return errBlock
 	}
-	e.buf = e.buf[:rawLen]
 	first := recSeq(raw)
 	seq, b := first, e.buf
 	for len(b) > 0 {
@@ -218,15 +235,20 @@ func (e *expander) at(seq uint64) (Record, int) {
 	return rec, n
 }
 
-// firstAtOrAfter returns the sequence of the first inner record with Time >= t,
-// or false when there is none.
-func (e *expander) firstAtOrAfter(t int64) (uint64, bool) {
+// firstInBlockAtOrAfter expands the block raw (at off in f) and returns the
+// sequence of its first record with Time >= t, or false when there is none.
+func firstInBlockAtOrAfter(f *os.File, off int64, raw []byte, limit, t int64) (uint64, bool, error) {
+	var e expander
+	defer e.release()
+	if err := e.load(f, off, raw, limit); err != nil {
+		return 0, false, err
+	}
 	seq := e.first
 	for b := e.buf; len(b) > 0; b = b[recLen(b):] {
 		if recTime(b) >= t {
-			return seq, true
+			return seq, true, nil
 		}
 		seq++
 	}
-	return 0, false
+	return 0, false, nil
 }

@@ -471,3 +471,64 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 		t.Fatal("a run too small for a block was packed")
 	}
 }
+
+// TestCompressedRandomReads: Read of messages in blocks, from several goroutines
+// at once, and after a cut the new messages at the offsets of the old ones, never
+// what was there before.
+func TestCompressedRandomReads(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	l, _ := mustOpen(t, cfg)
+	want := fillCompressed(t, l, clk, 600, 100, 300)
+	done := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			var buf []byte
+			for i := 0; i < 500; i++ {
+				x := want[rng.IntN(len(want))]
+				r, b, err := l.Read(x.seq, buf)
+				buf = b
+				if err != nil || r.Seq != x.seq || !bytes.Equal(r.Payload, x.payload) || string(r.Subject) != x.subject {
+					done <- fmt.Errorf("Read(%d): seq %d, %v", x.seq, r.Seq, err)
+					return
+				}
+			}
+			done <- nil
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Cut after the first block, read a message of the second (cached now), and
+	// write other messages in its place.
+	offs, _ := blockSpans(t, l.segs[0].logPath)
+	raw, _ := os.ReadFile(l.segs[0].logPath)
+	second := recSeq(raw[offs[1]:])
+	if r, _, err := l.Read(second+1, nil); err != nil || !bytes.Equal(r.Payload, want[second].payload) {
+		t.Fatalf("Read(%d): %v", second+1, err)
+	}
+	if err := l.TruncateAfter(second - 1); err != nil {
+		t.Fatal(err)
+	}
+	for q := second; q < second+100; q++ {
+		clk.Add(time.Millisecond)
+		if _, err := l.Append([]byte("other"), nil, compressible(q+1000, 300), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if offs2, _ := blockSpans(t, l.segs[0].logPath); len(offs2) < 2 || offs2[1] != offs[1] {
+		t.Fatalf("the new block is not where the old one was: %v, %v", offs2, offs)
+	}
+	r, _, err := l.Read(second+1, nil)
+	if err != nil || string(r.Subject) != "other" || !bytes.Equal(r.Payload, compressible(second+1001, 300)) {
+		t.Fatalf("Read(%d) after the cut: %q %v", second+1, r.Subject, err)
+	}
+}

@@ -92,6 +92,11 @@ type Log struct {
 	batch     []byte
 	packed    []byte      // the batch with runs packed into compressed blocks
 	gate      s2pace.Gate // paces attempts at packing runs that do not shrink
+	readBlock struct {    // the block Read last expanded
+		mu  sync.Mutex
+		gen uint64 // Log.gen when it was
+		exp expander
+	}
 	parts     []part
 	npend     int
 	pendBytes uint64

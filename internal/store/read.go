@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"sync"
 )
 
 // Read returns the record at seq. Its byte slices point into buf (grown and returned) and
@@ -36,7 +35,7 @@ func (l *Log) Read(seq uint64, buf []byte) (Record, []byte, error) {
 	if e, ok := searchIndex(s.index, uint32(seq-s.base)); ok {
 		off, at = int64(e.off), s.base+uint64(e.rel)
 	}
-	f, limit := s.f, s.size
+	f, limit, gen := s.f, s.size, l.gen
 	l.mu.RUnlock()
 
 	// One pread usually covers the index block and the record.
@@ -56,12 +55,14 @@ func (l *Log) Read(seq uint64, buf []byte) (Record, []byte, error) {
 		}
 	}
 	var rec Record
-	if err == nil {
+	switch {
+	case err != nil:
+	case u.block:
+		rec, err = l.readInBlock(f, off, limit, chunk, gen, at, seq, &w)
+	default:
 		var raw []byte
 		if raw, err = w.record(f, off, limit, chunk); err == nil {
-			if u.block {
-				rec, err = l.readInBlock(f, off, at, raw, seq, &w)
-			} else if rec, err = decodeRecord(raw); err == nil && rec.Seq != seq {
+			if rec, err = decodeRecord(raw); err == nil && rec.Seq != seq {
 				err = errSeq
 			}
 		}
@@ -138,11 +139,11 @@ func (l *Log) timeSeek(t int64, w *window) (uint64, error) {
 				return recSeq(raw), nil
 			}
 			// A block's time is its newest record's: look inside.
-			var e expander
-			if err := e.load(f, off, raw, l.cfg.SegmentBytes); err != nil {
-				return seq, nil
+			q, ok, err := firstInBlockAtOrAfter(f, off, raw, l.cfg.SegmentBytes, t)
+			if err != nil {
+				return seq, nil // no better answer past unreadable bytes
 			}
-			if q, ok := e.firstAtOrAfter(t); ok {
+			if ok {
 				return q, nil
 			}
 		}
@@ -152,21 +153,28 @@ func (l *Log) timeSeek(t int64, w *window) (uint64, error) {
 	return last + 1, nil
 }
 
-// readInBlock returns record seq of the block raw (read through w at off in f,
-// holding the sequences from first on), copied into w's buffer, which the caller
-// hands back to Read's caller.
-func (l *Log) readInBlock(f *os.File, off int64, first uint64, raw []byte, seq uint64, w *window) (Record, error) {
-	e := expanders.Get().(*expander)
-	defer func() {
-		e.reset()
-		if cap(e.buf) <= 2*maxBlockRaw {
-			expanders.Put(e)
+// readInBlock returns record seq of the block at off in f (holding the
+// sequences from first on; gen is Log.gen when Read found it), copied into w's buffer, which Read hands back to its
+// caller. The log keeps the block it last expanded for Read, so that reads of
+// neighbouring messages (an interest stream's acks, redeliveries) expand it once.
+func (l *Log) readInBlock(f *os.File, off, limit int64, chunk int, gen, first, seq uint64, w *window) (Record, error) {
+	c := &l.readBlock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := &c.exp
+	if c.gen != gen || !e.holds(f, off) {
+		// (A cut or reset moves gen: the same offset may hold other bytes.)
+		c.gen = gen
+		raw, err := w.record(f, off, limit, chunk)
+		if err != nil {
+			return Record{}, err
 		}
-	}()
-	if err := e.load(f, off, raw, l.cfg.SegmentBytes); err != nil {
-		return Record{}, err
+		if err := e.load(f, off, raw, l.cfg.SegmentBytes); err != nil {
+			return Record{}, err
+		}
 	}
 	if e.first != first || seq >= first+e.count {
+		e.reset()
 		return Record{}, errSeq
 	}
 	_, n := e.at(seq)
@@ -179,8 +187,6 @@ func (l *Log) readInBlock(f *os.File, off int64, first uint64, raw []byte, seq u
 	copy(b, e.buf[e.pos:e.pos+n])
 	return decodeRecord(b)
 }
-
-var expanders = sync.Pool{New: func() any { return new(expander) }}
 
 // SeqForTime returns the first live seq whose Time >= t (LastSeq+1 if none).
 func (l *Log) SeqForTime(t int64) uint64 {

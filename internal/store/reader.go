@@ -50,6 +50,7 @@ func (r *Reader) Close() {
 		b := r.cur.win.buf[:0]
 		readerBufs.Put(&b)
 	}
+	r.cur.exp.release()
 	r.cur = cursor{}
 }
 
