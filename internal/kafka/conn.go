@@ -136,6 +136,7 @@ func (c *conn) run() {
 		c.trim()
 		if c.br.Buffered() == 0 {
 			c.q.Flush() // once per read: pipelined requests share a write
+			c.readAhead()
 		}
 		if !c.waitWritten() {
 			return
@@ -151,6 +152,9 @@ func (c *conn) trim() {
 	}
 	if cap(c.fetch.buf) > 8*keepBody {
 		c.fetch.buf = nil
+	}
+	if cap(c.fetch.ahead.buf) > 8*keepBody && !c.fetch.ahead.present {
+		c.fetch.ahead.buf = nil
 	}
 }
 

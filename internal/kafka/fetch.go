@@ -23,6 +23,23 @@ type fetchScratch struct {
 	rec   kmsg.Record
 	hdrs  []kmsg.Header
 	wake  chan struct{}
+	// next is the read a consumer streaming through a partition asks for next;
+	// ahead is that read, done while the consumer was busy with the last answer.
+	next, ahead readAhead
+}
+
+// readAhead is one partition's batch read from offset with limit, and the
+// partition's state when it was read: it stands for a fresh read as long as
+// nothing was removed from the partition since (appends only add after it).
+type readAhead struct {
+	t               *topic
+	part            int
+	offset, next    int64
+	limit           int
+	firstSeq, dels  uint64
+	buf             []byte
+	count           int
+	wanted, present bool
 }
 
 // fetchSpan is where one partition's batches sit in fetchScratch.buf.
@@ -130,6 +147,8 @@ func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16,
 	if req.Version < 3 || budget <= 0 {
 		budget = 50 << 20
 	}
+	fs.next.wanted = false
+	var parts, full int
 	for i := range req.Topics {
 		rt := &req.Topics[i]
 		ot := kmsg.NewFetchResponseTopic()
@@ -151,12 +170,20 @@ func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16,
 				from := len(fs.buf)
 				limit := min(int(rp.PartitionMaxBytes), budget)
 				var n int
-				op.ErrorCode, op.HighWatermark, op.LogStartOffset, n = c.readPartition(t, int(rp.Partition), rp.FetchOffset, limit, total == 0)
+				var next int64
+				op.ErrorCode, op.HighWatermark, op.LogStartOffset, n, next = c.readPartition(t, int(rp.Partition), rp.FetchOffset, limit, total == 0)
 				op.LastStableOffset = op.HighWatermark
 				if n > 0 {
 					fs.spans = append(fs.spans, fetchSpan{topic: len(resp.Topics), part: len(ot.Partitions), from: from, to: len(fs.buf)})
 					total += n
 					budget -= n
+					parts++
+					if next >= 0 {
+						// Stopped at the limit with more to read: the consumer's
+						// next fetch of this partition starts there.
+						full++
+						fs.next = readAhead{t: t, part: int(rp.Partition), offset: next, limit: limit}
+					}
 				}
 			}
 			if op.ErrorCode != 0 {
@@ -166,33 +193,90 @@ func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16,
 		}
 		resp.Topics = append(resp.Topics, ot)
 	}
+	fs.next.wanted = parts == 1 && full == 1 && !failed
 	return total, failed
+}
+
+// readAhead reads what the last fetch's consumer will ask for next when it
+// streams through one partition, while the consumer decodes the last answer, so
+// that the next fetch only has to send it. The connection calls it when it has
+// no request to read.
+func (c *conn) readAhead() {
+	fs := &c.fetch
+	if !fs.next.wanted {
+		return
+	}
+	fs.next.wanted = false
+	nx := fs.next
+	st, err := nx.t.s.PartitionState(nx.part)
+	if err != nil || nx.offset >= int64(st.LastSeq) {
+		return // nothing more yet: the next fetch waits for it as usual
+	}
+	a := &fs.ahead
+	saved := fs.buf
+	fs.buf = a.buf[:0]
+	count, next, code := c.readRecords(nx.t, nx.part, nx.offset, nx.limit, true)
+	a.buf, fs.buf = fs.buf, saved
+	if code != 0 || count == 0 {
+		a.present = false
+		return
+	}
+	a.t, a.part, a.offset, a.limit = nx.t, nx.part, nx.offset, nx.limit
+	a.firstSeq, a.dels, a.count, a.next, a.present = st.FirstSeq, st.Deleted, count, next, true
 }
 
 // readPartition appends to c.fetch.buf one record batch of partition p from offset
 // on, of at most limit bytes unless first (an answer's first batch goes whole, so a
 // record larger than the limits still gets through, as in Kafka). It returns the
-// bytes appended.
-func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first bool) (code int16, hwm, logStart int64, n int) {
+// bytes appended and, when it stopped at the limit, the offset a next read would
+// start at (else -1).
+func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first bool) (code int16, hwm, logStart int64, n int, next int64) {
 	fs := &c.fetch
 	st, err := t.s.PartitionState(p)
 	if err != nil {
-		return kerr.UnknownTopicOrPartition.Code, -1, -1, 0
+		return kerr.UnknownTopicOrPartition.Code, -1, -1, 0, -1
 	}
 	hwm, logStart = int64(st.LastSeq), int64(st.FirstSeq)-1
 	if offset < logStart || offset > hwm {
-		return kerr.OffsetOutOfRange.Code, hwm, logStart, 0
+		return kerr.OffsetOutOfRange.Code, hwm, logStart, 0, -1
 	}
 	if offset == hwm || (limit <= 0 && !first) {
-		return 0, hwm, logStart, 0
+		return 0, hwm, logStart, 0, -1
 	}
+	var count int
+	if a := &fs.ahead; a.present && first && len(fs.buf) == 0 && a.t.s == t.s && a.part == p && a.offset == offset &&
+		a.limit == limit && a.firstSeq == st.FirstSeq && a.dels == st.Deleted {
+		// Read ahead, and nothing removed since: what a read now would give.
+		a.present = false
+		fs.buf, a.buf = a.buf, fs.buf
+		count, next, n = a.count, a.next, len(fs.buf)
+	} else {
+		start := len(fs.buf)
+		if count, next, code = c.readRecords(t, p, offset, limit, first); code != 0 {
+			return code, hwm, logStart, 0, -1
+		}
+		n = len(fs.buf) - start
+	}
+	if count == 0 {
+		return 0, hwm, logStart, 0, -1
+	}
+	c.outMsgs.Add(uint64(count))
+	c.outByte.Add(uint64(n))
+	return 0, hwm, logStart, n, next
+}
+
+// readRecords appends to c.fetch.buf the batch readPartition describes and
+// returns its records and where a next read starts when it stopped at the limit
+// (else -1).
+func (c *conn) readRecords(t *topic, p int, offset int64, limit int, first bool) (count int, next int64, code int16) {
+	fs := &c.fetch
 	r, err := t.s.PartitionReader(p, uint64(offset)+1)
 	if err != nil {
-		return kerr.UnknownTopicOrPartition.Code, hwm, logStart, 0
+		return 0, -1, kerr.UnknownTopicOrPartition.Code
 	}
 	defer r.Close()
 	start := len(fs.buf)
-	count := 0
+	next = -1
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -205,7 +289,7 @@ func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first boo
 		}
 		if err != nil {
 			if count == 0 {
-				return kerr.KafkaStorageError.Code, hwm, logStart, 0
+				return 0, -1, kerr.KafkaStorageError.Code
 			}
 			break
 		}
@@ -216,6 +300,7 @@ func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first boo
 			size += batchHeaderLen
 		}
 		if len(fs.buf)-start+size > limit && (count > 0 || !first) {
+			next = int64(rec.Seq) - 1
 			break
 		}
 		if count == 0 {
@@ -225,16 +310,14 @@ func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first boo
 		fs.buf = fs.w.buf
 		count++
 		if len(fs.buf)-start >= limit {
+			next = int64(rec.Seq)
 			break
 		}
 	}
-	if count == 0 {
-		return 0, hwm, logStart, 0
+	if count > 0 {
+		fs.buf = fs.w.end()
 	}
-	fs.buf = fs.w.end()
-	c.outMsgs.Add(uint64(count))
-	c.outByte.Add(uint64(len(fs.buf) - start))
-	return 0, hwm, logStart, len(fs.buf) - start
+	return count, next, 0
 }
 
 // kafkaRecord turns a stored message into c.fetch.rec: Tern-Key becomes the key,
