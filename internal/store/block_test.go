@@ -43,6 +43,17 @@ func fillCompressed(t *testing.T, l *Log, clk *fakeClock, n, per, size int) []ms
 	return out
 }
 
+// openCompressed opens a compressed log on a fake clock.
+func openCompressed(t *testing.T) (*Log, *fakeClock, Config) {
+	t.Helper()
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.Compression = CompressS2
+	l, _ := mustOpen(t, cfg)
+	return l, clk, cfg
+}
+
 func checkAll(t *testing.T, l *Log, want []msg) {
 	t.Helper()
 	got := readAll(t, l, 0)
@@ -149,11 +160,7 @@ func TestCompressedRoundTrip(t *testing.T) {
 }
 
 func TestIncompressibleStaysPlain(t *testing.T) {
-	clk := newClock()
-	cfg := testConfig(t)
-	cfg.Now = clk.Now
-	cfg.Compression = CompressS2
-	l, _ := mustOpen(t, cfg)
+	l, _, _ := openCompressed(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want []msg
 	for i := 0; i < 200; i++ {
@@ -249,11 +256,7 @@ func blockSpans(t *testing.T, path string) (offs, lens []int) {
 }
 
 func TestDamagedBlock(t *testing.T) {
-	clk := newClock()
-	cfg := testConfig(t)
-	cfg.Now = clk.Now
-	cfg.Compression = CompressS2
-	l, _ := mustOpen(t, cfg)
+	l, clk, cfg := openCompressed(t)
 	want := fillCompressed(t, l, clk, 400, 100, 300) // 4 commits, each of several blocks
 	path := l.segs[0].logPath
 	offs, lens := blockSpans(t, path)
@@ -319,11 +322,7 @@ func TestDamagedBlock(t *testing.T) {
 }
 
 func TestTornBlockAtTheTail(t *testing.T) {
-	clk := newClock()
-	cfg := testConfig(t)
-	cfg.Now = clk.Now
-	cfg.Compression = CompressS2
-	l, _ := mustOpen(t, cfg)
+	l, clk, cfg := openCompressed(t)
 	want := fillCompressed(t, l, clk, 300, 100, 300)
 	path := l.segs[0].logPath
 	offs, lens := blockSpans(t, path)
@@ -352,11 +351,7 @@ func TestTornBlockAtTheTail(t *testing.T) {
 }
 
 func TestTruncateCompressedLog(t *testing.T) {
-	clk := newClock()
-	cfg := testConfig(t)
-	cfg.Now = clk.Now
-	cfg.Compression = CompressS2
-	l, _ := mustOpen(t, cfg)
+	l, clk, _ := openCompressed(t)
 	want := fillCompressed(t, l, clk, 300, 100, 300)
 	offs, _ := blockSpans(t, l.segs[0].logPath)
 	raw, _ := os.ReadFile(l.segs[0].logPath)
@@ -476,11 +471,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 // at once, and after a cut the new messages at the offsets of the old ones, never
 // what was there before.
 func TestCompressedRandomReads(t *testing.T) {
-	clk := newClock()
-	cfg := testConfig(t)
-	cfg.Now = clk.Now
-	cfg.Compression = CompressS2
-	l, _ := mustOpen(t, cfg)
+	l, clk, _ := openCompressed(t)
 	want := fillCompressed(t, l, clk, 600, 100, 300)
 	done := make(chan error, 4)
 	for g := 0; g < 4; g++ {
