@@ -497,7 +497,13 @@ func TestAccountStreamsReplicated(t *testing.T) {
 	}
 	for i, who := range whos {
 		js := conn((i+2)%3, who)
+		// The catalogue is read through the meta group's leader: on a loaded
+		// machine an election may leave it without one for a moment (503).
 		list, err := js.ListStreams(ctx)
+		for deadline := time.Now().Add(15 * time.Second); err != nil && strings.Contains(err.Error(), "503") && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			list, err = js.ListStreams(ctx)
+		}
 		if err != nil || len(list) != 1 || list[0].Config.Name != "ORDERS" || list[0].State.Msgs != 2 {
 			t.Fatalf("%s: list %+v, %v: want its ORDERS alone with 2 messages", who, list, err)
 		}
