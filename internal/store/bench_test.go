@@ -165,24 +165,10 @@ func BenchmarkCompressedLog(b *testing.B) {
 		for _, c := range []Compression{CompressNone, CompressS2} {
 			b.Run(pl.name+"/"+c.String()+"/commit", func(b *testing.B) {
 				l := benchLog(b)
-				if err := l.SetCompression(c); err != nil {
-					b.Fatal(err)
-				}
+				l.cfg.Compression = c
 				b.SetBytes(300)
 				b.ReportAllocs()
-				for i := 0; i < b.N; i++ {
-					if _, err := l.Append([]byte("orders.eu.created"), nil, pl.payload(i), 1); err != nil {
-						b.Fatal(err)
-					}
-					if (i+1)%64 == 0 {
-						if err := l.Commit(); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				if err := l.Commit(); err != nil {
-					b.Fatal(err)
-				}
+				commitIn64s(b, l, b.N, pl.payload)
 				var disk int64
 				for _, s := range l.segs {
 					disk += s.size
@@ -191,22 +177,8 @@ func BenchmarkCompressedLog(b *testing.B) {
 			})
 			b.Run(pl.name+"/"+c.String()+"/read", func(b *testing.B) {
 				l := benchLog(b)
-				if err := l.SetCompression(c); err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; i < 20000; i++ {
-					if _, err := l.Append([]byte("orders.eu.created"), nil, pl.payload(i), 1); err != nil {
-						b.Fatal(err)
-					}
-					if (i+1)%64 == 0 {
-						if err := l.Commit(); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				if err := l.Commit(); err != nil {
-					b.Fatal(err)
-				}
+				l.cfg.Compression = c
+				commitIn64s(b, l, 20000, pl.payload)
 				b.SetBytes(300)
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -222,5 +194,22 @@ func BenchmarkCompressedLog(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// commitIn64s appends n messages with the given payloads, committing 64 at a time.
+func commitIn64s(b *testing.B, l *Log, n int, payload func(i int) []byte) {
+	for i := 0; i < n; i++ {
+		if _, err := l.Append([]byte("orders.eu.created"), nil, payload(i), 1); err != nil {
+			b.Fatal(err)
+		}
+		if (i+1)%64 == 0 {
+			if err := l.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := l.Commit(); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -220,6 +220,27 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	return nil
 }
 
+// expand makes e hold the block at off in f, which stands for the sequences from
+// first on, reading it through w unless e holds it already; maxRaw bounds its
+// expanded size (Config.SegmentBytes). A fault leaves e empty.
+func (e *expander) expand(w *window, f *os.File, off, limit int64, chunk int, first uint64, maxRaw int64) error {
+	if e.holds(f, off) {
+		return nil
+	}
+	raw, err := w.record(f, off, limit, chunk)
+	if err != nil {
+		return err
+	}
+	if err := e.load(f, off, raw, maxRaw); err != nil {
+		return err
+	}
+	if e.first != first {
+		e.reset()
+		return errSeq
+	}
+	return nil
+}
+
 // at returns the inner record seq (first <= seq < first+count) and its length.
 // Its slices alias the expander's buffer: valid until the next load.
 func (e *expander) at(seq uint64) (Record, int) {

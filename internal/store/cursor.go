@@ -60,18 +60,9 @@ func (l *Log) rawAt(c *cursor, seq uint64, chunk int) (Record, int, error) {
 		c.seq += u.count
 	}
 	if c.u.block {
-		if !c.exp.holds(s.f, c.off) {
-			raw, err := c.win.record(s.f, c.off, s.size, chunk)
-			if err == nil {
-				err = c.exp.load(s.f, c.off, raw, l.cfg.SegmentBytes)
-			}
-			if err == nil && c.exp.first != c.seq {
-				err = errSeq
-			}
-			if err != nil {
-				c.seg = nil
-				return Record{}, 0, l.readErr(s, err, corrupt)
-			}
+		if err := c.exp.expand(&c.win, s.f, c.off, s.size, chunk, c.seq, l.cfg.SegmentBytes); err != nil {
+			c.seg = nil
+			return Record{}, 0, l.readErr(s, err, corrupt)
 		}
 		rec, n := c.exp.at(seq)
 		return rec, n, nil

@@ -162,19 +162,15 @@ func (l *Log) readInBlock(f *os.File, off, limit int64, chunk int, gen, first, s
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := &c.exp
-	if c.gen != gen || !e.holds(f, off) {
-		// (A cut or reset moves gen: the same offset may hold other bytes.)
+	if c.gen != gen {
+		// A cut or reset moves gen: the same offset may hold other bytes.
 		c.gen = gen
-		raw, err := w.record(f, off, limit, chunk)
-		if err != nil {
-			return Record{}, err
-		}
-		if err := e.load(f, off, raw, l.cfg.SegmentBytes); err != nil {
-			return Record{}, err
-		}
-	}
-	if e.first != first || seq >= first+e.count {
 		e.reset()
+	}
+	if err := e.expand(w, f, off, limit, chunk, first, l.cfg.SegmentBytes); err != nil {
+		return Record{}, err
+	}
+	if seq >= first+e.count {
 		return Record{}, errSeq
 	}
 	_, n := e.at(seq)

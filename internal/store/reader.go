@@ -148,15 +148,7 @@ func (r *Reader) advance(s *segment, f *os.File, limit int64, last uint64) (Reco
 		case err != nil:
 		case u.block:
 			// The cursor stays at the block until the reader is past it.
-			if !c.exp.holds(f, c.off) {
-				if raw, err = c.win.record(f, c.off, limit, r.chunk); err == nil {
-					if err = c.exp.load(f, c.off, raw, l.cfg.SegmentBytes); err == nil && c.exp.first != c.seq {
-						c.exp.reset()
-						err = errSeq
-					}
-				}
-			}
-			if err == nil {
+			if err = c.exp.expand(&c.win, f, c.off, limit, r.chunk, c.seq, l.cfg.SegmentBytes); err == nil {
 				rec, _ = c.exp.at(r.seq)
 				r.seq++
 				return rec, nil
