@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,7 +187,15 @@ func TestLocalLeader(t *testing.T) {
 	ll := c.(streambench.LeaderLocator)
 	for i := range 3 {
 		name := fmt.Sprintf("L%d", i)
-		if err := c.CreateStream(ctx, streambench.StreamSpec{Name: name, Subjects: []string{"l" + fmt.Sprint(i)}, Replicas: 3}); err != nil {
+		spec := streambench.StreamSpec{Name: name, Subjects: []string{"l" + fmt.Sprint(i)}, Replicas: 3}
+		err := c.CreateStream(ctx, spec)
+		// JetStream may still count a peer offline for a moment after its meta
+		// group reports every peer current (seen under a loaded CI): ask again.
+		for deadline := time.Now().Add(20 * time.Second); err != nil && strings.Contains(err.Error(), "peer offline") && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+			err = c.CreateStream(ctx, spec)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		leader, local, err := ll.StreamLeader(ctx, name)
