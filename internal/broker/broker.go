@@ -29,12 +29,12 @@ type Message struct {
 	// Origin is the sink of the publishing client, used to skip its own
 	// subscriptions when it asked for no echo; nil for messages the server makes.
 	Origin Sink
-	// RangeAck tells a stream that captures the message that its publisher takes
-	// one ack for a run of messages stored one after another with the same reply
-	// subject (streamapi.AppendPubAckRange): the Kafka API, which answers a
-	// produce request's records together. It does not cross a route (the stream
-	// then acks each message).
-	RangeAck bool
+	// Acker, when set, takes the answer of a stream that captures the message in
+	// process, instead of a pub-ack message on Reply, with AckTag: the Kafka API,
+	// which answers a produce request's records together. It does not cross a
+	// route: a stream on another node answers on Reply.
+	Acker  Acker
+	AckTag uint64
 	// QoS is the delivery guarantee the publisher asked for (MQTT QoS 0, 1 or 2);
 	// front ends without the notion leave it 0. Subscribers get at most this.
 	QoS uint8
@@ -51,6 +51,15 @@ type Message struct {
 	// Queues, for a message FromRoute, names the queue groups for which the sending
 	// node chose this one: each delivers it to one local member.
 	Queues []string
+}
+
+// Acker takes a stream's answers to the messages published with it
+// (Message.Acker), in the order they were published.
+type Acker interface {
+	// StreamAck answers n messages published one after another with tag: stored
+	// at sequences seq to seq+n-1 of partition part (dup: stored before), or,
+	// when code (a streamapi error code) is not 0, refused for reason err.
+	StreamAck(tag uint64, part int, seq uint64, n int, dup bool, code int, err string)
 }
 
 // Sink is a destination for deliveries: one client connection of any protocol.

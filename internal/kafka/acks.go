@@ -41,8 +41,11 @@ type inbox struct {
 	waiting map[uint64]*ackWait
 }
 
-// ackWait is one produce request's records waiting for their acks.
+// ackWait is one produce request's records waiting for their acks. A stream on
+// this node answers it in process (broker.Acker, the tag being the partition
+// index); a stream on another node answers on the reply subject.
 type ackWait struct {
+	in      *inbox
 	id      uint64
 	results []ackResult
 	left    int
@@ -58,7 +61,6 @@ type ackRange struct{ first, n, next int }
 // ackResult is what the stream answered for one record.
 type ackResult struct {
 	got  bool
-	part int
 	seq  uint64
 	dup  bool
 	code int // a streamapi error code; 0 when stored
@@ -99,7 +101,7 @@ func (in *inbox) close() {
 func (in *inbox) open(n int, parts []ackRange) *ackWait {
 	in.mu.Lock()
 	in.next++
-	w := &ackWait{id: in.next, results: make([]ackResult, n), left: n, done: make(chan struct{}), parts: parts}
+	w := &ackWait{in: in, id: in.next, results: make([]ackResult, n), left: n, done: make(chan struct{}), parts: parts}
 	for i := range w.parts {
 		w.parts[i].next = w.parts[i].first
 	}
@@ -136,6 +138,12 @@ func (in *inbox) fail(w *ackWait, i, code int, err string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.settleLocked(w, i, ackResult{got: true, code: code, err: err})
+}
+
+// StreamAck takes the stream's answer to n records of partition index tag.
+func (w *ackWait) StreamAck(tag uint64, _ int, seq uint64, n int, dup bool, code int, err string) {
+	r := ackResult{got: true, seq: seq, dup: dup, code: code, err: err}
+	w.in.settle(w.id, int(tag), r, n)
 }
 
 // settle hands an ack to the next n records of partition part of wait id: the
@@ -194,17 +202,16 @@ func (in *inbox) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		return true
 	}
 	r := ackResult{got: true}
-	p, seq, n, dup, err := streamapi.ParsePubAckRange(m.Payload)
+	_, seq, dup, err := streamapi.ScanPubAck(m.Payload)
 	if err != nil {
-		n = 1
 		r.code, r.err = streamapi.CodeInternal, err.Error()
 		if ae, ok := err.(*streamapi.APIError); ok {
 			r.code, r.err = ae.Code, ae.Description
 		}
 	} else {
-		r.part, r.seq, r.dup = p, seq, dup
+		r.seq, r.dup = seq, dup
 	}
-	in.settle(id, part, r, n)
+	in.settle(id, part, r, 1)
 	return true
 }
 

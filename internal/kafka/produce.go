@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ const (
 // produceScratch is a connection's reusable produce state.
 type produceScratch struct {
 	hdr      []byte // header blocks of the records, one after another
+	hdrEach  int    // the most header bytes a record has taken, for growing hdr once per batch
 	idPrefix []byte // the message ids' start of the batch being decoded
 	reply    []byte
 	num      []byte
@@ -125,12 +127,17 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 		w = c.s.acks.open(len(ps.msgs), ranges)
 	}
 	bm := &ps.bm
+	replyPart := -1
 	for i := range ps.msgs {
 		m := &ps.msgs[i]
 		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}
 		if w != nil {
-			ps.reply = c.s.acks.appendReply(ps.reply[:0], c.prefix, w, m.part)
-			bm.Reply, bm.RangeAck = ps.reply, true
+			if m.part != replyPart {
+				replyPart, ps.reply = m.part, c.s.acks.appendReply(ps.reply[:0], c.prefix, w, m.part)
+			}
+			// The stream answers in process when this node serves it, on the
+			// reply subject when another node does (leadership moved).
+			bm.Reply, bm.Acker, bm.AckTag = ps.reply, w, uint64(m.part)
 		}
 		if c.s.broker.Publish(&c.batch, bm) == 0 && w != nil {
 			c.s.acks.fail(w, i, streamapi.CodeNotFound, "no stream captures subject "+strings.TrimPrefix(string(m.subj), c.prefix))
@@ -244,6 +251,9 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 			ps.idPrefix = appendIDPrefix(ps.idPrefix[:0], batch.ProducerID, batch.ProducerEpoch, po.partition)
 		}
 		lastTS, tsText := int64(0), []byte(nil)
+		hdrFrom := len(ps.hdr)
+		// NumRecords is the sender's word, so the body bounds the growth.
+		ps.hdr = slices.Grow(ps.hdr, min(int(batch.NumRecords)*ps.hdrEach, 4*len(body)))
 		err = eachRecord(body, batch.NumRecords, &ps.rec, func(i int, rec *kmsg.Record) error {
 			subj, err := recordSubject(t, rec)
 			if err != nil {
@@ -293,6 +303,9 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 		})
 		if err != nil {
 			return fail(err)
+		}
+		if batch.NumRecords > 0 {
+			ps.hdrEach = max(ps.hdrEach, (len(ps.hdr)-hdrFrom)/int(batch.NumRecords)+1)
 		}
 		if len(po.recordErrs) > 0 {
 			// Kafka stores none of a batch with an invalid record.

@@ -409,6 +409,8 @@ func (m *partitionMachine) applyMsgs(b []byte) error {
 		return err
 	}
 	from := len(m.results)
+	// Only an entry applied again after a restart finds its messages stored.
+	replay := m.log.State().LastSeq > m.last
 	for {
 		subj, hdr, data, ok, err := e.next()
 		if err != nil {
@@ -417,7 +419,7 @@ func (m *partitionMachine) applyMsgs(b []byte) error {
 		if !ok {
 			break
 		}
-		m.results = append(m.results, m.store(e.ts, subj, hdr, data))
+		m.results = append(m.results, m.store(e.ts, subj, hdr, data, replay))
 		if m.failed != nil {
 			err := m.failed
 			m.failed = nil
@@ -436,9 +438,10 @@ type appliedBatch struct {
 	from, to int
 }
 
-// store applies one message. Refusals by the store's limits are results, not
-// failures: every replica refuses alike.
-func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
+// store applies one message; replay: its entry may have been stored before a
+// restart. Refusals by the store's limits are results, not failures: every
+// replica refuses alike.
+func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) pubResult {
 	id, exp, hasExp := pubIDs(hdr)
 	if id != "" {
 		if _, seq, dup := m.dedup.lookup(id, ts); dup {
@@ -446,7 +449,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte) pubResult {
 		}
 	}
 	seq := m.last + 1
-	if st := m.log.State(); st.LastSeq >= seq {
+	if replay && m.log.State().LastSeq >= seq {
 		// Stored before a restart: this entry is being applied again.
 		m.last = seq
 		if id != "" {
@@ -653,7 +656,7 @@ func (s *Stream) startReplicate(q *inbound) {
 	}
 	for i := range q.items {
 		it := &q.items[i]
-		a := pendingAck{reply: it.reply, rangeAck: it.rangeAck, part: -1}
+		a := pendingAck{reply: it.reply, acker: it.acker, ackTag: it.ackTag, part: -1}
 		if it.tooBig {
 			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
 		} else {
@@ -844,7 +847,7 @@ func (r *streamRepl) applied(token uint64, res []pubResult) {
 	r.ackBuf = answerAcks(s.m.broker, &r.ackBatch, r.ackBuf, w.q, len(w.items),
 		func(k int) *pendingAck { return &s.acks[w.items[k]] }, s.name)
 	for _, i := range w.items {
-		s.acks[i].reply = span{} // answered
+		s.acks[i].reply, s.acks[i].acker = span{}, nil // answered
 	}
 	w.answered = true
 }

@@ -448,9 +448,9 @@ func TestReplicatedBigBatchInEntries(t *testing.T) {
 }
 
 // Every publisher of a batch the leader's writer proposes is answered once: those
-// whose messages were stored by the goroutine that applied them (a run of range
-// acks of one publisher as one answer), one refused before any proposal by the
-// writer.
+// whose messages were stored by the goroutine that applied them (a run of one
+// in-process acker's messages as one answer), one refused before any proposal
+// by the writer.
 func TestReplicatedPublishersAnsweredOnce(t *testing.T) {
 	t.Run("writer", func(t *testing.T) { testPublishersAnsweredOnce(t, (*broker.Batch).Flush) })
 	t.Run("inline", func(t *testing.T) { testPublishersAnsweredOnce(t, (*broker.Batch).FlushInline) })
@@ -472,37 +472,41 @@ func testPublishersAnsweredOnce(t *testing.T, flush func(*broker.Batch)) {
 	const single, ranged = 40, 30
 	for round := range 5 {
 		var p broker.Batch
-		pub := func(reply string, rangeAck bool, payload []byte) {
-			leader.b.Publish(&p, &broker.Message{Subject: []byte("orders.x"), Reply: []byte(reply), RangeAck: rangeAck, Payload: payload})
+		acker := &InProcessAcks{}
+		pub := func(reply string, acked bool, payload []byte) {
+			m := &broker.Message{Subject: []byte("orders.x"), Reply: []byte(reply), Payload: payload}
+			if acked {
+				m.Acker, m.AckTag = acker, 7
+			}
+			leader.b.Publish(&p, m)
 		}
-		rangeReply := fmt.Sprintf("_ACK.R.%d", round)
 		for i := range single {
 			pub(fmt.Sprintf("_ACK.S.%d.%d", round, i), false, []byte("s"))
-			pub(rangeReply, true, []byte("r")) // interleaved: runs of one
+			pub("", true, []byte("r")) // interleaved: runs of one
 		}
 		for range ranged { // consecutive: one answer for the run
-			pub(rangeReply, true, []byte("r"))
+			pub("", true, []byte("r"))
 		}
 		bigReply := fmt.Sprintf("_ACK.B.%d", round)
 		pub(bigReply, false, make([]byte, 200))
 		flush(&p)
 
-		wantReplies := single + 2
+		wantReplies := single + 1
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			leader.inbox.mu.Lock()
 			got := 0
 			for r := range leader.inbox.all {
-				if r == rangeReply || r == bigReply || strings.HasPrefix(r, fmt.Sprintf("_ACK.S.%d.", round)) {
+				if r == bigReply || strings.HasPrefix(r, fmt.Sprintf("_ACK.S.%d.", round)) {
 					got++
 				}
 			}
 			leader.inbox.mu.Unlock()
-			if got == wantReplies {
+			if got == wantReplies && acker.Count() >= single+ranged {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d of %d publishers answered", round, got, wantReplies)
+				t.Fatalf("round %d: %d of %d reply subjects answered, %d of %d in-process acks", round, got, wantReplies, acker.Count(), single+ranged)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -517,23 +521,18 @@ func testPublishersAnsweredOnce(t *testing.T, flush func(*broker.Batch)) {
 		if a := leader.inbox.all[bigReply]; len(a) != 1 || !strings.HasPrefix(a[0], fmt.Sprintf("-ERR %d ", streamapi.CodeTooLarge)) {
 			t.Errorf("the message too large answered %q", a)
 		}
-		seqs := map[uint64]bool{}
-		answers := leader.inbox.all[rangeReply]
-		for _, a := range answers {
-			_, seq, n, _, err := streamapi.ParsePubAckRange([]byte(a))
-			if err != nil {
-				t.Fatalf("range ack %q: %v", a, err)
-			}
-			for k := range uint64(n) {
-				if seqs[seq+k] {
-					t.Errorf("round %d: sequence %d acknowledged twice", round, seq+k)
-				}
-				seqs[seq+k] = true
-			}
-		}
-		if len(seqs) != single+ranged || len(answers) > single+1 {
-			t.Errorf("round %d: %d answers cover %d messages, want at most %d covering %d", round, len(answers), len(seqs), single+1, single+ranged)
-		}
 		leader.inbox.mu.Unlock()
+		acker.Lock()
+		seqs := map[string]bool{}
+		for _, s := range acker.Seqs[7] {
+			if seqs[s] {
+				t.Errorf("round %d: sequence %s acknowledged twice", round, s)
+			}
+			seqs[s] = true
+		}
+		if len(seqs) != single+ranged || acker.Calls > single+1 {
+			t.Errorf("round %d: %d calls answer %d messages, want at most %d answering %d", round, acker.Calls, len(seqs), single+1, single+ranged)
+		}
+		acker.Unlock()
 	}
 }

@@ -105,7 +105,8 @@ type inbound struct {
 type inItem struct {
 	subj, reply, hdr, data span
 	tooBig                 bool
-	rangeAck               bool // broker.Message.RangeAck
+	acker                  broker.Acker // broker.Message.Acker, with its tag
+	ackTag                 uint64
 }
 
 type span struct{ off, n int }
@@ -125,14 +126,15 @@ func (q *inbound) reset() {
 
 // pendingAck is a publish answer the writer sends after its commit.
 type pendingAck struct {
-	reply    span
-	rangeAck bool // may be answered with the acks after it (AppendPubAckRange)
-	part     int
-	seq      uint64
-	dup      bool
-	code     int
-	err      string
-	msgID    string
+	reply  span
+	acker  broker.Acker // answered in process instead of on reply
+	ackTag uint64
+	part   int
+	seq    uint64
+	dup    bool
+	code   int
+	err    string
+	msgID  string
 }
 
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
@@ -285,7 +287,7 @@ func (c *importCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message)
 	var buf [256]byte
 	own := *m
 	own.Subject = c.im.AppendLocal(buf[:0], m.Subject)
-	own.Reply = nil
+	own.Reply, own.Acker = nil, nil
 	return (*captureSink)(c.s).Deliver(sub, &own)
 }
 
@@ -404,9 +406,11 @@ func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		s.qmu.Unlock()
 		return false
 	}
-	it := inItem{rangeAck: m.RangeAck}
+	it := inItem{acker: m.Acker, ackTag: m.AckTag}
 	it.subj = s.q.put(m.Subject)
-	it.reply = s.q.put(m.Reply)
+	if m.Acker == nil {
+		it.reply = s.q.put(m.Reply)
+	}
 	it.hdr = s.q.put(m.Header)
 	if int64(len(m.Payload)) > s.maxSize.Load() {
 		it.tooBig = true
@@ -822,7 +826,7 @@ func (s *Stream) commit(q *inbound) {
 	interestNone := s.retention == streamapi.RetainInterest && s.numConsumers() == 0
 	for i := range q.items {
 		it := &q.items[i]
-		a := pendingAck{reply: it.reply, rangeAck: it.rangeAck, part: -1}
+		a := pendingAck{reply: it.reply, acker: it.acker, ackTag: it.ackTag, part: -1}
 		if it.tooBig {
 			a.code, a.err = streamapi.CodeTooLarge, "message larger than the stream's max_msg_size"
 			s.acks = append(s.acks, a)
@@ -896,41 +900,40 @@ func (s *Stream) commit(q *inbound) {
 }
 
 // answer sends the publishers of q the acks s.acks holds: a run of messages
-// stored one after another for a publisher that takes range acks gets one.
+// stored one after another for an in-process Acker gets one call.
 func (s *Stream) answer(q *inbound) {
 	s.ackBuf = answerAcks(s.m.broker, &s.batch, s.ackBuf, q, len(s.acks), func(k int) *pendingAck { return &s.acks[k] }, s.name)
 }
 
-// answerAcks publishes the answers of n acks (at(k), in order) of stream's
-// publishers through br and batch b, then flushes b: a run of range acks of one
-// publisher on consecutive sequences in one answer; an ack without a reply is
-// skipped. It returns buf, grown.
+// answerAcks answers the publishers of n acks (at(k), in order) of stream: in
+// process, a run of acks of one Acker and tag on consecutive sequences in one
+// call, or through br and batch b on their reply subjects, then flushes b. An
+// ack with neither is skipped. It returns buf, grown.
 func answerAcks(br *broker.Broker, b *broker.Batch, buf []byte, q *inbound, n int, at func(k int) *pendingAck, stream string) []byte {
 	for i := 0; i < n; i++ {
 		a := at(i)
+		if a.acker != nil {
+			run := 1
+			if a.code == 0 {
+				for i+run < n {
+					c := at(i + run)
+					if c.acker != a.acker || c.ackTag != a.ackTag || c.code != 0 || c.dup != a.dup || c.part != a.part || c.seq != a.seq+uint64(run) {
+						break
+					}
+					run++
+				}
+			}
+			a.acker.StreamAck(a.ackTag, a.part, a.seq, run, a.dup, a.code, a.err)
+			i += run - 1
+			continue
+		}
 		reply := q.get(a.reply)
 		if len(reply) == 0 {
 			continue
 		}
-		switch {
-		case a.code != 0:
+		if a.code != 0 {
 			buf = streamapi.AppendPubErr(buf[:0], a.code, a.err)
-		case a.rangeAck && !a.dup:
-			run := 1
-			for i+run < n {
-				c := at(i + run)
-				if !c.rangeAck || c.dup || c.code != 0 || c.part != a.part || c.seq != a.seq+uint64(run) || !bytes.Equal(q.get(c.reply), reply) {
-					break
-				}
-				run++
-			}
-			if run > 1 {
-				buf = streamapi.AppendPubAckRange(buf[:0], stream, a.part, a.seq, run)
-				i += run - 1
-			} else {
-				buf = streamapi.AppendPubAck(buf[:0], stream, a.part, a.seq, false)
-			}
-		default:
+		} else {
 			buf = streamapi.AppendPubAck(buf[:0], stream, a.part, a.seq, a.dup)
 		}
 		br.Publish(b, &broker.Message{Subject: reply, Payload: buf})

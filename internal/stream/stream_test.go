@@ -17,6 +17,7 @@ import (
 	"github.com/tern-mq/tern/internal/header"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/stream"
 	"github.com/tern-mq/tern/internal/streamapi"
 )
 
@@ -1098,85 +1099,80 @@ func TestConsumeManyBatches(t *testing.T) {
 	next("later")
 }
 
-// rangeAcks collects the acks a range-ack publisher gets.
-type rangeAcks struct {
+// replyAcks collects the acks publishers get on reply subjects.
+type replyAcks struct {
 	mu  sync.Mutex
 	got []string
 }
 
-func (r *rangeAcks) Deliver(_ *broker.Subscription, m *broker.Message) bool {
+func (r *replyAcks) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	r.mu.Lock()
 	r.got = append(r.got, string(m.Payload))
 	r.mu.Unlock()
 	return true
 }
-func (r *rangeAcks) Flush() {}
+func (r *replyAcks) Flush() {}
 
-// TestRangeAcks: a publisher that takes range acks (broker.Message.RangeAck)
-// gets one ack for messages stored one after another with its reply subject,
-// and its own ack for a duplicate; other publishers still get one per message.
-func TestRangeAcks(t *testing.T) {
+// TestInProcessAcks: a publisher with a broker.Acker gets its answers in
+// process, a run of messages stored one after another with one tag in one call,
+// a duplicate its own, a message too large its refusal; a publisher with only
+// a reply subject still gets one pub-ack message per message.
+func TestInProcessAcks(t *testing.T) {
 	e := newEnv(t)
-	e.addStream(tern.StreamConfig{Name: "RANGE", Subjects: []string{"range.>"}})
+	e.addStream(tern.StreamConfig{Name: "RANGE", Subjects: []string{"range.>"}, MaxMsgSize: 100})
 	b := e.srv.Broker()
-	acks := &rangeAcks{}
-	if err := b.Subscribe(&broker.Subscription{Sink: acks, Subject: "_INBOX.range.>"}); err != nil {
+	replies := &replyAcks{}
+	if err := b.Subscribe(&broker.Subscription{Sink: replies, Subject: "_INBOX.range.>"}); err != nil {
 		t.Fatal(err)
 	}
 	e.publish("range.x", "first", tern.MsgID("k:1"))
+	acker := &stream.InProcessAcks{}
 	var batch broker.Batch
-	pub := func(reply, id string, rangeAck bool) {
-		m := &broker.Message{Subject: []byte("range.x"), Reply: []byte(reply), Payload: []byte("v"), RangeAck: rangeAck}
+	pub := func(reply string, tag uint64, id string, size int) {
+		m := &broker.Message{Subject: []byte("range.x"), Reply: []byte(reply), Payload: make([]byte, size)}
+		if tag != 0 {
+			m.Acker, m.AckTag = acker, tag
+		}
 		if id != "" {
 			m.Header = header.Block(header.Append(nil, streamapi.HeaderMsgID, id))
 		}
 		b.Publish(&batch, m)
 	}
-	// One publish call's worth, as the Kafka API sends a produce request.
+	// One publish call's worth, as the Kafka API sends a produce request; the
+	// reply subjects of messages with an Acker are not answered.
 	for range 5 {
-		pub("_INBOX.range.a", "", true)
+		pub("_INBOX.range.a", 1, "", 1)
 	}
-	pub("_INBOX.range.a", "k:1", true) // a duplicate: its own ack
-	pub("_INBOX.range.b", "", true)    // another reply subject
-	pub("_INBOX.range.c", "", false)   // a publisher without range acks
-	pub("_INBOX.range.c", "", false)
+	pub("_INBOX.range.a", 1, "k:1", 1) // a duplicate
+	pub("_INBOX.range.a", 1, "", 1)
+	pub("_INBOX.range.b", 2, "", 1)   // another tag
+	pub("_INBOX.range.b", 2, "", 200) // too large
+	pub("_INBOX.range.c", 0, "", 1)   // a reply subject only
+	pub("_INBOX.range.c", 0, "", 1)
 	batch.Flush()
 	waitFor(t, "the acks", func() bool {
-		acks.mu.Lock()
-		defer acks.mu.Unlock()
-		n := 0
-		for _, a := range acks.got {
-			if strings.HasPrefix(a, "+OK") {
-				n++
-			}
-		}
-		return n >= 5
+		replies.mu.Lock()
+		defer replies.mu.Unlock()
+		return acker.Count() >= 9 && len(replies.got) >= 2
 	})
-	acks.mu.Lock()
-	got := append([]string(nil), acks.got...)
-	acks.mu.Unlock()
-	// Expand the acks into the sequences they stand for; the writer takes the
-	// queue as one batch here, but a run split across two commits would be two
-	// ranges, which is right too.
-	var seqs []string
-	ranges := 0
-	for _, a := range got {
-		p, seq, n, dup, err := streamapi.ParsePubAckRange([]byte(a))
-		if err != nil || p != 0 {
-			t.Fatalf("ack %q: %v", a, err)
-		}
-		if n > 1 {
-			ranges++
-		}
-		for i := range n {
-			s := strconv.FormatUint(seq+uint64(i), 10)
-			if dup {
-				s += " dup"
-			}
-			seqs = append(seqs, s)
-		}
+	time.Sleep(20 * time.Millisecond) // an answer too many would come by now
+	acker.Lock()
+	defer acker.Unlock()
+	if got, want := strings.Join(acker.Seqs[1], " "), "2 3 4 5 6 1 dup 7"; got != want {
+		t.Errorf("tag 1 acks %q, want %q", got, want)
 	}
-	if want := "2 3 4 5 6 1 dup 7 8 9"; strings.Join(seqs, " ") != want || ranges == 0 {
-		t.Fatalf("acks %q: sequences %q, want %q with at least one range", got, seqs, want)
+	if got, want := strings.Join(acker.Seqs[2], " "), fmt.Sprintf("8 err %d", streamapi.CodeTooLarge); got != want {
+		t.Errorf("tag 2 acks %q, want %q", got, want)
+	}
+	// Runs are answered in one call each: tag 1's five, its duplicate, its
+	// last, and tag 2's two make 5 calls when the writer takes the queue as one
+	// batch (a run split across two commits is two calls, which is right too).
+	if acker.Calls >= 9 {
+		t.Errorf("%d calls for 9 messages: no run answered in one", acker.Calls)
+	}
+	replies.mu.Lock()
+	defer replies.mu.Unlock()
+	if got, want := strings.Join(replies.got, "|"), "+OK RANGE 0 9|+OK RANGE 0 10"; got != want {
+		t.Errorf("reply-subject acks %q, want %q", got, want)
 	}
 }

@@ -448,16 +448,6 @@ func AppendPubAck(dst []byte, stream string, partition int, seq uint64, dup bool
 	return dst
 }
 
-// AppendPubAckRange appends the ack of n messages stored one after another from
-// seq in one partition: "+OK <stream> <partition> <seq> *<n>". Only publishers
-// that ask for it get one (broker.Message.RangeAck: the Kafka API, which takes a
-// produce request's acks together); ParsePubAckRange reads it.
-func AppendPubAckRange(dst []byte, stream string, partition int, seq uint64, n int) []byte {
-	dst = AppendPubAck(dst, stream, partition, seq, false)
-	dst = append(dst, " *"...)
-	return strconv.AppendInt(dst, int64(n), 10)
-}
-
 // AppendPubErr appends the text form of a failed publish.
 func AppendPubErr(dst []byte, code int, description string) []byte {
 	dst = append(dst, "-ERR "...)
@@ -471,38 +461,34 @@ var ErrNotPubAck = errors.New("streamapi: reply is not a publish ack")
 
 // ParsePubAck parses a publish ack; a "-ERR" answer is returned as *APIError.
 func ParsePubAck(b []byte) (PubAck, error) {
-	name, part, seq, n, dup, err := scanPubAck(b)
+	name, part, seq, dup, err := scanPubAck(b)
 	if err != nil {
 		return PubAck{}, err
-	}
-	if n != 1 {
-		return PubAck{}, fmt.Errorf("%w: %q is the ack of %d messages", ErrNotPubAck, truncate(string(b)), n)
 	}
 	return PubAck{Stream: string(name), Partition: part, Seq: seq, Duplicate: dup}, nil
 }
 
-// ParsePubAckRange parses a publish ack as ParsePubAck does, or the ack of a
-// range (AppendPubAckRange): n messages from seq (1 for a plain ack), without the
-// stream's name and without allocating when the ack is a success.
-func ParsePubAckRange(b []byte) (partition int, seq uint64, n int, dup bool, err error) {
-	_, partition, seq, n, dup, err = scanPubAck(b)
-	return partition, seq, n, dup, err
+// ScanPubAck parses a publish ack as ParsePubAck does, without the stream's
+// name and without allocating when the ack is a success.
+func ScanPubAck(b []byte) (partition int, seq uint64, dup bool, err error) {
+	_, partition, seq, dup, err = scanPubAck(b)
+	return partition, seq, dup, err
 }
 
-// scanPubAck reads "+OK <stream> <partition> <seq>[ dup| *<n>]" or "-ERR <code> <text>".
-func scanPubAck(b []byte) (name []byte, part int, seq uint64, n int, dup bool, err error) {
+// scanPubAck reads "+OK <stream> <partition> <seq>[ dup]" or "-ERR <code> <text>".
+func scanPubAck(b []byte) (name []byte, part int, seq uint64, dup bool, err error) {
 	if rest, ok := bytes.CutPrefix(b, []byte("-ERR ")); ok {
 		code, desc, _ := bytes.Cut(rest, []byte(" "))
 		c, err := strconv.Atoi(string(code))
 		if err != nil {
-			return nil, 0, 0, 0, false, fmt.Errorf("%w: %q", ErrNotPubAck, truncate(string(b)))
+			return nil, 0, 0, false, fmt.Errorf("%w: %q", ErrNotPubAck, truncate(string(b)))
 		}
-		return nil, 0, 0, 0, false, &APIError{Code: c, Description: string(desc)}
+		return nil, 0, 0, false, &APIError{Code: c, Description: string(desc)}
 	}
 	bad := func() error { return fmt.Errorf("%w: %q", ErrNotPubAck, truncate(string(b))) }
 	rest, ok := bytes.CutPrefix(b, []byte("+OK "))
 	if !ok {
-		return nil, 0, 0, 0, false, bad()
+		return nil, 0, 0, false, bad()
 	}
 	var f [5][]byte
 	k := 0
@@ -519,29 +505,20 @@ func scanPubAck(b []byte) (name []byte, part int, seq uint64, n int, dup bool, e
 		k++
 	}
 	if k < 3 || k > 4 || len(bytes.TrimSpace(rest)) > 0 {
-		return nil, 0, 0, 0, false, bad()
+		return nil, 0, 0, false, bad()
 	}
-	n = 1
 	if k == 4 {
-		switch {
-		case string(f[3]) == "dup":
-			dup = true
-		case len(f[3]) > 1 && f[3][0] == '*':
-			c, ok := atoiBytes(f[3][1:])
-			if !ok || c < 1 {
-				return nil, 0, 0, 0, false, bad()
-			}
-			n = c
-		default:
-			return nil, 0, 0, 0, false, bad()
+		if string(f[3]) != "dup" {
+			return nil, 0, 0, false, bad()
 		}
+		dup = true
 	}
 	p, ok1 := atoiBytes(f[1])
 	s, ok2 := atouBytes(f[2])
 	if !ok1 || !ok2 {
-		return nil, 0, 0, 0, false, bad()
+		return nil, 0, 0, false, bad()
 	}
-	return f[0], p, s, n, dup, nil
+	return f[0], p, s, dup, nil
 }
 
 // atouBytes parses a decimal uint64 without allocating.

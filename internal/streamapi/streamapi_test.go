@@ -205,25 +205,20 @@ func FuzzDurationJSON(f *testing.F) {
 	})
 }
 
-func TestPubAckRange(t *testing.T) {
-	b := AppendPubAckRange(nil, "ORDERS", 2, 41, 7)
-	if string(b) != "+OK ORDERS 2 41 *7" {
-		t.Fatalf("range ack %q", b)
+func TestScanPubAck(t *testing.T) {
+	if p, seq, dup, err := ScanPubAck(AppendPubAck(nil, "ORDERS", 2, 41, false)); err != nil || p != 2 || seq != 41 || dup {
+		t.Fatalf("ScanPubAck of an ack: %d %d %v %v", p, seq, dup, err)
 	}
-	p, seq, n, dup, err := ParsePubAckRange(b)
-	if err != nil || p != 2 || seq != 41 || n != 7 || dup {
-		t.Fatalf("ParsePubAckRange(%q) = %d %d %d %v %v", b, p, seq, n, dup, err)
+	if _, seq, dup, err := ScanPubAck([]byte("+OK S 0 5 dup")); err != nil || seq != 5 || !dup {
+		t.Fatalf("a duplicate ack: %d %v %v", seq, dup, err)
 	}
-	if _, seq, n, dup, err := ParsePubAckRange([]byte("+OK S 0 5 dup")); err != nil || seq != 5 || n != 1 || !dup {
-		t.Fatalf("a plain duplicate ack: %d %d %v %v", seq, n, dup, err)
+	var ae *APIError
+	if _, _, _, err := ScanPubAck(AppendPubErr(nil, CodeLimits, "full")); !errors.As(err, &ae) || ae.Code != CodeLimits || ae.Description != "full" {
+		t.Fatalf("ScanPubAck of an error: %v", err)
 	}
-	// A range is no single publish's ack.
-	if _, err := ParsePubAck(b); !errors.Is(err, ErrNotPubAck) {
-		t.Fatalf("ParsePubAck of a range: %v", err)
-	}
-	for _, bad := range []string{"+OK S 0 1 *", "+OK S 0 1 *0", "+OK S 0 1 *-3", "+OK S 0 1 *x", "+OK S 0 1 * 3", "+OK S 0 1 *2 dup"} {
-		if _, _, _, _, err := ParsePubAckRange([]byte(bad)); !errors.Is(err, ErrNotPubAck) {
-			t.Errorf("ParsePubAckRange(%q): %v, want ErrNotPubAck", bad, err)
+	for _, bad := range []string{"+OK S 0 1 *2", "+OK S 0 1 dupe", "+OK S 0", "+OK S x 1", "OK S 0 1"} {
+		if _, _, _, err := ScanPubAck([]byte(bad)); !errors.Is(err, ErrNotPubAck) {
+			t.Errorf("ScanPubAck(%q): %v, want ErrNotPubAck", bad, err)
 		}
 	}
 }
