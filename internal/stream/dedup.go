@@ -51,23 +51,33 @@ type dedupAge struct {
 }
 
 // idRuns is what is stored of one prefix's numbered ids: runs in ascending order
-// of their numbers, and the time of each id in the order they were added (a run's
-// ids are consecutive in times; an id removed from the middle of a run leaves its
-// time behind, skipped when it expires).
+// of their numbers, and the time of each id in the order they were added, as
+// spans of ids added at one time (the ids of one batch share its time). Each id
+// has a position, counted from the first added; a run's ids have consecutive
+// positions, and an id removed from the middle of a run leaves its position and
+// time behind, skipped when it expires.
 type idRuns struct {
-	prefix string
-	runs   []idRun
-	times  []int64
-	head   int // times[head] is the oldest id still kept
+	prefix   string
+	runs     []idRun
+	spans    []timeSpan // spans[spanHead:] are the times of positions headPos to end-1
+	spanHead int
+	headPos  int // the position of spans[spanHead]'s first id
+	end      int // the position of the next id added
 }
 
 // idRun is the ids prefix+first .. prefix+last, stored at partition part from
-// sequence seq on; times[at] is the time of prefix+first.
+// sequence seq on; prefix+first has position at.
 type idRun struct {
 	first, last uint64
 	part        int
 	seq         uint64
 	at          int
+}
+
+// timeSpan is n ids added one after another at time at.
+type timeSpan struct {
+	at int64
+	n  int
 }
 
 // maxIDDigits bounds the counter of a numbered id, so that it fits in a uint64.
@@ -239,15 +249,25 @@ func (l *idRuns) add(n uint64, part int, seq uint64, at int64) bool {
 		if n <= r.last {
 			return false
 		}
-		if n == r.last+1 && part == r.part && seq == r.seq+(r.last-r.first)+1 && r.at+int(r.last-r.first)+1 == len(l.times) {
+		if n == r.last+1 && part == r.part && seq == r.seq+(r.last-r.first)+1 && r.at+int(r.last-r.first)+1 == l.end {
 			r.last = n
-			l.times = append(l.times, at)
+			l.addTime(at)
 			return true
 		}
 	}
-	l.runs = append(l.runs, idRun{first: n, last: n, part: part, seq: seq, at: len(l.times)})
-	l.times = append(l.times, at)
+	l.runs = append(l.runs, idRun{first: n, last: n, part: part, seq: seq, at: l.end})
+	l.addTime(at)
 	return true
+}
+
+// addTime gives the next position time at.
+func (l *idRuns) addTime(at int64) {
+	if k := len(l.spans); k > l.spanHead && l.spans[k-1].at == at {
+		l.spans[k-1].n++
+	} else {
+		l.spans = append(l.spans, timeSpan{at: at, n: 1})
+	}
+	l.end++
 }
 
 // remove forgets n; false when no run holds it.
@@ -275,8 +295,12 @@ func (l *idRuns) remove(n uint64) bool {
 		copy(l.runs[j+1:], l.runs[j:])
 		l.runs[j] = tail
 	}
-	if i == len(l.times)-1 {
-		l.times = l.times[:i]
+	if i == l.end-1 {
+		l.end--
+		last := &l.spans[len(l.spans)-1]
+		if last.n--; last.n == 0 {
+			l.spans = l.spans[:len(l.spans)-1]
+		}
 	}
 	return true
 }
@@ -290,32 +314,33 @@ func (l *idRuns) indexOf(r *idRun) int {
 	return -1
 }
 
-// expire forgets the ids stored before cutoff, oldest first.
+// expire forgets the ids stored before cutoff, oldest first: a span at a time,
+// up to the first span not that old.
 func (l *idRuns) expire(cutoff int64) {
-	for l.head < len(l.times) && l.times[l.head] < cutoff {
-		if len(l.runs) > 0 && l.runs[0].at == l.head {
+	for l.spanHead < len(l.spans) && l.spans[l.spanHead].at < cutoff {
+		to := l.headPos + l.spans[l.spanHead].n
+		for len(l.runs) > 0 && l.runs[0].at < to {
 			r := &l.runs[0]
-			if r.first == r.last {
+			k := uint64(to - r.at)
+			if k > r.last-r.first {
 				l.runs = l.runs[1:]
-			} else {
-				r.first++
-				r.seq++
-				r.at++
+				continue
 			}
+			r.first += k
+			r.seq += k
+			r.at = to
 		}
-		l.head++
+		l.headPos = to
+		l.spanHead++
 	}
 	if len(l.runs) == 0 {
-		l.runs, l.times, l.head = l.runs[:0], l.times[:0], 0
+		l.runs, l.spans, l.spanHead, l.headPos = l.runs[:0], l.spans[:0], 0, l.end
 		return
 	}
 	// Compact once the expired part dominates, so memory follows the window.
-	if l.head > 1024 && l.head*2 > len(l.times) {
-		n := copy(l.times, l.times[l.head:])
-		l.times = l.times[:n]
-		for i := range l.runs {
-			l.runs[i].at -= l.head
-		}
-		l.head = 0
+	if l.spanHead > 1024 && l.spanHead*2 > len(l.spans) {
+		n := copy(l.spans, l.spans[l.spanHead:])
+		l.spans = l.spans[:n]
+		l.spanHead = 0
 	}
 }

@@ -14,7 +14,8 @@ import (
 
 // TestDedupWindowMatchesASet drives the window with seeded random ids — numbered
 // ones in order, out of order and with gaps, across partitions, and plain ones —
-// and checks every answer against the plain set of (id, time) it stands for.
+// in batches sharing a time, and checks every answer against the plain set of
+// (id, time) it stands for.
 func TestDedupWindowMatchesASet(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -37,7 +38,9 @@ func TestDedupWindowMatchesASet(t *testing.T) {
 			prefixes := []string{"kafka:7:0:0:", "kafka:7:0:1:", "order-", ""}
 			var recent []string
 			for step := 0; step < 20000; step++ {
-				now += int64(r.IntN(int(5 * time.Millisecond)))
+				if r.IntN(4) == 0 { // ids added between are a batch of one time
+					now += int64(r.IntN(int(20 * time.Millisecond)))
+				}
 				var id string
 				switch k := r.IntN(10); {
 				case k < 6: // the producer's next number, now and then skipping some
@@ -108,27 +111,73 @@ func TestDedupWindowKeepsRunsSmall(t *testing.T) {
 	if got := d.len(); got != 20_001 {
 		t.Fatalf("%d ids kept, want the window's 20001", got)
 	}
-	if n := len(l.times) - l.head; n != 20_001 || cap(l.times) > 4*20_001 {
-		t.Fatalf("times: %d kept, capacity %d", n, cap(l.times))
+	// Every id here has a time of its own: a span each.
+	if n := len(l.spans) - l.spanHead; n != 20_001 || cap(l.spans) > 4*20_001 {
+		t.Fatalf("time spans: %d kept, capacity %d", n, cap(l.spans))
 	}
 	if _, seq, dup := d.lookup("kafka:1:0:0:99990", now); !dup || seq != 99991 {
 		t.Fatalf("lookup of a stored id: seq %d dup %v", seq, dup)
 	}
 }
 
-func BenchmarkDedupNumbered(b *testing.B) {
+// TestDedupWindowSpansBatches checks that the ids of a batch, added at one time,
+// keep one time between them, and expire together once the window passed them.
+func TestDedupWindowSpansBatches(t *testing.T) {
 	d := newDedupWindow(time.Second)
-	const prefix = "kafka:1234567:0:0:"
-	buf := []byte(prefix)
-	b.ReportAllocs()
+	const batches, each = 300, 1000
 	now := int64(0)
-	for i := uint64(0); b.Loop(); i++ {
-		now += 1000 // a million ids a second: the window keeps a million
-		buf = strconv.AppendUint(buf[:len(prefix)], i, 10)
-		id := unsafe.String(unsafe.SliceData(buf), len(buf)) // as a header's id points into its message
-		if _, _, dup := d.lookup(id, now); !dup {
-			d.add(id, 0, i+1, now)
+	for b := 0; b < batches; b++ {
+		now += int64(10 * time.Millisecond)
+		for i := 0; i < each; i++ {
+			n := uint64(b*each + i)
+			d.add(fmt.Sprintf("kafka:7:0:0:%d", n), 0, n+1, now)
 		}
+	}
+	l := d.numbered["kafka:7:0:0:"]
+	if len(l.spans) != batches || len(l.runs) != 1 {
+		t.Fatalf("%d time spans and %d runs for %d batches, want a span a batch and one run", len(l.spans), len(l.runs), batches)
+	}
+	if _, _, dup := d.lookup("kafka:7:0:0:299999", now); !dup {
+		t.Fatal("an id of the last batch is gone")
+	}
+	// Batch b was added at (b+1)*10 ms: a window ending at cut+1 s keeps the
+	// batches from the 202nd (b = 201) on.
+	cut := int64(202 * 10 * time.Millisecond)
+	if _, _, dup := d.lookup("kafka:7:0:0:200999", cut+int64(time.Second)); dup {
+		t.Fatal("an id of a batch older than the window is still kept")
+	}
+	if _, seq, dup := d.lookup("kafka:7:0:0:201000", cut+int64(time.Second)); !dup || seq != 201001 {
+		t.Fatalf("the first id of the oldest batch in the window: seq %d dup %v", seq, dup)
+	}
+	if got := d.len(); got != (batches-201)*each {
+		t.Fatalf("%d ids kept, want %d", got, (batches-201)*each)
+	}
+	if n := len(l.spans) - l.spanHead; n != batches-201 {
+		t.Fatalf("%d spans kept, want %d", n, batches-201)
+	}
+}
+
+func BenchmarkDedupNumbered(b *testing.B) {
+	// A million ids a second: the window keeps a million. Each at a time of its
+	// own, or in batches of 1,000 sharing one, as a replicated entry's do.
+	for _, batch := range []uint64{1, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			d := newDedupWindow(time.Second)
+			const prefix = "kafka:1234567:0:0:"
+			buf := []byte(prefix)
+			b.ReportAllocs()
+			now := int64(0)
+			for i := uint64(0); b.Loop(); i++ {
+				if i%batch == 0 {
+					now += int64(batch) * 1000
+				}
+				buf = strconv.AppendUint(buf[:len(prefix)], i, 10)
+				id := unsafe.String(unsafe.SliceData(buf), len(buf)) // as a header's id points into its message
+				if _, _, dup := d.lookup(id, now); !dup {
+					d.add(id, 0, i+1, now)
+				}
+			}
+		})
 	}
 }
 
