@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -281,6 +282,58 @@ type partitionMachine struct {
 	// Restore pass it on before they write.
 	compression    atomic.Int32
 	logCompression store.Compression
+	// lent are the plain batches of the compressed entries this node proposed
+	// and has not seen applied: applying one of them stores its plain batch
+	// instead of expanding the entry again.
+	lent lentPlains
+}
+
+// lentPlains hands the plain batch of a compressed entry from its proposer to
+// the machine applying it. Whichever takes it back (take or unlend) owns the
+// pooled buffer.
+type lentPlains struct {
+	mu  sync.Mutex
+	all []lentPlain
+}
+
+type lentPlain struct {
+	entry []byte // the compressed entry proposed
+	plain *[]byte
+}
+
+// lend registers plain as the batch entry expands to.
+func (l *lentPlains) lend(entry []byte, plain *[]byte) {
+	l.mu.Lock()
+	l.all = append(l.all, lentPlain{entry, plain})
+	l.mu.Unlock()
+}
+
+// take returns the plain batch lent for an entry of the bytes data and forgets
+// it; nil when none is. Equal compressed bytes expand to the same batch, so the
+// entry applied need not be the proposer's slice (the group keeps a copy).
+func (l *lentPlains) take(data []byte) *[]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, lp := range l.all {
+		if bytes.Equal(lp.entry, data) {
+			l.all = slices.Delete(l.all, i, i+1)
+			return lp.plain
+		}
+	}
+	return nil
+}
+
+// unlend forgets the plain batch lent for entry; false when the machine took it.
+func (l *lentPlains) unlend(entry []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, lp := range l.all {
+		if len(lp.entry) > 0 && &lp.entry[0] == &entry[0] {
+			l.all = slices.Delete(l.all, i, i+1)
+			return true
+		}
+	}
+	return false
 }
 
 func newPartitionMachine(l *store.Log, window time.Duration, done func(uint64, []pubResult)) *partitionMachine {
@@ -351,9 +404,14 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		case entryMsgs:
 			err = m.applyMsgs(ent.Data)
 		case entryMsgsS2:
-			buf := entryBuffers.Get().(*[]byte)
-			if *buf, err = expandMsgEntry(*buf, ent.Data); err == nil {
-				err = m.applyMsgs(*buf) // Log.Append copies the messages
+			buf := m.lent.take(ent.Data)
+			if buf != nil {
+				err = m.applyMsgs(*buf) // proposed here: its plain batch
+			} else {
+				buf = entryBuffers.Get().(*[]byte)
+				if *buf, err = expandMsgEntry(*buf, ent.Data); err == nil {
+					err = m.applyMsgs(*buf) // Log.Append copies the messages
+				}
 			}
 			putEntryBuffer(buf)
 		case entryDelete, entryExpire, entryPurge:
@@ -701,14 +759,14 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		pp.token = r.tokenBase | r.token&0x7fffffff
 		// An entry's bytes belong to the group from its proposal until it
 		// commits (replica.Host.Propose); a plain entry's buffer goes back to
-		// the pool then (awaitRound), a compressed one is made from the plain
-		// one, whose buffer is used again at once.
+		// the pool then (awaitRound). A compressed one is made from the plain
+		// one, which is lent to the partition's machine, to apply without
+		// expanding the entry, until the entry is applied or abandoned.
 		plain := entryBuffers.Get().(*[]byte)
 		*plain = appendMsgEntry((*plain)[:0], pp.token, now, q, pp.items)
-		if pp.entry = pp.gate.entry(*plain); pp.entry[0] != entryMsgs {
-			putEntryBuffer(plain)
-		} else {
-			pp.plain = plain
+		pp.entry, pp.plain = pp.gate.entry(*plain), plain
+		if pp.entry[0] != entryMsgs {
+			r.machines[p].lent.lend(pp.entry, plain)
 		}
 		r.round = append(r.round, p)
 	}
@@ -749,9 +807,14 @@ func (s *Stream) awaitRound() {
 			pp.next = len(pp.all)
 		} else {
 			s.fillAcks(pp.items, pp.res)
-			if pp.plain != nil {
-				putEntryBuffer(pp.plain)
+			if pp.entry[0] == entryMsgs {
+				putEntryBuffer(pp.plain) // the group has its copy
 			}
+		}
+		// A compressed entry's plain batch is no longer needed once applied
+		// here, nor wanted by one that failed: applied later, it expands.
+		if pp.entry[0] != entryMsgs && r.machines[p].lent.unlend(pp.entry) {
+			putEntryBuffer(pp.plain)
 		}
 		pp.entry, pp.plain, pp.res, pp.err = nil, nil, nil, nil
 	}
