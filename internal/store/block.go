@@ -252,7 +252,7 @@ func (e *expander) at(seq uint64) (Record, int) {
 		e.posSeq++
 	}
 	n := recLen(e.buf[e.pos:])
-	rec, _ := decodeRecord(e.buf[e.pos : e.pos+n]) // checked by load
+	rec, _ := parseRecord(e.buf[e.pos : e.pos+n]) // checked by load
 	return rec, n
 }
 

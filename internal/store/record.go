@@ -132,6 +132,16 @@ func recSubject(b []byte) []byte {
 // decodeRecord verifies and decodes the record that is exactly b. The returned
 // slices alias b and are capped so appending to one cannot overwrite another.
 func decodeRecord(b []byte) (Record, error) {
+	r, err := parseRecord(b)
+	if err == nil && crc32.Checksum(b[offLen:], crcTable) != binary.LittleEndian.Uint32(b[offCRC:]) {
+		return Record{}, errCRC
+	}
+	return r, err
+}
+
+// parseRecord decodes the record that is exactly b, as decodeRecord does, but
+// for its CRC: for a record checked already (an expanded block's, by load).
+func parseRecord(b []byte) (Record, error) {
 	if len(b) < recHdrSize {
 		return Record{}, errLength
 	}
@@ -144,9 +154,6 @@ func decodeRecord(b []byte) (Record, error) {
 	}
 	if n != len(b) {
 		return Record{}, errLength
-	}
-	if crc32.Checksum(b[offLen:], crcTable) != binary.LittleEndian.Uint32(b[offCRC:]) {
-		return Record{}, errCRC
 	}
 	s := int(binary.LittleEndian.Uint16(b[offSubj:]))
 	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
