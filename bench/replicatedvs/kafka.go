@@ -126,6 +126,9 @@ type kafkaResult struct {
 	TotalMsgsPerSec float64 `json:"total_msgs_per_sec,omitempty"`
 	RebalanceMs     float64 `json:"rebalance_ms,omitempty"`
 	PrefillSeconds  float64 `json:"prefill_seconds,omitempty"`
+	// SettleSeconds is how long the servers took, after the pre-fill, to go
+	// quiet (every replica caught up) before a consumer row's measured phase.
+	SettleSeconds float64 `json:"settle_seconds,omitempty"`
 	// The e2e rows (kafkaapi): publish → receive of each measured record, in µs,
 	// and records received more than once.
 	E2EP50US   float64 `json:"e2e_p50_us,omitempty"`

@@ -224,7 +224,7 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 }
 
 // apiCPUNote says under each main table what its CPU columns count.
-const apiCPUNote = "CPU µs/rec: user + system CPU time over the run's measured phase (the window of the peak RSS; a consumer row's after its pre-fill), " +
+const apiCPUNote = "CPU µs/rec: user + system CPU time over the run's measured phase (the window of the peak RSS; a consumer row's after its pre-fill and the servers' settling), " +
 	"divided by the records of that phase (a producer or e2e row's warm-up records included: they are sent in it). " +
 	"Server: the system's processes, summed over a cluster (/proc/<pid>/stat, 10 ms ticks). " +
 	"Client: the harness process for the franz-go rows (producer and consumer, e2e both); the tool's JVM for the ProducerPerformance and ConsumerPerformance rows, " +
