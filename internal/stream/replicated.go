@@ -793,6 +793,8 @@ func (s *Stream) awaitRound() {
 	r := s.repl
 	for _, p := range r.round {
 		pp := &r.proposals[p]
+		// A plain entry is its pooled buffer, which goes back below.
+		compressed := pp.entry[0] != entryMsgs
 		r.await(p)
 		if pp.err != nil {
 			// Not committed here (no leader, a new one, too slow): the
@@ -807,13 +809,13 @@ func (s *Stream) awaitRound() {
 			pp.next = len(pp.all)
 		} else {
 			s.fillAcks(pp.items, pp.res)
-			if pp.entry[0] == entryMsgs {
+			if !compressed {
 				putEntryBuffer(pp.plain) // the group has its copy
 			}
 		}
 		// A compressed entry's plain batch is no longer needed once applied
 		// here, nor wanted by one that failed: applied later, it expands.
-		if pp.entry[0] != entryMsgs && r.machines[p].lent.unlend(pp.entry) {
+		if compressed && r.machines[p].lent.unlend(pp.entry) {
 			putEntryBuffer(pp.plain)
 		}
 		pp.entry, pp.plain, pp.res, pp.err = nil, nil, nil, nil

@@ -717,10 +717,18 @@ func TestReplicaRepairsDamagedRecords(t *testing.T) {
 	c.WaitFor("the damaged replica to report the damage", 20*time.Second, func() bool {
 		return strings.Contains(victim.Output(), "damaged on disk")
 	})
-	// Then a message more, so that the leader's view of the replica is fresh.
-	if _, err := js.Publish(ctx, "dmg.x", fmt.Appendf(nil, "message-number-%04d", total)); err != nil {
-		t.Fatal(err)
-	}
+	// Then a message more, so that the leader's view of the replica is fresh. A
+	// leader elected meanwhile answers 503 (not replicated): the publish is
+	// retried with its message id, as a client would, and stored once.
+	var lastErr error
+	c.WaitFor("the message after the damage stored", 20*time.Second, func() bool {
+		_, lastErr = js.Publish(ctx, "dmg.x", fmt.Appendf(nil, "message-number-%04d", total), tern.MsgID("after-damage"))
+		var ae *tern.APIError
+		if lastErr != nil && !(errors.As(lastErr, &ae) && ae.Code == streamapi.CodeUnavailable) {
+			t.Fatalf("publish after the damage: %v", lastErr)
+		}
+		return lastErr == nil
+	})
 	c.WaitFor("the damaged replica repaired", 20*time.Second, replicasCurrent(js, "DMG", true))
 	sameRecordsEverywhere(t, c, leader, "DMG", total+1)
 }
