@@ -112,7 +112,8 @@ if [ -n "$LIST" ]; then
 fi
 
 # --- install, check ports, build -------------------------------------------------------------
-has kafka && kafka_install
+# Kafka's jars whatever SYSTEMS says: its tools are the clients of both systems.
+kafka_install
 ports=()
 if has kafka; then
 	# shellcheck disable=SC2207 # numbers

@@ -41,7 +41,13 @@ func (l *Log) Append(subject, header, payload []byte, ts int64) (uint64, error) 
 		l.parts = append(l.parts, part{base: seq, start: len(l.batch)})
 		p = &l.parts[len(l.parts)-1]
 	}
-	l.batch = appendRecord(l.batch, seq, ts, subject, header, payload)
+	if l.cfg.Compression == CompressS2 {
+		// Its CRC waits for the commit: a record packed into a block needs none.
+		l.batch = appendBareRecord(l.batch, seq, ts, subject, header, payload)
+		l.bare = true
+	} else {
+		l.batch = appendRecord(l.batch, seq, ts, subject, header, payload)
+	}
 	p.n++
 	l.npend++
 	l.pendBytes += uint64(n)
@@ -70,6 +76,7 @@ func (l *Log) resetBatch() {
 	l.parts = l.parts[:0]
 	l.npend = 0
 	l.pendBytes = 0
+	l.bare = false
 }
 
 func (l *Log) partEnd(i int) int {
@@ -88,7 +95,7 @@ func (l *Log) pack() {
 		}
 		from := len(l.packed)
 		var packed bool
-		if l.packed, packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)], &l.gate); packed {
+		if l.packed, packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)], &l.gate, l.bare); packed {
 			p.packedFrom, p.packedTo = from, len(l.packed)
 		}
 	}
@@ -155,6 +162,8 @@ func (l *Log) writeBatch() error {
 	}
 	if l.cfg.Compression == CompressS2 {
 		l.pack()
+	} else if l.bare {
+		sealRecords(l.batch) // compression was turned off since these were appended
 	}
 	for i := range l.parts {
 		p := &l.parts[i]

@@ -18,7 +18,8 @@ import (
 // S2-compressed:
 //
 //	0  36 the record header: magic, CRC, length as for any record; seq = the first
-//	      inner record's; time = the largest inner Time; flags = flagBlock;
+//	      inner record's; time = the largest inner Time; flags = flagBlock, and
+//	      flagBareInner when the inner records carry no CRC of their own;
 //	      subject length 0; header length 8
 //	36 4  count of inner records (at least 1)
 //	40 4  their uncompressed length
@@ -26,12 +27,15 @@ import (
 //
 // A block stands for the sequences seq … seq+count-1; everything that walks a
 // segment steps over it as over count records. Its CRC covers the compressed
-// bytes, and every inner record keeps its own.
+// bytes. The inner records of a block written with flagBareInner have a zero CRC,
+// as the block's covers them; those of older blocks keep their own, which load
+// checks.
 const (
-	flagBlock    = 1
-	blockHdrSize = recHdrSize + 8
-	offCount     = recHdrSize
-	offRawLen    = recHdrSize + 4
+	flagBlock     = 1
+	flagBareInner = 2
+	blockHdrSize  = recHdrSize + 8
+	offCount      = recHdrSize
+	offRawLen     = recHdrSize + 4
 
 	// maxBlockRaw bounds the inner bytes of a block holding more than one record,
 	// and so what a random read expands to reach one message; a single record
@@ -59,7 +63,9 @@ func unitCount(b []byte) uint64 {
 // wherever that saves an eighth of their bytes; the rest are copied as they are.
 // When no run shrinks it appends nothing and reports false: src is then written
 // as it is, without a copy. gate paces the attempts (nil: every run is tried).
-func packBlocks(dst, src []byte, gate *s2pace.Gate) ([]byte, bool) {
+// With bare, src's records have no CRC yet (appendBareRecord): those left plain
+// get theirs in src, those packed none.
+func packBlocks(dst, src []byte, gate *s2pace.Gate, bare bool) ([]byte, bool) {
 	start := len(dst)
 	plain := 0 // src[plain:] is not in dst yet
 	packed := false
@@ -71,13 +77,16 @@ func packBlocks(dst, src []byte, gate *s2pace.Gate) ([]byte, bool) {
 		}
 		run := src[at : at+n]
 		if len(run) < minBlockRaw || (gate != nil && !gate.Try()) {
+			if bare {
+				sealRecords(run)
+			}
 			at += n
 			continue
 		}
 		mark := len(dst)
 		dst = append(dst, src[plain:at]...)
 		var shrank bool
-		dst, shrank = appendRun(dst, run)
+		dst, shrank = appendRun(dst, run, bare)
 		if gate != nil {
 			gate.Shrank(shrank)
 		}
@@ -86,6 +95,9 @@ func packBlocks(dst, src []byte, gate *s2pace.Gate) ([]byte, bool) {
 			plain = at + n
 		} else {
 			dst = dst[:mark] // the run stays with the plain bytes before it
+			if bare {
+				sealRecords(run)
+			}
 		}
 		at += n
 	}
@@ -96,8 +108,9 @@ func packBlocks(dst, src []byte, gate *s2pace.Gate) ([]byte, bool) {
 }
 
 // appendRun appends run (whole records) to dst as one block, or as it is when a
-// block would not save an eighth of it; it reports which.
-func appendRun(dst, run []byte) ([]byte, bool) {
+// block would not save an eighth of it; it reports which. bare says the run's
+// records have no CRC of their own (flagBareInner).
+func appendRun(dst, run []byte, bare bool) ([]byte, bool) {
 	at := len(dst)
 	room := s2.MaxEncodedLen(len(run))
 	if room < 0 {
@@ -122,7 +135,11 @@ func appendRun(dst, run []byte) ([]byte, bool) {
 	binary.LittleEndian.PutUint32(b[offLen:], uint32(size))
 	binary.LittleEndian.PutUint64(b[offSeq:], recSeq(run))
 	binary.LittleEndian.PutUint64(b[offTime:], uint64(tmax))
-	binary.LittleEndian.PutUint16(b[offFlags:], flagBlock)
+	flags := uint16(flagBlock)
+	if bare {
+		flags |= flagBareInner
+	}
+	binary.LittleEndian.PutUint16(b[offFlags:], flags)
 	binary.LittleEndian.PutUint16(b[offSubj:], 0)
 	binary.LittleEndian.PutUint32(b[offHdr:], 8)
 	binary.LittleEndian.PutUint32(b[offCount:], count)
@@ -163,7 +180,8 @@ func (e *expander) release() {
 
 // load checks raw, the block record read at off in f (its length and header
 // already checked by peekRecord), and expands it: the block's CRC, the S2 data,
-// then every inner record's framing, CRC and sequence. limit bounds the
+// then every inner record's framing and sequence, and its CRC unless the block
+// says its inner records have none (flagBareInner). limit bounds the
 // expanded size. Any fault is errBlock or errCRC, which callers treat as damage.
 func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	e.f = nil
@@ -194,6 +212,10 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 		return errBlock
 	}
 	first := recSeq(raw)
+	decode := decodeRecord
+	if recFlags(raw)&flagBareInner != 0 {
+		decode = parseRecord // the block's CRC, checked above, covers them
+	}
 	seq, b := first, e.buf
 	for len(b) > 0 {
 		if len(b) < recHdrSize {
@@ -203,7 +225,7 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 		if err != nil || n > len(b) || recFlags(b) != 0 {
 			return errBlock
 		}
-		if _, err := decodeRecord(b[:n]); err != nil {
+		if _, err := decode(b[:n]); err != nil {
 			return err
 		}
 		if recSeq(b) != seq {

@@ -384,10 +384,16 @@ func FuzzExpandBlock(f *testing.F) {
 	for i := uint64(1); i <= 20; i++ {
 		run = appendRecord(run, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	block, _ := packBlocks(nil, run, nil)
+	block, _ := packBlocks(nil, run, nil, false)
 	f.Add(block)
-	one, _ := packBlocks(nil, run[:recLen(run)], nil)
+	one, _ := packBlocks(nil, run[:recLen(run)], nil, false)
 	f.Add(one)
+	var bareRun []byte
+	for i := uint64(1); i <= 20; i++ {
+		bareRun = appendBareRecord(bareRun, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
+	}
+	bare, _ := packBlocks(nil, bareRun, nil, true)
+	f.Add(bare)
 	f.Add(block[:len(block)-1])
 	f.Add(block[:blockHdrSize])
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -434,7 +440,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 			size += recordSize(1, 0, len(p))
 		}
 	}
-	out, packed := packBlocks([]byte("prefix"), src, nil)
+	out, packed := packBlocks([]byte("prefix"), src, nil, false)
 	if !packed || string(out[:6]) != "prefix" {
 		t.Fatal("nothing packed, or dst's bytes lost")
 	}
@@ -462,7 +468,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 		t.Fatalf("expanded %d of %d bytes back, equal %v; %d blocks, %d plain records", len(back), len(src), bytes.Equal(back, src), blocks, plain)
 	}
 	small := appendRecord(nil, 1, 1, []byte("s"), nil, bytes.Repeat([]byte("a"), minBlockRaw-recHdrSize-2))
-	if out, packed := packBlocks([]byte("x"), small, nil); packed || string(out) != "x" {
+	if out, packed := packBlocks([]byte("x"), small, nil, false); packed || string(out) != "x" {
 		t.Fatal("a run too small for a block was packed")
 	}
 }
@@ -522,4 +528,69 @@ func TestCompressedRandomReads(t *testing.T) {
 	if err != nil || string(r.Subject) != "other" || !bytes.Equal(r.Payload, compressible(second+1001, 300)) {
 		t.Fatalf("Read(%d) after the cut: %q %v", second+1, r.Subject, err)
 	}
+}
+
+// TestBareInnerRecords: a compressed log's blocks carry no CRC per inner record
+// (the block's covers them) while the records of the same commits left plain get
+// theirs; a commit whose compression was turned off after its appends writes
+// every record with its CRC. Recovery, which checks every CRC, finds nothing
+// wrong in any of it.
+func TestBareInnerRecords(t *testing.T) {
+	l, clk, _ := openCompressed(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var want []msg
+	add := func(n int, random bool) {
+		for k := 0; k < n; k++ {
+			clk.Add(time.Millisecond)
+			p := compressible(uint64(len(want)), 300)
+			if random {
+				for j := range p {
+					p[j] = byte(rng.Uint32())
+				}
+			}
+			x := msg{seq: uint64(len(want) + 1), ts: clk.Now().UnixNano(), subject: "s", payload: p}
+			if _, err := l.Append([]byte(x.subject), nil, x.payload, 0); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, x)
+		}
+	}
+	// One commit: compressible, random (stays plain), compressible again.
+	add(300, false)
+	add(300, true)
+	add(300, false)
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if countBlocks(t, l) < 2 {
+		t.Fatal("the compressible runs were not packed")
+	}
+	segs := segFiles(t, l.cfg.Dir, ".log")
+	data, err := os.ReadFile(segs[len(segs)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := data; len(b) > 0; b = b[recLen(b):] {
+		if recFlags(b)&flagBlock != 0 && recFlags(b)&flagBareInner == 0 {
+			t.Fatal("a block of bare records without flagBareInner")
+		}
+	}
+	// Appended compressed, committed plain: every record sealed at the commit.
+	blocks := countBlocks(t, l)
+	add(100, false)
+	if err := l.SetCompression(CompressNone); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if countBlocks(t, l) != blocks {
+		t.Fatal("a block after SetCompression(CompressNone)")
+	}
+	checkAll(t, l, want)
+	l, rep := reopen(t, l)
+	if len(rep.Corrupt) != 0 || rep.Msgs != uint64(len(want)) {
+		t.Fatalf("reopen: %+v", rep)
+	}
+	checkAll(t, l, want)
 }

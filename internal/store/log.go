@@ -90,6 +90,7 @@ type Log struct {
 	shut      atomic.Bool // Close started; checked without taking mu
 	broken    error       // a failed write could not be undone; the log refuses writes
 	batch     []byte
+	bare      bool        // the batch holds records without their CRC (appendBareRecord)
 	packed    []byte      // the batch with runs packed into compressed blocks
 	gate      s2pace.Gate // paces attempts at packing runs that do not shrink
 	readBlock struct {    // the block Read last expanded

@@ -181,7 +181,7 @@ func (l *Log) readInBlock(f *os.File, off, limit int64, chunk int, gen, first, s
 	}
 	b := w.buf[:n]
 	copy(b, e.buf[e.pos:e.pos+n])
-	return decodeRecord(b)
+	return parseRecord(b) // checked by load
 }
 
 // SeqForTime returns the first live seq whose Time >= t (LastSeq+1 if none).

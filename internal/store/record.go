@@ -61,11 +61,22 @@ func recordSize(subject, header, payload int) int {
 
 // appendRecord encodes one record at the end of dst.
 func appendRecord(dst []byte, seq uint64, ts int64, subject, header, payload []byte) []byte {
+	off := len(dst)
+	dst = appendBareRecord(dst, seq, ts, subject, header, payload)
+	sealRecord(dst[off:])
+	return dst
+}
+
+// appendBareRecord encodes one record at the end of dst without its CRC (left
+// zero): for a record that may go into a compressed block, whose CRC then covers
+// it, so that only the records that stay plain pay for one (sealRecords).
+func appendBareRecord(dst []byte, seq uint64, ts int64, subject, header, payload []byte) []byte {
 	n := recordSize(len(subject), len(header), len(payload))
 	off := len(dst)
 	dst = slices.Grow(dst, n)[:off+n]
 	b := dst[off:]
 	copy(b, recMagic[:])
+	binary.LittleEndian.PutUint32(b[offCRC:], 0)
 	binary.LittleEndian.PutUint32(b[offLen:], uint32(n))
 	binary.LittleEndian.PutUint64(b[offSeq:], seq)
 	binary.LittleEndian.PutUint64(b[offTime:], uint64(ts))
@@ -76,8 +87,20 @@ func appendRecord(dst []byte, seq uint64, ts int64, subject, header, payload []b
 	p += copy(b[p:], subject)
 	p += copy(b[p:], header)
 	copy(b[p:], payload)
-	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:], crcTable))
 	return dst
+}
+
+// sealRecord computes the CRC of the record at the start of b.
+func sealRecord(b []byte) {
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:recLen(b)], crcTable))
+}
+
+// sealRecords computes the CRC of every record of b (whole records).
+func sealRecords(b []byte) {
+	for len(b) > 0 {
+		sealRecord(b)
+		b = b[recLen(b):]
+	}
 }
 
 // peekRecord checks the fixed header in b (at least recHdrSize bytes) and returns
@@ -94,7 +117,7 @@ func peekRecord(b []byte) (int, error) {
 	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
 	switch binary.LittleEndian.Uint16(b[offFlags:]) {
 	case 0:
-	case flagBlock:
+	case flagBlock, flagBlock | flagBareInner:
 		if s != 0 || h != blockHdrSize-recHdrSize || n <= blockHdrSize {
 			return 0, errFields
 		}
