@@ -226,6 +226,7 @@ func (l *Log) publishBatch() []*segment {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wasEmpty := l.first > l.last
+	var si *subjInfo
 	for i := range l.parts {
 		p := &l.parts[i]
 		s := p.seg
@@ -247,11 +248,13 @@ func (l *Log) publishBatch() []*segment {
 				seq, ts := recSeq(rec), recTime(rec)
 				s.index = s.ib.add(s.index, l.cfg.IndexEvery, uint32(seq-s.base), off, ts)
 				s.tmax = max(s.tmax, ts)
-				subj := recSubject(rec)
-				si := l.subjects[string(subj)]
-				if si == nil {
-					si = &subjInfo{subj: string(subj)}
-					l.subjects[si.subj] = si
+				// A commit's records mostly share one subject: the last one's
+				// entry saves a map lookup per record.
+				if subj := recSubject(rec); si == nil || si.subj != string(subj) {
+					if si = l.subjects[string(subj)]; si == nil {
+						si = &subjInfo{subj: string(subj)}
+						l.subjects[si.subj] = si
+					}
 				}
 				si.msgs++
 				si.last = seq
