@@ -23,7 +23,8 @@
 # INT and TERM; the stores live in a temporary directory that is deleted.
 #
 # Usage: bench/kafkaapi.sh [--scale F] [--runs N] [--partitions P] [--nodes 1,3]
-#                          [--only KEYS] [--e2e-rates R1,R2] [--quiet-wait D] [--list]
+#                          [--only KEYS] [--e2e-rates R1,R2] [--quiet-wait D]
+#                          [--no-interleave] [--list]
 #   --scale F        multiplies every row's record count (default 1; 0.1 for a quick
 #                    check that everything works, not a measurement)
 #   --runs N         runs of each row per system (default 3): median (min–max)
@@ -33,6 +34,12 @@
 #   --e2e-rates R    records/s of the end-to-end latency rows (default 1000,10000)
 #   --quiet-wait D   before each run, wait up to D for other processes' CPU use to
 #                    settle (default 30s; 0: not at all)
+#   --no-interleave  all runs of one system, then all of the other (one start of
+#                    each per setup). By default, with both systems and more than
+#                    one run, the runs go in rounds: each round starts each system
+#                    afresh and runs every row once, the systems taking turns (the
+#                    first of a round alternates), so that a machine whose speed
+#                    drifts over minutes weighs on both alike
 #   --list           the rows
 # Environment:
 #   KAFKA_BASE (29400)   Kafka node i: client KAFKA_BASE+10i, controller quorum +1
@@ -61,10 +68,12 @@ ONLY=
 RATES=1000,10000
 QUIET=30s
 LIST=
+INTERLEAVE=1
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-h | -help | --help) usage; exit 0 ;;
 	--list | -list) LIST=1; shift ;;
+	--no-interleave | -no-interleave) INTERLEAVE=; shift ;;
 	--scale | -scale) SCALE=$2; shift 2 ;;
 	--scale=*) SCALE=${1#*=}; shift ;;
 	--runs | -runs) RUNS=$2; shift 2 ;;
@@ -152,9 +161,12 @@ KAFKA_TOOLS_LOG4J=$RUN_DIR/log4j2-tools.properties
 kafka_log4j "$KAFKA_TOOLS_LOG4J" WARN SYSTEM_ERR
 JVM=(--jvm-opt=-Xmx512M)
 for o in "${KAFKA_JVM_OPTS[@]}" "-Dlog4j2.configurationFile=$KAFKA_TOOLS_LOG4J"; do JVM+=("--jvm-opt=$o"); done
-rm -f "$ROUT"/kafka-[13].json "$ROUT"/tern-[13].json "$ROUT/tools.log" "$ROUT/results.md"
+rm -f "$ROUT"/kafka-[13].json "$ROUT"/tern-[13].json "$ROUT"/kafka-[13].r*.json "$ROUT"/tern-[13].r*.json "$ROUT/tools.log" "$ROUT/results.md"
 failed=
 
+# harness runs the rows ROUND_RUNS times into $ROUT/<system>-<nodes>$ROUND_SUFFIX.json.
+ROUND_RUNS=$RUNS
+ROUND_SUFFIX=
 harness() { # system nodes bootstrap pids setup [config]: the rows against a running system
 	local sys=$1 nodes=$2 rf=1 version extra=()
 	[ "$nodes" = 1 ] || rf=3
@@ -163,66 +175,93 @@ harness() { # system nodes bootstrap pids setup [config]: the rows against a run
 	echo "== $sys, $nodes node(s): replicatedvs kafkaapi (progress on stderr)"
 	if ! run_job "$REPLICATEDVS" kafkaapi --system "$sys" --version "$version" --setup "$5" --classpath "$KAFKA_LIBS/*" "${JVM[@]}" \
 		--bootstrap "$3" --brokers "$nodes" --pids "$4" --partitions "$PARTS" --replication-factor "$rf" \
-		--runs "$RUNS" --quiet-wait "$QUIET" "${HARNESS_ROWS[@]}" "${extra[@]}" \
-		--json "$ROUT/$sys-$nodes.json" --log "$ROUT/tools.log"; then
+		--runs "$ROUND_RUNS" --quiet-wait "$QUIET" "${HARNESS_ROWS[@]}" "${extra[@]}" \
+		--json "$ROUT/$sys-$nodes$ROUND_SUFFIX.json" --log "$ROUT/tools.log"; then
 		echo "kafkaapi.sh: the $sys run on $nodes node(s) failed; see $ROUT/tools.log and the servers' logs" >&2
 		failed=1
 	fi
 }
 
-for nodes in ${NODES//,/ }; do
-	if has kafka; then
-		KAFKA_NODES=$nodes
-		echo "== Kafka $KAFKA_VERSION: $nodes broker(s) (KRaft, each also a controller) on 127.0.0.1 ($(kafka_bootstrap))"
-		rm -rf "$RUN_DIR/kafka"
-		kafka_start_cluster "$RUN_DIR/kafka" "$ROUT"
-		# kafka_start_cluster points the tools' log4j at its data directory; ours stays.
-		KAFKA_TOOLS_LOG4J=$RUN_DIR/log4j2-tools.properties
-		pids=$(IFS=,; echo "${KAFKA_PIDS[*]}")
-		if [ "$nodes" = 1 ]; then
-			setup="one broker, Kafka's defaults (no fsync per message), heap $KAFKA_HEAP"
-		else
-			setup="$nodes brokers, min.insync.replicas 2 (broker default), Kafka's defaults otherwise, heap $KAFKA_HEAP each"
-		fi
-		harness kafka "$nodes" "$(kafka_bootstrap)" "$pids" "$setup" "$ROUT/kafka-n1.properties"
-		kafka_stop_cluster
-		rm -rf "$RUN_DIR/kafka"
+run_kafka() { # nodes: start Kafka, the rows, stop
+	local nodes=$1
+	KAFKA_NODES=$nodes
+	echo "== Kafka $KAFKA_VERSION: $nodes broker(s) (KRaft, each also a controller) on 127.0.0.1 ($(kafka_bootstrap))"
+	rm -rf "$RUN_DIR/kafka"
+	kafka_start_cluster "$RUN_DIR/kafka" "$ROUT"
+	# kafka_start_cluster points the tools' log4j at its data directory; ours stays.
+	KAFKA_TOOLS_LOG4J=$RUN_DIR/log4j2-tools.properties
+	pids=$(IFS=,; echo "${KAFKA_PIDS[*]}")
+	if [ "$nodes" = 1 ]; then
+		setup="one broker, Kafka's defaults (no fsync per message), heap $KAFKA_HEAP"
+	else
+		setup="$nodes brokers, min.insync.replicas 2 (broker default), Kafka's defaults otherwise, heap $KAFKA_HEAP each"
 	fi
-	if has tern; then
-		# shellcheck disable=SC2206 # split on spaces, as documented
-		extra=(${TERN_ARGS:-})
-		if [ "$nodes" = 1 ]; then
-			p=$(r3_port tern 1)
-			kp=$(r3_kafka_port 1)
-			echo "== Tern: one node, tern server on 127.0.0.1 (Kafka API on $kp)"
-			"$TERN_BIN" server --server-name tern --host 127.0.0.1 --port "$p" --http "127.0.0.1:$(r3_monitor_port tern 1)" \
-				--kafka-port "$kp" --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 --store-dir "$RUN_DIR/tern" "${extra[@]}" \
-				>"$ROUT/tern-single.log" 2>&1 &
-			TERN1_PID=$!
-			wait_port "$kp" "$TERN1_PID" "tern server" 30
-			harness tern 1 "127.0.0.1:$kp" "$TERN1_PID" "tern server, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
-			stop_tern1
-			rm -rf "$RUN_DIR/tern"
-		else
-			echo "== Tern: 3 nodes, --cluster-size 3, on 127.0.0.1 (Kafka API on $(r3_kafka_port 1), +10, +20)"
-			r3_start tern tern3
-			for i in 1 2 3; do wait_port "$(r3_kafka_port "$i")" "$(r3_pid tern "$i")" "tern node $i (Kafka API)" 30; done
-			harness tern 3 "$(r3_list kafka)" "$(r3_list pids)" "3 nodes, --cluster-size 3, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
-			r3_stop
-		fi
+	harness kafka "$nodes" "$(kafka_bootstrap)" "$pids" "$setup" "$ROUT/kafka-n1.properties"
+	kafka_stop_cluster
+	rm -rf "$RUN_DIR/kafka"
+}
+
+run_tern() { # nodes: start Tern, the rows, stop
+	local nodes=$1 extra
+	# shellcheck disable=SC2206 # split on spaces, as documented
+	extra=(${TERN_ARGS:-})
+	if [ "$nodes" = 1 ]; then
+		p=$(r3_port tern 1)
+		kp=$(r3_kafka_port 1)
+		echo "== Tern: one node, tern server on 127.0.0.1 (Kafka API on $kp)"
+		"$TERN_BIN" server --server-name tern --host 127.0.0.1 --port "$p" --http "127.0.0.1:$(r3_monitor_port tern 1)" \
+			--kafka-port "$kp" --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 --store-dir "$RUN_DIR/tern" "${extra[@]}" \
+			>"$ROUT/tern-single.log" 2>&1 &
+		TERN1_PID=$!
+		wait_port "$kp" "$TERN1_PID" "tern server" 30
+		harness tern 1 "127.0.0.1:$kp" "$TERN1_PID" "tern server, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
+		stop_tern1
+		rm -rf "$RUN_DIR/tern"
+	else
+		echo "== Tern: 3 nodes, --cluster-size 3, on 127.0.0.1 (Kafka API on $(r3_kafka_port 1), +10, +20)"
+		r3_start tern tern3
+		for i in 1 2 3; do wait_port "$(r3_kafka_port "$i")" "$(r3_pid tern "$i")" "tern node $i (Kafka API)" 30; done
+		harness tern 3 "$(r3_list kafka)" "$(r3_list pids)" "3 nodes, --cluster-size 3, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
+		r3_stop
+	fi
+}
+
+for nodes in ${NODES//,/ }; do
+	if [ -n "$INTERLEAVE" ] && [ "$RUNS" -gt 1 ] && has kafka && has tern; then
+		ROUND_RUNS=1
+		for ((round = 1; round <= RUNS; round++)); do
+			ROUND_SUFFIX=.r$round
+			echo "== round $round of $RUNS ($nodes node(s))"
+			if ((round % 2)); then
+				run_kafka "$nodes"
+				run_tern "$nodes"
+			else
+				run_tern "$nodes"
+				run_kafka "$nodes"
+			fi
+		done
+		ROUND_RUNS=$RUNS ROUND_SUFFIX=
+	else
+		! has kafka || run_kafka "$nodes"
+		! has tern || run_tern "$nodes"
 	fi
 done
 
 # --- report --------------------------------------------------------------------------------------
+# Each system's rounds are merged into <system>-<nodes>.json.
 jsons=()
-for f in "$ROUT"/kafka-1.json "$ROUT"/tern-1.json "$ROUT"/kafka-3.json "$ROUT"/tern-3.json; do
-	[ ! -f "$f" ] || jsons+=("$f")
+for n in 1 3; do
+	for sys in kafka tern; do
+		for f in "$ROUT/$sys-$n.json" "$ROUT/$sys-$n".r[0-9]*.json; do
+			[ ! -f "$f" ] || jsons+=("$f")
+		done
+	done
 done
 if [ "${#jsons[@]}" -gt 0 ]; then
-	"$REPLICATEDVS" kafkaapi-report --md "$ROUT/results.md" "${jsons[@]}"
+	"$REPLICATEDVS" kafkaapi-report --md "$ROUT/results.md" --merged "$ROUT" "${jsons[@]}"
 	echo
 	cat "$ROUT/results.md"
 	echo
-	echo "== written: $ROUT/results.md and ${jsons[*]}"
+	echo "== written: $ROUT/results.md and each system's runs in $ROUT/<system>-<nodes>.json (from ${jsons[*]})"
 fi
 [ -z "$failed" ]

@@ -138,11 +138,15 @@ type apiSystem struct {
 }
 
 type apiReport struct {
-	Date       string        `json:"date"`
-	Command    string        `json:"command"`
-	Machine    host.Machine  `json:"machine"`
-	System     apiSystem     `json:"system"`
-	Runs       int           `json:"runs"`
+	Date    string       `json:"date"`
+	Command string       `json:"command"`
+	Machine host.Machine `json:"machine"`
+	System  apiSystem    `json:"system"`
+	Runs    int          `json:"runs"`
+	// Rounds is how many fresh starts of the system the runs were spread over
+	// (an interleaved run: the systems take turns, a run of each row per round);
+	// 0 or 1: one start.
+	Rounds     int           `json:"rounds,omitempty"`
 	Scale      float64       `json:"scale"`
 	JVM        []string      `json:"jvm,omitempty"`
 	Producer   string        `json:"producer_defaults"`

@@ -210,3 +210,38 @@ func TestCPUWindow(t *testing.T) {
 		t.Fatalf("produce: %+v", res)
 	}
 }
+
+// TestMergeAPIReports: the rounds of one system on one node count become one
+// report whose rows hold every round's runs, summarized again; other systems and
+// node counts stay apart.
+func TestMergeAPIReports(t *testing.T) {
+	round := func(key string, nodes int, rates ...float64) *apiReport {
+		o := &apiOutcome{kafkaRow: kafkaRow{Key: "franz100-acksall", Kind: kindFranzProduce}}
+		for _, r := range rates {
+			o.Results = append(o.Results, kafkaResult{MsgsPerSec: r})
+		}
+		o.summarize()
+		return &apiReport{System: apiSystem{Key: key, Nodes: nodes, Pids: []int{len(rates)}, HWMReset: true},
+			Runs: len(rates), LoadAvg: []float64{0.5}, Rows: []*apiOutcome{o}}
+	}
+	reps := mergeAPIReports([]*apiReport{
+		round("kafka", 1, 100), round("tern", 1, 150), round("kafka", 3, 10),
+		round("kafka", 1, 300), round("tern", 1, 250, 350),
+	})
+	if len(reps) != 3 {
+		t.Fatalf("%d reports, want kafka-1, tern-1, kafka-3", len(reps))
+	}
+	k, tn := reps[0], reps[1]
+	if k.System.Key != "kafka" || k.System.Nodes != 1 || k.Runs != 2 || k.Rounds != 2 || len(k.LoadAvg) != 2 || len(k.System.Pids) != 2 {
+		t.Fatalf("kafka-1 merged: %+v", k)
+	}
+	if got := k.Rows[0].MsgsPerSec; got.Min != 100 || got.Max != 300 || got.Median != 200 {
+		t.Fatalf("kafka-1 rates %+v, want 100–300, median 200", got)
+	}
+	if got := tn.Rows[0].MsgsPerSec; tn.Runs != 3 || got.Median != 250 || len(tn.Rows[0].Results) != 3 {
+		t.Fatalf("tern-1: %d runs, rates %+v", tn.Runs, got)
+	}
+	if reps[2].Runs != 1 || reps[2].Rounds != 0 {
+		t.Fatalf("kafka-3 changed: %+v", reps[2])
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -100,7 +101,11 @@ func writeAPIReport(w io.Writer, reps []*apiReport) {
 	if len(reps) > 0 {
 		m := reps[0].Machine
 		fmt.Fprintf(w, "Machine: %d CPUs (%s), %s, %s, %s. ", m.CPUs, m.CPUModel, m.Memory, m.OS, m.Go)
-		fmt.Fprintf(w, "%s per row and system, one system running at a time.\n\n", tablefmt.Plural(reps[0].Runs, "run"))
+		fmt.Fprintf(w, "%s per row and system, one system running at a time", tablefmt.Plural(reps[0].Runs, "run"))
+		if r := reps[0].Rounds; r > 1 {
+			fmt.Fprintf(w, ", in %d rounds: the systems take turns, each started afresh for every round", r)
+		}
+		fmt.Fprint(w, ".\n\n")
 	}
 	if len(loads) > 0 {
 		l := stats.SpreadOf(loads)
@@ -243,6 +248,7 @@ func cmdKafkaAPIReport(_ context.Context, args []string, stdout, stderr io.Write
 	fs := flag.NewFlagSet("replicatedvs kafkaapi-report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mdPath := fs.String("md", "", "write the Markdown here (default: stdout)")
+	mergedDir := fs.String("merged", "", "also write each system's merged report here, as <system>-<nodes>.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -257,6 +263,15 @@ func cmdKafkaAPIReport(_ context.Context, args []string, stdout, stderr io.Write
 		}
 		reps = append(reps, r)
 	}
+	reps = mergeAPIReports(reps)
+	if *mergedDir != "" {
+		for _, r := range reps {
+			p := filepath.Join(*mergedDir, fmt.Sprintf("%s-%d.json", r.System.Key, r.System.Nodes))
+			if err := records.WriteJSON(p, r); err != nil {
+				return err
+			}
+		}
+	}
 	out := stdout
 	if *mdPath != "" {
 		f, err := os.Create(*mdPath)
@@ -268,6 +283,46 @@ func cmdKafkaAPIReport(_ context.Context, args []string, stdout, stderr io.Write
 	}
 	writeAPIReport(out, reps)
 	return nil
+}
+
+// mergeAPIReports joins the reports of one system on one node count (the rounds
+// of an interleaved run, each a fresh start of the system) into one: each row's
+// runs are those of every round, in round order. Reports keep their order of
+// first appearance; a merged one keeps its first round's description, with the
+// processes of every round.
+func mergeAPIReports(reps []*apiReport) []*apiReport {
+	var out []*apiReport
+	for _, r := range reps {
+		i := slices.IndexFunc(out, func(o *apiReport) bool {
+			return o.System.Key == r.System.Key && o.System.Nodes == r.System.Nodes
+		})
+		if i < 0 {
+			out = append(out, r)
+			continue
+		}
+		m := out[i]
+		m.Rounds = max(m.Rounds, 1) + max(r.Rounds, 1)
+		m.Runs += r.Runs
+		m.BusyStarts += r.BusyStarts
+		m.LoadAvg = append(m.LoadAvg, r.LoadAvg...)
+		m.Seconds += r.Seconds
+		m.System.Pids = append(m.System.Pids, r.System.Pids...)
+		m.System.HWMReset = m.System.HWMReset && r.System.HWMReset
+		for _, row := range r.Rows {
+			if into := findAPIRow(m, row.Key); into != nil {
+				into.Results = append(into.Results, row.Results...)
+				into.Failures = append(into.Failures, row.Failures...)
+			} else {
+				m.Rows = append(m.Rows, row)
+			}
+		}
+	}
+	for _, r := range out {
+		for _, row := range r.Rows {
+			row.summarize()
+		}
+	}
+	return out
 }
 
 // hasLatency reports whether a row's kind measures latency: the producer tools'
