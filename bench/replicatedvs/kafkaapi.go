@@ -242,46 +242,13 @@ func (w *cpuWindow) finish(res *kafkaResult, r kafkaRow) {
 	}
 }
 
-// settleMax bounds settleServers; settleCores is the servers' summed CPU use
-// (in cores, over a quarter second) under which they count as quiet.
+// settleMax bounds the wait for the servers to go quiet after a pre-fill;
+// settleCores is their summed CPU use (in cores, over a quarter second) under
+// which they count as quiet.
 const (
 	settleMax   = 20 * time.Second
 	settleCores = 0.15
 )
-
-// settleServers waits until the servers pids together use less than settleCores
-// over a quarter second, or max has passed, and returns how long it waited.
-func settleServers(ctx context.Context, pids []int, max time.Duration) time.Duration {
-	start := time.Now()
-	sum := func() (time.Duration, bool) {
-		var t time.Duration
-		for _, p := range pids {
-			c, err := host.ProcCPU(p)
-			if err != nil {
-				return 0, false
-			}
-			t += c
-		}
-		return t, true
-	}
-	const window = 250 * time.Millisecond
-	for time.Since(start) < max {
-		c0, ok := sum()
-		if !ok {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(start)
-		case <-time.After(window):
-		}
-		c1, ok := sum()
-		if !ok || float64(c1-c0) < settleCores*float64(window) {
-			break
-		}
-	}
-	return time.Since(start)
-}
 
 func loadAvg1() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -328,7 +295,7 @@ func (k *kafkaRunner) apiOnce(ctx context.Context, r kafkaRow, run int, pids []i
 		time.Sleep(500 * time.Millisecond)
 		// The pre-fill was acknowledged by a quorum; a replica still catching
 		// up would be counted in the consumer's window, on both systems.
-		settle := settleServers(ctx, pids, settleMax).Seconds()
+		settle := host.WaitProcsQuiet(ctx, pids, settleMax, settleCores).Seconds()
 		begin()
 		if r.Kind == kindReplay {
 			res, err = k.consume(ctx, topic, r)

@@ -69,37 +69,31 @@ func packBlocks(dst, src []byte, gate *s2pace.Gate, bare bool) ([]byte, bool) {
 	start := len(dst)
 	plain := 0 // src[plain:] is not in dst yet
 	packed := false
-	for at := 0; at < len(src); {
+	for at, n := 0, 0; at < len(src); at += n {
 		// The run: records up to maxBlockRaw bytes, or one larger record.
-		n := recLen(src[at:])
+		n = recLen(src[at:])
 		for at+n < len(src) && n+recLen(src[at+n:]) <= maxBlockRaw {
 			n += recLen(src[at+n:])
 		}
 		run := src[at : at+n]
-		if len(run) < minBlockRaw || (gate != nil && !gate.Try()) {
-			if bare {
-				sealRecords(run)
+		shrank := false
+		if len(run) >= minBlockRaw && (gate == nil || gate.Try()) {
+			mark := len(dst)
+			dst = append(dst, src[plain:at]...)
+			dst, shrank = appendRun(dst, run, bare)
+			if gate != nil {
+				gate.Shrank(shrank)
 			}
-			at += n
-			continue
-		}
-		mark := len(dst)
-		dst = append(dst, src[plain:at]...)
-		var shrank bool
-		dst, shrank = appendRun(dst, run, bare)
-		if gate != nil {
-			gate.Shrank(shrank)
-		}
-		if shrank {
-			packed = true
-			plain = at + n
-		} else {
-			dst = dst[:mark] // the run stays with the plain bytes before it
-			if bare {
-				sealRecords(run)
+			if shrank {
+				packed = true
+				plain = at + n
+			} else {
+				dst = dst[:mark] // the run stays with the plain bytes before it
 			}
 		}
-		at += n
+		if !shrank && bare {
+			sealRecords(run)
+		}
 	}
 	if !packed {
 		return dst[:start], false

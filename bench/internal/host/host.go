@@ -76,30 +76,69 @@ func cpuTimes() (busy, total uint64, ok bool) {
 	return busy, total, true
 }
 
-// WaitQuiet waits until less than threshold of the CPUs is busy over a quarter
-// second (nothing of the benchmark runs meanwhile, so this is other processes), or
-// max has passed; it reports whether the machine was quiet. Without /proc/stat it
-// does not wait.
-func WaitQuiet(ctx context.Context, max time.Duration, threshold float64) bool {
+// quietWindow is the span over which the waits below measure CPU use.
+const quietWindow = 250 * time.Millisecond
+
+// waitWindows measures quietWindow after quietWindow, each between two calls of
+// sample, until quiet says one was quiet, sample fails, ctx ends or max has
+// passed; it reports false only when max passed first.
+func waitWindows[T any](ctx context.Context, max time.Duration, sample func() (T, bool), quiet func(before, after T) bool) bool {
 	deadline := time.Now().Add(max)
 	for {
-		b0, t0, ok := cpuTimes()
+		before, ok := sample()
 		if !ok {
 			return true
 		}
 		select {
 		case <-ctx.Done():
 			return true
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(quietWindow):
 		}
-		b1, t1, ok := cpuTimes()
-		if !ok || t1 == t0 || float64(b1-b0)/float64(t1-t0) < threshold {
+		after, ok := sample()
+		if !ok || quiet(before, after) {
 			return true
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
 	}
+}
+
+// WaitQuiet waits until less than threshold of the CPUs is busy over a quarter
+// second (nothing of the benchmark runs meanwhile, so this is other processes), or
+// max has passed; it reports whether the machine was quiet. Without /proc/stat it
+// does not wait.
+func WaitQuiet(ctx context.Context, max time.Duration, threshold float64) bool {
+	type times struct{ busy, total uint64 }
+	sample := func() (times, bool) {
+		b, t, ok := cpuTimes()
+		return times{b, t}, ok
+	}
+	return waitWindows(ctx, max, sample, func(a, b times) bool {
+		return b.total == a.total || float64(b.busy-a.busy)/float64(b.total-a.total) < threshold
+	})
+}
+
+// WaitProcsQuiet waits until the processes pids together use less than cores of
+// CPU over a quarter second, or max has passed (a process gone ends the wait),
+// and returns how long it waited.
+func WaitProcsQuiet(ctx context.Context, pids []int, max time.Duration, cores float64) time.Duration {
+	start := time.Now()
+	sample := func() (time.Duration, bool) {
+		var sum time.Duration
+		for _, p := range pids {
+			c, err := ProcCPU(p)
+			if err != nil {
+				return 0, false
+			}
+			sum += c
+		}
+		return sum, true
+	}
+	waitWindows(ctx, max, sample, func(a, b time.Duration) bool {
+		return float64(b-a) < cores*float64(quietWindow)
+	})
+	return time.Since(start)
 }
 
 // Meter measures what other processes use of the CPUs over a window: the whole

@@ -110,3 +110,30 @@ func TestProcCPU(t *testing.T) {
 		t.Fatal("ProcCPU of a pid that does not exist: no error")
 	}
 }
+
+// TestWaitProcsQuiet: an idle process ends the wait after one window; one that
+// keeps a core busy holds it until max.
+func TestWaitProcsQuiet(t *testing.T) {
+	ctx := context.Background()
+	self := []int{os.Getpid()}
+	if waited := WaitProcsQuiet(ctx, self, 5*time.Second, 0.5); waited > 2*time.Second {
+		t.Fatalf("an idle test process held the wait for %s", waited)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	if waited := WaitProcsQuiet(ctx, self, 700*time.Millisecond, 0.5); waited < 700*time.Millisecond {
+		t.Fatalf("a process using a core ended the wait after %s", waited)
+	}
+	if waited := WaitProcsQuiet(ctx, []int{1 << 30}, time.Minute, 0.5); waited > time.Second {
+		t.Fatalf("a pid that does not exist held the wait for %s", waited)
+	}
+}
