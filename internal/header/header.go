@@ -59,6 +59,11 @@ func (h Block) Validate() error {
 }
 
 func nextStr(b []byte) (s, rest []byte, err error) {
+	// Most strings of a header are shorter than 128 bytes: a one-byte length,
+	// without the general varint decoding.
+	if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+		return b[1 : 1+b[0]], b[1+b[0]:], nil
+	}
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
 		return nil, nil, fmt.Errorf("%w: bad length", ErrMalformed)

@@ -106,21 +106,36 @@ func splitNumbered(id string) (prefix string, n uint64, ok bool) {
 	return id[:i], n, true
 }
 
+// msgID is a message id as the window reads it: split once into its prefix and
+// counter when it is numbered, for the lookup and the add that follows it.
+type msgID struct {
+	id       string
+	prefix   string
+	n        uint64
+	numbered bool
+}
+
+func parseMsgID(id string) msgID {
+	m := msgID{id: id}
+	m.prefix, m.n, m.numbered = splitNumbered(id)
+	return m
+}
+
 // lookup reports whether id was stored within the window, and where.
-func (d *dedupWindow) lookup(id string, now int64) (part int, seq uint64, dup bool) {
+func (d *dedupWindow) lookup(id msgID, now int64) (part int, seq uint64, dup bool) {
 	d.expire(now)
-	if prefix, n, ok := splitNumbered(id); ok {
-		if l := d.list(prefix); l != nil {
+	if id.numbered {
+		if l := d.list(id.prefix); l != nil {
 			l.expire(now - int64(d.window))
-			if r := l.find(n); r != nil {
-				return r.part, r.seq + (n - r.first), true
+			if r := l.find(id.n); r != nil {
+				return r.part, r.seq + (id.n - r.first), true
 			}
 		}
 	}
 	if len(d.ids) == 0 {
 		return 0, 0, false
 	}
-	e, ok := d.ids[id]
+	e, ok := d.ids[id.id]
 	if !ok {
 		return 0, 0, false
 	}
@@ -157,31 +172,31 @@ func (d *dedupWindow) list(prefix string) *idRuns {
 // add records id, not stored within the window (lookup said so), as stored at
 // part, seq at time at. id may point into a buffer that is reused: what is kept
 // is copied.
-func (d *dedupWindow) add(id string, part int, seq uint64, at int64) {
-	if prefix, n, ok := splitNumbered(id); ok {
-		l := d.list(prefix)
+func (d *dedupWindow) add(id msgID, part int, seq uint64, at int64) {
+	if id.numbered {
+		l := d.list(id.prefix)
 		if l == nil {
-			l = &idRuns{prefix: string([]byte(prefix))}
+			l = &idRuns{prefix: string([]byte(id.prefix))}
 			d.numbered[l.prefix] = l
 			d.last = l
 		}
-		if l.add(n, part, seq, at) {
+		if l.add(id.n, part, seq, at) {
 			return
 		}
 	}
-	id = string([]byte(id))
-	d.ids[id] = dedupEntry{part, seq, at}
-	d.order = append(d.order, dedupAge{id, at})
+	kept := string([]byte(id.id))
+	d.ids[kept] = dedupEntry{part, seq, at}
+	d.order = append(d.order, dedupAge{kept, at})
 }
 
 // remove forgets id, stored by the last commit, which failed.
-func (d *dedupWindow) remove(id string) {
-	if prefix, n, ok := splitNumbered(id); ok {
-		if l := d.list(prefix); l != nil && l.remove(n) {
+func (d *dedupWindow) remove(id msgID) {
+	if id.numbered {
+		if l := d.list(id.prefix); l != nil && l.remove(id.n) {
 			return
 		}
 	}
-	delete(d.ids, id)
+	delete(d.ids, id.id)
 }
 
 // expire forgets the map's ids older than the window, and now and then the

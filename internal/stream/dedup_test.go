@@ -56,7 +56,7 @@ func TestDedupWindowMatchesASet(t *testing.T) {
 					id = fmt.Sprintf("kafka:7:0:0:%02d", r.IntN(20)) // leading zeros: not numbered
 				}
 				want, wantDup := alive(id, now)
-				part, seq, dup := d.lookup(id, now)
+				part, seq, dup := d.lookup(parseMsgID(id), now)
 				if dup != wantDup || (dup && (part != want.part || seq != want.seq)) {
 					t.Fatalf("step %d: lookup(%q) = %d/%d dup %v, want %d/%d dup %v", step, id, part, seq, dup, want.part, want.seq, wantDup)
 				}
@@ -68,7 +68,7 @@ func TestDedupWindowMatchesASet(t *testing.T) {
 					seqs[p] += 3 // messages without ids between
 				}
 				seqs[p]++
-				d.add(id, p, seqs[p], now)
+				d.add(parseMsgID(id), p, seqs[p], now)
 				ref[id] = stored{p, seqs[p], now}
 				recent = append(recent, id)
 				if len(recent) > 4 {
@@ -77,7 +77,7 @@ func TestDedupWindowMatchesASet(t *testing.T) {
 				if r.IntN(200) == 0 {
 					// A failed commit takes back what it added.
 					for i := len(recent) - 1; i >= 0; i-- {
-						d.remove(recent[i])
+						d.remove(parseMsgID(recent[i]))
 						delete(ref, recent[i])
 					}
 					recent = recent[:0]
@@ -95,10 +95,10 @@ func TestDedupWindowKeepsRunsSmall(t *testing.T) {
 	for i := uint64(0); i < 100_000; i++ {
 		now += int64(50 * time.Microsecond)
 		id := fmt.Sprintf("kafka:1:0:0:%d", i)
-		if _, _, dup := d.lookup(id, now); dup {
+		if _, _, dup := d.lookup(parseMsgID(id), now); dup {
 			t.Fatalf("%s: duplicate", id)
 		}
-		d.add(id, 0, i+1, now)
+		d.add(parseMsgID(id), 0, i+1, now)
 	}
 	if len(d.ids) != 0 {
 		t.Fatalf("%d map entries, want 0", len(d.ids))
@@ -115,7 +115,7 @@ func TestDedupWindowKeepsRunsSmall(t *testing.T) {
 	if n := len(l.spans) - l.spanHead; n != 20_001 || cap(l.spans) > 4*20_001 {
 		t.Fatalf("time spans: %d kept, capacity %d", n, cap(l.spans))
 	}
-	if _, seq, dup := d.lookup("kafka:1:0:0:99990", now); !dup || seq != 99991 {
+	if _, seq, dup := d.lookup(parseMsgID("kafka:1:0:0:99990"), now); !dup || seq != 99991 {
 		t.Fatalf("lookup of a stored id: seq %d dup %v", seq, dup)
 	}
 }
@@ -130,23 +130,23 @@ func TestDedupWindowSpansBatches(t *testing.T) {
 		now += int64(10 * time.Millisecond)
 		for i := 0; i < each; i++ {
 			n := uint64(b*each + i)
-			d.add(fmt.Sprintf("kafka:7:0:0:%d", n), 0, n+1, now)
+			d.add(parseMsgID(fmt.Sprintf("kafka:7:0:0:%d", n)), 0, n+1, now)
 		}
 	}
 	l := d.numbered["kafka:7:0:0:"]
 	if len(l.spans) != batches || len(l.runs) != 1 {
 		t.Fatalf("%d time spans and %d runs for %d batches, want a span a batch and one run", len(l.spans), len(l.runs), batches)
 	}
-	if _, _, dup := d.lookup("kafka:7:0:0:299999", now); !dup {
+	if _, _, dup := d.lookup(parseMsgID("kafka:7:0:0:299999"), now); !dup {
 		t.Fatal("an id of the last batch is gone")
 	}
 	// Batch b was added at (b+1)*10 ms: a window ending at cut+1 s keeps the
 	// batches from the 202nd (b = 201) on.
 	cut := int64(202 * 10 * time.Millisecond)
-	if _, _, dup := d.lookup("kafka:7:0:0:200999", cut+int64(time.Second)); dup {
+	if _, _, dup := d.lookup(parseMsgID("kafka:7:0:0:200999"), cut+int64(time.Second)); dup {
 		t.Fatal("an id of a batch older than the window is still kept")
 	}
-	if _, seq, dup := d.lookup("kafka:7:0:0:201000", cut+int64(time.Second)); !dup || seq != 201001 {
+	if _, seq, dup := d.lookup(parseMsgID("kafka:7:0:0:201000"), cut+int64(time.Second)); !dup || seq != 201001 {
 		t.Fatalf("the first id of the oldest batch in the window: seq %d dup %v", seq, dup)
 	}
 	if got := d.len(); got != (batches-201)*each {
@@ -172,7 +172,7 @@ func BenchmarkDedupNumbered(b *testing.B) {
 					now += int64(batch) * 1000
 				}
 				buf = strconv.AppendUint(buf[:len(prefix)], i, 10)
-				id := unsafe.String(unsafe.SliceData(buf), len(buf)) // as a header's id points into its message
+				id := parseMsgID(unsafe.String(unsafe.SliceData(buf), len(buf))) // as a header's id points into its message
 				if _, _, dup := d.lookup(id, now); !dup {
 					d.add(id, 0, i+1, now)
 				}
@@ -190,7 +190,7 @@ func BenchmarkDedupPlain(b *testing.B) {
 		now += 1000
 		buf = strconv.AppendUint(buf[:6], i, 16)
 		buf = append(buf, 'x') // not numbered
-		id := unsafe.String(unsafe.SliceData(buf), len(buf))
+		id := parseMsgID(unsafe.String(unsafe.SliceData(buf), len(buf)))
 		if _, _, dup := d.lookup(id, now); !dup {
 			d.add(id, 0, i+1, now)
 		}

@@ -360,7 +360,7 @@ func (m *partitionMachine) rebuildDedup() {
 			return
 		}
 		if id, ok := header.Block(rec.Header).Lookup(streamapi.HeaderMsgID); ok && id != "" {
-			m.dedup.add(id, m.part, rec.Seq, rec.Time)
+			m.dedup.add(parseMsgID(id), m.part, rec.Seq, rec.Time)
 		}
 	}
 }
@@ -500,8 +500,10 @@ type appliedBatch struct {
 // restart. Refusals by the store's limits are results, not failures: every
 // replica refuses alike.
 func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) pubResult {
-	id, exp, hasExp := pubIDs(hdr)
-	if id != "" {
+	idText, exp, hasExp := pubIDs(hdr)
+	var id msgID
+	if idText != "" {
+		id = parseMsgID(idText)
 		if _, seq, dup := m.dedup.lookup(id, ts); dup {
 			return pubResult{seq: seq, dup: true}
 		}
@@ -510,7 +512,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) 
 	if replay && m.log.State().LastSeq >= seq {
 		// Stored before a restart: this entry is being applied again.
 		m.last = seq
-		if id != "" {
+		if idText != "" {
 			m.dedup.add(id, m.part, seq, ts)
 		}
 		return pubResult{seq: seq}
@@ -533,7 +535,7 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) 
 		return pubResult{code: streamapi.CodeInternal, err: fmt.Sprintf("stored at %d, expected %d", got, seq)}
 	}
 	m.last = seq
-	if id != "" {
+	if idText != "" {
 		m.dedup.add(id, m.part, seq, ts)
 	}
 	return pubResult{seq: seq}

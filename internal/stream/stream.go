@@ -134,7 +134,7 @@ type pendingAck struct {
 	dup    bool
 	code   int
 	err    string
-	msgID  string
+	msgID  msgID
 }
 
 func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
@@ -836,15 +836,16 @@ func (s *Stream) commit(q *inbound) {
 		subj := q.get(it.subj)
 		id, exp, hasExp := pubIDs(hdr)
 		if id != "" {
-			if part, seq, dup := s.dedup.lookup(id, now); dup {
+			a.msgID = parseMsgID(id)
+			if part, seq, dup := s.dedup.lookup(a.msgID, now); dup {
 				a.part, a.seq, a.dup = part, seq, true
+				a.msgID = msgID{}
 				s.acks = append(s.acks, a)
 				continue
 			}
-			a.msgID = id
 		}
 		if hasExp && !s.dedup.isHighest(exp, now) {
-			a.code, a.err, a.msgID = streamapi.CodeWrongLastMsgID, "wrong last message id: "+exp+" is not the last one stored", ""
+			a.code, a.err, a.msgID = streamapi.CodeWrongLastMsgID, "wrong last message id: "+exp+" is not the last one stored", msgID{}
 			s.acks = append(s.acks, a)
 			continue
 		}
@@ -852,11 +853,11 @@ func (s *Stream) commit(q *inbound) {
 		seq, err := s.parts[part].Append(subj, hdr, q.get(it.data), now)
 		if err != nil {
 			a.code, a.err = errorCode(err), err.Error()
-			a.msgID = ""
+			a.msgID = msgID{}
 			s.acks = append(s.acks, a)
 			continue
 		}
-		if a.msgID != "" {
+		if a.msgID.id != "" {
 			s.dedup.add(a.msgID, part, seq, now) // copies what it keeps of the id
 		}
 		a.part, a.seq = part, seq
@@ -873,7 +874,7 @@ func (s *Stream) commit(q *inbound) {
 			for i := range s.acks {
 				a := &s.acks[i]
 				if a.part == p && a.code == 0 && !a.dup {
-					if a.msgID != "" {
+					if a.msgID.id != "" {
 						s.dedup.remove(a.msgID)
 					}
 					a.code, a.err = code, err.Error()
@@ -1003,7 +1004,7 @@ func (s *Stream) rebuildDedup() {
 				break
 			}
 			if id, ok := header.Block(rec.Header).Lookup(streamapi.HeaderMsgID); ok && id != "" {
-				s.dedup.add(id, p, rec.Seq, rec.Time)
+				s.dedup.add(parseMsgID(id), p, rec.Seq, rec.Time)
 			}
 		}
 		r.Close()
