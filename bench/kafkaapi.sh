@@ -161,7 +161,8 @@ KAFKA_TOOLS_LOG4J=$RUN_DIR/log4j2-tools.properties
 kafka_log4j "$KAFKA_TOOLS_LOG4J" WARN SYSTEM_ERR
 JVM=(--jvm-opt=-Xmx512M)
 for o in "${KAFKA_JVM_OPTS[@]}" "-Dlog4j2.configurationFile=$KAFKA_TOOLS_LOG4J"; do JVM+=("--jvm-opt=$o"); done
-rm -f "$ROUT"/kafka-[13].json "$ROUT"/tern-[13].json "$ROUT"/kafka-[13].r*.json "$ROUT"/tern-[13].r*.json "$ROUT/tools.log" "$ROUT/results.md"
+rm -f "$ROUT"/kafka-[13].json "$ROUT"/tern-[13].json "$ROUT"/kafka-[13].r*.json "$ROUT"/tern-[13].r*.json "$ROUT/tools.log" "$ROUT/results.md" \
+	"$ROUT"/kafka-n[123]*.r[0-9]*.log "$ROUT"/tern-single.r[0-9]*.log "$ROUT"/tern3-n[123].r[0-9]*.log
 failed=
 
 # harness runs the rows ROUND_RUNS times into $ROUT/<system>-<nodes>$ROUND_SUFFIX.json.
@@ -182,6 +183,14 @@ harness() { # system nodes bootstrap pids setup [config]: the rows against a run
 	fi
 }
 
+keep_round_logs() { # name...: a round's server logs get its suffix, so the next round's do not overwrite them
+	local name
+	[ -n "$ROUND_SUFFIX" ] || return 0
+	for name in "$@"; do
+		[ ! -f "$ROUT/$name.log" ] || mv -f "$ROUT/$name.log" "$ROUT/$name$ROUND_SUFFIX.log"
+	done
+}
+
 run_kafka() { # nodes: start Kafka, the rows, stop
 	local nodes=$1
 	KAFKA_NODES=$nodes
@@ -198,6 +207,7 @@ run_kafka() { # nodes: start Kafka, the rows, stop
 	fi
 	harness kafka "$nodes" "$(kafka_bootstrap)" "$pids" "$setup" "$ROUT/kafka-n1.properties"
 	kafka_stop_cluster
+	keep_round_logs kafka-n1 kafka-n2 kafka-n3 kafka-n1-format kafka-n2-format kafka-n3-format
 	rm -rf "$RUN_DIR/kafka"
 }
 
@@ -216,6 +226,7 @@ run_tern() { # nodes: start Tern, the rows, stop
 		wait_port "$kp" "$TERN1_PID" "tern server" 30
 		harness tern 1 "127.0.0.1:$kp" "$TERN1_PID" "tern server, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
 		stop_tern1
+		keep_round_logs tern-single
 		rm -rf "$RUN_DIR/tern"
 	else
 		echo "== Tern: 3 nodes, --cluster-size 3, on 127.0.0.1 (Kafka API on $(r3_kafka_port 1), +10, +20)"
@@ -223,6 +234,7 @@ run_tern() { # nodes: start Tern, the rows, stop
 		for i in 1 2 3; do wait_port "$(r3_kafka_port "$i")" "$(r3_pid tern "$i")" "tern node $i (Kafka API)" 30; done
 		harness tern 3 "$(r3_list kafka)" "$(r3_list pids)" "3 nodes, --cluster-size 3, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
 		r3_stop
+		keep_round_logs tern3-n1 tern3-n2 tern3-n3
 	fi
 }
 
