@@ -220,11 +220,11 @@ run_tern() { # nodes: start Tern, the rows, stop
 		kp=$(r3_kafka_port 1)
 		echo "== Tern: one node, tern server on 127.0.0.1 (Kafka API on $kp)"
 		"$TERN_BIN" server --server-name tern --host 127.0.0.1 --port "$p" --http "127.0.0.1:$(r3_monitor_port tern 1)" \
-			--kafka-port "$kp" --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 --store-dir "$RUN_DIR/tern" "${extra[@]}" \
+			--kafka-port "$kp" --kafka-group-initial-delay 0 --mqtt-port -1 --mqtt-ws-port -1 --udp-port -1 --store-dir "$RUN_DIR/tern" "${extra[@]}" \
 			>"$ROUT/tern-single.log" 2>&1 &
 		TERN1_PID=$!
 		wait_port "$kp" "$TERN1_PID" "tern server" 30
-		harness tern 1 "127.0.0.1:$kp" "$TERN1_PID" "tern server, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
+		harness tern 1 "127.0.0.1:$kp" "$TERN1_PID" "tern server, defaults (sync every 100 ms), no initial group rebalance delay${TERN_ARGS:+, $TERN_ARGS}"
 		stop_tern1
 		keep_round_logs tern-single
 		rm -rf "$RUN_DIR/tern"
@@ -232,7 +232,7 @@ run_tern() { # nodes: start Tern, the rows, stop
 		echo "== Tern: 3 nodes, --cluster-size 3, on 127.0.0.1 (Kafka API on $(r3_kafka_port 1), +10, +20)"
 		r3_start tern tern3
 		for i in 1 2 3; do wait_port "$(r3_kafka_port "$i")" "$(r3_pid tern "$i")" "tern node $i (Kafka API)" 30; done
-		harness tern 3 "$(r3_list kafka)" "$(r3_list pids)" "3 nodes, --cluster-size 3, defaults (sync every 100 ms)${TERN_ARGS:+, $TERN_ARGS}"
+		harness tern 3 "$(r3_list kafka)" "$(r3_list pids)" "3 nodes, --cluster-size 3, defaults (sync every 100 ms), no initial group rebalance delay${TERN_ARGS:+, $TERN_ARGS}"
 		r3_stop
 		keep_round_logs tern3-n1 tern3-n2 tern3-n3
 	fi

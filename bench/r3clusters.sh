@@ -111,13 +111,18 @@ r3_start() { # sys tag: start a fresh cluster of sys and wait until it is ready
 		for i in 1 2 3; do
 			mqtt_port=-1
 			[ "${R3_MQTT:-0}" != 1 ] || mqtt_port=$(r3_mqtt_port tern "$i")
-			kafka_port=-1
-			[ "${R3_KAFKA:-0}" != 1 ] || kafka_port=$(r3_kafka_port "$i")
+			kafka_port=-1 kafka_opts=()
+			if [ "${R3_KAFKA:-0}" = 1 ]; then
+				kafka_port=$(r3_kafka_port "$i")
+				# A new consumer group starts at once, as the Kafka brokers beside it
+				# are set (group.initial.rebalance.delay.ms=0, kafka.sh).
+				kafka_opts=(--kafka-group-initial-delay 0)
+			fi
 			# Defaults otherwise: fsync every 100 ms (sync interval), as replicated.sh.
 			"$TERN_BIN" server --server-name "tern$i" --host 127.0.0.1 --port "$(r3_port tern "$i")" \
 				--http "127.0.0.1:$(r3_monitor_port tern "$i")" --cluster-name r3 --cluster-port "$(($(r3_port tern "$i") + 1))" \
 				--join "${join%,}" --cluster-size 3 --mqtt-port "$mqtt_port" --mqtt-ws-port -1 --kafka-port "$kafka_port" --udp-port -1 \
-				--store-dir "$RUN_DIR/$tag-n$i" "${extra[@]}" >"$ROUT/$tag-n$i.log" 2>&1 &
+				--store-dir "$RUN_DIR/$tag-n$i" "${kafka_opts[@]}" "${extra[@]}" >"$ROUT/$tag-n$i.log" 2>&1 &
 			R3_PIDS[tern$i]=$!
 		done
 		;;
