@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,18 +33,18 @@ const (
 
 // produceScratch is a connection's reusable produce state.
 type produceScratch struct {
-	hdr      []byte // header blocks of the records, one after another
-	hdrEach  int    // the most header bytes a record has taken, for growing hdr once per batch
-	idPrefix []byte // the message ids' start of the batch being decoded
-	reply    []byte
-	num      []byte
-	bufs     [][]byte // decompression buffers, one per compressed batch
-	msgs     []outMsg
-	parts    []partOut
-	idem     []idemBatch
-	rec      kmsg.Record
-	bm       broker.Message
-	errIdx   []kmsg.ProduceResponseTopicPartitionErrorRecord
+	hdr     []byte    // header blocks of the records, one after another
+	hdrEach int       // the most header bytes a record has taken, for growing hdr once per batch
+	ids     recordIDs // the message ids of the batch being decoded
+	reply   []byte
+	num     []byte
+	bufs    [][]byte // decompression buffers, one per compressed batch
+	msgs    []outMsg
+	parts   []partOut
+	idem    []idemBatch
+	rec     kmsg.Record
+	bm      broker.Message
+	errIdx  []kmsg.ProduceResponseTopicPartitionErrorRecord
 }
 
 // outMsg is a record ready to publish.
@@ -248,7 +249,7 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 		from := len(ps.msgs)
 		if idem {
 			// The ids of a batch's records differ in their sequence only.
-			ps.idPrefix = appendIDPrefix(ps.idPrefix[:0], batch.ProducerID, batch.ProducerEpoch, po.partition)
+			ps.ids.begin(batch.ProducerID, batch.ProducerEpoch, po.partition, batch.FirstSequence)
 		}
 		lastTS, tsText := int64(0), []byte(nil)
 		hdrFrom := len(ps.hdr)
@@ -286,10 +287,10 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 			}
 			h = header.Append(h, HeaderTimestamp, unsafeString(tsText))
 			if idem {
-				h = appendMsgID(h, streamapi.HeaderMsgID, ps.idPrefix, nextSeq(batch.FirstSequence, int64(i)))
+				h = header.Append(h, streamapi.HeaderMsgID, unsafeString(ps.ids.of(i)))
 				if i == 0 && hasAfter {
 					// Behind a batch still in flight: stored only if that one was.
-					h = appendMsgID(h, streamapi.HeaderExpectedLastMsgID, ps.idPrefix, after)
+					h = header.Append(h, streamapi.HeaderExpectedLastMsgID, unsafeString(ps.ids.ofSeq(after)))
 				}
 			}
 			for j := range rec.Headers {
@@ -392,25 +393,63 @@ type errRecord string
 
 func (e errRecord) Error() string { return string(e) }
 
-// appendIDPrefix appends what the message ids of an idempotent producer's records
-// on one partition start with: "kafka:<producer id>:<epoch>:<partition>:".
-func appendIDPrefix(dst []byte, id int64, epoch int16, part int32) []byte {
-	dst = append(dst, msgIDPrefix...)
-	dst = strconv.AppendInt(dst, id, 10)
-	dst = append(dst, ':')
-	dst = strconv.AppendInt(dst, int64(epoch), 10)
-	dst = append(dst, ':')
-	dst = strconv.AppendInt(dst, int64(part), 10)
-	return append(dst, ':')
+// recordIDs makes the message ids of one idempotent batch's records,
+// "kafka:<producer id>:<epoch>:<partition>:<sequence>", record i's sequence being
+// the batch's first plus i (wrapping after the int32 maximum, as Kafka's do).
+// Records are asked for in order, so an id is mostly the last one's text with its
+// number advanced by one, not formatted again.
+type recordIDs struct {
+	buf    []byte // the prefix, then the last id's sequence
+	prefix int
+	first  int32
+	i      int // the record whose id buf holds; -1: none
+	seq    int32
 }
 
-// appendMsgID appends header key (Tern-Msg-Id, or Tern-Expected-Last-Msg-Id)
-// with the id of the record of sequence seq, prefix being its producer's and
-// partition's (appendIDPrefix).
-func appendMsgID(h []byte, key string, prefix []byte, seq int32) []byte {
-	var b [96]byte
-	v := strconv.AppendInt(append(b[:0], prefix...), int64(seq), 10)
-	return header.Append(h, key, unsafeString(v))
+// begin starts the ids of a batch.
+func (r *recordIDs) begin(producer int64, epoch int16, part, first int32) {
+	b := append(r.buf[:0], msgIDPrefix...)
+	b = strconv.AppendInt(b, producer, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(epoch), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(part), 10)
+	r.buf = append(b, ':')
+	r.prefix, r.first, r.i = len(r.buf), first, -1
+}
+
+// of returns record i's id, valid until the next call.
+func (r *recordIDs) of(i int) []byte {
+	if r.i >= 0 && i == r.i+1 && r.seq != math.MaxInt32 {
+		r.i, r.seq = i, r.seq+1
+		r.advance()
+		return r.buf
+	}
+	id := r.ofSeq(nextSeq(r.first, int64(i)))
+	r.i = i
+	return id
+}
+
+// ofSeq returns the id of the record of sequence seq, valid until the next call.
+func (r *recordIDs) ofSeq(seq int32) []byte {
+	r.buf = strconv.AppendInt(r.buf[:r.prefix], int64(seq), 10)
+	r.i, r.seq = -1, seq
+	return r.buf
+}
+
+// advance adds one to the decimal sequence at the end of buf.
+func (r *recordIDs) advance() {
+	digits := r.buf[r.prefix:]
+	for k := len(digits) - 1; k >= 0; k-- {
+		if digits[k] != '9' {
+			digits[k]++
+			return
+		}
+		digits[k] = '0'
+	}
+	// Every digit was a nine: one digit more, a one and zeros.
+	r.buf = append(r.buf, '0')
+	r.buf[r.prefix] = '1'
 }
 
 // answerProduce fills the answer from the stream's acks.
