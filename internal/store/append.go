@@ -40,7 +40,9 @@ func (l *Log) Append(subject, header, payload []byte, ts int64) (uint64, error) 
 	if used := p.off + int64(len(l.batch)-p.start); used > 0 && used+int64(n) > l.cfg.SegmentBytes {
 		l.parts = append(l.parts, part{base: seq, start: len(l.batch)})
 		p = &l.parts[len(l.parts)-1]
+		l.runs.cut(len(l.batch))
 	}
+	l.runs.add(len(l.batch), n)
 	if l.cfg.Compression == CompressS2 {
 		// Its CRC waits for the commit: a record packed into a block needs none.
 		l.batch = appendBareRecord(l.batch, seq, ts, subject, header, payload)
@@ -77,6 +79,7 @@ func (l *Log) resetBatch() {
 	l.npend = 0
 	l.pendBytes = 0
 	l.bare = false
+	l.runs.reset()
 }
 
 func (l *Log) partEnd(i int) int {
@@ -95,7 +98,8 @@ func (l *Log) pack() {
 		}
 		from := len(l.packed)
 		var packed bool
-		if l.packed, packed = packBlocks(l.packed, l.batch[p.start:l.partEnd(i)], &l.gate, l.bare); packed {
+		start, end := p.start, l.partEnd(i)
+		if l.packed, packed = packBlocks(l.packed, l.batch[start:end], l.runs.within(start, end), &l.gate, l.bare); packed {
 			p.packedFrom, p.packedTo = from, len(l.packed)
 		}
 	}

@@ -384,15 +384,15 @@ func FuzzExpandBlock(f *testing.F) {
 	for i := uint64(1); i <= 20; i++ {
 		run = appendRecord(run, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	block, _ := packBlocks(nil, run, nil, false)
+	block, _ := packBlocks(nil, run, nil, nil, false)
 	f.Add(block)
-	one, _ := packBlocks(nil, run[:recLen(run)], nil, false)
+	one, _ := packBlocks(nil, run[:recLen(run)], nil, nil, false)
 	f.Add(one)
 	var bareRun []byte
 	for i := uint64(1); i <= 20; i++ {
 		bareRun = appendBareRecord(bareRun, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	bare, _ := packBlocks(nil, bareRun, nil, true)
+	bare, _ := packBlocks(nil, bareRun, nil, nil, true)
 	f.Add(bare)
 	f.Add(block[:len(block)-1])
 	f.Add(block[:blockHdrSize])
@@ -440,7 +440,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 			size += recordSize(1, 0, len(p))
 		}
 	}
-	out, packed := packBlocks([]byte("prefix"), src, nil, false)
+	out, packed := packBlocks([]byte("prefix"), src, nil, nil, false)
 	if !packed || string(out[:6]) != "prefix" {
 		t.Fatal("nothing packed, or dst's bytes lost")
 	}
@@ -468,7 +468,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 		t.Fatalf("expanded %d of %d bytes back, equal %v; %d blocks, %d plain records", len(back), len(src), bytes.Equal(back, src), blocks, plain)
 	}
 	small := appendRecord(nil, 1, 1, []byte("s"), nil, bytes.Repeat([]byte("a"), minBlockRaw-recHdrSize-2))
-	if out, packed := packBlocks([]byte("x"), small, nil, false); packed || string(out) != "x" {
+	if out, packed := packBlocks([]byte("x"), small, nil, nil, false); packed || string(out) != "x" {
 		t.Fatal("a run too small for a block was packed")
 	}
 }
@@ -593,4 +593,50 @@ func TestBareInnerRecords(t *testing.T) {
 		t.Fatalf("reopen: %+v", rep)
 	}
 	checkAll(t, l, want)
+}
+
+// TestPackRunsAsAppended: the runs the writer keeps as it appends are those a walk
+// of each part's records finds (splitRuns): records of every size, one larger
+// than a block alone, and a batch cut into parts by small segments. What Commit
+// writes from them reads back whole.
+func TestPackRunsAsAppended(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Compression = CompressS2
+	cfg.SegmentBytes = 300 << 10
+	l, _ := mustOpen(t, cfg)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var want [][]byte
+	for i := 0; i < 3000; i++ {
+		size := 1 + rng.IntN(900)
+		switch i {
+		case 700:
+			size = maxBlockRaw + 5000 // a run of its own
+		case 701:
+			size = maxBlockRaw - recordSize(1, 0, 0) // exactly a block's bytes
+		}
+		p := compressible(uint64(i), size)
+		want = append(want, p)
+		if _, err := l.Append([]byte("s"), nil, p, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(l.parts) < 3 {
+		t.Fatalf("%d parts: the batch should span segments", len(l.parts))
+	}
+	for i, p := range l.parts {
+		start, end := p.start, l.partEnd(i)
+		got, walked := l.runs.within(start, end), splitRuns(l.batch[start:end])
+		if fmt.Sprint(got) != fmt.Sprint(walked) || len(walked) == 0 {
+			t.Fatalf("part %d: runs kept end at %v, a walk finds %v", i, got, walked)
+		}
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range want {
+		rec, _, err := l.Read(uint64(i+1), nil)
+		if err != nil || !bytes.Equal(rec.Payload, p) {
+			t.Fatalf("message %d: %d bytes, %v", i+1, len(rec.Payload), err)
+		}
+	}
 }

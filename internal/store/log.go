@@ -92,6 +92,7 @@ type Log struct {
 	batch     []byte
 	bare      bool        // the batch holds records without their CRC (appendBareRecord)
 	packed    []byte      // the batch with runs packed into compressed blocks
+	runs      packRuns    // where the batch's runs to pack end, kept as it grows
 	gate      s2pace.Gate // paces attempts at packing runs that do not shrink
 	readBlock struct {    // the block Read last expanded
 		mu  sync.Mutex
