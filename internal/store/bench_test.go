@@ -199,11 +199,17 @@ func BenchmarkCompressedLog(b *testing.B) {
 
 // commitIn64s appends n messages with the given payloads, committing 64 at a time.
 func commitIn64s(b *testing.B, l *Log, n int, payload func(i int) []byte) {
+	commitEvery(b, l, n, 64, []byte("orders.eu.created"), nil, payload)
+}
+
+// commitEvery appends n messages of subject and header with the given payloads,
+// committing per at a time.
+func commitEvery(b *testing.B, l *Log, n, per int, subject, header []byte, payload func(i int) []byte) {
 	for i := 0; i < n; i++ {
-		if _, err := l.Append([]byte("orders.eu.created"), nil, payload(i), 1); err != nil {
+		if _, err := l.Append(subject, header, payload(i), 1); err != nil {
 			b.Fatal(err)
 		}
-		if (i+1)%64 == 0 {
+		if (i+1)%per == 0 {
 			if err := l.Commit(); err != nil {
 				b.Fatal(err)
 			}
@@ -225,17 +231,5 @@ func BenchmarkCompressedBigCommits(b *testing.B) {
 	payload := make([]byte, 100)
 	b.SetBytes(100)
 	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if _, err := l.Append([]byte("bench-topic-subject"), hdr, payload, 1); err != nil {
-			b.Fatal(err)
-		}
-		if (i+1)%8192 == 0 {
-			if err := l.Commit(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	if err := l.Commit(); err != nil {
-		b.Fatal(err)
-	}
+	commitEvery(b, l, b.N, 8192, []byte("bench-topic-subject"), hdr, func(int) []byte { return payload })
 }
