@@ -91,9 +91,6 @@ func (r *packRuns) reset() { r.ends, r.size = r.ends[:0], 0 }
 // offsets from start; start and end are where parts begin. The slice is reused
 // by the next call.
 func (r *packRuns) within(start, end int) []int {
-	if r.rel == nil {
-		r.rel = make([]int, 0, 8) // never nil: packBlocks takes nil for "find them"
-	}
 	r.rel = r.rel[:0]
 	for _, e := range r.ends {
 		if e > start && e < end {
@@ -103,7 +100,8 @@ func (r *packRuns) within(start, end int) []int {
 	return r.rel
 }
 
-// splitRuns is packRuns over records already in src.
+// splitRuns is packRuns over records already in src (for callers that did not
+// keep them as they appended).
 func splitRuns(src []byte) []int {
 	var r packRuns
 	for at := 0; at < len(src); at += recLen(src[at:]) {
@@ -115,15 +113,12 @@ func splitRuns(src []byte) []int {
 // packBlocks appends to dst the records of src (whole records, as Append encoded
 // them, consecutive sequences) with runs of them packed into compressed blocks
 // wherever that saves an eighth of their bytes; the rest are copied as they are.
-// ends are where src's runs end but the last (packRuns; nil: splitRuns finds
-// them). When no run shrinks it appends nothing and reports false: src is then
+// ends are where src's runs end but the last (packRuns, or splitRuns of src).
+// When no run shrinks it appends nothing and reports false: src is then
 // written as it is, without a copy. gate paces the attempts (nil: every run is
 // tried). With bare, src's records have no CRC yet (appendBareRecord): those left
 // plain get theirs in src, those packed none.
 func packBlocks(dst, src []byte, ends []int, gate *s2pace.Gate, bare bool) ([]byte, bool) {
-	if ends == nil {
-		ends = splitRuns(src)
-	}
 	start := len(dst)
 	plain := 0 // src[plain:] is not in dst yet
 	packed := false

@@ -384,15 +384,15 @@ func FuzzExpandBlock(f *testing.F) {
 	for i := uint64(1); i <= 20; i++ {
 		run = appendRecord(run, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	block, _ := packBlocks(nil, run, nil, nil, false)
+	block, _ := packBlocks(nil, run, splitRuns(run), nil, false)
 	f.Add(block)
-	one, _ := packBlocks(nil, run[:recLen(run)], nil, nil, false)
+	one, _ := packBlocks(nil, run[:recLen(run)], splitRuns(run[:recLen(run)]), nil, false)
 	f.Add(one)
 	var bareRun []byte
 	for i := uint64(1); i <= 20; i++ {
 		bareRun = appendBareRecord(bareRun, i, int64(i), []byte("a.b"), nil, compressible(i, 100))
 	}
-	bare, _ := packBlocks(nil, bareRun, nil, nil, true)
+	bare, _ := packBlocks(nil, bareRun, splitRuns(bareRun), nil, true)
 	f.Add(bare)
 	f.Add(block[:len(block)-1])
 	f.Add(block[:blockHdrSize])
@@ -440,7 +440,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 			size += recordSize(1, 0, len(p))
 		}
 	}
-	out, packed := packBlocks([]byte("prefix"), src, nil, nil, false)
+	out, packed := packBlocks([]byte("prefix"), src, splitRuns(src), nil, false)
 	if !packed || string(out[:6]) != "prefix" {
 		t.Fatal("nothing packed, or dst's bytes lost")
 	}
@@ -468,7 +468,7 @@ func TestPackBlocksKeepsOrder(t *testing.T) {
 		t.Fatalf("expanded %d of %d bytes back, equal %v; %d blocks, %d plain records", len(back), len(src), bytes.Equal(back, src), blocks, plain)
 	}
 	small := appendRecord(nil, 1, 1, []byte("s"), nil, bytes.Repeat([]byte("a"), minBlockRaw-recHdrSize-2))
-	if out, packed := packBlocks([]byte("x"), small, nil, nil, false); packed || string(out) != "x" {
+	if out, packed := packBlocks([]byte("x"), small, splitRuns(small), nil, false); packed || string(out) != "x" {
 		t.Fatal("a run too small for a block was packed")
 	}
 }

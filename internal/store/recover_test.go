@@ -494,7 +494,7 @@ func FuzzRecover(f *testing.F) {
 	for i := uint64(1); i <= 30; i++ {
 		run = appendRecord(run, i, int64(i)*1000, []byte("a.b"), nil, compressible(i, 90))
 	}
-	packed, _ := packBlocks(nil, run, nil, nil, false)
+	packed, _ := packBlocks(nil, run, splitRuns(run), nil, false)
 	f.Add(packed)
 	f.Add(packed[:len(packed)-5])
 	badBlock := bytes.Clone(packed)
@@ -504,7 +504,7 @@ func FuzzRecover(f *testing.F) {
 	for i := uint64(1); i <= 30; i++ {
 		bareRun = appendBareRecord(bareRun, i, int64(i)*1000, []byte("a.b"), nil, compressible(i, 90))
 	}
-	bare, _ := packBlocks(nil, bareRun, nil, nil, true)
+	bare, _ := packBlocks(nil, bareRun, splitRuns(bareRun), nil, true)
 	f.Add(bare)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
@@ -591,13 +591,13 @@ func TestOldBlocksCheckInnerCRCs(t *testing.T) {
 	for i := uint64(1); i <= 30; i++ {
 		run = appendRecord(run, i, int64(i)*1000, []byte("a.b"), nil, compressible(i, 90))
 	}
-	good, _ := packBlocks(nil, run, nil, nil, false)
+	good, _ := packBlocks(nil, run, splitRuns(run), nil, false)
 	if recFlags(good) != flagBlock {
 		t.Fatalf("flags %d, want a block of sealed records", recFlags(good))
 	}
 	bad := bytes.Clone(run)
 	bad[recLen(bad)+offCRC] ^= 1 // the second record's CRC
-	damaged, _ := packBlocks(nil, bad, nil, nil, false)
+	damaged, _ := packBlocks(nil, bad, splitRuns(bad), nil, false)
 	// A plain record after the block, so that a bad block is damage, not a torn tail.
 	last := appendRecord(nil, 31, 31000, []byte("a.b"), nil, compressible(31, 90))
 	for _, tc := range []struct {

@@ -38,14 +38,13 @@ func kafkaLikeEntry(token uint64, ts int64, firstID, n int) []byte {
 // the duplicate check, storing and committing. Reported per message.
 func BenchmarkApplyKafkaBatches(b *testing.B) {
 	const perEntry = 500
-	l, _, err := store.Open(store.Config{Dir: b.TempDir(), Name: "p0", Sync: store.SyncNever, Compression: store.CompressS2})
+	l, _, err := store.Open(store.Config{Dir: b.TempDir(), Name: "p0", Sync: store.SyncNever})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
 	m := newPartitionMachine(l, 2*time.Minute, nil)
-	m.logCompression = store.CompressS2
-	m.compression.Store(int32(store.CompressS2))
+	m.setCompression(store.CompressS2) // as the stream's configuration asks; Apply passes it on
 	const ents = 64
 	entries := make([][]byte, ents)
 	ts := time.Now().UnixNano()

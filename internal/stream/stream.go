@@ -836,13 +836,13 @@ func (s *Stream) commit(q *inbound) {
 		subj := q.get(it.subj)
 		id, exp, hasExp := pubIDs(hdr)
 		if id != "" {
-			a.msgID = parseMsgID(id)
-			if part, seq, dup := s.dedup.lookup(a.msgID, now); dup {
+			mid := parseMsgID(id)
+			if part, seq, dup := s.dedup.lookup(mid, now); dup {
 				a.part, a.seq, a.dup = part, seq, true
-				a.msgID = msgID{}
 				s.acks = append(s.acks, a)
 				continue
 			}
+			a.msgID = mid
 		}
 		if hasExp && !s.dedup.isHighest(exp, now) {
 			a.code, a.err, a.msgID = streamapi.CodeWrongLastMsgID, "wrong last message id: "+exp+" is not the last one stored", msgID{}
