@@ -2,8 +2,11 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // Append encodes a record into the log's write buffer and returns its sequence. It is not
@@ -32,16 +35,7 @@ func (l *Log) Append(subject, header, payload []byte, ts int64) (uint64, error) 
 		ts = l.cfg.Now().UnixNano()
 	}
 	seq := l.last + uint64(l.npend) + 1
-	if len(l.parts) == 0 {
-		a := l.active()
-		l.parts = append(l.parts, part{seg: a, base: a.base, off: a.size})
-	}
-	p := &l.parts[len(l.parts)-1]
-	if used := p.off + int64(len(l.batch)-p.start); used > 0 && used+int64(n) > l.cfg.SegmentBytes {
-		l.parts = append(l.parts, part{base: seq, start: len(l.batch)})
-		p = &l.parts[len(l.parts)-1]
-		l.runs.cut(len(l.batch))
-	}
+	p := l.partFor(seq, n)
 	l.runs.add(len(l.batch), n)
 	if l.cfg.Compression == CompressS2 {
 		// Its CRC waits for the commit: a record packed into a block needs none.
@@ -54,6 +48,144 @@ func (l *Log) Append(subject, header, payload []byte, ts int64) (uint64, error) 
 	l.npend++
 	l.pendBytes += uint64(n)
 	return seq, nil
+}
+
+// partFor returns the part the next n bytes of the batch go to, starting a
+// new one (a new segment) at seq when the last one has no room for them.
+func (l *Log) partFor(seq uint64, n int) *part {
+	if len(l.parts) == 0 {
+		a := l.active()
+		l.parts = append(l.parts, part{seg: a, base: a.base, off: a.size})
+	}
+	p := &l.parts[len(l.parts)-1]
+	if used := p.off + int64(len(l.batch)-p.start); used > 0 && used+int64(n) > l.cfg.SegmentBytes {
+		l.parts = append(l.parts, part{base: seq, start: len(l.batch)})
+		p = &l.parts[len(l.parts)-1]
+		l.runs.cut(len(l.batch))
+	}
+	return p
+}
+
+// AppendBlock appends the messages of inner, all of time ts (0 = Config.Now()),
+// as one compressed block that the caller made: inner holds them as
+// AppendBlockMessage wrote them, and block must be inner's S2 block
+// (github.com/klauspost/compress/s2, block format), at most BlockBytes of inner
+// bytes unless it holds one message. The messages take consecutive sequences;
+// it returns the first. Like Append's, they count against the limits as records
+// and become durable and visible at Commit. It refuses what RoomFor refuses, and
+// nothing else: a caller that asked RoomFor first can count on it.
+//
+// A replicated stream's leader compresses its entries' messages this way, so
+// that no replica compresses them again.
+func (l *Log) AppendBlock(ts int64, inner, block []byte) (uint64, error) {
+	st, err := l.checkBlock(inner, block)
+	if err != nil {
+		return 0, err
+	}
+	if ts == 0 {
+		ts = l.cfg.Now().UnixNano()
+	}
+	seq := l.last + uint64(l.npend) + 1
+	size := blockHdrSize + len(block)
+	p := l.partFor(seq, size)
+	at := len(l.batch)
+	l.runs.cut(at)
+	l.runs.add(at, size)
+	l.runs.cut(at + size)
+	l.batch = appendMessageBlock(l.batch, seq, ts, st.count, len(inner), block)
+	runs := len(l.readyRuns)
+	for b := inner; len(b) > 0; {
+		subj, _, _, rest, _ := nextBlockMessage(b) // checked by checkBlock
+		b = rest
+		if k := len(l.readyRuns) - 1; k >= runs && l.readyRuns[k].subj == string(subj) {
+			l.readyRuns[k].n++
+			continue
+		}
+		name := ""
+		// Only the writer changes subjects: it may read it without the lock.
+		if si := l.subjects[string(subj)]; si != nil {
+			name = si.subj
+		} else {
+			name = string(subj)
+		}
+		l.readyRuns = append(l.readyRuns, subjRun{subj: name, n: 1})
+	}
+	l.ready = append(l.ready, readyBlock{bytes: st.bytes, runs: len(l.readyRuns) - runs})
+	p.n += st.count
+	l.npend += st.count
+	l.pendBytes += st.bytes
+	return seq, nil
+}
+
+// RoomFor reports whether AppendBlock would take the messages of inner with
+// the compressed block, and if not the error it would give: ErrTooLarge for a
+// message over the limit or a block larger than a segment, ErrFull when the
+// limits discard new messages and they do not fit, ErrBadBlock for inner bytes
+// that are not whole messages or a block that does not expand to them.
+func (l *Log) RoomFor(inner, block []byte) error {
+	_, err := l.checkBlock(inner, block)
+	return err
+}
+
+// blockStats is what checkBlock learns of a message block.
+type blockStats struct {
+	count int
+	bytes uint64 // the record bytes its messages count for
+}
+
+func (l *Log) checkBlock(inner, block []byte) (blockStats, error) {
+	var st blockStats
+	if l.shut.Load() {
+		return st, ErrClosed
+	}
+	if l.broken != nil {
+		return st, l.broken
+	}
+	largest := 0
+	for b := inner; len(b) > 0; {
+		subj, hdr, data, rest, ok := nextBlockMessage(b)
+		if !ok {
+			return st, fmt.Errorf("store %q: message %d of a block: %w", l.cfg.Name, st.count, ErrBadBlock)
+		}
+		n := recordSize(len(subj), len(hdr), len(data))
+		largest = max(largest, n)
+		st.bytes += uint64(n)
+		st.count++
+		b = rest
+	}
+	if n, err := s2.DecodedLen(block); st.count == 0 || err != nil || n != len(inner) || st.count > math.MaxUint32 {
+		return st, fmt.Errorf("store %q: a block of %d messages, %d inner bytes: %w", l.cfg.Name, st.count, len(inner), ErrBadBlock)
+	}
+	if int64(largest) > l.cfg.SegmentBytes || (l.cfg.MaxBytes > 0 && int64(largest) > l.cfg.MaxBytes) {
+		return st, fmt.Errorf("store %q: record of %d bytes exceeds the limit of %d: %w",
+			l.cfg.Name, largest, l.maxRecord(), ErrTooLarge)
+	}
+	if size := blockHdrSize + len(block); int64(size) > l.cfg.SegmentBytes {
+		return st, fmt.Errorf("store %q: block of %d bytes exceeds the segment size of %d: %w",
+			l.cfg.Name, size, l.cfg.SegmentBytes, ErrTooLarge)
+	}
+	if l.cfg.Discard == DiscardNew {
+		if l.cfg.MaxMsgs > 0 && l.msgs+uint64(l.npend)+uint64(st.count) > l.cfg.MaxMsgs {
+			return st, fmt.Errorf("store %q: %d messages: %w", l.cfg.Name, l.cfg.MaxMsgs, ErrFull)
+		}
+		if l.cfg.MaxBytes > 0 && l.bytes+l.pendBytes+st.bytes > uint64(l.cfg.MaxBytes) {
+			return st, fmt.Errorf("store %q: %d bytes: %w", l.cfg.Name, l.cfg.MaxBytes, ErrFull)
+		}
+	}
+	return st, nil
+}
+
+// A block AppendBlock put in the batch, for publishBatch: the record bytes its
+// messages count for, and how many of Log.readyRuns are its.
+type readyBlock struct {
+	bytes uint64
+	runs  int
+}
+
+// subjRun is n consecutive messages of one subject.
+type subjRun struct {
+	subj string
+	n    uint64
 }
 
 func (l *Log) maxRecord() int64 {
@@ -80,6 +212,9 @@ func (l *Log) resetBatch() {
 	l.pendBytes = 0
 	l.bare = false
 	l.runs.reset()
+	l.ready = l.ready[:0]
+	clear(l.readyRuns) // their subjects
+	l.readyRuns = l.readyRuns[:0]
 }
 
 func (l *Log) partEnd(i int) int {
@@ -231,6 +366,7 @@ func (l *Log) publishBatch() []*segment {
 	defer l.mu.Unlock()
 	wasEmpty := l.first > l.last
 	var si *subjInfo
+	ready, runs := l.ready, l.readyRuns
 	for i := range l.parts {
 		p := &l.parts[i]
 		s := p.seg
@@ -246,6 +382,35 @@ func (l *Log) publishBatch() []*segment {
 		s.liveBytes += int64(len(b))
 		off := p.off
 		for out := l.written(i); len(out) > 0; {
+			if recFlags(b)&flagBlock != 0 {
+				// AppendBlock's, written as it is: its messages share its time.
+				seq, ts, n := recSeq(b), recTime(b), recLen(b)
+				s.index = s.ib.add(s.index, l.cfg.IndexEvery, uint32(seq-s.base), off, ts)
+				s.tmax = max(s.tmax, ts)
+				rb := ready[0]
+				ready = ready[1:]
+				s.liveBytes += int64(rb.bytes) - int64(n)
+				for _, r := range runs[:rb.runs] {
+					if si == nil || si.subj != r.subj {
+						if si = l.subjects[r.subj]; si == nil {
+							si = &subjInfo{subj: r.subj}
+							l.subjects[si.subj] = si
+						}
+					}
+					si.msgs += r.n
+					seq += r.n
+					si.last = seq - 1
+				}
+				runs = runs[rb.runs:]
+				l.lastTime = ts
+				if wasEmpty {
+					l.firstTime = ts
+					wasEmpty = false
+				}
+				off += int64(n)
+				out, b = out[n:], b[n:]
+				continue
+			}
 			for k := unitCount(out); k > 0; k-- {
 				n := recLen(b)
 				rec := b[:n]

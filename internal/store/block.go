@@ -30,9 +30,19 @@ import (
 // bytes. The inner records of a block written with flagBareInner have a zero CRC,
 // as the block's covers them; those of older blocks keep their own, which load
 // checks.
+//
+// A message block (flags = flagBlock|flagMessages, made by AppendBlock) holds
+// messages that share one time, the block's, in a shorter form than records:
+// for each, its subject, header and payload, each as an unsigned varint length
+// then the bytes (AppendBlockMessage). A replicated stream's leader compresses
+// its entries' messages in that form, and every replica writes the compressed
+// bytes it was sent instead of compressing them again. Loading one rebuilds its
+// messages as records (without CRCs; the block's covers them), so that what
+// reads an expanded block reads both kinds alike.
 const (
 	flagBlock     = 1
 	flagBareInner = 2
+	flagMessages  = 4
 	blockHdrSize  = recHdrSize + 8
 	offCount      = recHdrSize
 	offRawLen     = recHdrSize + 4
@@ -44,6 +54,54 @@ const (
 	// minBlockRaw: smaller runs are not worth a block header and a pass of S2.
 	minBlockRaw = 128
 )
+
+// BlockBytes bounds the inner bytes of a block of more than one message
+// (AppendBlock): a random read expands the whole block to reach one message.
+const BlockBytes = maxBlockRaw
+
+// AppendBlockMessage appends one message to dst in the inner form of a message
+// block (AppendBlock): subject, header and payload, each as an unsigned varint
+// length then the bytes.
+func AppendBlockMessage(dst, subject, header, payload []byte) []byte {
+	for _, f := range [3][]byte{subject, header, payload} {
+		dst = binary.AppendUvarint(dst, uint64(len(f)))
+		dst = append(dst, f...)
+	}
+	return dst
+}
+
+// nextBlockMessage reads the message at the front of b, a message block's inner
+// bytes, and returns it with the rest of b; ok is false when b does not start
+// with a whole message.
+func nextBlockMessage(b []byte) (subject, header, payload, rest []byte, ok bool) {
+	fields := [3]*[]byte{&subject, &header, &payload}
+	for _, f := range fields {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return nil, nil, nil, b, false
+		}
+		*f = b[n : n+int(l)]
+		b = b[n+int(l):]
+	}
+	return subject, header, payload, b, len(subject) <= maxSubject
+}
+
+// blockMessagesAsRecords appends the messages of a message block's inner bytes
+// to dst as bare records from sequence first on, all of time ts; ok is false
+// unless inner is exactly count whole messages.
+func blockMessagesAsRecords(dst, inner []byte, first uint64, ts int64, count uint64) ([]byte, bool) {
+	seq := first
+	for len(inner) > 0 {
+		subj, hdr, data, rest, ok := nextBlockMessage(inner)
+		if !ok || seq-first == count {
+			return dst, false
+		}
+		dst = appendBareRecord(dst, seq, ts, subj, hdr, data)
+		inner = rest
+		seq++
+	}
+	return dst, seq-first == count
+}
 
 var errBlock = errors.New("bad compressed block")
 
@@ -129,6 +187,9 @@ func packBlocks(dst, src []byte, ends []int, gate *s2pace.Gate, bare bool) ([]by
 		}
 		n = end - at
 		run := src[at:end]
+		if recFlags(run)&flagBlock != 0 {
+			continue // a block of AppendBlock's, a run of its own: it stays as it is
+		}
 		shrank := false
 		if len(run) >= minBlockRaw && (gate == nil || gate.Try()) {
 			mark := len(dst)
@@ -171,28 +232,42 @@ func appendRun(dst, run []byte, bare bool) ([]byte, bool) {
 		return append(dst[:at], run...), false
 	}
 	dst = dst[:at+size]
-	b := dst[at:]
-	var count uint32
+	var count int
 	tmax := int64(minTime)
 	for r := run; len(r) > 0; r = r[recLen(r):] {
 		count++
 		tmax = max(tmax, recTime(r))
 	}
-	copy(b, recMagic[:])
-	binary.LittleEndian.PutUint32(b[offLen:], uint32(size))
-	binary.LittleEndian.PutUint64(b[offSeq:], recSeq(run))
-	binary.LittleEndian.PutUint64(b[offTime:], uint64(tmax))
 	flags := uint16(flagBlock)
 	if bare {
 		flags |= flagBareInner
 	}
+	sealBlock(dst[at:], flags, recSeq(run), tmax, count, len(run))
+	return dst, true
+}
+
+// appendMessageBlock appends a message block (AppendBlock) of count messages
+// from seq on, of time ts, whose inner bytes, rawLen of them, S2 made body.
+func appendMessageBlock(dst []byte, seq uint64, ts int64, count, rawLen int, body []byte) []byte {
+	at := len(dst)
+	dst = append(append(dst, make([]byte, blockHdrSize)...), body...)
+	sealBlock(dst[at:], flagBlock|flagMessages, seq, ts, count, rawLen)
+	return dst
+}
+
+// sealBlock fills in the header of the block that is exactly b, its compressed
+// body in place, and its CRC.
+func sealBlock(b []byte, flags uint16, seq uint64, ts int64, count, rawLen int) {
+	copy(b, recMagic[:])
+	binary.LittleEndian.PutUint32(b[offLen:], uint32(len(b)))
+	binary.LittleEndian.PutUint64(b[offSeq:], seq)
+	binary.LittleEndian.PutUint64(b[offTime:], uint64(ts))
 	binary.LittleEndian.PutUint16(b[offFlags:], flags)
 	binary.LittleEndian.PutUint16(b[offSubj:], 0)
 	binary.LittleEndian.PutUint32(b[offHdr:], 8)
-	binary.LittleEndian.PutUint32(b[offCount:], count)
-	binary.LittleEndian.PutUint32(b[offRawLen:], uint32(len(run)))
+	binary.LittleEndian.PutUint32(b[offCount:], uint32(count))
+	binary.LittleEndian.PutUint32(b[offRawLen:], uint32(rawLen))
 	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:], crcTable))
-	return dst, true
 }
 
 // expander holds one block's inner records, expanded, so that reading its
@@ -203,6 +278,7 @@ type expander struct {
 	first uint64 // its first sequence
 	count uint64
 	buf   []byte // the inner records
+	msgs  []byte // a message block's inner bytes, before they are made records
 	// A walk position: the record with sequence posSeq starts at buf[pos].
 	pos    int
 	posSeq uint64
@@ -218,11 +294,24 @@ var expandBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // release gives the expander's buffer back for another one to use.
 func (e *expander) release() {
-	if e.buf != nil && cap(e.buf) <= 2*maxBlockRaw {
-		b := e.buf[:0]
-		expandBufs.Put(&b)
+	for _, b := range [2][]byte{e.buf, e.msgs} {
+		if b != nil && cap(b) <= 2*maxBlockRaw {
+			b = b[:0]
+			expandBufs.Put(&b)
+		}
 	}
-	e.buf, e.f = nil, nil
+	e.buf, e.msgs, e.f = nil, nil, nil
+}
+
+// growExpandBuf returns b with length n, from the pool when b is nil.
+func growExpandBuf(b []byte, n int64) []byte {
+	if b == nil && n <= 2*maxBlockRaw {
+		b = *expandBufs.Get().(*[]byte)
+	}
+	if int64(cap(b)) < n {
+		b = make([]byte, n)
+	}
+	return b[:n]
 }
 
 // load checks raw, the block record read at off in f (its length and header
@@ -240,28 +329,38 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	}
 	count := uint64(binary.LittleEndian.Uint32(raw[offCount:]))
 	rawLen := int64(binary.LittleEndian.Uint32(raw[offRawLen:]))
-	if count == 0 || rawLen < int64(count)*recHdrSize || rawLen > max(limit, maxBlockRaw) {
+	messages := recFlags(raw)&flagMessages != 0
+	least := int64(count) * recHdrSize
+	if messages {
+		least = int64(count) * 3 // three lengths of one byte
+	}
+	if count == 0 || rawLen < least || rawLen > max(limit, maxBlockRaw) {
 		return errBlock
 	}
 	body := raw[blockHdrSize:]
 	if n, err := s2.DecodedLen(body); err != nil || int64(n) != rawLen {
 		return errBlock
 	}
-	if e.buf == nil && rawLen <= 2*maxBlockRaw {
-		e.buf = *expandBufs.Get().(*[]byte)
+	inner := &e.buf
+	if messages {
+		inner = &e.msgs
 	}
-	if int64(cap(e.buf)) < rawLen {
-		e.buf = make([]byte, rawLen)
-	}
-	e.buf = e.buf[:rawLen]
-	out, err := s2.Decode(e.buf, body)
-	if err != nil || int64(len(out)) != rawLen || &out[0] != &e.buf[0] {
+	*inner = growExpandBuf(*inner, rawLen)
+	out, err := s2.Decode(*inner, body)
+	if err != nil || int64(len(out)) != rawLen || &out[0] != &(*inner)[0] {
 		return errBlock
 	}
 	first := recSeq(raw)
 	decode := decodeRecord
-	if recFlags(raw)&flagBareInner != 0 {
+	if recFlags(raw)&(flagBareInner|flagMessages) != 0 {
 		decode = parseRecord // the block's CRC, checked above, covers them
+	}
+	if messages {
+		e.buf = growExpandBuf(e.buf, rawLen+int64(count)*(recHdrSize-3))[:0]
+		var ok bool
+		if e.buf, ok = blockMessagesAsRecords(e.buf, e.msgs, first, recTime(raw), count); !ok {
+			return errBlock
+		}
 	}
 	seq, b := first, e.buf
 	for len(b) > 0 {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // compressible is a payload S2 shrinks: text with a counter in it.
@@ -56,6 +58,17 @@ func openCompressed(t *testing.T) (*Log, *fakeClock, Config) {
 
 func checkAll(t *testing.T, l *Log, want []msg) {
 	t.Helper()
+	checkReads(t, l, want)
+	for _, x := range want[:min(len(want), 50)] {
+		if got := l.SeqForTime(x.ts); got != x.seq {
+			t.Fatalf("SeqForTime(%d) = %d, want %d", x.ts, got, x.seq)
+		}
+	}
+}
+
+// checkReads reads want back through a reader and through Read.
+func checkReads(t *testing.T, l *Log, want []msg) {
+	t.Helper()
 	got := readAll(t, l, 0)
 	if len(got) != len(want) {
 		t.Fatalf("reader: %d records, want %d", len(got), len(want))
@@ -73,13 +86,8 @@ func checkAll(t *testing.T, l *Log, want []msg) {
 		if err != nil {
 			t.Fatalf("Read(%d): %v", x.seq, err)
 		}
-		if r.Seq != x.seq || r.Time != x.ts || string(r.Subject) != x.subject || !bytes.Equal(r.Payload, x.payload) {
+		if r.Seq != x.seq || r.Time != x.ts || string(r.Subject) != x.subject || !bytes.Equal(r.Header, x.header) || !bytes.Equal(r.Payload, x.payload) {
 			t.Fatalf("Read(%d) differs", x.seq)
-		}
-	}
-	for _, x := range want[:min(len(want), 50)] {
-		if got := l.SeqForTime(x.ts); got != x.seq {
-			t.Fatalf("SeqForTime(%d) = %d, want %d", x.ts, got, x.seq)
 		}
 	}
 }
@@ -396,6 +404,13 @@ func FuzzExpandBlock(f *testing.F) {
 	f.Add(bare)
 	f.Add(block[:len(block)-1])
 	f.Add(block[:blockHdrSize])
+	var inner []byte
+	for i := uint64(1); i <= 20; i++ {
+		inner = AppendBlockMessage(inner, []byte("a.b"), []byte("\x02id\x01x"), compressible(i, 100))
+	}
+	f.Add(appendMessageBlock(nil, 1, 7, 20, len(inner), s2.Encode(nil, inner)))
+	f.Add(appendMessageBlock(nil, 1, 7, 21, len(inner), s2.Encode(nil, inner)))
+	f.Add(appendMessageBlock(nil, 1, 7, 20, len(inner), s2.Encode(nil, inner[:len(inner)-1])))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < recHdrSize {
 			return

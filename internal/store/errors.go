@@ -13,6 +13,9 @@ var (
 	ErrCorrupt  = errors.New("store: corrupt record")
 	ErrClosed   = errors.New("store: log closed")
 	ErrTooLarge = errors.New("store: record too large") // larger than SegmentBytes (or MaxBytes)
+	// ErrBadBlock: AppendBlock was given inner bytes that are not whole messages,
+	// or a block that does not expand to them.
+	ErrBadBlock = errors.New("store: malformed message block")
 	// ErrCutInBlock: TruncateAfter can cut a log only between compressed blocks,
 	// not inside one (a log that is cut, as a replication log is, keeps
 	// Compression off).

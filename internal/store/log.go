@@ -90,11 +90,13 @@ type Log struct {
 	shut      atomic.Bool // Close started; checked without taking mu
 	broken    error       // a failed write could not be undone; the log refuses writes
 	batch     []byte
-	bare      bool        // the batch holds records without their CRC (appendBareRecord)
-	packed    []byte      // the batch with runs packed into compressed blocks
-	runs      packRuns    // where the batch's runs to pack end, kept as it grows
-	gate      s2pace.Gate // paces attempts at packing runs that do not shrink
-	readBlock struct {    // the block Read last expanded
+	bare      bool         // the batch holds records without their CRC (appendBareRecord)
+	packed    []byte       // the batch with runs packed into compressed blocks
+	runs      packRuns     // where the batch's runs to pack end, kept as it grows
+	ready     []readyBlock // the batch's blocks made by AppendBlock, in order
+	readyRuns []subjRun    // their messages' subjects, block after block
+	gate      s2pace.Gate  // paces attempts at packing runs that do not shrink
+	readBlock struct {     // the block Read last expanded
 		mu  sync.Mutex
 		gen uint64 // Log.gen when it was
 		exp expander

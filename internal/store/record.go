@@ -95,10 +95,13 @@ func sealRecord(b []byte) {
 	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offLen:recLen(b)], crcTable))
 }
 
-// sealRecords computes the CRC of every record of b (whole records).
+// sealRecords computes the CRC of every record of b (whole records, and
+// AppendBlock's blocks, which have theirs).
 func sealRecords(b []byte) {
 	for len(b) > 0 {
-		sealRecord(b)
+		if recFlags(b)&flagBlock == 0 {
+			sealRecord(b)
+		}
 		b = b[recLen(b):]
 	}
 }
@@ -117,7 +120,7 @@ func peekRecord(b []byte) (int, error) {
 	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
 	switch binary.LittleEndian.Uint16(b[offFlags:]) {
 	case 0:
-	case flagBlock, flagBlock | flagBareInner:
+	case flagBlock, flagBlock | flagBareInner, flagBlock | flagMessages:
 		if s != 0 || h != blockHdrSize-recHdrSize || n <= blockHdrSize {
 			return 0, errFields
 		}

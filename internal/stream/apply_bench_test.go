@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -12,12 +13,11 @@ import (
 )
 
 // kafkaLikeEntry is a compressed batch of n messages as the Kafka API proposes
-// an idempotent producer's records: 100-byte values of zeros and the headers it
-// adds to each (partition, timestamp, numbered message id).
-func kafkaLikeEntry(token uint64, ts int64, firstID, n int) []byte {
+// an idempotent producer's records: 100-byte values (value(i)) and the headers
+// it adds to each (partition, timestamp, numbered message id).
+func kafkaLikeEntry(token uint64, ts int64, firstID, n int, value func(i int) []byte) []byte {
 	var q inbound
 	idx := make([]int, 0, n)
-	value := make([]byte, 100)
 	tsText := strconv.FormatInt(ts/int64(time.Millisecond), 10)
 	for i := range n {
 		var it inItem
@@ -26,7 +26,7 @@ func kafkaLikeEntry(token uint64, ts int64, firstID, n int) []byte {
 		h = header.Append(h, "Tern-Timestamp", tsText)
 		h = header.Append(h, streamapi.HeaderMsgID, "kafka:7:0:0:"+strconv.Itoa(firstID+i))
 		it.hdr = q.put(h)
-		it.data = q.put(value)
+		it.data = q.put(value(firstID + i))
 		idx = append(idx, len(q.items))
 		q.items = append(q.items, it)
 	}
@@ -35,49 +35,50 @@ func kafkaLikeEntry(token uint64, ts int64, firstID, n int) []byte {
 
 // BenchmarkApplyKafkaBatches measures a follower applying compressed batches of
 // an idempotent Kafka producer's records to a compressing log: expanding them,
-// the duplicate check, storing and committing. Reported per message.
+// the duplicate check, storing and committing. Reported per message. Values are
+// zeros, or random capital letters as the franz-go harness's letters row sends.
 func BenchmarkApplyKafkaBatches(b *testing.B) {
-	const perEntry = 500
-	l, _, err := store.Open(store.Config{Dir: b.TempDir(), Name: "p0", Sync: store.SyncNever})
-	if err != nil {
-		b.Fatal(err)
+	zeros := make([]byte, 100)
+	rng := rand.New(rand.NewPCG(1, 2))
+	letters := make([]byte, 1<<16)
+	for i := range letters {
+		letters[i] = byte('A' + rng.IntN(26))
 	}
-	defer l.Close()
-	m := newPartitionMachine(l, 2*time.Minute, nil)
-	m.setCompression(store.CompressS2) // as the stream's configuration asks; Apply passes it on
-	const ents = 64
-	entries := make([][]byte, ents)
-	ts := time.Now().UnixNano()
-	id := 0
-	for i := range entries {
-		entries[i] = kafkaLikeEntry(uint64(i+1), ts, id, perEntry)
-		if entries[i][0] != entryMsgsS2 {
-			b.Fatal("a Kafka-like batch did not compress")
-		}
-		id += perEntry
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	index := uint64(1)
-	for i := 0; i < b.N; i += perEntry {
-		k := (i / perEntry) % ents
-		if k == 0 && i > 0 {
-			// The same ids again would be duplicates: next round, new ids.
-			b.StopTimer()
-			ts += int64(time.Millisecond)
-			for j := range entries {
-				entries[j] = kafkaLikeEntry(uint64(j+1), ts, id, perEntry)
-				id += perEntry
+	for _, v := range []struct {
+		name  string
+		value func(i int) []byte
+	}{
+		{"zeros", func(int) []byte { return zeros }},
+		{"letters", func(i int) []byte { at := i * 37 % (len(letters) - 100); return letters[at : at+100] }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			const perEntry = 500
+			l, _, err := store.Open(store.Config{Dir: b.TempDir(), Name: "p0", Sync: store.SyncNever})
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.StartTimer()
-		}
-		if err := m.Apply([]replica.Entry{{Index: index, Data: entries[k]}}); err != nil {
-			b.Fatal(err)
-		}
-		index++
-	}
-	b.StopTimer()
-	if st := l.State(); st.LastSeq < uint64(b.N) {
-		b.Fatalf("%d messages stored of %d", st.LastSeq, b.N)
+			defer l.Close()
+			m := newPartitionMachine(l, 2*time.Minute, nil)
+			m.setCompression(store.CompressS2) // as the stream's configuration asks; Apply passes it on
+			entries := make([][]byte, (b.N+perEntry-1)/perEntry)
+			ts := time.Now().UnixNano()
+			for i := range entries {
+				entries[i] = kafkaLikeEntry(uint64(i+1), ts, i*perEntry, perEntry, v.value)
+				if entries[i][0] != entryMsgsBlocks {
+					b.Fatal("a Kafka-like batch did not compress")
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i, e := range entries {
+				if err := m.Apply([]replica.Entry{{Index: uint64(i + 1), Data: e}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if st := l.State(); st.LastSeq != uint64(len(entries)*perEntry) {
+				b.Fatalf("%d messages stored of %d", st.LastSeq, len(entries)*perEntry)
+			}
+		})
 	}
 }

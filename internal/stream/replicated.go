@@ -39,12 +39,27 @@ import (
 // publishers from the results applying it gave; other replicas ignore it.
 const entryMsgs byte = 1
 
-// A message batch compressed (entryMsgsS2): the op (1 byte, 9), then the S2 block
-// (github.com/klauspost/compress/s2) of the whole entryMsgs entry, op included.
+// A message batch compressed in blocks (entryMsgsBlocks), all integers unsigned
+// varints unless said:
+//
+//	op (1 byte, 10)  token  time (zig-zag varint)  count
+//	then, to the end, blocks: messages  inner length  S2 length  S2 block
+//
+// A block's inner bytes are its messages' fields as an entryMsgs entry has
+// them, which is also the inner form of the store's message blocks
+// (store.AppendBlockMessage): at most store.BlockBytes of them, or one message.
 // The leader compresses a batch of at least compressMinBytes that shrinks by an
 // eighth or more — subjects and header keys repeat from message to message — so
-// that its Raft log, its appends to the followers and theirs carry fewer bytes;
-// every replica expands it before applying (and stores the messages as they came).
+// that its Raft log, its appends to the followers and theirs carry fewer bytes.
+// Every replica expands it to apply it, and writes each block whose messages
+// are all stored as they came to its log as it is (store.Log.AppendBlock):
+// nobody compresses them again.
+const entryMsgsBlocks byte = 10
+
+// An entry of the batch compressed whole (entryMsgsS2): the op (1 byte, 9), then
+// the S2 block (github.com/klauspost/compress/s2) of the whole entryMsgs entry,
+// op included. Leaders proposed them before entryMsgsBlocks; replicas still
+// apply them from their Raft logs.
 const entryMsgsS2 byte = 9
 
 // compressMinBytes is the smallest message batch compressed: below it the bytes
@@ -73,29 +88,143 @@ func putEntryBuffer(b *[]byte) {
 	}
 }
 
-// compressMsgEntry is the entry to propose for the message batch plain: plain's
-// S2 block in a buffer of its own, exactly its size, when that saves an eighth,
-// else plain itself. The block is made in a scratch buffer, so a batch that does
-// not shrink costs no allocation.
+// compressMsgEntry is the entry to propose for the message batch plain (made by
+// appendMsgEntry): an entryMsgsBlocks entry in a buffer of its own, exactly its
+// size, when that saves an eighth, else plain itself. The entry is made in
+// scratch buffers, so a batch that does not shrink costs no allocation.
 func compressMsgEntry(plain []byte) []byte {
 	if len(plain) < compressMinBytes {
 		return plain
 	}
-	n := s2.MaxEncodedLen(len(plain))
-	if n < 0 {
-		return plain
-	}
 	scratch := entryBuffers.Get().(*[]byte)
 	defer putEntryBuffer(scratch)
-	*scratch = slices.Grow((*scratch)[:0], n)[:n]
-	block := s2.Encode(*scratch, plain)
-	if 1+len(block) > len(plain)-len(plain)/8 {
+	var ok bool
+	if *scratch, ok = appendBlocksEntry((*scratch)[:0], plain, store.BlockBytes); !ok || len(*scratch) > len(plain)-len(plain)/8 {
 		return plain
 	}
-	out := make([]byte, 1+len(block))
-	out[0] = entryMsgsS2
-	copy(out[1:], block)
-	return out
+	return bytes.Clone(*scratch)
+}
+
+// appendBlocksEntry appends to dst the entryMsgsBlocks entry of the batch plain,
+// in blocks of at most blockBytes inner bytes or one message; false if plain
+// is not a well-formed batch.
+func appendBlocksEntry(dst, plain []byte, blockBytes int) ([]byte, bool) {
+	e, err := decodeMsgEntry(plain)
+	if err != nil {
+		return dst, false
+	}
+	enc := entryBuffers.Get().(*[]byte)
+	defer putEntryBuffer(enc)
+	out := append(dst, entryMsgsBlocks)
+	out = binary.AppendUvarint(out, e.token)
+	out = binary.AppendVarint(out, e.ts)
+	out = binary.AppendUvarint(out, uint64(e.count))
+	addBlock := func(inner []byte, msgs int) {
+		n := s2.MaxEncodedLen(len(inner))
+		*enc = slices.Grow((*enc)[:0], n)[:n]
+		block := s2.Encode(*enc, inner)
+		out = binary.AppendUvarint(out, uint64(msgs))
+		out = binary.AppendUvarint(out, uint64(len(inner)))
+		out = appendField(out, block)
+	}
+	inner, msgs := e.rest, 0 // inner[:size] are the next block's msgs messages
+	size := 0
+	for {
+		before := len(e.rest)
+		if _, _, _, ok, err := e.next(); err != nil {
+			return dst, false
+		} else if !ok {
+			break
+		}
+		n := before - len(e.rest)
+		if msgs > 0 && size+n > blockBytes {
+			addBlock(inner[:size], msgs)
+			inner, size, msgs = inner[size:], 0, 0
+		}
+		size += n
+		msgs++
+	}
+	if msgs > 0 {
+		addBlock(inner[:size], msgs)
+	}
+	return out, true
+}
+
+// msgBlock is one block of an entryMsgsBlocks entry.
+type msgBlock struct {
+	msgs  int
+	inner int    // the length of its messages' fields
+	s2    []byte // the S2 block of them, in the entry
+}
+
+// decodeBlocksEntry reads the header and the blocks of the entryMsgsBlocks
+// entry b, appending the blocks to blocks. It checks that the blocks hold count
+// messages and expand to no more than maxEntryExpanded; not their contents.
+func decodeBlocksEntry(b []byte, blocks []msgBlock) (e msgEntry, _ []msgBlock, err error) {
+	if len(b) == 0 || b[0] != entryMsgsBlocks {
+		return e, blocks, fmt.Errorf("%w: unknown op", errBadEntry)
+	}
+	b = b[1:]
+	var n int
+	if e.token, n = binary.Uvarint(b); n <= 0 {
+		return e, blocks, fmt.Errorf("%w: token", errBadEntry)
+	}
+	b = b[n:]
+	if e.ts, n = binary.Varint(b); n <= 0 {
+		return e, blocks, fmt.Errorf("%w: time", errBadEntry)
+	}
+	b = b[n:]
+	count, n := binary.Uvarint(b)
+	if n <= 0 || count > maxEntryMsgs {
+		return e, blocks, fmt.Errorf("%w: message count", errBadEntry)
+	}
+	b = b[n:]
+	e.count = int(count)
+	msgs, expanded := uint64(0), uint64(0)
+	for len(b) > 0 {
+		var blk msgBlock
+		k, n := binary.Uvarint(b)
+		if n <= 0 || k == 0 || k > count-msgs {
+			return e, blocks, fmt.Errorf("%w: a block's message count", errBadEntry)
+		}
+		b = b[n:]
+		inner, n := binary.Uvarint(b)
+		if n <= 0 || inner > maxEntryExpanded-expanded || inner < 3*k {
+			return e, blocks, fmt.Errorf("%w: a block's length", errBadEntry)
+		}
+		if b, err = readFields(b[n:], "block", &blk.s2); err != nil {
+			return e, blocks, err
+		}
+		if l, err := s2.DecodedLen(blk.s2); err != nil || uint64(l) != inner {
+			return e, blocks, fmt.Errorf("%w: a block of %d bytes that says %d (%v)", errBadEntry, inner, l, err)
+		}
+		blk.msgs, blk.inner = int(k), int(inner)
+		msgs += k
+		expanded += inner
+		blocks = append(blocks, blk)
+	}
+	if msgs != count {
+		return e, blocks, fmt.Errorf("%w: blocks of %d messages in a batch of %d", errBadEntry, msgs, count)
+	}
+	return e, blocks, nil
+}
+
+// expandBlocksEntry appends to buf (reused) the entryMsgs entry of the batch e,
+// whose blocks decodeBlocksEntry read.
+func expandBlocksEntry(buf []byte, e msgEntry, blocks []msgBlock) ([]byte, error) {
+	buf = append(buf[:0], entryMsgs)
+	buf = binary.AppendUvarint(buf, e.token)
+	buf = binary.AppendVarint(buf, e.ts)
+	buf = binary.AppendUvarint(buf, uint64(e.count))
+	for _, blk := range blocks {
+		at := len(buf)
+		buf = slices.Grow(buf, blk.inner)[:at+blk.inner]
+		out, err := s2.Decode(buf[at:], blk.s2)
+		if err != nil || len(out) != blk.inner || blk.inner > 0 && &out[0] != &buf[at] {
+			return buf, fmt.Errorf("%w: a block: %v", errBadEntry, err)
+		}
+	}
+	return buf, nil
 }
 
 // compressGate paces a partition's attempts at compressing its batches
@@ -272,7 +401,8 @@ type partitionMachine struct {
 	// consumers are the stream's durable consumers (nil: entries of consumers
 	// cannot be applied).
 	consumers *consumerSet
-	delSeqs   []uint64 // applyRemoval's scratch
+	delSeqs   []uint64   // applyRemoval's scratch
+	blocks    []msgBlock // Apply's, of the entry it applies
 	results   []pubResult
 	batches   []appliedBatch
 	// compression is the store.Compression the stream's configuration asks
@@ -402,16 +532,25 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		var err error
 		switch op {
 		case entryMsgs:
-			err = m.applyMsgs(ent.Data)
-		case entryMsgsS2:
+			err = m.applyMsgs(ent.Data, nil)
+		case entryMsgsBlocks:
+			var e msgEntry
+			if e, m.blocks, err = decodeBlocksEntry(ent.Data, m.blocks[:0]); err != nil {
+				break
+			}
 			buf := m.lent.take(ent.Data)
-			if buf != nil {
-				err = m.applyMsgs(*buf) // proposed here: its plain batch
-			} else {
+			if buf == nil {
 				buf = entryBuffers.Get().(*[]byte)
-				if *buf, err = expandMsgEntry(*buf, ent.Data); err == nil {
-					err = m.applyMsgs(*buf) // Log.Append copies the messages
-				}
+				*buf, err = expandBlocksEntry(*buf, e, m.blocks)
+			} // else proposed here: its plain batch
+			if err == nil {
+				err = m.applyMsgs(*buf, m.blocks) // the log copies what it keeps
+			}
+			putEntryBuffer(buf)
+		case entryMsgsS2:
+			buf := entryBuffers.Get().(*[]byte)
+			if *buf, err = expandMsgEntry(*buf, ent.Data); err == nil {
+				err = m.applyMsgs(*buf, nil)
 			}
 			putEntryBuffer(buf)
 		case entryDelete, entryExpire, entryPurge:
@@ -459,9 +598,10 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 	return nil
 }
 
-// applyMsgs stores the messages of one message batch; its results go after the
-// others of this Apply.
-func (m *partitionMachine) applyMsgs(b []byte) error {
+// applyMsgs stores the messages of one message batch, b an entryMsgs entry;
+// its results go after the others of this Apply. blocks are the batch's as it
+// was proposed (entryMsgsBlocks), in the same order, or nil.
+func (m *partitionMachine) applyMsgs(b []byte, blocks []msgBlock) error {
 	e, err := decodeMsgEntry(b)
 	if err != nil {
 		return err
@@ -469,25 +609,99 @@ func (m *partitionMachine) applyMsgs(b []byte) error {
 	from := len(m.results)
 	// Only an entry applied again after a restart finds its messages stored.
 	replay := m.log.State().LastSeq > m.last
+	// Each block's messages are stored as its block when they all can be;
+	// without blocks, the batch is one run of messages stored one by one.
+	runs := blocks
+	if runs == nil {
+		runs = []msgBlock{{msgs: e.count, inner: len(e.rest)}}
+	}
+	for _, run := range runs {
+		if run.inner > len(e.rest) || run.msgs > e.count {
+			return fmt.Errorf("%w: blocks longer than the batch", errBadEntry)
+		}
+		part := msgEntry{ts: e.ts, count: run.msgs, rest: e.rest[:run.inner]}
+		e.rest, e.count = e.rest[run.inner:], e.count-run.msgs
+		if blocks != nil && !replay && m.logCompression == store.CompressS2 && m.log.RoomFor(part.rest, run.s2) == nil {
+			err = m.storeBlock(part, run.s2)
+		} else {
+			err = m.storeEach(part, replay)
+		}
+		if err != nil {
+			m.log.Rollback()
+			return err
+		}
+	}
+	if e.count != 0 || len(e.rest) != 0 {
+		m.log.Rollback()
+		return fmt.Errorf("%w: a batch longer than its blocks", errBadEntry)
+	}
+	m.lastTS = max(m.lastTS, e.ts)
+	m.batches = append(m.batches, appliedBatch{token: e.token, from: from, to: len(m.results)})
+	return nil
+}
+
+// storeEach stores the messages of e one by one.
+func (m *partitionMachine) storeEach(e msgEntry, replay bool) error {
 	for {
 		subj, hdr, data, ok, err := e.next()
+		if err != nil || !ok {
+			return err
+		}
+		m.results = append(m.results, m.store(e.ts, subj, hdr, data, replay))
+		if m.failed != nil {
+			err := m.failed
+			m.failed = nil
+			return err
+		}
+	}
+}
+
+// storeBlock stores the messages of e, a block of a batch the log has room for
+// (store.Log.RoomFor), as block, the S2 block of their fields, when none of them
+// is a duplicate or refused; otherwise those that are not one by one.
+func (m *partitionMachine) storeBlock(e msgEntry, block []byte) error {
+	from := len(m.results)
+	all := true
+	for walk := e; ; {
+		_, hdr, _, ok, err := walk.next()
 		if err != nil {
 			return err
 		}
 		if !ok {
 			break
 		}
-		m.results = append(m.results, m.store(e.ts, subj, hdr, data, replay))
-		if m.failed != nil {
-			err := m.failed
-			m.failed = nil
-			m.log.Rollback()
+		res, id, fresh := m.admit(e.ts, hdr, false)
+		if fresh {
+			m.stored(res.seq, id, e.ts)
+		}
+		all = all && fresh
+		m.results = append(m.results, res)
+	}
+	if all {
+		first, err := m.log.AppendBlock(e.ts, e.rest, block)
+		if err == nil && first != m.results[from].seq {
+			err = fmt.Errorf("stored at %d, expected %d", first, m.results[from].seq)
+		}
+		if err != nil {
+			return fmt.Errorf("storing messages from %d: %w", m.results[from].seq, err)
+		}
+		return nil
+	}
+	for i := from; ; i++ {
+		subj, hdr, data, ok, err := e.next()
+		if err != nil || !ok {
 			return err
 		}
+		if res := m.results[i]; !res.dup && res.code == 0 {
+			got, err := m.log.Append(subj, hdr, data, e.ts)
+			if err == nil && got != res.seq {
+				err = fmt.Errorf("stored at %d, expected %d", got, res.seq)
+			}
+			if err != nil {
+				return fmt.Errorf("storing message %d: %w", res.seq, err)
+			}
+		}
 	}
-	m.lastTS = max(m.lastTS, e.ts)
-	m.batches = append(m.batches, appliedBatch{token: e.token, from: from, to: len(m.results)})
-	return nil
 }
 
 // appliedBatch locates one entry's results in partitionMachine.results.
@@ -500,26 +714,11 @@ type appliedBatch struct {
 // restart. Refusals by the store's limits are results, not failures: every
 // replica refuses alike.
 func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) pubResult {
-	idText, exp, hasExp := pubIDs(hdr)
-	var id msgID
-	if idText != "" {
-		id = parseMsgID(idText)
-		if _, seq, dup := m.dedup.lookup(id, ts); dup {
-			return pubResult{seq: seq, dup: true}
-		}
+	res, id, fresh := m.admit(ts, hdr, replay)
+	if !fresh {
+		return res
 	}
-	seq := m.last + 1
-	if replay && m.log.State().LastSeq >= seq {
-		// Stored before a restart: this entry is being applied again.
-		m.last = seq
-		if idText != "" {
-			m.dedup.add(id, m.part, seq, ts)
-		}
-		return pubResult{seq: seq}
-	}
-	if hasExp && !m.dedup.isHighest(exp, ts) {
-		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: " + exp + " is not the last one stored"}
-	}
+	seq := res.seq
 	got, err := m.log.Append(subj, hdr, data, ts)
 	if err != nil {
 		if !errors.Is(err, store.ErrFull) && !errors.Is(err, store.ErrTooLarge) {
@@ -534,11 +733,40 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) 
 	if got != seq {
 		return pubResult{code: streamapi.CodeInternal, err: fmt.Sprintf("stored at %d, expected %d", got, seq)}
 	}
-	m.last = seq
+	m.stored(seq, id, ts)
+	return res
+}
+
+// admit is the decision on one message short of storing it: fresh, to be
+// stored at res.seq (the caller then calls stored), or res is the result
+// already: a duplicate, a message stored before a restart (replay), or a
+// refusal by its expected last id. id is its parsed message id, if it has one.
+func (m *partitionMachine) admit(ts int64, hdr []byte, replay bool) (res pubResult, id msgID, fresh bool) {
+	idText, exp, hasExp := pubIDs(hdr)
 	if idText != "" {
+		id = parseMsgID(idText)
+		if _, seq, dup := m.dedup.lookup(id, ts); dup {
+			return pubResult{seq: seq, dup: true}, id, false
+		}
+	}
+	seq := m.last + 1
+	if replay && m.log.State().LastSeq >= seq {
+		// Stored before a restart: this entry is being applied again.
+		m.stored(seq, id, ts)
+		return pubResult{seq: seq}, id, false
+	}
+	if hasExp && !m.dedup.isHighest(exp, ts) {
+		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: " + exp + " is not the last one stored"}, id, false
+	}
+	return pubResult{seq: seq}, id, true
+}
+
+// stored records that the message with id (zero: none) is stored at seq.
+func (m *partitionMachine) stored(seq uint64, id msgID, ts int64) {
+	m.last = seq
+	if id.id != "" {
 		m.dedup.add(id, m.part, seq, ts)
 	}
-	return pubResult{seq: seq}
 }
 
 // partitionSnapshot is what a snapshot of a partition replica holds: where its

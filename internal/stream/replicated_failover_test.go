@@ -435,7 +435,7 @@ func TestReplicatedBigBatchInEntries(t *testing.T) {
 	}
 	entries := 0
 	for _, e := range ents {
-		if len(e.Data) > 0 && (e.Data[0] == entryMsgs || e.Data[0] == entryMsgsS2) {
+		if len(e.Data) > 0 && (e.Data[0] == entryMsgs || e.Data[0] == entryMsgsS2 || e.Data[0] == entryMsgsBlocks) {
 			entries++
 			if len(e.Data) > maxEntryBytes+size+64 {
 				t.Fatalf("an entry of %d bytes, over %d", len(e.Data), maxEntryBytes)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,15 +132,26 @@ func FuzzMsgEntry(f *testing.F) {
 		many[i] = testMsg{"orders.created", fmt.Sprintf("id-%d", i), "payload payload"}
 	}
 	f.Add(compressMsgEntry(msgEntryOf(3, 3, many...)))
+	small, _ := appendBlocksEntry(nil, msgEntryOf(3, 3, many...), 60)
+	f.Add(small)
+	f.Add(append([]byte{entryMsgsS2}, s2.Encode(nil, msgEntryOf(3, 3, many...))...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var err error
 		if len(b) > 0 && b[0] == entryMsgsS2 {
-			if b, err = expandMsgEntry(nil, b); err != nil {
-				if !errors.Is(err, errBadEntry) {
-					t.Fatalf("error not errBadEntry: %v", err)
-				}
-				return
+			b, err = expandMsgEntry(nil, b)
+		}
+		if len(b) > 0 && b[0] == entryMsgsBlocks {
+			var e msgEntry
+			var blocks []msgBlock
+			if e, blocks, err = decodeBlocksEntry(b, nil); err == nil {
+				b, err = expandBlocksEntry(nil, e, blocks)
 			}
+		}
+		if err != nil {
+			if !errors.Is(err, errBadEntry) {
+				t.Fatalf("error not errBadEntry: %v", err)
+			}
+			return
 		}
 		e, err := decodeMsgEntry(b)
 		for n := 0; err == nil; n++ {
@@ -180,15 +193,35 @@ func randomEntries(seed uint64, n int) []replica.Entry {
 // TestReplicasStoreAlike: replicas applying the same entries, in batches of
 // different sizes, hold the same messages under the same sequences, duplicates
 // within the window included.
+//
+// Replicas applying the entries as a leader compresses them, in blocks, store
+// the same too, whether their logs write the blocks as they are (compression
+// on) or the messages one by one; blocks of one or two messages put
+// duplicates both within a block and across blocks.
 func TestReplicasStoreAlike(t *testing.T) {
 	for seed := range uint64(10) {
 		ents := randomEntries(seed, 60)
+		blocked := make([]replica.Entry, len(ents))
+		for i, e := range ents {
+			blocked[i] = e
+			blocked[i].Data, _ = appendBlocksEntry(nil, e.Data, 12+int(seed))
+		}
 		var logs [][]string
-		for _, batch := range []int{1, 7, 60} {
+		for k, batch := range []int{1, 7, 60, 1, 7, 60, 5} {
 			l := openTestLog(t, t.TempDir())
 			m := newPartitionMachine(l, 5*time.Second, nil)
-			for i := 0; i < len(ents); i += batch {
-				if err := m.Apply(ents[i:min(i+batch, len(ents))]); err != nil {
+			from := ents
+			if k >= 3 {
+				from = blocked
+			}
+			if k >= 6 {
+				if err := l.SetCompression(store.CompressS2); err != nil {
+					t.Fatal(err)
+				}
+				m.setCompression(store.CompressS2)
+			}
+			for i := 0; i < len(from); i += batch {
+				if err := m.Apply(from[i:min(i+batch, len(from))]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -548,7 +581,7 @@ func TestMsgEntryCompression(t *testing.T) {
 			if &c[0] != &e[0] {
 				t.Fatalf("entry %d of %d bytes compressed", i, len(e))
 			}
-		case c[0] != entryMsgsS2 || len(c) > len(e)-len(e)/8:
+		case c[0] != entryMsgsBlocks || len(c) > len(e)-len(e)/8:
 			t.Fatalf("entry %d of %d bytes (%d messages): op %d, %d bytes", i, len(e), len(msgs), c[0], len(c))
 		}
 		proposed = append(proposed, replica.Entry{Index: uint64(i + 2), Term: 1, Data: c})
@@ -645,12 +678,112 @@ func TestCompressGatePacesAttempts(t *testing.T) {
 		}
 	}
 	for i := range 50 {
-		if g.entry(batch(false))[0] != entryMsgsS2 {
+		if g.entry(batch(false))[0] != entryMsgsBlocks {
 			t.Fatalf("compressible batch %d after the first one that shrank went plain", i)
 		}
 	}
 	// Small batches are not attempts and do not move the pace.
 	if e := g.entry([]byte{entryMsgs, 1, 2}); len(e) != 3 || g.Misses() != 0 {
 		t.Fatal("a batch under compressMinBytes changed the gate")
+	}
+}
+
+// segmentBytes is everything a log's segment files hold.
+func segmentBytes(t *testing.T, dir string) []byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("segments in %s: %v %v", dir, paths, err)
+	}
+	var all []byte
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	return all
+}
+
+// TestBlocksWrittenAsProposed: a replica whose log compresses writes the
+// blocks of a compressed entry to its log as the leader made them, except a
+// block holding a duplicate, whose other messages it stores one by one; it
+// stores the same messages under the same sequences as a replica applying the
+// plain batches, and as the proposer applying its lent plain batch.
+func TestBlocksWrittenAsProposed(t *testing.T) {
+	sec := int64(time.Second)
+	batch := func(token uint64, from, n int, dupAt int) []byte {
+		var msgs []testMsg
+		for i := range n {
+			id := fmt.Sprintf("kafka:7:0:0:%d", from+i)
+			if i == dupAt {
+				id = "kafka:7:0:0:3" // stored by the first batch
+			}
+			msgs = append(msgs, testMsg{"sensors.eu.temperature", id, fmt.Sprintf(`{"sensor":%d,"celsius":%d.5,"unit":"C","site":"north"}`, (from+i)%50, (from+i)%30)})
+		}
+		return msgEntryOf(token, int64(token)*sec, msgs...)
+	}
+	plains := [][]byte{batch(1, 0, 1500, -1), batch(2, 1500, 1500, 1000)}
+	var plainEnts, blockEnts []replica.Entry
+	var blocks [][]msgBlock
+	for i, p := range plains {
+		c := compressMsgEntry(p)
+		_, bl, err := decodeBlocksEntry(c, nil)
+		if err != nil || len(bl) < 2 {
+			t.Fatalf("batch %d: %d blocks, %v", i, len(bl), err)
+		}
+		blocks = append(blocks, bl)
+		plainEnts = append(plainEnts, replica.Entry{Index: uint64(i + 2), Term: 1, Data: p})
+		blockEnts = append(blockEnts, replica.Entry{Index: uint64(i + 2), Term: 1, Data: c})
+	}
+	open := func(compress bool) (*partitionMachine, *store.Log, string) {
+		dir := t.TempDir()
+		l := openTestLog(t, dir)
+		m := newPartitionMachine(l, time.Minute, nil)
+		if compress {
+			if err := l.SetCompression(store.CompressS2); err != nil {
+				t.Fatal(err)
+			}
+			m.setCompression(store.CompressS2)
+		}
+		return m, l, dir
+	}
+	ref, refLog, _ := open(false)
+	if err := ref.Apply(plainEnts); err != nil {
+		t.Fatal(err)
+	}
+	want := logRecords(t, refLog)
+	if len(want) != 2999 {
+		t.Fatalf("%d messages stored, want 2999 (one duplicate)", len(want))
+	}
+	for _, lend := range []bool{false, true} {
+		m, l, dir := open(true)
+		if lend {
+			for i, e := range blockEnts {
+				p := bytes.Clone(plains[i])
+				m.lent.lend(e.Data, &p)
+			}
+		}
+		if err := m.Apply(blockEnts); err != nil {
+			t.Fatal(err)
+		}
+		if got := logRecords(t, l); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("lent %v: the replica differs", lend)
+		}
+		disk := segmentBytes(t, dir)
+		for i, bl := range blocks {
+			at := 0
+			for k, b := range bl {
+				holdsDup := i == 1 && at <= 1000 && 1000 < at+b.msgs
+				if bytes.Contains(disk, b.s2) == holdsDup {
+					t.Fatalf("lent %v: batch %d block %d (messages %d-%d) written as it came: %v", lend, i, k, at, at+b.msgs-1, !holdsDup)
+				}
+				at += b.msgs
+			}
+		}
+		if len(m.lent.all) != 0 {
+			t.Fatalf("%d lent batches left", len(m.lent.all))
+		}
 	}
 }
