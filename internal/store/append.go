@@ -73,7 +73,9 @@ func (l *Log) partFor(seq uint64, n int) *part {
 // bytes unless it holds one message. The messages take consecutive sequences;
 // it returns the first. Like Append's, they count against the limits as records
 // and become durable and visible at Commit. It refuses what RoomFor refuses, and
-// nothing else: a caller that asked RoomFor first can count on it.
+// nothing else: a caller that asked RoomFor first can count on it (and the
+// messages are not walked again when inner and block are the slices RoomFor
+// was given, unchanged, with no Commit or Rollback in between).
 //
 // A replicated stream's leader compresses its entries' messages this way, so
 // that no replica compresses them again.
@@ -93,24 +95,9 @@ func (l *Log) AppendBlock(ts int64, inner, block []byte) (uint64, error) {
 	l.runs.add(at, size)
 	l.runs.cut(at + size)
 	l.batch = appendMessageBlock(l.batch, seq, ts, st.count, len(inner), block)
-	runs := len(l.readyRuns)
-	for b := inner; len(b) > 0; {
-		subj, _, _, rest, _ := nextBlockMessage(b) // checked by checkBlock
-		b = rest
-		if k := len(l.readyRuns) - 1; k >= runs && l.readyRuns[k].subj == string(subj) {
-			l.readyRuns[k].n++
-			continue
-		}
-		name := ""
-		// Only the writer changes subjects: it may read it without the lock.
-		if si := l.subjects[string(subj)]; si != nil {
-			name = si.subj
-		} else {
-			name = string(subj)
-		}
-		l.readyRuns = append(l.readyRuns, subjRun{subj: name, n: 1})
-	}
-	l.ready = append(l.ready, readyBlock{bytes: st.bytes, runs: len(l.readyRuns) - runs})
+	l.ready = append(l.ready, readyBlock{bytes: st.bytes, runs: len(l.readyRuns) - l.readyUsed})
+	l.readyUsed = len(l.readyRuns)
+	l.scanned = blockScan{}
 	p.n += st.count
 	l.npend += st.count
 	l.pendBytes += st.bytes
@@ -127,38 +114,80 @@ func (l *Log) RoomFor(inner, block []byte) error {
 	return err
 }
 
-// blockStats is what checkBlock learns of a message block.
+// blockStats is what a walk of a message block's inner bytes learns.
 type blockStats struct {
-	count int
-	bytes uint64 // the record bytes its messages count for
+	count   int
+	bytes   uint64 // the record bytes its messages count for
+	largest int    // the largest record
 }
 
-func (l *Log) checkBlock(inner, block []byte) (blockStats, error) {
+// blockScan remembers the last block scanBlock walked, whose subject runs are
+// Log.readyRuns[Log.readyUsed:], so that AppendBlock after RoomFor does not
+// walk it again.
+type blockScan struct {
+	inner, block *byte
+	n, m         int
+	st           blockStats
+}
+
+// scanBlock walks the messages of inner (unless they are the ones it walked
+// last) and leaves their subject runs after the appended blocks' in readyRuns.
+func (l *Log) scanBlock(inner, block []byte) (blockStats, bool) {
+	if len(inner) == 0 || len(block) == 0 {
+		return blockStats{}, false
+	}
+	sc := &l.scanned
+	if sc.inner == &inner[0] && sc.n == len(inner) && sc.block == &block[0] && sc.m == len(block) {
+		return sc.st, true
+	}
+	*sc = blockScan{}
+	clear(l.readyRuns[l.readyUsed:])
+	l.readyRuns = l.readyRuns[:l.readyUsed]
 	var st blockStats
-	if l.shut.Load() {
-		return st, ErrClosed
-	}
-	if l.broken != nil {
-		return st, l.broken
-	}
-	largest := 0
 	for b := inner; len(b) > 0; {
 		subj, hdr, data, rest, ok := nextBlockMessage(b)
 		if !ok {
-			return st, fmt.Errorf("store %q: message %d of a block: %w", l.cfg.Name, st.count, ErrBadBlock)
+			return st, false
 		}
 		n := recordSize(len(subj), len(hdr), len(data))
-		largest = max(largest, n)
+		st.largest = max(st.largest, n)
 		st.bytes += uint64(n)
 		st.count++
 		b = rest
+		if k := len(l.readyRuns) - 1; k >= l.readyUsed && l.readyRuns[k].subj == string(subj) {
+			l.readyRuns[k].n++
+			continue
+		}
+		// Only the writer changes subjects: it may read it without the lock.
+		name := ""
+		if si := l.subjects[string(subj)]; si != nil {
+			name = si.subj
+		} else {
+			name = string(subj)
+		}
+		l.readyRuns = append(l.readyRuns, subjRun{subj: name, n: 1})
 	}
-	if n, err := s2.DecodedLen(block); st.count == 0 || err != nil || n != len(inner) || st.count > math.MaxUint32 {
+	*sc = blockScan{inner: &inner[0], n: len(inner), block: &block[0], m: len(block), st: st}
+	return st, true
+}
+
+func (l *Log) checkBlock(inner, block []byte) (blockStats, error) {
+	if l.shut.Load() {
+		return blockStats{}, ErrClosed
+	}
+	if l.broken != nil {
+		return blockStats{}, l.broken
+	}
+	st, ok := l.scanBlock(inner, block)
+	if !ok {
+		return st, fmt.Errorf("store %q: message %d of a block: %w", l.cfg.Name, st.count, ErrBadBlock)
+	}
+	if n, err := s2.DecodedLen(block); err != nil || n != len(inner) || st.count > math.MaxUint32 {
 		return st, fmt.Errorf("store %q: a block of %d messages, %d inner bytes: %w", l.cfg.Name, st.count, len(inner), ErrBadBlock)
 	}
-	if int64(largest) > l.cfg.SegmentBytes || (l.cfg.MaxBytes > 0 && int64(largest) > l.cfg.MaxBytes) {
+	if int64(st.largest) > l.cfg.SegmentBytes || (l.cfg.MaxBytes > 0 && int64(st.largest) > l.cfg.MaxBytes) {
 		return st, fmt.Errorf("store %q: record of %d bytes exceeds the limit of %d: %w",
-			l.cfg.Name, largest, l.maxRecord(), ErrTooLarge)
+			l.cfg.Name, st.largest, l.maxRecord(), ErrTooLarge)
 	}
 	if size := blockHdrSize + len(block); int64(size) > l.cfg.SegmentBytes {
 		return st, fmt.Errorf("store %q: block of %d bytes exceeds the segment size of %d: %w",
@@ -215,6 +244,8 @@ func (l *Log) resetBatch() {
 	l.ready = l.ready[:0]
 	clear(l.readyRuns) // their subjects
 	l.readyRuns = l.readyRuns[:0]
+	l.readyUsed = 0
+	l.scanned = blockScan{}
 }
 
 func (l *Log) partEnd(i int) int {
@@ -262,6 +293,7 @@ func (l *Log) Commit() error {
 		return l.broken
 	}
 	if l.npend == 0 {
+		l.scanned = blockScan{} // RoomFor's walk is for before the next commit only
 		return nil
 	}
 	defer l.resetBatch()

@@ -94,7 +94,9 @@ type Log struct {
 	packed    []byte       // the batch with runs packed into compressed blocks
 	runs      packRuns     // where the batch's runs to pack end, kept as it grows
 	ready     []readyBlock // the batch's blocks made by AppendBlock, in order
-	readyRuns []subjRun    // their messages' subjects, block after block
+	readyRuns []subjRun    // their messages' subjects, block after block; then the scanned one's
+	readyUsed int          // the runs of the blocks in ready
+	scanned   blockScan    // the block RoomFor or AppendBlock walked last
 	gate      s2pace.Gate  // paces attempts at packing runs that do not shrink
 	readBlock struct {     // the block Read last expanded
 		mu  sync.Mutex

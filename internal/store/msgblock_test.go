@@ -202,6 +202,21 @@ func TestAppendBlockRefusals(t *testing.T) {
 		msgs[i].ts = 5
 	}
 	checkMsgs(t, l, msgs)
+
+	// RoomFor's walk holds until the next commit only: the same slices,
+	// changed since, are walked again.
+	small := blockMsgs(21, 5, 2, 10)
+	inner, block = messageBlock(small)
+	if err := l.RoomFor(inner, block); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	inner[0] = 0xff // a subject length past the end
+	if _, err := l.AppendBlock(5, inner, block); !errors.Is(err, ErrBadBlock) {
+		t.Fatalf("a block changed after RoomFor and a commit: %v", err)
+	}
 }
 
 // TestMessageBlockDamage: a flipped byte in a message block's compressed bytes
