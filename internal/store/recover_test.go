@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/klauspost/compress/s2"
 	"io"
 	"os"
 	"path/filepath"
@@ -506,6 +507,13 @@ func FuzzRecover(f *testing.F) {
 	}
 	bare, _ := packBlocks(nil, bareRun, splitRuns(bareRun), nil, true)
 	f.Add(bare)
+	var inner []byte
+	for i := uint64(1); i <= 30; i++ {
+		inner = AppendBlockMessage(inner, []byte("a.b"), nil, compressible(i, 90))
+	}
+	msgBlocks := appendMessageBlock(nil, 1, 1000, 30, len(inner), s2.Encode(nil, inner))
+	msgBlocks = appendRecord(msgBlocks, 31, 2000, []byte("a.b"), nil, payloadFor(31, 20))
+	f.Add(msgBlocks)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, segName(1)+".log"), data, 0o644); err != nil {
@@ -574,7 +582,7 @@ func withBlocksExpanded(data []byte) []byte {
 		var e expander
 		if e.load(nil, 0, b[:n], 1<<30) == nil {
 			inner := bytes.Clone(e.buf)
-			if recFlags(b)&flagBareInner != 0 {
+			if recFlags(b)&(flagBareInner|flagMessages) != 0 {
 				sealRecords(inner) // what Open returns is compared with sealed records
 			}
 			out = append(out, inner...)
