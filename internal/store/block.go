@@ -36,9 +36,8 @@ import (
 // for each, its subject, header and payload, each as an unsigned varint length
 // then the bytes (AppendBlockMessage). A replicated stream's leader compresses
 // its entries' messages in that form, and every replica writes the compressed
-// bytes it was sent instead of compressing them again. Loading one rebuilds its
-// messages as records (without CRCs; the block's covers them), so that what
-// reads an expanded block reads both kinds alike.
+// bytes it was sent instead of compressing them again. The expander serves
+// both kinds of block alike (expander.at).
 const (
 	flagBlock     = 1
 	flagBareInner = 2
@@ -71,8 +70,8 @@ func AppendBlockMessage(dst, subject, header, payload []byte) []byte {
 }
 
 // nextBlockMessage reads the message at the front of b, a message block's inner
-// bytes, and returns it with the rest of b; ok is false when b does not start
-// with a whole message.
+// bytes, and returns it ok is false when b does not start with a whole message.
+// The fields are capped, as a decoded record's are, and an empty header is nil.
 func nextBlockMessage(b []byte) (subject, header, payload, rest []byte, ok bool) {
 	fields := [3]*[]byte{&subject, &header, &payload}
 	for _, f := range fields {
@@ -80,27 +79,14 @@ func nextBlockMessage(b []byte) (subject, header, payload, rest []byte, ok bool)
 		if n <= 0 || l > uint64(len(b)-n) {
 			return nil, nil, nil, b, false
 		}
-		*f = b[n : n+int(l)]
-		b = b[n+int(l):]
+		end := n + int(l)
+		*f = b[n:end:end]
+		b = b[end:]
+	}
+	if len(header) == 0 {
+		header = nil
 	}
 	return subject, header, payload, b, len(subject) <= maxSubject
-}
-
-// blockMessagesAsRecords appends the messages of a message block's inner bytes
-// to dst as bare records from sequence first on, all of time ts; ok is false
-// unless inner is exactly count whole messages.
-func blockMessagesAsRecords(dst, inner []byte, first uint64, ts int64, count uint64) ([]byte, bool) {
-	seq := first
-	for len(inner) > 0 {
-		subj, hdr, data, rest, ok := nextBlockMessage(inner)
-		if !ok || seq-first == count {
-			return dst, false
-		}
-		dst = appendBareRecord(dst, seq, ts, subj, hdr, data)
-		inner = rest
-		seq++
-	}
-	return dst, seq-first == count
 }
 
 var errBlock = errors.New("bad compressed block")
@@ -278,10 +264,23 @@ type expander struct {
 	first uint64 // its first sequence
 	count uint64
 	buf   []byte // the inner records
-	msgs  []byte // a message block's inner bytes, before they are made records
-	// A walk position: the record with sequence posSeq starts at buf[pos].
+	// A message block's inner bytes, and their time (flagMessages), when it
+	// holds one.
+	msgs     []byte
+	messages bool
+	time     int64
+	// A walk position: the record with sequence posSeq starts at buf[pos] (at
+	// msgs[pos] in a message block).
 	pos    int
 	posSeq uint64
+}
+
+// inner is the held block's inner bytes.
+func (e *expander) inner() []byte {
+	if e.messages {
+		return e.msgs
+	}
+	return e.buf
 }
 
 func (e *expander) holds(f *os.File, off int64) bool { return e.f != nil && e.f == f && e.off == off }
@@ -351,16 +350,25 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 		return errBlock
 	}
 	first := recSeq(raw)
-	decode := decodeRecord
-	if recFlags(raw)&(flagBareInner|flagMessages) != 0 {
-		decode = parseRecord // the block's CRC, checked above, covers them
-	}
 	if messages {
-		e.buf = growExpandBuf(e.buf, rawLen+int64(count)*(recHdrSize-3))[:0]
-		var ok bool
-		if e.buf, ok = blockMessagesAsRecords(e.buf, e.msgs, first, recTime(raw), count); !ok {
+		// Its messages are whole and as many as it says.
+		n := uint64(0)
+		for b := e.msgs; len(b) > 0; n++ {
+			_, _, _, rest, ok := nextBlockMessage(b)
+			if !ok || n == count {
+				return errBlock
+			}
+			b = rest
+		}
+		if n != count {
 			return errBlock
 		}
+		e.hold(f, off, first, count, true, recTime(raw))
+		return nil
+	}
+	decode := decodeRecord
+	if recFlags(raw)&flagBareInner != 0 {
+		decode = parseRecord // the block's CRC, checked above, covers them
 	}
 	seq, b := first, e.buf
 	for len(b) > 0 {
@@ -383,9 +391,15 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	if seq-first != count {
 		return errBlock
 	}
-	e.f, e.off, e.first, e.count = f, off, first, count
-	e.pos, e.posSeq = 0, first
+	e.hold(f, off, first, count, false, 0)
 	return nil
+}
+
+// hold records the block load checked and starts a walk at its first record.
+func (e *expander) hold(f *os.File, off int64, first, count uint64, messages bool, ts int64) {
+	e.f, e.off, e.first, e.count = f, off, first, count
+	e.messages, e.time = messages, ts
+	e.pos, e.posSeq = 0, first
 }
 
 // expand makes e hold the block at off in f, which stands for the sequences from
@@ -411,9 +425,19 @@ func (e *expander) expand(w *window, f *os.File, off, limit int64, chunk int, fi
 
 // at returns the inner record seq (first <= seq < first+count) and its length.
 // Its slices alias the expander's buffer: valid until the next load.
+// The length is the record's, for a message block's message too: what it counts
+// for in the log's sizes.
 func (e *expander) at(seq uint64) (Record, int) {
 	if seq < e.posSeq {
 		e.pos, e.posSeq = 0, e.first
+	}
+	if e.messages {
+		for ; e.posSeq < seq; e.posSeq++ {
+			_, _, _, rest, _ := nextBlockMessage(e.msgs[e.pos:]) // checked by load
+			e.pos = len(e.msgs) - len(rest)
+		}
+		subj, hdr, data, _, _ := nextBlockMessage(e.msgs[e.pos:])
+		return Record{Seq: seq, Time: e.time, Subject: subj, Header: hdr, Payload: data}, recordSize(len(subj), len(hdr), len(data))
 	}
 	for e.posSeq < seq {
 		e.pos += recLen(e.buf[e.pos:])
@@ -424,6 +448,20 @@ func (e *expander) at(seq uint64) (Record, int) {
 	return rec, n
 }
 
+// appendRecordAt appends to dst inner record seq as a bare record (no CRC) and
+// returns it decoded from there.
+func (e *expander) appendRecordAt(dst []byte, seq uint64) ([]byte, Record) {
+	rec, n := e.at(seq)
+	at := len(dst)
+	if e.messages {
+		dst = appendBareRecord(dst, seq, rec.Time, rec.Subject, rec.Header, rec.Payload)
+	} else {
+		dst = append(dst, e.buf[e.pos:e.pos+n]...)
+	}
+	rec, _ = parseRecord(dst[at:]) // checked by load
+	return dst, rec
+}
+
 // firstInBlockAtOrAfter expands the block raw (at off in f) and returns the
 // sequence of its first record with Time >= t, or false when there is none.
 func firstInBlockAtOrAfter(f *os.File, off int64, raw []byte, limit, t int64) (uint64, bool, error) {
@@ -432,12 +470,10 @@ func firstInBlockAtOrAfter(f *os.File, off int64, raw []byte, limit, t int64) (u
 	if err := e.load(f, off, raw, limit); err != nil {
 		return 0, false, err
 	}
-	seq := e.first
-	for b := e.buf; len(b) > 0; b = b[recLen(b):] {
-		if recTime(b) >= t {
+	for seq := e.first; seq < e.first+e.count; seq++ {
+		if rec, _ := e.at(seq); rec.Time >= t {
 			return seq, true, nil
 		}
-		seq++
 	}
 	return 0, false, nil
 }

@@ -424,14 +424,19 @@ func FuzzExpandBlock(f *testing.F) {
 			return
 		}
 		var total int
+		var again []byte // a message block's messages encoded again
 		for q := e.first; q < e.first+e.count; q++ {
 			rec, n := e.at(q)
-			if rec.Seq != q {
-				t.Fatalf("record %d has seq %d", q, rec.Seq)
+			if rec.Seq != q || n != recordSize(len(rec.Subject), len(rec.Header), len(rec.Payload)) {
+				t.Fatalf("record %d has seq %d, length %d", q, rec.Seq, n)
 			}
 			total += n
+			again = AppendBlockMessage(again, rec.Subject, rec.Header, rec.Payload)
 		}
-		if total != len(e.buf) {
+		if e.messages && !bytes.Equal(again, e.msgs) {
+			t.Fatalf("messages %q encode again to %q", e.msgs, again)
+		}
+		if !e.messages && total != len(e.buf) {
 			t.Fatalf("records cover %d of %d bytes", total, len(e.buf))
 		}
 	})

@@ -173,15 +173,11 @@ func (l *Log) readInBlock(f *os.File, off, limit int64, chunk int, gen, first, s
 	if seq >= first+e.count {
 		return Record{}, errSeq
 	}
-	_, n := e.at(seq)
 	// The window's bytes are not needed any more: the record goes there.
 	w.reset()
-	if cap(w.buf) < n {
-		w.buf = make([]byte, n)
-	}
-	b := w.buf[:n]
-	copy(b, e.buf[e.pos:e.pos+n])
-	return parseRecord(b) // checked by load
+	var rec Record
+	w.buf, rec = e.appendRecordAt(w.buf[:0], seq)
+	return rec, nil
 }
 
 // SeqForTime returns the first live seq whose Time >= t (LastSeq+1 if none).
