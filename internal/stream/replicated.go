@@ -43,7 +43,8 @@ const entryMsgs byte = 1
 // varints unless said:
 //
 //	op (1 byte, 10)  token  time (zig-zag varint)  count
-//	then, to the end, blocks: messages  inner length  S2 length  S2 block
+//	then, to the end, blocks: messages  inner length  S2 length (4 bytes, little
+//	endian)  S2 block
 //
 // A block's inner bytes are its messages' fields as an entryMsgs entry has
 // them, which is also the inner form of the store's message blocks
@@ -113,19 +114,19 @@ func appendBlocksEntry(dst, plain []byte, blockBytes int) ([]byte, bool) {
 	if err != nil {
 		return dst, false
 	}
-	enc := entryBuffers.Get().(*[]byte)
-	defer putEntryBuffer(enc)
 	out := append(dst, entryMsgsBlocks)
 	out = binary.AppendUvarint(out, e.token)
 	out = binary.AppendVarint(out, e.ts)
 	out = binary.AppendUvarint(out, uint64(e.count))
 	addBlock := func(inner []byte, msgs int) {
-		n := s2.MaxEncodedLen(len(inner))
-		*enc = slices.Grow((*enc)[:0], n)[:n]
-		block := s2.Encode(*enc, inner)
 		out = binary.AppendUvarint(out, uint64(msgs))
 		out = binary.AppendUvarint(out, uint64(len(inner)))
-		out = appendField(out, block)
+		// The block is made in place, after room for its length.
+		at, n := len(out), s2.MaxEncodedLen(len(inner))
+		out = slices.Grow(out, 4+n)[:at+4+n]
+		block := s2.Encode(out[at+4:], inner)
+		binary.LittleEndian.PutUint32(out[at:], uint32(len(block)))
+		out = out[:at+4+len(block)]
 	}
 	inner, msgs := e.rest, 0 // inner[:size] are the next block's msgs messages
 	size := 0
@@ -192,9 +193,12 @@ func decodeBlocksEntry(b []byte, blocks []msgBlock) (e msgEntry, _ []msgBlock, e
 		if n <= 0 || inner > maxEntryExpanded-expanded || inner < 3*k {
 			return e, blocks, fmt.Errorf("%w: a block's length", errBadEntry)
 		}
-		if b, err = readFields(b[n:], "block", &blk.s2); err != nil {
-			return e, blocks, err
+		b = b[n:]
+		if len(b) < 4 || uint64(binary.LittleEndian.Uint32(b)) > uint64(len(b)-4) {
+			return e, blocks, fmt.Errorf("%w: a block's S2 length", errBadEntry)
 		}
+		l := int(binary.LittleEndian.Uint32(b))
+		blk.s2, b = b[4:4+l:4+l], b[4+l:]
 		if l, err := s2.DecodedLen(blk.s2); err != nil || uint64(l) != inner {
 			return e, blocks, fmt.Errorf("%w: a block of %d bytes that says %d (%v)", errBadEntry, inner, l, err)
 		}

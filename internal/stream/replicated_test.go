@@ -640,6 +640,69 @@ func TestMsgEntryCompression(t *testing.T) {
 	}
 }
 
+// TestBlocksEntryMalformed: an entry of messages compressed in blocks that
+// does not add up is errBadEntry, decoded or applied, never a panic or a
+// message stored.
+func TestBlocksEntryMalformed(t *testing.T) {
+	head := func(count uint64) []byte {
+		b := []byte{entryMsgsBlocks}
+		b = binary.AppendUvarint(b, 1) // token
+		b = binary.AppendVarint(b, 5)  // time
+		return binary.AppendUvarint(b, count)
+	}
+	block := func(b []byte, msgs, innerLen int, inner []byte) []byte {
+		enc := s2.Encode(nil, inner)
+		b = binary.AppendUvarint(b, uint64(msgs))
+		b = binary.AppendUvarint(b, uint64(innerLen))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(enc)))
+		return append(b, enc...)
+	}
+	two := msgEntryOf(1, 5, testMsg{"a", "", "x"}, testMsg{"b", "", "y"})
+	e, err := decodeMsgEntry(two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := block(head(2), 2, len(e.rest), e.rest)
+	if _, _, err := decodeBlocksEntry(good, nil); err != nil {
+		t.Fatalf("a well-formed entry: %v", err)
+	}
+	cases := map[string][]byte{
+		"blocks of fewer messages":  block(head(3), 2, len(e.rest), e.rest),
+		"blocks of more messages":   block(head(1), 2, len(e.rest), e.rest),
+		"a block of no message":     block(block(head(2), 2, len(e.rest), e.rest), 0, 0, nil),
+		"an S2 length past the end": good[:len(good)-1],
+		"an inner length not S2's":  block(head(2), 2, len(e.rest)+1, e.rest),
+		"inner bytes cut short":     block(head(2), 2, len(e.rest)-1, e.rest[:len(e.rest)-1]),
+		"inner bytes too long":      block(head(1), 1, len(e.rest), e.rest),
+		"no S2 length":              append(binary.AppendUvarint(binary.AppendUvarint(head(2), 2), 3), 1, 2),
+	}
+	for name, bad := range cases {
+		// Blocks that expand whole but hold other messages than they say
+		// are found when the batch is applied.
+		expands := name == "inner bytes cut short" || name == "inner bytes too long"
+		ent, blocks, err := decodeBlocksEntry(bad, nil)
+		if err == nil {
+			_, err = expandBlocksEntry(nil, ent, blocks)
+		}
+		if expands != (err == nil) || err != nil && !errors.Is(err, errBadEntry) {
+			t.Errorf("%s: expanding gives %v", name, err)
+		}
+		for _, compress := range []bool{false, true} {
+			l := openTestLog(t, t.TempDir())
+			m := newPartitionMachine(l, time.Second, nil)
+			if compress {
+				m.setCompression(store.CompressS2)
+			}
+			if err := m.Apply([]replica.Entry{{Index: 2, Data: bad}}); !errors.Is(err, errBadEntry) {
+				t.Errorf("%s applied (compression %v): %v, want errBadEntry", name, compress, err)
+			}
+			if st := l.State(); st.Msgs != 0 {
+				t.Errorf("%s: %d messages stored", name, st.Msgs)
+			}
+		}
+	}
+}
+
 // A partition whose batches do not shrink is tried less and less often, down to
 // one batch in 32, and back to every batch once one shrinks.
 func TestCompressGatePacesAttempts(t *testing.T) {
