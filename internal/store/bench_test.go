@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/klauspost/compress/s2"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -184,15 +185,77 @@ func BenchmarkCompressedLog(b *testing.B) {
 				b.ResetTimer()
 				r := l.NewReader(0)
 				defer func() { r.Close() }()
-				for i := 0; i < b.N; i++ {
-					if _, err := r.Next(); err == io.EOF {
-						r.Close()
-						r = l.NewReader(0)
-					} else if err != nil {
-						b.Fatal(err)
-					}
-				}
+				readRound(b, l)
 			})
+		}
+		// Blocks of 64 messages made by their producer (AppendBlock), as a
+		// replicated stream's replicas write them.
+		b.Run(pl.name+"/messages/commit", func(b *testing.B) {
+			l := benchLog(b)
+			// The same 64 blocks over and over: their bytes stay in the caches,
+			// as a replica's just expanded entry is.
+			blocks := messageBlocksOf64(64*64, pl.payload)
+			b.SetBytes(300)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for n := 0; n < b.N; n += 64 * 64 {
+				appendBlocks(b, l, blocks[:min(len(blocks), (b.N-n+63)/64)])
+			}
+			var disk int64
+			for _, s := range l.segs {
+				disk += s.size
+			}
+			b.ReportMetric(float64(disk)/float64(b.N), "disk-B/msg")
+		})
+		b.Run(pl.name+"/messages/read", func(b *testing.B) {
+			l := benchLog(b)
+			appendBlocks(b, l, messageBlocksOf64(20000, pl.payload))
+			b.SetBytes(300)
+			b.ReportAllocs()
+			b.ResetTimer()
+			readRound(b, l)
+		})
+	}
+}
+
+// readRound reads b.N messages of l with a Reader, starting again at the front
+// at its end.
+func readRound(b *testing.B, l *Log) {
+	r := l.NewReader(0)
+	defer func() { r.Close() }()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Next(); err == io.EOF {
+			r.Close()
+			r = l.NewReader(0)
+		} else if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// messageBlocksOf64 is n messages with the given payloads in message blocks of
+// 64: each block's inner bytes and its S2 block.
+func messageBlocksOf64(n int, payload func(i int) []byte) [][2][]byte {
+	var blocks [][2][]byte
+	var inner []byte
+	for i := 0; i < n; i++ {
+		inner = AppendBlockMessage(inner, []byte("orders.eu.created"), nil, payload(i))
+		if (i+1)%64 == 0 || i == n-1 {
+			blocks = append(blocks, [2][]byte{inner, s2.Encode(nil, inner)})
+			inner = nil
+		}
+	}
+	return blocks
+}
+
+// appendBlocks appends blocks, committing each.
+func appendBlocks(b *testing.B, l *Log, blocks [][2][]byte) {
+	for _, blk := range blocks {
+		if _, err := l.AppendBlock(1, blk[0], blk[1]); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Commit(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
