@@ -536,3 +536,82 @@ func testPublishersAnsweredOnce(t *testing.T, flush func(*broker.Batch)) {
 		acker.Unlock()
 	}
 }
+
+// TestReplicatedMessageBlocksSurviveLeaderLoss: a compressing R3 stream's
+// replicas write big batches as the leader's compressed blocks; after the
+// leader goes, the new one takes a batch that repeats some of them (their block
+// is stored message by message, the duplicates answered as such) and every
+// replica left holds every message under the sequence it was acknowledged with.
+func TestReplicatedMessageBlocksSurviveLeaderLoss(t *testing.T) {
+	net := replica.NewLocalNetwork()
+	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Compression: "s2"}
+	var nodes []*replNode
+	for id := uint64(1); id <= 3; id++ {
+		nodes = append(nodes, startReplNode(t, net, id, cfg))
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.stop(net)
+		}
+	}()
+	payload := func(i int) string { return fmt.Sprintf(`{"order":%d,"item":"widget","qty":%d}`, i, i%9) }
+	round := func(n *replNode, name string, from, to int, want func(i int) string) {
+		t.Helper()
+		var p broker.Batch
+		for i := from; i <= to; i++ {
+			n.b.Publish(&p, &broker.Message{Subject: []byte(fmt.Sprintf("orders.%d", i%3)), Reply: []byte(fmt.Sprintf("_ACK.%s.%d", name, i)),
+				Header: header.Append(nil, streamapi.HeaderMsgID, fmt.Sprint("m", i)), Payload: []byte(payload(i))})
+		}
+		p.Flush()
+		for i := from; i <= to; i++ {
+			if a := n.waitAck(t, fmt.Sprintf("_ACK.%s.%d", name, i)); a != want(i) {
+				t.Fatalf("%s: ack of message %d: %s, want %s", name, i, a, want(i))
+			}
+		}
+	}
+	stored := func(i int) string { return fmt.Sprintf("+OK ORDERS 0 %d", i) }
+	leader := leaderOf(t, nodes)
+	round(leader, "first", 1, 3000, stored)
+	blocks := 0
+	st := leader.storages[0]
+	first, _ := st.FirstIndex()
+	last, _ := st.LastIndex()
+	ents, err := st.Entries(first, last+1, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if len(e.Data) > 0 && e.Data[0] == entryMsgsBlocks {
+			blocks++
+		}
+	}
+	if blocks == 0 {
+		t.Fatal("no entry of messages in blocks")
+	}
+	rest := stopNode(net, nodes, leader)
+	nodes = rest
+	next := leaderOf(t, rest)
+	round(next, "second", 2990, 6000, func(i int) string {
+		if i <= 3000 {
+			return stored(i) + " dup"
+		}
+		return stored(i)
+	})
+	for _, n := range rest {
+		deadline := time.Now().Add(10 * time.Second)
+		for n.s.parts[0].State().LastSeq < 6000 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if st := n.s.parts[0].State(); st.LastSeq != 6000 || st.Msgs != 6000 {
+			t.Fatalf("node %d holds %d messages up to %d", n.id, st.Msgs, st.LastSeq)
+		}
+		r := n.s.parts[0].NewReader(1)
+		for seq := uint64(1); seq <= 6000; seq++ {
+			rec, err := r.Next()
+			if err != nil || rec.Seq != seq || string(rec.Payload) != payload(int(seq)) || string(rec.Subject) != fmt.Sprintf("orders.%d", seq%3) {
+				t.Fatalf("node %d, seq %d: %d %q %v", n.id, seq, rec.Seq, rec.Payload, err)
+			}
+		}
+		r.Close()
+	}
+}
