@@ -70,7 +70,8 @@ func AppendBlockMessage(dst, subject, header, payload []byte) []byte {
 }
 
 // nextBlockMessage reads the message at the front of b, a message block's inner
-// bytes, and returns it ok is false when b does not start with a whole message.
+// bytes, and returns it with the rest of b; ok is false when b does not start
+// with a whole message.
 // The fields are capped, as a decoded record's are, and an empty header is nil.
 func nextBlockMessage(b []byte) (subject, header, payload, rest []byte, ok bool) {
 	fields := [3]*[]byte{&subject, &header, &payload}
@@ -270,17 +271,10 @@ type expander struct {
 	messages bool
 	time     int64
 	// A walk position: the record with sequence posSeq starts at buf[pos] (at
-	// msgs[pos] in a message block).
-	pos    int
-	posSeq uint64
-}
-
-// inner is the held block's inner bytes.
-func (e *expander) inner() []byte {
-	if e.messages {
-		return e.msgs
-	}
-	return e.buf
+	// msgs[pos] in a message block, whose next message starts at msgs[next]
+	// once at has read it, so that a walk forward reads each message once).
+	pos, next int
+	posSeq    uint64
 }
 
 func (e *expander) holds(f *os.File, off int64) bool { return e.f != nil && e.f == f && e.off == off }
@@ -399,7 +393,7 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 func (e *expander) hold(f *os.File, off int64, first, count uint64, messages bool, ts int64) {
 	e.f, e.off, e.first, e.count = f, off, first, count
 	e.messages, e.time = messages, ts
-	e.pos, e.posSeq = 0, first
+	e.pos, e.next, e.posSeq = 0, -1, first
 }
 
 // expand makes e hold the block at off in f, which stands for the sequences from
@@ -429,14 +423,18 @@ func (e *expander) expand(w *window, f *os.File, off, limit int64, chunk int, fi
 // for in the log's sizes.
 func (e *expander) at(seq uint64) (Record, int) {
 	if seq < e.posSeq {
-		e.pos, e.posSeq = 0, e.first
+		e.pos, e.next, e.posSeq = 0, -1, e.first
 	}
 	if e.messages {
 		for ; e.posSeq < seq; e.posSeq++ {
-			_, _, _, rest, _ := nextBlockMessage(e.msgs[e.pos:]) // checked by load
-			e.pos = len(e.msgs) - len(rest)
+			if e.next < 0 {
+				_, _, _, rest, _ := nextBlockMessage(e.msgs[e.pos:]) // checked by load
+				e.next = len(e.msgs) - len(rest)
+			}
+			e.pos, e.next = e.next, -1
 		}
-		subj, hdr, data, _, _ := nextBlockMessage(e.msgs[e.pos:])
+		subj, hdr, data, rest, _ := nextBlockMessage(e.msgs[e.pos:])
+		e.next = len(e.msgs) - len(rest)
 		return Record{Seq: seq, Time: e.time, Subject: subj, Header: hdr, Payload: data}, recordSize(len(subj), len(hdr), len(data))
 	}
 	for e.posSeq < seq {

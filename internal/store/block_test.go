@@ -425,6 +425,7 @@ func FuzzExpandBlock(f *testing.F) {
 		}
 		var total int
 		var again []byte // a message block's messages encoded again
+		var forward []Record
 		for q := e.first; q < e.first+e.count; q++ {
 			rec, n := e.at(q)
 			if rec.Seq != q || n != recordSize(len(rec.Subject), len(rec.Header), len(rec.Payload)) {
@@ -432,6 +433,14 @@ func FuzzExpandBlock(f *testing.F) {
 			}
 			total += n
 			again = AppendBlockMessage(again, rec.Subject, rec.Header, rec.Payload)
+			forward = append(forward, rec)
+		}
+		// Read backwards, each walk starts again from the front.
+		for q := e.first + e.count; q > e.first; q-- {
+			rec, _ := e.at(q - 1)
+			if f := forward[q-1-e.first]; rec.Seq != f.Seq || !bytes.Equal(rec.Payload, f.Payload) || !bytes.Equal(rec.Subject, f.Subject) {
+				t.Fatalf("record %d read backwards differs", q-1)
+			}
 		}
 		if e.messages && !bytes.Equal(again, e.msgs) {
 			t.Fatalf("messages %q encode again to %q", e.msgs, again)

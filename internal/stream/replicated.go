@@ -224,7 +224,7 @@ func expandBlocksEntry(buf []byte, e msgEntry, blocks []msgBlock) ([]byte, error
 		at := len(buf)
 		buf = slices.Grow(buf, blk.inner)[:at+blk.inner]
 		out, err := s2.Decode(buf[at:], blk.s2)
-		if err != nil || len(out) != blk.inner || blk.inner > 0 && &out[0] != &buf[at] {
+		if err != nil || len(out) != blk.inner || &out[0] != &buf[at] { // inner >= 3: decodeBlocksEntry
 			return buf, fmt.Errorf("%w: a block: %v", errBadEntry, err)
 		}
 	}
@@ -312,10 +312,10 @@ func appendMsgEntry(dst []byte, token uint64, ts int64, q *inbound, items []int)
 	dst = binary.AppendVarint(dst, ts)
 	dst = binary.AppendUvarint(dst, uint64(len(items)))
 	for _, i := range items {
+		// The store's form of a message in a message block: an entry's blocks
+		// are written to the replicas' logs as they are.
 		it := &q.items[i]
-		for _, b := range [3][]byte{q.get(it.subj), q.get(it.hdr), q.get(it.data)} {
-			dst = appendField(dst, b)
-		}
+		dst = store.AppendBlockMessage(dst, q.get(it.subj), q.get(it.hdr), q.get(it.data))
 	}
 	return dst
 }

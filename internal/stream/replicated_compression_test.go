@@ -16,15 +16,7 @@ func TestReplicatedCompressionUpdate(t *testing.T) {
 	net := replica.NewLocalNetwork()
 	const parts = 2
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Partitions: parts}
-	var nodes []*replNode
-	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNode(t, net, id, cfg))
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop(net)
-		}
-	}()
+	nodes := startReplNodes(t, net, cfg)
 	leader := leaderOf(t, nodes)
 	const first, total = 40, 120
 	for i := 1; i <= first; i++ {

@@ -37,6 +37,7 @@ type replNode struct {
 
 	changes     chan bool
 	changesDone chan struct{}
+	stopped     bool
 }
 
 // ackInbox collects publish acks.
@@ -181,7 +182,28 @@ func leads0(h *replica.Host, group, id uint64) bool {
 	return err == nil && st.Leader == id
 }
 
+// startReplNodes starts a cluster of three replNodes of cfg's stream and stops
+// those still running when the test ends.
+func startReplNodes(t *testing.T, net *replica.LocalNetwork, cfg streamapi.StreamConfig) []*replNode {
+	t.Helper()
+	var nodes []*replNode
+	for id := uint64(1); id <= 3; id++ {
+		nodes = append(nodes, startReplNode(t, net, id, cfg))
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.stop(net)
+		}
+	})
+	return nodes
+}
+
+// stop stops n, once.
 func (n *replNode) stop(net *replica.LocalNetwork) {
+	if n.stopped {
+		return
+	}
+	n.stopped = true
 	net.Detach(n.id)
 	n.h.Stop()
 	close(n.changes)
@@ -235,15 +257,7 @@ func leaderOf(t *testing.T, nodes []*replNode) *replNode {
 func TestReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 	net := replica.NewLocalNetwork()
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}
-	var nodes []*replNode
-	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNode(t, net, id, cfg))
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop(net)
-		}
-	}()
+	nodes := startReplNodes(t, net, cfg)
 	leader := leaderOf(t, nodes)
 	const first = 200
 	for i := 1; i <= first; i++ {
@@ -252,7 +266,6 @@ func TestReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 		}
 	}
 	rest := stopNode(net, nodes, leader)
-	nodes = rest
 	next := leaderOf(t, rest)
 	// Retried publish of an acknowledged message: a duplicate, not a new message.
 	if a := next.publish(t, first); a != fmt.Sprintf("+OK ORDERS 0 %d dup", first) {
@@ -286,15 +299,7 @@ func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 	net := replica.NewLocalNetwork()
 	const parts = 3
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Partitions: parts}
-	var nodes []*replNode
-	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNode(t, net, id, cfg))
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop(net)
-		}
-	}()
+	nodes := startReplNodes(t, net, cfg)
 	type at struct {
 		part int
 		seq  uint64
@@ -337,7 +342,6 @@ func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 		}
 	}
 	rest := stopNode(net, nodes, leader)
-	nodes = rest
 	next := leaderOf(t, rest)
 	// Every partition's group follows the stream's leader; until it has, a
 	// publish for that partition may go to the dead node and be lost unanswered
@@ -382,15 +386,7 @@ func TestPartitionedReplicatedStreamSurvivesLeaderLoss(t *testing.T) {
 func TestReplicatedBigBatchInEntries(t *testing.T) {
 	net := replica.NewLocalNetwork()
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}
-	var nodes []*replNode
-	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNode(t, net, id, cfg))
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop(net)
-		}
-	}()
+	nodes := startReplNodes(t, net, cfg)
 	leader := leaderOf(t, nodes)
 	// 10 MiB in one broker batch: the writer takes it as one queue.
 	const count, size = 1280, 8 << 10
@@ -426,25 +422,34 @@ func TestReplicatedBigBatchInEntries(t *testing.T) {
 		}
 	}
 	// No entry held more than maxEntryBytes of messages (and one message's worth).
-	st := leader.storages[0]
+	entries := msgEntriesOf(t, leader.storages[0])
+	for _, e := range entries {
+		if len(e) > maxEntryBytes+size+64 {
+			t.Fatalf("an entry of %d bytes, over %d", len(e), maxEntryBytes)
+		}
+	}
+	if len(entries) < count*size/maxEntryBytes {
+		t.Fatalf("%d message entries for %d MiB", len(entries), count*size>>20)
+	}
+}
+
+// msgEntriesOf returns the message entries of a group's Raft log, whatever their
+// op.
+func msgEntriesOf(t *testing.T, st *raft.MemoryStorage) [][]byte {
+	t.Helper()
 	first, _ := st.FirstIndex()
 	last, _ := st.LastIndex()
 	ents, err := st.Entries(first, last+1, 1<<40)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries := 0
+	var out [][]byte
 	for _, e := range ents {
 		if len(e.Data) > 0 && (e.Data[0] == entryMsgs || e.Data[0] == entryMsgsS2 || e.Data[0] == entryMsgsBlocks) {
-			entries++
-			if len(e.Data) > maxEntryBytes+size+64 {
-				t.Fatalf("an entry of %d bytes, over %d", len(e.Data), maxEntryBytes)
-			}
+			out = append(out, e.Data)
 		}
 	}
-	if entries < count*size/maxEntryBytes {
-		t.Fatalf("%d message entries for %d MiB", entries, count*size>>20)
-	}
+	return out
 }
 
 // Every publisher of a batch the leader's writer proposes is answered once: those
@@ -459,15 +464,7 @@ func TestReplicatedPublishersAnsweredOnce(t *testing.T) {
 func testPublishersAnsweredOnce(t *testing.T, flush func(*broker.Batch)) {
 	net := replica.NewLocalNetwork()
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: 100}
-	var nodes []*replNode
-	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNode(t, net, id, cfg))
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop(net)
-		}
-	}()
+	nodes := startReplNodes(t, net, cfg)
 	leader := leaderOf(t, nodes)
 	const single, ranged = 40, 30
 	for round := range 5 {
@@ -545,15 +542,7 @@ func testPublishersAnsweredOnce(t *testing.T, flush func(*broker.Batch)) {
 func TestReplicatedMessageBlocksSurviveLeaderLoss(t *testing.T) {
 	net := replica.NewLocalNetwork()
 	cfg := streamapi.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Compression: "s2"}
-	var nodes []*replNode
-	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNode(t, net, id, cfg))
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop(net)
-		}
-	}()
+	nodes := startReplNodes(t, net, cfg)
 	payload := func(i int) string { return fmt.Sprintf(`{"order":%d,"item":"widget","qty":%d}`, i, i%9) }
 	round := func(n *replNode, name string, from, to int, want func(i int) string) {
 		t.Helper()
@@ -573,15 +562,8 @@ func TestReplicatedMessageBlocksSurviveLeaderLoss(t *testing.T) {
 	leader := leaderOf(t, nodes)
 	round(leader, "first", 1, 3000, stored)
 	blocks := 0
-	st := leader.storages[0]
-	first, _ := st.FirstIndex()
-	last, _ := st.LastIndex()
-	ents, err := st.Entries(first, last+1, 1<<40)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if len(e.Data) > 0 && e.Data[0] == entryMsgsBlocks {
+	for _, e := range msgEntriesOf(t, leader.storages[0]) {
+		if e[0] == entryMsgsBlocks {
 			blocks++
 		}
 	}
@@ -589,7 +571,6 @@ func TestReplicatedMessageBlocksSurviveLeaderLoss(t *testing.T) {
 		t.Fatal("no entry of messages in blocks")
 	}
 	rest := stopNode(net, nodes, leader)
-	nodes = rest
 	next := leaderOf(t, rest)
 	round(next, "second", 2990, 6000, func(i int) string {
 		if i <= 3000 {
