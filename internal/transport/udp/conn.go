@@ -248,6 +248,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	written := 0
 	for written < len(p) {
 		if c.closed {
+			if c.err != nil {
+				return written, c.err // why it ended: a reset, an idle timeout
+			}
 			return written, ErrClosed
 		}
 		chunk := p[written:min(len(p), written+maxChunk)]

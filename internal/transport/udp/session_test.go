@@ -253,6 +253,10 @@ func TestSessionResetAfterServerRestart(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("reset noticed after %v", took)
 	}
+	// Writing to the ended session says why it ended, as a TCP reset does.
+	if _, err := c.Write([]byte("again")); !errors.Is(err, ErrReset) {
+		t.Fatalf("write after the reset: %v, want ErrReset", err)
+	}
 }
 
 // TestFloodLeavesSessionsAlone: a bounded flood of junk — random bytes, inits,
