@@ -78,9 +78,36 @@ func (c *conn) produceRequest(corr int32, req *kmsg.ProduceRequest) error {
 		c.pipe.free <- s // acks=0: nothing to answer
 		return err
 	}
+	if c.answerInline(s, corr, req, resp, w) {
+		return err
+	}
 	s.corr, s.req, s.resp, s.w = corr, req, resp, w
 	c.pipe.queue <- s
 	return err
+}
+
+// answerInline answers a produce request from the reader when its acks are all
+// in already (the stream committed it in this goroutine, as a stream this node
+// leads does when it is not busy) and no answer before it is still to be queued:
+// the answer then needs no hand-over to the answerer goroutine, whose wake-up
+// costs more than the rest of a small request's answer. The reader flushes it
+// with whatever else it answers before it next waits for the socket.
+func (c *conn) answerInline(s *inflightProduce, corr int32, req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, w *ackWait) bool {
+	p := &c.pipe
+	if len(p.free) != p.slots-1 { // an earlier answer is in the answerer's hands
+		return false
+	}
+	select {
+	case <-w.done:
+	default:
+		return false
+	}
+	c.s.acks.cancel(w)
+	c.answerProduce(&s.ps, req, resp, w)
+	c.send(corr, resp)
+	s.ps.trim()
+	p.free <- s
+	return true
 }
 
 // drainProduce waits until every produce request read so far is answered.
