@@ -84,6 +84,21 @@ type InlineFlusher interface {
 	FlushInline()
 }
 
+// Grouper is implemented by sinks that can keep a publisher's run of messages
+// together: a stream stores a Kafka record batch's records at consecutive
+// sequences, with no other publisher's message between them, as the batch's
+// answer (one base offset) says. Between Batch.BeginGroup and the batch's next
+// flush, Publish hands such a sink its messages with DeliverGroup; the flush
+// ends the group (EndGroup) before it wakes the sink.
+type Grouper interface {
+	// DeliverGroup is Deliver for a message of a group. stage is what the sink
+	// returned for the group's previous message (nil for its first); the sink
+	// returns what to pass next and to EndGroup.
+	DeliverGroup(sub *Subscription, m *Message, stage any) (next any, ok bool)
+	// EndGroup queues the group's messages, together.
+	EndGroup(stage any)
+}
+
 // Staller is implemented by sinks that apply flow control (internal/outbound holds
 // the one implementation and its thresholds): when a sink's queue is
 // filling faster than it drains but it is still sending, publishers that delivered to
@@ -256,6 +271,55 @@ type Batch struct {
 	hdr     header.Block
 	co      coalescer
 	remotes []remoteTarget
+
+	grouping bool         // since BeginGroup, until the next flush
+	groups   []groupStage // the Groupers delivered to in the group
+}
+
+// groupStage is a Grouper's part of a group.
+type groupStage struct {
+	sink  Grouper
+	stage any
+}
+
+// BeginGroup makes the messages published until the next Flush or FlushInline a
+// group: each Grouper sink among their destinations takes its share together.
+func (p *Batch) BeginGroup() { p.grouping = true }
+
+// deliverGroup hands m to g as part of the group.
+func (p *Batch) deliverGroup(g Grouper, sub *Subscription, m *Message) bool {
+	i := 0
+	for i < len(p.groups) && p.groups[i].sink != g {
+		i++
+	}
+	if i == len(p.groups) {
+		p.groups = append(p.groups, groupStage{sink: g})
+	}
+	next, ok := g.DeliverGroup(sub, m, p.groups[i].stage)
+	p.groups[i].stage = next
+	return ok
+}
+
+// deliverTo hands m to sub's sink, in the group when there is one and the sink
+// is a Grouper.
+func (p *Batch) deliverTo(sub *Subscription, m *Message) bool {
+	if p.grouping {
+		if g, ok := sub.Sink.(Grouper); ok {
+			return p.deliverGroup(g, sub, m)
+		}
+	}
+	return sub.Sink.Deliver(sub, m)
+}
+
+// endGroup ends the group: every Grouper queues its share.
+func (p *Batch) endGroup() {
+	for i := range p.groups {
+		if p.groups[i].stage != nil {
+			p.groups[i].sink.EndGroup(p.groups[i].stage)
+		}
+		p.groups[i] = groupStage{}
+	}
+	p.groups, p.grouping = p.groups[:0], false
 }
 
 // Add records that s needs a Flush; publishers call it for control frames they queue
@@ -286,6 +350,9 @@ func (p *Batch) Flush() { p.flush(false) }
 func (p *Batch) FlushInline() { p.flush(true) }
 
 func (p *Batch) flush(inline bool) {
+	if p.grouping {
+		p.endGroup()
+	}
 	for s := range p.pending {
 		if f, ok := s.(InlineFlusher); ok && inline {
 			f.FlushInline()
@@ -455,7 +522,7 @@ func (b *Broker) deliver(p *Batch, sub *Subscription, m *Message) bool {
 	if !ok {
 		return false
 	}
-	if !sub.Sink.Deliver(sub, m) {
+	if !p.deliverTo(sub, m) {
 		untake(sub)
 		return false
 	}

@@ -356,3 +356,65 @@ func TestQueueGroupSpreadsOverDistinctSubjects(t *testing.T) {
 		t.Fatalf("members got %d and %d of 100 messages on distinct subjects", m1.count(), m2.count())
 	}
 }
+
+// groupRecorder is a recorder that is also a Grouper: a group's messages are
+// kept in a stage of their own and added to got at EndGroup, together.
+type groupRecorder struct {
+	recorder
+	ends int
+}
+
+type groupStageT struct{ got []string }
+
+func (g *groupRecorder) DeliverGroup(_ *Subscription, m *Message, stage any) (any, bool) {
+	st, _ := stage.(*groupStageT)
+	if st == nil {
+		st = &groupStageT{}
+	}
+	st.got = append(st.got, string(m.Subject)+"|"+string(m.Payload))
+	return st, true
+}
+
+func (g *groupRecorder) EndGroup(stage any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.got = append(g.got, stage.(*groupStageT).got...)
+	g.ends++
+}
+
+// TestGroupedDelivery: between BeginGroup and the flush a Grouper gets its
+// messages through one stage, queued together at the flush before it is woken;
+// a sink that is not a Grouper gets each at once, and after the flush a
+// Grouper gets plain deliveries again.
+func TestGroupedDelivery(t *testing.T) {
+	b := New()
+	g1, g2, plain := &groupRecorder{}, &groupRecorder{}, &recorder{}
+	subscribe(t, b, g1, "a.>", "")
+	subscribe(t, b, g2, "a.two", "")
+	subscribe(t, b, plain, "a.>", "")
+	var p Batch
+	p.BeginGroup()
+	for _, subj := range []string{"a.one", "a.two", "a.one"} {
+		if n := publish(b, &p, subj, "x"); n == 0 {
+			t.Fatalf("%s: no subscriber", subj)
+		}
+	}
+	if g1.count() != 0 || g2.count() != 0 || plain.count() != 3 {
+		t.Fatalf("before the flush: groupers hold %d and %d, plain %d; want 0, 0, 3", g1.count(), g2.count(), plain.count())
+	}
+	p.Flush()
+	if g1.count() != 3 || g2.count() != 1 || g1.ends != 1 || g2.ends != 1 {
+		t.Fatalf("after the flush: %v (%d ends), %v (%d ends)", g1.got, g1.ends, g2.got, g2.ends)
+	}
+	if g1.flushes.Load() != 1 || g2.flushes.Load() != 1 {
+		t.Fatalf("flushes %d and %d, want 1 each", g1.flushes.Load(), g2.flushes.Load())
+	}
+	publish(b, &p, "a.one", "y") // no group now
+	if g1.count() != 4 || g1.ends != 1 {
+		t.Fatalf("outside a group: %v, %d ends", g1.got, g1.ends)
+	}
+	p.Flush()
+	if g1.ends != 1 {
+		t.Fatalf("a flush with no group ended %d groups", g1.ends-1)
+	}
+}

@@ -129,6 +129,9 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 	}
 	bm := &ps.bm
 	replyPart := -1
+	// A partition's records are stored at consecutive offsets, with no other
+	// publisher's message between them: the answer gives only the first's.
+	c.batch.BeginGroup()
 	for i := range ps.msgs {
 		m := &ps.msgs[i]
 		*bm = broker.Message{Subject: m.subj, Header: header.Block(ps.hdr[m.hdrFrom:m.hdr]), Payload: m.value}

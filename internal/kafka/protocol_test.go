@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"syscall"
 	"testing"
@@ -237,6 +238,81 @@ func TestIdempotentRetryAfterRestart(t *testing.T) {
 	st, _ := s.Streams().Stream("restart")
 	if n := st.Info().State.Msgs; n != 2 {
 		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+// TestPipelinedProduceBesideAnotherPublisher: while a native client publishes
+// into the same stream, so that the stream's writer is sometimes busy and a
+// produce request's acks sometimes come after the reader has moved on, 200
+// pipelined produce requests are answered in the order they came, each with the
+// offset its records are stored at, whether the reader answered it itself or
+// handed it to the answerer.
+func TestPipelinedProduceBesideAnotherPublisher(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	if _, err := nc.Streams().AddStream(ctxT(t), tern.StreamConfig{Name: "shared", Subjects: []string{"shared"}}); err != nil {
+		t.Fatal(err)
+	}
+	const requests, maxNatives = 200, 1_000_000
+	published, stop := make(chan error, 1), make(chan struct{})
+	pub := native(t, s)
+	go func() {
+		// Publishing until the produce answers are in, and no further.
+		for i := 0; i < maxNatives; i++ {
+			select {
+			case <-stop:
+				published <- pub.Flush()
+				return
+			default:
+			}
+			if err := pub.Publish("shared", []byte("native")); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- pub.Flush()
+	}()
+	if err := pub.Flush(); err != nil { // the publisher is under way
+		t.Fatal(err)
+	}
+	r := dialRaw(t, addr)
+	corrs := make([]int32, requests)
+	for i := range corrs {
+		req := produceReq("shared", 0, makeBatch(-1, -1, -1, fmt.Sprintf("k%d-0", i), fmt.Sprintf("k%d-1", i)))
+		req.Acks = int16(1 - 2*(i%2)) // acks=1 and acks=all in turn
+		corrs[i] = r.send(req)
+	}
+	bases := make([]int64, requests)
+	for i, want := range corrs {
+		got, body, err := r.readFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("answer %d is to request %d, want %d", i, got, want)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 9
+		if err := resp.ReadFrom(body[1:]); err != nil {
+			t.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || (i > 0 && p.BaseOffset <= bases[i-1]) {
+			t.Fatalf("request %d: error %d base %d after %d", i, p.ErrorCode, p.BaseOffset, bases[i-1])
+		}
+		bases[i] = p.BaseOffset
+	}
+	close(stop)
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	for i, base := range bases {
+		for j := range 2 {
+			m, err := nc.Streams().GetMsg(ctxT(t), "shared", 0, uint64(base)+1+uint64(j))
+			if want := fmt.Sprintf("k%d-%d", i, j); err != nil || string(m.Data) != want {
+				t.Fatalf("offset %d: %q %v, want %q", base+int64(j), m.Data, err, want)
+			}
+		}
 	}
 }
 

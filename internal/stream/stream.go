@@ -55,7 +55,8 @@ type Stream struct {
 	qmu      sync.Mutex
 	q        inbound
 	spare    inbound
-	deletes  []partSeq // acked work-queue messages to remove
+	stages   []*inbound // kept for the next publishers' groups (DeliverGroup)
+	deletes  []partSeq  // acked work-queue messages to remove
 	spareDel []partSeq
 	delSeqs  []uint64  // the writer's scratch for applyDeletes
 	interest []partSeq // messages acked by one consumer of an interest stream
@@ -118,6 +119,35 @@ func (q *inbound) put(b []byte) span {
 }
 
 func (q *inbound) get(s span) []byte { return q.buf[s.off : s.off+s.n : s.off+s.n] }
+
+// add copies m in as an item; a payload over maxSize is left out and marked.
+func (q *inbound) add(m *broker.Message, maxSize int64) {
+	it := inItem{acker: m.Acker, ackTag: m.AckTag}
+	it.subj = q.put(m.Subject)
+	if m.Acker == nil {
+		it.reply = q.put(m.Reply)
+	}
+	it.hdr = q.put(m.Header)
+	if int64(len(m.Payload)) > maxSize {
+		it.tooBig = true
+	} else {
+		it.data = q.put(m.Payload)
+	}
+	q.items = append(q.items, it)
+}
+
+// appendAll appends g's items after q's.
+func (q *inbound) appendAll(g *inbound) {
+	base := len(q.buf)
+	q.buf = append(q.buf, g.buf...)
+	for _, it := range g.items {
+		it.subj.off += base
+		it.reply.off += base
+		it.hdr.off += base
+		it.data.off += base
+		q.items = append(q.items, it)
+	}
+}
 
 func (q *inbound) reset() {
 	q.buf = q.buf[:0]
@@ -406,42 +436,107 @@ func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 		s.qmu.Unlock()
 		return false
 	}
-	it := inItem{acker: m.Acker, ackTag: m.AckTag}
-	it.subj = s.q.put(m.Subject)
-	if m.Acker == nil {
-		it.reply = s.q.put(m.Reply)
-	}
-	it.hdr = s.q.put(m.Header)
-	if int64(len(m.Payload)) > s.maxSize.Load() {
-		it.tooBig = true
-	} else {
-		it.data = s.q.put(m.Payload)
-	}
-	s.q.items = append(s.q.items, it)
+	s.q.add(m, s.maxSize.Load())
 	s.qmu.Unlock()
 	return true
+}
+
+// DeliverGroup stages a captured message of a publisher's group
+// (broker.Grouper): the group's messages reach the queue together at EndGroup,
+// so they are stored at consecutive sequences of their partition.
+func (c *captureSink) DeliverGroup(_ *broker.Subscription, m *broker.Message, stage any) (any, bool) {
+	s := (*Stream)(c)
+	g, _ := stage.(*inbound)
+	if g == nil {
+		if g = s.takeStage(); g == nil {
+			return nil, false
+		}
+	}
+	if len(g.buf) > s.m.cfg.MaxQueued {
+		return g, false
+	}
+	g.add(m, s.maxSize.Load())
+	return g, true
+}
+
+// EndGroup queues a group's messages, behind those queued before.
+func (c *captureSink) EndGroup(stage any) {
+	s := (*Stream)(c)
+	g := stage.(*inbound)
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q.items) == 0 {
+		s.q, *g = *g, s.q // no copy: the stage becomes the queue
+	} else {
+		s.q.appendAll(g)
+	}
+	g.reset()
+	if len(s.stages) < maxStages && cap(g.buf) <= maxStageBuf {
+		s.stages = append(s.stages, g)
+	}
+}
+
+// maxStages and maxStageBuf bound the group stages a stream keeps for reuse.
+const (
+	maxStages   = 4
+	maxStageBuf = 4 << 20
+)
+
+// takeStage returns a stage for a group, or nil when the queue is over its limit.
+func (s *Stream) takeStage() *inbound {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if len(s.q.buf) > s.m.cfg.MaxQueued {
+		return nil
+	}
+	if n := len(s.stages); n > 0 {
+		g := s.stages[n-1]
+		s.stages = s.stages[:n-1]
+		return g
+	}
+	return &inbound{}
 }
 
 // accountCaptureSink is a stream of an account (not the global one) seen as a
 // broker sink for its subjects: it keeps them in the account's terms.
 type accountCaptureSink Stream
 
-// Deliver queues a captured message without its account's prefix. A message the
-// engine delivers (routed to a deliver subject of the account) has its subject
-// in the account's terms already.
+// Deliver queues a captured message without its account's prefix.
 func (c *accountCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
-	s := (*Stream)(c)
-	if len(m.Subject) <= len(s.prefix) || string(m.Subject[:len(s.prefix)]) != s.prefix {
-		return (*captureSink)(c).Deliver(sub, m)
+	var own broker.Message
+	if m = c.own(m, &own); m == nil {
+		return true
 	}
-	own := *m
-	own.Subject = m.Subject[len(s.prefix):]
-	if notCaptured(own.Subject) {
-		return true // the account's stream API and acks, which a wildcard reaches
-	}
-	return (*captureSink)(c).Deliver(sub, &own)
+	return (*captureSink)(c).Deliver(sub, m)
 }
 
+// DeliverGroup is Deliver for a message of a group (broker.Grouper).
+func (c *accountCaptureSink) DeliverGroup(sub *broker.Subscription, m *broker.Message, stage any) (any, bool) {
+	var own broker.Message
+	if m = c.own(m, &own); m == nil {
+		return stage, true
+	}
+	return (*captureSink)(c).DeliverGroup(sub, m, stage)
+}
+
+// own returns m in the account's terms (in *own when it takes a copy), or nil
+// when the stream does not capture it. A message the engine delivers (routed
+// to a deliver subject of the account) has its subject in the account's terms
+// already.
+func (c *accountCaptureSink) own(m, own *broker.Message) *broker.Message {
+	s := (*Stream)(c)
+	if len(m.Subject) <= len(s.prefix) || string(m.Subject[:len(s.prefix)]) != s.prefix {
+		return m
+	}
+	*own = *m
+	own.Subject = m.Subject[len(s.prefix):]
+	if notCaptured(own.Subject) {
+		return nil // the account's stream API and acks, which a wildcard reaches
+	}
+	return own
+}
+
+func (c *accountCaptureSink) EndGroup(stage any)     { (*captureSink)(c).EndGroup(stage) }
 func (c *accountCaptureSink) Flush()                 { (*captureSink)(c).Flush() }
 func (c *accountCaptureSink) FlushInline()           { (*captureSink)(c).FlushInline() }
 func (c *accountCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c).Stall() }
@@ -454,14 +549,26 @@ func (c *accountCaptureSink) Stuck()                 {}
 type globalWildCaptureSink Stream
 
 func (c *globalWildCaptureSink) Deliver(sub *broker.Subscription, m *broker.Message) bool {
+	if !c.captures(m) {
+		return true
+	}
+	return (*captureSink)(c).Deliver(sub, m)
+}
+
+// DeliverGroup is Deliver for a message of a group (broker.Grouper).
+func (c *globalWildCaptureSink) DeliverGroup(sub *broker.Subscription, m *broker.Message, stage any) (any, bool) {
+	if !c.captures(m) {
+		return stage, true
+	}
+	return (*captureSink)(c).DeliverGroup(sub, m, stage)
+}
+
+func (c *globalWildCaptureSink) captures(m *broker.Message) bool {
 	route := m.Subject
 	if m.Route != nil {
 		route = m.Route
 	}
-	if bytes.HasPrefix(route, acctPrefix) || notCaptured(m.Subject) {
-		return true
-	}
-	return (*captureSink)(c).Deliver(sub, m)
+	return !bytes.HasPrefix(route, acctPrefix) && !notCaptured(m.Subject)
 }
 
 var (
@@ -475,6 +582,7 @@ func notCaptured(subj []byte) bool {
 	return len(subj) > 0 && subj[0] == '$' && bytes.HasPrefix(subj, ternPrefix) && !bytes.HasPrefix(subj, dlqPrefix)
 }
 
+func (c *globalWildCaptureSink) EndGroup(stage any)     { (*captureSink)(c).EndGroup(stage) }
 func (c *globalWildCaptureSink) Flush()                 { (*captureSink)(c).Flush() }
 func (c *globalWildCaptureSink) FlushInline()           { (*captureSink)(c).FlushInline() }
 func (c *globalWildCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c).Stall() }

@@ -1176,3 +1176,78 @@ func TestInProcessAcks(t *testing.T) {
 		t.Errorf("reply-subject acks %q, want %q", got, want)
 	}
 }
+
+// TestGroupsStoredTogether: a publisher's groups (broker.Batch.BeginGroup, as
+// the Kafka API publishes a record batch) are stored at consecutive sequences
+// while another publisher's messages come in between, in a stream capturing a
+// literal filter and in one whose filter starts with a wildcard, which take
+// each group together too.
+func TestGroupsStoredTogether(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "GRP", Subjects: []string{"grp.x"}})
+	e.addStream(tern.StreamConfig{Name: "WILD", Subjects: []string{"*.w"}})
+	b := e.srv.Broker()
+	const groups, size, maxSingles = 200, 20, 1_000_000
+	stop, singles := make(chan struct{}), make(chan int, 1)
+	var started atomic.Int64
+	go func() {
+		// One message at a time until the groups are in, and no further.
+		var batch broker.Batch
+		n := 0
+		for ; n < maxSingles; n++ {
+			select {
+			case <-stop:
+				singles <- n
+				return
+			default:
+			}
+			b.Publish(&batch, &broker.Message{Subject: []byte("grp.x"), Payload: []byte("single")})
+			b.Publish(&batch, &broker.Message{Subject: []byte("wild.w"), Payload: []byte("single")})
+			batch.FlushInline()
+			started.Store(int64(n))
+		}
+		singles <- n
+	}()
+	waitFor(t, "the other publisher under way", func() bool { return started.Load() >= 100 })
+	var batch broker.Batch
+	for g := range groups {
+		batch.BeginGroup()
+		for i := range size { // the group goes to both streams, interleaved
+			b.Publish(&batch, &broker.Message{Subject: []byte("grp.x"), Payload: fmt.Appendf(nil, "g%d-%d", g, i)})
+			b.Publish(&batch, &broker.Message{Subject: []byte("wild.w"), Payload: fmt.Appendf(nil, "g%d-%d", g, i)})
+		}
+		batch.FlushInline()
+	}
+	close(stop)
+	n := <-singles
+	for _, name := range []string{"GRP", "WILD"} {
+		waitFor(t, name+" holding every message", func() bool {
+			return e.streamInfo(name).State.Msgs == uint64(groups*size+n)
+		})
+		next := 0 // the group expected next
+		for seq := uint64(1); seq <= uint64(groups*size+n); seq++ {
+			m, err := e.js.GetMsg(e.ctx, name, 0, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(m.Data) == "single" {
+				continue
+			}
+			if want := fmt.Sprintf("g%d-0", next); string(m.Data) != want {
+				t.Fatalf("%s seq %d: %q, want %q", name, seq, m.Data, want)
+			}
+			for i := 1; i < size; i++ {
+				m, err := e.js.GetMsg(e.ctx, name, 0, seq+uint64(i))
+				if want := fmt.Sprintf("g%d-%d", next, i); err != nil || string(m.Data) != want {
+					t.Fatalf("%s seq %d: %q %v, want %q right after the group's first", name, seq+uint64(i), m.Data, err, want)
+				}
+			}
+			seq += size - 1
+			next++
+		}
+		if next != groups {
+			t.Fatalf("%s: %d groups found, want %d", name, next, groups)
+		}
+	}
+	t.Logf("%d single messages published among the groups", n)
+}
