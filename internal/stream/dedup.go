@@ -15,6 +15,41 @@ func pubIDs(hdr header.Block) (id, expected string, hasExpected bool) {
 	return id, expected, hasExpected
 }
 
+// idCheck is the duplicate check's look at a message about to be stored: its
+// ids, its message id parsed, and where that id is stored already (dup).
+type idCheck struct {
+	id          msgID // zero: the message has none
+	expected    string
+	hasExpected bool
+	part        int
+	seq         uint64
+	dup         bool
+}
+
+// check reads a message's ids into c and looks its message id up. The one node's
+// writer and a replicated partition's machine decide alike with it: a
+// duplicate is answered with where it is stored; else, after wrongLast, the
+// message is stored and its id added.
+func (d *dedupWindow) check(hdr header.Block, now int64, c *idCheck) {
+	var idText string
+	idText, c.expected, c.hasExpected = pubIDs(hdr)
+	if idText == "" {
+		c.id, c.dup = msgID{}, false
+		return
+	}
+	c.id = parseMsgID(idText)
+	c.part, c.seq, c.dup = d.lookup(c.id, now)
+}
+
+// wrongLast reports whether c's message expects another last message id than
+// the one stored, with the refusal's code and text.
+func (d *dedupWindow) wrongLast(c *idCheck, now int64) (wrong bool, code int, text string) {
+	if !c.hasExpected || d.isHighest(c.expected, now) {
+		return false, 0, ""
+	}
+	return true, streamapi.CodeWrongLastMsgID, "wrong last message id: " + c.expected + " is not the last one stored"
+}
+
 // dedupWindow remembers the message ids a stream stored within its duplicate window,
 // so that a producer retrying a publish whose ack it lost does not store it twice.
 // It belongs to the stream's writer (or, replicated, to the partition's machine).

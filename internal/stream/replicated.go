@@ -746,23 +746,21 @@ func (m *partitionMachine) store(ts int64, subj, hdr, data []byte, replay bool) 
 // already: a duplicate, a message stored before a restart (replay), or a
 // refusal by its expected last id. id is its parsed message id, if it has one.
 func (m *partitionMachine) admit(ts int64, hdr []byte, replay bool) (res pubResult, id msgID, fresh bool) {
-	idText, exp, hasExp := pubIDs(hdr)
-	if idText != "" {
-		id = parseMsgID(idText)
-		if _, seq, dup := m.dedup.lookup(id, ts); dup {
-			return pubResult{seq: seq, dup: true}, id, false
-		}
+	var c idCheck
+	m.dedup.check(hdr, ts, &c)
+	if c.dup {
+		return pubResult{seq: c.seq, dup: true}, c.id, false
 	}
 	seq := m.last + 1
 	if replay && m.log.State().LastSeq >= seq {
 		// Stored before a restart: this entry is being applied again.
-		m.stored(seq, id, ts)
-		return pubResult{seq: seq}, id, false
+		m.stored(seq, c.id, ts)
+		return pubResult{seq: seq}, c.id, false
 	}
-	if hasExp && !m.dedup.isHighest(exp, ts) {
-		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: " + exp + " is not the last one stored"}, id, false
+	if wrong, code, text := m.dedup.wrongLast(&c, ts); wrong {
+		return pubResult{code: code, err: text}, c.id, false
 	}
-	return pubResult{seq: seq}, id, true
+	return pubResult{seq: seq}, c.id, true
 }
 
 // stored records that the message with id (zero: none) is stored at seq.

@@ -942,21 +942,19 @@ func (s *Stream) commit(q *inbound) {
 		}
 		hdr := header.Block(q.get(it.hdr))
 		subj := q.get(it.subj)
-		id, exp, hasExp := pubIDs(hdr)
-		if id != "" {
-			mid := parseMsgID(id)
-			if part, seq, dup := s.dedup.lookup(mid, now); dup {
-				a.part, a.seq, a.dup = part, seq, true
-				s.acks = append(s.acks, a)
-				continue
-			}
-			a.msgID = mid
-		}
-		if hasExp && !s.dedup.isHighest(exp, now) {
-			a.code, a.err, a.msgID = streamapi.CodeWrongLastMsgID, "wrong last message id: "+exp+" is not the last one stored", msgID{}
+		var c idCheck
+		s.dedup.check(hdr, now, &c)
+		if c.dup {
+			a.part, a.seq, a.dup = c.part, c.seq, true
 			s.acks = append(s.acks, a)
 			continue
 		}
+		if wrong, code, text := s.dedup.wrongLast(&c, now); wrong {
+			a.code, a.err = code, text
+			s.acks = append(s.acks, a)
+			continue
+		}
+		a.msgID = c.id
 		part := s.partitionOf(subj, hdr)
 		seq, err := s.parts[part].Append(subj, hdr, q.get(it.data), now)
 		if err != nil {
