@@ -110,6 +110,10 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 				po.code, po.msg = kerr.TransactionalIDAuthorizationFailed.Code, "transactions are not supported yet"
 			case po.code == 0 && (rp.Partition < 0 || int(rp.Partition) >= t.parts):
 				po.code = kerr.UnknownTopicOrPartition.Code
+			case po.code == 0 && t.s == nil:
+				// Another node leads it, as Kafka answers: the client asks Metadata
+				// and sends the records there, where they are stored together.
+				po.code, po.msg = kerr.NotLeaderForPartition.Code, "another node leads this partition"
 			}
 			ps.parts = append(ps.parts, po)
 			if po.code != 0 {

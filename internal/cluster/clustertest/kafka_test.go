@@ -2,7 +2,9 @@ package clustertest_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"strconv"
 	"sync"
@@ -10,7 +12,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tern-mq/tern/internal/cluster/clustertest"
 )
@@ -22,7 +27,8 @@ import (
 // while that leader is killed (-9): every record acknowledged before or after is
 // read back exactly once, in its partition's order, by a consumer group (its
 // coordinator one of the surviving nodes), whose committed offsets are then the
-// partitions' ends.
+// partitions' ends. A produce request sent to a node that does not lead the
+// partition is answered NOT_LEADER_OR_FOLLOWER, as Kafka answers it.
 func TestKafkaOnReplicatedCluster(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
 	waitCatalogue(c)
@@ -65,6 +71,32 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 		}
 		return true
 	})
+
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range md.Brokers {
+		if b.NodeID == leader {
+			continue
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = topic, md.Topics[topic].ID
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = 0, oneRecordBatch("to a follower")
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := admin.Broker(int(b.NodeID)).Request(ctx, req)
+		if err != nil {
+			t.Fatalf("produce to follower %d: %v", b.NodeID, err)
+		}
+		got := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		if got.ErrorCode != kerr.NotLeaderForPartition.Code {
+			t.Fatalf("produce to follower %d: error %d base %d, want NOT_LEADER_OR_FOLLOWER", b.NodeID, got.ErrorCode, got.BaseOffset)
+		}
+	}
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
@@ -206,4 +238,18 @@ func killKafkaLeader(t *testing.T, c *clustertest.Cluster, adm *kadm.Client, top
 	}
 	killed.Kill()
 	return killed
+}
+
+// oneRecordBatch is a record batch of one record with value v, no producer id.
+func oneRecordBatch(v string) []byte {
+	r := kmsg.Record{Value: []byte(v)}
+	body := r.AppendTo(nil)[1:] // after a zero Length
+	recs := append(kbin.AppendVarint(nil, int32(len(body))), body...)
+	now := time.Now().UnixMilli()
+	b := kmsg.RecordBatch{Magic: 2, FirstTimestamp: now, MaxTimestamp: now, ProducerID: -1, ProducerEpoch: -1,
+		FirstSequence: -1, NumRecords: 1, Records: recs}
+	b.Length = int32(49 + len(recs))
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
 }
