@@ -52,21 +52,28 @@ type Stream struct {
 	subs  []*broker.Subscription
 
 	// Captured messages waiting for the writer.
-	qmu      sync.Mutex
-	q        inbound
-	spare    inbound
-	stages   []*inbound // kept for the next publishers' groups (DeliverGroup)
-	deletes  []partSeq  // acked work-queue messages to remove
-	spareDel []partSeq
-	delSeqs  []uint64  // the writer's scratch for applyDeletes
-	interest []partSeq // messages acked by one consumer of an interest stream
-	stallCh  chan struct{}
-	maxSize  atomic.Int64 // the configuration's MaxMsgSize, read by Deliver
-	kick     chan struct{}
-	ops      chan writerOp
-	done     chan struct{}
-	stopped  chan struct{}
-	started  bool
+	qmu   sync.Mutex
+	q     inbound
+	spare inbound
+	// A publisher's group (DeliverGroup) writes straight into q while no other
+	// group does (groupOpen): other messages wait in held meanwhile, and go in
+	// behind it at its end. A group that comes while one is open is staged in
+	// one of stages and copied in at its end.
+	groupOpen bool
+	ticket    groupTicket
+	held      inbound
+	stages    []*inbound
+	deletes   []partSeq // acked work-queue messages to remove
+	spareDel  []partSeq
+	delSeqs   []uint64  // the writer's scratch for applyDeletes
+	interest  []partSeq // messages acked by one consumer of an interest stream
+	stallCh   chan struct{}
+	maxSize   atomic.Int64 // the configuration's MaxMsgSize, read by Deliver
+	kick      chan struct{}
+	ops       chan writerOp
+	done      chan struct{}
+	stopped   chan struct{}
+	started   bool
 
 	// role is held by whoever does the writer's work: the writer goroutine, or
 	// a publisher's goroutine proposing a replicated batch itself while the
@@ -138,14 +145,18 @@ func (q *inbound) add(m *broker.Message, maxSize int64) {
 
 // appendAll appends g's items after q's.
 func (q *inbound) appendAll(g *inbound) {
-	base := len(q.buf)
+	base, from := len(q.buf), len(q.items)
 	q.buf = append(q.buf, g.buf...)
-	for _, it := range g.items {
+	q.items = append(q.items, g.items...)
+	if base == 0 {
+		return
+	}
+	for i := from; i < len(q.items); i++ {
+		it := &q.items[i]
 		it.subj.off += base
 		it.reply.off += base
 		it.hdr.off += base
 		it.data.off += base
-		q.items = append(q.items, it)
 	}
 }
 
@@ -432,47 +443,98 @@ type captureSink Stream
 func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
 	s := (*Stream)(c)
 	s.qmu.Lock()
-	if len(s.q.buf) > s.m.cfg.MaxQueued {
+	if len(s.q.buf)+len(s.held.buf) > s.m.cfg.MaxQueued {
 		s.qmu.Unlock()
 		return false
 	}
-	s.q.add(m, s.maxSize.Load())
+	if s.groupOpen {
+		s.held.add(m, s.maxSize.Load())
+	} else {
+		s.q.add(m, s.maxSize.Load())
+	}
 	s.qmu.Unlock()
 	return true
 }
 
-// DeliverGroup stages a captured message of a publisher's group
-// (broker.Grouper): the group's messages reach the queue together at EndGroup,
-// so they are stored at consecutive sequences of their partition.
+// groupTicket is the stage of the group that writes straight into the queue.
+type groupTicket struct{}
+
+// DeliverGroup queues a captured message of a publisher's group
+// (broker.Grouper) so that the group's messages are stored at consecutive
+// sequences of their partition: straight into the queue when no other group is
+// open (the other publishers' messages wait aside until EndGroup), else into a
+// stage that EndGroup queues whole.
 func (c *captureSink) DeliverGroup(_ *broker.Subscription, m *broker.Message, stage any) (any, bool) {
 	s := (*Stream)(c)
-	g, _ := stage.(*inbound)
-	if g == nil {
-		if g = s.takeStage(); g == nil {
-			return nil, false
+	limit := s.m.cfg.MaxQueued
+	switch g := stage.(type) {
+	case *groupTicket:
+		s.qmu.Lock()
+		defer s.qmu.Unlock()
+		if len(s.q.buf) > limit {
+			return g, false
 		}
+		s.q.add(m, s.maxSize.Load())
+		return g, true
+	case *inbound:
+		if len(g.buf) > limit {
+			return g, false
+		}
+		g.add(m, s.maxSize.Load())
+		return g, true
 	}
-	if len(g.buf) > s.m.cfg.MaxQueued {
-		return g, false
+	// The group's first message here.
+	s.qmu.Lock()
+	if len(s.q.buf)+len(s.held.buf) > limit {
+		s.qmu.Unlock()
+		return nil, false
 	}
+	if !s.groupOpen {
+		s.groupOpen = true
+		s.q.add(m, s.maxSize.Load())
+		s.qmu.Unlock()
+		return &s.ticket, true
+	}
+	var g *inbound
+	if n := len(s.stages); n > 0 {
+		g, s.stages = s.stages[n-1], s.stages[:n-1]
+	} else {
+		g = &inbound{}
+	}
+	s.qmu.Unlock()
 	g.add(m, s.maxSize.Load())
 	return g, true
 }
 
-// EndGroup queues a group's messages, behind those queued before.
+// EndGroup ends a group: what waited aside goes into the queue behind it, or a
+// staged group goes in whole (aside, when another group is open).
 func (c *captureSink) EndGroup(stage any) {
 	s := (*Stream)(c)
-	g := stage.(*inbound)
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
-	if len(s.q.items) == 0 {
-		s.q, *g = *g, s.q // no copy: the stage becomes the queue
-	} else {
-		s.q.appendAll(g)
-	}
-	g.reset()
-	if len(s.stages) < maxStages && cap(g.buf) <= maxStageBuf {
-		s.stages = append(s.stages, g)
+	switch g := stage.(type) {
+	case *groupTicket:
+		s.groupOpen = false
+		if len(s.held.items) > 0 {
+			s.q.appendAll(&s.held)
+			s.held.reset()
+			if cap(s.held.buf) > maxStageBuf {
+				s.held = inbound{}
+			}
+		}
+	case *inbound:
+		switch {
+		case s.groupOpen:
+			s.held.appendAll(g)
+		case len(s.q.items) == 0:
+			s.q, *g = *g, s.q // no copy: the stage becomes the queue
+		default:
+			s.q.appendAll(g)
+		}
+		g.reset()
+		if len(s.stages) < maxStages && cap(g.buf) <= maxStageBuf {
+			s.stages = append(s.stages, g)
+		}
 	}
 }
 
@@ -481,21 +543,6 @@ const (
 	maxStages   = 4
 	maxStageBuf = 4 << 20
 )
-
-// takeStage returns a stage for a group, or nil when the queue is over its limit.
-func (s *Stream) takeStage() *inbound {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
-	if len(s.q.buf) > s.m.cfg.MaxQueued {
-		return nil
-	}
-	if n := len(s.stages); n > 0 {
-		g := s.stages[n-1]
-		s.stages = s.stages[:n-1]
-		return g
-	}
-	return &inbound{}
-}
 
 // accountCaptureSink is a stream of an account (not the global one) seen as a
 // broker sink for its subjects: it keeps them in the account's terms.

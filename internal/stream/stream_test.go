@@ -1177,11 +1177,12 @@ func TestInProcessAcks(t *testing.T) {
 	}
 }
 
-// TestGroupsStoredTogether: a publisher's groups (broker.Batch.BeginGroup, as
-// the Kafka API publishes a record batch) are stored at consecutive sequences
-// while another publisher's messages come in between, in a stream capturing a
-// literal filter and in one whose filter starts with a wildcard, which take
-// each group together too.
+// TestGroupsStoredTogether: publishers' groups (broker.Batch.BeginGroup, as the
+// Kafka API publishes a record batch) are stored at consecutive sequences while
+// another publisher's messages come in between, two group publishers at once so
+// that one group is often open while the other's comes (and is staged), in a
+// stream capturing a literal subject and in one whose filter starts with a
+// wildcard.
 func TestGroupsStoredTogether(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "GRP", Subjects: []string{"grp.x"}})
@@ -1209,23 +1210,30 @@ func TestGroupsStoredTogether(t *testing.T) {
 		singles <- n
 	}()
 	waitFor(t, "the other publisher under way", func() bool { return started.Load() >= 100 })
-	var batch broker.Batch
-	for g := range groups {
-		batch.BeginGroup()
-		for i := range size { // the group goes to both streams, interleaved
-			b.Publish(&batch, &broker.Message{Subject: []byte("grp.x"), Payload: fmt.Appendf(nil, "g%d-%d", g, i)})
-			b.Publish(&batch, &broker.Message{Subject: []byte("wild.w"), Payload: fmt.Appendf(nil, "g%d-%d", g, i)})
-		}
-		batch.FlushInline()
+	var wg sync.WaitGroup
+	for _, who := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var batch broker.Batch
+			for g := range groups {
+				batch.BeginGroup()
+				for i := range size { // the group goes to both streams, interleaved
+					b.Publish(&batch, &broker.Message{Subject: []byte("grp.x"), Payload: fmt.Appendf(nil, "%s%d-%d", who, g, i)})
+					b.Publish(&batch, &broker.Message{Subject: []byte("wild.w"), Payload: fmt.Appendf(nil, "%s%d-%d", who, g, i)})
+				}
+				batch.FlushInline()
+			}
+		}()
 	}
+	wg.Wait()
 	close(stop)
 	n := <-singles
+	total := uint64(2*groups*size + n)
 	for _, name := range []string{"GRP", "WILD"} {
-		waitFor(t, name+" holding every message", func() bool {
-			return e.streamInfo(name).State.Msgs == uint64(groups*size+n)
-		})
-		next := 0 // the group expected next
-		for seq := uint64(1); seq <= uint64(groups*size+n); seq++ {
+		waitFor(t, name+" holding every message", func() bool { return e.streamInfo(name).State.Msgs == total })
+		next := map[string]int{} // per publisher, the group expected next
+		for seq := uint64(1); seq <= total; seq++ {
 			m, err := e.js.GetMsg(e.ctx, name, 0, seq)
 			if err != nil {
 				t.Fatal(err)
@@ -1233,20 +1241,21 @@ func TestGroupsStoredTogether(t *testing.T) {
 			if string(m.Data) == "single" {
 				continue
 			}
-			if want := fmt.Sprintf("g%d-0", next); string(m.Data) != want {
+			who := string(m.Data[:1])
+			if want := fmt.Sprintf("%s%d-0", who, next[who]); string(m.Data) != want {
 				t.Fatalf("%s seq %d: %q, want %q", name, seq, m.Data, want)
 			}
 			for i := 1; i < size; i++ {
 				m, err := e.js.GetMsg(e.ctx, name, 0, seq+uint64(i))
-				if want := fmt.Sprintf("g%d-%d", next, i); err != nil || string(m.Data) != want {
+				if want := fmt.Sprintf("%s%d-%d", who, next[who], i); err != nil || string(m.Data) != want {
 					t.Fatalf("%s seq %d: %q %v, want %q right after the group's first", name, seq+uint64(i), m.Data, err, want)
 				}
 			}
 			seq += size - 1
-			next++
+			next[who]++
 		}
-		if next != groups {
-			t.Fatalf("%s: %d groups found, want %d", name, next, groups)
+		if next["a"] != groups || next["b"] != groups {
+			t.Fatalf("%s: groups found %v, want %d of each", name, next, groups)
 		}
 	}
 	t.Logf("%d single messages published among the groups", n)
