@@ -35,16 +35,22 @@ func seedRequests() [][]byte {
 	mt.Topic = kmsg.StringPtr("fz")
 	md.Topics, md.AllowAutoTopicCreation = append(md.Topics, mt), true
 	out = append(out, frame(md))
-	for _, codec := range []int16{0, 1, 2, 3, 4} {
+	produce := func(codec, acks int16) []byte {
 		pr := kmsg.NewPtrProduceRequest()
-		pr.Version, pr.Acks, pr.TimeoutMillis = 9, -1, 1000
+		pr.Version, pr.Acks, pr.TimeoutMillis = 9, acks, 1000
 		rt := kmsg.NewProduceRequestTopic()
 		rt.Topic = "fz"
 		rp := kmsg.NewProduceRequestTopicPartition()
 		rp.Records = seedBatch(codec)
 		rt.Partitions = append(rt.Partitions, rp)
 		pr.Topics = append(pr.Topics, rt)
-		out = append(out, frame(pr))
+		return frame(pr)
+	}
+	for _, codec := range []int16{0, 1, 2, 3, 4} {
+		out = append(out, produce(codec, -1))
+	}
+	for _, acks := range []int16{0, 1, 2} { // 2: refused, INVALID_REQUIRED_ACKS
+		out = append(out, produce(0, acks))
 	}
 	fr := kmsg.NewPtrFetchRequest()
 	fr.Version, fr.MaxWaitMillis, fr.MinBytes, fr.MaxBytes, fr.SessionEpoch = 11, 0, 1, 1<<20, -1

@@ -97,13 +97,15 @@ func (c *conn) answerInline(s *inflightProduce, corr int32, req *kmsg.ProduceReq
 	if len(p.free) != p.slots-1 { // an earlier answer is in the answerer's hands
 		return false
 	}
-	select {
-	case <-w.done:
-	default:
-		return false
+	if w != nil { // else resp is the answer already (a refusal)
+		select {
+		case <-w.done:
+		default:
+			return false
+		}
+		c.s.acks.cancel(w)
+		c.answerProduce(&s.ps, req, resp, w)
 	}
-	c.s.acks.cancel(w)
-	c.answerProduce(&s.ps, req, resp, w)
 	c.send(corr, resp)
 	s.ps.trim()
 	p.free <- s

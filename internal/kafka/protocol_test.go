@@ -241,6 +241,27 @@ func TestIdempotentRetryAfterRestart(t *testing.T) {
 	}
 }
 
+// TestProduceInvalidAcks: a produce request with acks other than 0, 1 or -1 is
+// answered INVALID_REQUIRED_ACKS, nothing of it stored, and the connection
+// goes on serving.
+func TestProduceInvalidAcks(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	if _, err := nc.Streams().AddStream(ctxT(t), tern.StreamConfig{Name: "acks", Subjects: []string{"acks"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, addr)
+	req := produceReq("acks", 0, makeBatch(-1, -1, -1, "x"))
+	req.Acks = 2
+	resp := r.do(req).(*kmsg.ProduceResponse)
+	if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kerr.InvalidRequiredAcks.Code {
+		t.Fatalf("acks=2: error %d, want INVALID_REQUIRED_ACKS", p.ErrorCode)
+	}
+	if p := producePart(t, r, produceReq("acks", 0, makeBatch(-1, -1, -1, "y"))); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("after it, on the same connection: error %d base %d, want success at 0", p.ErrorCode, p.BaseOffset)
+	}
+}
+
 // TestPipelinedProduceBesideAnotherPublisher: while a native client publishes
 // into the same stream, so that the stream's writer is sometimes busy and a
 // produce request's acks sometimes come after the reader has moved on, 200
