@@ -305,13 +305,7 @@ func TestPipelinedProduceBesideAnotherPublisher(t *testing.T) {
 	}
 	bases := make([]int64, requests)
 	for i, want := range corrs {
-		got, body, err := r.readFrame()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Fatalf("answer %d is to request %d, want %d", i, got, want)
-		}
+		body := r.answer(i, want)
 		resp := kmsg.NewPtrProduceResponse()
 		resp.Version = 9
 		if err := resp.ReadFrom(body[1:]); err != nil {
@@ -364,13 +358,7 @@ func TestPipelinedProduce(t *testing.T) {
 		}
 	}
 	for i, want := range corrs {
-		got, body, err := r.readFrame()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Fatalf("answer %d is to request %d, want %d", i, got, want)
-		}
+		body := r.answer(i, want)
 		if i == 5 {
 			continue // Metadata
 		}

@@ -61,6 +61,20 @@ func (r *raw) readFrame() (int32, []byte, error) {
 	return int32(binary.BigEndian.Uint32(hdr[4:])), body, nil
 }
 
+// answer reads the next answer, which must be the one to request corr (the i-th
+// read), and returns its body.
+func (r *raw) answer(i int, corr int32) []byte {
+	r.t.Helper()
+	got, body, err := r.readFrame()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if got != corr {
+		r.t.Fatalf("answer %d is to request %d, want %d", i, got, corr)
+	}
+	return body
+}
+
 // do sends req and decodes its answer.
 func (r *raw) do(req kmsg.Request) kmsg.Response {
 	r.t.Helper()
