@@ -90,8 +90,9 @@ func (c *conn) produceRequest(corr int32, req *kmsg.ProduceRequest) error {
 // in already (the stream committed it in this goroutine, as a stream this node
 // leads does when it is not busy) and no answer before it is still to be queued:
 // the answer then needs no hand-over to the answerer goroutine, whose wake-up
-// costs more than the rest of a small request's answer. The reader flushes it
-// with whatever else it answers before it next waits for the socket.
+// costs more than the rest of a small request's answer. It is flushed at once,
+// as the answerer would: held until the reader has worked through the requests
+// behind it, it would keep a producer's window of requests in flight shut.
 func (c *conn) answerInline(s *inflightProduce, corr int32, req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, w *ackWait) bool {
 	p := &c.pipe
 	if len(p.free) != p.slots-1 { // an earlier answer is in the answerer's hands
@@ -107,6 +108,7 @@ func (c *conn) answerInline(s *inflightProduce, corr int32, req *kmsg.ProduceReq
 		c.answerProduce(&s.ps, req, resp, w)
 	}
 	c.send(corr, resp)
+	c.q.Flush()
 	s.ps.trim()
 	p.free <- s
 	return true
