@@ -75,14 +75,13 @@ func (c *conn) produceRequest(corr int32, req *kmsg.ProduceRequest) error {
 	s := c.takeSlot()
 	resp, w, err := c.produce(&s.ps, req)
 	if resp == nil {
-		c.pipe.free <- s // acks=0: nothing to answer
-		return err
-	}
-	if c.answerInline(s, corr, req, resp, w) {
+		c.pipe.release(s) // acks=0: nothing to answer
 		return err
 	}
 	s.corr, s.req, s.resp, s.w = corr, req, resp, w
-	c.pipe.queue <- s
+	if !c.answerInline(s) {
+		c.pipe.queue <- s
+	}
 	return err
 }
 
@@ -93,25 +92,40 @@ func (c *conn) produceRequest(corr int32, req *kmsg.ProduceRequest) error {
 // costs more than the rest of a small request's answer. It is flushed at once,
 // as the answerer would: held until the reader has worked through the requests
 // behind it, it would keep a producer's window of requests in flight shut.
-func (c *conn) answerInline(s *inflightProduce, corr int32, req *kmsg.ProduceRequest, resp *kmsg.ProduceResponse, w *ackWait) bool {
+func (c *conn) answerInline(s *inflightProduce) bool {
 	p := &c.pipe
 	if len(p.free) != p.slots-1 { // an earlier answer is in the answerer's hands
 		return false
 	}
-	if w != nil { // else resp is the answer already (a refusal)
+	if s.w != nil {
 		select {
-		case <-w.done:
+		case <-s.w.done:
 		default:
 			return false
 		}
-		c.s.acks.cancel(w)
-		c.answerProduce(&s.ps, req, resp, w)
 	}
-	c.send(corr, resp)
+	c.queueAnswer(s)
 	c.q.Flush()
-	s.ps.trim()
-	p.free <- s
+	p.release(s)
 	return true
+}
+
+// queueAnswer fills the answer to s's request from its acks (all in, or the
+// wait given up; no ackWait: the answer is given already, a refusal) and queues
+// it.
+func (c *conn) queueAnswer(s *inflightProduce) {
+	if s.w != nil {
+		c.s.acks.cancel(s.w)
+		c.answerProduce(&s.ps, s.req, s.resp, s.w)
+	}
+	c.send(s.corr, s.resp)
+}
+
+// release gives back a slot whose request is answered (or needs no answer).
+func (p *producePipe) release(s *inflightProduce) {
+	s.ps.trim()
+	s.req, s.resp, s.w = nil, nil, nil
+	p.free <- s
 }
 
 // drainProduce waits until every produce request read so far is answered.
@@ -150,15 +164,12 @@ func (c *conn) answerProduces() {
 	for s := range p.queue {
 		if s.w != nil {
 			c.waitAcks(s.req, s.w, timer, p.stop)
-			c.answerProduce(&s.ps, s.req, s.resp, s.w)
 		}
-		c.send(s.corr, s.resp)
+		c.queueAnswer(s)
 		if len(p.queue) == 0 {
 			c.q.Flush() // once per wake-up: answers ready together share a write
 		}
-		s.ps.trim()
-		s.req, s.resp, s.w = nil, nil, nil
-		p.free <- s
+		p.release(s)
 	}
 }
 

@@ -170,7 +170,8 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 }
 
 // waitAcks waits for the stream's acks of a produce request, its timeout at most
-// (timer, reused from one request to the next) or until stop is closed.
+// (timer, reused from one request to the next) or until stop is closed; the
+// answer then stops the wait (queueAnswer).
 func (c *conn) waitAcks(req *kmsg.ProduceRequest, w *ackWait, timer *time.Timer, stop <-chan struct{}) {
 	timer.Reset(time.Duration(max(req.TimeoutMillis, 1000)) * time.Millisecond)
 	select {
@@ -180,7 +181,6 @@ func (c *conn) waitAcks(req *kmsg.ProduceRequest, w *ackWait, timer *time.Timer,
 	case <-stop:
 	}
 	timer.Stop() // since Go 1.23 a stopped timer's channel holds nothing stale
-	c.s.acks.cancel(w)
 }
 
 // refuseProduce answers every partition of req with code.
