@@ -70,12 +70,13 @@ const replGroup = 16
 
 func startReplNode(t *testing.T, net *replica.LocalNetwork, id uint64, cfg streamapi.StreamConfig) *replNode {
 	t.Helper()
-	return startReplNodeWith(t, net, id, cfg, func(h *replica.Host) Replicator { return h })
+	return startReplNodeWith(t, net, id, cfg, 0, func(h *replica.Host) Replicator { return h })
 }
 
 // startReplNodeWith is startReplNode with the stream reaching its host through
-// what replicator makes of it.
-func startReplNodeWith(t *testing.T, net *replica.LocalNetwork, id uint64, cfg streamapi.StreamConfig, replicator func(*replica.Host) Replicator) *replNode {
+// what replicator makes of it, and raft's election timeout at electionTicks
+// ticks of 10 ms (0: the default).
+func startReplNodeWith(t *testing.T, net *replica.LocalNetwork, id uint64, cfg streamapi.StreamConfig, electionTicks int, replicator func(*replica.Host) Replicator) *replNode {
 	t.Helper()
 	n := &replNode{id: id, b: broker.New(), inbox: &ackInbox{acks: map[string]string{}}}
 	m, err := New(Config{Dir: t.TempDir()}, n.b, nil)
@@ -86,7 +87,7 @@ func startReplNodeWith(t *testing.T, net *replica.LocalNetwork, id uint64, cfg s
 		t.Fatal(err)
 	}
 	n.m = m
-	h, err := replica.NewHost(replica.Config{NodeID: id, TickInterval: 10 * time.Millisecond}, net.Transport(id))
+	h, err := replica.NewHost(replica.Config{NodeID: id, TickInterval: 10 * time.Millisecond, ElectionTicks: electionTicks}, net.Transport(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,8 @@ func (n *replNode) waitAck(t *testing.T, reply string) string {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatalf("no ack on %s", reply)
+	st, err := n.h.Status(replGroup)
+	t.Fatalf("no ack on %s (node %d: stream leader %v, group status %+v %v)", reply, n.id, n.s.repl.leader.Load(), st, err)
 	return ""
 }
 

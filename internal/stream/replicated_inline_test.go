@@ -51,6 +51,12 @@ func writerIdle(t *testing.T, s *Stream) {
 	t.Fatal("the writer did not become idle")
 }
 
+// stableElectionTicks keeps the recorded cluster's leader in place while a
+// loaded machine stalls its Raft loops: 80 ms (the fast default of these tests)
+// was short enough for an election in the middle of a test, after which the old
+// leader no longer captures the subjects and its publishes go unanswered.
+const stableElectionTicks = 50
+
 func startRecordedCluster(t *testing.T) (leader *replNode, rec *submitRecorder) {
 	t.Helper()
 	net := replica.NewLocalNetwork()
@@ -58,7 +64,7 @@ func startRecordedCluster(t *testing.T) (leader *replNode, rec *submitRecorder) 
 	recs := map[uint64]*submitRecorder{}
 	var nodes []*replNode
 	for id := uint64(1); id <= 3; id++ {
-		nodes = append(nodes, startReplNodeWith(t, net, id, cfg, func(h *replica.Host) Replicator {
+		nodes = append(nodes, startReplNodeWith(t, net, id, cfg, stableElectionTicks, func(h *replica.Host) Replicator {
 			recs[id] = &submitRecorder{Host: h}
 			return recs[id]
 		}))
