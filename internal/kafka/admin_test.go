@@ -14,7 +14,8 @@ import (
 
 // TestAdmin drives topic administration through franz-go's admin client:
 // CreateTopics (with retention configs), DescribeConfigs, ListOffsets (earliest,
-// latest, by time), CreatePartitions (refused), DescribeCluster and DeleteTopics.
+// latest, by time), CreatePartitions (validated, applied, refused when it would
+// not add), DescribeCluster and DeleteTopics.
 func TestAdmin(t *testing.T) {
 	s, addr := startTern(t, nil)
 	adm := kadm.NewClient(newClient(t, addr))
@@ -91,9 +92,44 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("offset after %v: %d, want 3", mid.Sub(before), o.Offset)
 	}
 
+	if up, err := adm.ValidateUpdatePartitions(ctx, 7, "events"); err != nil || up["events"].Err != nil || st.Partitions() != 3 {
+		t.Fatalf("create partitions, validate only: %v %+v; the stream has %d", err, up, st.Partitions())
+	}
 	up, err := adm.UpdatePartitions(ctx, 5, "events")
-	if err != nil || !kerrIs(up["events"].Err, kerr.InvalidPartitions) || !strings.Contains(up["events"].ErrMessage, "cannot change") {
+	if err != nil || up["events"].Err != nil {
 		t.Fatalf("create partitions: %v %+v", err, up)
+	}
+	if st, err = s.Streams().Stream("events"); err != nil || st.Partitions() != 5 || time.Duration(st.Config().MaxAge) != time.Hour {
+		t.Fatalf("stream after create partitions: %v, %+v", err, st)
+	}
+	cl.ForceMetadataRefresh() // as clients do every metadata.max.age.ms
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if leader, _, err := cl.PartitionLeader("events", 4); err == nil && leader >= 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "events", Partition: 4, Value: []byte("e")}).FirstErr(); err != nil {
+		t.Fatalf("produce to a new partition: %v", err)
+	}
+	end, err = adm.ListEndOffsets(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range []int64{0, 4, 0, 0, 1} {
+		if o, _ := end.Lookup("events", int32(p)); o.Offset != want {
+			t.Fatalf("after adding partitions: partition %d ends at %d, want %d", p, o.Offset, want)
+		}
+	}
+	for _, bad := range []struct {
+		count int
+		says  string
+	}{{5, "already has 5"}, {2, "not removed"}, {4096, "1024"}} {
+		up, err := adm.UpdatePartitions(ctx, bad.count, "events")
+		if err != nil || !kerrIs(up["events"].Err, kerr.InvalidPartitions) || !strings.Contains(up["events"].ErrMessage, bad.says) {
+			t.Fatalf("create partitions to %d: %v %+v", bad.count, err, up)
+		}
 	}
 
 	meta, err := adm.BrokerMetadata(ctx)

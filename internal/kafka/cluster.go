@@ -90,12 +90,12 @@ func (s *Server) clusterTopic(ti TopicInfo) *topic {
 	return t
 }
 
-// waitTopic waits for a topic just made through the catalogue to show in this
-// node's copy of it.
-func (s *Server) waitTopic(c Cluster, acct, name string) (TopicInfo, bool) {
+// waitTopic waits for a topic just made (or changed) through the catalogue to
+// show in this node's copy of it with at least parts partitions.
+func (s *Server) waitTopic(c Cluster, acct, name string, parts int) (TopicInfo, bool) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if ti, ok := c.Topic(acct, name); ok {
+		if ti, ok := c.Topic(acct, name); ok && len(ti.Partitions) >= parts {
 			return ti, true
 		}
 		if time.Now().After(deadline) {

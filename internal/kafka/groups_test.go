@@ -69,12 +69,12 @@ func (s *seen) total() (distinct, dups int) {
 	return
 }
 
-func startMember(t *testing.T, addr, topic, grp, name string, balancer kgo.GroupBalancer, rec *seen) *groupMember {
+func startMember(t *testing.T, addr, topic, grp, name string, balancer kgo.GroupBalancer, rec *seen, opts ...kgo.Opt) *groupMember {
 	t.Helper()
-	cl := newClient(t, addr, kgo.ConsumerGroup(grp), kgo.ConsumeTopics(topic), kgo.Balancers(balancer),
+	cl := newClient(t, addr, append([]kgo.Opt{kgo.ConsumerGroup(grp), kgo.ConsumeTopics(topic), kgo.Balancers(balancer),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
-		kgo.HeartbeatInterval(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond), kgo.ClientID(name),
-		kgo.WithLogger(kgo.BasicLogger(testLog{t, name}, kgo.LogLevelInfo, nil)))
+		kgo.HeartbeatInterval(100 * time.Millisecond), kgo.FetchMaxWait(200 * time.Millisecond), kgo.ClientID(name),
+		kgo.WithLogger(kgo.BasicLogger(testLog{t, name}, kgo.LogLevelInfo, nil))}, opts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &groupMember{cl: cl, cancel: cancel, done: make(chan struct{})}
 	// A member the test left behind (it failed) stops before its client is closed:
@@ -249,6 +249,66 @@ func TestFranzGroupRebalance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestGroupTakesAddedPartitions: partitions added to a topic a group consumes
+// (CreatePartitions) are found by the group's leader at its next metadata
+// refresh; the group rebalances and its members read the new partitions from
+// their start, so every record is consumed once, and the group's committed
+// offsets reach every partition's end.
+func TestGroupTakesAddedPartitions(t *testing.T) {
+	_, addr := startTern(t, fastGroups)
+	adm := kadm.NewClient(newClient(t, addr))
+	const topic, grp = "growing", "g-growing"
+	createTopic(t, adm, topic, 1)
+	produceN(t, newClient(t, addr), topic, 0, 100)
+	rec := &seen{n: map[string]int{}, by: map[string]map[int32]bool{}}
+	fresh := []kgo.Opt{kgo.MetadataMinAge(100 * time.Millisecond), kgo.MetadataMaxAge(500 * time.Millisecond)}
+	a := startMember(t, addr, topic, grp, "a", kgo.CooperativeStickyBalancer(), rec, fresh...)
+	b := startMember(t, addr, topic, grp, "b", kgo.CooperativeStickyBalancer(), rec, fresh...)
+	waitRecords(t, adm, grp, topic, rec, 100)
+
+	up, err := adm.UpdatePartitions(ctxT(t), 4, topic)
+	if err != nil || up[topic].Err != nil {
+		t.Fatalf("create partitions: %v %+v", err, up)
+	}
+	// A producer that has not seen the topic spreads its keys over all four.
+	produceN(t, newClient(t, addr), topic, 100, 300)
+	ends, err := adm.ListEndOffsets(ctxT(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Offset == 0 {
+			t.Errorf("partition %d got none of 300 keyed records", e.Partition)
+		}
+	})
+	waitRecords(t, adm, grp, topic, rec, 400)
+	a.leave()
+	b.leave()
+	if d, dups := rec.total(); d != 400 || dups != 0 {
+		t.Fatalf("%d distinct records, %d duplicates; want 400 and 0", d, dups)
+	}
+	rec.mu.Lock()
+	read := map[int32]bool{}
+	for _, parts := range rec.by {
+		for p := range parts {
+			read[p] = true
+		}
+	}
+	rec.mu.Unlock()
+	if len(read) != 4 {
+		t.Fatalf("the group read partitions %v, want all 4", read)
+	}
+	offs, err := adm.FetchOffsets(ctxT(t), grp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(e kadm.ListedOffset) {
+		if o, ok := offs.Lookup(topic, e.Partition); !ok || o.At != e.Offset {
+			t.Errorf("partition %d: committed %v, end %d", e.Partition, o.At, e.Offset)
+		}
+	})
 }
 
 // TestGroupOffsetsSurviveRestart: offsets a group committed are there after the

@@ -167,8 +167,8 @@ func TestJavaConsoleProducerConsumer(t *testing.T) {
 }
 
 // TestJavaTopicCommand: Kafka's topic admin tool (TopicCommand) creates a topic of 3
-// partitions with a retention, describes it, lists it and deletes it; each step is
-// checked through Tern's own stream API.
+// partitions with a retention, describes it, adds partitions to it, lists it and
+// deletes it; each step is checked through Tern's own stream API.
 func TestJavaTopicCommand(t *testing.T) {
 	s, addr := startTern(t, nil)
 	nc := native(t, s)
@@ -204,6 +204,22 @@ func TestJavaTopicCommand(t *testing.T) {
 		if want := fmt.Sprintf("Partition: %d\tLeader: 0\tReplicas: 0\tIsr: 0", p); !strings.Contains(out, want) {
 			t.Fatalf("describe lacks %q:\n%s", want, out)
 		}
+	}
+
+	// --alter --partitions adds partitions; fewer are refused with the tool's
+	// report of the error.
+	if out, errOut, err = topicCommand("--alter", "--topic", topic, "--partitions", "5"); err != nil {
+		t.Fatalf("alter to 5 partitions: %v\n%s%s", err, out, errOut)
+	}
+	if info, err := nc.Streams().StreamInfo(ctx, topic); err != nil || info.Config.Partitions != 5 || len(info.State.Parts) != 5 || time.Duration(info.Config.MaxAge) != time.Hour {
+		t.Fatalf("stream after alter: %v %+v", err, info)
+	}
+	out, errOut, err = topicCommand("--alter", "--topic", topic, "--partitions", "2")
+	if err == nil && !strings.Contains(out+errOut, "InvalidPartitionsException") {
+		t.Fatalf("alter to 2 partitions was not refused:\n%s%s", out, errOut)
+	}
+	if !strings.Contains(out+errOut, "not removed") {
+		t.Fatalf("alter to 2 partitions: no reason given:\n%s%s", out, errOut)
 	}
 
 	// A stream made by the stream API is a topic too.

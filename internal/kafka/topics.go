@@ -182,7 +182,7 @@ func (s *Server) createTopic(acct, name string, partitions int, cfg streamapi.St
 		if err := c.CreateStream(acct, cfg); err != nil {
 			return nil, apiErrorCode(err), err.Error()
 		}
-		ti, ok := s.waitTopic(c, acct, name)
+		ti, ok := s.waitTopic(c, acct, name, 1)
 		if !ok {
 			return nil, kerr.RequestTimedOut.Code, fmt.Sprintf("topic %q made, but not yet known here", name)
 		}
@@ -535,32 +535,62 @@ func (c *conn) deleteTopics(req *kmsg.DeleteTopicsRequest) *kmsg.DeleteTopicsRes
 	return resp
 }
 
+// createPartitions adds partitions to topics: their streams gain empty
+// partitions (and, in a cluster, a Raft group each on the stream's replicas).
 func (c *conn) createPartitions(req *kmsg.CreatePartitionsRequest) *kmsg.CreatePartitionsResponse {
 	resp := kmsg.NewPtrCreatePartitionsResponse()
 	resp.Version = req.Version
 	for _, rt := range req.Topics {
 		out := kmsg.NewCreatePartitionsResponseTopic()
 		out.Topic = rt.Topic
-		t, code, _ := c.find(rt.Topic, false)
-		var msg string
-		if code == 0 && !c.mayManage(streamapi.StreamUpdateSubject(rt.Topic)) {
-			code, msg = kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to change topic %q", rt.Topic)
-		}
-		switch {
-		case code != 0:
-			out.ErrorCode = code
-		case int(rt.Count) == t.parts:
-			out.ErrorCode, msg = kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q already has %d partitions", rt.Topic, rt.Count)
-		default:
-			out.ErrorCode = kerr.InvalidPartitions.Code
-			msg = fmt.Sprintf("topic %q has %d partitions and Tern cannot change a stream's partition count: make a new topic", rt.Topic, t.parts)
-		}
+		code, msg := c.addPartitions(&rt, req.ValidateOnly)
+		out.ErrorCode = code
 		if msg != "" {
 			out.ErrorMessage = &msg
 		}
 		resp.Topics = append(resp.Topics, out)
 	}
 	return resp
+}
+
+// addPartitions gives one topic the partition count asked, or says why not.
+func (c *conn) addPartitions(rt *kmsg.CreatePartitionsRequestTopic, validateOnly bool) (code int16, msg string) {
+	t, code, _ := c.find(rt.Topic, false)
+	if code != 0 {
+		return code, ""
+	}
+	if !c.mayManage(streamapi.StreamUpdateSubject(rt.Topic)) {
+		return kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to change topic %q", rt.Topic)
+	}
+	want := int(rt.Count)
+	switch {
+	case want == t.parts:
+		return kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q already has %d partitions", rt.Topic, want)
+	case want < t.parts:
+		return kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q has %d partitions, more than the %d asked: partitions can be added, not removed", rt.Topic, t.parts, want)
+	case len(rt.Assignment) > 0:
+		return kerr.InvalidReplicaAssignment.Code, "Tern places a topic's partitions on the replicas of its stream: ask without an assignment"
+	}
+	cfg := t.cfg
+	cfg.Partitions = want
+	if err := c.s.streams.Normalise(&cfg); err != nil {
+		return kerr.InvalidPartitions.Code, err.Error()
+	}
+	if validateOnly {
+		return 0, ""
+	}
+	if cl := c.s.cluster(); cl != nil {
+		if err := cl.UpdateStream(c.acct, cfg); err != nil {
+			return apiErrorCode(err), err.Error()
+		}
+		if _, ok := c.s.waitTopic(cl, c.acct, rt.Topic, want); !ok {
+			return kerr.RequestTimedOut.Code, fmt.Sprintf("topic %q given %d partitions, but they are not yet known here", rt.Topic, want)
+		}
+	} else if _, err := c.s.streams.UpdateAccountStream(c.acct, cfg); err != nil {
+		return streamErrorCode(err), err.Error()
+	}
+	c.s.log.Info("topic partitions added", "topic", rt.Topic, "account", acctAttr(c.acct), "partitions", want, "were", t.parts)
+	return 0, ""
 }
 
 // ---------------------------------------------------------------------------------

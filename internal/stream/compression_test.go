@@ -150,9 +150,9 @@ func TestCompressionConfig(t *testing.T) {
 	_, err = e.js.UpdateStream(e.ctx, bad)
 	badRequest("update of sync", err)
 	bad = cfg
-	bad.Partitions = 2
+	bad.Retention = "workqueue"
 	_, err = e.js.UpdateStream(e.ctx, bad)
-	badRequest("update of partitions", err)
+	badRequest("update of retention", err)
 	if got := e.streamInfo("plain"); got.Config.Compression != "s2" || got.Config.Sync != "" || got.Config.Partitions != 1 {
 		t.Fatalf("config after refused updates: %+v", got.Config)
 	}

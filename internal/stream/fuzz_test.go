@@ -674,7 +674,7 @@ func TestAPIHandle(t *testing.T) {
 		{subj: p + "STREAM.CREATE.T", body: `{"unknown":1}`, code: streamapi.CodeBadRequest},
 		{subj: p + "STREAM.CREATE.T", body: `{"max_age":"soon"}`, code: streamapi.CodeBadRequest},
 		{subj: p + "STREAM.CREATE.T", body: `{`, code: streamapi.CodeBadRequest},
-		{subj: p + "STREAM.UPDATE.S", body: `{"subjects":["s.>"],"partitions":3}`, code: streamapi.CodeBadRequest},
+		{subj: p + "STREAM.UPDATE.S", body: `{"subjects":["s.>"],"partitions":1}`, code: streamapi.CodeBadRequest},
 		{subj: p + "STREAM.INFO.nope", code: streamapi.CodeStreamNotFound},
 		{subj: p + "STREAM.DELETE.S", after: func(m *Manager) string {
 			if _, err := m.Stream("S"); err == nil {
@@ -774,6 +774,7 @@ func FuzzAPIRequest(f *testing.F) {
 		{"STREAM.CREATE.P", `{"name":"P","subjects":["p.*"],"partitions":3,"retention":"workqueue","max_age":"1h"}`},
 		{"STREAM.CREATE.L", `{"subjects":["l"],"max_msgs":1,"discard":"new","sync":"always","segment_bytes":4096}`},
 		{"STREAM.UPDATE.S", `{"name":"S","subjects":["s.>"],"partitions":2,"max_msgs":1}`},
+		{"STREAM.UPDATE.S", `{"name":"S","subjects":["s.>"],"partitions":4}`},
 		{"STREAM.INFO.S", ``},
 		{"STREAM.LIST", ``},
 		{"STREAM.PURGE.S", `{"filter":"s.a","keep":1}`},

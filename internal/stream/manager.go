@@ -445,8 +445,9 @@ func (m *Manager) countStreams(account string) int {
 	return n
 }
 
-// UpdateStream changes a stream's limits, subjects and compression. Retention,
-// partitions and the other storage settings cannot change.
+// UpdateStream changes a stream's limits, subjects and compression, and adds
+// partitions (addPartitions). Retention, sync and segment size cannot change,
+// nor can partitions go.
 func (m *Manager) UpdateStream(cfg streamapi.StreamConfig) (*Stream, error) {
 	return m.UpdateAccountStream("", cfg)
 }
@@ -468,9 +469,17 @@ func (m *Manager) UpdateAccountStream(account string, cfg streamapi.StreamConfig
 			return nil, err
 		}
 	}
-	old := s.cfg
-	if old.Retention != cfg.Retention || old.Partitions != cfg.Partitions || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
-		return nil, fmt.Errorf("stream %q: %w: retention, partitions, sync and segment size cannot change", cfg.Name, ErrBadConfig)
+	old := s.Config()
+	if old.Retention != cfg.Retention || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
+		return nil, fmt.Errorf("stream %q: %w: retention, sync and segment size cannot change", cfg.Name, ErrBadConfig)
+	}
+	if cfg.Partitions < old.Partitions {
+		return nil, fmt.Errorf("stream %q: %w: it has %d partitions, and partitions can be added but not removed", cfg.Name, ErrBadConfig, old.Partitions)
+	}
+	if cfg.Partitions > old.Partitions && s.group != 0 {
+		// A cluster's replica gains its partitions with their groups, which the
+		// catalogue places (the cluster's stream service reopens it).
+		return nil, fmt.Errorf("stream %q: %w: a cluster's stream gains partitions through the cluster", cfg.Name, ErrBadConfig)
 	}
 	if s.group == 0 {
 		// A replicated stream's limits were checked by the cluster's catalogue.
@@ -481,7 +490,56 @@ func (m *Manager) UpdateAccountStream(account string, cfg streamapi.StreamConfig
 	if err := m.checkOverlap(account, cfg, cfg.Name); err != nil {
 		return nil, err
 	}
+	if cfg.Partitions > old.Partitions {
+		return m.addPartitions(s, cfg)
+	}
 	if err := s.update(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// addPartitions gives stream s the larger partition count of cfg (and the rest
+// of cfg): s is closed as at shutdown — its writer answers what it captured, its
+// consumers keep their state — and opened again from its directory, where the new
+// partitions start empty beside the old ones, which keep their messages and
+// sequences. Consumers go on where they were and read each new partition from its
+// start. The key of a message names another partition than before for most keys,
+// as in Kafka. Between the close and the reopen, which take milliseconds, the
+// stream captures nothing. m.mu is held.
+func (m *Manager) addPartitions(s *Stream, cfg streamapi.StreamConfig) (*Stream, error) {
+	def := streamDef{Config: cfg, Created: s.created, Account: s.acct}
+	was := streamDef{Config: s.Config(), Created: s.created, Account: s.acct}
+	s.close(false)
+	ns, err := m.reopen(def, s.dir)
+	if err != nil {
+		// The stream as it was, so that a failed change leaves it serving.
+		back, berr := m.reopen(was, s.dir)
+		if berr != nil {
+			delete(m.streams, s.key)
+			m.log.Error("stream lost: adding partitions failed and it could not be opened again", "stream", s.name, "account", accountAttr(s.acct), "err", berr)
+			return nil, errors.Join(err, berr)
+		}
+		m.streams[s.key] = back
+		return nil, err
+	}
+	m.streams[s.key] = ns
+	m.log.Info("stream partitions added", "stream", cfg.Name, "account", accountAttr(s.acct), "partitions", cfg.Partitions, "were", was.Config.Partitions)
+	return ns, nil
+}
+
+// reopen writes def as the stream's definition in dir and opens and starts the
+// stream it defines.
+func (m *Manager) reopen(def streamDef, dir string) (*Stream, error) {
+	if err := writeJSON(filepath.Join(dir, "stream.json"), def, true); err != nil {
+		return nil, fmt.Errorf("stream %q: %w", def.Config.Name, err)
+	}
+	s, err := openStream(m, def, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start(); err != nil {
+		s.close(false)
 		return nil, err
 	}
 	return s, nil

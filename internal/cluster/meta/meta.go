@@ -44,7 +44,7 @@ const (
 	OpAddNode        Op = "add_node"        // Node: a node joins or changes its tags
 	OpEvictNode      Op = "evict_node"      // NodeID: removed for good; its replicas move
 	OpAddStream      Op = "add_stream"      // Stream, Config, Replicas, Partitions, Tags; NodeID: where the request came in
-	OpUpdateStream   Op = "update_stream"   // Stream, Config, Replicas (0: unchanged)
+	OpUpdateStream   Op = "update_stream"   // Stream, Config, Replicas (0: unchanged), Partitions (0: unchanged; more: groups added)
 	OpDeleteStream   Op = "delete_stream"   // Stream
 	OpAddConsumer    Op = "add_consumer"    // Stream, Consumer, Config
 	OpDeleteConsumer Op = "delete_consumer" // Stream, Consumer
@@ -341,6 +341,10 @@ func (s *State) updateStream(index uint64, c *Command) Result {
 	if c.Replicas != 0 && !validReplicas(c.Replicas) {
 		return Result{Err: fmt.Errorf("stream %q: replicas %d: %w (1, 3 or 5)", c.Stream, c.Replicas, ErrInvalid)}
 	}
+	if c.Partitions != 0 && (c.Partitions < len(st.Groups) || c.Partitions > 1024) {
+		return Result{Err: fmt.Errorf("stream %q: %d partitions for %d: %w (partitions can be added, up to 1024, not removed)",
+			c.Stream, c.Partitions, len(st.Groups), ErrInvalid)}
+	}
 	replicas := st.Groups[0].Replicas
 	if c.Replicas != 0 && c.Replicas != st.Replicas {
 		if len(replicas) > c.Replicas {
@@ -359,6 +363,12 @@ func (s *State) updateStream(index uint64, c *Command) Result {
 	if c.Replicas != 0 && c.Replicas != st.Replicas {
 		st.Replicas = c.Replicas
 		st.setReplicas(replicas)
+	}
+	// A new partition's group has the stream's replicas, and they found it: the
+	// node leading the stream leads every partition's group.
+	for len(st.Groups) < c.Partitions {
+		st.Groups = append(st.Groups, Group{ID: s.nextGroup, Replicas: slices.Clone(st.Groups[0].Replicas), Founders: slices.Clone(st.Groups[0].Replicas)})
+		s.nextGroup++
 	}
 	st.Revision = index
 	return Result{Stream: st.clone()}

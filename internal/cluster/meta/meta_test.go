@@ -187,6 +187,44 @@ func TestScaleReplicasUpAndDown(t *testing.T) {
 	}
 }
 
+// Adding partitions adds a group per new partition, with the stream's replicas
+// as its replicas and founders, and fresh group ids; partitions never go.
+func TestAddPartitions(t *testing.T) {
+	a := newApplier(t)
+	a.nodes(4, nil)
+	r := a.must(Command{Op: OpAddStream, Stream: "s", Config: []byte(`{}`), Replicas: 3, Partitions: 2})
+	first := r.Stream.Groups
+	a.must(Command{Op: OpAddStream, Stream: "other", Config: []byte(`{}`), Replicas: 1})
+	next := a.s.nextGroup
+	r = a.must(Command{Op: OpUpdateStream, Stream: "s", Config: []byte(`{"partitions":5}`), Partitions: 5})
+	g := r.Stream.Groups
+	if len(g) != 5 || g[0].ID != first[0].ID || g[1].ID != first[1].ID {
+		t.Fatalf("groups after adding 3 partitions: %+v (were %+v)", g, first)
+	}
+	for i, grp := range g[2:] {
+		if grp.ID != next+uint64(i) || !slices.Equal(grp.Replicas, first[0].Replicas) || !slices.Equal(grp.Founders, first[0].Replicas) {
+			t.Errorf("new partition %d: %+v, want group %d on %v", i+2, grp, next+uint64(i), first[0].Replicas)
+		}
+	}
+	if a.s.nextGroup != next+3 {
+		t.Errorf("next group id %d, want %d", a.s.nextGroup, next+3)
+	}
+	// Unchanged partitions (0, or the count it has) leave the groups alone.
+	for _, c := range []Command{{Op: OpUpdateStream, Stream: "s", Config: []byte(`{"x":1}`)}, {Op: OpUpdateStream, Stream: "s", Partitions: 5}} {
+		if r := a.must(c); len(r.Stream.Groups) != 5 {
+			t.Fatalf("%+v: %d groups", c, len(r.Stream.Groups))
+		}
+	}
+	for _, n := range []int{4, 1025} {
+		if r := a.apply(Command{Op: OpUpdateStream, Stream: "s", Partitions: n}); !errors.Is(r.Err, ErrInvalid) {
+			t.Errorf("%d partitions for 5: %v, want ErrInvalid", n, r.Err)
+		}
+	}
+	if len(a.s.Stream("s").Groups) != 5 || a.s.nextGroup != next+3 {
+		t.Error("a refused change touched the groups")
+	}
+}
+
 func TestEvictMovesReplicas(t *testing.T) {
 	a := newApplier(t)
 	a.nodes(4, nil)

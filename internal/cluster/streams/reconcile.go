@@ -55,17 +55,25 @@ func (s *Service) restartFailed() {
 			why = st.Failed
 		}
 		s.log.Warn("stream replica failed; opening it again", "stream", name, "partition", at, "group", p.groups[at], "err", why)
-		s.unserve(p)
+		s.closeReplica(name, p)
+	}
+}
+
+// closeReplica stops a stream replica's groups and closes it, keeping its data
+// and Raft state, for the next pass to open it again.
+func (s *Service) closeReplica(name string, p *placed) {
+	s.unserve(p)
+	if p.s.Replicated() {
 		for _, g := range p.groups {
 			if err := s.cfg.Node.StopGroup(g, false); err != nil {
-				s.log.Warn("stopping a failed stream group", "stream", name, "group", g, "err", err)
+				s.log.Warn("stopping a stream group", "stream", name, "group", g, "err", err)
 			}
 		}
-		if err := s.cfg.Streams.CloseStream(name); err != nil {
-			s.log.Warn("closing a failed stream replica", "stream", name, "err", err)
-		}
-		delete(s.local, name)
 	}
+	if err := s.cfg.Streams.CloseStream(name); err != nil {
+		s.log.Warn("closing a stream replica", "stream", name, "err", err)
+	}
+	delete(s.local, name)
 }
 
 // reconcile opens the streams the catalogue places here, removes those it no longer
@@ -107,6 +115,13 @@ func (s *Service) reconcile() {
 	}
 	for name, st := range want {
 		p := s.local[name]
+		if p != nil && len(st.Groups) != len(p.groups) {
+			// Partitions were added: the replica opens again with a group
+			// (and a log) for each, the old ones as they were.
+			s.log.Info("stream partitions added; opening the replica again", "stream", name, "partitions", len(st.Groups), "were", len(p.groups))
+			s.closeReplica(name, p)
+			p = nil
+		}
 		if p == nil {
 			var err error
 			if p, err = s.open(st); err != nil {

@@ -479,14 +479,16 @@ func (s *Service) update(ctx context.Context, account, name string, body []byte)
 	switch {
 	case cfg.Replicas != was.Replicas && (cfg.Replicas == 1 || was.Replicas == 1):
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: a stream of one replica is not replicated, and cannot become so (nor the other way): %d to %d replicas", name, was.Replicas, cfg.Replicas))
-	case cfg.Retention != was.Retention || cfg.Partitions != was.Partitions || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
-		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, partitions, sync and segment size cannot change", name))
+	case cfg.Retention != was.Retention || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, sync and segment size cannot change", name))
+	case cfg.Partitions < was.Partitions:
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: it has %d partitions, and partitions can be added but not removed", name, was.Partitions))
 	}
 	if err := s.checkAccount(account, cfg); err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
 	raw, _ := json.Marshal(cfg)
-	r, err := s.commit(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: key, Config: raw, Replicas: cfg.Replicas})
+	r, err := s.commit(ctx, &meta.Command{Op: meta.OpUpdateStream, Stream: key, Config: raw, Replicas: cfg.Replicas, Partitions: cfg.Partitions})
 	if err != nil {
 		return stream.Respond[streamapi.StreamInfo](nil, err)
 	}
