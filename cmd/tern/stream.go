@@ -208,16 +208,17 @@ func newStreamEditCmd() *cobra.Command {
 		maxAge, dupeWindow   time.Duration
 		maxBytes, maxMsgSize int64
 		maxMsgs              uint64
-		replicas             int
+		replicas, partitions int
 		compression          string
 		asJSON               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "edit <name> [options]",
-		Short: "Change a stream's subjects, limits, compression or replica count (the options given, the rest as they are)",
+		Short: "Change a stream's subjects, limits, compression, partition count (up only) or replica count (the options given, the rest as they are)",
 		Example: `  tern stream edit ORDERS --max-age 48h --max-bytes 2GiB
   tern stream edit ORDERS --subjects 'orders.>,returns.>'
   tern stream edit ORDERS --compression s2
+  tern stream edit ORDERS --partitions 8
   tern stream edit ORDERS --replicas 5`,
 		Args: argsBetween(1, 1, "want a stream name"),
 		RunE: withStreams(&cf, func(cmd *cobra.Command, args []string, js *tern.Streams) error {
@@ -265,6 +266,12 @@ func newStreamEditCmd() *cobra.Command {
 			if fs.Changed("compression") {
 				cfg.Compression = compression
 			}
+			if fs.Changed("partitions") {
+				if partitions < max(cfg.Partitions, 1) {
+					return usageErrorf("--partitions %d: the stream has %d, and partitions can be added, not removed", partitions, max(cfg.Partitions, 1))
+				}
+				cfg.Partitions = partitions
+			}
 			if fs.Changed("replicas") {
 				if replicas != 1 && replicas != 3 && replicas != 5 {
 					return usageErrorf("--replicas must be 1, 3 or 5")
@@ -293,6 +300,7 @@ func newStreamEditCmd() *cobra.Command {
 	enumFlag(cmd, &discard, "discard", "at a limit: old removes the oldest messages, new refuses new ones", "old", "new")
 	fs.DurationVar(&dupeWindow, "dupe-window", 0, "how long message ids are remembered (0 = 2m)")
 	fs.IntVar(&replicas, "replicas", 0, "nodes of the cluster that keep the stream: 3 or 5 (a stream of 1 stays 1)")
+	fs.IntVar(&partitions, "partitions", 0, "partition count to grow to: new partitions start empty, the old ones keep their messages")
 	compressionFlag(cmd, &compression)
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd

@@ -208,7 +208,14 @@ func TestStreamAddOptions(t *testing.T) {
 		t.Fatalf("edit --compression s2 --json: %v %+v\n%s", err, info, out)
 	}
 
+	// Partitions can be added; the old ones keep their messages.
+	out = mustRun(t, streamCLI, append([]string{"edit", "JOBS", "--partitions", "5"}, srv...)...)
+	wantLine(t, out, `^\s+partitions:\s+5$`)
+	wantLine(t, out, `^\s+messages:\s+7$`)
+	wantLine(t, out, `^\s+partition 4:\s+0 msgs`)
+
 	for _, bad := range [][]string{
+		{"edit", "JOBS", "--partitions", "4"},
 		{"add", "X", "--retention", "forever"},
 		{"add", "X", "--discard", "middle"},
 		{"add", "X", "--sync", "sometimes"},

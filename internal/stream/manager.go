@@ -630,8 +630,8 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 1
 	}
-	if cfg.Partitions > 1024 {
-		return bad("at most 1024 partitions")
+	if cfg.Partitions > streamapi.MaxPartitions {
+		return bad("at most %d partitions", streamapi.MaxPartitions)
 	}
 	if cfg.MaxMsgSize <= 0 || cfg.MaxMsgSize > m.cfg.MaxPayload {
 		cfg.MaxMsgSize = m.cfg.MaxPayload

@@ -241,7 +241,9 @@ func (cs *consumerSet) flush() error {
 		if len(rc.pending) == 0 {
 			continue
 		}
-		if n := consumer.Replay(&rc.st, rc.pending); n != len(rc.pending) {
+		// A replica that has not yet opened the partitions the leader added
+		// takes its records for them all the same.
+		if n := consumer.ReplayGrowing(&rc.st, rc.pending, streamapi.MaxPartitions); n != len(rc.pending) {
 			return fmt.Errorf("stream %q: consumer %q: %w: journal records", cs.s.name, name, errBadEntry)
 		}
 		var all []byte

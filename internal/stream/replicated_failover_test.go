@@ -238,12 +238,21 @@ func (n *replNode) waitAck(t *testing.T, reply string) string {
 	return ""
 }
 
+// capturing reports whether s leads and captures its subjects: SetLeader marks
+// the stream leader before it subscribes, and a publish in between finds no
+// stream (a client retries it; a test publishing once would wait in vain).
+func capturing(s *Stream) bool {
+	s.cfgMu.RLock()
+	defer s.cfgMu.RUnlock()
+	return s.repl.leader.Load() && len(s.subs) > 0
+}
+
 func leaderOf(t *testing.T, nodes []*replNode) *replNode {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, n := range nodes {
-			if st, err := n.h.Status(replGroup); err == nil && st.Leader == n.id && n.s.repl.leader.Load() {
+			if st, err := n.h.Status(replGroup); err == nil && st.Leader == n.id && capturing(n.s) {
 				return n
 			}
 		}

@@ -154,6 +154,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MaxPartitions bounds a stream's partition count.
+const MaxPartitions = 1024
+
 // StreamConfig defines a stream.
 type StreamConfig struct {
 	Name     string   `json:"name"`
@@ -169,8 +172,9 @@ type StreamConfig struct {
 	// new ones.
 	Discard string `json:"discard,omitempty"`
 	// Partitions splits the stream into independent logs, each ordered; 0 or 1 means
-	// one. A message goes to the partition chosen by its Tern-Key header, or by its
-	// subject when it has none.
+	// one, MaxPartitions at most. A message goes to the partition chosen by its
+	// Tern-Key header, or by its subject when it has none. An update may add
+	// partitions, never remove them.
 	Partitions int `json:"partitions,omitempty"`
 	// DuplicateWindow is how long message ids are remembered; 0 means 2 minutes.
 	DuplicateWindow Duration `json:"duplicate_window,omitempty"`

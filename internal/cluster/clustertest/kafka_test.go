@@ -212,6 +212,115 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 	t.Logf("%d records over %d partitions, leader %s killed after %d", total, parts, killed.Name, total/3)
 }
 
+// TestKafkaCreatePartitionsOnCluster: CreatePartitions sent to a node that does
+// not lead the topic gives its stream a Raft group per new partition on the
+// topic's 3 replicas; metadata then shows every partition led by the stream's
+// leader, keyed records spread over all of them, and they read back once each.
+func TestKafkaCreatePartitionsOnCluster(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	var seeds []string
+	for _, n := range c.Nodes {
+		seeds = append(seeds, net.JoinHostPort(n.Host, strconv.Itoa(n.KafkaPort)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	const topic = "widening"
+	c.WaitFor("the topic made", 30*time.Second, func() bool {
+		r, err := adm.CreateTopic(ctx, 1, 3, nil, topic)
+		return err == nil && (r.Err == nil || r.ErrMessage == "")
+	})
+	// placed waits until metadata shows parts partitions, each on 3 replicas
+	// and led by one node, and returns that node.
+	placed := func(parts int) int32 {
+		var leader int32
+		c.WaitFor(fmt.Sprintf("%d partitions on 3 replicas, one leader", parts), 30*time.Second, func() bool {
+			md, err := adm.Metadata(ctx, topic)
+			td, ok := md.Topics[topic]
+			if err != nil || !ok || td.Err != nil || len(td.Partitions) != parts {
+				return false
+			}
+			leader = td.Partitions[0].Leader
+			for _, p := range td.Partitions {
+				if p.Err != nil || p.Leader < 0 || p.Leader != leader || len(p.Replicas) != 3 {
+					return false
+				}
+			}
+			return true
+		})
+		return leader
+	}
+	leader := placed(1)
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := int32(-1)
+	for _, b := range md.Brokers {
+		if b.NodeID != leader {
+			follower = b.NodeID
+			break
+		}
+	}
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	req.TimeoutMillis = 30000
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic, rt.Count = topic, 4
+	req.Topics = append(req.Topics, rt)
+	resp, err := admin.Broker(int(follower)).Request(ctx, req)
+	if err != nil {
+		t.Fatalf("create partitions through node %d: %v", follower, err)
+	}
+	if got := resp.(*kmsg.CreatePartitionsResponse).Topics[0]; got.ErrorCode != 0 {
+		t.Fatalf("create partitions through node %d: error %d %v", follower, got.ErrorCode, got.ErrorMessage)
+	}
+	placed(4)
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	const total = 200
+	var recs []*kgo.Record
+	for i := range total {
+		recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	used := map[int32]int{}
+	for _, r := range recs {
+		used[r.Partition]++
+	}
+	if len(used) != 4 {
+		t.Fatalf("%d keyed records went to partitions %v, want all 4", total, used)
+	}
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	seen := map[string]int{}
+	for len(seen) < total && ctx.Err() == nil {
+		fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+		fs := consumer.PollFetches(fctx)
+		fcancel()
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+	}
+	for _, r := range recs {
+		if seen[string(r.Value)] != 1 {
+			t.Fatalf("%s read %d times", r.Value, seen[string(r.Value)])
+		}
+	}
+}
+
 // killKafkaLeader kills (-9) the node whose broker id leads the topic and waits
 // until another node leads every partition.
 func killKafkaLeader(t *testing.T, c *clustertest.Cluster, adm *kadm.Client, topic string, leader int32) *clustertest.Node {

@@ -812,3 +812,131 @@ func TestReplicaRecoversFromFullDisk(t *testing.T) {
 	c.WaitFor("the victim caught up", 60*time.Second, replicasCurrent(js, "FULL", true))
 	sameRecordsEverywhere(t, c, leader, "FULL", next)
 }
+
+// TestReplicatedStreamAddsPartitions: an update giving a replicated stream more
+// partitions adds a Raft group for each on the stream's replicas; the leader
+// leads them all, keyed publishes spread over every partition, the consumer goes
+// on where it was and reads the new partitions too, and kill -9 of the leader
+// loses nothing, the new partitions' groups electing the same new leader.
+func TestReplicatedStreamAddsPartitions(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{N: 3, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	js := c.Nodes[0].Connect(t, c.Nodes[0].URL(), tern.MaxReconnects(-1)).Streams()
+	cfg := tern.StreamConfig{Name: "GROW", Subjects: []string{"grow.>"}, Replicas: 3}
+	if _, err := js.AddStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	published := 0
+	publish := func(n int) map[int]int {
+		parts := map[int]int{}
+		for range n {
+			id := strconv.Itoa(published)
+			ack, err := js.Publish(ctx, "grow.x", []byte(id), tern.Key("k"+id), tern.MsgID("m"+id))
+			if err != nil {
+				t.Fatalf("publish %s: %v", id, err)
+			}
+			parts[ack.Partition]++
+			published++
+		}
+		return parts
+	}
+	publish(50)
+	if _, err := js.AddConsumer(ctx, "GROW", tern.ConsumerConfig{Durable: "C", AckPolicy: tern.AckExplicit,
+		AckWait: tern.Duration(5 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	pull := js.Pull("GROW", "C")
+	seen := map[string]int{}
+	take := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(40 * time.Second)
+		for got := 0; got < want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d messages in 40 s", got, want)
+			}
+			fctx, fcancel := context.WithTimeout(ctx, time.Second)
+			msgs, _ := pull.Fetch(fctx, min(want-got, 25))
+			fcancel()
+			for _, m := range msgs {
+				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				err := m.AckSync(actx)
+				acancel()
+				if err != nil {
+					continue // not confirmed: it comes again
+				}
+				seen[string(m.Data)]++
+				got++
+			}
+		}
+	}
+	take(10)
+
+	cfg.Partitions = 3
+	info, err := js.UpdateStream(ctx, cfg)
+	if err != nil {
+		t.Fatalf("adding partitions: %v", err)
+	}
+	if info.Config.Partitions != 3 {
+		t.Fatalf("updated to %d partitions", info.Config.Partitions)
+	}
+	// Every partition's group has the three replicas, caught up, and one leader.
+	var last string
+	c.WaitFor("three partitions, each a group of 3 with the stream's leader", 30*time.Second, func() bool {
+		in, err := infoOf(js, "GROW")
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		b, _ := json.Marshal(in.Cluster)
+		last = string(b)
+		if in.Cluster == nil || len(in.Cluster.Partitions) != 3 || len(in.State.Parts) != 3 {
+			return false
+		}
+		for _, pc := range in.Cluster.Partitions {
+			if pc.Leader != in.Cluster.Leader || len(pc.Replicas) != 3 {
+				return false
+			}
+			for _, r := range pc.Replicas {
+				if !r.Active || r.Lag > 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if t.Failed() {
+		t.Logf("last cluster info: %s", last)
+	}
+	if parts := publish(60); len(parts) != 3 {
+		t.Fatalf("60 keys went to partitions %v, want all 3", parts)
+	}
+	take(40 + 30)
+
+	leader := nodeNamed(c, streamLeader(js, "GROW"))
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	leader.Kill()
+	if leader == c.Nodes[0] {
+		js = c.Nodes[1].Connect(t, c.Nodes[1].URL(), tern.MaxReconnects(-1)).Streams()
+		pull = js.Pull("GROW", "C")
+	}
+	if parts := publish(30); len(parts) != 3 {
+		t.Fatalf("30 keys after the kill went to partitions %v, want all 3", parts)
+	}
+	take(30 + 30)
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("message %s acknowledged %d times", id, n)
+		}
+	}
+	if len(seen) != published {
+		t.Fatalf("%d messages consumed of %d published", len(seen), published)
+	}
+	in, err := infoOf(js, "GROW")
+	if err != nil || in.State.Msgs != uint64(published) {
+		t.Fatalf("after the kill: %v, %+v messages, want %d", err, in, published)
+	}
+}

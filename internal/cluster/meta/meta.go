@@ -8,6 +8,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/tern-mq/tern/internal/streamapi"
 )
 
 // MetaGroup is the Raft group id of the meta group, MQTTGroup the MQTT state's;
@@ -303,9 +305,9 @@ func (s *State) addStream(index uint64, c *Command) Result {
 		return Result{Err: fmt.Errorf("%w: a stream needs a name and a configuration", ErrBadCommand)}
 	}
 	parts := max(c.Partitions, 1)
-	if !validReplicas(c.Replicas) || parts > 1024 {
-		return Result{Err: fmt.Errorf("stream %q: replicas %d, partitions %d: %w (replicas 1, 3 or 5; up to 1024 partitions)",
-			c.Stream, c.Replicas, c.Partitions, ErrInvalid)}
+	if !validReplicas(c.Replicas) || parts > streamapi.MaxPartitions {
+		return Result{Err: fmt.Errorf("stream %q: replicas %d, partitions %d: %w (replicas 1, 3 or 5; up to %d partitions)",
+			c.Stream, c.Replicas, c.Partitions, ErrInvalid, streamapi.MaxPartitions)}
 	}
 	if old := s.streams[c.Stream]; old != nil {
 		if bytes.Equal(old.Config, c.Config) && old.Replicas == c.Replicas && slices.Equal(old.Tags, c.Tags) {
@@ -341,9 +343,9 @@ func (s *State) updateStream(index uint64, c *Command) Result {
 	if c.Replicas != 0 && !validReplicas(c.Replicas) {
 		return Result{Err: fmt.Errorf("stream %q: replicas %d: %w (1, 3 or 5)", c.Stream, c.Replicas, ErrInvalid)}
 	}
-	if c.Partitions != 0 && (c.Partitions < len(st.Groups) || c.Partitions > 1024) {
-		return Result{Err: fmt.Errorf("stream %q: %d partitions for %d: %w (partitions can be added, up to 1024, not removed)",
-			c.Stream, c.Partitions, len(st.Groups), ErrInvalid)}
+	if c.Partitions != 0 && (c.Partitions < len(st.Groups) || c.Partitions > streamapi.MaxPartitions) {
+		return Result{Err: fmt.Errorf("stream %q: %d partitions for %d: %w (partitions can be added, up to %d, not removed)",
+			c.Stream, c.Partitions, len(st.Groups), ErrInvalid, streamapi.MaxPartitions)}
 	}
 	replicas := st.Groups[0].Replicas
 	if c.Replicas != 0 && c.Replicas != st.Replicas {

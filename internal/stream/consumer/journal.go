@@ -46,7 +46,17 @@ func AppendRecord(b []byte, typ byte, vals ...uint64) []byte {
 // Replay applies journal chunks to st in order: each chunk applies whole or not at
 // all, and the first malformed one ends the replay. It returns how many chunks
 // applied.
-func Replay(st *State, chunks [][]byte) int {
+func Replay(st *State, chunks [][]byte) int { return replay(st, chunks, len(st.Parts)) }
+
+// ReplayGrowing is Replay for a state whose stream may have gained partitions
+// since it was taken (a replicated consumer's, on a replica that applies records
+// the leader wrote with more partitions than the replica has opened yet): a
+// record may name any partition below parts, and st grows to hold it.
+func ReplayGrowing(st *State, chunks [][]byte, parts int) int {
+	return replay(st, chunks, max(parts, len(st.Parts)))
+}
+
+func replay(st *State, chunks [][]byte, parts int) int {
 	pending := make([]map[uint64]uint64, len(st.Parts))
 	for i, p := range st.Parts {
 		pending[i] = make(map[uint64]uint64, len(p.Pending))
@@ -57,10 +67,15 @@ func Replay(st *State, chunks [][]byte) int {
 	n := 0
 	for _, recs := range chunks {
 		// Checked first, then applied, so a chunk refused halfway leaves no trace.
-		if !applyRecords(recs, st, nil) {
+		named, ok := applyRecords(recs, st, nil, parts)
+		if !ok {
 			break
 		}
-		applyRecords(recs, st, pending)
+		for len(st.Parts) < named {
+			st.Parts = append(st.Parts, PartState{})
+			pending = append(pending, map[uint64]uint64{})
+		}
+		applyRecords(recs, st, pending, parts)
 		n++
 	}
 	for i := range st.Parts {
@@ -72,9 +87,10 @@ func Replay(st *State, chunks [][]byte) int {
 	return n
 }
 
-// applyRecords applies the records of one chunk; with pending nil it only checks that
-// every record is well formed and names an existing partition.
-func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
+// applyRecords applies the records of one chunk; with pending nil it only checks
+// that every record is well formed and names a partition below parts, and
+// returns how many partitions the records name (the highest one + 1).
+func applyRecords(b []byte, st *State, pending []map[uint64]uint64, parts int) (named int, ok bool) {
 	next := func(n int) ([3]uint64, bool) {
 		var v [3]uint64
 		for i := 0; i < n; i++ {
@@ -100,10 +116,10 @@ func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
 		case RecApplied:
 			v, ok = next(1)
 		default:
-			return false
+			return named, false
 		}
 		if !ok {
-			return false
+			return named, false
 		}
 		if typ == RecApplied {
 			if pending != nil {
@@ -117,9 +133,10 @@ func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
 			}
 			continue
 		}
-		if v[0] >= uint64(len(st.Parts)) {
-			return false
+		if v[0] >= uint64(parts) {
+			return named, false
 		}
+		named = max(named, int(v[0])+1)
 		if pending == nil {
 			continue
 		}
@@ -143,5 +160,5 @@ func applyRecords(b []byte, st *State, pending []map[uint64]uint64) bool {
 			clear(pending[p])
 		}
 	}
-	return true
+	return named, true
 }
