@@ -194,22 +194,25 @@ type peer struct {
 // and no I/O beyond calling the groups' Storage and StateMachine; Host drives it
 // on real time, tests on virtual time. It is not safe for concurrent use.
 type Core struct {
-	cfg      Config
-	id       uint64
-	groups   map[uint64]*group
-	sorted   []*group // by id
-	active   []*group // touched since their last Ready
-	ticks    uint64
-	flush    bool // heartbeats due with the next Ready
-	peers    map[uint64]*peer
-	plist    []*peer // by id
-	rd       Ready
-	results  []Result
-	spare    []Result
-	dirty    []Storage // written outside a Ready (snapshots); synced with the next
-	applyBuf []Entry
-	props    []*raftpb.Entry
-	stats    Stats
+	cfg     Config
+	id      uint64
+	groups  map[uint64]*group
+	sorted  []*group // by id
+	active  []*group // touched since their last Ready
+	ticks   uint64
+	flush   bool // heartbeats due with the next Ready
+	peers   map[uint64]*peer
+	plist   []*peer // by id
+	rd      Ready
+	results []Result
+	// leftLeads are the failed groups this node followed or led: the next
+	// Ready tells that it no longer does (LeaderChange, leader 0).
+	leftLeads []LeaderChange
+	spare     []Result
+	dirty     []Storage // written outside a Ready (snapshots); synced with the next
+	applyBuf  []Entry
+	props     []*raftpb.Entry
+	stats     Stats
 
 	hbMsg, hbResp raftpb.Message
 	hbFrom, hbTo  uint64
@@ -418,6 +421,12 @@ func (c *Core) fail(g *group, err error) {
 	}
 	g.failed = fmt.Errorf("%w: group %d: %w", ErrGroupFailed, g.id, err)
 	c.failPending(g, g.failed)
+	if g.lead != 0 {
+		// The replica no longer runs: a leader here would not lead, nor can
+		// it name another. Told, the node stops acting for the group.
+		c.leftLeads = append(c.leftLeads, LeaderChange{Group: g.id, Term: g.term})
+		g.lead = 0
+	}
 }
 
 func (c *Core) peer(id uint64) *peer {
@@ -816,7 +825,7 @@ func (c *Core) Status(group uint64) (Status, error) {
 
 // HasReady reports whether Ready has work (or results) to hand out.
 func (c *Core) HasReady() bool {
-	if len(c.results) > 0 || len(c.dirty) > 0 || c.flush {
+	if len(c.results) > 0 || len(c.dirty) > 0 || c.flush || len(c.leftLeads) > 0 {
 		return true
 	}
 	for _, p := range c.plist {
@@ -849,7 +858,8 @@ func (c *Core) Ready() *Ready {
 	rd.Sync = rd.Sync[:0]
 	rd.Early = rd.Early[:0]
 	rd.Out = rd.Out[:0]
-	rd.Leaders = rd.Leaders[:0]
+	rd.Leaders = append(rd.Leaders[:0], c.leftLeads...)
+	c.leftLeads = c.leftLeads[:0]
 	rd.groups = rd.groups[:0]
 	clear(rd.synced)
 	for _, st := range c.dirty {

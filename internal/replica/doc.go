@@ -150,7 +150,9 @@ stream's consumers): it is refused unless this replica leads when asked and
 still leads, in the same term, when the quorum confirms. Status
 reports leader, term, commit, applied, membership and, on the leader, every
 replica's progress and lag. OnLeaderChange reports leadership changes as the
-loop sees them.
+loop sees them; a replica that fails (ErrGroupFailed: its storage or state
+machine erred) is reported as seeing no leader (leader 0), so that a node whose
+failed replica led stops acting as the group's leader.
 
 # Coalesced heartbeats
 

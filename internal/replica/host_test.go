@@ -447,3 +447,73 @@ func TestProposalDataReusableAfterCommit(t *testing.T) {
 		}
 	}
 }
+
+// brokenSM is a chainSM whose Apply fails once broken is set.
+type brokenSM struct {
+	chainSM
+	broken atomic.Bool
+}
+
+func (m *brokenSM) Apply(ents []Entry) error {
+	if m.broken.Load() {
+		return errors.New("the disk went away")
+	}
+	return m.chainSM.Apply(ents)
+}
+
+// A group that fails on its leader's node (its state machine's Apply errs) is
+// reported there as led by nobody (LeaderChange, leader 0), so that the node
+// stops acting as its leader; the other replicas elect a leader of their own.
+func TestFailedGroupReportsNoLeader(t *testing.T) {
+	c := newCluster(t, testConfig(), 3)
+	changes := map[uint64]chan LeaderChange{}
+	for id, h := range c.hosts {
+		ch := make(chan LeaderChange, 64)
+		changes[id] = ch
+		h.OnLeaderChange(func(lc LeaderChange) {
+			select {
+			case ch <- lc:
+			default:
+			}
+		})
+	}
+	const g = 7
+	voters := []uint64{1, 2, 3}
+	sms := map[uint64]*brokenSM{}
+	for _, n := range voters {
+		sms[n] = &brokenSM{}
+		if err := c.hosts[n].AddGroup(GroupConfig{ID: g, Storage: newMemStorage(), StateMachine: sms[n], Voters: voters}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range c.hosts {
+		h.Start()
+	}
+	leader := c.waitLeaders(t, []uint64{g}, 10*time.Second, 0)[g]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.hosts[leader].Propose(ctx, g, []byte("fine")); err != nil {
+		t.Fatal(err)
+	}
+	sms[leader].broken.Store(true)
+	// Committed by a quorum, the entry is not applied on the leader, whose
+	// replica of the group fails.
+	_, _ = c.hosts[leader].Propose(ctx, g, []byte("fails here"))
+	for {
+		select {
+		case lc := <-changes[leader]:
+			if lc.Group == g && lc.Leader == 0 {
+				if st, err := c.hosts[leader].Status(g); err != nil || st.Failed == nil {
+					t.Fatalf("status of the failed group: %+v %v", st, err)
+				}
+				others := c.waitLeaders(t, []uint64{g}, 10*time.Second, leader)
+				if others[g] == leader {
+					t.Fatalf("the failed node %d still leads", leader)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("node %d never reported that it no longer leads the failed group", leader)
+		}
+	}
+}
