@@ -1,7 +1,9 @@
 package kafka_test
 
 import (
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,5 +159,70 @@ func TestAutoCreateOff(t *testing.T) {
 	}
 	if _, serr := s.Streams().Stream("nope"); serr == nil {
 		t.Fatalf("topic created with auto-create off (produce said %v)", err)
+	}
+}
+
+// TestCreatePartitionsWhileProducing: an idempotent producer keeps producing
+// while partitions are added, three times; every record is acknowledged once
+// (a publish the stream missed while it reopened is retried by the client) and
+// the topic holds each once.
+func TestCreatePartitionsWhileProducing(t *testing.T) {
+	s, addr := startTern(t, nil)
+	adm := kadm.NewClient(newClient(t, addr))
+	ctx := ctxT(t)
+	const topic = "busy"
+	createTopic(t, adm, topic, 1)
+	cl := newClient(t, addr, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0),
+		kgo.MetadataMinAge(50*time.Millisecond), kgo.MetadataMaxAge(200*time.Millisecond))
+	const total = 30000
+	var acked, failed atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range total {
+			if i%100 == 0 {
+				time.Sleep(5 * time.Millisecond) // production spans the changes
+			}
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i % 97)), Value: []byte(strconv.Itoa(i))}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					if failed.Add(1) == 1 {
+						t.Errorf("record: %v", err)
+					}
+					return
+				}
+				acked.Add(1)
+			})
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Errorf("flush: %v", err)
+		}
+	}()
+	for i, parts := range []int{2, 4, 7} {
+		waitUntil(t, "records acknowledged before the change", 20*time.Second, func() bool { return acked.Load() >= int64(i+1)*5000 })
+		if up, err := adm.UpdatePartitions(ctx, parts, topic); err != nil || up[topic].Err != nil {
+			t.Fatalf("to %d partitions: %v %+v", parts, err, up)
+		}
+	}
+	<-done
+	if acked.Load() != total || failed.Load() != 0 {
+		t.Fatalf("%d records acknowledged, %d failed, of %d", acked.Load(), failed.Load(), total)
+	}
+	st, err := s.Streams().Stream(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held uint64
+	for p := range st.Partitions() {
+		ps, err := st.PartitionState(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps.Msgs == 0 {
+			t.Errorf("partition %d holds nothing", p)
+		}
+		held += ps.Msgs
+	}
+	if held != total {
+		t.Fatalf("the topic holds %d records, want %d", held, total)
 	}
 }
