@@ -42,6 +42,7 @@ var apis = []apiRange{
 	{37, 0, 3}, // CreatePartitions
 	{42, 0, 3}, // DeleteGroups
 	{44, 0, 1}, // IncrementalAlterConfigs
+	{47, 0, 0}, // OffsetDelete
 	{60, 0, 2}, // DescribeCluster
 }
 
@@ -108,6 +109,8 @@ func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
 		return c.listGroups(r), nil
 	case *kmsg.DeleteGroupsRequest:
 		return c.deleteGroups(r), nil
+	case *kmsg.OffsetDeleteRequest:
+		return c.offsetDelete(r), nil
 	}
 	return unsupported(req), nil // not reached: supported() lists only the above
 }

@@ -29,7 +29,8 @@ import (
 //     DeleteTopics STREAM.DELETE, AlterConfigs, IncrementalAlterConfigs and
 //     CreatePartitions STREAM.UPDATE, DeleteRecords STREAM.PURGE; broker
 //     configs need clusterConfigSubject; DeleteGroups needs CONSUMER.DELETE of
-//     the group's consumer on every topic it has offsets on.
+//     the group's consumer on every topic it has offsets on, OffsetDelete that
+//     of the topics named (and reading them).
 //
 // Refusals use Kafka's codes: TOPIC_AUTHORIZATION_FAILED per topic or
 // partition, GROUP_AUTHORIZATION_FAILED per group, CLUSTER_AUTHORIZATION_FAILED

@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // The consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 // LeaveGroup (the group machine, coordinator.go), OffsetCommit and OffsetFetch
-// (durable consumers, offsets.go), DescribeGroups, ListGroups and DeleteGroups.
+// (durable consumers, offsets.go), OffsetDelete, DescribeGroups, ListGroups and
+// DeleteGroups.
 
 // maxOffsetMetadata is the longest commit metadata accepted, as Kafka's
 // offset.metadata.max.bytes; Tern does not keep it.
@@ -646,5 +648,104 @@ func (c *conn) deleteGroup(id string) int16 {
 		return kerr.GroupIDNotFound.Code
 	}
 	c.s.log.Info("group deleted", "group", id, "account", acctAttr(c.acct))
+	return 0
+}
+
+// offsetDelete removes a group's committed offsets in some partitions of some
+// topics, when no member of the group subscribes to the topic
+// (GROUP_SUBSCRIBED_TO_TOPIC otherwise, as Kafka). Every partition of a topic
+// named: the group's consumer on the topic is deleted, and the group has no
+// offsets there (-1). Some of them: the consumer's position in those goes back
+// to the partition's start, which is how a partition the group never committed
+// in reads (its start).
+func (c *conn) offsetDelete(req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse {
+	resp := kmsg.NewPtrOffsetDeleteResponse()
+	resp.Version = req.Version
+	gr := c.group(req.Group)
+	if code := c.s.coordinatorCode(gr); code != 0 {
+		resp.ErrorCode = code
+		return resp
+	}
+	var subs [][]byte
+	if d := c.s.groups.get(gr, false); d != nil {
+		d.do(func(_ time.Time, g *group.Group) {
+			if g.ProtocolType() == "consumer" {
+				subs = g.Subscriptions()
+			}
+		})
+	}
+	byTopic, err := c.s.groupOffsets(gr)
+	if err != nil {
+		c.s.log.Warn("offset delete", "group", req.Group, "err", err)
+		resp.ErrorCode = offsetsErrorCode(err)
+		return resp
+	}
+	if len(byTopic) == 0 && len(subs) == 0 {
+		resp.ErrorCode = kerr.GroupIDNotFound.Code
+		return resp
+	}
+	for _, rt := range req.Topics {
+		out := kmsg.NewOffsetDeleteResponseTopic()
+		out.Topic = rt.Topic
+		code := c.deleteTopicOffsets(gr, rt, byTopic, subs)
+		for _, p := range rt.Partitions {
+			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, code
+			if code == 0 && (p.Partition < 0 || byTopic[rt.Topic] != nil && int(p.Partition) >= len(byTopic[rt.Topic].Partitions)) {
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			}
+			out.Partitions = append(out.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+// deleteTopicOffsets does offsetDelete's work on one topic and returns the code
+// of all its partitions.
+func (c *conn) deleteTopicOffsets(gr groupRef, rt kmsg.OffsetDeleteRequestTopic, byTopic map[string]*streamapi.ConsumerInfo, subs [][]byte) int16 {
+	t, code, _ := c.findFor(rt.Topic, false, needRead)
+	if code != 0 {
+		return code
+	}
+	name := consumerName(gr.id)
+	if !c.mayManage(streamapi.ConsumerDeleteSubject(t.name, name)) {
+		return kerr.GroupAuthorizationFailed.Code
+	}
+	for _, b := range subs {
+		var md kmsg.ConsumerMemberMetadata
+		if md.ReadFrom(b) == nil && slices.Contains(md.Topics, t.name) {
+			return kerr.GroupSubscribedToTopic.Code
+		}
+	}
+	info := byTopic[t.name]
+	if info == nil {
+		return 0 // no offsets there: nothing to delete
+	}
+	all := map[int32]bool{}
+	var positions []streamapi.SeekPosition
+	for _, p := range rt.Partitions {
+		if p.Partition >= 0 && int(p.Partition) < len(info.Partitions) && !all[p.Partition] {
+			all[p.Partition] = true
+			positions = append(positions, streamapi.SeekPosition{Partition: int(p.Partition), Next: 1})
+		}
+	}
+	var err error
+	switch {
+	case len(positions) == 0:
+		return 0
+	case len(all) == len(info.Partitions):
+		_, err = apiRequest[streamapi.Deleted](c.s.api, apiSubject(gr.acct, streamapi.ConsumerDeleteSubject(t.name, name)), nil)
+		if apiCode(err) == streamapi.CodeConsumerMissing {
+			err = nil
+		}
+	default:
+		_, err = apiRequest[streamapi.ConsumerInfo](c.s.api, apiSubject(gr.acct, streamapi.ConsumerSeekSubject(t.name, name)), streamapi.SeekRequest{Positions: positions})
+	}
+	if err != nil {
+		c.s.log.Warn("offset delete", "group", gr.id, "topic", t.name, "err", err)
+		return offsetsErrorCode(err)
+	}
+	c.s.log.Info("group offsets deleted", "group", gr.id, "account", acctAttr(gr.acct), "topic", t.name, "partitions", len(all))
 	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tern-mq/tern/internal/server"
@@ -449,5 +450,83 @@ func TestKadmGroups(t *testing.T) {
 	listed, _ = adm.ListGroups(ctxT(t))
 	if len(listed) != 0 {
 		t.Fatalf("groups after the deletes: %v", listed)
+	}
+}
+
+// TestOffsetDelete: OffsetDelete of every partition of a topic removes the
+// group's offsets there (OffsetFetch: none), of some partitions takes those back
+// to the partition's start, of a topic a member of the group subscribes to is
+// refused with GROUP_SUBSCRIBED_TO_TOPIC, and of a group that has neither
+// offsets nor members gets GROUP_ID_NOT_FOUND.
+func TestOffsetDelete(t *testing.T) {
+	_, addr := startTern(t, fastGroups)
+	adm := kadm.NewClient(newClient(t, addr))
+	ctx := ctxT(t)
+	createTopic(t, adm, "od-a", 3)
+	createTopic(t, adm, "od-b", 2)
+	produceN(t, newClient(t, addr, kgo.RecordPartitioner(kgo.RoundRobinPartitioner())), "od-a", 0, 30)
+	produceN(t, newClient(t, addr, kgo.RecordPartitioner(kgo.RoundRobinPartitioner())), "od-b", 0, 20)
+	commit := func(grp string, topic string, parts int32, at int64) {
+		t.Helper()
+		var os kadm.Offsets
+		for p := range parts {
+			os.AddOffset(topic, p, at, -1)
+		}
+		r, err := adm.CommitOffsets(ctx, grp, os)
+		if err == nil {
+			err = r.Error()
+		}
+		if err != nil {
+			t.Fatalf("commit %s %s: %v", grp, topic, err)
+		}
+	}
+	commit("g", "od-a", 3, 5)
+	commit("g", "od-b", 2, 4)
+
+	del, err := adm.DeleteOffsets(ctx, "g", kadm.TopicsSet{"od-a": {0: {}, 1: {}, 2: {}}})
+	if err != nil || del.Error() != nil {
+		t.Fatalf("delete od-a's offsets: %v %v", err, del.Error())
+	}
+	offs, err := adm.FetchOffsets(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := offs.Lookup("od-a", 0); ok {
+		t.Fatalf("offsets of od-a after deleting them all: %+v", offs)
+	}
+	if o, ok := offs.Lookup("od-b", 1); !ok || o.At != 4 {
+		t.Fatalf("od-b's offsets after deleting od-a's: %+v", o)
+	}
+
+	del, err = adm.DeleteOffsets(ctx, "g", kadm.TopicsSet{"od-b": {1: {}}})
+	if err != nil || del.Error() != nil {
+		t.Fatalf("delete od-b/1's offset: %v %v", err, del.Error())
+	}
+	offs, err = adm.FetchOffsets(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup("od-b", 0); o.At != 4 {
+		t.Fatalf("od-b/0 after deleting od-b/1's offset: %+v", o)
+	}
+	if o, _ := offs.Lookup("od-b", 1); o.At != 0 {
+		t.Fatalf("od-b/1 after deleting its offset: %+v, want the partition's start (0)", o)
+	}
+
+	// A member subscribed to od-b: its offsets stay.
+	rec := &seen{n: map[string]int{}, by: map[string]map[int32]bool{}}
+	m := startMember(t, addr, "od-b", "g", "m", kgo.RangeBalancer(), rec)
+	waitUntil(t, "the member's records", 20*time.Second, func() bool { d, _ := rec.total(); return d > 0 })
+	del, err = adm.DeleteOffsets(ctx, "g", kadm.TopicsSet{"od-b": {0: {}, 1: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := del.Lookup("od-b", 0); !kerrIs(e, kerr.GroupSubscribedToTopic) {
+		t.Fatalf("delete offsets of a subscribed topic: %v, want GROUP_SUBSCRIBED_TO_TOPIC", e)
+	}
+	m.leave()
+
+	if _, err := adm.DeleteOffsets(ctx, "nobody", kadm.TopicsSet{"od-a": {0: {}}}); !kerrIs(err, kerr.GroupIDNotFound) {
+		t.Fatalf("delete offsets of an unknown group: %v, want GROUP_ID_NOT_FOUND", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	tern "github.com/tern-mq/tern/client/go"
@@ -396,5 +397,91 @@ func TestJavaConfigAndRecordsTools(t *testing.T) {
 		if r.Offset != int64(i+4) || string(r.Value) != fmt.Sprintf("record %d", i+4) {
 			t.Fatalf("record %d after deleting records: offset %d value %q", i, r.Offset, r.Value)
 		}
+	}
+}
+
+// TestJavaConsumerGroupCommand: Kafka's consumer group tool (kafka-consumer-groups)
+// lists a group that committed offsets, describes its offsets and lag per
+// partition, resets them to the earliest, deletes the offsets of a topic
+// (OffsetDelete) and deletes the group.
+func TestJavaConsumerGroupCommand(t *testing.T) {
+	_, addr := startTern(t, nil)
+	const topic, grp = "java-groups", "java-g"
+	cl := newClient(t, addr, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	adm := kadm.NewClient(cl)
+	ctx := ctxT(t)
+	if r, err := adm.CreateTopic(ctx, 2, -1, nil, topic); err != nil || r.Err != nil {
+		t.Fatalf("create: %v %v", err, r.Err)
+	}
+	var recs []*kgo.Record
+	for i := range 20 {
+		recs = append(recs, &kgo.Record{Topic: topic, Value: []byte(strconv.Itoa(i))})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var os kadm.Offsets
+	os.AddOffset(topic, 0, 7, -1)
+	os.AddOffset(topic, 1, 3, -1)
+	if r, err := adm.CommitOffsets(ctx, grp, os); err != nil || r.Error() != nil {
+		t.Fatalf("commit: %v %v", err, r.Error())
+	}
+	groups := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := kafkaTool(t, 60*time.Second, "", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", append([]string{"--bootstrap-server", addr}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s%s", args, err, out, errOut)
+		}
+		return out
+	}
+	if out := groups("--list"); !slices.Contains(strings.Fields(out), grp) {
+		t.Fatalf("--list lacks %s:\n%s", grp, out)
+	}
+	// GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+	row := func(out string, p int) []string {
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) >= 6 && f[0] == grp && f[1] == topic && f[2] == strconv.Itoa(p) {
+				return f
+			}
+		}
+		t.Fatalf("no row for partition %d:\n%s", p, out)
+		return nil
+	}
+	out := groups("--describe", "--group", grp)
+	if f := row(out, 0); f[3] != "7" || f[4] != "10" || f[5] != "3" {
+		t.Fatalf("partition 0 described as %v, want offset 7, end 10, lag 3:\n%s", f, out)
+	}
+	if f := row(out, 1); f[3] != "3" || f[5] != "7" {
+		t.Fatalf("partition 1 described as %v, want offset 3, lag 7:\n%s", f, out)
+	}
+	groups("--reset-offsets", "--to-earliest", "--execute", "--group", grp, "--topic", topic)
+	offs, err := adm.FetchOffsets(ctx, grp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		if o, _ := offs.Lookup(topic, p); o.At != 0 {
+			t.Fatalf("partition %d after --reset-offsets --to-earliest: %+v", p, o)
+		}
+	}
+	if out := groups("--delete-offsets", "--group", grp, "--topic", topic); !strings.Contains(out, "Successful") {
+		t.Fatalf("--delete-offsets:\n%s", out)
+	}
+	if offs, err = adm.FetchOffsets(ctx, grp); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := offs.Lookup(topic, 0); ok {
+		t.Fatalf("offsets after --delete-offsets: %+v", offs)
+	}
+	os = kadm.Offsets{}
+	os.AddOffset(topic, 0, 1, -1)
+	if r, err := adm.CommitOffsets(ctx, grp, os); err != nil || r.Error() != nil {
+		t.Fatalf("commit: %v %v", err, r.Error())
+	}
+	if out := groups("--delete", "--group", grp); !strings.Contains(out, "successful") {
+		t.Fatalf("--delete:\n%s", out)
+	}
+	if out := groups("--list"); slices.Contains(strings.Fields(out), grp) {
+		t.Fatalf("--list after --delete still has %s:\n%s", grp, out)
 	}
 }

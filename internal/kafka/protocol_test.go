@@ -95,11 +95,12 @@ func TestUnsupportedAPIsAndVersions(t *testing.T) {
 		t.Fatalf("unknown API: answer %d %x, %v", got, body, err)
 	}
 
-	// An API Tern does not serve (OffsetDelete): its answer, with the error.
-	od := kmsg.NewPtrOffsetDeleteRequest()
-	od.Group = "g"
-	if resp := r.do(od).(*kmsg.OffsetDeleteResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("OffsetDelete: error %d", resp.ErrorCode)
+	// An API Tern does not serve (EndTxn, of transactions): its answer, with
+	// the error.
+	et := kmsg.NewPtrEndTxnRequest()
+	et.TransactionalID = "t"
+	if resp := r.do(et).(*kmsg.EndTxnResponse); resp.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("EndTxn: error %d", resp.ErrorCode)
 	}
 
 	// A version of a served API below what Tern serves (Produce v2, message sets).
@@ -117,8 +118,8 @@ func TestUnsupportedAPIsAndVersions(t *testing.T) {
 		t.Fatalf("ApiVersions v3: error %d", resp.ErrorCode)
 	}
 	for _, k := range resp.ApiKeys {
-		if k.ApiKey == 47 {
-			t.Fatal("OffsetDelete advertised")
+		if k.ApiKey == 26 {
+			t.Fatal("EndTxn advertised")
 		}
 	}
 }

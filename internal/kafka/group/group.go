@@ -855,6 +855,19 @@ type MemberDescription struct {
 	Metadata, Assignment []byte
 }
 
+// Subscriptions lists the metadata of every protocol of every member (for a
+// consumer group, kmsg.ConsumerMemberMetadata: the topics each subscribes to),
+// whatever the group's state; none when the group is empty.
+func (g *Group) Subscriptions() [][]byte {
+	var out [][]byte
+	for _, m := range g.ordered() {
+		for _, p := range m.protocols {
+			out = append(out, p.Metadata)
+		}
+	}
+	return out
+}
+
 // Describe describes the group.
 func (g *Group) Describe() Description {
 	d := Description{State: g.state, ProtocolType: g.protocolType}
