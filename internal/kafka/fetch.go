@@ -340,6 +340,9 @@ func (c *conn) kafkaRecord(t *topic, rec *store.Record) {
 			return true
 		case streamapi.HeaderToPartition, HeaderTimestamp:
 			return true
+		case HeaderNullValue:
+			out.Value = nil
+			return true
 		case streamapi.HeaderMsgID, streamapi.HeaderExpectedLastMsgID:
 			if strings.HasPrefix(unsafeString(v), msgIDPrefix) {
 				return true

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/kafka"
 )
 
 // TestFranzProduceConsumeEveryCodec produces keyed records with headers through
@@ -48,5 +52,49 @@ func TestFranzProduceConsumeEveryCodec(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNullAndEmptyKeysAndValues: a null value (a tombstone) reads back null, an
+// empty one empty, and the same for keys; a native subscriber sees the
+// tombstone as an empty payload marked Tern-Null-Value.
+func TestNullAndEmptyKeysAndValues(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	if _, err := nc.Streams().AddStream(ctxT(t), tern.StreamConfig{Name: "nulls", Subjects: []string{"nulls"}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.SubscribeSync("nulls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, addr)
+	recs := []*kgo.Record{
+		{Topic: "nulls", Key: []byte("k"), Value: nil},
+		{Topic: "nulls", Key: []byte("k"), Value: []byte{}},
+		{Topic: "nulls", Key: nil, Value: []byte("v")},
+		{Topic: "nulls", Key: []byte{}, Value: []byte("v")},
+	}
+	if err := cl.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, addr, "nulls", len(recs))
+	for i, r := range got {
+		want := recs[i]
+		if (r.Value == nil) != (want.Value == nil) || (r.Key == nil) != (want.Key == nil) ||
+			string(r.Value) != string(want.Value) || string(r.Key) != string(want.Key) {
+			t.Errorf("record %d: key %q (null %v) value %q (null %v), want key %q (null %v) value %q (null %v)", i,
+				r.Key, r.Key == nil, r.Value, r.Value == nil, want.Key, want.Key == nil, want.Value, want.Value == nil)
+		}
+		if len(r.Headers) != 0 {
+			t.Errorf("record %d: headers %v, want none", i, r.Headers)
+		}
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Header[kafka.HeaderNullValue]; !ok || len(m.Data) != 0 {
+		t.Fatalf("the tombstone natively: payload %q, headers %v", m.Data, m.Header)
 	}
 }

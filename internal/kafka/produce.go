@@ -27,6 +27,10 @@ const (
 	// stream does not capture exactly one literal subject; Fetch sets it on records
 	// of such topics.
 	HeaderSubject = "Tern-Subject"
+	// HeaderNullValue marks a record produced with a null value (a tombstone),
+	// stored with an empty payload; Fetch gives it back null. A record's null
+	// key is no Tern-Key header.
+	HeaderNullValue = "Tern-Null-Value"
 	// msgIDPrefix starts the message ids of idempotent producers' records.
 	msgIDPrefix = "kafka:"
 )
@@ -288,6 +292,9 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 			if rec.Key != nil {
 				h = header.Append(h, streamapi.HeaderKey, unsafeString(rec.Key))
 			}
+			if rec.Value == nil {
+				h = header.Append(h, HeaderNullValue, "")
+			}
 			if ts := batch.FirstTimestamp + rec.TimestampDelta64; tsText == nil || ts != lastTS {
 				// A batch's records mostly share their timestamp.
 				lastTS, tsText = ts, strconv.AppendInt(tsNum[:0], ts, 10)
@@ -301,7 +308,7 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 				}
 			}
 			for j := range rec.Headers {
-				if hk := rec.Headers[j].Key; hk != "" && hk != HeaderSubject {
+				if hk := rec.Headers[j].Key; hk != "" && hk != HeaderSubject && hk != HeaderNullValue {
 					h = header.Append(h, hk, unsafeString(rec.Headers[j].Value))
 				}
 			}
