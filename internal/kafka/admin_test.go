@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -224,5 +225,48 @@ func TestCreatePartitionsWhileProducing(t *testing.T) {
 	}
 	if held != total {
 		t.Fatalf("the topic holds %d records, want %d", held, total)
+	}
+}
+
+// TestDescribeLogDirs: DescribeLogDirs (franz-go's admin client and Kafka's
+// kafka-log-dirs tool) gives this node's streams directory, each partition's
+// size — the bytes of its live messages, growing as records are produced — and
+// the volume's size and free bytes.
+func TestDescribeLogDirs(t *testing.T) {
+	s, addr := startTern(t, nil)
+	cl := newClient(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(cl)
+	ctx := ctxT(t)
+	createTopic(t, adm, "sized", 2)
+	createTopic(t, adm, "other", 1)
+	var recs []*kgo.Record
+	for range 50 {
+		recs = append(recs, &kgo.Record{Topic: "sized", Partition: 1, Value: make([]byte, 1000)})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := adm.DescribeAllLogDirs(ctx, kadm.TopicsSet{"sized": {0: {}, 1: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := all.Sorted()
+	if len(dirs) != 1 || dirs[0].Err != nil || dirs[0].Dir != s.Streams().StreamsDir() || dirs[0].TotalBytes <= 0 || dirs[0].UsableBytes <= 0 {
+		t.Fatalf("log dirs: %+v", dirs)
+	}
+	if _, ok := dirs[0].Topics["other"]; ok {
+		t.Fatal("a topic not asked for is described")
+	}
+	p0, p1 := dirs[0].Topics["sized"][0], dirs[0].Topics["sized"][1]
+	if p0.Size != 0 || p1.Size < 50*1000 || p1.Size > 50*1200 {
+		t.Fatalf("sizes: partition 0 %d, partition 1 %d (50 records of 1000 bytes)", p0.Size, p1.Size)
+	}
+	out, errOut, err := kafkaTool(t, 60*time.Second, "", "org.apache.kafka.tools.LogDirsCommand",
+		"--bootstrap-server", addr, "--describe", "--topic-list", "sized")
+	if err != nil {
+		t.Fatalf("kafka-log-dirs: %v\n%s%s", err, out, errOut)
+	}
+	if want := fmt.Sprintf(`{"partition":"sized-1","size":%d,"offsetLag":0,"isFuture":false}`, p1.Size); !strings.Contains(out, want) {
+		t.Fatalf("kafka-log-dirs lacks %s:\n%s", want, out)
 	}
 }

@@ -38,6 +38,7 @@ var apis = []apiRange{
 	{22, 0, 5}, // InitProducerID (idempotent producers; no transactions)
 	{32, 1, 4}, // DescribeConfigs
 	{33, 0, 2}, // AlterConfigs
+	{35, 1, 5}, // DescribeLogDirs
 	{36, 0, 2}, // SaslAuthenticate
 	{37, 0, 3}, // CreatePartitions
 	{42, 0, 3}, // DeleteGroups
@@ -89,6 +90,8 @@ func (c *conn) dispatch(req kmsg.Request) (kmsg.Response, error) {
 		return c.deleteRecords(r), nil
 	case *kmsg.DescribeClusterRequest:
 		return c.describeCluster(r), nil
+	case *kmsg.DescribeLogDirsRequest:
+		return c.describeLogDirs(r), nil
 	case *kmsg.FindCoordinatorRequest:
 		return c.findCoordinator(r), nil
 	case *kmsg.JoinGroupRequest:

@@ -20,10 +20,10 @@ import (
 //     must be allowed, with no denied subject inside it (a fetch answers whole
 //     batches, so records cannot be withheld one by one without breaking
 //     offsets).
-//   - Describing a topic (Metadata, DescribeConfigs) needs one of reading it,
-//     writing some of it, or the stream API's STREAM.INFO on it; topics a user
-//     may not describe are left out of Metadata's list of every topic and
-//     refused by name, as Kafka hides them.
+//   - Describing a topic (Metadata, DescribeConfigs, DescribeLogDirs) needs one
+//     of reading it, writing some of it, or the stream API's STREAM.INFO on it;
+//     topics a user may not describe are left out of the lists of every topic
+//     and refused by name, as Kafka hides them.
 //   - Topic administration is the stream API's management permission on the
 //     matching subject: CreateTopics and auto-creation STREAM.CREATE,
 //     DeleteTopics STREAM.DELETE, AlterConfigs, IncrementalAlterConfigs and

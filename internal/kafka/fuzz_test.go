@@ -89,6 +89,9 @@ func seedRequests() [][]byte {
 	odt.Partitions = append(odt.Partitions, kmsg.NewOffsetDeleteRequestTopicPartition())
 	od.Topics = append(od.Topics, odt)
 	out = append(out, frame(od))
+	ld := kmsg.NewPtrDescribeLogDirsRequest()
+	ld.Version = 4
+	out = append(out, frame(ld))
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.Version = 4
 	out = append(out, frame(ip))

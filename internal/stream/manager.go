@@ -131,6 +131,10 @@ func New(cfg Config, b *broker.Broker, log *slog.Logger) (*Manager, error) {
 
 func (m *Manager) streamsDir() string { return filepath.Join(m.cfg.Dir, "streams") }
 
+// StreamsDir is the directory of the streams of the global account (each
+// account's are beside it, under accounts/).
+func (m *Manager) StreamsDir() string { return m.streamsDir() }
+
 // recover opens every stream found on disk: the global account's, then every
 // other account's.
 func (m *Manager) recover() error {
