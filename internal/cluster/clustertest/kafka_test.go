@@ -30,12 +30,7 @@ import (
 // partitions' ends. A produce request sent to a node that does not lead the
 // partition is answered NOT_LEADER_OR_FOLLOWER, as Kafka answers it.
 func TestKafkaOnReplicatedCluster(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
-	waitCatalogue(c)
-	var seeds []string
-	for _, n := range c.Nodes {
-		seeds = append(seeds, net.JoinHostPort(n.Host, strconv.Itoa(n.KafkaPort)))
-	}
+	c, seeds := startKafkaCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -53,24 +48,7 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 		}
 		return err == nil && (r.Err == nil || r.ErrMessage == "")
 	})
-	var leader int32
-	c.WaitFor("metadata: 3 brokers, each partition on 3 replicas with one leader", 30*time.Second, func() bool {
-		md, err := adm.Metadata(ctx, topic)
-		if err != nil || len(md.Brokers) != 3 {
-			return false
-		}
-		td, ok := md.Topics[topic]
-		if !ok || td.Err != nil || len(td.Partitions) != parts {
-			return false
-		}
-		leader = td.Partitions[0].Leader
-		for _, p := range td.Partitions {
-			if p.Err != nil || p.Leader < 0 || p.Leader != leader || len(p.Replicas) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	leader := waitPlaced(ctx, c, adm, topic, parts)
 
 	md, err := adm.Metadata(ctx, topic)
 	if err != nil {
@@ -217,12 +195,7 @@ func TestKafkaOnReplicatedCluster(t *testing.T) {
 // topic's 3 replicas; metadata then shows every partition led by the stream's
 // leader, keyed records spread over all of them, and they read back once each.
 func TestKafkaCreatePartitionsOnCluster(t *testing.T) {
-	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
-	waitCatalogue(c)
-	var seeds []string
-	for _, n := range c.Nodes {
-		seeds = append(seeds, net.JoinHostPort(n.Host, strconv.Itoa(n.KafkaPort)))
-	}
+	c, seeds := startKafkaCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
@@ -236,27 +209,7 @@ func TestKafkaCreatePartitionsOnCluster(t *testing.T) {
 		r, err := adm.CreateTopic(ctx, 1, 3, nil, topic)
 		return err == nil && (r.Err == nil || r.ErrMessage == "")
 	})
-	// placed waits until metadata shows parts partitions, each on 3 replicas
-	// and led by one node, and returns that node.
-	placed := func(parts int) int32 {
-		var leader int32
-		c.WaitFor(fmt.Sprintf("%d partitions on 3 replicas, one leader", parts), 30*time.Second, func() bool {
-			md, err := adm.Metadata(ctx, topic)
-			td, ok := md.Topics[topic]
-			if err != nil || !ok || td.Err != nil || len(td.Partitions) != parts {
-				return false
-			}
-			leader = td.Partitions[0].Leader
-			for _, p := range td.Partitions {
-				if p.Err != nil || p.Leader < 0 || p.Leader != leader || len(p.Replicas) != 3 {
-					return false
-				}
-			}
-			return true
-		})
-		return leader
-	}
-	leader := placed(1)
+	leader := waitPlaced(ctx, c, adm, topic, 1)
 	md, err := adm.BrokerMetadata(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +233,7 @@ func TestKafkaCreatePartitionsOnCluster(t *testing.T) {
 	if got := resp.(*kmsg.CreatePartitionsResponse).Topics[0]; got.ErrorCode != 0 {
 		t.Fatalf("create partitions through node %d: error %d %v", follower, got.ErrorCode, got.ErrorMessage)
 	}
-	placed(4)
+	waitPlaced(ctx, c, adm, topic, 4)
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()))
 	if err != nil {
@@ -319,6 +272,43 @@ func TestKafkaCreatePartitionsOnCluster(t *testing.T) {
 			t.Fatalf("%s read %d times", r.Value, seen[string(r.Value)])
 		}
 	}
+}
+
+// waitPlaced waits until metadata shows the 3 brokers and topic with parts
+// partitions, each on 3 replicas and led by one node, and returns that node.
+func waitPlaced(ctx context.Context, c *clustertest.Cluster, adm *kadm.Client, topic string, parts int) int32 {
+	var leader int32
+	c.WaitFor(fmt.Sprintf("metadata: 3 brokers, %d partitions on 3 replicas with one leader", parts), 30*time.Second, func() bool {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil || len(md.Brokers) != 3 {
+			return false
+		}
+		td, ok := md.Topics[topic]
+		if !ok || td.Err != nil || len(td.Partitions) != parts {
+			return false
+		}
+		leader = td.Partitions[0].Leader
+		for _, p := range td.Partitions {
+			if p.Err != nil || p.Leader < 0 || p.Leader != leader || len(p.Replicas) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	return leader
+}
+
+// startKafkaCluster starts 3 nodes with the Kafka API and returns them with
+// their Kafka addresses, once the catalogue is on every node.
+func startKafkaCluster(t *testing.T) (*clustertest.Cluster, []string) {
+	t.Helper()
+	c := clustertest.Start(t, clustertest.Options{N: 3, Kafka: true, Args: func(int) []string { return []string{"--cluster-size", "3"} }})
+	waitCatalogue(c)
+	var seeds []string
+	for _, n := range c.Nodes {
+		seeds = append(seeds, net.JoinHostPort(n.Host, strconv.Itoa(n.KafkaPort)))
+	}
+	return c, seeds
 }
 
 // killKafkaLeader kills (-9) the node whose broker id leads the topic and waits

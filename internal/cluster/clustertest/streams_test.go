@@ -41,6 +41,32 @@ func streamLeader(js *tern.Streams, name string) string {
 	return info.Cluster.Leader
 }
 
+// takeAcked fetches from pull until want messages are acknowledged (AckSync
+// confirmed), calling note for each, or fails after 40 s. A message whose ack
+// is not confirmed may come again, and is counted then.
+func takeAcked(t *testing.T, ctx context.Context, pull *tern.Pull, want int, note func(*tern.Msg)) {
+	t.Helper()
+	deadline := time.Now().Add(40 * time.Second)
+	for got := 0; got < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages in 40 s", got, want)
+		}
+		fctx, fcancel := context.WithTimeout(ctx, time.Second)
+		msgs, _ := pull.Fetch(fctx, min(want-got, 25))
+		fcancel()
+		for _, m := range msgs {
+			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+			err := m.AckSync(actx)
+			acancel()
+			if err != nil {
+				continue
+			}
+			note(m)
+			got++
+		}
+	}
+}
+
 // TestReplicatedStreamSurvivesLeaderKill: a stream of 3 replicas created through
 // one node is served by every node; messages published with ids through a node
 // that is not its leader are acknowledged once a quorum has them; kill -9 of the
@@ -363,34 +389,16 @@ func TestReplicatedConsumerSurvivesLeaderKill(t *testing.T) {
 	wjs := worker.Connect(t, worker.URL()).Streams()
 	pull := wjs.Pull("JOBS", "W")
 	seen := map[uint64]int{}
-	take := func(want int) {
-		deadline := time.Now().Add(30 * time.Second)
-		for got := 0; got < want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d messages in 30 s", got, want)
-			}
-			fctx, fcancel := context.WithTimeout(ctx, time.Second)
-			msgs, _ := pull.Fetch(fctx, min(want-got, 25))
-			fcancel()
-			for _, m := range msgs {
-				md, err := m.Metadata()
-				if err != nil {
-					t.Fatal(err)
-				}
-				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-				err = m.AckSync(actx)
-				acancel()
-				if err != nil {
-					continue // not confirmed: it may come again, and is counted then
-				}
-				seen[md.StreamSeq]++
-				got++
-			}
+	note := func(m *tern.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
 		}
+		seen[md.StreamSeq]++
 	}
-	take(total / 2)
+	takeAcked(t, ctx, pull, total/2, note)
 	leader.Kill()
-	take(total / 2)
+	takeAcked(t, ctx, pull, total/2, note)
 	for seq := uint64(1); seq <= total; seq++ {
 		if seen[seq] != 1 {
 			t.Fatalf("message %d acknowledged %d times, want once (a message acked before the kill came again, or one never came)", seq, seen[seq])
@@ -849,29 +857,8 @@ func TestReplicatedStreamAddsPartitions(t *testing.T) {
 	}
 	pull := js.Pull("GROW", "C")
 	seen := map[string]int{}
-	take := func(want int) {
-		t.Helper()
-		deadline := time.Now().Add(40 * time.Second)
-		for got := 0; got < want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d messages in 40 s", got, want)
-			}
-			fctx, fcancel := context.WithTimeout(ctx, time.Second)
-			msgs, _ := pull.Fetch(fctx, min(want-got, 25))
-			fcancel()
-			for _, m := range msgs {
-				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-				err := m.AckSync(actx)
-				acancel()
-				if err != nil {
-					continue // not confirmed: it comes again
-				}
-				seen[string(m.Data)]++
-				got++
-			}
-		}
-	}
-	take(10)
+	note := func(m *tern.Msg) { seen[string(m.Data)]++ }
+	takeAcked(t, ctx, pull, 10, note)
 
 	cfg.Partitions = 3
 	info, err := js.UpdateStream(ctx, cfg)
@@ -912,7 +899,7 @@ func TestReplicatedStreamAddsPartitions(t *testing.T) {
 	if parts := publish(60); len(parts) != 3 {
 		t.Fatalf("60 keys went to partitions %v, want all 3", parts)
 	}
-	take(40 + 30)
+	takeAcked(t, ctx, pull, 40+30, note)
 
 	leader := nodeNamed(c, streamLeader(js, "GROW"))
 	if leader == nil {
@@ -926,7 +913,7 @@ func TestReplicatedStreamAddsPartitions(t *testing.T) {
 	if parts := publish(30); len(parts) != 3 {
 		t.Fatalf("30 keys after the kill went to partitions %v, want all 3", parts)
 	}
-	take(30 + 30)
+	takeAcked(t, ctx, pull, 30+30, note)
 	for id, n := range seen {
 		if n != 1 {
 			t.Fatalf("message %s acknowledged %d times", id, n)
