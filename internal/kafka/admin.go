@@ -174,7 +174,12 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 		return fail(kerr.InvalidConfig.Code, "segment.bytes cannot change after a topic is made")
 	}
 	cfg := t.cfg
-	cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgSize, cfg.Compression = set.MaxAge, set.MaxBytes, set.MaxMsgSize, set.Compression
+	cfg.MaxAge, cfg.MaxMsgSize, cfg.Compression = set.MaxAge, set.MaxMsgSize, set.Compression
+	if set.MaxBytes != retentionBytes(t.cfg) {
+		// Unchanged, the stream's own max_bytes stays, remainder of its
+		// division between partitions included.
+		cfg.MaxBytes = streamMaxBytes(set.MaxBytes, max(t.cfg.Partitions, 1))
+	}
 	if validateOnly {
 		if err := c.s.streams.Normalise(&cfg); err != nil {
 			return fail(kerr.InvalidConfig.Code, err.Error())

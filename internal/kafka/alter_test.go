@@ -40,10 +40,38 @@ func TestAlterConfigsAndDeleteRecords(t *testing.T) {
 			t.Fatalf("alter %+v: %v %+v", cs, err, rs)
 		}
 	}
+	// retention.bytes is Kafka's limit of each partition; the stream's max_bytes
+	// is the whole stream's, shared evenly between its partitions.
+	retention := func() string {
+		t.Helper()
+		rc, err := adm.DescribeTopicConfigs(ctx, "logs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rc.On("logs", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.Configs {
+			if c.Key == "retention.bytes" {
+				return c.MaybeValue()
+			}
+		}
+		t.Fatal("no retention.bytes described")
+		return ""
+	}
 	alter(true, kadm.AlterConfig{Name: "retention.ms", Value: kadm.StringPtr("60000")},
 		kadm.AlterConfig{Name: "retention.bytes", Value: kadm.StringPtr("1048576")})
-	if age, bytes := limits(); age != time.Minute || bytes != 1<<20 {
-		t.Fatalf("after setting both: max age %v, max bytes %d", age, bytes)
+	if age, bytes := limits(); age != time.Minute || bytes != 2<<20 {
+		t.Fatalf("after setting both: max age %v, max bytes %d (2 partitions of 1 MiB)", age, bytes)
+	}
+	if r := retention(); r != "1048576" {
+		t.Fatalf("retention.bytes described as %s", r)
+	}
+	// Another config changed: the limit stays as it was.
+	alter(true, kadm.AlterConfig{Name: "retention.ms", Value: kadm.StringPtr("60000")})
+	if _, bytes := limits(); bytes != 2<<20 {
+		t.Fatalf("after changing retention.ms alone: max bytes %d", bytes)
 	}
 	alter(true, kadm.AlterConfig{Op: kadm.DeleteConfig, Name: "retention.bytes"})
 	if age, bytes := limits(); age != time.Minute || bytes != 0 {
@@ -51,8 +79,15 @@ func TestAlterConfigsAndDeleteRecords(t *testing.T) {
 	}
 	// A whole replacement resets what it does not name.
 	alter(false, kadm.AlterConfig{Name: "retention.bytes", Value: kadm.StringPtr("2097152")})
-	if age, bytes := limits(); age != 0 || bytes != 2<<20 {
+	if age, bytes := limits(); age != 0 || bytes != 4<<20 {
 		t.Fatalf("after replacing: max age %v, max bytes %d", age, bytes)
+	}
+	// Partitions added keep each partition's retention.bytes.
+	if up, err := adm.UpdatePartitions(ctx, 3, "logs"); err != nil || up["logs"].Err != nil {
+		t.Fatalf("create partitions: %v %+v", err, up)
+	}
+	if _, bytes := limits(); bytes != 6<<20 || retention() != "2097152" {
+		t.Fatalf("after adding a partition: max bytes %d, retention.bytes %s", bytes, retention())
 	}
 	rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "segment.bytes", Value: kadm.StringPtr("1024")}}, "logs")
 	if err != nil || len(rs) != 1 || !kerrIs(rs[0].Err, kerr.InvalidConfig) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -340,6 +341,7 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 		}
 		parts := int(rt.NumPartitions)
 		cfg, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload, c.s.topicCompression())
+		cfg.MaxBytes = streamMaxBytes(cfg.MaxBytes, max(parts, 1))
 		switch {
 		case !c.mayManage(streamapi.StreamCreateSubject(rt.Topic)):
 			fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to create topic %q", rt.Topic))
@@ -411,7 +413,8 @@ func (s *Server) topicCompression() string {
 
 // topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
 // retention.bytes, max.message.bytes, segment.bytes, compression.type and
-// cleanup.policy=delete. A config not given is at its default.
+// cleanup.policy=delete. A config not given is at its default. MaxBytes is
+// retention.bytes as given, a partition's: streamMaxBytes makes it the stream's.
 func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (streamapi.StreamConfig, error) {
 	cfg := streamapi.StreamConfig{Compression: compression}
 	for _, kv := range configs {
@@ -573,6 +576,7 @@ func (c *conn) addPartitions(rt *kmsg.CreatePartitionsRequestTopic, validateOnly
 	}
 	cfg := t.cfg
 	cfg.Partitions = want
+	cfg.MaxBytes = streamMaxBytes(retentionBytes(t.cfg), want) // retention.bytes stays each partition's
 	if err := c.s.streams.Normalise(&cfg); err != nil {
 		return kerr.InvalidPartitions.Code, err.Error()
 	}
@@ -688,6 +692,28 @@ func createdConfigs(cfg streamapi.StreamConfig, defCompression string) []kmsg.Cr
 	return out
 }
 
+// streamMaxBytes is a stream's max_bytes for Kafka's retention.bytes over parts
+// partitions: Kafka bounds each partition, a stream the whole (each partition
+// gets an even share). 0 stays 0 (no limit).
+func streamMaxBytes(retentionBytes int64, parts int) int64 {
+	if retentionBytes <= 0 {
+		return 0
+	}
+	if retentionBytes > math.MaxInt64/int64(parts) {
+		return math.MaxInt64
+	}
+	return retentionBytes * int64(parts)
+}
+
+// retentionBytes is a stream's max_bytes as Kafka's retention.bytes: each
+// partition's share (0: no limit).
+func retentionBytes(cfg streamapi.StreamConfig) int64 {
+	if cfg.MaxBytes <= 0 {
+		return 0
+	}
+	return cfg.MaxBytes / int64(max(cfg.Partitions, 1))
+}
+
 // topicConfigEntries describes a stream's limits and compression as Kafka topic
 // configs; defCompression is the server's default stream compression for topics.
 func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []configEntry {
@@ -697,7 +723,7 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 	}
 	bytes := int64(-1)
 	if cfg.MaxBytes > 0 {
-		bytes = cfg.MaxBytes
+		bytes = retentionBytes(cfg)
 	}
 	return []configEntry{
 		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
