@@ -166,7 +166,10 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 	if !c.mayManage(streamapi.StreamUpdateSubject(name)) {
 		return fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to change topic %q", name))
 	}
-	set, err := topicConfig(configsFor(t.cfg), c.s.cfg.MaxPayload, c.s.topicCompression())
+	set, minInsync, err := topicConfig(configsFor(t.cfg), c.s.cfg.MaxPayload, c.s.topicCompression())
+	if err == nil {
+		err = checkMinInsync(minInsync, t.cfg.Replicas)
+	}
 	if err != nil {
 		return fail(kerr.InvalidConfig.Code, err.Error())
 	}

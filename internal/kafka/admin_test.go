@@ -270,3 +270,49 @@ func TestDescribeLogDirs(t *testing.T) {
 		t.Fatalf("kafka-log-dirs lacks %s:\n%s", want, out)
 	}
 }
+
+// TestConfigsTernKeepsAnyway: topic configs that describe what Tern does anyway
+// are taken (min.insync.replicas up to a majority of the replicas,
+// unclean.leader.election.enable=false, message.timestamp.type=CreateTime) and
+// described; those that ask for something else are refused with INVALID_CONFIG.
+func TestConfigsTernKeepsAnyway(t *testing.T) {
+	_, addr := startTern(t, nil)
+	adm := kadm.NewClient(newClient(t, addr))
+	ctx := ctxT(t)
+	ok := map[string]*string{"min.insync.replicas": kadm.StringPtr("1"), "unclean.leader.election.enable": kadm.StringPtr("false"),
+		"message.timestamp.type": kadm.StringPtr("CreateTime"), "retention.ms": kadm.StringPtr("-1")}
+	if r, err := adm.CreateTopic(ctx, 1, 1, ok, "kept"); err != nil || r.Err != nil {
+		t.Fatalf("create with configs Tern keeps: %v %v %s", err, r.Err, r.ErrMessage)
+	}
+	rc, err := adm.DescribeTopicConfigs(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rc.On("kept", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range r.Configs {
+		got[c.Key] = c.MaybeValue()
+	}
+	for k, v := range map[string]string{"min.insync.replicas": "1", "unclean.leader.election.enable": "false", "message.timestamp.type": "CreateTime", "retention.ms": "-1"} {
+		if got[k] != v {
+			t.Errorf("%s described as %q, want %q", k, got[k], v)
+		}
+	}
+	for name, v := range map[string]string{"min.insync.replicas": "2", "unclean.leader.election.enable": "true",
+		"message.timestamp.type": "LogAppendTime", "segment.ms": "1000"} {
+		r, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{name: kadm.StringPtr(v)}, "refused")
+		if err == nil {
+			err = r.Err
+		}
+		if !kerrIs(err, kerr.InvalidConfig) {
+			t.Errorf("create with %s=%s: %v, want INVALID_CONFIG", name, v, err)
+		}
+	}
+	rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.insync.replicas", Value: kadm.StringPtr("2")}}, "kept")
+	if err != nil || len(rs) != 1 || !kerrIs(rs[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("min.insync.replicas=2 on one replica: %v %+v", err, rs)
+	}
+}

@@ -56,3 +56,16 @@ func BenchmarkRecordIDs(b *testing.B) {
 		}
 	}
 }
+
+// min.insync.replicas holds up to a majority of the replicas, which is what
+// acks=all waits for.
+func TestCheckMinInsync(t *testing.T) {
+	for _, c := range []struct {
+		min, replicas int
+		ok            bool
+	}{{0, 1, true}, {1, 1, true}, {2, 1, false}, {1, 3, true}, {2, 3, true}, {3, 3, false}, {3, 5, true}, {4, 5, false}} {
+		if err := checkMinInsync(c.min, c.replicas); (err == nil) != c.ok {
+			t.Errorf("min.insync.replicas=%d of %d replicas: %v", c.min, c.replicas, err)
+		}
+	}
+}

@@ -51,6 +51,9 @@ type Config struct {
 	// MaxPayload is the server's largest message, reported as the broker's
 	// message.max.bytes.
 	MaxPayload int
+	// DefaultReplicas is the replica count of a topic made without a
+	// replication factor in a cluster (the server's stream_replicas); 0 is 1.
+	DefaultReplicas int
 	// Coordinators chooses each consumer group's coordinator; nil: this node
 	// coordinates every group.
 	Coordinators Coordinators

@@ -340,8 +340,17 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 			out.ErrorCode, out.ErrorMessage = code, &msg
 		}
 		parts := int(rt.NumPartitions)
-		cfg, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload, c.s.topicCompression())
+		cfg, minInsync, err := topicConfig(rt.Configs, c.s.cfg.MaxPayload, c.s.topicCompression())
 		cfg.MaxBytes = streamMaxBytes(cfg.MaxBytes, max(parts, 1))
+		if err == nil {
+			replicas := 1
+			if rt.ReplicationFactor > 0 {
+				replicas = int(rt.ReplicationFactor)
+			} else if c.s.cluster() != nil {
+				replicas = max(c.s.cfg.DefaultReplicas, 1)
+			}
+			err = checkMinInsync(minInsync, replicas)
+		}
 		switch {
 		case !c.mayManage(streamapi.StreamCreateSubject(rt.Topic)):
 			fail(kerr.TopicAuthorizationFailed.Code, fmt.Sprintf("not authorized to create topic %q", rt.Topic))
@@ -415,8 +424,11 @@ func (s *Server) topicCompression() string {
 // retention.bytes, max.message.bytes, segment.bytes, compression.type and
 // cleanup.policy=delete. A config not given is at its default. MaxBytes is
 // retention.bytes as given, a partition's: streamMaxBytes makes it the stream's.
-func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (streamapi.StreamConfig, error) {
-	cfg := streamapi.StreamConfig{Compression: compression}
+// The configs that describe what Tern does anyway are taken when they say so:
+// min.insync.replicas (returned, for checkMinInsync: 0 when not given),
+// unclean.leader.election.enable=false and message.timestamp.type=CreateTime.
+func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (cfg streamapi.StreamConfig, minInsync int, err error) {
+	cfg = streamapi.StreamConfig{Compression: compression}
 	for _, kv := range configs {
 		if kv.Value == nil {
 			continue
@@ -433,7 +445,7 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 		case "retention.ms":
 			n, err := num()
 			if err != nil {
-				return cfg, err
+				return cfg, 0, err
 			}
 			if n > 0 {
 				cfg.MaxAge = streamapi.Duration(time.Duration(n) * time.Millisecond)
@@ -441,7 +453,7 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 		case "retention.bytes":
 			n, err := num()
 			if err != nil {
-				return cfg, err
+				return cfg, 0, err
 			}
 			if n > 0 {
 				cfg.MaxBytes = n
@@ -449,10 +461,10 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 		case "max.message.bytes":
 			n, err := num()
 			if err != nil {
-				return cfg, err
+				return cfg, 0, err
 			}
 			if maxPayload > 0 && n > int64(maxPayload) {
-				return cfg, fmt.Errorf("config max.message.bytes=%d: above the server's max_payload (%d), which bounds every message", n, maxPayload)
+				return cfg, 0, fmt.Errorf("config max.message.bytes=%d: above the server's max_payload (%d), which bounds every message", n, maxPayload)
 			}
 			if n > 0 && n < 1<<31 {
 				cfg.MaxMsgSize = int(n)
@@ -460,7 +472,7 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 		case "segment.bytes":
 			n, err := num()
 			if err != nil {
-				return cfg, err
+				return cfg, 0, err
 			}
 			if n > 0 {
 				cfg.SegmentBytes = n
@@ -475,17 +487,49 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 			case "uncompressed":
 				cfg.Compression = "none"
 			default:
-				return cfg, fmt.Errorf("config compression.type=%q: want producer, uncompressed, snappy, lz4, zstd or gzip", v)
+				return cfg, 0, fmt.Errorf("config compression.type=%q: want producer, uncompressed, snappy, lz4, zstd or gzip", v)
 			}
 		case "cleanup.policy":
 			if v != "delete" {
-				return cfg, fmt.Errorf("config cleanup.policy=%q: Tern streams only delete (no compaction)", v)
+				return cfg, 0, fmt.Errorf("config cleanup.policy=%q: Tern streams only delete (no compaction)", v)
+			}
+		case "min.insync.replicas":
+			n, err := num()
+			if err != nil {
+				return cfg, 0, err
+			}
+			if n < 1 || n > math.MaxInt32 {
+				return cfg, 0, fmt.Errorf("config min.insync.replicas=%d: want at least 1", n)
+			}
+			minInsync = int(n)
+		case "unclean.leader.election.enable":
+			if v != "false" {
+				return cfg, 0, fmt.Errorf("config unclean.leader.election.enable=%q: a stream's groups elect only replicas that have every acknowledged record (false)", v)
+			}
+		case "message.timestamp.type":
+			if v != "CreateTime" {
+				return cfg, 0, fmt.Errorf("config message.timestamp.type=%q: records keep their producer's time (CreateTime)", v)
 			}
 		default:
-			return cfg, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy=delete)", kv.Name)
+			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy=delete, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime)", kv.Name)
 		}
 	}
-	return cfg, nil
+	return cfg, minInsync, nil
+}
+
+// insyncQuorum is how many of a stream's replicas have a record when acks=all
+// is answered: a majority (Raft's commit).
+func insyncQuorum(replicas int) int { return max(replicas, 1)/2 + 1 }
+
+// checkMinInsync refuses a min.insync.replicas a stream of that many replicas
+// does not keep: acks=all is answered once a majority has the record, so any
+// count up to the majority holds (a smaller one too: Tern waits for more), a
+// larger one does not.
+func checkMinInsync(minInsync, replicas int) error {
+	if q := insyncQuorum(replicas); minInsync > q {
+		return fmt.Errorf("config min.insync.replicas=%d: a topic of %d replicas acknowledges acks=all once a majority (%d) has a record", minInsync, replicas, q)
+	}
+	return nil
 }
 
 func (c *conn) deleteTopics(req *kmsg.DeleteTopicsRequest) *kmsg.DeleteTopicsResponse {
@@ -731,6 +775,9 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 		{name: "max.message.bytes", value: strconv.Itoa(cfg.MaxMsgSize), typ: kmsg.ConfigTypeInt},
 		{name: "compression.type", value: compressionType(cfg), def: compressionType(cfg) == compressionType(streamapi.StreamConfig{Compression: defCompression}), typ: kmsg.ConfigTypeString},
 		{name: "cleanup.policy", value: "delete", def: true, readOnly: true, typ: kmsg.ConfigTypeList},
+		{name: "min.insync.replicas", value: strconv.Itoa(insyncQuorum(cfg.Replicas)), def: true, typ: kmsg.ConfigTypeInt},
+		{name: "unclean.leader.election.enable", value: "false", def: true, readOnly: true, typ: kmsg.ConfigTypeBoolean},
+		{name: "message.timestamp.type", value: "CreateTime", def: true, readOnly: true, typ: kmsg.ConfigTypeString},
 		{name: "tern.subjects", value: strings.Join(cfg.Subjects, ","), readOnly: true, typ: kmsg.ConfigTypeList},
 		{name: "tern.retention", value: string(cfg.Retention), readOnly: true, typ: kmsg.ConfigTypeString},
 	}
