@@ -273,14 +273,15 @@ func TestDescribeLogDirs(t *testing.T) {
 
 // TestConfigsTernKeepsAnyway: topic configs that describe what Tern does anyway
 // are taken (min.insync.replicas up to a majority of the replicas,
-// unclean.leader.election.enable=false, message.timestamp.type=CreateTime) and
+// unclean.leader.election.enable=false, message.timestamp.type=CreateTime, any
+// segment.ms: Tern's retention removes messages one by one), the first three
 // described; those that ask for something else are refused with INVALID_CONFIG.
 func TestConfigsTernKeepsAnyway(t *testing.T) {
 	_, addr := startTern(t, nil)
 	adm := kadm.NewClient(newClient(t, addr))
 	ctx := ctxT(t)
 	ok := map[string]*string{"min.insync.replicas": kadm.StringPtr("1"), "unclean.leader.election.enable": kadm.StringPtr("false"),
-		"message.timestamp.type": kadm.StringPtr("CreateTime"), "retention.ms": kadm.StringPtr("-1")}
+		"message.timestamp.type": kadm.StringPtr("CreateTime"), "retention.ms": kadm.StringPtr("-1"), "segment.ms": kadm.StringPtr("600000")}
 	if r, err := adm.CreateTopic(ctx, 1, 1, ok, "kept"); err != nil || r.Err != nil {
 		t.Fatalf("create with configs Tern keeps: %v %v %s", err, r.Err, r.ErrMessage)
 	}
@@ -302,7 +303,7 @@ func TestConfigsTernKeepsAnyway(t *testing.T) {
 		}
 	}
 	for name, v := range map[string]string{"min.insync.replicas": "2", "unclean.leader.election.enable": "true",
-		"message.timestamp.type": "LogAppendTime", "segment.ms": "1000"} {
+		"message.timestamp.type": "LogAppendTime", "segment.ms": "0", "cleanup.policy": "compact"} {
 		r, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{name: kadm.StringPtr(v)}, "refused")
 		if err == nil {
 			err = r.Err

@@ -426,7 +426,8 @@ func (s *Server) topicCompression() string {
 // retention.bytes as given, a partition's: streamMaxBytes makes it the stream's.
 // The configs that describe what Tern does anyway are taken when they say so:
 // min.insync.replicas (returned, for checkMinInsync: 0 when not given),
-// unclean.leader.election.enable=false and message.timestamp.type=CreateTime.
+// unclean.leader.election.enable=false, message.timestamp.type=CreateTime and
+// segment.ms.
 func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (cfg streamapi.StreamConfig, minInsync int, err error) {
 	cfg = streamapi.StreamConfig{Compression: compression}
 	for _, kv := range configs {
@@ -506,12 +507,19 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 			if v != "false" {
 				return cfg, 0, fmt.Errorf("config unclean.leader.election.enable=%q: a stream's groups elect only replicas that have every acknowledged record (false)", v)
 			}
+		case "segment.ms":
+			// Kafka rolls segments by time so that retention, which drops whole
+			// segments, is not held back by a segment still being written;
+			// Tern removes messages one by one, so any roll time is kept.
+			if n, err := num(); err != nil || n < 1 {
+				return cfg, 0, fmt.Errorf("config segment.ms=%q: want a positive number of milliseconds", v)
+			}
 		case "message.timestamp.type":
 			if v != "CreateTime" {
 				return cfg, 0, fmt.Errorf("config message.timestamp.type=%q: records keep their producer's time (CreateTime)", v)
 			}
 		default:
-			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy=delete, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime)", kv.Name)
+			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy=delete, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime, segment.ms)", kv.Name)
 		}
 	}
 	return cfg, minInsync, nil
