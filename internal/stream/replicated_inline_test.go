@@ -53,7 +53,7 @@ func writerIdle(t *testing.T, s *Stream) {
 
 // stableElectionTicks keeps the recorded cluster's leader in place while a
 // loaded machine stalls its Raft loops: 80 ms (the fast default of these tests)
-// was short enough for an election in the middle of a test, after which the old
+// is short enough for an election in the middle of a test, after which the old
 // leader no longer captures the subjects and its publishes go unanswered.
 const stableElectionTicks = 50
 
