@@ -808,7 +808,10 @@ func (s *Stream) take(withRemovals bool) (dels, checks []partSeq, ok bool) {
 	s.spare = inbound{}
 	if withRemovals {
 		dels, checks = s.deletes, s.interest
-		s.deletes, s.interest = s.spareDel[:0], nil
+		// The spare is the queue's now, and no longer a spare: a take that
+		// hands out no removals recycles none, and the spare would otherwise
+		// stay the queue's array, to be handed out while publishers append.
+		s.deletes, s.interest, s.spareDel = s.spareDel[:0], nil, nil
 	}
 	if s.stallCh != nil && len(s.cur.buf) > 0 {
 		// The queue was just emptied: publishers may go on.
