@@ -42,22 +42,8 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("create compacted: %v", r.Err)
 	}
 
-	cfgs, err := adm.DescribeTopicConfigs(ctx, "events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := cfgs.On("events", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, c := range rc.Configs {
-		if c.Key == "retention.ms" && c.MaybeValue() == "3600000" {
-			found = true
-		}
-	}
-	if !found {
-		t.Fatalf("retention.ms not in %+v", rc.Configs)
+	if cfgs := describedConfigs(t, adm, "events"); cfgs["retention.ms"] != "3600000" {
+		t.Fatalf("retention.ms not in %+v", cfgs)
 	}
 
 	cl := newClient(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -285,18 +271,7 @@ func TestConfigsTernKeepsAnyway(t *testing.T) {
 	if r, err := adm.CreateTopic(ctx, 1, 1, ok, "kept"); err != nil || r.Err != nil {
 		t.Fatalf("create with configs Tern keeps: %v %v %s", err, r.Err, r.ErrMessage)
 	}
-	rc, err := adm.DescribeTopicConfigs(ctx, "kept")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := rc.On("kept", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, c := range r.Configs {
-		got[c.Key] = c.MaybeValue()
-	}
+	got := describedConfigs(t, adm, "kept")
 	for k, v := range map[string]string{"min.insync.replicas": "1", "unclean.leader.election.enable": "false", "message.timestamp.type": "CreateTime", "retention.ms": "-1"} {
 		if got[k] != v {
 			t.Errorf("%s described as %q, want %q", k, got[k], v)
@@ -316,4 +291,22 @@ func TestConfigsTernKeepsAnyway(t *testing.T) {
 	if err != nil || len(rs) != 1 || !kerrIs(rs[0].Err, kerr.InvalidConfig) {
 		t.Fatalf("min.insync.replicas=2 on one replica: %v %+v", err, rs)
 	}
+}
+
+// describedConfigs is a topic's configs as DescribeConfigs gives them, by name.
+func describedConfigs(t *testing.T, adm *kadm.Client, topic string) map[string]string {
+	t.Helper()
+	rc, err := adm.DescribeTopicConfigs(ctxT(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rc.On(topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, c := range r.Configs {
+		out[c.Key] = c.MaybeValue()
+	}
+	return out
 }

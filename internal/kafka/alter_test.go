@@ -42,24 +42,7 @@ func TestAlterConfigsAndDeleteRecords(t *testing.T) {
 	}
 	// retention.bytes is Kafka's limit of each partition; the stream's max_bytes
 	// is the whole stream's, shared evenly between its partitions.
-	retention := func() string {
-		t.Helper()
-		rc, err := adm.DescribeTopicConfigs(ctx, "logs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := rc.On("logs", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range r.Configs {
-			if c.Key == "retention.bytes" {
-				return c.MaybeValue()
-			}
-		}
-		t.Fatal("no retention.bytes described")
-		return ""
-	}
+	retention := func() string { return describedConfigs(t, adm, "logs")["retention.bytes"] }
 	alter(true, kadm.AlterConfig{Name: "retention.ms", Value: kadm.StringPtr("60000")},
 		kadm.AlterConfig{Name: "retention.bytes", Value: kadm.StringPtr("1048576")})
 	if age, bytes := limits(); age != time.Minute || bytes != 2<<20 {

@@ -674,15 +674,36 @@ func (c *conn) offsetDelete(req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteRes
 			}
 		})
 	}
-	byTopic, err := c.s.groupOffsets(gr)
-	if err != nil {
-		c.s.log.Warn("offset delete", "group", req.Group, "err", err)
-		resp.ErrorCode = offsetsErrorCode(err)
-		return resp
+	// The group's offsets on the topics named; on every topic only when it has
+	// none on those and no members, to tell whether the group exists at all.
+	byTopic := map[string]*streamapi.ConsumerInfo{}
+	for _, rt := range req.Topics {
+		if _, done := byTopic[rt.Topic]; done {
+			continue
+		}
+		info, err := c.s.fetchOffsets(gr, rt.Topic)
+		if err != nil {
+			c.s.log.Warn("offset delete", "group", req.Group, "topic", rt.Topic, "err", err)
+			resp.ErrorCode = offsetsErrorCode(err)
+			return resp
+		}
+		byTopic[rt.Topic] = info
 	}
-	if len(byTopic) == 0 && len(subs) == 0 {
-		resp.ErrorCode = kerr.GroupIDNotFound.Code
-		return resp
+	has := false
+	for _, info := range byTopic {
+		has = has || info != nil
+	}
+	if !has && len(subs) == 0 {
+		all, err := c.s.groupOffsets(gr)
+		if err != nil {
+			c.s.log.Warn("offset delete", "group", req.Group, "err", err)
+			resp.ErrorCode = offsetsErrorCode(err)
+			return resp
+		}
+		if len(all) == 0 {
+			resp.ErrorCode = kerr.GroupIDNotFound.Code
+			return resp
+		}
 	}
 	for _, rt := range req.Topics {
 		out := kmsg.NewOffsetDeleteResponseTopic()
