@@ -47,6 +47,9 @@ func (l *Log) Append(subject, header, payload []byte, ts int64) (uint64, error) 
 	p.n++
 	l.npend++
 	l.pendBytes += uint64(n)
+	if l.keys != nil {
+		l.keys.note(seq, subject, header)
+	}
 	return seq, nil
 }
 
@@ -101,6 +104,9 @@ func (l *Log) AppendBlock(ts int64, inner, block []byte) (uint64, error) {
 	p.n += st.count
 	l.npend += st.count
 	l.pendBytes += st.bytes
+	if l.keys != nil {
+		l.keys.noteBlock(seq, inner)
+	}
 	return seq, nil
 }
 
@@ -246,6 +252,9 @@ func (l *Log) resetBatch() {
 	l.readyRuns = l.readyRuns[:0]
 	l.readyUsed = 0
 	l.scanned = blockScan{}
+	if l.keys != nil {
+		l.keys.pending = l.keys.pending[:0]
+	}
 }
 
 func (l *Log) partEnd(i int) int {
@@ -301,6 +310,9 @@ func (l *Log) Commit() error {
 		return err
 	}
 	sealed := l.publishBatch()
+	if l.keys != nil {
+		l.keys.commit()
+	}
 	for _, s := range sealed {
 		l.writeIndex(s)
 	}

@@ -81,6 +81,9 @@ type Config struct {
 	Discard      Discard          // what reaching MaxMsgs or MaxBytes does; default DiscardOld
 	Compression  Compression      // how commits are written; default CompressNone (blocks are read whatever it says)
 	Now          func() time.Time // nil = time.Now; tests pass a fake clock
+	// Keys, when set, makes the log compacted: it says each record's key, and
+	// Compact removes the records a later one of their key superseded (compact.go).
+	Keys func(subject, header []byte) Keyed
 
 	hooks *testHooks // set only by this package's tests
 }

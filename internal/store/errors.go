@@ -20,6 +20,8 @@ var (
 	// not inside one (a log that is cut, as a replication log is, keeps
 	// Compression off).
 	ErrCutInBlock = errors.New("store: cut inside a compressed block")
+	// ErrNotCompacted: Compact on a log opened without Config.Keys.
+	ErrNotCompacted = errors.New("store: the log is not compacted")
 )
 
 // Corruption describes damaged bytes found in a segment: by recovery (listed in

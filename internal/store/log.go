@@ -84,7 +84,8 @@ type Log struct {
 	corrupt   []*corruptRange
 	closed    bool
 	watches   []*RemovalWatch
-	gen       uint64 // counts TruncateAfter and Reset: bytes a reader cached may be stale
+	gen       uint64    // counts TruncateAfter and Reset: bytes a reader cached may be stale
+	keys      *keyState // Config.Keys: the writer's (and Open's) alone
 
 	// Writer only.
 	shut      atomic.Bool // Close started; checked without taking mu

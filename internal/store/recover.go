@@ -29,6 +29,9 @@ func Open(cfg Config) (*Log, Report, error) {
 		return nil, rep, err
 	}
 	l := &Log{cfg: cfg, subjects: make(map[string]*subjInfo)}
+	if cfg.Keys != nil {
+		l.keys = newKeyState(cfg.Keys)
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, rep, l.ioErr("create directory", cfg.Dir, err)
 	}
@@ -376,6 +379,11 @@ func (rc *recovery) accept(s *segment, rec Record, off int64, n int) {
 	}
 	si.msgs++
 	si.last = rec.Seq
+	if l.keys != nil {
+		if h, ok, tomb := l.keys.hash(rec.Subject, rec.Header); ok {
+			l.keys.add(rec.Seq, h, tomb)
+		}
+	}
 	if !rc.haveFirst {
 		rc.haveFirst = true
 		l.first, l.firstTime = rec.Seq, rec.Time

@@ -24,6 +24,14 @@ import (
 //
 // Readers see the log end at seq; a Reader past it continues at seq+1.
 func (l *Log) TruncateAfter(seq uint64) error {
+	cut := seq < l.last
+	if err := l.truncateAfter(seq); err != nil || !cut || l.keys == nil {
+		return err
+	}
+	return l.rebuildKeys()
+}
+
+func (l *Log) truncateAfter(seq uint64) error {
 	if l.shut.Load() {
 		return ErrClosed
 	}
@@ -445,6 +453,9 @@ func (l *Log) Reset(next uint64) error {
 	l.firstTime, l.lastTime = 0, 0
 	l.mu.Unlock()
 	l.head, l.rc = cursor{}, cursor{}
+	if l.keys != nil {
+		l.keys.reset()
+	}
 	return nil
 }
 

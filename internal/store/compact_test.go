@@ -1,0 +1,322 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+)
+
+// testKeys reads a test record's key from its header: "k:KEY" is keyed by
+// KEY, "t:KEY" is a tombstone of KEY, "s" is keyed by its subject, anything
+// else is not keyed.
+func testKeys(_, header []byte) Keyed {
+	h := string(header)
+	switch {
+	case h == "s":
+		return Keyed{Space: KeyedBySubject}
+	case len(h) > 2 && h[1] == ':':
+		return Keyed{Space: KeyedBy, Key: h[2:], Tombstone: h[0] == 't'}
+	}
+	return Keyed{}
+}
+
+func compactConfig(t testing.TB) Config {
+	cfg := testConfig(t)
+	cfg.Keys = testKeys
+	cfg.SegmentBytes = 1024
+	return cfg
+}
+
+// liveSeqs lists the sequences a reader finds.
+func liveSeqs(t testing.TB, l *Log) []uint64 {
+	var seqs []uint64
+	for _, r := range readAll(t, l, 1) {
+		seqs = append(seqs, r.Seq)
+	}
+	return seqs
+}
+
+func TestCompactKeepsTheLatestOfEachKey(t *testing.T) {
+	clk := newClock()
+	cfg := compactConfig(t)
+	cfg.Now = clk.Now
+	l, _ := mustOpen(t, cfg)
+	put := func(subject, hdr string) uint64 {
+		t.Helper()
+		seq, err := l.Append([]byte(subject), []byte(hdr), make([]byte, 100), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	a1 := put("x", "k:a")
+	b1 := put("x", "k:b")
+	plain := put("x", "")
+	s1 := put("dev.1", "s")
+	a2 := put("x", "k:a")
+	// A key that is a subject's bytes is not that subject's key.
+	k1 := put("x", "k:dev.1")
+	s2 := put("dev.1", "s")
+	// Everything so far is in the head (the active segment): nothing goes.
+	if n, err := l.Compact(l.CompactBounds(0, time.Hour)); err != nil || n != 0 {
+		t.Fatalf("Compact of the head = %d, %v; want 0", n, err)
+	}
+	for l.State().Segments < 3 { // roll past them
+		put("y", "")
+	}
+	bound, tombBound := l.CompactBounds(0, time.Hour)
+	if !l.CompactDue(bound, tombBound) {
+		t.Fatal("CompactDue = false with superseded records below the head")
+	}
+	if n, err := l.Compact(bound, tombBound); err != nil || n != 2 {
+		t.Fatalf("Compact = %d, %v; want 2 (a1, s1)", n, err)
+	}
+	live := liveSeqs(t, l)
+	for _, gone := range []uint64{a1, s1} {
+		if slices.Contains(live, gone) {
+			t.Errorf("superseded record %d still live", gone)
+		}
+	}
+	for _, kept := range []uint64{b1, plain, a2, k1, s2} {
+		if !slices.Contains(live, kept) {
+			t.Errorf("record %d removed; it is its key's latest or not keyed", kept)
+		}
+	}
+	if l.CompactDue(bound, tombBound) {
+		t.Error("CompactDue = true after Compact")
+	}
+	if got := l.Keys(); got != 4 { // a, b, dev.1 the key, dev.1 the subject
+		t.Errorf("Keys = %d, want 4", got)
+	}
+}
+
+func TestCompactTombstonesAndMinLag(t *testing.T) {
+	clk := newClock()
+	cfg := compactConfig(t)
+	cfg.Now = clk.Now
+	l, _ := mustOpen(t, cfg)
+	put := func(hdr string) uint64 {
+		t.Helper()
+		seq, err := l.Append([]byte("x"), []byte(hdr), make([]byte, 100), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Add(time.Second)
+		return seq
+	}
+	a1 := put("k:a")
+	a2 := put("k:a")
+	del := put("t:a")
+	for l.State().Segments < 3 {
+		put("")
+	}
+	// min lag: the records of the last minute stay, so nothing a2 or the
+	// tombstone superseded may go yet.
+	if n, err := l.Compact(l.CompactBounds(time.Hour, time.Hour)); err != nil || n != 0 {
+		t.Fatalf("Compact within the min lag = %d, %v; want 0", n, err)
+	}
+	clk.Add(time.Hour)
+	if n, err := l.Compact(l.CompactBounds(time.Hour, 2*time.Hour)); err != nil || n != 2 {
+		t.Fatalf("Compact = %d, %v; want 2 (a1, a2)", n, err)
+	}
+	if live := liveSeqs(t, l); !slices.Contains(live, del) || slices.Contains(live, a1) || slices.Contains(live, a2) {
+		t.Fatalf("live %v: want the tombstone %d without %d and %d", live, del, a1, a2)
+	}
+	keys := l.Keys()
+	// Reopened, the log knows the tombstone still to go.
+	l, _ = reopen(t, l)
+	if got := l.Keys(); got != keys {
+		t.Fatalf("Keys after reopen = %d, want %d", got, keys)
+	}
+	clk.Add(time.Hour)
+	if n, err := l.Compact(l.CompactBounds(time.Hour, 2*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("Compact past the tombstone's age = %d, %v; want 1", n, err)
+	}
+	if slices.Contains(liveSeqs(t, l), del) {
+		t.Fatal("tombstone still live")
+	}
+	if got := l.Keys(); got != keys-1 {
+		t.Fatalf("Keys = %d, want %d (the tombstone's key forgotten)", got, keys-1)
+	}
+	// The key comes back as new.
+	a3 := put("k:a")
+	if !slices.Contains(liveSeqs(t, l), a3) {
+		t.Fatal("a key written after its tombstone went is missing")
+	}
+}
+
+func TestCompactOnALogWithoutKeys(t *testing.T) {
+	l, _ := mustOpen(t, testConfig(t))
+	if _, err := l.Compact(10, 10); !errors.Is(err, ErrNotCompacted) {
+		t.Fatalf("Compact = %v, want ErrNotCompacted", err)
+	}
+	if l.CompactDue(10, 10) || l.Keys() != 0 {
+		t.Fatal("a log without keys reports compaction work")
+	}
+}
+
+// TestCompactModel appends random keyed records, plain, packed into blocks by
+// the log and given as blocks, with rollbacks, reopens and cuts, compacts at
+// random bounds, and checks the live records against a model of the rules
+// after every step.
+func TestCompactModel(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { compactModel(t, seed) })
+	}
+}
+
+type modelRec struct {
+	seq  uint64
+	key  string // "" not keyed
+	tomb bool
+	dead bool
+}
+
+func compactModel(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	clk := newClock()
+	cfg := compactConfig(t)
+	cfg.Now = clk.Now
+	if seed%2 == 0 {
+		cfg.Compression = CompressS2
+	}
+	l, _ := mustOpen(t, cfg)
+	var recs []*modelRec
+	latest := func(r *modelRec) bool {
+		for _, o := range recs {
+			if o.key == r.key && o.seq > r.seq {
+				return false
+			}
+		}
+		return true
+	}
+	randHeader := func() (string, string, bool) {
+		k := fmt.Sprint(rng.IntN(12))
+		switch x := rng.IntN(10); {
+		case x == 0:
+			return "", "", false
+		case x == 1:
+			return "t:" + k, "k" + k, true
+		case x == 2:
+			return "s", "s" + fmt.Sprint(rng.IntN(3)), false // subject "s0".."s2"
+		default:
+			return "k:" + k, "k" + k, false
+		}
+	}
+	removedAll := 0
+	for step := 0; step < 400; step++ {
+		switch op := rng.IntN(20); {
+		case op < 12: // a commit of a few records
+			var batch []*modelRec
+			n := 1 + rng.IntN(6)
+			for range n {
+				hdr, key, tomb := randHeader()
+				subject := "x"
+				if hdr == "s" {
+					subject = key
+				}
+				seq, err := l.Append([]byte(subject), []byte(hdr), payloadFor(uint64(step), 40), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, &modelRec{seq: seq, key: key, tomb: tomb})
+			}
+			if rng.IntN(8) == 0 {
+				l.Rollback()
+				continue
+			}
+			if err := l.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range batch {
+				recs = append(recs, r)
+			}
+		case op < 14: // a block of messages with one key
+			k := fmt.Sprint(rng.IntN(12))
+			var inner []byte
+			n := 1 + rng.IntN(4)
+			for range n {
+				inner = AppendBlockMessage(inner, []byte("x"), []byte("k:"+k), payloadFor(uint64(step), 30))
+			}
+			first, err := l.AppendBlock(0, inner, s2.Encode(nil, inner))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				r := &modelRec{seq: first + uint64(i), key: "k" + k}
+				recs = append(recs, r)
+			}
+		case op < 17: // compact at bounds below the head
+			head := l.segs[len(l.segs)-1].base
+			bound := 1 + rng.Uint64N(head)
+			tombBound := 1 + rng.Uint64N(head)
+			n, err := l.Compact(bound, tombBound)
+			if err != nil {
+				t.Fatal(err)
+			}
+			removed := 0
+			tb := min(bound, tombBound)
+			for _, r := range recs {
+				if r.dead || r.key == "" {
+					continue
+				}
+				superseded := false
+				for _, o := range recs {
+					if o.key == r.key && o.seq > r.seq && o.seq < bound {
+						superseded = true
+						break
+					}
+				}
+				if superseded || r.tomb && r.seq < tb && latest(r) {
+					r.dead = true
+					removed++
+				}
+			}
+			removedAll += removed
+			if n != removed {
+				t.Fatalf("step %d: Compact(%d, %d) removed %d, the model %d", step, bound, tombBound, n, removed)
+			}
+		case op < 18:
+			l, _ = reopen(t, l)
+		case op < 19 && cfg.Compression == CompressNone && len(recs) > 0: // cut the tail
+			at := recs[rng.IntN(len(recs))].seq
+			if at < l.first {
+				continue
+			}
+			if err := l.TruncateAfter(at); errors.Is(err, ErrCutInBlock) {
+				continue
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			recs = slices.DeleteFunc(recs, func(r *modelRec) bool { return r.seq > at })
+		default:
+			clk.Add(time.Second)
+		}
+		var want []uint64
+		for _, r := range recs {
+			if !r.dead {
+				want = append(want, r.seq)
+			}
+		}
+		if got := liveSeqs(t, l); !slices.Equal(got, want) {
+			t.Fatalf("step %d: live %v, the model %v", step, got, want)
+		}
+	}
+	if removedAll < 20 {
+		t.Fatalf("compaction removed %d records in all; the test does not exercise it", removedAll)
+	}
+}
