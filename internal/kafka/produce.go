@@ -30,7 +30,7 @@ const (
 	// HeaderNullValue marks a record produced with a null value (a tombstone),
 	// stored with an empty payload; Fetch gives it back null. A record's null
 	// key is no Tern-Key header.
-	HeaderNullValue = "Tern-Null-Value"
+	HeaderNullValue = streamapi.HeaderNullValue
 	// msgIDPrefix starts the message ids of idempotent producers' records.
 	msgIDPrefix = "kafka:"
 )

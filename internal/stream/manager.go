@@ -474,8 +474,8 @@ func (m *Manager) UpdateAccountStream(account string, cfg streamapi.StreamConfig
 		}
 	}
 	old := s.Config()
-	if old.Retention != cfg.Retention || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
-		return nil, fmt.Errorf("stream %q: %w: retention, sync and segment size cannot change", cfg.Name, ErrBadConfig)
+	if old.Retention != cfg.Retention || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes || (old.Compact == nil) != (cfg.Compact == nil) {
+		return nil, fmt.Errorf("stream %q: %w: retention, compaction, sync and segment size cannot change", cfg.Name, ErrBadConfig)
 	}
 	if cfg.Partitions < old.Partitions {
 		return nil, fmt.Errorf("stream %q: %w: it has %d partitions, and partitions can be added but not removed", cfg.Name, ErrBadConfig, old.Partitions)
@@ -661,6 +661,19 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 	case 0, 1, 3, 5:
 	default:
 		return bad("replicas %d: want 1, 3 or 5", cfg.Replicas)
+	}
+	if c := cfg.Compact; c != nil {
+		if cfg.Retention != streamapi.RetainLimits {
+			return bad("compaction needs retention limits, not %s", cfg.Retention)
+		}
+		if c.MinLag < 0 || c.TombstoneRetention < 0 {
+			return bad("compaction's min lag and tombstone retention must not be negative")
+		}
+		cc := *c
+		if cc.TombstoneRetention == 0 {
+			cc.TombstoneRetention = streamapi.Duration(streamapi.DefaultTombstoneRetention)
+		}
+		cfg.Compact = &cc
 	}
 	return nil
 }

@@ -557,7 +557,7 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 				err = m.applyMsgs(*buf, nil)
 			}
 			putEntryBuffer(buf)
-		case entryDelete, entryExpire, entryPurge:
+		case entryDelete, entryExpire, entryPurge, entryCompact:
 			// The messages of earlier entries of this batch are committed
 			// first: a removal may name them.
 			if len(m.results) > committed {
@@ -566,9 +566,12 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 				}
 				committed = len(m.results)
 			}
-			if op == entryPurge {
+			switch op {
+			case entryPurge:
 				err = m.applyPurge(ent.Data)
-			} else {
+			case entryCompact:
+				err = m.applyCompaction(ent.Data)
+			default:
 				err = m.applyRemoval(ent.Data)
 			}
 		default:

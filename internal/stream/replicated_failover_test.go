@@ -34,6 +34,7 @@ type replNode struct {
 	s        *Stream
 	inbox    *ackInbox
 	leader   sync.Mutex
+	pubs     int // publishKV's count, for its reply subjects
 
 	changes     chan bool
 	changesDone chan struct{}

@@ -46,6 +46,7 @@ type Stream struct {
 	// (0: none); a replica of a replicated stream gets it back from the others
 	// (OpenReplica).
 	damagedFrom []uint64
+	compacted   [][2]uint64 // per partition, the compaction bounds the leader last proposed (writer only)
 
 	cfgMu sync.RWMutex
 	cfg   streamapi.StreamConfig
@@ -247,6 +248,9 @@ func (s *Stream) logConfig(part int) store.Config {
 		lc.Discard = store.DiscardNew
 	}
 	lc.Compression = s.compression()
+	if cfg.Compact != nil {
+		lc.Keys = compactionKey
+	}
 	return lc
 }
 
@@ -750,6 +754,7 @@ func (s *Stream) onWriter(fn func()) error {
 }
 
 func (s *Stream) expire() {
+	s.compact()
 	if s.repl != nil {
 		s.expireReplicated() // a replica's log is written by its group's machine only
 		return

@@ -83,6 +83,10 @@ const (
 	// partitioned stream, whatever its key: for publishers that partition
 	// themselves, as Kafka producers do. Out of range, it is ignored.
 	HeaderToPartition = "Tern-To-Partition"
+	// HeaderNullValue marks a message whose value is null, a Kafka tombstone:
+	// in a compacted stream it deletes its key (StreamConfig.Compact). Its
+	// payload is empty; the header's value is ignored.
+	HeaderNullValue = "Tern-Null-Value"
 	// HeaderStream, HeaderSeq, HeaderPartition, HeaderConsumer, HeaderDeliveries and
 	// HeaderReason describe a dead-lettered message's origin.
 	HeaderStream     = "Tern-Stream"
@@ -191,7 +195,31 @@ type StreamConfig struct {
 	// server's default, 1 on a single node). More than one needs a cluster that
 	// replicates (cluster_size).
 	Replicas int `json:"replicas,omitempty"`
+	// Compact, when set, keeps only the latest message of each key in each
+	// partition, as Kafka's cleanup.policy=compact does; the limits above still
+	// apply beside it (Kafka's compact,delete). Only with retention "limits";
+	// it is set when the stream is made and cannot be turned on or off later.
+	Compact *Compaction `json:"compact,omitempty"`
 }
+
+// Compaction configures a compacted stream (StreamConfig.Compact). A message's
+// key is its Tern-Key header, or its subject when it has none. A message is
+// removed once a newer one of its key is stored outside the head of its
+// partition's log (its active segment, which a consumer that keeps up reads in
+// full) and is at least MinLag old. A message with the Tern-Null-Value header
+// deletes its key: once outside the head and TombstoneRetention old, it goes
+// too.
+type Compaction struct {
+	// MinLag keeps every message at least this long (Kafka's
+	// min.compaction.lag.ms); 0 (the default): none.
+	MinLag Duration `json:"min_lag,omitempty"`
+	// TombstoneRetention keeps a key's deletion this long so that consumers
+	// catch it (Kafka's delete.retention.ms); 0 means 24 hours.
+	TombstoneRetention Duration `json:"tombstone_retention,omitempty"`
+}
+
+// DefaultTombstoneRetention is Compaction.TombstoneRetention's default, Kafka's.
+const DefaultTombstoneRetention = 24 * time.Hour
 
 // StreamState summarises a stream's contents (summed over partitions).
 type StreamState struct {

@@ -1,0 +1,120 @@
+package stream
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+// Compacted streams (streamapi.StreamConfig.Compact): each partition's log
+// knows its messages' keys (store.Config.Keys) and removes those a newer
+// message of their key superseded. The writer's tick decides how far: on one
+// node it compacts the logs itself; in a replicated stream the leader
+// proposes the bounds, and every replica removes the same messages from its
+// log when it applies them.
+//
+//	op 11 (compact)  bound  tombstone bound (uvarints): store.Log.Compact's
+const entryCompact byte = 11
+
+// compactionKey says what a message is compacted by: its Tern-Key header, or
+// its subject when it has none.
+func compactionKey(subject, hdr []byte) store.Keyed {
+	h := header.Block(hdr)
+	key, keyed, _, null := h.LookupPair(streamapi.HeaderKey, streamapi.HeaderNullValue)
+	if keyed {
+		return store.Keyed{Space: store.KeyedBy, Key: key, Tombstone: null}
+	}
+	return store.Keyed{Space: store.KeyedBySubject, Tombstone: null}
+}
+
+// compactBounds are the bounds the stream's configuration gives partition p
+// now.
+func (s *Stream) compactBounds(c *streamapi.Compaction, p int) (bound, tombBound uint64) {
+	return s.parts[p].CompactBounds(time.Duration(c.MinLag), time.Duration(c.TombstoneRetention))
+}
+
+// compact removes what compaction allows from each partition (the writer's
+// tick); on a replicated stream's leader it proposes the bounds that moved.
+func (s *Stream) compact() {
+	c := s.Config().Compact
+	if c == nil {
+		return
+	}
+	if s.repl != nil {
+		s.proposeCompaction(c)
+		return
+	}
+	for p, l := range s.parts {
+		bound, tombBound := s.compactBounds(c, p)
+		if !l.CompactDue(bound, tombBound) {
+			continue
+		}
+		if _, err := l.Compact(bound, tombBound); err != nil {
+			s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
+		}
+	}
+}
+
+// proposeCompaction proposes, on the leader, the bounds of each partition that
+// moved since it last proposed them; the replicas' logs (the machines') are
+// not the writer's to read, so it cannot ask whether anything is due.
+func (s *Stream) proposeCompaction(c *streamapi.Compaction) {
+	if !s.repl.leader.Load() {
+		s.compacted = nil
+		return
+	}
+	if len(s.compacted) != len(s.parts) {
+		s.compacted = make([][2]uint64, len(s.parts))
+	}
+	for p := range s.parts {
+		bound, tombBound := s.compactBounds(c, p)
+		if was := s.compacted[p]; bound <= was[0] && tombBound <= was[1] {
+			continue
+		}
+		if err := s.proposeRemoval(p, appendCompactEntry(nil, bound, tombBound)); err != nil {
+			s.m.log.Warn("stream compaction", "stream", s.name, "partition", p, "err", err)
+			continue
+		}
+		s.compacted[p] = [2]uint64{bound, tombBound}
+	}
+}
+
+func appendCompactEntry(dst []byte, bound, tombBound uint64) []byte {
+	dst = binary.AppendUvarint(append(dst, entryCompact), bound)
+	return binary.AppendUvarint(dst, tombBound)
+}
+
+func decodeCompactEntry(b []byte) (bound, tombBound uint64, err error) {
+	if len(b) == 0 || b[0] != entryCompact {
+		return 0, 0, fmt.Errorf("%w: not a compaction", errBadEntry)
+	}
+	b = b[1:]
+	bound, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, 0, fmt.Errorf("%w: compaction bound", errBadEntry)
+	}
+	b = b[n:]
+	if tombBound, n = binary.Uvarint(b); n <= 0 || n != len(b) {
+		return 0, 0, fmt.Errorf("%w: compaction tombstone bound", errBadEntry)
+	}
+	return bound, tombBound, nil
+}
+
+// applyCompaction applies a compact entry to the replica's log. A log opened
+// without keys (the entry of a stream whose compaction could not have been
+// turned on: it cannot change) has nothing to do.
+func (m *partitionMachine) applyCompaction(b []byte) error {
+	bound, tombBound, err := decodeCompactEntry(b)
+	if err != nil {
+		return err
+	}
+	if _, err := m.log.Compact(bound, tombBound); err != nil && !errors.Is(err, store.ErrNotCompacted) {
+		return fmt.Errorf("stream replica: compacting: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tern-mq/tern/internal/broker"
+	"github.com/tern-mq/tern/internal/header"
+	"github.com/tern-mq/tern/internal/replica"
+	"github.com/tern-mq/tern/internal/store"
+	"github.com/tern-mq/tern/internal/streamapi"
+)
+
+func TestCompactionKey(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		hdr  []byte
+		want store.Keyed
+	}{
+		{"key header", header.Append(nil, streamapi.HeaderKey, "k1"), store.Keyed{Space: store.KeyedBy, Key: "k1"}},
+		{"empty key", header.Append(nil, streamapi.HeaderKey, ""), store.Keyed{Space: store.KeyedBy}},
+		{"no key: the subject", header.Append(nil, "Other", "v"), store.Keyed{Space: store.KeyedBySubject}},
+		{"no header", nil, store.Keyed{Space: store.KeyedBySubject}},
+		{"tombstone", header.Append(header.Append(nil, streamapi.HeaderKey, "k1"), streamapi.HeaderNullValue, ""),
+			store.Keyed{Space: store.KeyedBy, Key: "k1", Tombstone: true}},
+		{"subject's tombstone", header.Append(nil, streamapi.HeaderNullValue, ""), store.Keyed{Space: store.KeyedBySubject, Tombstone: true}},
+	} {
+		if got := compactionKey([]byte("a.b"), c.hdr); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// FuzzCompactEntry: compact entries come from the Raft log; any bytes decode or
+// give errBadEntry, never a panic, and what decodes encodes back the same.
+func FuzzCompactEntry(f *testing.F) {
+	f.Add(appendCompactEntry(nil, 10, 7))
+	f.Add(appendCompactEntry(nil, 1<<60, 0))
+	f.Add([]byte{entryCompact, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		bound, tombBound, err := decodeCompactEntry(b)
+		if err != nil {
+			if !errors.Is(err, errBadEntry) {
+				t.Fatalf("error not errBadEntry: %v", err)
+			}
+			return
+		}
+		if again := appendCompactEntry(nil, bound, tombBound); len(again) > len(b) {
+			t.Fatalf("decoded %d %d from %x, encodes to %x", bound, tombBound, b, again)
+		}
+	})
+}
+
+// publishKV publishes value on subject with key (none when "") on n, a null
+// value when value is "", and waits for the ack.
+func (n *replNode) publishKV(t *testing.T, subject, key, value string) string {
+	t.Helper()
+	n.pubs++
+	reply := fmt.Sprintf("_ACK.%d.kv%d", n.id, n.pubs)
+	var h []byte
+	if key != "" {
+		h = header.Append(h, streamapi.HeaderKey, key)
+	}
+	if value == "" {
+		h = header.Append(h, streamapi.HeaderNullValue, "")
+	}
+	var p broker.Batch
+	n.b.Publish(&p, &broker.Message{Subject: []byte(subject), Reply: []byte(reply), Header: h, Payload: []byte(value)})
+	p.Flush()
+	return n.waitAck(t, reply)
+}
+
+// liveValues lists the payloads of partition 0's live messages on n.
+func liveValues(t *testing.T, n *replNode) []string {
+	t.Helper()
+	r := n.s.parts[0].NewReader(1)
+	defer r.Close()
+	var out []string
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			return out
+		}
+		out = append(out, string(rec.Payload))
+	}
+}
+
+// TestCompactedReplicas: a compacted R3 stream keeps the latest value of each
+// key (and of each keyless subject) on every replica, alike, once the head
+// has moved on; a deleted key goes after its tombstone retention; the next
+// leader after a leader's loss goes on compacting, with the keys it learned
+// by applying.
+func TestCompactedReplicas(t *testing.T) {
+	net := replica.NewLocalNetwork()
+	cfg := streamapi.StreamConfig{Name: "KV", Subjects: []string{"kv.>"}, SegmentBytes: 1024,
+		Compact: &streamapi.Compaction{TombstoneRetention: streamapi.Duration(time.Millisecond)}}
+	nodes := startReplNodes(t, net, cfg)
+	leader := leaderOf(t, nodes)
+	for round := range 3 {
+		for k := range 5 {
+			leader.publishKV(t, "kv.x", fmt.Sprint("k", k), fmt.Sprintf("k%d=%d", k, round))
+		}
+		leader.publishKV(t, "kv.dev", "", fmt.Sprint("dev=", round))
+	}
+	leader.publishKV(t, "kv.x", "k3", "") // deletes k3
+	// Fill the head with distinct keys until the records above are sealed.
+	fill := func(n *replNode, prefix string) []string {
+		var fills []string
+		last := n.s.parts[0].State().LastSeq
+		for i := 0; ; i++ {
+			if head, _ := n.s.parts[0].CompactBounds(0, 0); head > last {
+				break
+			}
+			v := fmt.Sprintf("%s%03d-%s", prefix, i, "................................................................")
+			n.publishKV(t, "kv.fill", v, v)
+			fills = append(fills, v)
+		}
+		return fills
+	}
+	fills := fill(leader, "fill")
+	want := append([]string{"k0=2", "k1=2", "k2=2", "k4=2", "dev=2"}, fills...)
+	slices.Sort(want)
+	waitCompacted := func(nodes []*replNode, want []string) {
+		t.Helper()
+		for _, n := range nodes {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got := liveValues(t, n)
+				slices.Sort(got)
+				if slices.Equal(got, want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("node %d holds %d messages %q, want %d %q", n.id, len(got), got, len(want), want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	waitCompacted(nodes, want)
+
+	rest := stopNode(net, nodes, leader)
+	next := leaderOf(t, rest)
+	next.publishKV(t, "kv.x", "k0", "k0=new")
+	next.publishKV(t, "kv.x", "k3", "k3=back")
+	more := fill(next, "more")
+	want = append([]string{"k0=new", "k1=2", "k2=2", "k3=back", "k4=2", "dev=2"}, fills...)
+	want = append(want, more...)
+	slices.Sort(want)
+	waitCompacted(rest, want)
+}
