@@ -30,6 +30,7 @@ type (
 	APIError       = streamapi.APIError
 	Duration       = streamapi.Duration
 	Retention      = streamapi.Retention
+	Compaction     = streamapi.Compaction
 	DeliverPolicy  = streamapi.DeliverPolicy
 	AckPolicy      = streamapi.AckPolicy
 )
@@ -53,7 +54,8 @@ const (
 // Header keys of the stream engine.
 const (
 	MsgIDHeader = streamapi.HeaderMsgID // duplicate detection
-	KeyHeader   = streamapi.HeaderKey   // partition choice
+	KeyHeader   = streamapi.HeaderKey   // partition choice, a compacted stream's key
+	NullHeader  = streamapi.HeaderNullValue
 )
 
 // Stream errors; API failures also carry an *APIError with the server's code.
@@ -319,6 +321,12 @@ func ExpectLastMsgID(id string) PubOpt {
 
 // Key sets the partition key: messages with one key go to one partition, in order.
 func Key(key string) PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderKey, key) } }
+
+// Tombstone marks the message as its key's deletion: a compacted stream
+// (StreamConfig.Compact) removes the key's earlier messages and, after the
+// tombstone retention, the tombstone itself. Kafka consumers read it as a
+// record with a null value. Publish it with an empty payload.
+func Tombstone() PubOpt { return func(m *Msg) { setHeader(m, streamapi.HeaderNullValue, "1") } }
 
 // ToPartition puts the message in partition p (from 0) of a partitioned stream,
 // whatever its key; a partition the stream does not have is ignored.

@@ -121,6 +121,8 @@ func newStreamAddCmd() *cobra.Command {
 		retention                  = string(tern.RetainLimits)
 		maxAge, dupeWindow         time.Duration
 		maxBytes, maxMsgSize, segs int64
+		compact                    bool
+		minLag, tombstones         time.Duration
 		asJSON                     bool
 	)
 	cfg.Discard = "old"
@@ -130,7 +132,8 @@ func newStreamAddCmd() *cobra.Command {
 		Example: `  tern stream add ORDERS --subjects 'orders.>' --max-age 24h --max-bytes 1GiB --dupe-window 5m
   tern stream add JOBS --retention workqueue --partitions 4 --max-msgs 1000000 --discard new
   tern stream add AUDIT --subjects 'audit.>' --sync always --segment-size 16MiB --json
-  tern stream add LOGS --subjects 'logs.>' --compression s2 --max-bytes 10GiB`,
+  tern stream add LOGS --subjects 'logs.>' --compression s2 --max-bytes 10GiB
+  tern stream add PROFILES --subjects 'profiles.>' --compact --tombstone-retention 1h`,
 		Args: argsBetween(1, 1, "want a stream name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Name = args[0]
@@ -150,6 +153,14 @@ func newStreamAddCmd() *cobra.Command {
 			}
 			if r := cfg.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 				return usageErrorf("--replicas must be 1, 3 or 5")
+			}
+			if compact {
+				if minLag < 0 || tombstones < 0 {
+					return usageErrorf("--compact-min-lag and --tombstone-retention must not be negative")
+				}
+				cfg.Compact = &tern.Compaction{MinLag: tern.Duration(minLag), TombstoneRetention: tern.Duration(tombstones)}
+			} else if cmd.Flags().Changed("compact-min-lag") || cmd.Flags().Changed("tombstone-retention") {
+				return usageErrorf("--compact-min-lag and --tombstone-retention need --compact")
 			}
 			nc, js, err := streamsConn(&cf)
 			if err != nil {
@@ -194,6 +205,9 @@ func newStreamAddCmd() *cobra.Command {
 	// Left empty rather than "none" when not given, so that adding a stream
 	// again without the option matches one made by the API without the field.
 	compressionFlag(cmd, &cfg.Compression)
+	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (its Tern-Key header, else its subject); fixed at creation")
+	fs.DurationVar(&minLag, "compact-min-lag", 0, "with --compact: keep every message at least this long")
+	fs.DurationVar(&tombstones, "tombstone-retention", 0, "with --compact: how long a tombstone (Tern-Null-Value header) is kept (0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
 }
@@ -421,6 +435,9 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	fmt.Fprintf(tw, "  sync:\t%s\n", serverDefault(c.Sync != "", c.Sync))
 	fmt.Fprintf(tw, "  segment size:\t%s\n", serverDefault(c.SegmentBytes > 0, humanBytes(uint64(max(c.SegmentBytes, 0)))))
 	fmt.Fprintf(tw, "  compression:\t%s\n", orDefault(c.Compression, "none"))
+	if k := c.Compact; k != nil {
+		fmt.Fprintf(tw, "  compacted:\tlatest per key, min lag %s, tombstones kept %s\n", time.Duration(k.MinLag), time.Duration(k.TombstoneRetention))
+	}
 	fmt.Fprintf(tw, "State\n")
 	fmt.Fprintf(tw, "  messages:\t%d\n", st.Msgs)
 	fmt.Fprintf(tw, "  bytes:\t%s\n", humanBytes(st.Bytes))

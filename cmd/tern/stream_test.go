@@ -214,7 +214,14 @@ func TestStreamAddOptions(t *testing.T) {
 	wantLine(t, out, `^\s+messages:\s+7$`)
 	wantLine(t, out, `^\s+partition 4:\s+0 msgs`)
 
+	// A compacted stream shows its compaction; the options need --compact.
+	out = mustRun(t, streamCLI, append([]string{"add", "PROFILES", "--compact", "--compact-min-lag", "1m"}, srv...)...)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 24h0m0s$`)
+
 	for _, bad := range [][]string{
+		{"add", "Y", "--tombstone-retention", "1h"},
+		{"add", "Y", "--compact", "--compact-min-lag", "-1s"},
+		{"add", "Y", "--compact", "--retention", "workqueue"},
 		{"edit", "JOBS", "--partitions", "4"},
 		{"add", "X", "--retention", "forever"},
 		{"add", "X", "--discard", "middle"},
@@ -253,7 +260,7 @@ func TestStreamAndConsumerHelp(t *testing.T) {
 		{[]string{"stream", "--help"}, []string{"add ", "ls ", "info ", "rm ", "purge ", "get "}},
 		{[]string{"consumer", "--help"}, []string{"add ", "ls ", "info ", "next ", "rm "}},
 		{[]string{"stream", "add", "--help"}, []string{"--subjects", "--retention limits|workqueue|interest", "--max-age", "--max-bytes bytes", "--max-msgs",
-			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--compression none|s2", "--json", "--server"}},
+			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--compression none|s2", "--compact", "--compact-min-lag", "--tombstone-retention", "--json", "--server"}},
 		{[]string{"stream", "edit", "--help"}, []string{"--compression none|s2"}},
 		{[]string{"stream", "purge", "--help"}, []string{"--subject", "--keep", "--seq", "--partition"}},
 		{[]string{"stream", "get", "--help"}, []string{"--seq", "--partition", "--last-subject", "--raw", "--json"}},

@@ -1,0 +1,143 @@
+package stream_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	tern "github.com/tern-mq/tern/client/go"
+)
+
+// readAll reads stream from its start with an ephemeral consumer and
+// returns every message's value by key (Tern-Key header, else subject), in
+// the order read, with tombstones as "<null>".
+func (e *env) readAll(stream string) (map[string][]string, int) {
+	e.t.Helper()
+	info := e.streamInfo(stream)
+	want := int(info.State.Msgs)
+	c := e.addConsumer(stream, tern.ConsumerConfig{DeliverPolicy: tern.DeliverAll, AckPolicy: tern.AckNone})
+	p := e.js.Pull(stream, c.Name)
+	defer p.Close()
+	byKey := map[string][]string{}
+	for _, m := range e.fetch(p, want) {
+		k := m.Header.Get(tern.KeyHeader)
+		if k == "" {
+			k = m.Subject
+		}
+		v := string(m.Data)
+		if m.Header.Get(tern.NullHeader) != "" {
+			v = "<null>"
+		}
+		byKey[k] = append(byKey[k], v)
+	}
+	return byKey, want
+}
+
+// TestCompactedStream: a compacted stream keeps each key's latest message once
+// later segments hold newer ones, removes a tombstoned key after the tombstone
+// retention, keys messages without a Tern-Key by subject, and goes on after a
+// restart with the keys rebuilt from disk.
+func TestCompactedStream(t *testing.T) {
+	dir := t.TempDir()
+	srv := startAt(t, dir, nil)
+	e := connectEnv(t, srv)
+	cfg := tern.StreamConfig{Name: "profiles", Subjects: []string{"profiles.>"}, SegmentBytes: 512,
+		Compact: &tern.Compaction{TombstoneRetention: tern.Duration(time.Millisecond)}}
+	info := e.addStream(cfg)
+	if info.Config.Compact == nil || info.Config.Compact.TombstoneRetention != tern.Duration(time.Millisecond) {
+		t.Fatalf("config as stored: %+v", info.Config.Compact)
+	}
+	const keys, rounds = 5, 20
+	for r := 0; r < rounds; r++ {
+		for k := 0; k < keys; k++ {
+			e.publish("profiles.update", fmt.Sprintf("k%d-v%d", k, r), tern.Key(fmt.Sprintf("k%d", k)))
+		}
+		e.publish(fmt.Sprintf("profiles.s%d", r%2), fmt.Sprintf("s%d-v%d", r%2, r))
+	}
+	e.publish("profiles.update", "", tern.Key("k4"), tern.Tombstone())
+	// Filler on one key rolls past the segments that hold everything above.
+	for i := 0; i < 40; i++ {
+		e.publish("profiles.update", fmt.Sprintf("f-v%d", i), tern.Key("filler"))
+	}
+	want := func(byKey map[string][]string) error {
+		for k := 0; k < 4; k++ {
+			if got, w := byKey[fmt.Sprintf("k%d", k)], fmt.Sprintf("k%d-v%d", k, rounds-1); len(got) != 1 || got[0] != w {
+				return fmt.Errorf("key k%d: %q, want only %q", k, got, w)
+			}
+		}
+		if got := byKey["k4"]; len(got) != 0 {
+			return fmt.Errorf("tombstoned key k4: %q, want nothing", got)
+		}
+		for s := 0; s < 2; s++ {
+			if got, w := byKey[fmt.Sprintf("profiles.s%d", s)], fmt.Sprintf("s%d-v%d", s, rounds-2+s); len(got) != 1 || got[0] != w {
+				return fmt.Errorf("subject profiles.s%d: %q, want only %q", s, got, w)
+			}
+		}
+		if f := byKey["filler"]; len(f) == 0 || f[len(f)-1] != "f-v39" {
+			return fmt.Errorf("filler: %q, want it to end with f-v39", f)
+		}
+		return nil
+	}
+	var last error
+	waitFor(t, "compaction", func() bool {
+		st := e.streamInfo("profiles").State
+		if st.Msgs > 4+2+40 {
+			return false
+		}
+		byKey, _ := e.readAll("profiles")
+		last = want(byKey)
+		return last == nil
+	})
+	st := e.streamInfo("profiles").State
+	if st.LastSeq != rounds*(keys+1)+1+40 || st.Deleted == 0 {
+		t.Fatalf("state after compaction: %+v", st)
+	}
+
+	e.nc.Close()
+	stop(t, srv)
+	srv = startAt(t, dir, nil)
+	defer stop(t, srv)
+	e = connectEnv(t, srv)
+	byKey, n := e.readAll("profiles")
+	if err := want(byKey); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	if after := e.streamInfo("profiles").State; after.Msgs != uint64(n) || after.LastSeq != st.LastSeq {
+		t.Fatalf("after restart: %+v, read %d (before: %+v)", after, n, st)
+	}
+	// The rebuilt keys know k0's latest: a newer one supersedes it.
+	e.publish("profiles.update", "k0-new", tern.Key("k0"))
+	for i := 0; i < 40; i++ {
+		e.publish("profiles.update", fmt.Sprintf("g-v%d", i), tern.Key("filler"))
+	}
+	waitFor(t, "k0 compacted again", func() bool {
+		byKey, _ := e.readAll("profiles")
+		got := byKey["k0"]
+		return len(got) == 1 && got[0] == "k0-new"
+	})
+}
+
+// TestCompactionConfigRules: compaction is fixed at creation and needs
+// limits retention.
+func TestCompactionConfigRules(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "wq", Retention: tern.RetainWorkQueue, Compact: &tern.Compaction{}}); err == nil {
+		t.Fatal("a compacted work queue was accepted")
+	}
+	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "neg", Compact: &tern.Compaction{MinLag: -1}}); err == nil {
+		t.Fatal("a negative min lag was accepted")
+	}
+	info := e.addStream(tern.StreamConfig{Name: "c", Compact: &tern.Compaction{}})
+	if got := info.Config.Compact.TombstoneRetention; got != tern.Duration(24*time.Hour) {
+		t.Fatalf("default tombstone retention %v", got)
+	}
+	cfg := info.Config
+	cfg.Compact = nil
+	if _, err := e.js.UpdateStream(e.ctx, cfg); err == nil {
+		t.Fatal("turning compaction off was accepted")
+	}
+	e.addStream(tern.StreamConfig{Name: "plain"})
+	if _, err := e.js.UpdateStream(e.ctx, tern.StreamConfig{Name: "plain", Subjects: []string{"plain"}, Compact: &tern.Compaction{}}); err == nil {
+		t.Fatal("turning compaction on was accepted")
+	}
+}
