@@ -142,7 +142,8 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 // configuration when a request does not name it.
 func settableConfig(name string) bool {
 	switch name {
-	case "retention.ms", "retention.bytes", "max.message.bytes", "compression.type":
+	case "retention.ms", "retention.bytes", "max.message.bytes", "compression.type",
+		"cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms":
 		return true
 	}
 	return false
@@ -176,8 +177,11 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 	if set.SegmentBytes != 0 && set.SegmentBytes != t.cfg.SegmentBytes {
 		return fail(kerr.InvalidConfig.Code, "segment.bytes cannot change after a topic is made")
 	}
+	if (set.Compact == nil) != (t.cfg.Compact == nil) {
+		return fail(kerr.InvalidConfig.Code, fmt.Sprintf("cleanup.policy cannot change after a topic is made (topic %q is %s)", name, cleanupPolicy(t.cfg)))
+	}
 	cfg := t.cfg
-	cfg.MaxAge, cfg.MaxMsgSize, cfg.Compression = set.MaxAge, set.MaxMsgSize, set.Compression
+	cfg.MaxAge, cfg.MaxMsgSize, cfg.Compression, cfg.Compact = set.MaxAge, set.MaxMsgSize, set.Compression, set.Compact
 	if set.MaxBytes != retentionBytes(t.cfg) {
 		// Unchanged, the stream's own max_bytes stays, remainder of its
 		// division between partitions included.

@@ -38,8 +38,8 @@ func TestAdmin(t *testing.T) {
 	if r, _ := adm.CreateTopic(ctx, 1, -1, nil, "bad.name"); !kerrIs(r.Err, kerr.InvalidTopicException) {
 		t.Fatalf("create bad.name: %v", r.Err)
 	}
-	if r, _ := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, "compacted"); !kerrIs(r.Err, kerr.InvalidConfig) {
-		t.Fatalf("create compacted: %v", r.Err)
+	if r, _ := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": kadm.StringPtr("shred")}, "shredded"); !kerrIs(r.Err, kerr.InvalidConfig) {
+		t.Fatalf("create with cleanup.policy=shred: %v", r.Err)
 	}
 
 	if cfgs := describedConfigs(t, adm, "events"); cfgs["retention.ms"] != "3600000" {
@@ -278,7 +278,7 @@ func TestConfigsTernKeepsAnyway(t *testing.T) {
 		}
 	}
 	for name, v := range map[string]string{"min.insync.replicas": "2", "unclean.leader.election.enable": "true",
-		"message.timestamp.type": "LogAppendTime", "segment.ms": "0", "cleanup.policy": "compact"} {
+		"message.timestamp.type": "LogAppendTime", "segment.ms": "0", "max.compaction.lag.ms": "0", "min.cleanable.dirty.ratio": "2"} {
 		r, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{name: kadm.StringPtr(v)}, "refused")
 		if err == nil {
 			err = r.Err

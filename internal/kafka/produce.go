@@ -268,6 +268,9 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 		ps.hdr = slices.Grow(ps.hdr, min(int(batch.NumRecords)*ps.hdrEach, 4*len(body)))
 		err = eachRecord(body, batch.NumRecords, &ps.rec, func(i int, rec *kmsg.Record) error {
 			subj, err := recordSubject(t, rec)
+			if err == nil && rec.Key == nil && t.cfg.Compact != nil {
+				err = errCompactedNoKey
+			}
 			if err != nil {
 				po.recordErrs = append(po.recordErrs, kmsg.ProduceResponseTopicPartitionErrorRecord{
 					RelativeOffset: int32(i), ErrorMessage: kmsg.StringPtr(err.Error())})
@@ -404,6 +407,10 @@ func recordSubject(t *topic, rec *kmsg.Record) ([]byte, error) {
 }
 
 type errRecord string
+
+// errCompactedNoKey refuses a record without a key on a compacted topic, as
+// Kafka does: its key is what compaction keeps the latest of.
+const errCompactedNoKey = errRecord("compacted topic cannot accept a record without a key")
 
 func (e errRecord) Error() string { return string(e) }
 

@@ -421,15 +421,20 @@ func (s *Server) topicCompression() string {
 }
 
 // topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
-// retention.bytes, max.message.bytes, segment.bytes, compression.type and
-// cleanup.policy=delete. A config not given is at its default. MaxBytes is
+// retention.bytes, max.message.bytes, segment.bytes, compression.type,
+// cleanup.policy (delete, compact or both), min.compaction.lag.ms and
+// delete.retention.ms. A config not given is at its default. MaxBytes is
 // retention.bytes as given, a partition's: streamMaxBytes makes it the stream's.
-// The configs that describe what Tern does anyway are taken when they say so:
-// min.insync.replicas (returned, for checkMinInsync: 0 when not given),
-// unclean.leader.election.enable=false, message.timestamp.type=CreateTime and
-// segment.ms.
+// The compaction configs apply only with the compact policy, as in Kafka;
+// retention limits without the delete policy are refused. The configs that describe what Tern
+// does anyway are taken when they say so: min.insync.replicas (returned, for
+// checkMinInsync: 0 when not given), unclean.leader.election.enable=false,
+// message.timestamp.type=CreateTime, segment.ms, max.compaction.lag.ms and
+// min.cleanable.dirty.ratio.
 func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (cfg streamapi.StreamConfig, minInsync int, err error) {
 	cfg = streamapi.StreamConfig{Compression: compression}
+	compact, deletes := false, true
+	var compaction streamapi.Compaction
 	for _, kv := range configs {
 		if kv.Value == nil {
 			continue
@@ -491,8 +496,42 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 				return cfg, 0, fmt.Errorf("config compression.type=%q: want producer, uncompressed, snappy, lz4, zstd or gzip", v)
 			}
 		case "cleanup.policy":
-			if v != "delete" {
-				return cfg, 0, fmt.Errorf("config cleanup.policy=%q: Tern streams only delete (no compaction)", v)
+			compact, deletes = false, false
+			for _, p := range strings.Split(v, ",") {
+				switch strings.TrimSpace(p) {
+				case "compact":
+					compact = true
+				case "delete":
+					deletes = true
+				default:
+					return cfg, 0, fmt.Errorf("config cleanup.policy=%q: want delete, compact or compact,delete", v)
+				}
+			}
+		case "min.compaction.lag.ms", "delete.retention.ms":
+			n, err := num()
+			if err != nil {
+				return cfg, 0, err
+			}
+			if n < 0 {
+				return cfg, 0, fmt.Errorf("config %s=%d: must not be negative", kv.Name, n)
+			}
+			d := streamapi.Duration(time.Duration(n) * time.Millisecond)
+			if kv.Name == "min.compaction.lag.ms" {
+				compaction.MinLag = d
+			} else {
+				compaction.TombstoneRetention = d
+			}
+		case "max.compaction.lag.ms":
+			// Tern compacts a record once a newer one of its key is outside
+			// the head segment, checked every second; sooner than any lag.
+			if n, err := num(); err != nil || n < 1 {
+				return cfg, 0, fmt.Errorf("config max.compaction.lag.ms=%q: want a positive number of milliseconds", v)
+			}
+		case "min.cleanable.dirty.ratio":
+			// Kafka rewrites a log once this much of it is superseded; Tern
+			// removes each superseded record as it goes.
+			if r, err := strconv.ParseFloat(v, 64); err != nil || r < 0 || r > 1 {
+				return cfg, 0, fmt.Errorf("config min.cleanable.dirty.ratio=%q: want a number from 0 to 1", v)
 			}
 		case "min.insync.replicas":
 			n, err := num()
@@ -519,8 +558,16 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 				return cfg, 0, fmt.Errorf("config message.timestamp.type=%q: records keep their producer's time (CreateTime)", v)
 			}
 		default:
-			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy=delete, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime, segment.ms)", kv.Name)
+			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy, min.compaction.lag.ms, delete.retention.ms, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime, segment.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio)", kv.Name)
 		}
+	}
+	if compact {
+		cfg.Compact = &compaction
+	}
+	if !deletes && (cfg.MaxAge > 0 || cfg.MaxBytes > 0) {
+		// Kafka would keep the limits and never apply them; saying so beats
+		// deleting what a compacted topic's users expect kept.
+		return cfg, 0, errors.New("config retention.ms and retention.bytes apply only with cleanup.policy=delete (or compact,delete)")
 	}
 	return cfg, minInsync, nil
 }
@@ -777,18 +824,37 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 	if cfg.MaxBytes > 0 {
 		bytes = retentionBytes(cfg)
 	}
+	compaction := streamapi.Compaction{TombstoneRetention: streamapi.Duration(streamapi.DefaultTombstoneRetention)}
+	if cfg.Compact != nil {
+		compaction = *cfg.Compact
+	}
 	return []configEntry{
 		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "max.message.bytes", value: strconv.Itoa(cfg.MaxMsgSize), typ: kmsg.ConfigTypeInt},
 		{name: "compression.type", value: compressionType(cfg), def: compressionType(cfg) == compressionType(streamapi.StreamConfig{Compression: defCompression}), typ: kmsg.ConfigTypeString},
-		{name: "cleanup.policy", value: "delete", def: true, readOnly: true, typ: kmsg.ConfigTypeList},
+		{name: "cleanup.policy", value: cleanupPolicy(cfg), def: cfg.Compact == nil, typ: kmsg.ConfigTypeList},
+		{name: "min.compaction.lag.ms", value: strconv.FormatInt(time.Duration(compaction.MinLag).Milliseconds(), 10), def: compaction.MinLag == 0, typ: kmsg.ConfigTypeLong},
+		{name: "delete.retention.ms", value: strconv.FormatInt(time.Duration(compaction.TombstoneRetention).Milliseconds(), 10),
+			def: compaction.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention), typ: kmsg.ConfigTypeLong},
 		{name: "min.insync.replicas", value: strconv.Itoa(insyncQuorum(cfg.Replicas)), def: true, typ: kmsg.ConfigTypeInt},
 		{name: "unclean.leader.election.enable", value: "false", def: true, readOnly: true, typ: kmsg.ConfigTypeBoolean},
 		{name: "message.timestamp.type", value: "CreateTime", def: true, readOnly: true, typ: kmsg.ConfigTypeString},
 		{name: "tern.subjects", value: strings.Join(cfg.Subjects, ","), readOnly: true, typ: kmsg.ConfigTypeList},
 		{name: "tern.retention", value: string(cfg.Retention), readOnly: true, typ: kmsg.ConfigTypeString},
 	}
+}
+
+// cleanupPolicy is a stream's cleanup.policy: compact when it is compacted,
+// with delete too when it also has an age or size limit.
+func cleanupPolicy(cfg streamapi.StreamConfig) string {
+	switch {
+	case cfg.Compact == nil:
+		return "delete"
+	case cfg.MaxAge > 0 || cfg.MaxBytes > 0:
+		return "compact,delete"
+	}
+	return "compact"
 }
 
 // compressionType is a stream's compression as a topic's compression.type:
