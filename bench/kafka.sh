@@ -3,8 +3,8 @@
 # of KRaft brokers on loopback. Nothing here runs when the file is sourced.
 #
 #   kafka_install                 the jars into bench/.tools/kafka-$KAFKA_VERSION/libs,
-#                                 unless they are there already, and a Java 17 runtime
-#                                 unless java on PATH is 17 or newer (then a no-op);
+#                                 unless they are there already, and a Java 17 JDK
+#                                 unless java on PATH is a JDK 17 or newer (then a no-op);
 #                                 scripts/deps.sh uses it too, for the Kafka API tests
 #   kafka_start_cluster DIR LOGS  format and start KAFKA_NODES brokers, each also a
 #                                 controller of the KRaft quorum, data in DIR, logs and
@@ -21,8 +21,9 @@
 # defaults are replication factor 3 and min.insync.replicas 2.
 #
 # Kafka's release tarball is not fetched: the jars come from Maven Central through
-# `mvn dependency:copy-dependencies` (kafka_2.13, kafka-tools and kafka-storage, and
-# log4j-slf4j-impl so that the SLF4J 1.x API Kafka logs through reaches log4j 2).
+# `mvn dependency:copy-dependencies` (kafka_2.13, kafka-tools, kafka-storage and
+# kafka-streams, and log4j-slf4j-impl so that the SLF4J 1.x API Kafka logs through
+# reaches log4j 2).
 
 KAFKA_VERSION=4.4.0
 # The SLF4J binding's version is the log4j-core that kafka_2.13 4.4.0 depends on.
@@ -58,11 +59,13 @@ kafka_java_major() {
 }
 
 kafka_install() {
-	local marker=$KAFKA_LIBS/.installed want="kafka $KAFKA_VERSION log4j-slf4j-impl $KAFKA_LOG4J_VERSION"
-	# Kafka 4's brokers and tools need Java 17 or newer.
-	if [ "$(kafka_java_major)" -lt 17 ]; then
-		echo "== installing a Java 17 runtime for Kafka" >&2
-		apt_install openjdk-17-jre-headless
+	local marker=$KAFKA_LIBS/.installed want="kafka $KAFKA_VERSION kafka-streams log4j-slf4j-impl $KAFKA_LOG4J_VERSION"
+	# Kafka 4's brokers and tools need Java 17 or newer; the Kafka API tests
+	# run a Kafka Streams application as a single-file source program, which
+	# needs the JDK's compiler module.
+	if [ "$(kafka_java_major)" -lt 17 ] || ! java --list-modules 2>/dev/null | grep -q '^jdk\.compiler@'; then
+		echo "== installing a Java 17 JDK for Kafka" >&2
+		apt_install openjdk-17-jdk-headless
 		if [ "$(kafka_java_major)" -lt 17 ]; then
 			echo "$BENCH: java on PATH is still older than 17 ($(command -v java)); select Java 17 (update-alternatives --config java)" >&2
 			return 1
@@ -85,6 +88,7 @@ kafka_install() {
 		    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
 		    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
 		    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId><version>$KAFKA_VERSION</version></dependency>
+		    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>$KAFKA_VERSION</version></dependency>
 		    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$KAFKA_LOG4J_VERSION</version></dependency>
 		  </dependencies>
 		</project>

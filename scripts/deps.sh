@@ -68,8 +68,9 @@ fi
 
 # Kafka clients Tern did not write, for the Kafka API tests (internal/kafka): Kafka's own
 # Java tools (kafka-tools 4.4.0's console producer and consumer, topic admin and perf
-# tools), with the jars and Java 17 runtime the benchmarks use (bench/kafka.sh's
-# kafka_install: into bench/.tools/kafka-4.4.0/libs, a no-op when there); and kafkajs
+# tools) and Kafka Streams, with the jars and Java 17 JDK the benchmarks use
+# (bench/kafka.sh's kafka_install: into bench/.tools/kafka-4.4.0/libs, a no-op when
+# there); and kafkajs
 # from npm at the version internal/kafka/testdata/js/package-lock.json pins, into that
 # directory's node_modules (not committed), reinstalled when the lock file changes.
 . bench/kafka.sh

@@ -49,15 +49,16 @@ func kafkaLibs(t *testing.T) string {
 	return libs
 }
 
-// kafkaTool runs a main class of Kafka's jars as a child process with the given
-// standard input, killed after timeout, and returns its standard output and error.
-// It fails the test when the tool cannot start; the tool's exit status is err.
-func kafkaTool(t *testing.T, timeout time.Duration, stdin, class string, args ...string) (stdout, stderr string, err error) {
+// javaCmd is the command that runs a main class of Kafka's jars (or a
+// single-file source program, class being its path) with args, killed when
+// ctx ends, logging warnings and errors to its standard error. It fails the
+// test when there is no java.
+func javaCmd(ctx context.Context, t *testing.T, class string, args ...string) *exec.Cmd {
 	t.Helper()
 	libs := kafkaLibs(t)
 	java, lerr := exec.LookPath("java")
 	if lerr != nil {
-		t.Fatalf("java not installed (scripts/deps.sh installs a Java 17 runtime): %v", lerr)
+		t.Fatalf("java not installed (scripts/deps.sh installs a Java 17 JDK): %v", lerr)
 	}
 	// Log warnings and errors to stderr, without the configuration dumps of INFO.
 	log4j := filepath.Join(t.TempDir(), "log4j2.properties")
@@ -72,8 +73,6 @@ rootLogger.appenderRef.console.ref = CONSOLE
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	// A small heap, the client compiler only and the serial collector: short runs of
 	// a client start faster and take less of a busy machine's CPUs so.
 	jvm := []string{"-Xmx256M", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
@@ -81,6 +80,17 @@ rootLogger.appenderRef.console.ref = CONSOLE
 		"-cp", filepath.Join(libs, "*"), class}
 	cmd := exec.CommandContext(ctx, java, append(jvm, args...)...)
 	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// kafkaTool runs a main class of Kafka's jars as a child process with the given
+// standard input, killed after timeout, and returns its standard output and error.
+// It fails the test when the tool cannot start; the tool's exit status is err.
+func kafkaTool(t *testing.T, timeout time.Duration, stdin, class string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := javaCmd(ctx, t, class, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
