@@ -352,3 +352,119 @@ func oneRecordBatch(v string) []byte {
 	binary.BigEndian.PutUint32(out[17:], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return out
 }
+
+// TestKafkaCompactedTopicOnCluster: a topic made with cleanup.policy=compact
+// and replication factor 3 keeps each key's latest record on every replica:
+// the leader proposes the compaction through the partition's Raft log, so the
+// three nodes report the same partition size (DescribeLogDirs), and after the
+// leader is killed the next one compacts what is superseded next.
+func TestKafkaCompactedTopicOnCluster(t *testing.T) {
+	c, seeds := startKafkaCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	const topic = "profiles"
+	configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact"), "segment.bytes": kadm.StringPtr("512"),
+		"delete.retention.ms": kadm.StringPtr("1")}
+	c.WaitFor("the topic made", 30*time.Second, func() bool {
+		r, err := adm.CreateTopic(ctx, 1, 3, configs, topic)
+		return err == nil && (r.Err == nil || r.ErrMessage == "")
+	})
+	leader := waitPlaced(ctx, c, adm, topic, 1)
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	produce := func(key, value string) {
+		t.Helper()
+		r := &kgo.Record{Topic: topic, Key: []byte(key)}
+		if value != "" {
+			r.Value = []byte(value)
+		}
+		if err := producer.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %s=%s: %v", key, value, err)
+		}
+	}
+	for round := range 10 {
+		for k := range 4 {
+			produce(fmt.Sprintf("k%d", k), fmt.Sprintf("k%d-v%d", k, round))
+		}
+	}
+	produce("k3", "") // a tombstone
+	for i := range 30 {
+		produce("filler", fmt.Sprintf("f%d", i))
+	}
+	want := map[string]string{"k0": "k0-v9", "k1": "k1-v9", "k2": "k2-v9"}
+	waitLatestOnly(ctx, c, seeds, topic, want, "filler")
+	c.WaitFor("the same partition size on the 3 replicas", 30*time.Second, func() bool {
+		dirs, err := adm.DescribeAllLogDirs(ctx, kadm.TopicsSet{topic: {0: {}}})
+		if err != nil {
+			return false
+		}
+		sizes := map[int64]int{}
+		for _, byDir := range dirs {
+			for _, d := range byDir {
+				d.Topics.Each(func(p kadm.DescribedLogDirPartition) { sizes[p.Size]++ })
+			}
+		}
+		return len(sizes) == 1 && len(dirs) == 3
+	})
+
+	killKafkaLeader(t, c, adm, topic, leader)
+	produce("k0", "k0-new")
+	for i := range 30 {
+		produce("filler", fmt.Sprintf("g%d", i))
+	}
+	want["k0"] = "k0-new"
+	waitLatestOnly(ctx, c, seeds, topic, want, "filler")
+}
+
+// waitLatestOnly reads topic's partition 0 from its start to its end until it
+// holds, of each key of want, only the value want gives, nothing of any other
+// key but ignore, and ignore's latest record last.
+func waitLatestOnly(ctx context.Context, c *clustertest.Cluster, seeds []string, topic string, want map[string]string, ignore string) {
+	c.WaitFor("only the latest record of each key", 30*time.Second, func() bool {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return false
+		}
+		defer cl.Close()
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false
+		}
+		end, _ := ends.Lookup(topic, 0)
+		got := map[string][]string{}
+		for off := int64(-1); off < end.Offset-1 && ctx.Err() == nil; {
+			fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+			fs := cl.PollFetches(fctx)
+			timedOut := fctx.Err() != nil
+			fcancel()
+			if timedOut {
+				return false
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				got[string(r.Key)] = append(got[string(r.Key)], string(r.Value))
+				off = r.Offset
+			})
+		}
+		for k, vs := range got {
+			if k == ignore {
+				continue
+			}
+			if len(vs) != 1 || vs[0] != want[k] {
+				return false
+			}
+		}
+		return len(got) == len(want)+1
+	})
+}
