@@ -38,10 +38,17 @@ import (
 // its entries' messages in that form, and every replica writes the compressed
 // bytes it was sent instead of compressing them again. The expander serves
 // both kinds of block alike (expander.at).
+//
+// A hole (flags = flagBlock|flagHole, written by Clean) stands for count
+// consecutive sequences that were all deleted: a block header with a raw length
+// of 0 and nothing after it. It keeps a cleaned segment's sequences contiguous,
+// so that walking a segment counts sequences as it always does; it is never
+// expanded, as none of its sequences can be read.
 const (
 	flagBlock     = 1
 	flagBareInner = 2
 	flagMessages  = 4
+	flagHole      = 8
 	blockHdrSize  = recHdrSize + 8
 	offCount      = recHdrSize
 	offRawLen     = recHdrSize + 4
@@ -93,6 +100,23 @@ func nextBlockMessage(b []byte) (subject, header, payload, rest []byte, ok bool)
 var errBlock = errors.New("bad compressed block")
 
 func recFlags(b []byte) uint16 { return binary.LittleEndian.Uint16(b[offFlags:]) }
+
+// appendHole appends a hole standing for the count sequences from first on, all
+// deleted; ts is the largest Time of the records it replaces.
+func appendHole(dst []byte, first, count uint64, ts int64) []byte {
+	at := len(dst)
+	dst = append(dst, make([]byte, blockHdrSize)...)
+	b := dst[at:]
+	copy(b, recMagic[:])
+	binary.LittleEndian.PutUint32(b[offLen:], blockHdrSize)
+	binary.LittleEndian.PutUint64(b[offSeq:], first)
+	binary.LittleEndian.PutUint64(b[offTime:], uint64(ts))
+	binary.LittleEndian.PutUint16(b[offFlags:], flagBlock|flagHole)
+	binary.LittleEndian.PutUint32(b[offHdr:], blockHdrSize-recHdrSize)
+	binary.LittleEndian.PutUint32(b[offCount:], uint32(count))
+	sealRecord(b)
+	return dst
+}
 
 // unitCount is how many sequences the record or block at the start of b stands
 // for; b holds at least blockHdrSize bytes when the flags say it is a block.
@@ -314,7 +338,7 @@ func growExpandBuf(b []byte, n int64) []byte {
 // expanded size. Any fault is errBlock or errCRC, which callers treat as damage.
 func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	e.f = nil
-	if len(raw) < blockHdrSize {
+	if len(raw) < blockHdrSize || recFlags(raw)&flagHole != 0 {
 		return errBlock
 	}
 	if crc32.Checksum(raw[offLen:], crcTable) != binary.LittleEndian.Uint32(raw[offCRC:]) {

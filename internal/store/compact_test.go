@@ -168,8 +168,9 @@ func TestCompactOnALogWithoutKeys(t *testing.T) {
 
 // TestCompactModel appends random keyed records, plain, packed into blocks by
 // the log and given as blocks, with rollbacks, reopens and cuts, compacts at
-// random bounds, and checks the live records against a model of the rules
-// after every step.
+// random bounds, cleans the segments compaction left sparse, and checks the
+// live records (and some of their contents) against a model of the rules after
+// every step.
 func TestCompactModel(t *testing.T) {
 	for seed := uint64(1); seed <= 6; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { compactModel(t, seed) })
@@ -177,10 +178,11 @@ func TestCompactModel(t *testing.T) {
 }
 
 type modelRec struct {
-	seq  uint64
-	key  string // "" not keyed
-	tomb bool
-	dead bool
+	seq     uint64
+	key     string // "" not keyed
+	tomb    bool
+	dead    bool
+	payload []byte
 }
 
 func compactModel(t *testing.T, seed uint64) {
@@ -214,9 +216,9 @@ func compactModel(t *testing.T, seed uint64) {
 			return "k:" + k, "k" + k, false
 		}
 	}
-	removedAll := 0
+	removedAll, cleaned := 0, 0
 	for step := 0; step < 400; step++ {
-		switch op := rng.IntN(20); {
+		switch op := rng.IntN(22); {
 		case op < 12: // a commit of a few records
 			var batch []*modelRec
 			n := 1 + rng.IntN(6)
@@ -226,11 +228,12 @@ func compactModel(t *testing.T, seed uint64) {
 				if hdr == "s" {
 					subject = key
 				}
-				seq, err := l.Append([]byte(subject), []byte(hdr), payloadFor(uint64(step), 40), 0)
+				p := payloadFor(uint64(step)<<8|uint64(len(batch)), 40)
+				seq, err := l.Append([]byte(subject), []byte(hdr), p, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				batch = append(batch, &modelRec{seq: seq, key: key, tomb: tomb})
+				batch = append(batch, &modelRec{seq: seq, key: key, tomb: tomb, payload: p})
 			}
 			if rng.IntN(8) == 0 {
 				l.Rollback()
@@ -245,9 +248,12 @@ func compactModel(t *testing.T, seed uint64) {
 		case op < 14: // a block of messages with one key
 			k := fmt.Sprint(rng.IntN(12))
 			var inner []byte
+			var payloads [][]byte
 			n := 1 + rng.IntN(4)
-			for range n {
-				inner = AppendBlockMessage(inner, []byte("x"), []byte("k:"+k), payloadFor(uint64(step), 30))
+			for i := range n {
+				p := payloadFor(uint64(step)<<8|uint64(i), 30)
+				payloads = append(payloads, p)
+				inner = AppendBlockMessage(inner, []byte("x"), []byte("k:"+k), p)
 			}
 			first, err := l.AppendBlock(0, inner, s2.Encode(nil, inner))
 			if err != nil {
@@ -257,7 +263,7 @@ func compactModel(t *testing.T, seed uint64) {
 				t.Fatal(err)
 			}
 			for i := range n {
-				r := &modelRec{seq: first + uint64(i), key: "k" + k}
+				r := &modelRec{seq: first + uint64(i), key: "k" + k, payload: payloads[i]}
 				recs = append(recs, r)
 			}
 		case op < 17: // compact at bounds below the head
@@ -291,7 +297,10 @@ func compactModel(t *testing.T, seed uint64) {
 				t.Fatalf("step %d: Compact(%d, %d) removed %d, the model %d", step, bound, tombBound, n, removed)
 			}
 		case op < 18:
-			l, _ = reopen(t, l)
+			var rep Report
+			if l, rep = reopen(t, l); len(rep.Corrupt) > 0 {
+				t.Fatalf("step %d: reopened: %v", step, rep.Corrupt)
+			}
 		case op < 19 && cfg.Compression == CompressNone && len(recs) > 0: // cut the tail
 			at := recs[rng.IntN(len(recs))].seq
 			if at < l.first {
@@ -303,8 +312,33 @@ func compactModel(t *testing.T, seed uint64) {
 				t.Fatal(err)
 			}
 			recs = slices.DeleteFunc(recs, func(r *modelRec) bool { return r.seq > at })
+		case op < 21:
+			st, err := l.Clean(rng.Float64()*0.6, rng.IntN(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.After > st.Before {
+				t.Fatalf("step %d: cleaning grew %d segments from %d to %d bytes", step, st.Segments, st.Before, st.After)
+			}
+			cleaned += st.Segments
 		default:
 			clk.Add(time.Second)
+		}
+		// Contents: a few live records read back whole, a few dead ones not at all.
+		var buf []byte
+		for range 4 {
+			if len(recs) == 0 {
+				break
+			}
+			r := recs[rng.IntN(len(recs))]
+			rec, b, err := l.Read(r.seq, buf)
+			buf = b
+			switch {
+			case r.dead && r.seq >= l.first && !errors.Is(err, ErrNotFound):
+				t.Fatalf("step %d: read of removed %d: %v", step, r.seq, err)
+			case !r.dead && (err != nil || rec.Seq != r.seq || string(rec.Payload) != string(r.payload)):
+				t.Fatalf("step %d: read of %d: seq %d, %d payload bytes (want %d), %v", step, r.seq, rec.Seq, len(rec.Payload), len(r.payload), err)
+			}
 		}
 		var want []uint64
 		for _, r := range recs {
@@ -316,7 +350,7 @@ func compactModel(t *testing.T, seed uint64) {
 			t.Fatalf("step %d: live %v, the model %v", step, got, want)
 		}
 	}
-	if removedAll < 20 {
-		t.Fatalf("compaction removed %d records in all; the test does not exercise it", removedAll)
+	if removedAll < 20 || cleaned < 3 {
+		t.Fatalf("compaction removed %d records and cleaned %d segments in all; the test does not exercise them", removedAll, cleaned)
 	}
 }

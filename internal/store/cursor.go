@@ -59,6 +59,9 @@ func (l *Log) rawAt(c *cursor, seq uint64, chunk int) (Record, int, error) {
 		c.off += int64(u.n)
 		c.seq += u.count
 	}
+	if c.u.hole {
+		return Record{}, 0, l.notFound(seq) // deleted; c stays at the hole
+	}
 	if c.u.block {
 		if err := c.exp.expand(&c.win, s.f, c.off, s.size, chunk, c.seq, l.cfg.SegmentBytes); err != nil {
 			c.seg = nil

@@ -73,6 +73,13 @@ func (l *Log) Read(seq uint64, buf []byte) (Record, []byte, error) {
 	case isDecodeErr(err):
 		return Record{}, w.buf, &Corruption{Log: l.cfg.Name, Segment: s.logPath, Offset: off, FirstSeq: seq, LastSeq: seq, Err: err}
 	case errors.Is(err, os.ErrClosed):
+		l.mu.RLock()
+		moved := l.gen != gen
+		l.mu.RUnlock()
+		if moved {
+			// Cut, or rewritten by Clean, while we read: look again.
+			return l.Read(seq, w.buf)
+		}
 		return Record{}, w.buf, l.notFound(seq) // removed while we read
 	}
 	return Record{}, w.buf, l.ioErr("read segment", s.logPath, err)
@@ -135,7 +142,9 @@ func (l *Log) timeSeek(t int64, w *window) (uint64, error) {
 		}
 		count := unitCount(raw)
 		if recTime(raw) >= t {
-			if recFlags(raw)&flagBlock == 0 {
+			if recFlags(raw)&(flagBlock|flagHole) != flagBlock {
+				// A record, or a hole: its deleted sequences come before
+				// the records of its time.
 				return recSeq(raw), nil
 			}
 			// A block's time is its newest record's: look inside.

@@ -53,6 +53,9 @@ var (
 	errFields  = errors.New("bad record fields")
 	errSeq     = errors.New("unexpected sequence")
 	errMissing = errors.New("records missing")
+	// errHoleLive: a hole (Clean) stands for sequences the tombstones do not
+	// say were deleted.
+	errHoleLive = errors.New("deleted records the tombstones do not name")
 )
 
 func recordSize(subject, header, payload int) int {
@@ -122,6 +125,10 @@ func peekRecord(b []byte) (int, error) {
 	case 0:
 	case flagBlock, flagBlock | flagBareInner, flagBlock | flagMessages:
 		if s != 0 || h != blockHdrSize-recHdrSize || n <= blockHdrSize {
+			return 0, errFields
+		}
+	case flagBlock | flagHole:
+		if s != 0 || h != blockHdrSize-recHdrSize || n != blockHdrSize {
 			return 0, errFields
 		}
 	default:

@@ -282,7 +282,18 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 	for off < size {
 		raw, err := w.record(s.f, off, size, scanChunk)
 		var rec Record
-		if err == nil && recFlags(raw)&flagBlock != 0 {
+		if err == nil && recFlags(raw)&flagHole != 0 {
+			var first, count uint64
+			if first, count, err = checkUnit(raw); err == nil && (first != expect || expect+count-1 > bound) {
+				err = errSeq
+			}
+			if err == nil {
+				rc.acceptHole(s, raw, off, count)
+				off += int64(len(raw))
+				expect += count
+				continue
+			}
+		} else if err == nil && recFlags(raw)&flagBlock != 0 {
 			if err = rc.exp.load(s.f, off, raw, l.cfg.SegmentBytes); err == nil &&
 				(rc.exp.first != expect || expect+rc.exp.count-1 > bound) {
 				err = errSeq
@@ -388,6 +399,21 @@ func (rc *recovery) accept(s *segment, rec Record, off int64, n int) {
 		rc.haveFirst = true
 		l.first, l.firstTime = rec.Seq, rec.Time
 	}
+}
+
+// acceptHole counts a hole found by the scan: count sequences from the one
+// expected, deleted. Any the tombstones do not name (a damaged .del) are lost
+// messages, reported as damage.
+func (rc *recovery) acceptHole(s *segment, raw []byte, off int64, count uint64) {
+	first := recSeq(raw)
+	s.index = s.ib.add(s.index, rc.l.cfg.IndexEvery, uint32(first-s.base), off, recTime(raw))
+	s.tmax = max(s.tmax, recTime(raw))
+	if rc.countDeleted(first, first+count-1) < count {
+		rc.corrupt(s, off, off+int64(len(raw)), first, first+count-1, errHoleLive)
+		return
+	}
+	s.dead += count
+	s.holed += count
 }
 
 // corrupt reports damaged bytes [off, end) of s that held the sequences

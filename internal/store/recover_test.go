@@ -514,6 +514,16 @@ func FuzzRecover(f *testing.F) {
 	msgBlocks := appendMessageBlock(nil, 1, 1000, 30, len(inner), s2.Encode(nil, inner))
 	msgBlocks = appendRecord(msgBlocks, 31, 2000, []byte("a.b"), nil, payloadFor(31, 20))
 	f.Add(msgBlocks)
+	// A cleaned segment: holes between records, and a hole with no tombstones
+	// (its sequences are then lost messages).
+	holes := appendHole(nil, 1, 3, 3000)
+	holes = appendRecord(holes, 4, 4000, []byte("a.b"), nil, payloadFor(4, 20))
+	holes = appendHole(holes, 5, 1<<20, 5000)
+	holes = appendRecord(holes, 5+1<<20, 6000, []byte("a.b"), nil, payloadFor(5, 20))
+	f.Add(holes)
+	badHole := bytes.Clone(holes)
+	badHole[offCount] ^= 1
+	f.Add(badHole)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, segName(1)+".log"), data, 0o644); err != nil {

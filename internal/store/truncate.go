@@ -100,6 +100,7 @@ func (l *Log) truncateAfter(seq uint64) error {
 			s.dead--
 		}
 	}
+	s.holed = min(s.holed, s.dead) // Clean's measure only: holes cut away leave it high
 	s.liveBytes -= gone.segBytes
 	if len(l.corrupt) > 0 {
 		kept := l.corrupt[:0]
@@ -227,7 +228,7 @@ func (l *Log) cutOffset(s *segment, seq uint64) (int64, error) {
 		return 0, fmt.Errorf("store %q: truncate after %d: %w", l.cfg.Name, seq, l.corruptErr(c))
 	}
 	_, size, err := l.rawAt(&l.rc, seq, randChunk)
-	if err != nil {
+	if err != nil && (l.rc.seg == nil || !l.rc.u.hole) {
 		return 0, err
 	}
 	if c := &l.rc; c.u.block {

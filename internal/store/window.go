@@ -71,6 +71,7 @@ type unit struct {
 	n     int    // bytes
 	count uint64 // sequences it stands for
 	block bool
+	hole  bool // a block of deleted sequences (Clean), never expanded
 }
 
 // skip returns the length of the record or block at off and how many sequences
@@ -97,5 +98,5 @@ func (w *window) skip(f *os.File, off, limit int64, chunk int) (unit, error) {
 	if count == 0 {
 		return unit{}, errBlock
 	}
-	return unit{n: n, count: count, block: true}, nil
+	return unit{n: n, count: count, block: true, hole: recFlags(h)&flagHole != 0}, nil
 }

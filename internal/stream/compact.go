@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tern-mq/tern/internal/header"
@@ -19,7 +20,20 @@ import (
 // log when it applies them.
 //
 //	op 11 (compact)  bound  tombstone bound (uvarints): store.Log.Compact's
+//
+// Where compaction leaves old segments mostly dead, each replica rewrites them
+// without their dead records (store.Log.Clean) as it compacts, a few segments
+// at a time: a purely local matter, as the records stay the same.
 const entryCompact byte = 11
+
+const (
+	// cleanDirty is how much of a segment must be removed records for it to
+	// be rewritten: Kafka's min.cleanable.dirty.ratio default.
+	cleanDirty = 0.5
+	// cleanEach bounds the segments rewritten per compaction, so that the
+	// writer (or the replica's apply) is held for a few segments' I/O at most.
+	cleanEach = 2
+)
 
 // compactionKey says what a message is compacted by: its Tern-Key header, or
 // its subject when it has none.
@@ -57,6 +71,24 @@ func (s *Stream) compact() {
 		if _, err := l.Compact(bound, tombBound); err != nil {
 			s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
 		}
+	}
+	for p, l := range s.parts {
+		clean(l, s.m.log, "stream", s.name, "partition", p)
+	}
+}
+
+// clean rewrites a few of a compacted partition's mostly dead segments; a
+// failure leaves them as they were and is logged, with attrs naming the
+// partition.
+func clean(l *store.Log, log *slog.Logger, attrs ...any) {
+	st, err := l.Clean(cleanDirty, cleanEach)
+	if err != nil {
+		log.Error("stream compaction: rewriting segments", append(attrs, "err", err)...)
+		return
+	}
+	if st.Segments > 0 {
+		log.Debug("stream compaction: segments rewritten", append(attrs,
+			"segments", st.Segments, "bytes_before", st.Before, "bytes_after", st.After)...)
 	}
 }
 
@@ -113,8 +145,12 @@ func (m *partitionMachine) applyCompaction(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if _, err := m.log.Compact(bound, tombBound); err != nil && !errors.Is(err, store.ErrNotCompacted) {
+	if _, err := m.log.Compact(bound, tombBound); err != nil {
+		if errors.Is(err, store.ErrNotCompacted) {
+			return nil
+		}
 		return fmt.Errorf("stream replica: compacting: %w", err)
 	}
+	clean(m.log, m.logger)
 	return nil
 }

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// sparseLog writes n records of 200 bytes in small segments, compressed or
+// not, and deletes every record whose index keep does not want; it returns the
+// log and the records left.
+func sparseLog(t *testing.T, compress bool, n int, keep func(i int) bool) (*Log, map[uint64][]byte) {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.SegmentBytes = 8 << 10
+	cfg.IndexEvery = 512
+	if compress {
+		cfg.Compression = CompressS2
+	}
+	l, _ := mustOpen(t, cfg)
+	live := map[uint64][]byte{}
+	var dead []uint64
+	for i := range n {
+		p := compressible(uint64(i), 200)
+		if !compress {
+			p = payloadFor(uint64(i), 200)
+		}
+		seq, err := l.Append([]byte(fmt.Sprintf("s.%d", i%5)), []byte("k:x"), p, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep(i) {
+			live[seq] = p
+		} else {
+			dead = append(dead, seq)
+		}
+		if i%10 == 9 {
+			if err := l.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DeleteMany(dead); err != nil {
+		t.Fatal(err)
+	}
+	return l, live
+}
+
+// checkLive reads every record of the log with Read and a Reader, and compares
+// them with live; the dead between give ErrNotFound.
+func checkLive(t *testing.T, l *Log, live map[uint64][]byte) {
+	t.Helper()
+	st := l.State()
+	var buf []byte
+	for seq := st.FirstSeq; seq <= st.LastSeq; seq++ {
+		rec, b, err := l.Read(seq, buf)
+		buf = b
+		want, ok := live[seq]
+		switch {
+		case ok && (err != nil || string(rec.Payload) != string(want)):
+			t.Fatalf("Read(%d): %d payload bytes, %v", seq, len(rec.Payload), err)
+		case !ok && !errors.Is(err, ErrNotFound):
+			t.Fatalf("Read(%d) of a deleted record: %v", seq, err)
+		}
+	}
+	recs := readAll(t, l, 1)
+	if len(recs) != len(live) || st.Msgs != uint64(len(live)) {
+		t.Fatalf("a reader found %d records, the state says %d, want %d", len(recs), st.Msgs, len(live))
+	}
+	for _, r := range recs {
+		if string(r.Payload) != string(live[r.Seq]) {
+			t.Fatalf("reader: record %d differs", r.Seq)
+		}
+	}
+}
+
+// segmentBytes is the size of the log's segment files.
+func segmentBytes(t *testing.T, l *Log) int64 {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*.log"))
+	var n int64
+	for _, m := range matches {
+		fi, err := os.Stat(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
+}
+
+// TestCleanKeepsLiveRecords: cleaning segments where most records were
+// deleted shrinks their files to about their live records, keeps every live
+// record readable by Read and Readers with the same sequences and State,
+// survives a reopen (recovery reads the holes), does nothing the second time,
+// and cleans a cleaned segment again once more of it is deleted.
+func TestCleanKeepsLiveRecords(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			l, live := sparseLog(t, compress, 2000, func(i int) bool { return i%10 == 0 || i >= 1900 })
+			before, st := segmentBytes(t, l), l.State()
+			cs, err := l.Clean(0.5, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := segmentBytes(t, l)
+			t.Logf("cleaned %d segments: %d → %d bytes; log %d → %d bytes", cs.Segments, cs.Before, cs.After, before, after)
+			// Plain records shrink to the live ones; a compressed block is
+			// opened only when its live records take less room apart.
+			enough := after < before/2
+			if compress {
+				enough = after < before
+			}
+			if cs.Segments == 0 || !enough || cs.Before-cs.After != before-after {
+				t.Fatalf("clean: %+v, files %d → %d bytes", cs, before, after)
+			}
+			if got := l.State(); got.Msgs != st.Msgs || got.Bytes != st.Bytes || got.FirstSeq != st.FirstSeq || got.LastSeq != st.LastSeq {
+				t.Fatalf("state %+v after cleaning, %+v before", got, st)
+			}
+			checkLive(t, l, live)
+			// Times still find records.
+			if seq := l.SeqForTime(0); seq > st.FirstSeq {
+				t.Fatalf("SeqForTime(0) = %d, first %d", seq, st.FirstSeq)
+			}
+
+			l, rep := reopen(t, l)
+			if len(rep.Corrupt) > 0 || rep.Msgs != uint64(len(live)) {
+				t.Fatalf("reopen: %+v", rep)
+			}
+			checkLive(t, l, live)
+			if cs, err := l.Clean(0.5, 0); err != nil || cs.Segments != 0 {
+				t.Fatalf("cleaning again: %+v %v", cs, err)
+			}
+
+			// Half the survivors of the cleaned segments go: clean again.
+			var more []uint64
+			for seq := range live {
+				if seq%20 == 1 && seq < 1900 {
+					more = append(more, seq)
+					delete(live, seq)
+				}
+			}
+			slices.Sort(more)
+			if _, err := l.DeleteMany(more); err != nil {
+				t.Fatal(err)
+			}
+			if cs, err := l.Clean(0.04, 0); err != nil || cs.Segments == 0 || cs.After > cs.Before {
+				t.Fatalf("cleaning a cleaned log: %+v %v", cs, err)
+			}
+			checkLive(t, l, live)
+			l, rep = reopen(t, l)
+			if len(rep.Corrupt) > 0 {
+				t.Fatalf("reopen: %+v", rep.Corrupt)
+			}
+			checkLive(t, l, live)
+		})
+	}
+}
+
+// TestCleanBesideReaders: readers that Read and iterate while segments are
+// rewritten under them always find every live record intact.
+func TestCleanBesideReaders(t *testing.T) {
+	l, live := sparseLog(t, true, 3000, func(i int) bool { return i%7 == 0 || i >= 2900 })
+	var seqs []uint64
+	for seq := range live {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	var (
+		stop atomic.Bool
+		wg   sync.WaitGroup
+		errs = make(chan error, 4)
+	)
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf []byte
+			for i := 0; !stop.Load(); i++ {
+				if g == 0 {
+					seq := seqs[(i*31)%len(seqs)]
+					rec, b, err := l.Read(seq, buf)
+					buf = b
+					if err != nil || string(rec.Payload) != string(live[seq]) {
+						errs <- fmt.Errorf("Read(%d): %v", seq, err)
+						return
+					}
+					continue
+				}
+				r := l.NewReader(1)
+				n := 0
+				for {
+					rec, err := r.Next()
+					if err != nil {
+						r.Close()
+						if n != len(live) {
+							errs <- fmt.Errorf("reader found %d of %d records, then %v", n, len(live), err)
+							return
+						}
+						break
+					}
+					if string(rec.Payload) != string(live[rec.Seq]) {
+						r.Close()
+						errs <- fmt.Errorf("reader: record %d differs", rec.Seq)
+						return
+					}
+					n++
+				}
+			}
+		}()
+	}
+	total := 0
+	for round := 0; round < 20; round++ {
+		// Each round deletes nothing new, so make the segments look dirty
+		// again: what Clean counts as holes already is forgotten.
+		for _, s := range l.segs {
+			s.holed = 0
+		}
+		cs, err := l.Clean(0.1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += cs.Segments
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if total < 20 {
+		t.Fatalf("%d segments cleaned in all", total)
+	}
+}
+
+// TestCleanedHoleWithoutTombstones: a hole stands for deleted records; when
+// the tombstones that said so are lost (a .del file removed), Open reports
+// those sequences as damage rather than take them for live or drop them
+// silently. A clean left half done (its .tmp) is removed by Open.
+func TestCleanedHoleWithoutTombstones(t *testing.T) {
+	l, live := sparseLog(t, false, 600, func(i int) bool { return i%10 == 0 || i >= 500 })
+	if cs, err := l.Clean(0.5, 0); err != nil || cs.Segments == 0 {
+		t.Fatalf("clean: %+v %v", cs, err)
+	}
+	s := l.segs[1]
+	delPath, logPath := s.delPath(), s.logPath
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logPath+".clean.tmp", []byte("half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(delPath); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := mustOpen(t, l.cfg)
+	if len(rep.Corrupt) == 0 || !errors.Is(rep.Corrupt[0].Err, errHoleLive) {
+		t.Fatalf("report: %+v", rep.Corrupt)
+	}
+	if _, err := os.Stat(logPath + ".clean.tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the half-done clean's file is still there: %v", err)
+	}
+	// The records of other segments are all there.
+	for seq, p := range live {
+		if seq >= l.segs[2].base {
+			rec, _, err := l.Read(seq, nil)
+			if err != nil || string(rec.Payload) != string(p) {
+				t.Fatalf("Read(%d): %v", seq, err)
+			}
+		}
+	}
+}
