@@ -31,8 +31,8 @@ const (
 	// be rewritten: Kafka's min.cleanable.dirty.ratio default.
 	cleanDirty = 0.5
 	// cleanEach bounds the segments rewritten per compaction, so that the
-	// writer (or the replica's apply) is held for a few segments' I/O at most.
-	cleanEach = 2
+	// writer (or the replica's apply) is held for one segment's I/O at most.
+	cleanEach = 1
 )
 
 // compactionKey says what a message is compacted by: its Tern-Key header, or
