@@ -31,8 +31,9 @@ type CleanStats struct {
 }
 
 // Clean rewrites, from the oldest, up to limit sealed segments (0: all) in
-// which at least minDirty (0 to 1) of the sequences are dead and not holes
-// already, and which hold no damage. Writer only; a segment takes one
+// which at least minDirty (0 to 1) of the sequences died since the segment was
+// last cleaned (or, after a restart, are dead and not holes), and which hold
+// no damage. Writer only; a segment takes one
 // sequential read and write of its bytes, so an owner that must stay
 // responsive cleans a few at a time.
 func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
@@ -119,7 +120,7 @@ func (l *Log) cleanSegment(s *segment) error {
 	l.mu.Lock()
 	old := s.f
 	s.f, s.size, s.index, s.ib = out, c.off, c.index, c.ib
-	s.holed = c.holed
+	s.holed = c.dead
 	l.gen++
 	l.mu.Unlock()
 	old.Close()
@@ -141,7 +142,7 @@ type cleaner struct {
 	off   int64 // bytes written
 	index []indexEntry
 	ib    indexBuilder
-	holed uint64
+	dead  uint64 // dead sequences seen, in holes or in blocks kept whole
 
 	// the run of dead sequences not written yet
 	holeFirst, holeCount uint64
@@ -177,6 +178,7 @@ func (c *cleaner) run() error {
 				dead++
 			}
 		}
+		c.dead += dead
 		switch {
 		case dead == count:
 			c.addHole(seq, count, recTime(raw))
@@ -255,7 +257,6 @@ func (c *cleaner) addHole(first, count uint64, ts int64) {
 	}
 	c.holeCount += count
 	c.holeTime = max(c.holeTime, ts)
-	c.holed += count
 }
 
 func (c *cleaner) flushHole() error {

@@ -278,3 +278,18 @@ func TestCleanedHoleWithoutTombstones(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanSettlesOnBlocksKeptWhole: a compressed block whose live records
+// would take more room apart is kept whole; the segment then counts as clean
+// until more of it dies, rather than being rewritten again and again.
+func TestCleanSettlesOnBlocksKeptWhole(t *testing.T) {
+	l, live := sparseLog(t, true, 2000, func(i int) bool { return i%10 < 4 || i >= 1900 })
+	cs, err := l.Clean(0.5, 0)
+	if err != nil || cs.Segments == 0 {
+		t.Fatalf("first clean: %+v %v", cs, err)
+	}
+	if cs, err := l.Clean(0.5, 0); err != nil || cs.Segments != 0 {
+		t.Fatalf("second clean rewrote again: %+v %v", cs, err)
+	}
+	checkLive(t, l, live)
+}

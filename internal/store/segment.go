@@ -23,7 +23,7 @@ type segment struct {
 	tmax      int64  // largest record Time
 	dels      delSet // interior tombstones
 	dead      uint64 // dead sequences in base..last (deleted, purged, expired)
-	holed     uint64 // dead sequences Clean has rewritten as holes
+	holed     uint64 // dead sequences when Clean last rewrote it (Open: those in holes)
 	liveBytes int64  // record bytes of its live messages (damaged ranges included)
 	sealed    bool   // no longer the active segment
 	removed   bool   // files closed and unlinked
