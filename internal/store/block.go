@@ -43,12 +43,15 @@ import (
 // consecutive sequences that were all deleted: a block header with a raw length
 // of 0 and nothing after it. It keeps a cleaned segment's sequences contiguous,
 // so that walking a segment counts sequences as it always does; it is never
-// expanded, as none of its sequences can be read.
+// expanded, as none of its sequences can be read. A block of records that
+// Clean packed (flagHoles) may hold holes among its records: the live records
+// of a compressed segment stay compressed together.
 const (
 	flagBlock     = 1
 	flagBareInner = 2
 	flagMessages  = 4
 	flagHole      = 8
+	flagHoles     = 16
 	blockHdrSize  = recHdrSize + 8
 	offCount      = recHdrSize
 	offRawLen     = recHdrSize + 4
@@ -245,11 +248,14 @@ func appendRun(dst, run []byte, bare bool) ([]byte, bool) {
 	dst = dst[:at+size]
 	var count int
 	tmax := int64(minTime)
-	for r := run; len(r) > 0; r = r[recLen(r):] {
-		count++
-		tmax = max(tmax, recTime(r))
-	}
 	flags := uint16(flagBlock)
+	for r := run; len(r) > 0; r = r[recLen(r):] {
+		count += int(unitCount(r))
+		tmax = max(tmax, recTime(r))
+		if recFlags(r) != 0 {
+			flags |= flagHoles // Clean's: holes among the records
+		}
+	}
 	if bare {
 		flags |= flagBareInner
 	}
@@ -348,8 +354,11 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	rawLen := int64(binary.LittleEndian.Uint32(raw[offRawLen:]))
 	messages := recFlags(raw)&flagMessages != 0
 	least := int64(count) * recHdrSize
-	if messages {
+	switch {
+	case messages:
 		least = int64(count) * 3 // three lengths of one byte
+	case recFlags(raw)&flagHoles != 0:
+		least = blockHdrSize // a hole stands for many
 	}
 	if count == 0 || rawLen < least || rawLen > max(limit, maxBlockRaw) {
 		return errBlock
@@ -388,22 +397,30 @@ func (e *expander) load(f *os.File, off int64, raw []byte, limit int64) error {
 	if recFlags(raw)&flagBareInner != 0 {
 		decode = parseRecord // the block's CRC, checked above, covers them
 	}
+	holes := recFlags(raw)&flagHoles != 0
 	seq, b := first, e.buf
 	for len(b) > 0 {
 		if len(b) < recHdrSize {
 			return errBlock
 		}
 		n, err := peekRecord(b)
-		if err != nil || n > len(b) || recFlags(b) != 0 {
+		if err != nil || n > len(b) || recSeq(b) != seq {
 			return errBlock
 		}
-		if _, err := decode(b[:n]); err != nil {
-			return err
-		}
-		if recSeq(b) != seq {
+		switch f := recFlags(b); {
+		case f == 0:
+			if _, err := decode(b[:n]); err != nil {
+				return err
+			}
+			seq++
+		case f == flagBlock|flagHole && holes:
+			if _, c, err := checkUnit(b[:n]); err != nil || c > count {
+				return errBlock
+			}
+			seq += unitCount(b)
+		default:
 			return errBlock
 		}
-		seq++
 		b = b[n:]
 	}
 	if seq-first != count {
@@ -441,7 +458,8 @@ func (e *expander) expand(w *window, f *os.File, off, limit int64, chunk int, fi
 	return nil
 }
 
-// at returns the inner record seq (first <= seq < first+count) and its length.
+// at returns the inner record seq (first <= seq < first+count) and its length;
+// a sequence in a hole (deleted) gives a record with its Seq alone and length 0.
 // Its slices alias the expander's buffer: valid until the next load.
 // The length is the record's, for a message block's message too: what it counts
 // for in the log's sizes.
@@ -461,9 +479,16 @@ func (e *expander) at(seq uint64) (Record, int) {
 		e.next = len(e.msgs) - len(rest)
 		return Record{Seq: seq, Time: e.time, Subject: subj, Header: hdr, Payload: data}, recordSize(len(subj), len(hdr), len(data))
 	}
-	for e.posSeq < seq {
+	for {
+		c := unitCount(e.buf[e.pos:])
+		if e.posSeq+c > seq {
+			break
+		}
 		e.pos += recLen(e.buf[e.pos:])
-		e.posSeq++
+		e.posSeq += c
+	}
+	if recFlags(e.buf[e.pos:]) != 0 {
+		return Record{Seq: seq}, 0 // in a hole: deleted
 	}
 	n := recLen(e.buf[e.pos:])
 	rec, _ := parseRecord(e.buf[e.pos : e.pos+n]) // checked by load

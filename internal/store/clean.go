@@ -14,8 +14,9 @@ import (
 // are copied, and each run of dead sequences becomes a hole (a 44-byte block
 // header, block.go), so the segment keeps its contiguous sequences and
 // everything that walks it, the index and recovery stay as they are. A block
-// mostly dead is opened, its live records copied out as plain records, when
-// that takes less room than the block.
+// mostly dead is opened and its live records copied out: packed into blocks
+// again, holes among them, in a log that compresses; plain, when that takes
+// less room than the block, in one that does not.
 //
 // The new file is written beside the old one (a .tmp, which Open removes),
 // fsynced whatever the sync policy — a crash must never lose records written
@@ -50,8 +51,12 @@ func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 			continue
 		}
 		before := s.size
-		if err := l.cleanSegment(s); err != nil {
+		rewritten, err := l.cleanSegment(s)
+		if err != nil {
 			return st, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
+		}
+		if !rewritten {
+			continue
 		}
 		st.Segments++
 		st.Before += before
@@ -86,24 +91,30 @@ func (l *Log) isDead(s *segment, seq uint64) bool {
 	return seq < l.first || s.dels.has(uint32(seq-s.base))
 }
 
-// cleanSegment rewrites s without its dead records.
-func (l *Log) cleanSegment(s *segment) error {
+// cleanSegment rewrites s without its dead records, unless that would not
+// make it smaller (a compressed segment repacked), which it reports.
+func (l *Log) cleanSegment(s *segment) (bool, error) {
 	tmp := s.logPath + ".clean.tmp"
 	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return err
+		return false, err
 	}
-	fail := func(err error) error {
+	fail := func(err error) (bool, error) {
 		out.Close()
 		os.Remove(tmp)
-		return err
+		return false, err
 	}
-	c := cleaner{l: l, s: s, bw: bufio.NewWriterSize(out, 1<<20), ib: newIndexBuilder()}
+	c := cleaner{l: l, s: s, bw: bufio.NewWriterSize(out, 1<<20), ib: newIndexBuilder(), pack: l.cfg.Compression != CompressNone}
 	if err := c.run(); err != nil {
 		return fail(err)
 	}
 	if err := c.bw.Flush(); err != nil {
 		return fail(err)
+	}
+	if c.off >= s.size {
+		s.holed = c.dead // clean as it can be until more of it dies
+		_, err := fail(nil)
+		return false, err
 	}
 	if err := l.fsync(out); err != nil {
 		return fail(err)
@@ -131,10 +142,13 @@ func (l *Log) cleanSegment(s *segment) error {
 		l.rc = cursor{}
 	}
 	l.writeIndex(s)
-	return nil
+	return true, nil
 }
 
-// cleaner copies a segment's live units to a new file.
+// cleaner copies a segment's live units to a new file. In a log that
+// compresses (pack), the live records it takes out of blocks and the plain
+// ones, with the holes between them, are packed into blocks again (flagHoles),
+// so they stay compressed; otherwise they are written plain between holes.
 type cleaner struct {
 	l     *Log
 	s     *segment
@@ -143,12 +157,15 @@ type cleaner struct {
 	index []indexEntry
 	ib    indexBuilder
 	dead  uint64 // dead sequences seen, in holes or in blocks kept whole
+	pack  bool
 
 	// the run of dead sequences not written yet
 	holeFirst, holeCount uint64
 	holeTime             int64
 
-	buf []byte
+	pending []byte // pack: bare records and holes not written yet
+	buf     []byte
+	packed  []byte
 }
 
 func (c *cleaner) run() error {
@@ -184,39 +201,37 @@ func (c *cleaner) run() error {
 			c.addHole(seq, count, recTime(raw))
 		case flags&flagHole != 0:
 			return errHoleLive
-		case flags&flagBlock == 0 || 2*dead < count:
-			// Kept whole: a live record, or a block mostly alive.
-			if err := c.flushHole(); err != nil {
+		case flags == 0 && c.pack:
+			rec, err := decodeRecord(raw)
+			if err != nil {
 				return err
 			}
-			if err := c.write(raw, seq, recTime(raw)); err != nil {
+			if err := c.addRecord(rec); err != nil {
+				return err
+			}
+		case flags&flagBlock == 0 || 2*dead < count:
+			// Kept whole: a live record, or a block mostly alive.
+			if err := c.keep(raw, seq); err != nil {
 				return err
 			}
 		default:
 			if err := exp.load(s.f, off, raw, l.cfg.SegmentBytes); err != nil {
 				return err
 			}
-			if !c.worthOpening(&exp, seq, count, len(raw)) {
+			if !c.pack && !c.worthOpening(&exp, seq, count, len(raw)) {
 				exp.reset()
-				if err := c.flushHole(); err != nil {
-					return err
-				}
-				if err := c.write(raw, seq, recTime(raw)); err != nil {
+				if err := c.keep(raw, seq); err != nil {
 					return err
 				}
 				break
 			}
 			for q := seq; q < seq+count; q++ {
-				rec, _ := exp.at(q)
-				if l.isDead(s, q) {
+				rec, n := exp.at(q)
+				if n == 0 || l.isDead(s, q) {
 					c.addHole(q, 1, rec.Time)
 					continue
 				}
-				if err := c.flushHole(); err != nil {
-					return err
-				}
-				c.buf = appendRecord(c.buf[:0], rec.Seq, rec.Time, rec.Subject, rec.Header, rec.Payload)
-				if err := c.write(c.buf, q, rec.Time); err != nil {
+				if err := c.addRecord(rec); err != nil {
 					return err
 				}
 			}
@@ -228,7 +243,7 @@ func (c *cleaner) run() error {
 	if seq != s.last+1 {
 		return errMissing
 	}
-	return c.flushHole()
+	return c.flush()
 }
 
 // worthOpening reports whether writing the live records of the loaded block
@@ -259,16 +274,80 @@ func (c *cleaner) addHole(first, count uint64, ts int64) {
 	c.holeTime = max(c.holeTime, ts)
 }
 
-func (c *cleaner) flushHole() error {
+// takeHole appends the pending hole to dst (as several when it is longer than
+// a hole's 32-bit count) and forgets it.
+func (c *cleaner) takeHole(dst []byte) []byte {
 	for c.holeCount > 0 {
-		// A hole's count is 32 bits, as a block's.
 		n := min(c.holeCount, 1<<32-1)
-		c.buf = appendHole(c.buf[:0], c.holeFirst, n, c.holeTime)
-		if err := c.write(c.buf, c.holeFirst, c.holeTime); err != nil {
-			return err
-		}
+		dst = appendHole(dst, c.holeFirst, n, c.holeTime)
 		c.holeFirst += n
 		c.holeCount -= n
+	}
+	return dst
+}
+
+// addRecord adds a live record after the pending hole.
+func (c *cleaner) addRecord(rec Record) error {
+	if c.pack {
+		c.pending = c.takeHole(c.pending)
+		c.pending = appendBareRecord(c.pending, rec.Seq, rec.Time, rec.Subject, rec.Header, rec.Payload)
+		if len(c.pending) >= maxBlockRaw {
+			return c.flushRun()
+		}
+		return nil
+	}
+	if err := c.flush(); err != nil {
+		return err
+	}
+	c.buf = appendRecord(c.buf[:0], rec.Seq, rec.Time, rec.Subject, rec.Header, rec.Payload)
+	return c.write(c.buf, rec.Seq, rec.Time)
+}
+
+// keep writes raw, a unit copied whole, after what is pending.
+func (c *cleaner) keep(raw []byte, seq uint64) error {
+	if err := c.flush(); err != nil {
+		return err
+	}
+	return c.write(raw, seq, recTime(raw))
+}
+
+// flush writes what is pending: the run, then the hole.
+func (c *cleaner) flush() error {
+	if c.pack {
+		c.pending = c.takeHole(c.pending)
+		return c.flushRun()
+	}
+	c.buf = c.takeHole(c.buf[:0])
+	return c.writeUnits(c.buf)
+}
+
+// flushRun writes the run as one block, or its units one by one when it
+// holds no record or does not shrink.
+func (c *cleaner) flushRun() error {
+	run := c.pending
+	c.pending = c.pending[:0]
+	records := false
+	for u := run; len(u) > 0; u = u[recLen(u):] {
+		records = records || recFlags(u) == 0
+	}
+	if records {
+		var ok bool
+		if c.packed, ok = appendRun(c.packed[:0], run, true); ok {
+			return c.write(c.packed, recSeq(c.packed), recTime(c.packed))
+		}
+		sealRecords(run)
+	}
+	return c.writeUnits(run)
+}
+
+// writeUnits writes whole records and holes one by one.
+func (c *cleaner) writeUnits(b []byte) error {
+	for len(b) > 0 {
+		n := recLen(b)
+		if err := c.write(b[:n], recSeq(b), recTime(b)); err != nil {
+			return err
+		}
+		b = b[n:]
 	}
 	return nil
 }

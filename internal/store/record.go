@@ -123,7 +123,7 @@ func peekRecord(b []byte) (int, error) {
 	h := int(binary.LittleEndian.Uint32(b[offHdr:]))
 	switch binary.LittleEndian.Uint16(b[offFlags:]) {
 	case 0:
-	case flagBlock, flagBlock | flagBareInner, flagBlock | flagMessages:
+	case flagBlock, flagBlock | flagBareInner, flagBlock | flagMessages, flagBlock | flagBareInner | flagHoles:
 		if s != 0 || h != blockHdrSize-recHdrSize || n <= blockHdrSize {
 			return 0, errFields
 		}

@@ -301,6 +301,10 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 			if err == nil {
 				for q := expect; q < expect+rc.exp.count; q++ {
 					rec, n := rc.exp.at(q)
+					if n == 0 {
+						rc.acceptInnerHole(s, off, q)
+						continue
+					}
 					rc.accept(s, rec, off, n)
 				}
 				off += int64(len(raw))
@@ -414,6 +418,23 @@ func (rc *recovery) acceptHole(s *segment, raw []byte, off int64, count uint64) 
 	}
 	s.dead += count
 	s.holed += count
+}
+
+// acceptInnerHole counts seq, in a hole inside the block at off: deleted, or,
+// when the tombstones do not say so, a lost message.
+func (rc *recovery) acceptInnerHole(s *segment, off int64, seq uint64) {
+	s.index = s.ib.add(s.index, rc.l.cfg.IndexEvery, uint32(seq-s.base), off, minTime)
+	if !rc.dels.has(seq) {
+		// Reported with no bytes of its own, and without the fresh index
+		// entry damage asks for: the block's other records are intact, and
+		// an entry must point at the start of a unit.
+		lastOff := s.ib.lastOff
+		rc.corrupt(s, off, off, seq, seq, errHoleLive)
+		s.ib.lastOff = lastOff
+		return
+	}
+	s.dead++
+	s.holed++
 }
 
 // corrupt reports damaged bytes [off, end) of s that held the sequences

@@ -524,6 +524,12 @@ func FuzzRecover(f *testing.F) {
 	badHole := bytes.Clone(holes)
 	badHole[offCount] ^= 1
 	f.Add(badHole)
+	packedHoles := appendHole(nil, 1, 5, 5)
+	packedHoles = appendBareRecord(packedHoles, 6, 6, []byte("a.b"), nil, compressible(6, 100))
+	packedHoles = appendHole(packedHoles, 7, 300, 9)
+	packedHoles = appendBareRecord(packedHoles, 307, 10, []byte("a.b"), nil, compressible(7, 100))
+	holedBlock, _ := appendRun(nil, packedHoles, true)
+	f.Add(holedBlock)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, segName(1)+".log"), data, 0o644); err != nil {
