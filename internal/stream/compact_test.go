@@ -3,6 +3,8 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -90,9 +92,10 @@ func liveValues(t *testing.T, n *replNode) []string {
 
 // TestCompactedReplicas: a compacted R3 stream keeps the latest value of each
 // key (and of each keyless subject) on every replica, alike, once the head
-// has moved on; a deleted key goes after its tombstone retention; the next
-// leader after a leader's loss goes on compacting, with the keys it learned
-// by applying.
+// has moved on; a deleted key goes after its tombstone retention; each
+// replica rewrites the mostly removed segment without its removed messages;
+// the next leader after a leader's loss goes on compacting, with the keys it
+// learned by applying.
 func TestCompactedReplicas(t *testing.T) {
 	net := replica.NewLocalNetwork()
 	cfg := streamapi.StreamConfig{Name: "KV", Subjects: []string{"kv.>"}, SegmentBytes: 1024,
@@ -141,6 +144,17 @@ func TestCompactedReplicas(t *testing.T) {
 		}
 	}
 	waitCompacted(nodes, want)
+	// Each replica rewrites the segment compaction left mostly removed: its
+	// files come to 1413 bytes, where the removed messages would keep 2035.
+	for _, n := range nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for segmentFileBytes(t, n.s.dir) > 1700 {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: %d bytes of segments, the removed messages still in them", n.id, segmentFileBytes(t, n.s.dir))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
 	rest := stopNode(net, nodes, leader)
 	next := leaderOf(t, rest)
@@ -151,4 +165,24 @@ func TestCompactedReplicas(t *testing.T) {
 	want = append(want, more...)
 	slices.Sort(want)
 	waitCompacted(rest, want)
+}
+
+// segmentFileBytes sums the sizes of the stream log segments under dir.
+func segmentFileBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".log" {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
