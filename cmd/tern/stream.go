@@ -205,7 +205,7 @@ func newStreamAddCmd() *cobra.Command {
 	// Left empty rather than "none" when not given, so that adding a stream
 	// again without the option matches one made by the API without the field.
 	compressionFlag(cmd, &cfg.Compression)
-	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (its Tern-Key header, else its subject); fixed at creation")
+	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (its Tern-Key header, else its subject)")
 	fs.DurationVar(&minLag, "compact-min-lag", 0, "with --compact: keep every message at least this long")
 	fs.DurationVar(&tombstones, "tombstone-retention", 0, "with --compact: how long a tombstone (Tern-Null-Value header) is kept (0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
@@ -224,14 +224,18 @@ func newStreamEditCmd() *cobra.Command {
 		maxMsgs              uint64
 		replicas, partitions int
 		compression          string
+		compact              bool
+		minLag, tombstones   time.Duration
 		asJSON               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "edit <name> [options]",
-		Short: "Change a stream's subjects, limits, compression, partition count (up only) or replica count (the options given, the rest as they are)",
+		Short: "Change a stream's subjects, limits, compression, compaction, partition count (up only) or replica count (the options given, the rest as they are)",
 		Example: `  tern stream edit ORDERS --max-age 48h --max-bytes 2GiB
   tern stream edit ORDERS --subjects 'orders.>,returns.>'
   tern stream edit ORDERS --compression s2
+  tern stream edit PROFILES --compact --tombstone-retention 1h
+  tern stream edit PROFILES --compact=false
   tern stream edit ORDERS --partitions 8
   tern stream edit ORDERS --replicas 5`,
 		Args: argsBetween(1, 1, "want a stream name"),
@@ -280,6 +284,30 @@ func newStreamEditCmd() *cobra.Command {
 			if fs.Changed("compression") {
 				cfg.Compression = compression
 			}
+			if fs.Changed("compact") && !compact {
+				if fs.Changed("compact-min-lag") || fs.Changed("tombstone-retention") {
+					return usageErrorf("--compact-min-lag and --tombstone-retention need compaction on")
+				}
+				cfg.Compact = nil
+			} else if compact || fs.Changed("compact-min-lag") || fs.Changed("tombstone-retention") {
+				if cfg.Compact == nil && !compact {
+					return usageErrorf("the stream is not compacted: add --compact")
+				}
+				if minLag < 0 || tombstones < 0 {
+					return usageErrorf("--compact-min-lag and --tombstone-retention must not be negative")
+				}
+				c := tern.Compaction{}
+				if cfg.Compact != nil {
+					c = *cfg.Compact
+				}
+				if fs.Changed("compact-min-lag") {
+					c.MinLag = tern.Duration(minLag)
+				}
+				if fs.Changed("tombstone-retention") {
+					c.TombstoneRetention = tern.Duration(tombstones)
+				}
+				cfg.Compact = &c
+			}
 			if fs.Changed("partitions") {
 				if partitions < max(cfg.Partitions, 1) {
 					return usageErrorf("--partitions %d: the stream has %d, and partitions can be added, not removed", partitions, max(cfg.Partitions, 1))
@@ -316,6 +344,9 @@ func newStreamEditCmd() *cobra.Command {
 	fs.IntVar(&replicas, "replicas", 0, "nodes of the cluster that keep the stream: 3 or 5 (a stream of 1 stays 1)")
 	fs.IntVar(&partitions, "partitions", 0, "partition count to grow to: new partitions start empty, the old ones keep their messages")
 	compressionFlag(cmd, &compression)
+	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (switched on, the stream learns the keys of the messages it holds); --compact=false switches it off")
+	fs.DurationVar(&minLag, "compact-min-lag", 0, "keep every message at least this long (compacted streams)")
+	fs.DurationVar(&tombstones, "tombstone-retention", 0, "how long a tombstone is kept (compacted streams; 0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
 }

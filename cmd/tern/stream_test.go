@@ -217,11 +217,21 @@ func TestStreamAddOptions(t *testing.T) {
 	// A compacted stream shows its compaction; the options need --compact.
 	out = mustRun(t, streamCLI, append([]string{"add", "PROFILES", "--compact", "--compact-min-lag", "1m"}, srv...)...)
 	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 24h0m0s$`)
+	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--tombstone-retention", "1h"}, srv...)...)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s$`)
+	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact=false"}, srv...)...)
+	if strings.Contains(out, "compacted:") {
+		t.Fatalf("still compacted after --compact=false:\n%s", out)
+	}
+	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact"}, srv...)...)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 0s, tombstones kept 24h0m0s$`)
 
 	for _, bad := range [][]string{
 		{"add", "Y", "--tombstone-retention", "1h"},
 		{"add", "Y", "--compact", "--compact-min-lag", "-1s"},
 		{"add", "Y", "--compact", "--retention", "workqueue"},
+		{"edit", "JOBS", "--tombstone-retention", "1h"},
+		{"edit", "PROFILES", "--compact=false", "--compact-min-lag", "1s"},
 		{"edit", "JOBS", "--partitions", "4"},
 		{"add", "X", "--retention", "forever"},
 		{"add", "X", "--discard", "middle"},
@@ -261,7 +271,7 @@ func TestStreamAndConsumerHelp(t *testing.T) {
 		{[]string{"consumer", "--help"}, []string{"add ", "ls ", "info ", "next ", "rm "}},
 		{[]string{"stream", "add", "--help"}, []string{"--subjects", "--retention limits|workqueue|interest", "--max-age", "--max-bytes bytes", "--max-msgs",
 			"--max-msg-size bytes", "--discard old|new", "--partitions", "--dupe-window", "--sync always|interval|never", "--segment-size bytes", "--compression none|s2", "--compact", "--compact-min-lag", "--tombstone-retention", "--json", "--server"}},
-		{[]string{"stream", "edit", "--help"}, []string{"--compression none|s2"}},
+		{[]string{"stream", "edit", "--help"}, []string{"--compression none|s2", "--compact", "--tombstone-retention"}},
 		{[]string{"stream", "purge", "--help"}, []string{"--subject", "--keep", "--seq", "--partition"}},
 		{[]string{"stream", "get", "--help"}, []string{"--seq", "--partition", "--last-subject", "--raw", "--json"}},
 		{[]string{"stream", "rm", "--help"}, []string{"-f, --force"}},

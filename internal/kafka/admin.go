@@ -177,9 +177,6 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 	if set.SegmentBytes != 0 && set.SegmentBytes != t.cfg.SegmentBytes {
 		return fail(kerr.InvalidConfig.Code, "segment.bytes cannot change after a topic is made")
 	}
-	if (set.Compact == nil) != (t.cfg.Compact == nil) {
-		return fail(kerr.InvalidConfig.Code, fmt.Sprintf("cleanup.policy cannot change after a topic is made (topic %q is %s)", name, cleanupPolicy(t.cfg)))
-	}
 	cfg := t.cfg
 	cfg.MaxAge, cfg.MaxMsgSize, cfg.Compression, cfg.Compact = set.MaxAge, set.MaxMsgSize, set.Compression, set.Compact
 	if set.MaxBytes != retentionBytes(t.cfg) {

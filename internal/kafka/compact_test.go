@@ -53,7 +53,7 @@ func readToEnd(t *testing.T, addr, topic string) map[string][]string {
 // cleaner does; a tombstone (null value) reads as null until its
 // delete.retention.ms passes and then goes with its key; a record without a key
 // is refused with INVALID_RECORD; the compaction configs are described and can
-// change, the policy cannot turn compaction off.
+// change, and so can the policy, switching compaction off and on again.
 func TestCompactedTopic(t *testing.T) {
 	_, addr := startTern(t, nil)
 	adm := kadm.NewClient(newClient(t, addr))
@@ -118,8 +118,8 @@ func TestCompactedTopic(t *testing.T) {
 		t.Fatalf("not compacted: %v", last)
 	}
 
-	// The compaction configs change; turning compaction off does not, and
-	// retention limits need the delete policy.
+	// The compaction configs change; retention limits need the delete
+	// policy; the policy switches compaction off and on.
 	alter := func(name, value string) error {
 		rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: name, Value: kadm.StringPtr(value)}}, "kv")
 		if err == nil {
@@ -133,11 +133,18 @@ func TestCompactedTopic(t *testing.T) {
 	if got := describedConfigs(t, adm, "kv")["delete.retention.ms"]; got != "5000" {
 		t.Fatalf("delete.retention.ms described as %q after altering it", got)
 	}
-	if err := alter("cleanup.policy", "delete"); !kerrIs(err, kerr.InvalidConfig) {
-		t.Fatalf("cleanup.policy=delete on a compacted topic: %v, want INVALID_CONFIG", err)
-	}
 	if err := alter("retention.ms", "3600000"); !kerrIs(err, kerr.InvalidConfig) {
 		t.Fatalf("retention.ms on a compact-only topic: %v, want INVALID_CONFIG", err)
+	}
+	if err := alter("cleanup.policy", "delete"); err != nil {
+		t.Fatalf("cleanup.policy=delete on a compacted topic: %v", err)
+	}
+	if got := describedConfigs(t, adm, "kv")["cleanup.policy"]; got != "delete" {
+		t.Fatalf("cleanup.policy described as %q after setting delete", got)
+	}
+	// A record without a key is a record again.
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "kv", Value: []byte("no key")}).FirstErr(); err != nil {
+		t.Fatalf("record without a key after compaction was switched off: %v", err)
 	}
 	rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: kadm.StringPtr("compact,delete")},
 		{Name: "retention.ms", Value: kadm.StringPtr("3600000")}}, "kv")
@@ -148,7 +155,8 @@ func TestCompactedTopic(t *testing.T) {
 		t.Fatalf("compact,delete with retention.ms: %v", err)
 	}
 	got = describedConfigs(t, adm, "kv")
-	if got["cleanup.policy"] != "compact,delete" || got["retention.ms"] != "3600000" || got["delete.retention.ms"] != "5000" {
+	// The compaction configs went with the compaction, back to their defaults.
+	if got["cleanup.policy"] != "compact,delete" || got["retention.ms"] != "3600000" || got["delete.retention.ms"] != "86400000" {
 		t.Fatalf("after compact,delete: %v", got)
 	}
 }

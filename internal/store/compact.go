@@ -236,6 +236,22 @@ func (l *Log) Compact(bound, tombBound uint64) (int, error) {
 	return n, nil
 }
 
+// SetKeys makes the log compacted by the keys fn says (Config.Keys), learning
+// those of the records it holds by reading them, or, with nil, no longer
+// compacted. Writer only, between commits.
+func (l *Log) SetKeys(fn func(subject, header []byte) Keyed) error {
+	if l.npend > 0 {
+		return fmt.Errorf("store %q: keys set with appends not committed", l.cfg.Name)
+	}
+	l.cfg.Keys = fn
+	if fn == nil {
+		l.keys = nil
+		return nil
+	}
+	l.keys = newKeyState(fn)
+	return l.rebuildKeys()
+}
+
 // pruneKeys forgets keys whose latest record fell off the front of the log
 // (age or size limits beside compaction), once the front has moved by as many
 // sequences as there are keys, so that the walk costs O(1) a removed record.

@@ -145,10 +145,15 @@ func (m *partitionMachine) applyCompaction(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if _, err := m.log.Compact(bound, tombBound); err != nil {
-		if errors.Is(err, store.ErrNotCompacted) {
-			return nil
+	_, err = m.log.Compact(bound, tombBound)
+	if errors.Is(err, store.ErrNotCompacted) {
+		// Compaction was switched on since the log was opened: every
+		// replica learns the keys at this same entry, from the same records.
+		if err = m.log.SetKeys(compactionKey); err == nil {
+			_, err = m.log.Compact(bound, tombBound)
 		}
+	}
+	if err != nil {
 		return fmt.Errorf("stream replica: compacting: %w", err)
 	}
 	clean(m.log, m.logger)

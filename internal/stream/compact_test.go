@@ -186,3 +186,26 @@ func segmentFileBytes(t *testing.T, dir string) int64 {
 	}
 	return n
 }
+
+// TestMachineLearnsKeysAtFirstCompaction: a replica whose log was opened before
+// compaction was switched on learns its keys from the records when it applies
+// the first compaction entry, so that every replica removes the same records
+// whenever each heard of the switch.
+func TestMachineLearnsKeysAtFirstCompaction(t *testing.T) {
+	l := openTestLog(t, t.TempDir())
+	m := newPartitionMachine(l, time.Minute, nil)
+	entries := []replica.Entry{
+		{Index: 1, Data: msgEntryOf(1, 1, testMsg{subj: "a", data: "1"}, testMsg{subj: "b", data: "1"})},
+		{Index: 2, Data: msgEntryOf(2, 2, testMsg{subj: "a", data: "2"})},
+		{Index: 3, Data: appendCompactEntry(nil, 10, 10)},
+	}
+	if err := m.Apply(entries); err != nil {
+		t.Fatal(err)
+	}
+	if got := logRecords(t, l); len(got) != 2 || got[0] != "2 b 1 1" || got[1] != "3 a 2 2" {
+		t.Fatalf("after the first compaction the log holds %q", got)
+	}
+	if l.Keys() != 2 {
+		t.Fatalf("the log knows %d keys, want 2", l.Keys())
+	}
+}

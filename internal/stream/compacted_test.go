@@ -161,8 +161,9 @@ func logFileBytes(t *testing.T, dir string) int64 {
 	return n
 }
 
-// TestCompactionConfigRules: compaction is fixed at creation and needs
-// limits retention.
+// TestCompactionConfigRules: compaction needs limits retention; it can be
+// switched on for a stream that has messages, which then keeps the latest of
+// each key it already holds, and off again, after which nothing is removed.
 func TestCompactionConfigRules(t *testing.T) {
 	e := newEnv(t)
 	if _, err := e.js.AddStream(e.ctx, tern.StreamConfig{Name: "wq", Retention: tern.RetainWorkQueue, Compact: &tern.Compaction{}}); err == nil {
@@ -175,13 +176,35 @@ func TestCompactionConfigRules(t *testing.T) {
 	if got := info.Config.Compact.TombstoneRetention; got != tern.Duration(24*time.Hour) {
 		t.Fatalf("default tombstone retention %v", got)
 	}
-	cfg := info.Config
-	cfg.Compact = nil
-	if _, err := e.js.UpdateStream(e.ctx, cfg); err == nil {
-		t.Fatal("turning compaction off was accepted")
+
+	cfg := e.addStream(tern.StreamConfig{Name: "plain", Subjects: []string{"plain.>"}, SegmentBytes: 512}).Config
+	publishRounds := func(rounds int) {
+		for r := range rounds {
+			for k := range 3 {
+				e.publish("plain.x", fmt.Sprintf("k%d-v%d", k, r), tern.Key(fmt.Sprintf("k%d", k)))
+			}
+		}
+		for i := range 30 {
+			e.publish("plain.x", fmt.Sprintf("f%d", i), tern.Key("filler"))
+		}
 	}
-	e.addStream(tern.StreamConfig{Name: "plain"})
-	if _, err := e.js.UpdateStream(e.ctx, tern.StreamConfig{Name: "plain", Subjects: []string{"plain"}, Compact: &tern.Compaction{}}); err == nil {
-		t.Fatal("turning compaction on was accepted")
+	publishRounds(5)
+	cfg.Compact = &tern.Compaction{}
+	if _, err := e.js.UpdateStream(e.ctx, cfg); err != nil {
+		t.Fatalf("switching compaction on: %v", err)
+	}
+	waitFor(t, "the messages stored before the switch compacted", func() bool {
+		byKey, _ := e.readAll("plain")
+		return len(byKey["k0"]) == 1 && byKey["k0"][0] == "k0-v4"
+	})
+
+	cfg.Compact = nil
+	if _, err := e.js.UpdateStream(e.ctx, cfg); err != nil {
+		t.Fatalf("switching compaction off: %v", err)
+	}
+	publishRounds(3)
+	time.Sleep(1500 * time.Millisecond) // a compaction tick or more
+	if byKey, _ := e.readAll("plain"); len(byKey["k0"]) != 4 {
+		t.Fatalf("after compaction was switched off, k0 has %q, want its 4 values", byKey["k0"])
 	}
 }

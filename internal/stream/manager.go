@@ -474,8 +474,8 @@ func (m *Manager) UpdateAccountStream(account string, cfg streamapi.StreamConfig
 		}
 	}
 	old := s.Config()
-	if old.Retention != cfg.Retention || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes || (old.Compact == nil) != (cfg.Compact == nil) {
-		return nil, fmt.Errorf("stream %q: %w: retention, compaction, sync and segment size cannot change", cfg.Name, ErrBadConfig)
+	if old.Retention != cfg.Retention || old.Sync != cfg.Sync || old.SegmentBytes != cfg.SegmentBytes {
+		return nil, fmt.Errorf("stream %q: %w: retention, sync and segment size cannot change", cfg.Name, ErrBadConfig)
 	}
 	if cfg.Partitions < old.Partitions {
 		return nil, fmt.Errorf("stream %q: %w: it has %d partitions, and partitions can be added but not removed", cfg.Name, ErrBadConfig, old.Partitions)

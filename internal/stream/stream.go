@@ -356,6 +356,7 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
 	s.unsubscribe()
+	compactionSwitched := (s.cfg.Compact == nil) != (cfg.Compact == nil)
 	s.cfg = cfg
 	s.maxSize.Store(int64(cfg.MaxMsgSize))
 	err := s.onWriter(func() {
@@ -369,6 +370,13 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 				s.repl.machines[i].setCompression(lc.Compression)
 			} else if err := l.SetCompression(lc.Compression); err != nil {
 				s.m.log.Error("stream compression", "stream", s.name, "partition", i, "err", err)
+			}
+			if compactionSwitched && s.repl == nil {
+				// A replica's log learns its keys when it applies the first
+				// compaction its leader proposes (applyCompaction).
+				if err := l.SetKeys(lc.Keys); err != nil {
+					s.m.log.Error("stream compaction switched", "stream", s.name, "partition", i, "err", err)
+				}
 			}
 		}
 		s.dedup.setWindow(time.Duration(cfg.DuplicateWindow))

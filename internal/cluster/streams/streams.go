@@ -479,8 +479,8 @@ func (s *Service) update(ctx context.Context, account, name string, body []byte)
 	switch {
 	case cfg.Replicas != was.Replicas && (cfg.Replicas == 1 || was.Replicas == 1):
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: a stream of one replica is not replicated, and cannot become so (nor the other way): %d to %d replicas", name, was.Replicas, cfg.Replicas))
-	case cfg.Retention != was.Retention || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes || (cfg.Compact == nil) != (was.Compact == nil):
-		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, compaction, sync and segment size cannot change", name))
+	case cfg.Retention != was.Retention || cfg.Sync != was.Sync || cfg.SegmentBytes != was.SegmentBytes:
+		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: retention, sync and segment size cannot change", name))
 	case cfg.Partitions < was.Partitions:
 		return stream.Respond[streamapi.StreamInfo](nil, badRequest("stream %q: it has %d partitions, and partitions can be added but not removed", name, was.Partitions))
 	}
