@@ -22,7 +22,7 @@ fuzz:
 # Longer seeded crash and model runs than the suite's (each test's seed count); the
 # cluster's kill -9 rounds and rounds of partitions on one cluster.
 soak:
-	TERN_KILL9_SEEDS=20 TERN_STORE_SEEDS=200 go test -count=1 -timeout 60m -run 'TestKill9|RandomOps' ./internal/stream/ ./internal/store/
+	TERN_KILL9_SEEDS=20 TERN_STORE_SEEDS=200 go test -count=1 -timeout 60m -run 'TestKill9|RandomOps|CompactModel' ./internal/stream/ ./internal/store/
 	TERN_CLUSTER_SEEDS=10 go test -count=1 -timeout 30m -run 'TestKill9UnderLoad|TestPartitions' ./internal/cluster/clustertest/
 
 # The nemesis (TestNemesis, needs root): seeded rounds on 3 and 5 nodes, each in a

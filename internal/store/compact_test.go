@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -172,7 +174,11 @@ func TestCompactOnALogWithoutKeys(t *testing.T) {
 // live records (and some of their contents) against a model of the rules after
 // every step.
 func TestCompactModel(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
+	seeds := uint64(6)
+	if n, err := strconv.Atoi(os.Getenv("TERN_STORE_SEEDS")); err == nil && n > 6 {
+		seeds = uint64(n) // soak: make soak
+	}
+	for seed := uint64(1); seed <= seeds; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { compactModel(t, seed) })
 	}
 }
