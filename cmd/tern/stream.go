@@ -122,7 +122,7 @@ func newStreamAddCmd() *cobra.Command {
 		maxAge, dupeWindow         time.Duration
 		maxBytes, maxMsgSize, segs int64
 		compact                    bool
-		minLag, tombstones         time.Duration
+		minLag, maxLag, tombstones time.Duration
 		asJSON                     bool
 	)
 	cfg.Discard = "old"
@@ -155,12 +155,12 @@ func newStreamAddCmd() *cobra.Command {
 				return usageErrorf("--replicas must be 1, 3 or 5")
 			}
 			if compact {
-				if minLag < 0 || tombstones < 0 {
-					return usageErrorf("--compact-min-lag and --tombstone-retention must not be negative")
+				if minLag < 0 || maxLag < 0 || tombstones < 0 {
+					return usageErrorf("--compact-min-lag, --compact-max-lag and --tombstone-retention must not be negative")
 				}
-				cfg.Compact = &tern.Compaction{MinLag: tern.Duration(minLag), TombstoneRetention: tern.Duration(tombstones)}
-			} else if cmd.Flags().Changed("compact-min-lag") || cmd.Flags().Changed("tombstone-retention") {
-				return usageErrorf("--compact-min-lag and --tombstone-retention need --compact")
+				cfg.Compact = &tern.Compaction{MinLag: tern.Duration(minLag), MaxLag: tern.Duration(maxLag), TombstoneRetention: tern.Duration(tombstones)}
+			} else if fs := cmd.Flags(); fs.Changed("compact-min-lag") || fs.Changed("compact-max-lag") || fs.Changed("tombstone-retention") {
+				return usageErrorf("--compact-min-lag, --compact-max-lag and --tombstone-retention need --compact")
 			}
 			nc, js, err := streamsConn(&cf)
 			if err != nil {
@@ -207,6 +207,7 @@ func newStreamAddCmd() *cobra.Command {
 	compressionFlag(cmd, &cfg.Compression)
 	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (its Tern-Key header, else its subject)")
 	fs.DurationVar(&minLag, "compact-min-lag", 0, "with --compact: keep every message at least this long")
+	fs.DurationVar(&maxLag, "compact-max-lag", 0, "with --compact: seal the head segment, which is never compacted, once its first message is this old (0 = when full)")
 	fs.DurationVar(&tombstones, "tombstone-retention", 0, "with --compact: how long a tombstone (Tern-Null-Value header) is kept (0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
@@ -217,16 +218,16 @@ func newStreamAddCmd() *cobra.Command {
 
 func newStreamEditCmd() *cobra.Command {
 	var (
-		cf                   clientFlags
-		subjects, discard    string
-		maxAge, dupeWindow   time.Duration
-		maxBytes, maxMsgSize int64
-		maxMsgs              uint64
-		replicas, partitions int
-		compression          string
-		compact              bool
-		minLag, tombstones   time.Duration
-		asJSON               bool
+		cf                         clientFlags
+		subjects, discard          string
+		maxAge, dupeWindow         time.Duration
+		maxBytes, maxMsgSize       int64
+		maxMsgs                    uint64
+		replicas, partitions       int
+		compression                string
+		compact                    bool
+		minLag, maxLag, tombstones time.Duration
+		asJSON                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "edit <name> [options]",
@@ -284,17 +285,18 @@ func newStreamEditCmd() *cobra.Command {
 			if fs.Changed("compression") {
 				cfg.Compression = compression
 			}
+			lags := fs.Changed("compact-min-lag") || fs.Changed("compact-max-lag") || fs.Changed("tombstone-retention")
 			if fs.Changed("compact") && !compact {
-				if fs.Changed("compact-min-lag") || fs.Changed("tombstone-retention") {
-					return usageErrorf("--compact-min-lag and --tombstone-retention need compaction on")
+				if lags {
+					return usageErrorf("--compact-min-lag, --compact-max-lag and --tombstone-retention need compaction on")
 				}
 				cfg.Compact = nil
-			} else if compact || fs.Changed("compact-min-lag") || fs.Changed("tombstone-retention") {
+			} else if compact || lags {
 				if cfg.Compact == nil && !compact {
 					return usageErrorf("the stream is not compacted: add --compact")
 				}
-				if minLag < 0 || tombstones < 0 {
-					return usageErrorf("--compact-min-lag and --tombstone-retention must not be negative")
+				if minLag < 0 || maxLag < 0 || tombstones < 0 {
+					return usageErrorf("--compact-min-lag, --compact-max-lag and --tombstone-retention must not be negative")
 				}
 				c := tern.Compaction{}
 				if cfg.Compact != nil {
@@ -302,6 +304,9 @@ func newStreamEditCmd() *cobra.Command {
 				}
 				if fs.Changed("compact-min-lag") {
 					c.MinLag = tern.Duration(minLag)
+				}
+				if fs.Changed("compact-max-lag") {
+					c.MaxLag = tern.Duration(maxLag)
 				}
 				if fs.Changed("tombstone-retention") {
 					c.TombstoneRetention = tern.Duration(tombstones)
@@ -346,6 +351,7 @@ func newStreamEditCmd() *cobra.Command {
 	compressionFlag(cmd, &compression)
 	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (switched on, the stream learns the keys of the messages it holds); --compact=false switches it off")
 	fs.DurationVar(&minLag, "compact-min-lag", 0, "keep every message at least this long (compacted streams)")
+	fs.DurationVar(&maxLag, "compact-max-lag", 0, "seal the head segment once its first message is this old (compacted streams; 0 = when full)")
 	fs.DurationVar(&tombstones, "tombstone-retention", 0, "how long a tombstone is kept (compacted streams; 0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
@@ -467,7 +473,11 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	fmt.Fprintf(tw, "  segment size:\t%s\n", serverDefault(c.SegmentBytes > 0, humanBytes(uint64(max(c.SegmentBytes, 0)))))
 	fmt.Fprintf(tw, "  compression:\t%s\n", orDefault(c.Compression, "none"))
 	if k := c.Compact; k != nil {
-		fmt.Fprintf(tw, "  compacted:\tlatest per key, min lag %s, tombstones kept %s\n", time.Duration(k.MinLag), time.Duration(k.TombstoneRetention))
+		head := "when full"
+		if k.MaxLag > 0 {
+			head = "after " + time.Duration(k.MaxLag).String()
+		}
+		fmt.Fprintf(tw, "  compacted:\tlatest per key, min lag %s, tombstones kept %s, head sealed %s\n", time.Duration(k.MinLag), time.Duration(k.TombstoneRetention), head)
 	}
 	fmt.Fprintf(tw, "State\n")
 	fmt.Fprintf(tw, "  messages:\t%d\n", st.Msgs)

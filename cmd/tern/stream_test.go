@@ -216,15 +216,17 @@ func TestStreamAddOptions(t *testing.T) {
 
 	// A compacted stream shows its compaction; the options need --compact.
 	out = mustRun(t, streamCLI, append([]string{"add", "PROFILES", "--compact", "--compact-min-lag", "1m"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 24h0m0s$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 24h0m0s, head sealed when full$`)
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--tombstone-retention", "1h"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed when full$`)
+	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact-max-lag", "10m"}, srv...)...)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed after 10m0s$`)
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact=false"}, srv...)...)
 	if strings.Contains(out, "compacted:") {
 		t.Fatalf("still compacted after --compact=false:\n%s", out)
 	}
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 0s, tombstones kept 24h0m0s$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 0s, tombstones kept 24h0m0s, head sealed when full$`)
 
 	for _, bad := range [][]string{
 		{"add", "Y", "--tombstone-retention", "1h"},
@@ -232,6 +234,7 @@ func TestStreamAddOptions(t *testing.T) {
 		{"add", "Y", "--compact", "--retention", "workqueue"},
 		{"edit", "JOBS", "--tombstone-retention", "1h"},
 		{"edit", "PROFILES", "--compact=false", "--compact-min-lag", "1s"},
+		{"add", "Z", "--compact", "--compact-min-lag", "1h", "--compact-max-lag", "1m"},
 		{"edit", "JOBS", "--partitions", "4"},
 		{"add", "X", "--retention", "forever"},
 		{"add", "X", "--discard", "middle"},

@@ -143,7 +143,7 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 func settableConfig(name string) bool {
 	switch name {
 	case "retention.ms", "retention.bytes", "max.message.bytes", "compression.type",
-		"cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms":
+		"cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms", "max.compaction.lag.ms":
 		return true
 	}
 	return false

@@ -160,3 +160,39 @@ func TestCompactedTopic(t *testing.T) {
 		t.Fatalf("after compact,delete: %v", got)
 	}
 }
+
+// TestCompactedTopicMaxLag: on a quiet topic whose head segment never fills,
+// max.compaction.lag.ms seals the head at the first record produced after its
+// first one is that old, so superseded records are compacted anyway.
+func TestCompactedTopicMaxLag(t *testing.T) {
+	_, addr := startTern(t, nil)
+	adm := kadm.NewClient(newClient(t, addr))
+	ctx := ctxT(t)
+	configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact"), "max.compaction.lag.ms": kadm.StringPtr("300")}
+	if r, err := adm.CreateTopic(ctx, 1, 1, configs, "quiet"); err != nil || r.Err != nil {
+		t.Fatalf("create: %v %v %s", err, r.Err, r.ErrMessage)
+	}
+	if got := describedConfigs(t, adm, "quiet")["max.compaction.lag.ms"]; got != "300" {
+		t.Fatalf("max.compaction.lag.ms described as %q", got)
+	}
+	cl := newClient(t, addr)
+	produce := func(key, value string) {
+		t.Helper()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "quiet", Key: []byte(key), Value: []byte(value)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce("k", "v1")
+	produce("k", "v2")
+	time.Sleep(400 * time.Millisecond)
+	produce("k", "v3") // seals v1 and v2 in their own segment
+	time.Sleep(400 * time.Millisecond)
+	produce("x", "y") // and v3
+	var got map[string][]string
+	if !pollUntil(10*time.Second, func() bool {
+		got = readToEnd(t, addr, "quiet")
+		return len(got["k"]) == 1 && got["k"][0] == "v3"
+	}) {
+		t.Fatalf("quiet topic not compacted: %v", got)
+	}
+}

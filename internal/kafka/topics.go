@@ -522,10 +522,14 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 				compaction.TombstoneRetention = d
 			}
 		case "max.compaction.lag.ms":
-			// Tern compacts a record once a newer one of its key is outside
-			// the head segment, checked every second; sooner than any lag.
-			if n, err := num(); err != nil || n < 1 {
+			// The head is sealed at the first record stored after its first
+			// one is this old; Kafka's default, the largest long, is none.
+			n, err := num()
+			if err != nil || n < 1 {
 				return cfg, 0, fmt.Errorf("config max.compaction.lag.ms=%q: want a positive number of milliseconds", v)
+			}
+			if n < math.MaxInt64/int64(time.Millisecond) {
+				compaction.MaxLag = streamapi.Duration(time.Duration(n) * time.Millisecond)
 			}
 		case "min.cleanable.dirty.ratio":
 			// Kafka rewrites a log once this much of it is superseded; Tern
@@ -828,6 +832,10 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 	if cfg.Compact != nil {
 		compaction = *cfg.Compact
 	}
+	maxLag := strconv.FormatInt(math.MaxInt64, 10) // Kafka's default: none
+	if compaction.MaxLag > 0 {
+		maxLag = strconv.FormatInt(time.Duration(compaction.MaxLag).Milliseconds(), 10)
+	}
 	return []configEntry{
 		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
@@ -837,6 +845,7 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 		{name: "min.compaction.lag.ms", value: strconv.FormatInt(time.Duration(compaction.MinLag).Milliseconds(), 10), def: compaction.MinLag == 0, typ: kmsg.ConfigTypeLong},
 		{name: "delete.retention.ms", value: strconv.FormatInt(time.Duration(compaction.TombstoneRetention).Milliseconds(), 10),
 			def: compaction.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention), typ: kmsg.ConfigTypeLong},
+		{name: "max.compaction.lag.ms", value: maxLag, def: compaction.MaxLag == 0, typ: kmsg.ConfigTypeLong},
 		{name: "min.insync.replicas", value: strconv.Itoa(insyncQuorum(cfg.Replicas)), def: true, typ: kmsg.ConfigTypeInt},
 		{name: "unclean.leader.election.enable", value: "false", def: true, readOnly: true, typ: kmsg.ConfigTypeBoolean},
 		{name: "message.timestamp.type", value: "CreateTime", def: true, readOnly: true, typ: kmsg.ConfigTypeString},

@@ -59,6 +59,12 @@ func (l *Log) partFor(seq uint64, n int) *part {
 	if len(l.parts) == 0 {
 		a := l.active()
 		l.parts = append(l.parts, part{seg: a, base: a.base, off: a.size})
+		if age := l.cfg.SegmentAge; age > 0 && a.size > 0 && a.born != 0 && l.cfg.Now().UnixNano()-a.born >= int64(age) {
+			// Old enough: the batch starts a new segment, as if this one were full.
+			l.parts = append(l.parts, part{base: seq, start: len(l.batch)})
+			l.runs.cut(len(l.batch))
+			return &l.parts[1]
+		}
 	}
 	p := &l.parts[len(l.parts)-1]
 	if used := p.off + int64(len(l.batch)-p.start); used > 0 && used+int64(n) > l.cfg.SegmentBytes {
@@ -423,6 +429,9 @@ func (l *Log) publishBatch() []*segment {
 		// The records as appended, and the units (records and blocks) the file got:
 		// a block's records are all indexed at the block's offset.
 		b := l.batch[p.start:l.partEnd(i)]
+		if s.born == 0 && len(b) > 0 {
+			s.born = recTime(b)
+		}
 		s.liveBytes += int64(len(b))
 		off := p.off
 		for out := l.written(i); len(out) > 0; {
@@ -521,6 +530,9 @@ func (l *Log) SetLimits(maxAge time.Duration, maxBytes int64, maxMsgs uint64, di
 	}
 	return nil
 }
+
+// SetSegmentAge changes Config.SegmentAge of an open log. Writer only.
+func (l *Log) SetSegmentAge(age time.Duration) { l.cfg.SegmentAge = age }
 
 // SetCompression changes how the next commits are written (a stream's
 // configuration was updated). Writer only. Records already written stay as they

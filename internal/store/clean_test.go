@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // sparseLog writes n records of 200 bytes in small segments, compressed or
@@ -352,4 +353,55 @@ func BenchmarkCompactedAppend(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(removed, 1)), "ns/removed")
 	})
+}
+
+// TestSegmentAgeRolls: with SegmentAge, the first append after the active
+// segment's first record is that old starts a new segment, however small the
+// active one is, and the age counts from a reopened log's first record too.
+func TestSegmentAgeRolls(t *testing.T) {
+	clk := newClock()
+	cfg := testConfig(t)
+	cfg.Now = clk.Now
+	cfg.SegmentAge = time.Minute
+	l, _ := mustOpen(t, cfg)
+	put := func() {
+		t.Helper()
+		if _, err := l.Append([]byte("a"), nil, []byte("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put()
+	clk.Add(30 * time.Second)
+	put()
+	if len(l.segs) != 1 {
+		t.Fatalf("%d segments after 30 s, want 1", len(l.segs))
+	}
+	clk.Add(31 * time.Second)
+	put()
+	if len(l.segs) != 2 || l.segs[1].base != 3 {
+		t.Fatalf("after a minute: %d segments, the last from %d", len(l.segs), l.segs[len(l.segs)-1].base)
+	}
+	l, _ = reopen(t, l)
+	clk.Add(59 * time.Second)
+	put()
+	if len(l.segs) != 2 {
+		t.Fatalf("%d segments before the second one's minute", len(l.segs))
+	}
+	clk.Add(2 * time.Second)
+	l.SetSegmentAge(0)
+	put()
+	if len(l.segs) != 2 {
+		t.Fatalf("rolled by age with SegmentAge 0")
+	}
+	l.SetSegmentAge(time.Minute)
+	put()
+	if len(l.segs) != 3 || l.segs[2].base != 6 {
+		t.Fatalf("after reopening and a minute: %d segments", len(l.segs))
+	}
+	if got := readAll(t, l, 1); len(got) != 6 {
+		t.Fatalf("%d records read, want 6", len(got))
+	}
 }

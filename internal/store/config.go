@@ -81,6 +81,10 @@ type Config struct {
 	Discard      Discard          // what reaching MaxMsgs or MaxBytes does; default DiscardOld
 	Compression  Compression      // how commits are written; default CompressNone (blocks are read whatever it says)
 	Now          func() time.Time // nil = time.Now; tests pass a fake clock
+	// SegmentAge, when set, also rolls to a new segment at the first append
+	// after the active segment's first record is this old: a compacted log's
+	// head is never compacted, so a quiet one needs it to be.
+	SegmentAge time.Duration
 	// Keys, when set, makes the log compacted: it says each record's key, and
 	// Compact removes the records a later one of their key superseded (compact.go).
 	Keys func(subject, header []byte) Keyed

@@ -377,6 +377,9 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 // accept counts one intact record found by the scan.
 func (rc *recovery) accept(s *segment, rec Record, off int64, n int) {
 	l := rc.l
+	if s.born == 0 {
+		s.born = rec.Time
+	}
 	s.index = s.ib.add(s.index, l.cfg.IndexEvery, uint32(rec.Seq-s.base), off, rec.Time)
 	s.tmax = max(s.tmax, rec.Time)
 	l.lastTime = rec.Time
@@ -410,6 +413,9 @@ func (rc *recovery) accept(s *segment, rec Record, off int64, n int) {
 // messages, reported as damage.
 func (rc *recovery) acceptHole(s *segment, raw []byte, off int64, count uint64) {
 	first := recSeq(raw)
+	if s.born == 0 {
+		s.born = recTime(raw)
+	}
 	s.index = s.ib.add(s.index, rc.l.cfg.IndexEvery, uint32(first-s.base), off, recTime(raw))
 	s.tmax = max(s.tmax, recTime(raw))
 	if rc.countDeleted(first, first+count-1) < count {

@@ -21,6 +21,7 @@ type segment struct {
 	last      uint64 // base-1 while empty
 	index     []indexEntry
 	tmax      int64  // largest record Time
+	born      int64  // Time of its first record; 0 while empty (Config.SegmentAge)
 	dels      delSet // interior tombstones
 	dead      uint64 // dead sequences in base..last (deleted, purged, expired)
 	holed     uint64 // dead sequences when Clean last rewrote it (Open: those in holes)

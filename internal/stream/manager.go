@@ -666,8 +666,11 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 		if cfg.Retention != streamapi.RetainLimits {
 			return bad("compaction needs retention limits, not %s", cfg.Retention)
 		}
-		if c.MinLag < 0 || c.TombstoneRetention < 0 {
-			return bad("compaction's min lag and tombstone retention must not be negative")
+		if c.MinLag < 0 || c.TombstoneRetention < 0 || c.MaxLag < 0 {
+			return bad("compaction's min lag, max lag and tombstone retention must not be negative")
+		}
+		if c.MaxLag > 0 && c.MaxLag < c.MinLag {
+			return bad("compaction's max lag %v is below its min lag %v", time.Duration(c.MaxLag), time.Duration(c.MinLag))
 		}
 		cc := *c
 		if cc.TombstoneRetention == 0 {

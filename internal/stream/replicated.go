@@ -416,6 +416,9 @@ type partitionMachine struct {
 	// Restore pass it on before they write.
 	compression    atomic.Int32
 	logCompression store.Compression
+	// segmentAge is the store.Config.SegmentAge the configuration asks for
+	// (a compacted stream's max lag), passed to the log as compression is.
+	segmentAge atomic.Int64
 	// lent are the plain batches of the compressed entries this node proposed
 	// and has not seen applied: applying one of them stores its plain batch
 	// instead of expanding the entry again.
@@ -505,9 +508,11 @@ func (m *partitionMachine) setCompression(c store.Compression) {
 	m.compression.Store(int32(c))
 }
 
-// passCompression gives the log the compression setCompression last asked for.
-// Only compression changes; the messages stored are the same on every replica.
+// passCompression gives the log the compression setCompression last asked for,
+// and the segment age segmentAge holds. Only how the log is laid out changes;
+// the messages stored are the same on every replica.
 func (m *partitionMachine) passCompression() error {
+	m.log.SetSegmentAge(time.Duration(m.segmentAge.Load()))
 	c := store.Compression(m.compression.Load())
 	if c == m.logCompression {
 		return nil
@@ -1276,6 +1281,7 @@ func (m *Manager) OpenReplica(cfg streamapi.StreamConfig, created time.Time, rc 
 			pm := newPartitionMachine(l, time.Duration(cfg.DuplicateWindow), s.repl.applied)
 			pm.logCompression = s.compression() // what openStream opened l with
 			pm.setCompression(pm.logCompression)
+			pm.segmentAge.Store(int64(s.logConfig(p).SegmentAge))
 			pm.part = p
 			if rc.Fetch != nil {
 				pm.fetch = rc.Fetch(p)

@@ -250,6 +250,7 @@ func (s *Stream) logConfig(part int) store.Config {
 	lc.Compression = s.compression()
 	if cfg.Compact != nil {
 		lc.Keys = compactionKey
+		lc.SegmentAge = time.Duration(cfg.Compact.MaxLag)
 	}
 	return lc
 }
@@ -368,8 +369,12 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 				// this goroutine: each gives its log the setting before it
 				// next writes.
 				s.repl.machines[i].setCompression(lc.Compression)
+				s.repl.machines[i].segmentAge.Store(int64(lc.SegmentAge))
 			} else if err := l.SetCompression(lc.Compression); err != nil {
 				s.m.log.Error("stream compression", "stream", s.name, "partition", i, "err", err)
+			}
+			if s.repl == nil {
+				l.SetSegmentAge(lc.SegmentAge)
 			}
 			if compactionSwitched && s.repl == nil {
 				// A replica's log learns its keys when it applies the first

@@ -198,7 +198,7 @@ type StreamConfig struct {
 	// Compact, when set, keeps only the latest message of each key in each
 	// partition, as Kafka's cleanup.policy=compact does; the limits above still
 	// apply beside it (Kafka's compact,delete). Only with retention "limits";
-	// it is set when the stream is made and cannot be turned on or off later.
+	// an update can switch it on (the stream reads its messages' keys) or off.
 	Compact *Compaction `json:"compact,omitempty"`
 }
 
@@ -216,6 +216,10 @@ type Compaction struct {
 	// TombstoneRetention keeps a key's deletion this long so that consumers
 	// catch it (Kafka's delete.retention.ms); 0 means 24 hours.
 	TombstoneRetention Duration `json:"tombstone_retention,omitempty"`
+	// MaxLag bounds how long a message stays in the head, never compacted: the
+	// head is sealed at the first message stored after its first one is this
+	// old (Kafka's max.compaction.lag.ms); 0 (the default): only when full.
+	MaxLag Duration `json:"max_lag,omitempty"`
 }
 
 // DefaultTombstoneRetention is Compaction.TombstoneRetention's default, Kafka's.
