@@ -209,3 +209,29 @@ func TestMachineLearnsKeysAtFirstCompaction(t *testing.T) {
 		t.Fatalf("the log knows %d keys, want 2", l.Keys())
 	}
 }
+
+// TestMachinePassesSegmentAge: a replica's log seals its head by the age the
+// stream's max lag sets, which the machine passes to the log before it writes.
+func TestMachinePassesSegmentAge(t *testing.T) {
+	l := openTestLog(t, t.TempDir())
+	m := newPartitionMachine(l, time.Minute, nil)
+	m.segmentAge.Store(int64(time.Hour))
+	old := time.Now().Add(-2 * time.Hour).UnixNano()
+	if err := m.Apply([]replica.Entry{{Index: 1, Data: msgEntryOf(1, old, testMsg{subj: "a", data: "1"})}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply([]replica.Entry{{Index: 2, Data: msgEntryOf(2, time.Now().UnixNano(), testMsg{subj: "a", data: "2"})}}); err != nil {
+		t.Fatal(err)
+	}
+	if head, _ := l.CompactBounds(0, 0); head != 2 {
+		t.Fatalf("head segment starts at %d, want 2: the first, two hours old, sealed", head)
+	}
+	// A changed age reaches the log at the next Apply.
+	m.segmentAge.Store(int64(time.Nanosecond))
+	if err := m.Apply([]replica.Entry{{Index: 3, Data: msgEntryOf(3, time.Now().UnixNano(), testMsg{subj: "a", data: "3"})}}); err != nil {
+		t.Fatal(err)
+	}
+	if head, _ := l.CompactBounds(0, 0); head != 3 {
+		t.Fatalf("head segment starts at %d, want 3 after the age changed", head)
+	}
+}
