@@ -481,7 +481,10 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	}
 	fmt.Fprintf(tw, "State\n")
 	fmt.Fprintf(tw, "  messages:\t%d\n", st.Msgs)
-	fmt.Fprintf(tw, "  bytes:\t%s\n", humanBytes(st.Bytes))
+	fmt.Fprintf(tw, "  bytes:\t%s (files %s)\n", humanBytes(st.Bytes), humanBytes(st.FileBytes))
+	if c.Compact != nil {
+		fmt.Fprintf(tw, "  keys:\t%d\n", st.Keys)
+	}
 	fmt.Fprintf(tw, "  first seq:\t%d (%s)\n", st.FirstSeq, fmtTime(st.FirstTime))
 	fmt.Fprintf(tw, "  last seq:\t%d (%s)\n", st.LastSeq, fmtTime(st.LastTime))
 	if st.Deleted > 0 {

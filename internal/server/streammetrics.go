@@ -15,6 +15,8 @@ var (
 	streamBytesDesc         = prometheus.NewDesc("tern_stream_bytes", "Bytes of records stored in a stream.", []string{"stream"}, nil)
 	streamLastSeqDesc       = prometheus.NewDesc("tern_stream_last_seq", "Highest sequence of a stream (over its partitions).", []string{"stream"}, nil)
 	streamCorruptDesc       = prometheus.NewDesc("tern_stream_corrupt_ranges", "Damaged ranges recovery found in a stream's logs.", []string{"stream"}, nil)
+	streamFileBytesDesc     = prometheus.NewDesc("tern_stream_file_bytes", "Bytes of a stream's segment files on this node.", []string{"stream"}, nil)
+	streamKeysDesc          = prometheus.NewDesc("tern_stream_keys", "Distinct keys of a compacted stream on this node.", []string{"stream"}, nil)
 	consumerPendingDesc     = prometheus.NewDesc("tern_consumer_pending", "Messages a consumer has yet to receive.", []string{"stream", "consumer"}, nil)
 	consumerAckPendingDesc  = prometheus.NewDesc("tern_consumer_ack_pending", "Messages delivered and not yet acknowledged.", []string{"stream", "consumer"}, nil)
 	consumerRedeliveredDesc = prometheus.NewDesc("tern_consumer_redelivered_total", "Redeliveries by a consumer.", []string{"stream", "consumer"}, nil)
@@ -28,7 +30,7 @@ var (
 )
 
 func (c streamCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{streamMsgsDesc, streamBytesDesc, streamLastSeqDesc, streamCorruptDesc,
+	for _, d := range []*prometheus.Desc{streamMsgsDesc, streamBytesDesc, streamLastSeqDesc, streamCorruptDesc, streamFileBytesDesc, streamKeysDesc,
 		consumerPendingDesc, consumerAckPendingDesc, consumerRedeliveredDesc, consumerWaitingDesc,
 		streamLeaderDesc, streamTermDesc, streamAppliedDesc, streamReplicaLagDesc, streamReplicaActiveDesc} {
 		ch <- d
@@ -47,6 +49,10 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(streamBytesDesc, float64(info.State.Bytes), s.Key())
 		gauge(streamLastSeqDesc, float64(info.State.LastSeq), s.Key())
 		gauge(streamCorruptDesc, float64(len(info.Corrupt)), s.Key())
+		gauge(streamFileBytesDesc, float64(info.State.FileBytes), s.Key())
+		if info.Config.Compact != nil {
+			gauge(streamKeysDesc, float64(info.State.Keys), s.Key())
+		}
 		if cl := info.Cluster; cl != nil && s.Replicated() {
 			// Only the leader knows its replicas' progress: its view lists them.
 			for _, r := range cl.Replicas {

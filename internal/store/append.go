@@ -318,6 +318,7 @@ func (l *Log) Commit() error {
 	sealed := l.publishBatch()
 	if l.keys != nil {
 		l.keys.commit()
+		l.countKeys()
 	}
 	for _, s := range sealed {
 		l.writeIndex(s)

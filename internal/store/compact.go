@@ -233,6 +233,7 @@ func (l *Log) Compact(bound, tombBound uint64) (int, error) {
 		}
 	}
 	l.pruneKeys()
+	l.countKeys()
 	return n, nil
 }
 
@@ -246,10 +247,20 @@ func (l *Log) SetKeys(fn func(subject, header []byte) Keyed) error {
 	l.cfg.Keys = fn
 	if fn == nil {
 		l.keys = nil
+		l.countKeys()
 		return nil
 	}
 	l.keys = newKeyState(fn)
 	return l.rebuildKeys()
+}
+
+// countKeys publishes how many keys the log knows, for State. Writer only.
+func (l *Log) countKeys() {
+	n := 0
+	if l.keys != nil {
+		n = len(l.keys.latest)
+	}
+	l.keyCount.Store(int64(n))
 }
 
 // pruneKeys forgets keys whose latest record fell off the front of the log
@@ -294,6 +305,7 @@ func (l *Log) rebuildKeys() error {
 				k.add(rec.Seq, h, tomb)
 			}
 		case errors.Is(err, io.EOF):
+			l.countKeys()
 			return nil
 		case errors.As(err, &corr):
 		default:

@@ -30,6 +30,8 @@ type State struct {
 	FirstTime, LastTime int64  // Time of the first live and of the last record
 	Deleted             uint64 // interior deletions (tombstoned seqs between FirstSeq and LastSeq)
 	Segments            int
+	FileBytes           int64 // the segment files' bytes (compressed, cleaned)
+	Keys                int   // distinct live keys of a compacted log (Config.Keys)
 }
 
 // Report says what Open found and repaired.
@@ -84,8 +86,9 @@ type Log struct {
 	corrupt   []*corruptRange
 	closed    bool
 	watches   []*RemovalWatch
-	gen       uint64    // counts TruncateAfter and Reset: bytes a reader cached may be stale
-	keys      *keyState // Config.Keys: the writer's (and Open's) alone
+	gen       uint64       // counts TruncateAfter and Reset: bytes a reader cached may be stale
+	keys      *keyState    // Config.Keys: the writer's (and Open's) alone
+	keyCount  atomic.Int64 // len(keys.latest) as the writer last left it, for State
 
 	// Writer only.
 	shut      atomic.Bool // Close started; checked without taking mu
@@ -188,6 +191,10 @@ func (l *Log) State() State {
 		FirstSeq: l.first, LastSeq: l.last,
 		FirstTime: l.firstTime, LastTime: l.lastTime,
 		Segments: len(l.segs),
+		Keys:     int(l.keyCount.Load()),
+	}
+	for _, s := range l.segs {
+		st.FileBytes += s.size
 	}
 	if l.first <= l.last {
 		st.Deleted = l.last - l.first + 1 - l.msgs

@@ -50,6 +50,7 @@ func Open(cfg Config) (*Log, Report, error) {
 	}
 	rep.Msgs = l.msgs
 	rep.Duration = time.Since(start)
+	l.countKeys()
 	if cfg.Sync == SyncInterval && !cfg.OwnerSyncs {
 		l.isync = NewIntervalSync(cfg.SyncInterval, func() error {
 			if l.shut.Load() {

@@ -456,6 +456,7 @@ func (l *Log) Reset(next uint64) error {
 	l.head, l.rc = cursor{}, cursor{}
 	if l.keys != nil {
 		l.keys.reset()
+		l.countKeys()
 	}
 	return nil
 }

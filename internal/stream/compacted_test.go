@@ -116,6 +116,11 @@ func TestCompactedStream(t *testing.T) {
 		return files < 1200
 	})
 	t.Logf("%d live messages, %d bytes of log files", st.Msgs, files)
+	// The state says as much: the files' bytes, and the keys: k0..k3, the two
+	// subjects without a key and the filler (k4 went with its tombstone).
+	if st := e.streamInfo("profiles").State; st.FileBytes != uint64(files) || st.Keys != 7 {
+		t.Fatalf("state: %d file bytes (the files hold %d), %d keys (want 7)", st.FileBytes, files, st.Keys)
+	}
 
 	e.nc.Close()
 	stop(t, srv)

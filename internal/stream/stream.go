@@ -1193,7 +1193,7 @@ func (s *Stream) state() streamapi.StreamState {
 	for i, l := range s.parts {
 		ls := l.State()
 		ps := streamapi.StreamState{Msgs: ls.Msgs, Bytes: ls.Bytes, FirstSeq: ls.FirstSeq, LastSeq: ls.LastSeq,
-			Deleted: ls.Deleted}
+			Deleted: ls.Deleted, FileBytes: uint64(max(ls.FileBytes, 0)), Keys: uint64(ls.Keys)}
 		if ls.FirstTime != 0 && ls.Msgs > 0 {
 			ps.FirstTime = time.Unix(0, ls.FirstTime).UTC()
 		}
@@ -1203,6 +1203,8 @@ func (s *Stream) state() streamapi.StreamState {
 		st.Msgs += ps.Msgs
 		st.Bytes += ps.Bytes
 		st.Deleted += ps.Deleted
+		st.FileBytes += ps.FileBytes
+		st.Keys += ps.Keys
 		if i == 0 || ps.FirstSeq < st.FirstSeq {
 			st.FirstSeq = ps.FirstSeq
 		}

@@ -235,6 +235,11 @@ type StreamState struct {
 	LastTime  time.Time `json:"last_ts"`
 	Deleted   uint64    `json:"num_deleted,omitempty"`
 	Consumers int       `json:"consumer_count"`
+	// FileBytes is what the logs' segment files take on this node: Bytes
+	// compressed, or with removed messages still in them.
+	FileBytes uint64 `json:"file_bytes,omitempty"`
+	// Keys counts the distinct keys of a compacted stream on this node.
+	Keys uint64 `json:"keys,omitempty"`
 	// Partition numbers an entry of Parts (nil in the stream's own state).
 	Partition *int          `json:"partition,omitempty"`
 	Parts     []StreamState `json:"partitions,omitempty"`
