@@ -84,7 +84,7 @@ func checkLive(t *testing.T, l *Log, live map[uint64][]byte) {
 }
 
 // segmentBytes is the size of the log's segment files.
-func segmentBytes(t *testing.T, l *Log) int64 {
+func segmentBytes(t testing.TB, l *Log) int64 {
 	t.Helper()
 	matches, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*.log"))
 	var n int64

@@ -61,7 +61,10 @@ func checkModel(t *testing.T, l *Log, m *model, step int) {
 		want.FirstTime = m.live[first].ts
 		want.Deleted = m.last - first + 1 - uint64(len(seqs))
 	}
-	want.Segments = st.Segments
+	want.Segments, want.FileBytes = st.Segments, st.FileBytes
+	if files := segmentBytes(t, l); st.FileBytes != files {
+		t.Fatalf("step %d: State.FileBytes %d, the segment files hold %d", step, st.FileBytes, files)
+	}
 	if m.looseTime {
 		want.LastTime = st.LastTime
 	}
