@@ -34,9 +34,10 @@ type CleanStats struct {
 // Clean rewrites, from the oldest, up to limit sealed segments (0: all) in
 // which at least minDirty (0 to 1) of the sequences died since the segment was
 // last cleaned (or, after a restart, are dead and not holes), and which hold
-// no damage. Writer only; a segment takes one
-// sequential read and write of its bytes, so an owner that must stay
-// responsive cleans a few at a time.
+// no damage. Writer only; a segment takes one sequential read and write of its
+// bytes (even when the rewrite is dropped for not being smaller, which counts
+// against limit too), so an owner that must stay responsive cleans a few at a
+// time.
 func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 	var st CleanStats
 	if l.shut.Load() {
@@ -45,11 +46,13 @@ func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 	if l.broken != nil {
 		return st, l.broken
 	}
-	for i := 0; i < len(l.segs)-1 && (limit <= 0 || st.Segments < limit); i++ {
+	tried := 0
+	for i := 0; i < len(l.segs)-1 && (limit <= 0 || tried < limit); i++ {
 		s := l.segs[i]
 		if !l.cleanable(s, minDirty) {
 			continue
 		}
+		tried++
 		before := s.size
 		rewritten, err := l.cleanSegment(s)
 		if err != nil {
