@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,12 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 // streamsApp is testdata/kstreams/WordCount.java running as a child process.
@@ -25,26 +25,8 @@ type streamsApp struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *syncBuffer
+	stderr *testenv.Buffer
 	done   chan error
-}
-
-// syncBuffer is a bytes.Buffer the child's stderr copier and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startWordCount runs the word count application against addr and waits until
@@ -57,7 +39,7 @@ func startWordCount(t *testing.T, addr, appID, stateDir, input, output string) *
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	a := &streamsApp{t: t, lines: make(chan string, 64), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	a := &streamsApp{t: t, lines: make(chan string, 64), stderr: &testenv.Buffer{}, done: make(chan error, 1)}
 	a.cmd = javaCmd(ctx, t, src, addr, appID, stateDir, input, output)
 	a.cmd.Stderr = a.stderr
 	if a.stdin, err = a.cmd.StdinPipe(); err != nil {

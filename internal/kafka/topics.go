@@ -422,15 +422,15 @@ func (s *Server) topicCompression() string {
 
 // topicConfig reads the topic configs Tern maps onto a stream's: retention.ms,
 // retention.bytes, max.message.bytes, segment.bytes, compression.type,
-// cleanup.policy (delete, compact or both), min.compaction.lag.ms and
-// delete.retention.ms. A config not given is at its default. MaxBytes is
-// retention.bytes as given, a partition's: streamMaxBytes makes it the stream's.
-// The compaction configs apply only with the compact policy, as in Kafka;
-// retention limits without the delete policy are refused. The configs that describe what Tern
-// does anyway are taken when they say so: min.insync.replicas (returned, for
-// checkMinInsync: 0 when not given), unclean.leader.election.enable=false,
-// message.timestamp.type=CreateTime, segment.ms, max.compaction.lag.ms and
-// min.cleanable.dirty.ratio.
+// cleanup.policy (delete, compact or both), min.compaction.lag.ms,
+// max.compaction.lag.ms and delete.retention.ms. A config not given is at its
+// default. MaxBytes is retention.bytes as given, a partition's: streamMaxBytes
+// makes it the stream's. The compaction configs apply only with the compact
+// policy, as in Kafka; retention limits without the delete policy are refused.
+// The configs that describe what Tern does anyway are taken when they say so:
+// min.insync.replicas (returned, for checkMinInsync: 0 when not given),
+// unclean.leader.election.enable=false, message.timestamp.type=CreateTime,
+// segment.ms and min.cleanable.dirty.ratio.
 func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (cfg streamapi.StreamConfig, minInsync int, err error) {
 	cfg = streamapi.StreamConfig{Compression: compression}
 	compact, deletes := false, true
@@ -533,7 +533,8 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 			}
 		case "min.cleanable.dirty.ratio":
 			// Kafka rewrites a log once this much of it is superseded; Tern
-			// removes each superseded record as it goes.
+			// removes each superseded record as it goes, and rewrites a
+			// segment at Kafka's default ratio.
 			if r, err := strconv.ParseFloat(v, 64); err != nil || r < 0 || r > 1 {
 				return cfg, 0, fmt.Errorf("config min.cleanable.dirty.ratio=%q: want a number from 0 to 1", v)
 			}

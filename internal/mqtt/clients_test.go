@@ -33,28 +33,10 @@ func startTern(t *testing.T, mutate func(*server.Config)) (*server.Server, strin
 // waitSubs counts only the clients'.
 var baselines sync.Map
 
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type proc struct {
 	cmd    *exec.Cmd
-	out    lockedBuffer
-	errOut lockedBuffer
+	out    testenv.Buffer
+	errOut testenv.Buffer
 	done   chan error
 }
 

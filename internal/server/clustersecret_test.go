@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -9,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tern-mq/tern/internal/cluster/secret"
 	"github.com/tern-mq/tern/internal/server"
 	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/testenv"
 )
 
 func secretFile(t *testing.T, content string, mode os.FileMode) string {
@@ -72,28 +71,10 @@ func TestClusterSecretFile(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination for one test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startLogged starts a server with cfg, logging to the returned buffer.
-func startLogged(t *testing.T, cfg server.Config) (*server.Server, *syncBuffer, error) {
+func startLogged(t *testing.T, cfg server.Config) (*server.Server, *testenv.Buffer, error) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	s, err := server.New(cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		return nil, logs, err

@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"io"
 	"net"
-	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -211,18 +209,13 @@ func TestMQTTSlowConsumerReportedLikeNative(t *testing.T) {
 	if !info.SlowConsumer || info.Dropped == 0 || info.Transport != "tcp" {
 		t.Fatalf("stuck MQTT connection %+v, want slow with drops", info)
 	}
-	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body := scrapeMetrics(t, s)
 	for _, want := range []string{
 		`tern_listener_slow_consumers_total{listener="mqtt"} 1`,
 		`tern_listener_slow_consumers_total{listener="native"} 0`,
 		"tern_slow_consumers_total 1",
 	} {
-		if !strings.Contains(string(body), want+"\n") {
+		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics has no line %q", want)
 		}
 	}

@@ -39,20 +39,30 @@ func TestStreamMetrics(t *testing.T) {
 	if info.State.FileBytes == 0 || info.State.Keys != 2 {
 		t.Fatalf("state %+v: want file bytes and 2 keys", info.State)
 	}
-	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body := scrapeMetrics(t, s)
 	for _, want := range []string{
 		`tern_stream_messages{stream="KV"} 3`,
 		`tern_stream_last_seq{stream="KV"} 3`,
 		`tern_stream_keys{stream="KV"} 2`,
 		`tern_stream_file_bytes{stream="KV"} ` + strconv.FormatUint(info.State.FileBytes, 10),
 	} {
-		if !strings.Contains(string(body), want+"\n") {
+		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics has no line %q", want)
 		}
 	}
+}
+
+// scrapeMetrics is s's /metrics page.
+func scrapeMetrics(t *testing.T, s *Server) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.HTTPAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }

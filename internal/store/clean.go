@@ -205,7 +205,7 @@ func (c *cleaner) run() error {
 		case flags&flagHole != 0:
 			return errHoleLive
 		case flags == 0 && c.pack:
-			rec, err := decodeRecord(raw)
+			rec, err := parseRecord(raw) // its CRC checked by checkUnit
 			if err != nil {
 				return err
 			}

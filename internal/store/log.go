@@ -30,8 +30,7 @@ type State struct {
 	FirstTime, LastTime int64  // Time of the first live and of the last record
 	Deleted             uint64 // interior deletions (tombstoned seqs between FirstSeq and LastSeq)
 	Segments            int
-	FileBytes           int64 // the segment files' bytes (compressed, cleaned)
-	Keys                int   // distinct live keys of a compacted log (Config.Keys)
+	Keys                int // distinct live keys of a compacted log (Config.Keys)
 }
 
 // Report says what Open found and repaired.
@@ -193,15 +192,25 @@ func (l *Log) State() State {
 		Segments: len(l.segs),
 		Keys:     int(l.keyCount.Load()),
 	}
-	for _, s := range l.segs {
-		st.FileBytes += s.size
-	}
 	if l.first <= l.last {
 		st.Deleted = l.last - l.first + 1 - l.msgs
 	} else {
 		st.FirstTime = 0
 	}
 	return st
+}
+
+// FileBytes is what the log's segment files hold: State.Bytes compressed, or
+// with deleted records still in them. It walks the segments, so it is kept out
+// of State, which hot paths read.
+func (l *Log) FileBytes() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var n int64
+	for _, s := range l.segs {
+		n += s.size
+	}
+	return n
 }
 
 // ForEachSubject calls fn for every subject with live messages: its live count and

@@ -61,9 +61,9 @@ func checkModel(t *testing.T, l *Log, m *model, step int) {
 		want.FirstTime = m.live[first].ts
 		want.Deleted = m.last - first + 1 - uint64(len(seqs))
 	}
-	want.Segments, want.FileBytes = st.Segments, st.FileBytes
-	if files := segmentBytes(t, l); st.FileBytes != files {
-		t.Fatalf("step %d: State.FileBytes %d, the segment files hold %d", step, st.FileBytes, files)
+	want.Segments = st.Segments
+	if fb, files := l.FileBytes(), segmentBytes(t, l); fb != files {
+		t.Fatalf("step %d: FileBytes %d, the segment files hold %d", step, fb, files)
 	}
 	if m.looseTime {
 		want.LastTime = st.LastTime

@@ -64,15 +64,11 @@ func (s *Stream) compact() {
 		return
 	}
 	for p, l := range s.parts {
-		bound, tombBound := s.compactBounds(c, p)
-		if !l.CompactDue(bound, tombBound) {
-			continue
+		if bound, tombBound := s.compactBounds(c, p); l.CompactDue(bound, tombBound) {
+			if _, err := l.Compact(bound, tombBound); err != nil {
+				s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
+			}
 		}
-		if _, err := l.Compact(bound, tombBound); err != nil {
-			s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
-		}
-	}
-	for p, l := range s.parts {
 		clean(l, s.m.log, "stream", s.name, "partition", p)
 	}
 }

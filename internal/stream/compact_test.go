@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,9 +149,9 @@ func TestCompactedReplicas(t *testing.T) {
 	// files come to 1413 bytes, where the removed messages would keep 2035.
 	for _, n := range nodes {
 		deadline := time.Now().Add(10 * time.Second)
-		for segmentFileBytes(t, n.s.dir) > 1700 {
+		for SegmentFileBytes(t, n.s.dir) > 1700 {
 			if time.Now().After(deadline) {
-				t.Fatalf("node %d: %d bytes of segments, the removed messages still in them", n.id, segmentFileBytes(t, n.s.dir))
+				t.Fatalf("node %d: %d bytes of segments, the removed messages still in them", n.id, SegmentFileBytes(t, n.s.dir))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -167,12 +168,13 @@ func TestCompactedReplicas(t *testing.T) {
 	waitCompacted(rest, want)
 }
 
-// segmentFileBytes sums the sizes of the stream log segments under dir.
-func segmentFileBytes(t *testing.T, dir string) int64 {
+// SegmentFileBytes sums the sizes of the stream log segments under dir (Raft
+// logs left out). Exported for the package's external tests too.
+func SegmentFileBytes(t *testing.T, dir string) int64 {
 	t.Helper()
 	var n int64
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(path) != ".log" {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".log" || strings.Contains(path, "raft") {
 			return err
 		}
 		fi, err := d.Info()

@@ -3,13 +3,11 @@ package stream_test
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/stream"
 )
 
 // readAll reads stream from its start with an ephemeral consumer until
@@ -112,7 +110,7 @@ func TestCompactedStream(t *testing.T) {
 	// kept in their segments would make 1387.
 	var files int64
 	waitFor(t, "sparse segments rewritten", func() bool {
-		files = logFileBytes(t, dir)
+		files = stream.SegmentFileBytes(t, dir)
 		return files < 1200
 	})
 	t.Logf("%d live messages, %d bytes of log files", st.Msgs, files)
@@ -144,26 +142,6 @@ func TestCompactedStream(t *testing.T) {
 		got := byKey["k0"]
 		return len(got) == 1 && got[0] == "k0-new"
 	})
-}
-
-// logFileBytes sums the sizes of the segment files under dir.
-func logFileBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var n int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(path) != ".log" || strings.Contains(path, "raft") {
-			return err
-		}
-		fi, err := d.Info()
-		if err == nil {
-			n += fi.Size()
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // TestCompactionConfigRules: compaction needs limits retention; it can be

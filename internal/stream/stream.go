@@ -366,19 +366,18 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 			l.SetLimits(lc.MaxAge, lc.MaxBytes, lc.MaxMsgs, lc.Discard)
 			if s.repl != nil {
 				// A replica's logs are written by its groups' machines, not
-				// this goroutine: each gives its log the setting before it
-				// next writes.
+				// this goroutine: each gives its log the settings before it
+				// next writes, and learns its keys when it applies the first
+				// compaction its leader proposes (applyCompaction).
 				s.repl.machines[i].setCompression(lc.Compression)
 				s.repl.machines[i].segmentAge.Store(int64(lc.SegmentAge))
-			} else if err := l.SetCompression(lc.Compression); err != nil {
+				continue
+			}
+			if err := l.SetCompression(lc.Compression); err != nil {
 				s.m.log.Error("stream compression", "stream", s.name, "partition", i, "err", err)
 			}
-			if s.repl == nil {
-				l.SetSegmentAge(lc.SegmentAge)
-			}
-			if compactionSwitched && s.repl == nil {
-				// A replica's log learns its keys when it applies the first
-				// compaction its leader proposes (applyCompaction).
+			l.SetSegmentAge(lc.SegmentAge)
+			if compactionSwitched {
 				if err := l.SetKeys(lc.Keys); err != nil {
 					s.m.log.Error("stream compaction switched", "stream", s.name, "partition", i, "err", err)
 				}
@@ -1193,7 +1192,7 @@ func (s *Stream) state() streamapi.StreamState {
 	for i, l := range s.parts {
 		ls := l.State()
 		ps := streamapi.StreamState{Msgs: ls.Msgs, Bytes: ls.Bytes, FirstSeq: ls.FirstSeq, LastSeq: ls.LastSeq,
-			Deleted: ls.Deleted, FileBytes: uint64(max(ls.FileBytes, 0)), Keys: uint64(ls.Keys)}
+			Deleted: ls.Deleted, FileBytes: uint64(max(l.FileBytes(), 0)), Keys: uint64(ls.Keys)}
 		if ls.FirstTime != 0 && ls.Msgs > 0 {
 			ps.FirstTime = time.Unix(0, ls.FirstTime).UTC()
 		}

@@ -1,6 +1,7 @@
 // Package testenv finds, for tests, what scripts/deps.sh installs in the repository:
-// the repository's root and the interpreter of its Python virtual environment; and
-// it tells tests which goroutine runs them (GoroutineID). Only tests import it.
+// the repository's root and the interpreter of its Python virtual environment; it
+// tells tests which goroutine runs them (GoroutineID), and collects output that
+// other goroutines write (Buffer). Only tests import it.
 package testenv
 
 import (
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -51,4 +53,23 @@ func GoroutineID() uint64 {
 	f := bytes.Fields(b[:runtime.Stack(b[:], false)])
 	id, _ := strconv.ParseUint(string(f[1]), 10, 64)
 	return id
+}
+
+// Buffer collects what several goroutines write (a child process's output, a
+// logger's) for a test to read while they go on.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
