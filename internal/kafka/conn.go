@@ -277,7 +277,9 @@ func (c *conn) handle(frame []byte) error {
 	// An answer with an error is sent before the connection closes (a failed
 	// login's).
 	resp, err := c.dispatch(req)
-	if resp != nil {
+	if fr, ok := resp.(*kmsg.FetchResponse); ok {
+		c.sendFetch(corr, fr)
+	} else if resp != nil {
 		c.send(corr, resp)
 	}
 	return err

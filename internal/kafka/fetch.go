@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strconv"
@@ -17,8 +19,11 @@ import (
 
 // fetchScratch is a connection's reusable fetch state.
 type fetchScratch struct {
-	w     batchWriter
-	buf   []byte // the answer's record batches, one after another
+	w batchWriter
+	// buf holds the answer's record batches, one after another, from
+	// fetchHeadroom on (sendFetch).
+	buf   []byte
+	enc   []byte // the answer encoded around a marker (sendFetch)
 	spans []fetchSpan
 	rec   kmsg.Record
 	hdrs  []kmsg.Header
@@ -141,7 +146,7 @@ func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 // for another reason than having no new data.
 func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16, resp *kmsg.FetchResponse) (total int, failed bool) {
 	fs := &c.fetch
-	fs.buf, fs.spans = fs.buf[:0], fs.spans[:0]
+	fs.buf, fs.spans = headroom(fs.buf), fs.spans[:0]
 	resp.Topics = resp.Topics[:0]
 	budget := int(req.MaxBytes)
 	if req.Version < 3 || budget <= 0 {
@@ -214,7 +219,7 @@ func (c *conn) readAhead() {
 	}
 	a := &fs.ahead
 	saved := fs.buf
-	fs.buf = a.buf[:0]
+	fs.buf = headroom(a.buf)
 	count, next, code := c.readRecords(nx.t, nx.part, nx.offset, nx.limit, true)
 	a.buf, fs.buf = fs.buf, saved
 	if code != 0 || count == 0 {
@@ -223,6 +228,95 @@ func (c *conn) readAhead() {
 	}
 	a.t, a.part, a.offset, a.limit = nx.t, nx.part, nx.offset, nx.limit
 	a.firstSeq, a.dels, a.count, a.next, a.present = st.FirstSeq, st.Deleted, count, next, true
+}
+
+// fetchHeadroom is the room c.fetch.buf keeps before an answer's records, for
+// the start of the answer's frame: a one-partition answer's header takes about
+// 120 bytes and its topic's name (a stream's: at most 64 bytes).
+const fetchHeadroom = 512
+
+// headroom returns b emptied down to its head room.
+func headroom(b []byte) []byte {
+	if cap(b) < fetchHeadroom {
+		b = make([]byte, fetchHeadroom, 64<<10)
+	}
+	return b[:fetchHeadroom]
+}
+
+// fetchMarker stands for the records while sendFetch encodes the rest of an
+// answer: 16 bytes no answer's other fields make.
+var fetchMarker = []byte("\xfe\x01tern-records\x01\xfe")
+
+// sendFetch queues resp, the answer to Fetch request corr. An answer whose only
+// records are one partition's — a consumer streaming through a partition, the
+// bulk of what fetches carry — is framed where its records were read (in
+// c.fetch.buf, around them) and handed to the queue whole (Queue.Hand), so its
+// megabyte of records is not copied again on its way to the socket. Any other
+// answer is encoded into the queue as every answer is.
+func (c *conn) sendFetch(corr int32, resp *kmsg.FetchResponse) {
+	fs := &c.fetch
+	var op *kmsg.FetchResponseTopicPartition
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if p := &resp.Topics[i].Partitions[j]; len(p.RecordBatches) > 0 {
+				if op != nil {
+					c.send(corr, resp)
+					return
+				}
+				op = p
+			}
+		}
+	}
+	if op == nil || len(fs.buf) <= fetchHeadroom || &op.RecordBatches[0] != &fs.buf[fetchHeadroom] || len(op.RecordBatches) != len(fs.buf)-fetchHeadroom {
+		c.send(corr, resp)
+		return
+	}
+	records := op.RecordBatches
+	op.RecordBatches = fetchMarker
+	fs.enc = resp.AppendTo(fs.enc[:0])
+	op.RecordBatches = records
+	at := bytes.LastIndex(fs.enc, fetchMarker)
+	flexible := resp.IsFlexible()
+	var size []byte // the records' size, as the marker's was written
+	if flexible {
+		size = binary.AppendUvarint(nil, uint64(len(fetchMarker)+1))
+	} else {
+		size = binary.BigEndian.AppendUint32(nil, uint32(len(fetchMarker)))
+	}
+	if at < len(size) || !bytes.Equal(fs.enc[at-len(size):at], size) {
+		c.send(corr, resp)
+		return
+	}
+	// The frame: size, correlation id, header tags, the answer up to the
+	// records' size, that size, the records, and the answer after them.
+	var head [fetchHeadroom]byte
+	h := append(head[:0], 0, 0, 0, 0)
+	h = binary.BigEndian.AppendUint32(h, uint32(corr))
+	if flexible {
+		h = append(h, 0)
+	}
+	before := fs.enc[:at-len(size)]
+	if len(h)+len(before)+binary.MaxVarintLen32 > fetchHeadroom {
+		c.send(corr, resp) // a topic name too long for the head room
+		return
+	}
+	h = append(h, before...)
+	if flexible {
+		h = binary.AppendUvarint(h, uint64(len(records)+1))
+	} else {
+		h = binary.BigEndian.AppendUint32(h, uint32(len(records)))
+	}
+	start := fetchHeadroom - len(h)
+	copy(fs.buf[start:], h)
+	fs.buf = append(fs.buf, fs.enc[at+len(fetchMarker):]...)
+	binary.BigEndian.PutUint32(fs.buf[start:], uint32(len(fs.buf)-start-4))
+	back, ok := c.q.Hand(fs.buf, start)
+	if !ok {
+		frame := fs.buf[start:]
+		c.q.Append(func(b []byte) []byte { return append(b, frame...) })
+		return
+	}
+	fs.buf = back
 }
 
 // readPartition appends to c.fetch.buf one record batch of partition p from offset
@@ -244,12 +338,12 @@ func (c *conn) readPartition(t *topic, p int, offset int64, limit int, first boo
 		return 0, hwm, logStart, 0, -1
 	}
 	var count int
-	if a := &fs.ahead; a.present && first && len(fs.buf) == 0 && a.t.s == t.s && a.part == p && a.offset == offset &&
+	if a := &fs.ahead; a.present && first && len(fs.buf) == fetchHeadroom && a.t.s == t.s && a.part == p && a.offset == offset &&
 		a.limit == limit && a.firstSeq == st.FirstSeq && a.dels == st.Deleted {
 		// Read ahead, and nothing removed since: what a read now would give.
 		a.present = false
 		fs.buf, a.buf = a.buf, fs.buf
-		count, next, n = a.count, a.next, len(fs.buf)
+		count, next, n = a.count, a.next, len(fs.buf)-fetchHeadroom
 	} else {
 		start := len(fs.buf)
 		if count, next, code = c.readRecords(t, p, offset, limit, first); code != 0 {

@@ -125,3 +125,93 @@ func TestFetchReadAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchAnswerFramedInPlace: an answer whose records are one partition's is
+// framed around them where they were read and handed to the connection's queue
+// whole; every Fetch version clients use, names (up to a stream's longest) or topic
+// ids, and answers of two partitions (framed the usual way) decode to the same
+// records, answer after answer on one connection.
+func TestFetchAnswerFramedInPlace(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	ctx := ctxT(t)
+	long := "f" + string(bytes.Repeat([]byte("l"), 63)) // a stream's longest name
+	for _, name := range []string{"inplace", long} {
+		if _, err := nc.Streams().AddStream(ctx, tern.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 60
+	for i := range n {
+		for _, name := range []string{"inplace", long} {
+			msg := &tern.Msg{Subject: fmt.Sprintf("%s.%d", name, i), Data: fmt.Appendf(nil, "%04d %s", i, bytes.Repeat([]byte("v"), 500)),
+				Header: tern.Header{"Tern-Key": {fmt.Sprint(i % 7)}}} // keys spread over both partitions
+			if _, err := nc.Streams().PublishMsg(ctx, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := dialRaw(t, addr)
+	mreq := kmsg.NewPtrMetadataRequest()
+	mreq.Version = 12
+	for _, name := range []string{"inplace", long} {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		mreq.Topics = append(mreq.Topics, mt)
+	}
+	ids := map[string][16]byte{}
+	for _, mt := range r.do(mreq).(*kmsg.MetadataResponse).Topics {
+		ids[*mt.Topic] = mt.TopicID
+	}
+	values := func(p *kmsg.FetchResponseTopicPartition) []string {
+		_, recs := fetchedRecords(t, p.RecordBatches)
+		var out []string
+		for _, rec := range recs {
+			out = append(out, string(rec.Value[:4]))
+		}
+		return out
+	}
+	for _, version := range []int16{4, 7, 11, 12, 13, 16} {
+		for _, name := range []string{"inplace", long} {
+			for _, parts := range [][]int32{{0}, {1}, {0, 1}} {
+				req := kmsg.NewPtrFetchRequest()
+				req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.SessionEpoch = version, 100, 1, 1<<20, -1
+				rt := kmsg.NewFetchRequestTopic()
+				rt.Topic, rt.TopicID = name, ids[name]
+				for _, p := range parts {
+					rp := kmsg.NewFetchRequestTopicPartition()
+					rp.Partition, rp.PartitionMaxBytes = p, 1<<20
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				req.Topics = append(req.Topics, rt)
+				resp := r.do(req).(*kmsg.FetchResponse)
+				what := fmt.Sprintf("v%d, %d-byte name, partitions %v", version, len(name), parts)
+				if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != len(parts) {
+					t.Fatalf("%s: answer of %d topics", what, len(resp.Topics))
+				}
+				if version < 13 && resp.Topics[0].Topic != name {
+					t.Fatalf("%s: answer names topic %q", what, resp.Topics[0].Topic)
+				}
+				total := 0
+				for i, p := range resp.Topics[0].Partitions {
+					if p.ErrorCode != 0 || p.Partition != parts[i] {
+						t.Fatalf("%s: partition %d error %d", what, p.Partition, p.ErrorCode)
+					}
+					got := values(&p)
+					if int64(len(got)) != p.HighWatermark || len(got) == 0 {
+						t.Fatalf("%s: partition %d: %d records, high watermark %d", what, p.Partition, len(got), p.HighWatermark)
+					}
+					for j := 1; j < len(got); j++ {
+						if got[j] <= got[j-1] {
+							t.Fatalf("%s: partition %d: %s after %s", what, p.Partition, got[j], got[j-1])
+						}
+					}
+					total += len(got)
+				}
+				if len(parts) == 2 && total != n {
+					t.Fatalf("%s: %d records in both partitions, want %d", what, total, n)
+				}
+			}
+		}
+	}
+}

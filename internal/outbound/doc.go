@@ -8,7 +8,9 @@
 //
 //   - Buffer: frames are appended under the queue's lock to one buffer; the writer
 //     takes the whole buffer at each wake-up and appends go to a spare one (double
-//     buffering), so producers never wait for the socket.
+//     buffering), so producers never wait for the socket. A large frame built in
+//     a buffer of the caller's can be handed over whole instead of copied while
+//     nothing else is queued (Hand); the buffers then go round between the two.
 //   - Writer: a goroutine that runs only while there is something to send and for
 //     WriterIdle after, so idle connections cost no goroutine. It flushes once per
 //     wake-up, in chunks of at most WriteChunk bytes so that waiting publishers see

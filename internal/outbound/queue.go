@@ -233,7 +233,10 @@ func (t *Totals) AddLive(q *Queue, inMsgs, inBytes uint64) {
 // state is a queue's buffer and flow-control state. It exists while there is
 // something to send or a writer runs; an idle queue lets it go (Release).
 type state struct {
-	out      []byte
+	out []byte
+	// skip is how many bytes at the start of out are not to be sent: the head
+	// room before a frame handed over whole (Hand). 0 otherwise.
+	skip     int
 	spare    []byte        // the buffer the writer handed back, for the next take
 	writing  int           // bytes the writer has taken and not yet sent
 	stallCh  chan struct{} // closed at the writer's next progress; nil when not stalling
@@ -305,7 +308,7 @@ func (q *Queue) Reserve(size int) ([]byte, bool) {
 		return nil, false
 	}
 	st := q.stateLocked()
-	if pending := int64(len(st.out) + st.writing + size); pending > q.g.cfg.MaxPending {
+	if pending := int64(st.queued() + st.writing + size); pending > q.g.cfg.MaxPending {
 		q.overflowLocked(st, pending)
 		return nil, false
 	}
@@ -355,9 +358,42 @@ func (q *Queue) CountDropped() {
 func (q *Queue) storeLocked(b []byte) {
 	st := q.st.Load() // made by Begin or Reserve
 	st.out = b
-	if pending := int64(len(b) + st.writing); pending > q.g.stallAt && !st.stuck && st.stallCh == nil {
+	if pending := int64(st.queued() + st.writing); pending > q.g.stallAt && !st.stuck && st.stallCh == nil {
 		st.stallCh = make(chan struct{})
 	}
+}
+
+// queued is how many bytes of out are to be sent.
+func (st *state) queued() int { return len(st.out) - st.skip }
+
+// Hand queues buf[skip:], a large frame (or frames) the caller built in a buffer
+// of its own, without copying it, when nothing else is queued: the queue owns buf
+// from then on, and back is an empty buffer the caller may build its next frame
+// in (the larger of the queue's two, so that buffers go round instead of being
+// grown anew). The skipped head room lets a caller that filled buf from a fixed
+// offset put a frame header of a size it learned later just before. With
+// something queued, or the queue closed, it queues nothing and reports false, and
+// buf stays the caller's: append buf[skip:] then (Append). Like End, it does not
+// wake the writer.
+func (q *Queue) Hand(buf []byte, skip int) (back []byte, ok bool) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, false
+	}
+	st := q.stateLocked()
+	if len(st.out) > 0 {
+		q.mu.Unlock()
+		return nil, false
+	}
+	back = st.out[:0]
+	if cap(st.spare) > cap(back) {
+		back, st.spare = st.spare[:0], back
+	}
+	q.storeLocked(buf)
+	st.skip = skip
+	q.mu.Unlock()
+	return back, true
 }
 
 // Append queues the frames appendFrames appends, unless the queue is closed, and
@@ -416,19 +452,19 @@ func (q *Queue) Flush() {
 			q.mu.Unlock()
 			return
 		}
-		if st == nil || len(st.out) == 0 { // nothing to send: no writer needed
+		if st == nil || st.queued() == 0 { // nothing to send: no writer needed
 			q.releaseRoleLocked()
 			q.mu.Unlock()
 			return
 		}
-		if len(st.out) > InlineFlushMax || !q.inlineAllowed() {
+		if st.queued() > InlineFlushMax || !q.inlineAllowed() {
 			q.mu.Unlock()
 			go q.writeLoop(nil, nil)
 			return
 		}
-		data := q.takeLocked(st)
+		buf, data := q.takeLocked(st)
 		q.mu.Unlock()
-		if !q.flushInline(st, data) {
+		if !q.flushInline(st, buf, data) {
 			return // a writer goroutine carries on, or the queue failed
 		}
 		// Done: let the role go, then look again, because a producer that queued
@@ -462,25 +498,26 @@ func (q *Queue) inlineAllowed() bool {
 }
 
 // takeLocked hands the queued bytes to the writer and gives producers the spare
-// buffer. q.mu is held.
-func (q *Queue) takeLocked(st *state) []byte {
-	data := st.out
-	st.out = st.spare[:0]
+// buffer: data is what to send, buf the buffer it lies in, for wrote. q.mu is
+// held.
+func (q *Queue) takeLocked(st *state) (buf, data []byte) {
+	buf, data = st.out, st.out[st.skip:]
+	st.out, st.skip = st.spare[:0], 0
 	st.spare = nil
 	st.writing = len(data)
 	st.lastProg = time.Now().UnixNano()
-	return data
+	return buf, data
 }
 
-// flushInline writes data, taken by the caller holding the writer role, from the
-// calling goroutine and reports whether it is done; if not, a writer goroutine
-// it started goes on with the rest and holds the role.
-func (q *Queue) flushInline(st *state, data []byte) bool {
+// flushInline writes data (in buf), taken by the caller holding the writer role,
+// from the calling goroutine and reports whether it is done; if not, a writer
+// goroutine it started goes on with the rest and holds the role.
+func (q *Queue) flushInline(st *state, buf, data []byte) bool {
 	nc, err := q.ep.Socket()
 	if err == nil && !resumesAfterTimeout(nc) {
 		// A write that times out would break the connection (TLS): the writer
 		// goroutine, bound only by the write timeout, sends it all.
-		go q.writeLoop(data, data)
+		go q.writeLoop(buf, data)
 		return false
 	}
 	n := 0
@@ -491,7 +528,7 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 	var ne net.Error
 	switch {
 	case err == nil:
-		q.wrote(st, data)
+		q.wrote(st, buf)
 		return true
 	case errors.As(err, &ne) && ne.Timeout():
 		q.mu.Lock()
@@ -500,7 +537,7 @@ func (q *Queue) flushInline(st *state, data []byte) bool {
 			q.progressLocked(st)
 		}
 		q.mu.Unlock()
-		go q.writeLoop(data, data[n:])
+		go q.writeLoop(buf, data[n:])
 		return false
 	default:
 		q.stop(fmt.Errorf("write: %w", err))
@@ -554,7 +591,7 @@ func (q *Queue) progressLocked(st *state) {
 		close(st.stallCh)
 		st.stallCh = nil
 	}
-	if int64(len(st.out)+st.writing) <= q.g.stallAt/2 {
+	if int64(st.queued()+st.writing) <= q.g.stallAt/2 {
 		st.stuck = false
 	}
 }
@@ -601,13 +638,13 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 			idle.Reset(WriterIdle)
 			continue
 		}
-		data := q.takeLocked(st)
+		buf, data := q.takeLocked(st)
 		q.mu.Unlock()
 		if err := q.write(st, data); err != nil {
 			q.stop(err)
 			return
 		}
-		q.wrote(st, data)
+		q.wrote(st, buf)
 		idle.Reset(WriterIdle)
 	}
 }
@@ -664,7 +701,7 @@ func (q *Queue) fail(err error) {
 	st := q.stateLocked()
 	st.writeFailed = true
 	st.writing = 0
-	st.out = nil
+	st.out, st.skip = nil, 0
 	q.mu.Unlock()
 	q.Close(err)
 }
@@ -689,7 +726,7 @@ func (q *Queue) Release(dropScratch func()) bool {
 		dropScratch()
 	}
 	// Field by field: wake stays, and a late Flush may be reading it.
-	st.out, st.spare, st.writing, st.stallCh, st.stuck, st.lastProg = releasable(st.out), nil, 0, nil, false, 0
+	st.out, st.skip, st.spare, st.writing, st.stallCh, st.stuck, st.lastProg = releasable(st.out), 0, nil, 0, nil, false, 0
 	select {
 	case <-st.wake:
 	default:
@@ -761,7 +798,7 @@ func (q *Queue) Pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if st := q.st.Load(); st != nil {
-		return len(st.out) + st.writing
+		return st.queued() + st.writing
 	}
 	return 0
 }
@@ -794,8 +831,8 @@ func (q *Queue) Finish() {
 	}
 	// No writer can start now: the queue is closed.
 	q.mu.Lock()
-	rest := st.out
-	st.out = nil
+	rest := st.out[st.skip:]
+	st.out, st.skip = nil, 0
 	failed, told := st.writeFailed, st.told
 	q.mu.Unlock()
 	nc, err := q.ep.Socket()

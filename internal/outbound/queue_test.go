@@ -446,3 +446,72 @@ func TestWriterKeepsBusyBuffersAndDropsBurstOnes(t *testing.T) {
 	}
 	q.Close(nil)
 }
+
+// TestHandQueuesWithoutCopying: a frame handed over whole is sent from the
+// caller's own buffer, without its head room, before what is queued after it;
+// a hand-over while something is queued is refused and leaves the queue as it was;
+// the buffers go round between the caller and the queue.
+func TestHandQueuesWithoutCopying(t *testing.T) {
+	q, _, _, client := pair(t, Config{MaxPending: 64 << 20})
+	const room = 16
+	frame := func(fill byte, n int) []byte {
+		b := make([]byte, room+n, room+n+8)
+		for i := range b[:room] {
+			b[i] = 'x' // head room: never sent
+		}
+		for i := range b[room:] {
+			b[room+i] = fill
+		}
+		return b
+	}
+	big := frame('a', 300<<10) // past InlineFlushMax: a writer goroutine sends it
+	back, ok := q.Hand(big, room)
+	if !ok {
+		t.Fatal("Hand refused an empty queue")
+	}
+	if len(back) != 0 {
+		t.Fatalf("Hand gave back %d bytes, want an empty buffer", len(back))
+	}
+	if q.Pending() != 300<<10 {
+		t.Fatalf("pending %d after Hand, want %d (head room not counted)", q.Pending(), 300<<10)
+	}
+	if !appendMsg(t, q, "after") {
+		t.Fatal("append after Hand refused")
+	}
+	if _, ok := q.Hand(frame('b', 10), room); ok {
+		t.Fatal("Hand took a frame while something was queued")
+	}
+	q.Flush()
+	got := readN(t, client, 300<<10+len("after"))
+	if want := append(bytes.Repeat([]byte{'a'}, 300<<10), "after"...); !bytes.Equal(got, want) {
+		t.Fatalf("sent %q…%q, want the frame without its head room, then the message", got[:8], got[len(got)-8:])
+	}
+	// The written buffer comes back as the larger one on the next hand-over.
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Pending() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	small := frame('c', 100)
+	back, ok = q.Hand(small, room)
+	if !ok {
+		t.Fatal("Hand refused a drained queue")
+	}
+	if cap(back) < 300<<10 {
+		t.Errorf("Hand gave back a buffer of %d bytes, want the written one (≥ %d)", cap(back), 300<<10)
+	}
+	q.Flush()
+	if got := readN(t, client, 100); !bytes.Equal(got, bytes.Repeat([]byte{'c'}, 100)) {
+		t.Fatalf("second hand-over sent %q", got)
+	}
+	// Finish sends a handed frame still queued, head room skipped.
+	if _, ok := q.Hand(frame('d', 50), room); !ok {
+		t.Fatal("Hand refused")
+	}
+	q.Finish()
+	if got := readN(t, client, 50); !bytes.Equal(got, bytes.Repeat([]byte{'d'}, 50)) {
+		t.Fatalf("Finish sent %q", got)
+	}
+	if _, ok := q.Hand(frame('e', 5), room); ok {
+		t.Fatal("Hand queued on a closed queue")
+	}
+}
