@@ -22,12 +22,14 @@ type fetchScratch struct {
 	w batchWriter
 	// buf holds the answer's record batches, one after another, from
 	// fetchHeadroom on (sendFetch).
-	buf   []byte
-	enc   []byte // the answer encoded around a marker (sendFetch)
-	spans []fetchSpan
-	rec   kmsg.Record
-	hdrs  []kmsg.Header
-	wake  chan struct{}
+	buf []byte
+	enc []byte // the answer encoded around a marker (sendFetch)
+	// handed is the size of the last buffer handed to the queue (sendFetch).
+	handed int
+	spans  []fetchSpan
+	rec    kmsg.Record
+	hdrs   []kmsg.Header
+	wake   chan struct{}
 	// next is the read a consumer streaming through a partition asks for next;
 	// ahead is that read, done while the consumer was busy with the last answer.
 	next, ahead readAhead
@@ -146,7 +148,7 @@ func (c *conn) fetchRecords(req *kmsg.FetchRequest) *kmsg.FetchResponse {
 // for another reason than having no new data.
 func (c *conn) readFetch(req *kmsg.FetchRequest, topics []*topic, codes []int16, resp *kmsg.FetchResponse) (total int, failed bool) {
 	fs := &c.fetch
-	fs.buf, fs.spans = headroom(fs.buf), fs.spans[:0]
+	fs.buf, fs.spans = fs.headroom(fs.buf), fs.spans[:0]
 	resp.Topics = resp.Topics[:0]
 	budget := int(req.MaxBytes)
 	if req.Version < 3 || budget <= 0 {
@@ -219,7 +221,7 @@ func (c *conn) readAhead() {
 	}
 	a := &fs.ahead
 	saved := fs.buf
-	fs.buf = headroom(a.buf)
+	fs.buf = fs.headroom(a.buf)
 	count, next, code := c.readRecords(nx.t, nx.part, nx.offset, nx.limit, true)
 	a.buf, fs.buf = fs.buf, saved
 	if code != 0 || count == 0 {
@@ -235,10 +237,13 @@ func (c *conn) readAhead() {
 // 120 bytes and its topic's name (a stream's: at most 64 bytes).
 const fetchHeadroom = 512
 
-// headroom returns b emptied down to its head room.
-func headroom(b []byte) []byte {
-	if cap(b) < fetchHeadroom {
-		b = make([]byte, fetchHeadroom, 64<<10)
+// headroom returns b emptied down to its head room, or, when b is smaller than
+// the last answer that went to the queue, a new buffer of that answer's size:
+// the buffers going round with the queue's may come back empty (one still being
+// written), and growing a new one to a megabyte would copy it over and over.
+func (fs *fetchScratch) headroom(b []byte) []byte {
+	if cap(b) < max(fetchHeadroom, fs.handed) {
+		b = make([]byte, fetchHeadroom, max(64<<10, fs.handed))
 	}
 	return b[:fetchHeadroom]
 }
@@ -316,6 +321,7 @@ func (c *conn) sendFetch(corr int32, resp *kmsg.FetchResponse) {
 		c.q.Append(func(b []byte) []byte { return append(b, frame...) })
 		return
 	}
+	fs.handed = min(cap(fs.buf), 8*keepBody)
 	fs.buf = back
 }
 
