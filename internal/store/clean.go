@@ -46,6 +46,13 @@ func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 	if l.broken != nil {
 		return st, l.broken
 	}
+	if j := l.job; j != nil { // one rewrite at a time: CleanAside's first
+		<-j.done
+		l.job = nil
+		if _, err := l.finishClean(j); err != nil {
+			return st, err
+		}
+	}
 	tried := 0
 	for i := 0; i < len(l.segs)-1 && (limit <= 0 || tried < limit); i++ {
 		s := l.segs[i]
@@ -53,19 +60,88 @@ func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 			continue
 		}
 		tried++
-		before := s.size
-		rewritten, err := l.cleanSegment(s)
+		j, err := l.startClean(s, false)
 		if err != nil {
-			return st, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
+			return st, err
 		}
-		if !rewritten {
-			continue
+		j.err = j.run()
+		done, err := l.finishClean(j)
+		if err != nil {
+			return st, err
 		}
-		st.Segments++
-		st.Before += before
-		st.After += s.size
+		st.add(done)
 	}
 	return st, nil
+}
+
+func (st *CleanStats) add(o CleanStats) {
+	st.Segments += o.Segments
+	st.Before += o.Before
+	st.After += o.After
+}
+
+// CleanAside does what Clean(minDirty, 1) does, but reads and writes the
+// segment on a goroutine of its own, so that the writer is held only while a
+// finished rewrite is swapped in: each call installs the rewrite the last
+// one started, when it is done, and starts the next. Writer only; the stats
+// are of the rewrite installed. A rewrite under way when the segment is cut
+// (TruncateAfter) or removed is dropped; Close waits for it and drops it.
+func (l *Log) CleanAside(minDirty float64) (CleanStats, error) {
+	st, err := l.FinishCleaning()
+	if err != nil || l.job != nil || l.shut.Load() || l.broken != nil {
+		return st, err
+	}
+	for i := 0; i < len(l.segs)-1; i++ {
+		s := l.segs[i]
+		if !l.cleanable(s, minDirty) {
+			continue
+		}
+		j, err := l.startClean(s, true)
+		if err != nil {
+			return st, err
+		}
+		l.job = j
+		go func() {
+			j.err = j.run()
+			close(j.done)
+		}()
+		break
+	}
+	return st, nil
+}
+
+// FinishCleaning installs the rewrite CleanAside started if it is done,
+// without starting another; it costs nothing when none is. Writer only.
+func (l *Log) FinishCleaning() (CleanStats, error) {
+	j := l.job
+	if j == nil {
+		return CleanStats{}, nil
+	}
+	select {
+	case <-j.done:
+	default:
+		return CleanStats{}, nil
+	}
+	l.job = nil
+	if l.shut.Load() || l.broken != nil {
+		j.drop()
+		return CleanStats{}, nil
+	}
+	return l.finishClean(j)
+}
+
+// Cleaning reports whether a rewrite CleanAside started is under way or
+// waiting to be installed.
+func (l *Log) Cleaning() bool { return l.job != nil }
+
+// stopCleaning waits for a rewrite under way, which sees the log shut and
+// stops early, and drops it (Close).
+func (l *Log) stopCleaning() {
+	if j := l.job; j != nil {
+		<-j.done
+		l.job = nil
+		j.drop()
+	}
 }
 
 // cleanable reports whether s is sealed, undamaged, and dirty enough.
@@ -94,36 +170,78 @@ func (l *Log) isDead(s *segment, seq uint64) bool {
 	return seq < l.first || s.dels.has(uint32(seq-s.base))
 }
 
-// cleanSegment rewrites s without its dead records, unless that would not
-// make it smaller (a compressed segment repacked), which it reports.
-func (l *Log) cleanSegment(s *segment) (bool, error) {
+// cleanJob is the rewrite of one segment: started by the writer
+// (startClean), written by whoever runs it (run: the writer for Clean, a
+// goroutine of its own for CleanAside), and installed or dropped by the
+// writer (finishClean). While it runs it reads only the segment's file as it
+// was when it started, and which sequences are dead, under the log's lock.
+type cleanJob struct {
+	s    *segment
+	gen  uint64 // Log.gen at the start: a cut or a rewrite since voids the job
+	size int64  // the segment's bytes at the start
+	tmp  string
+	out  *os.File
+	c    cleaner
+	err  error
+	done chan struct{} // closed when an aside job's run returns
+}
+
+// startClean begins the rewrite of s. Writer only.
+func (l *Log) startClean(s *segment, aside bool) (*cleanJob, error) {
 	tmp := s.logPath + ".clean.tmp"
 	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return false, err
+		return nil, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
 	}
-	fail := func(err error) (bool, error) {
-		out.Close()
-		os.Remove(tmp)
-		return false, err
+	j := &cleanJob{s: s, gen: l.gen, size: s.size, tmp: tmp, out: out, done: make(chan struct{})}
+	j.c = cleaner{l: l, s: s, f: s.f, size: s.size, last: s.last, aside: aside,
+		bw: bufio.NewWriterSize(out, 1<<20), ib: newIndexBuilder(), pack: l.cfg.Compression != CompressNone}
+	return j, nil
+}
+
+// run writes the rewrite beside the segment, and fsyncs it, whatever the sync
+// policy, when it is smaller: a crash must never lose records written long
+// ago.
+func (j *cleanJob) run() error {
+	if err := j.c.run(); err != nil {
+		return err
 	}
-	c := cleaner{l: l, s: s, bw: bufio.NewWriterSize(out, 1<<20), ib: newIndexBuilder(), pack: l.cfg.Compression != CompressNone}
-	if err := c.run(); err != nil {
-		return fail(err)
+	if err := j.c.bw.Flush(); err != nil {
+		return err
 	}
-	if err := c.bw.Flush(); err != nil {
-		return fail(err)
+	if j.c.off >= j.size {
+		return nil // not smaller: finishClean drops it
 	}
-	if c.off >= s.size {
-		s.holed = c.dead // clean as it can be until more of it dies
-		_, err := fail(nil)
-		return false, err
+	return j.c.l.fsync(j.out)
+}
+
+// drop forgets the rewrite and its file.
+func (j *cleanJob) drop() {
+	j.out.Close()
+	os.Remove(j.tmp)
+}
+
+// finishClean renames the rewrite over the segment and swaps it in, unless the
+// segment was removed, cut or rewritten meanwhile, the rewrite failed, or it is
+// not smaller (a compressed segment repacked). Writer only.
+func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
+	s := j.s
+	if s.removed || l.gen != j.gen || s.size != j.size {
+		j.drop() // its records are not the segment's any more
+		return CleanStats{}, nil
 	}
-	if err := l.fsync(out); err != nil {
-		return fail(err)
+	if j.err != nil {
+		j.drop()
+		return CleanStats{}, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, j.err)
 	}
-	if err := os.Rename(tmp, s.logPath); err != nil {
-		return fail(err)
+	if j.c.off >= s.size {
+		s.holed = j.c.dead // clean as it can be until more of it dies
+		j.drop()
+		return CleanStats{}, nil
+	}
+	if err := os.Rename(j.tmp, s.logPath); err != nil {
+		j.drop()
+		return CleanStats{}, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
 	}
 	if err := l.syncDir(); err != nil {
 		// The rename may not be durable yet; either file holds the same
@@ -133,8 +251,8 @@ func (l *Log) cleanSegment(s *segment) (bool, error) {
 
 	l.mu.Lock()
 	old := s.f
-	s.f, s.size, s.index, s.ib = out, c.off, c.index, c.ib
-	s.holed = c.dead
+	s.f, s.size, s.index, s.ib = j.out, j.c.off, j.c.index, j.c.ib
+	s.holed = j.c.dead
 	l.gen++
 	l.mu.Unlock()
 	old.Close()
@@ -145,7 +263,7 @@ func (l *Log) cleanSegment(s *segment) (bool, error) {
 		l.rc = cursor{}
 	}
 	l.writeIndex(s)
-	return true, nil
+	return CleanStats{Segments: 1, Before: j.size, After: s.size}, nil
 }
 
 // cleaner copies a segment's live units to a new file. In a log that
@@ -153,8 +271,13 @@ func (l *Log) cleanSegment(s *segment) (bool, error) {
 // ones, with the holes between them, are packed into blocks again (flagHoles),
 // so they stay compressed; otherwise they are written plain between holes.
 type cleaner struct {
-	l     *Log
-	s     *segment
+	l *Log
+	s *segment
+	// f, size and last are the segment's when the job started.
+	f     *os.File
+	size  int64
+	last  uint64
+	aside bool // running beside the writer: dead sequences are read under l.mu
 	bw    *bufio.Writer
 	off   int64 // bytes written
 	index []indexEntry
@@ -179,8 +302,11 @@ func (c *cleaner) run() error {
 	)
 	defer exp.release()
 	off, seq := int64(0), s.base
-	for off < s.size {
-		raw, err := w.record(s.f, off, s.size, readerChunk)
+	for off < c.size {
+		if c.aside && l.shut.Load() {
+			return ErrClosed
+		}
+		raw, err := w.record(c.f, off, c.size, readerChunk)
 		if err != nil {
 			return err
 		}
@@ -192,12 +318,7 @@ func (c *cleaner) run() error {
 			return err
 		}
 		flags := recFlags(raw)
-		dead := uint64(0)
-		for q := seq; q < seq+count; q++ {
-			if l.isDead(s, q) {
-				dead++
-			}
-		}
+		dead := c.deadIn(seq, count)
 		c.dead += dead
 		switch {
 		case dead == count:
@@ -218,7 +339,7 @@ func (c *cleaner) run() error {
 				return err
 			}
 		default:
-			if err := exp.load(s.f, off, raw, l.cfg.SegmentBytes); err != nil {
+			if err := exp.load(c.f, off, raw, l.cfg.SegmentBytes); err != nil {
 				return err
 			}
 			if !c.pack && !c.worthOpening(&exp, seq, count, len(raw)) {
@@ -230,7 +351,7 @@ func (c *cleaner) run() error {
 			}
 			for q := seq; q < seq+count; q++ {
 				rec, n := exp.at(q)
-				if n == 0 || l.isDead(s, q) {
+				if n == 0 || c.isDead(q) {
 					c.addHole(q, 1, rec.Time)
 					continue
 				}
@@ -243,10 +364,34 @@ func (c *cleaner) run() error {
 		off += int64(len(raw))
 		seq += count
 	}
-	if seq != s.last+1 {
+	if seq != c.last+1 {
 		return errMissing
 	}
 	return c.flush()
+}
+
+// isDead reports whether seq of the segment is deleted.
+func (c *cleaner) isDead(seq uint64) bool {
+	if c.aside {
+		c.l.mu.RLock()
+		defer c.l.mu.RUnlock()
+	}
+	return c.l.isDead(c.s, seq)
+}
+
+// deadIn counts the deleted sequences of [first, first+count).
+func (c *cleaner) deadIn(first, count uint64) uint64 {
+	if c.aside {
+		c.l.mu.RLock()
+		defer c.l.mu.RUnlock()
+	}
+	dead := uint64(0)
+	for q := first; q < first+count; q++ {
+		if c.l.isDead(c.s, q) {
+			dead++
+		}
+	}
+	return dead
 }
 
 // worthOpening reports whether writing the live records of the loaded block
@@ -255,7 +400,7 @@ func (c *cleaner) run() error {
 func (c *cleaner) worthOpening(exp *expander, first, count uint64, size int) bool {
 	n, wasDead := 0, false
 	for q := first; q < first+count; q++ {
-		if c.l.isDead(c.s, q) {
+		if c.isDead(q) {
 			if !wasDead {
 				n += blockHdrSize
 			}

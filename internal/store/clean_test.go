@@ -161,6 +161,125 @@ func TestCleanKeepsLiveRecords(t *testing.T) {
 	}
 }
 
+// TestCleanAside: rewrites beside the writer clean what Clean would, one
+// segment a call, while the writer appends and deletes between the calls and
+// readers read; a rewrite that the writer's own changes void (a cut into its
+// segment) is dropped, and one still running at Close is stopped and its file
+// removed.
+func TestCleanAside(t *testing.T) {
+	l, live := sparseLog(t, true, 3000, func(i int) bool { return i%10 == 0 || i >= 2900 })
+	before := segmentBytes(t, l)
+	var (
+		stop atomic.Bool
+		wg   sync.WaitGroup
+		errs = make(chan error, 1)
+	)
+	wg.Add(1)
+	go func() { // a reader through it all: the records it finds are intact
+		defer wg.Done()
+		for !stop.Load() {
+			r := l.NewReader(1)
+			for {
+				rec, err := r.Next()
+				if err != nil {
+					break
+				}
+				if p, ok := live[rec.Seq]; ok && string(p) != string(rec.Payload) {
+					r.Close()
+					errs <- fmt.Errorf("reader: record %d differs", rec.Seq)
+					return
+				}
+			}
+			r.Close()
+		}
+	}()
+	var got CleanStats
+	for calls := 0; calls < 100000; calls++ {
+		cs, err := l.CleanAside(0.5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.add(cs)
+		if !l.Cleaning() {
+			break // nothing left to rewrite
+		}
+		// The writer goes on meanwhile: appends to the head, which no
+		// rewrite touches, and commits.
+		if _, err := l.Append([]byte("s.head"), nil, []byte("more"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if rest, err := l.Clean(0.5, 0); err != nil || got.Segments < 15 || rest.Segments != 0 {
+		t.Fatalf("beside the writer: %+v; Clean then found %+v to do (%v)", got, rest, err)
+	}
+	if after := segmentBytes(t, l); before-after < got.Before-got.After-int64(l.State().Msgs)*100 {
+		t.Fatalf("files %d → %d bytes, cleaning saved %d", before, after, got.Before-got.After)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*.tmp")); len(tmps) > 0 {
+		t.Fatalf("left behind: %v", tmps)
+	}
+	rs := readAll(t, l, 1)
+	n := 0
+	for _, r := range rs {
+		if p, ok := live[r.Seq]; ok {
+			if string(r.Payload) != string(p) {
+				t.Fatalf("record %d differs", r.Seq)
+			}
+			n++
+		}
+	}
+	if n != len(live) {
+		t.Fatalf("%d of %d records after cleaning", n, len(live))
+	}
+
+	// A cut into the segment being rewritten voids the rewrite.
+	l2, live2 := sparseLog(t, false, 600, func(i int) bool { return i%10 == 0 })
+	if _, err := l2.CleanAside(0.5); err != nil || !l2.Cleaning() {
+		t.Fatalf("no rewrite started: %v", err)
+	}
+	s0 := l2.job.s
+	<-l2.job.done
+	cut := s0.base + 5 // inside the first segment, where the rewrite is
+	if err := l2.TruncateAfter(cut); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := l2.FinishCleaning(); err != nil || cs.Segments != 0 || l2.Cleaning() {
+		t.Fatalf("a rewrite voided by a cut: %+v %v", cs, err)
+	}
+	for seq := range live2 {
+		if seq > cut {
+			delete(live2, seq)
+		}
+	}
+	checkLive(t, l2, live2)
+	if tmps, _ := filepath.Glob(filepath.Join(l2.cfg.Dir, "*.tmp")); len(tmps) > 0 {
+		t.Fatalf("left behind: %v", tmps)
+	}
+
+	// Close stops a rewrite under way and removes its file.
+	l3, live3 := sparseLog(t, true, 3000, func(i int) bool { return i%10 == 0 })
+	if _, err := l3.CleanAside(0.5); err != nil || !l3.Cleaning() {
+		t.Fatalf("no rewrite started: %v", err)
+	}
+	l3, rep := reopen(t, l3)
+	if len(rep.Corrupt) > 0 || l3.Cleaning() {
+		t.Fatalf("reopen: %+v", rep)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(l3.cfg.Dir, "*.tmp")); len(tmps) > 0 {
+		t.Fatalf("left behind by Close: %v", tmps)
+	}
+	checkLive(t, l3, live3)
+}
+
 // TestCleanBesideReaders: readers that Read and iterate while segments are
 // rewritten under them always find every live record intact.
 func TestCleanBesideReaders(t *testing.T) {

@@ -73,8 +73,11 @@ type part struct {
 type Log struct {
 	cfg Config
 
-	mu        sync.RWMutex
-	segs      []*segment // in order; the last is the active one
+	mu   sync.RWMutex
+	segs []*segment // in order; the last is the active one
+	// job is the segment rewrite CleanAside started and has not installed
+	// (writer only).
+	job       *cleanJob
 	first     uint64
 	last      uint64
 	msgs      uint64
@@ -328,6 +331,7 @@ func (l *Log) Close() error {
 	if l.shut.Swap(true) {
 		return nil
 	}
+	l.stopCleaning() // before the files close: it reads the segment's
 	l.batch, l.parts, l.npend, l.pendBytes = nil, nil, 0, 0
 	var errs []error
 	l.mu.Lock()

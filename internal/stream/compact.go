@@ -22,18 +22,14 @@ import (
 //	op 11 (compact)  bound  tombstone bound (uvarints): store.Log.Compact's
 //
 // Where compaction leaves old segments mostly dead, each replica rewrites them
-// without their dead records (store.Log.Clean) as it compacts, a few segments
-// at a time: a purely local matter, as the records stay the same.
+// without their dead records, one at a time, on a goroutine beside the log's
+// writer (store.Log.CleanAside), which only swaps each finished rewrite in: a
+// purely local matter, as the records stay the same.
 const entryCompact byte = 11
 
-const (
-	// cleanDirty is how much of a segment must be removed records for it to
-	// be rewritten: Kafka's min.cleanable.dirty.ratio default.
-	cleanDirty = 0.5
-	// cleanEach bounds the segments rewritten per compaction, so that the
-	// writer (or the replica's apply) is held for one segment's I/O at most.
-	cleanEach = 1
-)
+// cleanDirty is how much of a segment must be removed records for it to be
+// rewritten: Kafka's min.cleanable.dirty.ratio default.
+const cleanDirty = 0.5
 
 // compactionKey says what a message is compacted by: its Tern-Key header, or
 // its subject when it has none.
@@ -55,8 +51,21 @@ func (s *Stream) compactBounds(c *streamapi.Compaction, p int) (bound, tombBound
 // compact removes what compaction allows from each partition (the writer's
 // tick); on a replicated stream's leader it proposes the bounds that moved.
 func (s *Stream) compact() {
+	if s.repl != nil {
+		for _, m := range s.repl.machines {
+			m.finishCleaning()
+		}
+	}
 	c := s.Config().Compact
 	if c == nil {
+		// Compaction was switched off: a rewrite it started is swapped in,
+		// and none started.
+		for p, l := range s.parts {
+			if s.repl == nil && l.Cleaning() {
+				st, err := l.FinishCleaning()
+				logCleaned(s.m.log, st, err, "stream", s.name, "partition", p)
+			}
+		}
 		return
 	}
 	if s.repl != nil {
@@ -73,11 +82,17 @@ func (s *Stream) compact() {
 	}
 }
 
-// clean rewrites a few of a compacted partition's mostly dead segments; a
-// failure leaves them as they were and is logged, with attrs naming the
-// partition.
+// clean swaps in the rewrite of a compacted partition's mostly dead segment
+// that the last call started, if it is done, and starts the next
+// (store.Log.CleanAside); a failure leaves the segment as it was and is
+// logged, with attrs naming the partition.
 func clean(l *store.Log, log *slog.Logger, attrs ...any) {
-	st, err := l.Clean(cleanDirty, cleanEach)
+	st, err := l.CleanAside(cleanDirty)
+	logCleaned(log, st, err, attrs...)
+}
+
+// logCleaned logs what a rewrite did, or why it failed.
+func logCleaned(log *slog.Logger, st store.CleanStats, err error, attrs ...any) {
 	if err != nil {
 		log.Error("stream compaction: rewriting segments", append(attrs, "err", err)...)
 		return

@@ -387,7 +387,11 @@ type pubResult struct {
 // sequence the log already holds was stored before the restart and is not stored
 // twice.
 type partitionMachine struct {
-	part   int // the partition's index in its stream
+	part int // the partition's index in its stream
+	// mu is the log's writer role, between the group's apply loop (Apply,
+	// Restore) and the stream's writer, which swaps in the segment rewrites
+	// finished beside it (finishCleaning).
+	mu     sync.Mutex
 	log    *store.Log
 	dedup  *dedupWindow
 	last   uint64
@@ -502,6 +506,20 @@ func (m *partitionMachine) rebuildDedup() {
 	}
 }
 
+// finishCleaning swaps in a segment rewrite finished beside the log's writer
+// and starts the next (the stream's writer tick): a quiet partition, whose
+// group applies nothing, gets its space back too. When the group is applying
+// it does so itself, and this waits for no one.
+func (m *partitionMachine) finishCleaning() {
+	if !m.mu.TryLock() {
+		return
+	}
+	defer m.mu.Unlock()
+	if m.log.Cleaning() {
+		clean(m.log, m.logger)
+	}
+}
+
 // setCompression asks the machine to write the log's next commits with c (the
 // stream's configuration changed). Any goroutine.
 func (m *partitionMachine) setCompression(c store.Compression) {
@@ -527,8 +545,16 @@ func (m *partitionMachine) passCompression() error {
 // Apply implements replica.StateMachine: the messages of every entry are stored,
 // committed to the log once, and then each entry's results go to its proposer.
 func (m *partitionMachine) Apply(ents []replica.Entry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.passCompression(); err != nil {
 		return err
+	}
+	if m.log.Cleaning() {
+		// A rewrite beside the log's writer, this machine: swapped in at the
+		// first entry after it is done, and the next one started, so that
+		// cleaning goes on between compactions.
+		clean(m.log, m.logger)
 	}
 	m.results = m.results[:0]
 	m.batches = m.batches[:0]
@@ -810,6 +836,8 @@ var errBehindSnapshot = errors.New("stream replica: log ends before the snapshot
 
 // Restore implements replica.StateMachine.
 func (m *partitionMachine) Restore(data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var snap partitionSnapshot
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &snap); err != nil {
