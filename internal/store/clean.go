@@ -60,10 +60,7 @@ func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 			continue
 		}
 		tried++
-		j, err := l.startClean(s, false)
-		if err != nil {
-			return st, err
-		}
+		j := l.startClean(s, false)
 		j.err = j.run()
 		done, err := l.finishClean(j)
 		if err != nil {
@@ -96,10 +93,7 @@ func (l *Log) CleanAside(minDirty float64) (CleanStats, error) {
 		if !l.cleanable(s, minDirty) {
 			continue
 		}
-		j, err := l.startClean(s, true)
-		if err != nil {
-			return st, err
-		}
+		j := l.startClean(s, true)
 		l.job = j
 		go func() {
 			j.err = j.run()
@@ -186,23 +180,24 @@ type cleanJob struct {
 	done chan struct{} // closed when an aside job's run returns
 }
 
-// startClean begins the rewrite of s. Writer only.
-func (l *Log) startClean(s *segment, aside bool) (*cleanJob, error) {
-	tmp := s.logPath + ".clean.tmp"
-	out, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
-	}
-	j := &cleanJob{s: s, gen: l.gen, size: s.size, tmp: tmp, out: out, done: make(chan struct{})}
-	j.c = cleaner{l: l, s: s, f: s.f, size: s.size, last: s.last, aside: aside,
-		bw: bufio.NewWriterSize(out, 1<<20), ib: newIndexBuilder(), pack: l.cfg.Compression != CompressNone}
-	return j, nil
+// startClean begins the rewrite of s: what it is to rewrite, from what the
+// writer knows of s now. Writer only.
+func (l *Log) startClean(s *segment, aside bool) *cleanJob {
+	j := &cleanJob{s: s, gen: l.gen, size: s.size, tmp: s.logPath + ".clean.tmp", done: make(chan struct{})}
+	j.c = cleaner{l: l, s: s, f: s.f, size: s.size, last: s.last, aside: aside, pack: l.cfg.Compression != CompressNone}
+	return j
 }
 
 // run writes the rewrite beside the segment, and fsyncs it, whatever the sync
 // policy, when it is smaller: a crash must never lose records written long
 // ago.
 func (j *cleanJob) run() error {
+	out, err := os.OpenFile(j.tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	j.out = out
+	j.c.bw, j.c.ib = bufio.NewWriterSize(out, 1<<20), newIndexBuilder()
 	if err := j.c.run(); err != nil {
 		return err
 	}
@@ -217,8 +212,10 @@ func (j *cleanJob) run() error {
 
 // drop forgets the rewrite and its file.
 func (j *cleanJob) drop() {
-	j.out.Close()
-	os.Remove(j.tmp)
+	if j.out != nil {
+		j.out.Close()
+		os.Remove(j.tmp)
+	}
 }
 
 // finishClean renames the rewrite over the segment and swaps it in, unless the
@@ -255,7 +252,10 @@ func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
 	s.holed = j.c.dead
 	l.gen++
 	l.mu.Unlock()
-	old.Close()
+	// The old file's last link went with the rename: closing it frees its
+	// pages, which takes milliseconds for a large segment, and is not the
+	// writer's to wait for.
+	go old.Close()
 	if l.head.seg == s {
 		l.head = cursor{}
 	}
