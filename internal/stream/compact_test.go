@@ -237,3 +237,24 @@ func TestMachinePassesSegmentAge(t *testing.T) {
 		t.Fatalf("head segment starts at %d, want 3 after the age changed", head)
 	}
 }
+
+// TestCompactedHeadAge: a compacted stream's head segment is sealed by age —
+// its max_lag, or a week (Kafka's segment.ms default) when none is set — so
+// that a quiet stream compacts in the end; a stream not compacted is sealed by
+// size alone.
+func TestCompactedHeadAge(t *testing.T) {
+	m := &Manager{cfg: Config{SegmentBytes: 1 << 20}}
+	for _, c := range []struct {
+		compact *streamapi.Compaction
+		want    time.Duration
+	}{
+		{nil, 0},
+		{&streamapi.Compaction{}, streamapi.DefaultMaxLag},
+		{&streamapi.Compaction{MaxLag: streamapi.Duration(time.Hour)}, time.Hour},
+	} {
+		s := &Stream{m: m, name: "s", cfg: streamapi.StreamConfig{Name: "s", Compact: c.compact}}
+		if got := s.logConfig(0).SegmentAge; got != c.want {
+			t.Errorf("compact %+v: segment age %v, want %v", c.compact, got, c.want)
+		}
+	}
+}

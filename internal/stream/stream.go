@@ -251,6 +251,9 @@ func (s *Stream) logConfig(part int) store.Config {
 	if cfg.Compact != nil {
 		lc.Keys = compactionKey
 		lc.SegmentAge = time.Duration(cfg.Compact.MaxLag)
+		if lc.SegmentAge == 0 {
+			lc.SegmentAge = streamapi.DefaultMaxLag
+		}
 	}
 	return lc
 }

@@ -218,12 +218,17 @@ type Compaction struct {
 	TombstoneRetention Duration `json:"tombstone_retention,omitempty"`
 	// MaxLag bounds how long a message stays in the head, never compacted: the
 	// head is sealed at the first message stored after its first one is this
-	// old (Kafka's max.compaction.lag.ms); 0 (the default): only when full.
+	// old (Kafka's max.compaction.lag.ms); 0 means DefaultMaxLag.
 	MaxLag Duration `json:"max_lag,omitempty"`
 }
 
 // DefaultTombstoneRetention is Compaction.TombstoneRetention's default, Kafka's.
 const DefaultTombstoneRetention = 24 * time.Hour
+
+// DefaultMaxLag is Compaction.MaxLag's default: a week, Kafka's segment.ms
+// default, at which Kafka rolls a partition's active segment whatever its size,
+// so that a quiet compacted topic is compacted in the end.
+const DefaultMaxLag = 7 * 24 * time.Hour
 
 // StreamState summarises a stream's contents (summed over partitions).
 type StreamState struct {
