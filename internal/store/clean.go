@@ -80,10 +80,13 @@ func (st *CleanStats) add(o CleanStats) {
 // CleanAside does what Clean(minDirty, 1) does, but reads and writes the
 // segment on a goroutine of its own, so that the writer is held only while a
 // finished rewrite is swapped in: each call installs the rewrite the last
-// one started, when it is done, and starts the next. Writer only; the stats
-// are of the rewrite installed. A rewrite under way when the segment is cut
-// (TruncateAfter) or removed is dropped; Close waits for it and drops it.
-func (l *Log) CleanAside(minDirty float64) (CleanStats, error) {
+// one started, when it is done, and starts the next. done, if not nil, is
+// called on that goroutine once the rewrite is written (or failed), so that
+// the writer can come back for it without waiting for its next round. Writer
+// only; the stats are of the rewrite installed. A rewrite under way when the
+// segment is cut (TruncateAfter) or removed is dropped; Close waits for it and
+// drops it.
+func (l *Log) CleanAside(minDirty float64, done func()) (CleanStats, error) {
 	st, err := l.FinishCleaning()
 	if err != nil || l.job != nil || l.shut.Load() || l.broken != nil {
 		return st, err
@@ -98,6 +101,9 @@ func (l *Log) CleanAside(minDirty float64) (CleanStats, error) {
 		go func() {
 			j.err = j.run()
 			close(j.done)
+			if done != nil {
+				done()
+			}
 		}()
 		break
 	}

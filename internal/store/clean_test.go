@@ -195,7 +195,7 @@ func TestCleanAside(t *testing.T) {
 	}()
 	var got CleanStats
 	for calls := 0; calls < 100000; calls++ {
-		cs, err := l.CleanAside(0.5)
+		cs, err := l.CleanAside(0.5, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestCleanAside(t *testing.T) {
 
 	// A cut into the segment being rewritten voids the rewrite.
 	l2, live2 := sparseLog(t, false, 600, func(i int) bool { return i%10 == 0 })
-	if _, err := l2.CleanAside(0.5); err != nil || !l2.Cleaning() {
+	if _, err := l2.CleanAside(0.5, nil); err != nil || !l2.Cleaning() {
 		t.Fatalf("no rewrite started: %v", err)
 	}
 	s0 := l2.job.s
@@ -267,7 +267,7 @@ func TestCleanAside(t *testing.T) {
 
 	// Close stops a rewrite under way and removes its file.
 	l3, live3 := sparseLog(t, true, 3000, func(i int) bool { return i%10 == 0 })
-	if _, err := l3.CleanAside(0.5); err != nil || !l3.Cleaning() {
+	if _, err := l3.CleanAside(0.5, nil); err != nil || !l3.Cleaning() {
 		t.Fatalf("no rewrite started: %v", err)
 	}
 	l3, rep := reopen(t, l3)
@@ -572,7 +572,7 @@ func BenchmarkCleanHoldsWriter(b *testing.B) {
 					start := time.Now()
 					var cs CleanStats
 					if aside {
-						cs, err = l.CleanAside(0.5)
+						cs, err = l.CleanAside(0.5, nil)
 					} else {
 						cs, err = l.Clean(0.5, 1)
 					}

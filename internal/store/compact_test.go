@@ -326,7 +326,7 @@ func compactModel(t *testing.T, seed uint64) {
 			if rng.IntN(2) == 0 {
 				st, err = l.Clean(rng.Float64()*0.6, rng.IntN(3))
 			} else {
-				st, err = l.CleanAside(rng.Float64() * 0.6)
+				st, err = l.CleanAside(rng.Float64()*0.6, nil)
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -78,16 +78,37 @@ func (s *Stream) compact() {
 				s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
 			}
 		}
-		clean(l, s.m.log, "stream", s.name, "partition", p)
+	}
+	s.cleanParts()
+}
+
+// cleanParts goes on rewriting a single node's compacted partitions (the
+// writer's tick, and each time a rewrite is done).
+func (s *Stream) cleanParts() {
+	if s.repl != nil || s.Config().Compact == nil {
+		return
+	}
+	for p, l := range s.parts {
+		clean(l, s.signalCleaned, s.m.log, "stream", s.name, "partition", p)
+	}
+}
+
+// signalCleaned wakes the writer for a finished rewrite (cleanParts); a
+// signal already pending does for it.
+func (s *Stream) signalCleaned() {
+	select {
+	case s.cleaned <- struct{}{}:
+	default:
 	}
 }
 
 // clean swaps in the rewrite of a compacted partition's mostly dead segment
 // that the last call started, if it is done, and starts the next
-// (store.Log.CleanAside); a failure leaves the segment as it was and is
-// logged, with attrs naming the partition.
-func clean(l *store.Log, log *slog.Logger, attrs ...any) {
-	st, err := l.CleanAside(cleanDirty)
+// (store.Log.CleanAside), which calls done when it is written; a failure
+// leaves the segment as it was and is logged, with attrs naming the
+// partition.
+func clean(l *store.Log, done func(), log *slog.Logger, attrs ...any) {
+	st, err := l.CleanAside(cleanDirty, done)
 	logCleaned(log, st, err, attrs...)
 }
 
@@ -167,6 +188,6 @@ func (m *partitionMachine) applyCompaction(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("stream replica: compacting: %w", err)
 	}
-	clean(m.log, m.logger)
+	clean(m.log, m.finishCleaning, m.logger)
 	return nil
 }

@@ -507,16 +507,16 @@ func (m *partitionMachine) rebuildDedup() {
 }
 
 // finishCleaning swaps in a segment rewrite finished beside the log's writer
-// and starts the next (the stream's writer tick): a quiet partition, whose
-// group applies nothing, gets its space back too. When the group is applying
-// it does so itself, and this waits for no one.
+// and starts the next: called by the rewrite as it finishes, and by the
+// stream's writer tick. When the group is applying, its Apply does it, and
+// this waits for no one.
 func (m *partitionMachine) finishCleaning() {
 	if !m.mu.TryLock() {
 		return
 	}
 	defer m.mu.Unlock()
 	if m.log.Cleaning() {
-		clean(m.log, m.logger)
+		clean(m.log, m.finishCleaning, m.logger)
 	}
 }
 
@@ -551,10 +551,9 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 		return err
 	}
 	if m.log.Cleaning() {
-		// A rewrite beside the log's writer, this machine: swapped in at the
-		// first entry after it is done, and the next one started, so that
-		// cleaning goes on between compactions.
-		clean(m.log, m.logger)
+		// A rewrite beside the log's writer, this machine, that finished
+		// while finishCleaning could not take the log: swapped in now.
+		clean(m.log, m.finishCleaning, m.logger)
 	}
 	m.results = m.results[:0]
 	m.batches = m.batches[:0]

@@ -71,6 +71,7 @@ type Stream struct {
 	stallCh   chan struct{}
 	maxSize   atomic.Int64 // the configuration's MaxMsgSize, read by Deliver
 	kick      chan struct{}
+	cleaned   chan struct{} // a segment rewrite beside the writer is done (compact.go)
 	ops       chan writerOp
 	done      chan struct{}
 	stopped   chan struct{}
@@ -184,6 +185,7 @@ func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 	s := &Stream{
 		m: m, name: cfg.Name, acct: def.Account, prefix: SubjectPrefix(def.Account), key: Key(def.Account, cfg.Name), dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
 		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
+		cleaned:     make(chan struct{}, 1),
 		consumers:   make(map[string]*Consumer),
 		touched:     make([]bool, cfg.Partitions),
 		damagedFrom: make([]uint64, cfg.Partitions),
@@ -444,9 +446,16 @@ func (s *Stream) close(remove bool) {
 }
 
 func (s *Stream) closeLogs() {
-	for _, l := range s.parts {
+	for p, l := range s.parts {
+		if s.repl != nil && p < len(s.repl.machines) {
+			// A replica's log may be in a rewrite's hands (finishCleaning).
+			s.repl.machines[p].mu.Lock()
+		}
 		if err := l.Close(); err != nil {
 			s.m.log.Error("closing stream log", "stream", s.name, "err", err)
+		}
+		if s.repl != nil && p < len(s.repl.machines) {
+			s.repl.machines[p].mu.Unlock()
 		}
 	}
 }
@@ -715,6 +724,11 @@ func (s *Stream) writer() {
 		case <-ticker.C:
 			s.lockWriter()
 			s.expire()
+			s.role.Unlock()
+			continue
+		case <-s.cleaned:
+			s.lockWriter()
+			s.cleanParts()
 			s.role.Unlock()
 			continue
 		case op := <-s.ops:
