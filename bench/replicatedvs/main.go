@@ -11,6 +11,9 @@
 //	replicatedvs kafkaapi  the Kafka API rows (bench/kafkaapi.sh) against one running
 //	                       system, Kafka or Tern, with the same Kafka clients; JSON out
 //	replicatedvs kafkaapi-report  Tern beside Kafka from kafkaapi's JSON files
+//	replicatedvs compaction  a compacted topic's produce rate, disk bytes before
+//	                       and after compaction, and what a reader finds, against
+//	                       one running system (bench/compaction.sh)
 package main
 
 import (
@@ -22,7 +25,7 @@ import (
 
 func main() { harness.Main("replicatedvs", run) }
 
-const usage = `Usage: replicatedvs wait-js|kafka|report|kafkaapi|kafkaapi-report [options]
+const usage = `Usage: replicatedvs wait-js|kafka|report|kafkaapi|kafkaapi-report|compaction [options]
 
   wait-js   wait until every node of a JetStream cluster names the same meta
             leader and the leader sees every other node as current
@@ -34,6 +37,8 @@ const usage = `Usage: replicatedvs wait-js|kafka|report|kafkaapi|kafkaapi-report
             franz-go end-to-end latency harness) against one running system,
             Kafka or Tern, --runs times each, with each run's server peak RSS
   kafkaapi-report  Tern beside Kafka, one node and three, from kafkaapi's JSON
+  compaction  produce keyed records to a compacted topic, watch its partition's
+            directory shrink, and read it back: one Markdown row, JSON out
 
 "replicatedvs COMMAND --help" lists a command's options. bench/replicated.sh and
 bench/kafkaapi.sh start the systems and run these.
@@ -46,5 +51,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"report":          cmdReport,
 		"kafkaapi":        cmdKafkaAPI,
 		"kafkaapi-report": cmdKafkaAPIReport,
+		"compaction":      cmdCompaction,
 	})
 }
