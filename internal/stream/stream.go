@@ -53,9 +53,13 @@ type Stream struct {
 	subs  []*broker.Subscription
 
 	// Captured messages waiting for the writer.
-	qmu   sync.Mutex
-	q     inbound
-	spare inbound
+	qmu sync.Mutex
+	q   inbound
+	// spares are written batches' buffers, emptied, for the queue to take
+	// next: up to two, so that one is at hand while a replicated batch waits
+	// for its commit in s.cur and the batch before it is being recycled, and a
+	// burst's queue does not grow a buffer from nothing.
+	spares []inbound
 	// A publisher's group (DeliverGroup) writes straight into q while no other
 	// group does (groupOpen): other messages wait in held meanwhile, and go in
 	// behind it at its end. A group that comes while one is open is staged in
@@ -186,6 +190,7 @@ func openStream(m *Manager, def streamDef, dir string) (*Stream, error) {
 		m: m, name: cfg.Name, acct: def.Account, prefix: SubjectPrefix(def.Account), key: Key(def.Account, cfg.Name), dir: dir, created: def.Created, group: def.Group, groups: def.Groups, cfg: cfg, retention: cfg.Retention,
 		kick: make(chan struct{}, 1), ops: make(chan writerOp), done: make(chan struct{}), stopped: make(chan struct{}),
 		cleaned:     make(chan struct{}, 1),
+		spares:      make([]inbound, 0, 2),
 		consumers:   make(map[string]*Consumer),
 		touched:     make([]bool, cfg.Partitions),
 		damagedFrom: make([]uint64, cfg.Partitions),
@@ -838,8 +843,10 @@ func (s *Stream) take(withRemovals bool) (dels, checks []partSeq, ok bool) {
 		}
 		return nil, nil, false
 	}
-	s.cur, s.q = s.q, s.spare
-	s.spare = inbound{}
+	s.cur, s.q = s.q, inbound{}
+	if n := len(s.spares); n > 0 {
+		s.q, s.spares = s.spares[n-1], s.spares[:n-1]
+	}
 	if withRemovals {
 		dels, checks = s.deletes, s.interest
 		// The spare is the queue's now, and no longer a spare: a take that
@@ -860,7 +867,10 @@ func (s *Stream) take(withRemovals bool) (dels, checks []partSeq, ok bool) {
 func (s *Stream) recycle(dels []partSeq) {
 	s.cur.reset()
 	s.qmu.Lock()
-	s.spare, s.cur = s.cur, inbound{}
+	if len(s.spares) < cap(s.spares) {
+		s.spares = append(s.spares, s.cur)
+	}
+	s.cur = inbound{}
 	if dels != nil {
 		s.spareDel = dels[:0]
 	}
