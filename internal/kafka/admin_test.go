@@ -2,6 +2,9 @@ package kafka_test
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -216,8 +219,8 @@ func TestCreatePartitionsWhileProducing(t *testing.T) {
 
 // TestDescribeLogDirs: DescribeLogDirs (franz-go's admin client and Kafka's
 // kafka-log-dirs tool) gives this node's streams directory, each partition's
-// size — the bytes of its live messages, growing as records are produced — and
-// the volume's size and free bytes.
+// size — its segment files' bytes, growing as records are produced — and the
+// volume's size and free bytes.
 func TestDescribeLogDirs(t *testing.T) {
 	s, addr := startTern(t, nil)
 	cl := newClient(t, addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -226,8 +229,13 @@ func TestDescribeLogDirs(t *testing.T) {
 	createTopic(t, adm, "sized", 2)
 	createTopic(t, adm, "other", 1)
 	var recs []*kgo.Record
+	rng := rand.New(rand.NewPCG(1, 2))
 	for range 50 {
-		recs = append(recs, &kgo.Record{Topic: "sized", Partition: 1, Value: make([]byte, 1000)})
+		v := make([]byte, 1000) // random bytes: the stream's S2 blocks cannot shrink them
+		for i := range v {
+			v[i] = byte(rng.Uint32())
+		}
+		recs = append(recs, &kgo.Record{Topic: "sized", Partition: 1, Value: v})
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -244,8 +252,15 @@ func TestDescribeLogDirs(t *testing.T) {
 		t.Fatal("a topic not asked for is described")
 	}
 	p0, p1 := dirs[0].Topics["sized"][0], dirs[0].Topics["sized"][1]
-	if p0.Size != 0 || p1.Size < 50*1000 || p1.Size > 50*1200 {
-		t.Fatalf("sizes: partition 0 %d, partition 1 %d (50 records of 1000 bytes)", p0.Size, p1.Size)
+	var files int64
+	segs, _ := filepath.Glob(filepath.Join(s.Streams().StreamsDir(), "sized", "p1", "*.log"))
+	for _, seg := range segs {
+		if fi, err := os.Stat(seg); err == nil {
+			files += fi.Size()
+		}
+	}
+	if p0.Size != 0 || p1.Size != files || p1.Size < 50*1000 || p1.Size > 50*1200 {
+		t.Fatalf("sizes: partition 0 %d, partition 1 %d, its files %d bytes (50 records of 1000 bytes)", p0.Size, p1.Size, files)
 	}
 	out, errOut, err := kafkaTool(t, 60*time.Second, "", "org.apache.kafka.tools.LogDirsCommand",
 		"--bootstrap-server", addr, "--describe", "--topic-list", "sized")

@@ -7,10 +7,11 @@ import (
 )
 
 // describeLogDirs describes this node's one log directory, where its streams
-// live: the size of each partition it stores (the bytes of its live messages)
-// of the topics asked (every one when none) that the user may describe, and
-// from v4 the volume's size and free bytes. In a cluster each node describes
-// the replicas it holds, as each Kafka broker does.
+// live: the size of each partition it stores (its segment files' bytes, as
+// Kafka gives its log's: compressed, and with the records removed but not yet
+// cleaned out) of the topics asked (every one when none) that the user may
+// describe, and from v4 the volume's size and free bytes. In a cluster each
+// node describes the replicas it holds, as each Kafka broker does.
 func (c *conn) describeLogDirs(req *kmsg.DescribeLogDirsRequest) *kmsg.DescribeLogDirsResponse {
 	resp := kmsg.NewPtrDescribeLogDirsResponse()
 	resp.Version = req.Version
@@ -40,12 +41,12 @@ func (c *conn) describeLogDirs(req *kmsg.DescribeLogDirsRequest) *kmsg.DescribeL
 			if asked != nil && !slices.Contains(parts, int32(p)) {
 				continue
 			}
-			ps, err := st.PartitionState(p)
+			size, err := st.PartitionFileBytes(p)
 			if err != nil {
 				continue // closed meanwhile: not here any more
 			}
 			dp := kmsg.NewDescribeLogDirsResponseDirTopicPartition()
-			dp.Partition, dp.Size = int32(p), int64(ps.Bytes)
+			dp.Partition, dp.Size = int32(p), size
 			dt.Partitions = append(dt.Partitions, dp)
 		}
 		dir.Topics = append(dir.Topics, dt)

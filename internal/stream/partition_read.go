@@ -37,6 +37,17 @@ func (s *Stream) PartitionState(p int) (store.State, error) {
 	return l.State(), nil
 }
 
+// PartitionFileBytes is what partition p's segment files hold on this node
+// (store.Log.FileBytes): its messages as stored, compressed or not, with
+// removed ones their segments still keep.
+func (s *Stream) PartitionFileBytes(p int) (int64, error) {
+	l, err := s.partition(p)
+	if err != nil {
+		return 0, err
+	}
+	return l.FileBytes(), nil
+}
+
 // PartitionReader reads partition p forward from the first live message at or
 // after seq. The caller closes it.
 func (s *Stream) PartitionReader(p int, seq uint64) (*store.Reader, error) {
