@@ -39,6 +39,7 @@ type compactionResult struct {
 	System  string       `json:"system"`
 	Version string       `json:"version,omitempty"`
 
+	Replicas     int `json:"replicas"`
 	Keys         int `json:"keys"`
 	Records      int `json:"records"`
 	Size         int `json:"size"`
@@ -46,9 +47,10 @@ type compactionResult struct {
 
 	ProduceSeconds float64 `json:"produce_seconds"`
 	ProducePerSec  float64 `json:"produce_records_per_second"`
-	// The partition directory's disk space (every file under it) right after the
-	// last record was acknowledged, at its smallest while watched, and how long
-	// after the produce ended that smallest size was first seen.
+	// The partition directories' disk space (every file under them, summed over
+	// the replicas) right after the last record was acknowledged, at its
+	// smallest while watched, and how long after the produce ended that smallest
+	// size was first seen.
 	BytesProduced  int64   `json:"bytes_after_produce"`
 	BytesCompacted int64   `json:"bytes_compacted"`
 	CompactSeconds float64 `json:"compact_seconds"`
@@ -66,7 +68,8 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 	system := fs.String("system", "kafka", "the system's name, for the report")
 	version := fs.String("version", "", "the system's version, for the report")
 	bootstrap := fs.String("bootstrap", "127.0.0.1:9092", "the system's Kafka listener(s), comma-separated")
-	dir := fs.String("dir", "", "the topic partition's directory on disk, whose files are summed (required)")
+	dirList := fs.String("dir", "", "the topic partition's directory on disk, whose files are summed, one per replica, comma-separated (required)")
+	rf := fs.Int("replication-factor", 1, "the topic's replication factor")
 	topic := fs.String("topic", "compacted", "the topic to create")
 	keys := fs.Int("keys", 10_000, "distinct keys")
 	records := fs.Int("records", 1_000_000, "records produced: keys in turn, round after round")
@@ -78,11 +81,12 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dir == "" || *keys < 1 || *records < *keys || *size < 16 {
-		return errors.New("--dir is required, --keys at least 1, --records at least --keys, --size at least 16")
+	dirs := harness.SplitList(*dirList)
+	if len(dirs) == 0 || *keys < 1 || *records < *keys || *size < 16 || *rf < 1 {
+		return errors.New("--dir is required, --keys at least 1, --records at least --keys, --size at least 16, --replication-factor at least 1")
 	}
 	res := compactionResult{Date: time.Now().UTC().Format(time.RFC3339), Command: "replicatedvs compaction " + strings.Join(args, " "),
-		Machine: host.Info(), System: *system, Version: *version, Keys: *keys, Records: *records, Size: *size, SegmentBytes: *segment}
+		Machine: host.Info(), System: *system, Version: *version, Replicas: *rf, Keys: *keys, Records: *records, Size: *size, SegmentBytes: *segment}
 	seeds := harness.SplitList(*bootstrap)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(*topic),
 		kgo.ProducerLinger(5*time.Millisecond), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ClientID("bench-compaction"))
@@ -93,8 +97,17 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 	adm := kadm.NewClient(cl)
 	configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact"), "segment.bytes": kadm.StringPtr(strconv.Itoa(*segment)),
 		"min.cleanable.dirty.ratio": kadm.StringPtr("0.5")}
-	if r, err := adm.CreateTopic(ctx, 1, 1, configs, *topic); err != nil || r.Err != nil {
-		return fmt.Errorf("create %s: %v %v %s", *topic, err, r.Err, r.ErrMessage)
+	// A cluster just started may not place replicas on every node yet: the
+	// topic is asked for again for a minute.
+	for deadline := time.Now().Add(time.Minute); ; {
+		r, err := adm.CreateTopic(ctx, 1, int16(*rf), configs, *topic)
+		if err == nil && r.Err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("create %s: %v %v %s", *topic, err, r.Err, r.ErrMessage)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 
 	// Produce: key i%keys, the value its round's number then letters, so that
@@ -132,14 +145,14 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	// Watch the directory shrink.
 	produced := time.Now()
-	if res.BytesProduced, err = dirBytes(*dir); err != nil {
+	if res.BytesProduced, err = dirsBytes(dirs); err != nil {
 		return err
 	}
 	res.BytesCompacted, res.CompactSeconds = res.BytesProduced, 0
 	last, lastMove := res.BytesProduced, produced
 	for time.Since(produced) < *watch && time.Since(lastMove) < *steady && ctx.Err() == nil {
 		time.Sleep(500 * time.Millisecond)
-		n, err := dirBytes(*dir)
+		n, err := dirsBytes(dirs)
 		if err != nil {
 			return err
 		}
@@ -212,6 +225,19 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("%s: %d keys read, %d without their last value", *system, res.ReadKeys, res.StaleKeys)
 	}
 	return nil
+}
+
+// dirsBytes sums dirBytes over dirs.
+func dirsBytes(dirs []string) (int64, error) {
+	var total int64
+	for _, d := range dirs {
+		n, err := dirBytes(d)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // dirBytes sums the disk space the files under dir take (their allocated
