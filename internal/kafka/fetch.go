@@ -282,11 +282,12 @@ func (c *conn) sendFetch(corr int32, resp *kmsg.FetchResponse) {
 	op.RecordBatches = records
 	at := bytes.LastIndex(fs.enc, fetchMarker)
 	flexible := resp.IsFlexible()
-	var size []byte // the records' size, as the marker's was written
+	var sizeBuf [binary.MaxVarintLen32]byte
+	size := sizeBuf[:0] // the records' size, as the marker's was written
 	if flexible {
-		size = binary.AppendUvarint(nil, uint64(len(fetchMarker)+1))
+		size = binary.AppendUvarint(size, uint64(len(fetchMarker)+1))
 	} else {
-		size = binary.BigEndian.AppendUint32(nil, uint32(len(fetchMarker)))
+		size = binary.BigEndian.AppendUint32(size, uint32(len(fetchMarker)))
 	}
 	if at < len(size) || !bytes.Equal(fs.enc[at-len(size):at], size) {
 		c.send(corr, resp)
