@@ -394,8 +394,7 @@ func (c *conn) readRecords(t *topic, p int, offset int64, limit int, first bool)
 			}
 			break
 		}
-		c.kafkaRecord(t, &rec)
-		ts := recordTime(&rec)
+		ts := c.kafkaRecord(t, &rec)
 		size := int(recordLength(&fs.rec)) + 5
 		if count == 0 {
 			size += batchHeaderLen
@@ -423,8 +422,12 @@ func (c *conn) readRecords(t *topic, p int, offset int64, limit int, first bool)
 
 // kafkaRecord turns a stored message into c.fetch.rec: Tern-Key becomes the key,
 // the other headers Kafka headers, except those the Kafka API wrote for itself.
-func (c *conn) kafkaRecord(t *topic, rec *store.Record) {
+// It returns the record's Kafka timestamp, read in the same pass over the
+// headers: the producer's, when a Kafka producer gave one, else when the stream
+// stored it (unix milliseconds).
+func (c *conn) kafkaRecord(t *topic, rec *store.Record) (ts int64) {
 	fs := &c.fetch
+	stamped := false
 	out := &fs.rec
 	out.Key, out.Value, out.Attributes = nil, rec.Payload, 0
 	if out.Value == nil {
@@ -439,7 +442,12 @@ func (c *conn) kafkaRecord(t *topic, rec *store.Record) {
 				out.Key = []byte{}
 			}
 			return true
-		case streamapi.HeaderToPartition, HeaderTimestamp:
+		case HeaderTimestamp:
+			if ms, err := strconv.ParseInt(unsafeString(v), 10, 64); err == nil && !stamped {
+				ts, stamped = ms, true
+			}
+			return true
+		case streamapi.HeaderToPartition:
 			return true
 		case HeaderNullValue:
 			out.Value = nil
@@ -456,17 +464,10 @@ func (c *conn) kafkaRecord(t *topic, rec *store.Record) {
 		fs.hdrs = append(fs.hdrs, kmsg.Header{Key: HeaderSubject, Value: rec.Subject})
 	}
 	out.Headers = fs.hdrs
-}
-
-// recordTime is a stored message's Kafka timestamp: the producer's, when a Kafka
-// producer gave one, else when the stream stored it (unix milliseconds).
-func recordTime(rec *store.Record) int64 {
-	if v, ok := header.Block(rec.Header).Lookup(HeaderTimestamp); ok {
-		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return ms
-		}
+	if !stamped {
+		ts = rec.Time / int64(time.Millisecond)
 	}
-	return rec.Time / int64(time.Millisecond)
+	return ts
 }
 
 // ---------------------------------------------------------------------------------
