@@ -365,11 +365,13 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 		return fmt.Errorf("stream %q: %w", s.name, err)
 	}
 	s.cfgMu.Lock()
-	defer s.cfgMu.Unlock()
 	s.unsubscribe()
 	compactionSwitched := (s.cfg.Compact == nil) != (cfg.Compact == nil)
 	s.cfg = cfg
 	s.maxSize.Store(int64(cfg.MaxMsgSize))
+	// Not held while the writer applies the settings: the writer reads the
+	// configuration (Config) on its own rounds, and would wait for this.
+	s.cfgMu.Unlock()
 	err := s.onWriter(func() {
 		for i, l := range s.parts {
 			lc := s.logConfig(i)
@@ -398,6 +400,10 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 	if err != nil {
 		return err
 	}
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	// A leader change meanwhile may have subscribed already: once, either way.
+	s.unsubscribe()
 	if s.repl != nil && !s.repl.leader.Load() {
 		return nil // a follower captures nothing
 	}
