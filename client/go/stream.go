@@ -51,6 +51,10 @@ const (
 	AckAll                = streamapi.AckAll
 )
 
+// DefaultMaxLag is how old a compacted stream's head segment grows before it
+// is sealed when neither Compaction.MaxLag nor StreamConfig.SegmentAge says.
+const DefaultMaxLag = streamapi.DefaultMaxLag
+
 // Header keys of the stream engine.
 const (
 	MsgIDHeader = streamapi.HeaderMsgID // duplicate detection

@@ -119,7 +119,7 @@ func newStreamAddCmd() *cobra.Command {
 		subjects                   string
 		cfg                        tern.StreamConfig
 		retention                  = string(tern.RetainLimits)
-		maxAge, dupeWindow         time.Duration
+		maxAge, dupeWindow, segAge time.Duration
 		maxBytes, maxMsgSize, segs int64
 		compact                    bool
 		minLag, maxLag, tombstones time.Duration
@@ -139,7 +139,7 @@ func newStreamAddCmd() *cobra.Command {
 			cfg.Name = args[0]
 			cfg.Retention = tern.Retention(retention)
 			cfg.MaxAge, cfg.DuplicateWindow = tern.Duration(maxAge), tern.Duration(dupeWindow)
-			cfg.MaxBytes, cfg.MaxMsgSize, cfg.SegmentBytes = maxBytes, int(maxMsgSize), segs
+			cfg.MaxBytes, cfg.MaxMsgSize, cfg.SegmentBytes, cfg.SegmentAge = maxBytes, int(maxMsgSize), segs, tern.Duration(segAge)
 			for _, s := range strings.Split(subjects, ",") {
 				if s = strings.TrimSpace(s); s != "" {
 					cfg.Subjects = append(cfg.Subjects, s)
@@ -148,8 +148,8 @@ func newStreamAddCmd() *cobra.Command {
 			if len(cfg.Subjects) == 0 {
 				cfg.Subjects = []string{cfg.Name}
 			}
-			if cfg.Partitions < 1 || maxAge < 0 || dupeWindow < 0 {
-				return usageErrorf("--partitions must be at least 1, --max-age and --dupe-window not negative")
+			if cfg.Partitions < 1 || maxAge < 0 || dupeWindow < 0 || segAge < 0 {
+				return usageErrorf("--partitions must be at least 1, --max-age, --dupe-window and --segment-age not negative")
 			}
 			if r := cfg.Replicas; r != 0 && r != 1 && r != 3 && r != 5 {
 				return usageErrorf("--replicas must be 1, 3 or 5")
@@ -202,12 +202,13 @@ func newStreamAddCmd() *cobra.Command {
 	enumFlag(cmd, &cfg.Sync, "sync", "fsync policy of this stream", "always", "interval", "never")
 	_ = fs.SetAnnotation("sync", defaultAnnotation, []string{"the server's"})
 	fs.Var(cliflags.NewByteSize(&segs), "segment-size", "segment file size, e.g. 64MiB (0 = the server's segment_size)")
+	fs.DurationVar(&segAge, "segment-age", 0, "also start a new segment once the last one's first message is this old, e.g. 1h (0 = by size alone)")
 	// Left empty rather than "none" when not given, so that adding a stream
 	// again without the option matches one made by the API without the field.
 	compressionFlag(cmd, &cfg.Compression)
 	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (its Tern-Key header, else its subject)")
 	fs.DurationVar(&minLag, "compact-min-lag", 0, "with --compact: keep every message at least this long")
-	fs.DurationVar(&maxLag, "compact-max-lag", 0, "with --compact: seal the head segment, which is never compacted, once its first message is this old (0 = when full)")
+	fs.DurationVar(&maxLag, "compact-max-lag", 0, "with --compact: seal the head segment, which is never compacted, once its first message is this old (0 = 168h)")
 	fs.DurationVar(&tombstones, "tombstone-retention", 0, "with --compact: how long a tombstone (Tern-Null-Value header) is kept (0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
@@ -227,6 +228,7 @@ func newStreamEditCmd() *cobra.Command {
 		compression                string
 		compact                    bool
 		minLag, maxLag, tombstones time.Duration
+		segAge                     time.Duration
 		asJSON                     bool
 	)
 	cmd := &cobra.Command{
@@ -263,6 +265,12 @@ func newStreamEditCmd() *cobra.Command {
 					return usageErrorf("--max-age must not be negative")
 				}
 				cfg.MaxAge = tern.Duration(maxAge)
+			}
+			if fs.Changed("segment-age") {
+				if segAge < 0 {
+					return usageErrorf("--segment-age must not be negative")
+				}
+				cfg.SegmentAge = tern.Duration(segAge)
 			}
 			if fs.Changed("dupe-window") {
 				if dupeWindow < 0 {
@@ -351,7 +359,8 @@ func newStreamEditCmd() *cobra.Command {
 	compressionFlag(cmd, &compression)
 	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (switched on, the stream learns the keys of the messages it holds); --compact=false switches it off")
 	fs.DurationVar(&minLag, "compact-min-lag", 0, "keep every message at least this long (compacted streams)")
-	fs.DurationVar(&maxLag, "compact-max-lag", 0, "seal the head segment once its first message is this old (compacted streams; 0 = when full)")
+	fs.DurationVar(&maxLag, "compact-max-lag", 0, "seal the head segment once its first message is this old (compacted streams; 0 = 168h)")
+	fs.DurationVar(&segAge, "segment-age", 0, "also start a new segment once the last one's first message is this old (0 = by size alone)")
 	fs.DurationVar(&tombstones, "tombstone-retention", 0, "how long a tombstone is kept (compacted streams; 0 = 24h)")
 	fs.BoolVar(&asJSON, "json", false, "print the stream info as JSON")
 	return cmd
@@ -471,11 +480,17 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	fmt.Fprintf(tw, "  duplicate window:\t%s\n", serverDefault(c.DuplicateWindow > 0, time.Duration(c.DuplicateWindow).String()))
 	fmt.Fprintf(tw, "  sync:\t%s\n", serverDefault(c.Sync != "", c.Sync))
 	fmt.Fprintf(tw, "  segment size:\t%s\n", serverDefault(c.SegmentBytes > 0, humanBytes(uint64(max(c.SegmentBytes, 0)))))
+	if c.SegmentAge > 0 {
+		fmt.Fprintf(tw, "  segment age:\t%s\n", time.Duration(c.SegmentAge))
+	}
 	fmt.Fprintf(tw, "  compression:\t%s\n", orDefault(c.Compression, "none"))
 	if k := c.Compact; k != nil {
-		head := "when full"
+		head := "after " + tern.DefaultMaxLag.String()
 		if k.MaxLag > 0 {
 			head = "after " + time.Duration(k.MaxLag).String()
+		}
+		if c.SegmentAge > 0 && (k.MaxLag == 0 || c.SegmentAge < k.MaxLag) {
+			head = "after " + time.Duration(c.SegmentAge).String()
 		}
 		fmt.Fprintf(tw, "  compacted:\tlatest per key, min lag %s, tombstones kept %s, head sealed %s\n", time.Duration(k.MinLag), time.Duration(k.TombstoneRetention), head)
 	}

@@ -216,17 +216,25 @@ func TestStreamAddOptions(t *testing.T) {
 
 	// A compacted stream shows its compaction; the options need --compact.
 	out = mustRun(t, streamCLI, append([]string{"add", "PROFILES", "--compact", "--compact-min-lag", "1m"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 24h0m0s, head sealed when full$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 24h0m0s, head sealed after 168h0m0s$`)
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--tombstone-retention", "1h"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed when full$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed after 168h0m0s$`)
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact-max-lag", "10m"}, srv...)...)
 	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed after 10m0s$`)
+	// A segment age younger than the max lag seals the head sooner.
+	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--segment-age", "1m"}, srv...)...)
+	wantLine(t, out, `^\s+segment age:\s+1m0s$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed after 1m0s$`)
+	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--segment-age", "0"}, srv...)...)
+	if strings.Contains(out, "segment age:") {
+		t.Fatalf("segment age still shown after --segment-age 0:\n%s", out)
+	}
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact=false"}, srv...)...)
 	if strings.Contains(out, "compacted:") {
 		t.Fatalf("still compacted after --compact=false:\n%s", out)
 	}
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 0s, tombstones kept 24h0m0s, head sealed when full$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 0s, tombstones kept 24h0m0s, head sealed after 168h0m0s$`)
 
 	for _, bad := range [][]string{
 		{"add", "Y", "--tombstone-retention", "1h"},
@@ -243,6 +251,8 @@ func TestStreamAddOptions(t *testing.T) {
 		{"edit", "JOBS", "--compression", "zstd"},
 		{"add", "X", "--max-bytes", "lots"},
 		{"add", "X", "--partitions", "0"},
+		{"add", "X", "--segment-age", "-1s"},
+		{"edit", "JOBS", "--segment-age", "-1m"},
 		{"add"},
 		{"add", "X", "Y"},
 		{"add", "bad.name"},

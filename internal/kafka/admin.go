@@ -143,7 +143,7 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 func settableConfig(name string) bool {
 	switch name {
 	case "retention.ms", "retention.bytes", "max.message.bytes", "compression.type",
-		"cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms", "max.compaction.lag.ms":
+		"cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms", "max.compaction.lag.ms", "segment.ms":
 		return true
 	}
 	return false
@@ -178,7 +178,7 @@ func (c *conn) alterTopic(typ kmsg.ConfigResourceType, name string, validateOnly
 		return fail(kerr.InvalidConfig.Code, "segment.bytes cannot change after a topic is made")
 	}
 	cfg := t.cfg
-	cfg.MaxAge, cfg.MaxMsgSize, cfg.Compression, cfg.Compact = set.MaxAge, set.MaxMsgSize, set.Compression, set.Compact
+	cfg.MaxAge, cfg.MaxMsgSize, cfg.Compression, cfg.Compact, cfg.SegmentAge = set.MaxAge, set.MaxMsgSize, set.Compression, set.Compact, set.SegmentAge
 	if set.MaxBytes != retentionBytes(t.cfg) {
 		// Unchanged, the stream's own max_bytes stays, remainder of its
 		// division between partitions included.

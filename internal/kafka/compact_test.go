@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,37 +163,55 @@ func TestCompactedTopic(t *testing.T) {
 }
 
 // TestCompactedTopicMaxLag: on a quiet topic whose head segment never fills,
-// max.compaction.lag.ms seals the head at the first record produced after its
-// first one is that old, so superseded records are compacted anyway.
+// max.compaction.lag.ms, or segment.ms, seals the head at the first record
+// produced after its first one is that old, so superseded records are
+// compacted anyway; segment.ms is described and can change.
 func TestCompactedTopicMaxLag(t *testing.T) {
 	_, addr := startTern(t, nil)
 	adm := kadm.NewClient(newClient(t, addr))
 	ctx := ctxT(t)
-	configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact"), "max.compaction.lag.ms": kadm.StringPtr("300")}
-	if r, err := adm.CreateTopic(ctx, 1, 1, configs, "quiet"); err != nil || r.Err != nil {
-		t.Fatalf("create: %v %v %s", err, r.Err, r.ErrMessage)
-	}
-	if got := describedConfigs(t, adm, "quiet")["max.compaction.lag.ms"]; got != "300" {
-		t.Fatalf("max.compaction.lag.ms described as %q", got)
-	}
 	cl := newClient(t, addr)
-	produce := func(key, value string) {
-		t.Helper()
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "quiet", Key: []byte(key), Value: []byte(value)}).FirstErr(); err != nil {
-			t.Fatal(err)
+	for _, config := range []string{"max.compaction.lag.ms", "segment.ms"} {
+		topic := "quiet-" + strings.ReplaceAll(config, ".", "-")
+		configs := map[string]*string{"cleanup.policy": kadm.StringPtr("compact"), config: kadm.StringPtr("300")}
+		if r, err := adm.CreateTopic(ctx, 1, 1, configs, topic); err != nil || r.Err != nil {
+			t.Fatalf("create: %v %v %s", err, r.Err, r.ErrMessage)
+		}
+		if got := describedConfigs(t, adm, topic)[config]; got != "300" {
+			t.Fatalf("%s described as %q", config, got)
+		}
+		produce := func(key, value string) {
+			t.Helper()
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(value)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		produce("k", "v1")
+		produce("k", "v2")
+		time.Sleep(400 * time.Millisecond)
+		produce("k", "v3") // seals v1 and v2 in their own segment
+		time.Sleep(400 * time.Millisecond)
+		produce("x", "y") // and v3
+		var got map[string][]string
+		if !pollUntil(10*time.Second, func() bool {
+			got = readToEnd(t, addr, topic)
+			return len(got["k"]) == 1 && got["k"][0] == "v3"
+		}) {
+			t.Fatalf("%s: quiet topic not compacted: %v", config, got)
 		}
 	}
-	produce("k", "v1")
-	produce("k", "v2")
-	time.Sleep(400 * time.Millisecond)
-	produce("k", "v3") // seals v1 and v2 in their own segment
-	time.Sleep(400 * time.Millisecond)
-	produce("x", "y") // and v3
-	var got map[string][]string
-	if !pollUntil(10*time.Second, func() bool {
-		got = readToEnd(t, addr, "quiet")
-		return len(got["k"]) == 1 && got["k"][0] == "v3"
-	}) {
-		t.Fatalf("quiet topic not compacted: %v", got)
+
+	// segment.ms changes with the other configs, and goes back to its default.
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "segment.ms", Value: kadm.StringPtr("86400000")}}, "quiet-segment-ms"); err != nil {
+		t.Fatal(err)
+	}
+	if got := describedConfigs(t, adm, "quiet-segment-ms"); got["segment.ms"] != "86400000" || got["cleanup.policy"] != "compact" {
+		t.Fatalf("after the change: segment.ms %q, cleanup.policy %q", got["segment.ms"], got["cleanup.policy"])
+	}
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.DeleteConfig, Name: "segment.ms"}}, "quiet-segment-ms"); err != nil {
+		t.Fatal(err)
+	}
+	if got := describedConfigs(t, adm, "quiet-segment-ms")["segment.ms"]; got != "604800000" {
+		t.Fatalf("segment.ms back to its default described as %q, want a week", got)
 	}
 }

@@ -429,8 +429,8 @@ func (s *Server) topicCompression() string {
 // policy, as in Kafka; retention limits without the delete policy are refused.
 // The configs that describe what Tern does anyway are taken when they say so:
 // min.insync.replicas (returned, for checkMinInsync: 0 when not given),
-// unclean.leader.election.enable=false, message.timestamp.type=CreateTime,
-// segment.ms and min.cleanable.dirty.ratio.
+// unclean.leader.election.enable=false, message.timestamp.type=CreateTime and
+// min.cleanable.dirty.ratio.
 func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, compression string) (cfg streamapi.StreamConfig, minInsync int, err error) {
 	cfg = streamapi.StreamConfig{Compression: compression}
 	compact, deletes := false, true
@@ -554,9 +554,14 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 		case "segment.ms":
 			// Kafka rolls segments by time so that retention, which drops whole
 			// segments, is not held back by a segment still being written;
-			// Tern removes messages one by one, so any roll time is kept.
-			if n, err := num(); err != nil || n < 1 {
+			// Tern removes messages one by one, so the roll matters to a
+			// compacted topic, whose head is never compacted.
+			n, err := num()
+			if err != nil || n < 1 {
 				return cfg, 0, fmt.Errorf("config segment.ms=%q: want a positive number of milliseconds", v)
+			}
+			if n < math.MaxInt64/int64(time.Millisecond) {
+				cfg.SegmentAge = streamapi.Duration(time.Duration(n) * time.Millisecond)
 			}
 		case "message.timestamp.type":
 			if v != "CreateTime" {
@@ -837,6 +842,13 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 	if compaction.MaxLag > 0 {
 		maxLag = strconv.FormatInt(time.Duration(compaction.MaxLag).Milliseconds(), 10)
 	}
+	// Kafka's default rolls every week; a compacted stream's head is sealed
+	// after as long (streamapi.DefaultMaxLag), and other streams' segments
+	// roll by size alone, their retention not waiting for a roll.
+	segmentMs := streamapi.DefaultMaxLag.Milliseconds()
+	if cfg.SegmentAge > 0 {
+		segmentMs = time.Duration(cfg.SegmentAge).Milliseconds()
+	}
 	return []configEntry{
 		{name: "retention.ms", value: strconv.FormatInt(ms, 10), def: cfg.MaxAge <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
@@ -847,6 +859,7 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 		{name: "delete.retention.ms", value: strconv.FormatInt(time.Duration(compaction.TombstoneRetention).Milliseconds(), 10),
 			def: compaction.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention), typ: kmsg.ConfigTypeLong},
 		{name: "max.compaction.lag.ms", value: maxLag, def: compaction.MaxLag == 0, typ: kmsg.ConfigTypeLong},
+		{name: "segment.ms", value: strconv.FormatInt(segmentMs, 10), def: cfg.SegmentAge == 0, typ: kmsg.ConfigTypeLong},
 		{name: "min.insync.replicas", value: strconv.Itoa(insyncQuorum(cfg.Replicas)), def: true, typ: kmsg.ConfigTypeInt},
 		{name: "unclean.leader.election.enable", value: "false", def: true, readOnly: true, typ: kmsg.ConfigTypeBoolean},
 		{name: "message.timestamp.type", value: "CreateTime", def: true, readOnly: true, typ: kmsg.ConfigTypeString},

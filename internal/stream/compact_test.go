@@ -239,22 +239,28 @@ func TestMachinePassesSegmentAge(t *testing.T) {
 }
 
 // TestCompactedHeadAge: a compacted stream's head segment is sealed by age —
-// its max_lag, or a week (Kafka's segment.ms default) when none is set — so
-// that a quiet stream compacts in the end; a stream not compacted is sealed by
-// size alone.
+// the smaller of its segment_age and its max_lag, or a week (Kafka's segment.ms
+// default) when neither is set — so that a quiet stream compacts in the end; a
+// stream not compacted is sealed by size, and by its segment_age when set.
 func TestCompactedHeadAge(t *testing.T) {
 	m := &Manager{cfg: Config{SegmentBytes: 1 << 20}}
+	minute := streamapi.Duration(time.Minute)
 	for _, c := range []struct {
 		compact *streamapi.Compaction
+		age     streamapi.Duration
 		want    time.Duration
 	}{
-		{nil, 0},
-		{&streamapi.Compaction{}, streamapi.DefaultMaxLag},
-		{&streamapi.Compaction{MaxLag: streamapi.Duration(time.Hour)}, time.Hour},
+		{nil, 0, 0},
+		{nil, minute, time.Minute},
+		{&streamapi.Compaction{}, 0, streamapi.DefaultMaxLag},
+		{&streamapi.Compaction{}, minute, time.Minute},
+		{&streamapi.Compaction{MaxLag: streamapi.Duration(time.Hour)}, 0, time.Hour},
+		{&streamapi.Compaction{MaxLag: streamapi.Duration(time.Hour)}, minute, time.Minute},
+		{&streamapi.Compaction{MaxLag: streamapi.Duration(time.Second)}, minute, time.Second},
 	} {
-		s := &Stream{m: m, name: "s", cfg: streamapi.StreamConfig{Name: "s", Compact: c.compact}}
+		s := &Stream{m: m, name: "s", cfg: streamapi.StreamConfig{Name: "s", Compact: c.compact, SegmentAge: c.age}}
 		if got := s.logConfig(0).SegmentAge; got != c.want {
-			t.Errorf("compact %+v: segment age %v, want %v", c.compact, got, c.want)
+			t.Errorf("compact %+v, segment age %v: the log's segment age %v, want %v", c.compact, c.age, got, c.want)
 		}
 	}
 }

@@ -509,18 +509,22 @@ func (m *Manager) UpdateAccountStream(account string, cfg streamapi.StreamConfig
 // partitions start empty beside the old ones, which keep their messages and
 // sequences. Consumers go on where they were and read each new partition from its
 // start. The key of a message names another partition than before for most keys,
-// as in Kafka. Between the close and the reopen, which take milliseconds, the
-// stream captures nothing. m.mu is held.
+// as in Kafka. The subscriptions stay through the reopen, which takes
+// milliseconds: what they capture meanwhile waits in the old stream's queue,
+// which the new one takes over (handOver). m.mu is held.
 func (m *Manager) addPartitions(s *Stream, cfg streamapi.StreamConfig) (*Stream, error) {
 	def := streamDef{Config: cfg, Created: s.created, Account: s.acct}
 	was := streamDef{Config: s.Config(), Created: s.created, Account: s.acct}
-	s.close(false)
-	ns, err := m.reopen(def, s.dir)
+	s.stop()
+	ns, err := m.reopen(def, s)
 	if err != nil {
 		// The stream as it was, so that a failed change leaves it serving.
-		back, berr := m.reopen(was, s.dir)
+		back, berr := m.reopen(was, s)
 		if berr != nil {
 			delete(m.streams, s.key)
+			s.cfgMu.Lock()
+			s.unsubscribe()
+			s.cfgMu.Unlock()
 			m.log.Error("stream lost: adding partitions failed and it could not be opened again", "stream", s.name, "account", accountAttr(s.acct), "err", berr)
 			return nil, errors.Join(err, berr)
 		}
@@ -532,20 +536,21 @@ func (m *Manager) addPartitions(s *Stream, cfg streamapi.StreamConfig) (*Stream,
 	return ns, nil
 }
 
-// reopen writes def as the stream's definition in dir and opens and starts the
-// stream it defines.
-func (m *Manager) reopen(def streamDef, dir string) (*Stream, error) {
-	if err := writeJSON(filepath.Join(dir, "stream.json"), def, true); err != nil {
+// reopen writes def as the definition in the directory of the stopped stream
+// old, and opens and starts the stream it defines in old's place (handOver).
+func (m *Manager) reopen(def streamDef, old *Stream) (*Stream, error) {
+	if err := writeJSON(filepath.Join(old.dir, "stream.json"), def, true); err != nil {
 		return nil, fmt.Errorf("stream %q: %w", def.Config.Name, err)
 	}
-	s, err := openStream(m, def, dir)
+	s, err := openStream(m, def, old.dir)
 	if err != nil {
 		return nil, err
 	}
+	old.handOver(s)
 	if err := s.start(); err != nil {
-		s.close(false)
-		return nil, err
+		return nil, err // not reached: a stream that takes subscriptions over makes none
 	}
+	(*captureSink)(s).Flush() // for what old had queued
 	return s, nil
 }
 
@@ -640,8 +645,8 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 	if cfg.MaxMsgSize <= 0 || cfg.MaxMsgSize > m.cfg.MaxPayload {
 		cfg.MaxMsgSize = m.cfg.MaxPayload
 	}
-	if cfg.MaxAge < 0 || cfg.MaxBytes < 0 {
-		return bad("limits must not be negative")
+	if cfg.MaxAge < 0 || cfg.MaxBytes < 0 || cfg.SegmentAge < 0 {
+		return bad("limits and segment_age must not be negative")
 	}
 	if cfg.DuplicateWindow <= 0 {
 		cfg.DuplicateWindow = streamapi.Duration(2 * time.Minute)

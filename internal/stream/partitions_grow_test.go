@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	tern "github.com/tern-mq/tern/client/go"
 )
@@ -34,9 +35,8 @@ func TestAddPartitions(t *testing.T) {
 	}
 	p.Close()
 
-	// Another client publishes while the partitions are added: a publish the
-	// stream misses while it reopens is retried by the client, so each is
-	// stored once.
+	// Another client publishes while the partitions are added: each publish
+	// is stored once.
 	other := connectEnv(t, srv)
 	var sent atomic.Int64
 	stopAt := make(chan int64, 1)
@@ -129,5 +129,62 @@ func TestAddPartitions(t *testing.T) {
 	}
 	if ci := e.consumerInfo("grow", "c"); ci.NumPending != 0 || ci.NumAckPending != 0 {
 		t.Fatalf("consumer after a restart: %d to deliver, %d unacknowledged", ci.NumPending, ci.NumAckPending)
+	}
+}
+
+// TestAddPartitionsLosesNoCapture: messages published without an
+// acknowledgement while partitions are added, or other settings changed, are
+// all stored: a reopened stream takes over the old one's subscriptions and
+// what it had queued, and an update keeps the subscriptions of the subjects
+// it keeps, so nothing published in between is dropped.
+func TestAddPartitionsLosesNoCapture(t *testing.T) {
+	srv := startAt(t, t.TempDir(), nil)
+	defer stop(t, srv)
+	e := connectEnv(t, srv)
+	cfg := tern.StreamConfig{Name: "fire", Subjects: []string{"fire.>"}, Partitions: 1}
+	e.addStream(cfg)
+
+	pub := connectEnv(t, srv)
+	const total = 60000
+	var sent atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for i := range total {
+			if err := pub.nc.Publish("fire.x", []byte("m"+strconv.Itoa(i))); err != nil {
+				done <- err
+				return
+			}
+			sent.Add(1)
+			if i%500 == 499 {
+				// Keep the publisher and the server in step, so that the
+				// update lands among the publishes rather than after them.
+				if err := pub.nc.Flush(); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+		done <- pub.nc.Flush()
+	}()
+	for step := 1; step <= 6; step++ {
+		waitFor(t, "publishes before the update", func() bool { return sent.Load() >= int64(step)*total/8 })
+		if step%2 == 1 {
+			cfg.Partitions++ // 2, 3, 4
+		} else {
+			cfg.MaxMsgs = uint64(10 * total * step) // an update that reopens nothing
+		}
+		if _, err := e.js.UpdateStream(e.ctx, cfg); err != nil {
+			t.Fatalf("update %d: %v", step, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("publishing: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.streamInfo("fire").State.Msgs < total && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if info := e.streamInfo("fire"); info.State.Msgs != total || len(info.State.Parts) != 4 {
+		t.Fatalf("%d messages in %d partitions, want %d in 4: %+v", info.State.Msgs, len(info.State.Parts), total, info.State.Parts)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,11 +51,14 @@ type Stream struct {
 
 	cfgMu sync.RWMutex
 	cfg   streamapi.StreamConfig
-	subs  []*broker.Subscription
+	subs  []capture
 
 	// Captured messages waiting for the writer.
 	qmu sync.Mutex
-	q   inbound
+	// next is the stream that took over this one's subscriptions and queue
+	// (handOver): everything captured through them goes there. Set under qmu.
+	next atomic.Pointer[Stream]
+	q    inbound
 	// spares are written batches' buffers, emptied, for the queue to take
 	// next: up to two, so that one is at hand while a replicated batch waits
 	// for its commit in s.cur and the batch before it is being recycled, and a
@@ -103,6 +107,13 @@ type Stream struct {
 
 	// repl is set on a replica of a replicated stream (replicated.go).
 	repl *streamRepl
+}
+
+// capture is a subscription that captures one of the stream's subjects, or
+// another account's subject it imports under that one.
+type capture struct {
+	filter string // the stream's subject
+	sub    *broker.Subscription
 }
 
 type partSeq struct {
@@ -255,11 +266,15 @@ func (s *Stream) logConfig(part int) store.Config {
 		lc.Discard = store.DiscardNew
 	}
 	lc.Compression = s.compression()
+	lc.SegmentAge = time.Duration(cfg.SegmentAge)
 	if cfg.Compact != nil {
 		lc.Keys = compactionKey
-		lc.SegmentAge = time.Duration(cfg.Compact.MaxLag)
-		if lc.SegmentAge == 0 {
-			lc.SegmentAge = streamapi.DefaultMaxLag
+		lag := time.Duration(cfg.Compact.MaxLag)
+		if lag == 0 {
+			lag = streamapi.DefaultMaxLag
+		}
+		if lc.SegmentAge == 0 || lag < lc.SegmentAge {
+			lc.SegmentAge = lag
 		}
 	}
 	return lc
@@ -280,7 +295,8 @@ func (s *Stream) syncPolicy() store.SyncPolicy {
 	return s.m.cfg.Sync
 }
 
-// start subscribes to the stream's subjects and starts its writer and consumers.
+// start subscribes to the stream's subjects, keeping those of another's
+// subscriptions it took over (handOver), and starts its writer and consumers.
 func (s *Stream) start() error {
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
@@ -301,8 +317,26 @@ func (s *Stream) start() error {
 	return nil
 }
 
+// subscribe makes the stream's subscriptions capture subjects: it keeps those
+// of subjects it has, takes away the others, and adds the missing ones. A
+// subject the stream keeps capturing is never without its subscription (an
+// update, a leader elected again), so a message published meanwhile is not
+// missed. cfgMu is held.
 func (s *Stream) subscribe(subjects []string) error {
+	kept := s.subs[:0]
+	for _, c := range s.subs {
+		if slices.Contains(subjects, c.filter) {
+			kept = append(kept, c)
+		} else {
+			_ = s.m.broker.Unsubscribe(c.sub)
+		}
+	}
+	clear(s.subs[len(kept):])
+	s.subs = kept
 	for _, f := range subjects {
+		if slices.ContainsFunc(s.subs, func(c capture) bool { return c.filter == f }) {
+			continue
+		}
 		var sink broker.Sink = (*captureSink)(s)
 		switch {
 		case s.prefix != "":
@@ -314,7 +348,7 @@ func (s *Stream) subscribe(subjects []string) error {
 		if err := s.m.broker.Subscribe(sub); err != nil {
 			return fmt.Errorf("stream %q: %w", s.name, err)
 		}
-		s.subs = append(s.subs, sub)
+		s.subs = append(s.subs, capture{f, sub})
 		if s.acct == "" || s.m.cfg.Imports == nil {
 			continue
 		}
@@ -325,7 +359,7 @@ func (s *Stream) subscribe(subjects []string) error {
 			if err := s.m.broker.Subscribe(sub); err != nil {
 				return fmt.Errorf("stream %q: import %s: %w", s.name, im.Filter, err)
 			}
-			s.subs = append(s.subs, sub)
+			s.subs = append(s.subs, capture{f, sub})
 		}
 	}
 	return nil
@@ -352,8 +386,8 @@ func (c *importCaptureSink) Stall() <-chan struct{} { return (*captureSink)(c.s)
 func (c *importCaptureSink) Stuck()                 {}
 
 func (s *Stream) unsubscribe() {
-	for _, sub := range s.subs {
-		_ = s.m.broker.Unsubscribe(sub)
+	for _, c := range s.subs {
+		_ = s.m.broker.Unsubscribe(c.sub)
 	}
 	s.subs = nil
 }
@@ -365,7 +399,6 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 		return fmt.Errorf("stream %q: %w", s.name, err)
 	}
 	s.cfgMu.Lock()
-	s.unsubscribe()
 	compactionSwitched := (s.cfg.Compact == nil) != (cfg.Compact == nil)
 	s.cfg = cfg
 	s.maxSize.Store(int64(cfg.MaxMsgSize))
@@ -402,11 +435,11 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 	}
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
-	// A leader change meanwhile may have subscribed already: once, either way.
-	s.unsubscribe()
 	if s.repl != nil && !s.repl.leader.Load() {
 		return nil // a follower captures nothing
 	}
+	// A leader change meanwhile may have subscribed already; subscribe keeps
+	// what is there.
 	return s.subscribe(cfg.Subjects)
 }
 
@@ -431,6 +464,18 @@ func (s *Stream) Key() string { return s.key }
 func (s *Stream) close(remove bool) {
 	s.cfgMu.Lock()
 	s.unsubscribe()
+	s.cfgMu.Unlock()
+	s.stop()
+	if remove {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// stop stops the writer and consumers and closes the logs. The subscriptions
+// stay, for close to take away or handOver to give to the stream opened in s's
+// place; what they capture meanwhile waits in the queue.
+func (s *Stream) stop() {
+	s.cfgMu.Lock()
 	started := s.started
 	s.cfgMu.Unlock()
 	select {
@@ -451,9 +496,6 @@ func (s *Stream) close(remove bool) {
 		c.stop(false)
 	}
 	s.closeLogs()
-	if remove {
-		_ = os.RemoveAll(s.dir)
-	}
 }
 
 func (s *Stream) closeLogs() {
@@ -480,8 +522,7 @@ type captureSink Stream
 // Deliver queues a captured message for the writer. It copies the message, as the
 // broker requires, and never blocks: flow control happens in Stall.
 func (c *captureSink) Deliver(_ *broker.Subscription, m *broker.Message) bool {
-	s := (*Stream)(c)
-	s.qmu.Lock()
+	s := (*Stream)(c).lockQueue()
 	if len(s.q.buf)+len(s.held.buf) > s.m.cfg.MaxQueued {
 		s.qmu.Unlock()
 		return false
@@ -504,11 +545,12 @@ type groupTicket struct{}
 // open (the other publishers' messages wait aside until EndGroup), else into a
 // stage that EndGroup queues whole.
 func (c *captureSink) DeliverGroup(_ *broker.Subscription, m *broker.Message, stage any) (any, bool) {
-	s := (*Stream)(c)
+	s := (*Stream)(c).live()
 	limit := s.m.cfg.MaxQueued
 	switch g := stage.(type) {
 	case *groupTicket:
-		s.qmu.Lock()
+		// A stream with an open group is not handed over: g is s's.
+		s = s.lockQueue()
 		defer s.qmu.Unlock()
 		if len(s.q.buf) > limit {
 			return g, false
@@ -523,7 +565,7 @@ func (c *captureSink) DeliverGroup(_ *broker.Subscription, m *broker.Message, st
 		return g, true
 	}
 	// The group's first message here.
-	s.qmu.Lock()
+	s = s.lockQueue()
 	if len(s.q.buf)+len(s.held.buf) > limit {
 		s.qmu.Unlock()
 		return nil, false
@@ -548,8 +590,7 @@ func (c *captureSink) DeliverGroup(_ *broker.Subscription, m *broker.Message, st
 // EndGroup ends a group: what waited aside goes into the queue behind it, or a
 // staged group goes in whole (aside, when another group is open).
 func (c *captureSink) EndGroup(stage any) {
-	s := (*Stream)(c)
-	s.qmu.Lock()
+	s := (*Stream)(c).lockQueue()
 	defer s.qmu.Unlock()
 	switch g := stage.(type) {
 	case *groupTicket:
@@ -677,7 +718,7 @@ func (c *globalWildCaptureSink) Stuck()                 {}
 // Flush wakes the writer.
 func (c *captureSink) Flush() {
 	select {
-	case c.kick <- struct{}{}:
+	case (*Stream)(c).live().kick <- struct{}{}:
 	default:
 	}
 }
@@ -685,7 +726,7 @@ func (c *captureSink) Flush() {
 // FlushInline is Flush for a publisher that may do the writer's work itself
 // (writeInline).
 func (c *captureSink) FlushInline() {
-	if !(*Stream)(c).writeInline() {
+	if !(*Stream)(c).live().writeInline() {
 		c.Flush()
 	}
 }
@@ -693,8 +734,7 @@ func (c *captureSink) FlushInline() {
 // Stall asks publishers to wait while the writer is behind by more than a quarter of
 // MaxQueued, so a burst is absorbed by TCP back-pressure instead of memory.
 func (c *captureSink) Stall() <-chan struct{} {
-	s := (*Stream)(c)
-	s.qmu.Lock()
+	s := (*Stream)(c).lockQueue()
 	defer s.qmu.Unlock()
 	if len(s.q.buf) < s.m.cfg.MaxQueued/4 {
 		return nil
@@ -708,9 +748,64 @@ func (c *captureSink) Stall() <-chan struct{} {
 // Stuck is called when a publisher waited in vain; the writer keeps going regardless.
 func (c *captureSink) Stuck() {}
 
+// live returns the stream that captures for s: s, or the one that took its
+// subscriptions over (handOver), or the one that took them from that.
+func (s *Stream) live() *Stream {
+	for n := s.next.Load(); n != nil; n = s.next.Load() {
+		s = n
+	}
+	return s
+}
+
+// lockQueue is live with its queue locked.
+func (s *Stream) lockQueue() *Stream {
+	for s = s.live(); ; s = s.live() {
+		s.qmu.Lock()
+		if s.next.Load() == nil {
+			return s
+		}
+		s.qmu.Unlock()
+	}
+}
+
+// handOver makes t capture what s captured, s's writer having stopped: t
+// takes s's subscriptions, so that no publish finds the subjects without a
+// stream, and what s captured since its writer's last pass goes ahead of what
+// t captures. t has not started.
+func (s *Stream) handOver(t *Stream) {
+	s.cfgMu.Lock()
+	subs := s.subs
+	s.subs = nil
+	s.cfgMu.Unlock()
+	for {
+		s.qmu.Lock()
+		if !s.groupOpen {
+			break
+		}
+		// A publisher's group is written into the queue until its flush ends it.
+		s.qmu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+	}
+	t.qmu.Lock()
+	t.q, s.q = s.q, t.q
+	t.deletes = append(t.deletes, s.deletes...)
+	t.interest = append(t.interest, s.interest...)
+	s.deletes, s.interest = nil, nil
+	s.next.Store(t)
+	if s.stallCh != nil {
+		close(s.stallCh) // its publishers ask t next
+		s.stallCh = nil
+	}
+	t.qmu.Unlock()
+	s.qmu.Unlock()
+	t.cfgMu.Lock()
+	t.subs = subs
+	t.cfgMu.Unlock()
+}
+
 // queueDelete asks the writer to remove a message (work-queue or interest retention).
 func (s *Stream) queueDelete(part int, seq uint64) {
-	s.qmu.Lock()
+	s = s.lockQueue()
 	s.deletes = append(s.deletes, partSeq{part, seq})
 	s.qmu.Unlock()
 	(*captureSink)(s).Flush()
@@ -929,7 +1024,7 @@ func (s *Stream) writeInline() bool {
 // queueInterestCheck asks the writer whether every consumer is now done with a
 // message of an interest stream, and to remove it if so.
 func (s *Stream) queueInterestCheck(key partSeq) {
-	s.qmu.Lock()
+	s = s.lockQueue()
 	s.interest = append(s.interest, key)
 	s.qmu.Unlock()
 	(*captureSink)(s).Flush()

@@ -186,6 +186,13 @@ type StreamConfig struct {
 	// or "never".
 	Sync         string `json:"sync,omitempty"`
 	SegmentBytes int64  `json:"segment_bytes,omitempty"`
+	// SegmentAge rolls each partition's log to a new segment at the first
+	// message stored once the head segment's first message is this old
+	// (Kafka's segment.ms); 0: by size alone. Retention removes messages one
+	// by one whatever the segments, so it matters to a compacted stream, whose
+	// head is sealed at the smaller of this and Compact.MaxLag. It may change
+	// on an update.
+	SegmentAge Duration `json:"segment_age,omitempty"`
 	// Compression is how the stream's logs store messages: "none" (default) or
 	// "s2" (S2-compressed blocks of consecutive messages, when that saves space;
 	// reads are unchanged). Unlike the other storage settings it may change on an
