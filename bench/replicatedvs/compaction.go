@@ -119,12 +119,18 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 		acked   atomic.Int64
 		wg      sync.WaitGroup
 	)
+	// Keys are shared by the records that carry them (franz-go does not
+	// modify a record's key); a value is its own, its round written in.
+	keyNames := make([][]byte, *keys)
+	for k := range keyNames {
+		keyNames[k] = fmt.Appendf(nil, "key-%07d", k)
+	}
 	start := time.Now()
 	for i := 0; i < *records && ctx.Err() == nil; i++ {
 		v := append([]byte(nil), values[i%len(values)]...)
-		copy(v, fmt.Sprintf("%010d", i / *keys))
+		_ = fmt.Appendf(v[:0], "%010d", i / *keys) // in place, over its first 10 bytes
 		wg.Add(1)
-		cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("key-%07d", i%*keys)), Value: v}, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, &kgo.Record{Key: keyNames[i%*keys], Value: v}, func(_ *kgo.Record, err error) {
 			defer wg.Done()
 			if err != nil {
 				mu.Lock()

@@ -57,35 +57,40 @@ func (s *Stream) compact() {
 		}
 	}
 	c := s.Config().Compact
-	if c == nil {
+	switch {
+	case s.repl != nil:
+		if c != nil {
+			s.proposeCompaction(c)
+		}
+	case c == nil:
 		// Compaction was switched off: a rewrite it started is swapped in,
 		// and none started.
 		for p, l := range s.parts {
-			if s.repl == nil && l.Cleaning() {
+			if l.Cleaning() {
 				st, err := l.FinishCleaning()
 				logCleaned(s.m.log, st, err, "stream", s.name, "partition", p)
 			}
 		}
-		return
-	}
-	if s.repl != nil {
-		s.proposeCompaction(c)
-		return
-	}
-	for p, l := range s.parts {
-		if bound, tombBound := s.compactBounds(c, p); l.CompactDue(bound, tombBound) {
-			if _, err := l.Compact(bound, tombBound); err != nil {
-				s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
+	default:
+		for p, l := range s.parts {
+			if bound, tombBound := s.compactBounds(c, p); l.CompactDue(bound, tombBound) {
+				if _, err := l.Compact(bound, tombBound); err != nil {
+					s.m.log.Error("stream compaction", "stream", s.name, "partition", p, "err", err)
+				}
 			}
 		}
+		s.cleanPartsOf(c)
 	}
-	s.cleanParts()
 }
 
-// cleanParts goes on rewriting a single node's compacted partitions (the
-// writer's tick, and each time a rewrite is done).
-func (s *Stream) cleanParts() {
-	if s.repl != nil || s.Config().Compact == nil {
+// cleanParts goes on rewriting a single node's compacted partitions each
+// time a rewrite is done.
+func (s *Stream) cleanParts() { s.cleanPartsOf(s.Config().Compact) }
+
+// cleanPartsOf is cleanParts with the stream's compaction settings at hand
+// (nil: compaction is off).
+func (s *Stream) cleanPartsOf(c *streamapi.Compaction) {
+	if s.repl != nil || c == nil {
 		return
 	}
 	for p, l := range s.parts {

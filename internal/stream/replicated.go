@@ -515,6 +515,12 @@ func (m *partitionMachine) finishCleaning() {
 		return
 	}
 	defer m.mu.Unlock()
+	m.swapCleaned()
+}
+
+// swapCleaned swaps in a finished segment rewrite and starts the next; m.mu is
+// held.
+func (m *partitionMachine) swapCleaned() {
 	if m.log.Cleaning() {
 		clean(m.log, m.finishCleaning, m.logger)
 	}
@@ -550,11 +556,9 @@ func (m *partitionMachine) Apply(ents []replica.Entry) error {
 	if err := m.passCompression(); err != nil {
 		return err
 	}
-	if m.log.Cleaning() {
-		// A rewrite beside the log's writer, this machine, that finished
-		// while finishCleaning could not take the log: swapped in now.
-		clean(m.log, m.finishCleaning, m.logger)
-	}
+	// A rewrite beside the log's writer, this machine, that finished while
+	// finishCleaning could not take the log: swapped in now.
+	m.swapCleaned()
 	m.results = m.results[:0]
 	m.batches = m.batches[:0]
 	committed := 0
