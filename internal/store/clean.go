@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 )
 
 // Cleaning: deleting a record (Delete, Compact) only tombstones it, and its
@@ -23,10 +25,22 @@ import (
 // long ago — and renamed over it. Readers then see the new file: Clean moves
 // Log.gen, as a cut does, so a Reader finds its place again by sequence, and a
 // Read that was reading the old file reads again.
+//
+// Segments that cleaning left small are merged, as Kafka's cleaner groups
+// them: the rewrite of a segment takes the sealed segments after it along
+// while their bytes, less what is dead in them, fit in one segment (and two
+// or more small ones are merged even when none is dirty), so a compacted log
+// keeps about as many files as its live records fill. The merged file, under
+// the first segment's name, holds all their sequences, the gaps between them
+// (sequences of segments removed whole) as holes. Once it is renamed in, its
+// .del file is rewritten with every tombstone of the sequences it holds, and
+// only then are the other segments' files removed: a crash in between leaves
+// them beside a segment that holds their sequences too, and Open, finding the
+// first one's records going on past their start, removes them.
 
 // CleanStats says what Clean did.
 type CleanStats struct {
-	Segments int   // segments rewritten
+	Segments int   // segments rewritten (a merge counts those it merged)
 	Before   int64 // their bytes before
 	After    int64 // and after
 }
@@ -34,10 +48,11 @@ type CleanStats struct {
 // Clean rewrites, from the oldest, up to limit sealed segments (0: all) in
 // which at least minDirty (0 to 1) of the sequences died since the segment was
 // last cleaned (or, after a restart, are dead and not holes), and which hold
-// no damage. Writer only; a segment takes one sequential read and write of its
-// bytes (even when the rewrite is dropped for not being smaller, which counts
-// against limit too), so an owner that must stay responsive cleans a few at a
-// time.
+// no damage, each with the small segments after it merged in (cleanGroup); a
+// merge of small segments none of which is dirty counts as one too. Writer
+// only; a rewrite takes one sequential read and write of its segments' bytes
+// (even when it is dropped for not being smaller, which counts against limit
+// too), so an owner that must stay responsive cleans a few at a time.
 func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 	var st CleanStats
 	if l.shut.Load() {
@@ -55,12 +70,12 @@ func (l *Log) Clean(minDirty float64, limit int) (CleanStats, error) {
 	}
 	tried := 0
 	for i := 0; i < len(l.segs)-1 && (limit <= 0 || tried < limit); i++ {
-		s := l.segs[i]
-		if !l.cleanable(s, minDirty) {
+		group := l.cleanGroup(i, minDirty)
+		if group == nil {
 			continue
 		}
 		tried++
-		j := l.startClean(s, false)
+		j := l.startClean(group, false)
 		j.err = j.run()
 		done, err := l.finishClean(j)
 		if err != nil {
@@ -92,11 +107,11 @@ func (l *Log) CleanAside(minDirty float64, done func()) (CleanStats, error) {
 		return st, err
 	}
 	for i := 0; i < len(l.segs)-1; i++ {
-		s := l.segs[i]
-		if !l.cleanable(s, minDirty) {
+		group := l.cleanGroup(i, minDirty)
+		if group == nil {
 			continue
 		}
-		j := l.startClean(s, true)
+		j := l.startClean(group, true)
 		l.job = j
 		go func() {
 			j.err = j.run()
@@ -144,25 +159,60 @@ func (l *Log) stopCleaning() {
 	}
 }
 
-// cleanable reports whether s is sealed, undamaged, and dirty enough.
-func (l *Log) cleanable(s *segment, minDirty float64) bool {
+// cleanGroup returns the segments a rewrite starting at l.segs[i] takes: that
+// one and the sealed ones after it while their bytes, less what died since
+// they were last cleaned, fit in a segment. It returns nil when the rewrite is
+// not worth it: the first segment is not dirty enough (minDirty) and no other
+// is small enough to merge with it.
+func (l *Log) cleanGroup(i int, minDirty float64) []*segment {
+	s := l.segs[i]
+	dead, ok := l.rewritable(s)
+	if !ok {
+		return nil
+	}
+	span := s.count()
+	dirty := dead > s.holed && float64(dead-s.holed) >= minDirty*float64(span)
+	est := cleanedSize(s, dead)
+	end := i + 1
+	for ; end < len(l.segs)-1; end++ {
+		n := l.segs[end]
+		nd, ok := l.rewritable(n)
+		// A merged segment's sequences are counted from its base in 32 bits.
+		if !ok || n.last-s.base >= math.MaxUint32 || est+cleanedSize(n, nd) > l.cfg.SegmentBytes {
+			break
+		}
+		est += cleanedSize(n, nd)
+	}
+	if !dirty && end-i < 2 {
+		return nil
+	}
+	return slices.Clone(l.segs[i:end]) // a merge deletes from l.segs
+}
+
+// rewritable reports whether s may be rewritten — sealed, undamaged, and not
+// dead whole (retention removes those) — and how many of its sequences are
+// dead.
+func (l *Log) rewritable(s *segment) (dead uint64, ok bool) {
 	if !s.sealed || s.removed || s.last < s.base {
-		return false
+		return 0, false
 	}
 	for _, c := range l.corrupt {
 		if c.seg == s {
-			return false
+			return 0, false
 		}
 	}
-	span := s.last - s.base + 1
-	dead := s.dead
+	dead = s.dead
 	if l.first > s.base {
 		dead = max(dead, min(l.first, s.last+1)-s.base) // the front's dead are not tombstoned
 	}
-	if dead >= span {
-		return false // removed whole by retention, not rewritten
-	}
-	return dead > s.holed && float64(dead-s.holed) >= minDirty*float64(span)
+	return dead, dead < s.count()
+}
+
+// cleanedSize estimates s's bytes once rewritten: those of the sequences that
+// died since it was last cleaned go.
+func cleanedSize(s *segment, dead uint64) int64 {
+	fresh := dead - min(dead, s.holed)
+	return int64(float64(s.size) * float64(s.count()-fresh) / float64(s.count()))
 }
 
 // isDead reports whether seq of s is deleted.
@@ -170,15 +220,16 @@ func (l *Log) isDead(s *segment, seq uint64) bool {
 	return seq < l.first || s.dels.has(uint32(seq-s.base))
 }
 
-// cleanJob is the rewrite of one segment: started by the writer
-// (startClean), written by whoever runs it (run: the writer for Clean, a
-// goroutine of its own for CleanAside), and installed or dropped by the
-// writer (finishClean). While it runs it reads only the segment's file as it
-// was when it started, and which sequences are dead, under the log's lock.
+// cleanJob is the rewrite of a segment, or the merge of consecutive ones:
+// started by the writer (startClean), written by whoever runs it (run: the
+// writer for Clean, a goroutine of its own for CleanAside), and installed or
+// dropped by the writer (finishClean). While it runs it reads only the
+// segments' files as they were when it started, and which sequences are dead,
+// under the log's lock.
 type cleanJob struct {
-	s    *segment
+	segs []*segment
 	gen  uint64 // Log.gen at the start: a cut or a rewrite since voids the job
-	size int64  // the segment's bytes at the start
+	size int64  // the segments' bytes at the start
 	tmp  string
 	out  *os.File
 	c    cleaner
@@ -186,11 +237,16 @@ type cleanJob struct {
 	done chan struct{} // closed when an aside job's run returns
 }
 
-// startClean begins the rewrite of s: what it is to rewrite, from what the
-// writer knows of s now. Writer only.
-func (l *Log) startClean(s *segment, aside bool) *cleanJob {
-	j := &cleanJob{s: s, gen: l.gen, size: s.size, tmp: s.logPath + ".clean.tmp", done: make(chan struct{})}
-	j.c = cleaner{l: l, s: s, f: s.f, size: s.size, last: s.last, aside: aside, pack: l.cfg.Compression != CompressNone}
+// startClean begins the rewrite of group (cleanGroup): what it is to rewrite,
+// from what the writer knows of its segments now. Writer only.
+func (l *Log) startClean(group []*segment, aside bool) *cleanJob {
+	s := group[0]
+	j := &cleanJob{segs: group, gen: l.gen, tmp: s.logPath + ".clean.tmp", done: make(chan struct{})}
+	j.c = cleaner{l: l, base: s.base, aside: aside, pack: l.cfg.Compression != CompressNone}
+	for _, g := range group {
+		j.size += g.size
+		j.c.srcs = append(j.c.srcs, cleanSrc{s: g, f: g.f, size: g.size, last: g.last, tmax: g.tmax})
+	}
 	return j
 }
 
@@ -210,11 +266,16 @@ func (j *cleanJob) run() error {
 	if err := j.c.bw.Flush(); err != nil {
 		return err
 	}
-	if j.c.off >= j.size {
-		return nil // not smaller: finishClean drops it
+	if !j.keeps() {
+		return nil // finishClean drops it
 	}
 	return j.c.l.fsync(j.out)
 }
+
+// keeps reports whether the rewrite, written, is worth installing: a merge
+// always is (fewer files, about the bytes of those it replaces), a segment's
+// own rewrite when it is smaller (a compressed segment repacked may not be).
+func (j *cleanJob) keeps() bool { return len(j.segs) > 1 || j.c.off < j.size }
 
 // drop forgets the rewrite and its file.
 func (j *cleanJob) drop() {
@@ -224,20 +285,26 @@ func (j *cleanJob) drop() {
 	}
 }
 
-// finishClean renames the rewrite over the segment and swaps it in, unless the
-// segment was removed, cut or rewritten meanwhile, the rewrite failed, or it is
-// not smaller (a compressed segment repacked). Writer only.
+// finishClean renames the rewrite over the first segment and swaps it in for
+// the segments it holds, unless one of them was removed, cut or rewritten
+// meanwhile, the rewrite failed, or it is not worth it (keeps). Writer only.
 func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
-	s := j.s
-	if s.removed || l.gen != j.gen || s.size != j.size {
-		j.drop() // its records are not the segment's any more
+	s := j.segs[0]
+	for k, g := range j.segs {
+		if g.removed || g.size != j.c.srcs[k].size {
+			j.drop() // its records are not the segment's any more
+			return CleanStats{}, nil
+		}
+	}
+	if l.gen != j.gen {
+		j.drop()
 		return CleanStats{}, nil
 	}
 	if j.err != nil {
 		j.drop()
 		return CleanStats{}, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, j.err)
 	}
-	if j.c.off >= s.size {
+	if !j.keeps() {
 		s.holed = j.c.dead // clean as it can be until more of it dies
 		j.drop()
 		return CleanStats{}, nil
@@ -246,44 +313,111 @@ func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
 		j.drop()
 		return CleanStats{}, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
 	}
-	if err := l.syncDir(); err != nil {
-		// The rename may not be durable yet; either file holds the same
-		// records, so go on with the new one.
-		l.markDirty(nil, true)
+	merged := j.segs[1:]
+	if len(merged) == 0 {
+		if err := l.syncDir(); err != nil {
+			// The rename may not be durable yet; either file holds the same
+			// records, so go on with the new one.
+			l.markDirty(nil, true)
+		}
 	}
+	// A merge's rename is made durable with its .del file's (dropMerged).
 
 	l.mu.Lock()
-	old := s.f
+	olds := []*os.File{s.f}
 	s.f, s.size, s.index, s.ib = j.out, j.c.off, j.c.index, j.c.ib
 	s.holed = j.c.dead
+	for _, g := range merged {
+		// The sequences between the segments, of segments removed whole,
+		// are the merged one's holes.
+		for q := s.last + 1; q < g.base; q++ {
+			s.dels.add(uint32(q - s.base))
+			s.dead++
+		}
+		for _, r := range g.dels.sorted() {
+			s.dels.add(uint32(g.base + uint64(r) - s.base))
+		}
+		s.last, s.dead, s.liveBytes = g.last, s.dead+g.dead, s.liveBytes+g.liveBytes
+		s.tmax = max(s.tmax, g.tmax)
+		olds = append(olds, g.f)
+		g.removed = true
+	}
+	if len(merged) > 0 {
+		l.segs = slices.Delete(l.segs, l.segIndex(merged[0].base), l.segIndex(merged[len(merged)-1].base)+1)
+	}
 	l.gen++
 	l.mu.Unlock()
-	// The old file's last link went with the rename: closing it frees its
-	// pages, which takes milliseconds for a large segment, and is not the
-	// writer's to wait for.
-	go old.Close()
-	if l.head.seg == s {
-		l.head = cursor{}
-	}
-	if l.rc.seg == s {
-		l.rc = cursor{}
+	// The old files' last links go with the rename and the removals below:
+	// closing them afterwards frees their pages, which takes milliseconds for
+	// a large segment, and is not the writer's to wait for.
+	defer func() {
+		go func() {
+			for _, f := range olds {
+				f.Close()
+			}
+		}()
+	}()
+	for _, g := range j.segs {
+		if l.head.seg == g {
+			l.head = cursor{}
+		}
+		if l.rc.seg == g {
+			l.rc = cursor{}
+		}
 	}
 	l.writeIndex(s)
-	return CleanStats{Segments: 1, Before: j.size, After: s.size}, nil
+	if len(merged) > 0 {
+		if err := l.dropMerged(s, merged); err != nil {
+			return CleanStats{}, err
+		}
+	}
+	return CleanStats{Segments: len(j.segs), Before: j.size, After: s.size}, nil
 }
 
-// cleaner copies a segment's live units to a new file. In a log that
-// compresses (pack), the live records it takes out of blocks and the plain
-// ones, with the holes between them, are packed into blocks again (flagHoles),
-// so they stay compressed; otherwise they are written plain between holes.
+// dropMerged removes the files of the segments merged into s, once s's .del
+// file names every tombstone of theirs and s's new file is in place, durably
+// (one fsync of the directory for both renames): until then Open finds their
+// tombstones in their own .del files, and their records in their own files or
+// s's. Either rename may reach the disk without the other: s's old file
+// beside its new .del holds its own records under tombstones that are theirs
+// or the merged segments', which keep their own files.
+func (l *Log) dropMerged(s *segment, merged []*segment) error {
+	err := l.compactDel(s)
+	if err == nil {
+		err = l.syncDir()
+	}
+	for _, g := range merged {
+		l.forgetDel(g)
+		if g.delf != nil {
+			g.delf.Close()
+			g.delf = nil
+		}
+		if err == nil {
+			os.Remove(g.logPath)
+			os.Remove(g.idxPath())
+			os.Remove(g.delPath())
+		}
+	}
+	if err != nil {
+		// The files stay beside the merged segment, which Open sorts out.
+		return fmt.Errorf("store %q: clean %s: removing the segments merged into it: %w", l.cfg.Name, s.logPath, err)
+	}
+	l.markDirty(nil, true)
+	return nil
+}
+
+// cleaner copies the live units of consecutive segments to a new file. In a
+// log that compresses (pack), the live records it takes out of blocks and the
+// plain ones, with the holes between them, are packed into blocks again
+// (flagHoles), so they stay compressed; otherwise they are written plain
+// between holes.
 type cleaner struct {
-	l *Log
-	s *segment
-	// f, size and last are the segment's when the job started.
-	f     *os.File
-	size  int64
-	last  uint64
-	aside bool // running beside the writer: dead sequences are read under l.mu
+	l    *Log
+	srcs []cleanSrc
+	base uint64   // the new file's first sequence, the first segment's base
+	s    *segment // the segment being read
+	// aside: running beside the writer, dead sequences are read under l.mu
+	aside bool
 	bw    *bufio.Writer
 	off   int64 // bytes written
 	index []indexEntry
@@ -300,19 +434,49 @@ type cleaner struct {
 	packed  []byte
 }
 
+// cleanSrc is a segment a cleaner reads, and its file, bytes and last
+// sequence when the job started.
+type cleanSrc struct {
+	s    *segment
+	f    *os.File
+	size int64
+	last uint64
+	tmax int64
+}
+
 func (c *cleaner) run() error {
-	l, s := c.l, c.s
 	var (
 		w   window
 		exp expander
 	)
 	defer exp.release()
-	off, seq := int64(0), s.base
-	for off < c.size {
+	for k, src := range c.srcs {
+		c.s = src.s
+		if k > 0 {
+			// Sequences of segments removed whole between the two.
+			prev := c.srcs[k-1]
+			if gap := src.s.base - prev.last - 1; gap > 0 {
+				c.addHole(prev.last+1, gap, prev.tmax)
+				c.dead += gap
+			}
+		}
+		w.reset()
+		if err := c.copySegment(src, &w, &exp); err != nil {
+			return err
+		}
+	}
+	return c.flush()
+}
+
+// copySegment copies the live units of one segment.
+func (c *cleaner) copySegment(src cleanSrc, w *window, exp *expander) error {
+	l := c.l
+	off, seq := int64(0), src.s.base
+	for off < src.size {
 		if c.aside && l.shut.Load() {
 			return ErrClosed
 		}
-		raw, err := w.record(c.f, off, c.size, readerChunk)
+		raw, err := w.record(src.f, off, src.size, readerChunk)
 		if err != nil {
 			return err
 		}
@@ -345,10 +509,10 @@ func (c *cleaner) run() error {
 				return err
 			}
 		default:
-			if err := exp.load(c.f, off, raw, l.cfg.SegmentBytes); err != nil {
+			if err := exp.load(src.f, off, raw, l.cfg.SegmentBytes); err != nil {
 				return err
 			}
-			if !c.pack && !c.worthOpening(&exp, seq, count, len(raw)) {
+			if !c.pack && !c.worthOpening(exp, seq, count, len(raw)) {
 				exp.reset()
 				if err := c.keep(raw, seq); err != nil {
 					return err
@@ -370,10 +534,10 @@ func (c *cleaner) run() error {
 		off += int64(len(raw))
 		seq += count
 	}
-	if seq != c.last+1 {
+	if seq != src.last+1 {
 		return errMissing
 	}
-	return c.flush()
+	return nil
 }
 
 // isDead reports whether seq of the segment is deleted.
@@ -443,8 +607,18 @@ func (c *cleaner) takeHole(dst []byte) []byte {
 // addRecord adds a live record after the pending hole.
 func (c *cleaner) addRecord(rec Record) error {
 	if c.pack {
+		mark := len(c.pending)
 		c.pending = c.takeHole(c.pending)
 		c.pending = appendBareRecord(c.pending, rec.Seq, rec.Time, rec.Subject, rec.Header, rec.Payload)
+		if len(c.pending) > maxBlockRaw && mark > 0 {
+			// A block holds at most maxBlockRaw bytes but for one larger
+			// record, as Append packs them (and a merge's records may come
+			// to more than a segment's bytes, which reads also bound).
+			if err := c.writeRun(c.pending[:mark]); err != nil {
+				return err
+			}
+			c.pending = c.pending[:copy(c.pending, c.pending[mark:])]
+		}
 		if len(c.pending) >= maxBlockRaw {
 			return c.flushRun()
 		}
@@ -480,6 +654,12 @@ func (c *cleaner) flush() error {
 func (c *cleaner) flushRun() error {
 	run := c.pending
 	c.pending = c.pending[:0]
+	return c.writeRun(run)
+}
+
+// writeRun writes run, bare records and holes, as one block, or its units one
+// by one when it holds no record or does not shrink.
+func (c *cleaner) writeRun(run []byte) error {
 	records := false
 	for u := run; len(u) > 0; u = u[recLen(u):] {
 		records = records || recFlags(u) == 0
@@ -511,7 +691,7 @@ func (c *cleaner) write(unit []byte, seq uint64, ts int64) error {
 	if c.off+int64(len(unit)) > 1<<32-1 {
 		return errors.New("cleaned segment larger than 4 GiB")
 	}
-	c.index = c.ib.add(c.index, c.l.cfg.IndexEvery, uint32(seq-c.s.base), c.off, ts)
+	c.index = c.ib.add(c.index, c.l.cfg.IndexEvery, uint32(seq-c.base), c.off, ts)
 	if _, err := c.bw.Write(unit); err != nil {
 		return err
 	}

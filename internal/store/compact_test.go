@@ -335,7 +335,10 @@ func compactModel(t *testing.T, seed uint64) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.After > st.Before {
+			// A rewrite of one segment is installed only when smaller; a
+			// merge may grow by a hole for each gap between its segments
+			// and what packing their records together again costs.
+			if st.After > st.Before+int64(st.Segments)*blockHdrSize+st.Before/16 {
 				t.Fatalf("step %d: cleaning grew %d segments from %d to %d bytes", step, st.Segments, st.Before, st.After)
 			}
 			cleaned += st.Segments

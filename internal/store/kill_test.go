@@ -15,7 +15,9 @@ import (
 // TestKill9 runs a writer in a child process, kills it with SIGKILL in the
 // middle of its work and reopens the log: under every sync policy, every
 // record whose Commit returned and every tombstone whose Delete returned is
-// there (the data was in the page cache).
+// there (the data was in the page cache). The writer deletes most records
+// soon after it writes them and cleans beside itself, so the kill may come in
+// the middle of a segment's rewrite or a merge of several.
 func TestKill9(t *testing.T) {
 	if os.Getenv("TERN_STORE_CHILD") != "" {
 		return
@@ -33,10 +35,15 @@ func TestKill9(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// "c N": records up to N committed; "d N": record N about to be
+			// deleted, "D N": deleted. Each line is written once what it
+			// says is done, and every line is read, the ones written
+			// before the kill came included.
 			var committed uint64
-			deleted := map[uint64]bool{}
+			deleted, deleting := map[uint64]bool{}, map[uint64]bool{}
 			sc := bufio.NewScanner(out)
-			for sc.Scan() && committed < 3000 {
+			killed := false
+			for sc.Scan() {
 				f := strings.Fields(sc.Text())
 				if len(f) != 2 {
 					continue
@@ -46,10 +53,15 @@ func TestKill9(t *testing.T) {
 				case "c":
 					committed = n
 				case "d":
+					deleting[n] = true
+				case "D":
 					deleted[n] = true
 				}
+				if committed >= 3000 && !killed {
+					cmd.Process.Signal(syscall.SIGKILL)
+					killed = true
+				}
 			}
-			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
 			if committed == 0 {
 				t.Fatal("the child committed nothing")
@@ -72,6 +84,9 @@ func TestKill9(t *testing.T) {
 					}
 					continue
 				}
+				if deleting[q] && isNotFound(err) {
+					continue // the kill came before the child said so
+				}
 				if err != nil || !bytes.Equal(rec.Payload, payloadFor(q, len(rec.Payload))) {
 					t.Fatalf("committed %d: %v", q, err)
 				}
@@ -93,12 +108,16 @@ func TestKill9Child(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriter(os.Stdout)
+	var commits [][2]uint64 // each commit's first and last sequence
 	for i := 0; ; i++ {
-		var last uint64
+		var first, last uint64
 		for j := 0; j < 1+i%7; j++ {
 			seq, err := l.Append([]byte("k"), nil, payloadFor(l.last+uint64(l.npend)+1, (i*37+j*11)%900), 0)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if j == 0 {
+				first = seq
 			}
 			last = seq
 		}
@@ -106,11 +125,30 @@ func TestKill9Child(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(w, "c %d\n", last)
+		commits = append(commits, [2]uint64{first, last})
+		var dels []uint64
 		if i%3 == 0 && last > 5 {
-			if err := l.Delete(last - 5); err != nil {
+			dels = append(dels, last-5)
+		}
+		if i >= 3 {
+			// All but the first record of the commit three before.
+			c := commits[i-3]
+			for q := c[0] + 1; q <= c[1]; q++ {
+				dels = append(dels, q)
+			}
+		}
+		for _, q := range dels {
+			fmt.Fprintf(w, "d %d\n", q)
+		}
+		w.Flush()
+		for _, q := range dels {
+			if err := l.Delete(q); err != nil && !isNotFound(err) {
 				t.Fatal(err)
 			}
-			fmt.Fprintf(w, "d %d\n", last-5)
+			fmt.Fprintf(w, "D %d\n", q)
+		}
+		if _, err := l.CleanAside(0.5, nil); err != nil {
+			t.Fatal(err)
 		}
 		w.Flush()
 	}

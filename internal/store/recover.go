@@ -133,8 +133,9 @@ func (rc *recovery) run() error {
 	}
 	rc.dels.r = mergeRanges(ranges)
 
-	for i, b := range bases {
-		s := newSegment(l.cfg.Dir, b)
+	var merged []uint64 // segments whose sequences a merge's file holds
+	for i := 0; i < len(bases); i++ {
+		s := newSegment(l.cfg.Dir, bases[i])
 		last := i == len(bases)-1
 		mode := os.O_RDONLY
 		if last {
@@ -146,13 +147,12 @@ func (rc *recovery) run() error {
 		}
 		s.f = f
 		rc.segs = append(rc.segs, s)
-		bound := uint64(math.MaxUint64)
-		if !last {
-			bound = bases[i+1] - 1
-		}
-		if err := rc.scan(s, last, bound); err != nil {
+		covered, err := rc.scan(s, last, bases[i+1:])
+		if err != nil {
 			return err
 		}
+		merged = append(merged, bases[i+1:i+1+covered]...)
+		i += covered
 	}
 	if len(rc.segs) == 0 {
 		s, err := l.createSegment(1)
@@ -207,7 +207,20 @@ func (rc *recovery) run() error {
 			a = s.last + 1
 		}
 	}
-	return rc.normalizeDels()
+	if err := rc.normalizeDels(); err != nil {
+		return err
+	}
+	// The merged segments' tombstones are in the .del file of the segment
+	// that holds their sequences now: their own files can go.
+	for _, b := range merged {
+		for _, x := range []string{".log", ".idx", ".del"} {
+			os.Remove(filepath.Join(l.cfg.Dir, segName(b)+x))
+		}
+	}
+	if len(merged) > 0 {
+		return l.syncDir()
+	}
+	return nil
 }
 
 // normalizeDels rewrites each .del file as merged ranges when that differs from
@@ -261,12 +274,28 @@ func (rc *recovery) normalizeDels() error {
 }
 
 // scan reads every record of s, checking CRCs and sequences, and builds its
-// index and the log's counters. bound is the largest sequence s may hold.
-func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
+// index and the log's counters. next are the bases of the segments after s:
+// s holds sequences below the first, unless it is a merge of it and more
+// (Clean) whose files a crash left behind. Then s's intact records go on past
+// their bases, and scan reports how many of them s covers, for the caller to
+// skip and remove; never the last one, whose base bounds s.
+func (rc *recovery) scan(s *segment, last bool, next []uint64) (covered int, err error) {
+	bound := uint64(math.MaxUint64)
+	if len(next) > 0 {
+		bound = next[0] - 1
+	}
+	// fits reports whether s may hold sequences up to end.
+	fits := func(end uint64) bool {
+		for end > bound && covered+1 < len(next) {
+			covered++
+			bound = next[covered] - 1
+		}
+		return end <= bound
+	}
 	l := rc.l
 	st, err := s.f.Stat()
 	if err != nil {
-		return l.ioErr("stat segment", s.logPath, err)
+		return 0, l.ioErr("stat segment", s.logPath, err)
 	}
 	size := st.Size()
 	var ix *idxFile
@@ -285,7 +314,7 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 		var rec Record
 		if err == nil && recFlags(raw)&flagHole != 0 {
 			var first, count uint64
-			if first, count, err = checkUnit(raw); err == nil && (first != expect || expect+count-1 > bound) {
+			if first, count, err = checkUnit(raw); err == nil && (first != expect || !fits(expect+count-1)) {
 				err = errSeq
 			}
 			if err == nil {
@@ -296,7 +325,7 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 			}
 		} else if err == nil && recFlags(raw)&flagBlock != 0 {
 			if err = rc.exp.load(s.f, off, raw, l.cfg.SegmentBytes); err == nil &&
-				(rc.exp.first != expect || expect+rc.exp.count-1 > bound) {
+				(rc.exp.first != expect || !fits(expect+rc.exp.count-1)) {
 				err = errSeq
 			}
 			if err == nil {
@@ -314,7 +343,7 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 				continue
 			}
 		} else if err == nil {
-			if rec, err = decodeRecord(raw); err == nil && rec.Seq != expect {
+			if rec, err = decodeRecord(raw); err == nil && (rec.Seq != expect || !fits(rec.Seq)) {
 				err = errSeq
 			}
 			if err == nil {
@@ -325,11 +354,11 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 			}
 		}
 		if !isDecodeErr(err) {
-			return l.ioErr("read segment", s.logPath, err)
+			return 0, l.ioErr("read segment", s.logPath, err)
 		}
 		noff, nseq, found, err2 := resync(w, s.f, off, size, expect, bound, scanChunk)
 		if err2 != nil {
-			return l.ioErr("read segment", s.logPath, err2)
+			return 0, l.ioErr("read segment", s.logPath, err2)
 		}
 		if found {
 			if nseq > expect {
@@ -343,7 +372,7 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 		if last {
 			// A torn tail: whatever the last write left half done.
 			if err := s.f.Truncate(off); err != nil {
-				return l.ioErr("truncate torn tail of", s.logPath, err)
+				return 0, l.ioErr("truncate torn tail of", s.logPath, err)
 			}
 			rc.rep.TruncatedBytes += size - off
 			size = off
@@ -372,7 +401,7 @@ func (rc *recovery) scan(s *segment, last bool, bound uint64) error {
 	if !last && (ix == nil || ix.last != s.last || ix.size != s.size || !slices.Equal(ix.entries, s.index)) {
 		l.writeIndex(s)
 	}
-	return nil
+	return covered, nil
 }
 
 // accept counts one intact record found by the scan.
