@@ -109,7 +109,7 @@ r3_stop
 {
 	echo "Compacted topic, $NODES node(s), replication factor $NODES (disk space summed over the replicas): $RECORDS records of $KEYS keys, $SIZE-byte values, 1 MiB segments ($(date -u +%FT%TZ), $(git rev-parse --short HEAD))"
 	echo
-	echo "| system | produce records/s | partition after produce | after compaction | compacted within | records read | keys | keys without their last value |"
-	echo "|---|---|---|---|---|---|---|---|"
+	echo "| system | produce records/s | partition after produce | after compaction | compacted within | segment files, after the produce → at the end | records read | keys | keys without their last value |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	printf '%s\n' "${ROWS[@]}"
 } | tee "$ROUT/results-$NODES.md"

@@ -55,6 +55,10 @@ type compactionResult struct {
 	BytesCompacted int64   `json:"bytes_compacted"`
 	CompactSeconds float64 `json:"compact_seconds"`
 	WatchedSeconds float64 `json:"watched_seconds"`
+	// Segment files (*.log) under the directories right after the produce and
+	// when the watch ended.
+	SegmentsProduced int `json:"segments_after_produce"`
+	SegmentsAtEnd    int `json:"segments_at_end"`
 	// What a consumer read from the start afterwards: records, distinct keys, and
 	// keys whose last record read is not the last one produced (must be 0).
 	ReadRecords int `json:"read_records"`
@@ -151,17 +155,18 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	// Watch the directory shrink.
 	produced := time.Now()
-	if res.BytesProduced, err = dirsBytes(dirs); err != nil {
+	if res.BytesProduced, res.SegmentsProduced, err = dirsBytes(dirs); err != nil {
 		return err
 	}
 	res.BytesCompacted, res.CompactSeconds = res.BytesProduced, 0
 	last, lastMove := res.BytesProduced, produced
 	for time.Since(produced) < *watch && time.Since(lastMove) < *steady && ctx.Err() == nil {
 		time.Sleep(500 * time.Millisecond)
-		n, err := dirsBytes(dirs)
+		n, segs, err := dirsBytes(dirs)
 		if err != nil {
 			return err
 		}
+		res.SegmentsAtEnd = segs
 		if n != last {
 			last, lastMove = n, time.Now()
 		}
@@ -170,7 +175,8 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	res.WatchedSeconds = time.Since(produced).Seconds()
-	fmt.Fprintf(stderr, "%s: %d bytes after the produce, %d after %.1fs (watched %.0fs)\n", *system, res.BytesProduced, res.BytesCompacted, res.CompactSeconds, res.WatchedSeconds)
+	fmt.Fprintf(stderr, "%s: %d bytes after the produce, %d after %.1fs (watched %.0fs); %d segment files, then %d\n", *system,
+		res.BytesProduced, res.BytesCompacted, res.CompactSeconds, res.WatchedSeconds, res.SegmentsProduced, res.SegmentsAtEnd)
 
 	// Read it all back.
 	ends, err := adm.ListEndOffsets(ctx, *topic)
@@ -225,8 +231,9 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "| %s | %.0f | %s | %s | %.1f s | %d | %d | %d |\n", *system, res.ProducePerSec,
-		mib(res.BytesProduced), mib(res.BytesCompacted), res.CompactSeconds, res.ReadRecords, res.ReadKeys, res.StaleKeys)
+	fmt.Fprintf(stdout, "| %s | %.0f | %s | %s | %.1f s | %d → %d | %d | %d | %d |\n", *system, res.ProducePerSec,
+		mib(res.BytesProduced), mib(res.BytesCompacted), res.CompactSeconds, res.SegmentsProduced, res.SegmentsAtEnd,
+		res.ReadRecords, res.ReadKeys, res.StaleKeys)
 	if res.StaleKeys > 0 || res.ReadKeys != *keys {
 		return fmt.Errorf("%s: %d keys read, %d without their last value", *system, res.ReadKeys, res.StaleKeys)
 	}
@@ -234,26 +241,24 @@ func cmdCompaction(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // dirsBytes sums dirBytes over dirs.
-func dirsBytes(dirs []string) (int64, error) {
-	var total int64
+func dirsBytes(dirs []string) (bytes int64, segments int, err error) {
 	for _, d := range dirs {
-		n, err := dirBytes(d)
+		n, segs, err := dirBytes(d)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		total += n
+		bytes, segments = bytes+n, segments+segs
 	}
-	return total, nil
+	return bytes, segments, nil
 }
 
 // dirBytes sums the disk space the files under dir take (their allocated
 // blocks, as du counts them: Kafka preallocates each segment's index files at
 // 10 MiB, sparse, which their sizes would count), but for Kafka's segments
 // replaced by its cleaner, which wait as *.deleted for file.delete.delay.ms
-// (a minute) before they go.
-func dirBytes(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+// (a minute) before they go; and counts the segment files (*.log) there.
+func dirBytes(dir string) (n int64, segments int, err error) {
+	err = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // a file removed under the walk
@@ -262,6 +267,9 @@ func dirBytes(dir string) (int64, error) {
 		}
 		if d.IsDir() || strings.HasSuffix(d.Name(), ".deleted") {
 			return nil
+		}
+		if strings.HasSuffix(d.Name(), ".log") {
+			segments++
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -277,7 +285,7 @@ func dirBytes(dir string) (int64, error) {
 		}
 		return nil
 	})
-	return n, err
+	return n, segments, err
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

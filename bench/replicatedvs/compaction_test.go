@@ -8,7 +8,7 @@ import (
 
 // TestDirBytes: the disk space of a directory's files, nested ones too, counts
 // what is allocated (a sparse file's hole does not) and leaves out Kafka's
-// *.deleted segments.
+// *.deleted segments; the segment files (*.log) are counted.
 func TestDirBytes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, n int) {
@@ -31,14 +31,14 @@ func TestDirBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	sparse.Close()
-	n, err := dirBytes(dir)
+	n, segs, err := dirBytes(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(96 << 10); n < want || n > want+16<<10 {
-		t.Fatalf("dirBytes = %d, want about %d", n, want)
+	if want := int64(96 << 10); n < want || n > want+16<<10 || segs != 2 {
+		t.Fatalf("dirBytes = %d in %d segment files, want about %d in 2", n, segs, want)
 	}
-	if n, err := dirBytes(filepath.Join(dir, "missing")); err != nil || n != 0 {
-		t.Fatalf("a missing directory: %d, %v", n, err)
+	if n, segs, err := dirBytes(filepath.Join(dir, "missing")); err != nil || n != 0 || segs != 0 {
+		t.Fatalf("a missing directory: %d, %d, %v", n, segs, err)
 	}
 }
