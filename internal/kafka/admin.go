@@ -109,7 +109,7 @@ func (c *conn) incrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest)
 			// Start from the topic's current values, then apply the changes.
 			values := map[string]*string{}
 			var order []string
-			for _, e := range topicConfigEntries(cur, c.s.topicCompression()) {
+			for _, e := range c.s.topicConfigEntries(cur) {
 				if settableConfig(e.name) {
 					v := e.value
 					values[e.name] = &v

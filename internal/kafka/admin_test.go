@@ -275,8 +275,9 @@ func TestDescribeLogDirs(t *testing.T) {
 // TestConfigsTernKeepsAnyway: topic configs that describe what Tern does anyway
 // are taken (min.insync.replicas up to a majority of the replicas,
 // unclean.leader.election.enable=false, message.timestamp.type=CreateTime) and
-// described, and so is segment.ms; those that ask for something else are
-// refused with INVALID_CONFIG.
+// described, and so are segment.ms and segment.bytes (the server's when the
+// topic has none); those that ask for something else are refused with
+// INVALID_CONFIG.
 func TestConfigsTernKeepsAnyway(t *testing.T) {
 	_, addr := startTern(t, nil)
 	adm := kadm.NewClient(newClient(t, addr))
@@ -287,7 +288,8 @@ func TestConfigsTernKeepsAnyway(t *testing.T) {
 		t.Fatalf("create with configs Tern keeps: %v %v %s", err, r.Err, r.ErrMessage)
 	}
 	got := describedConfigs(t, adm, "kept")
-	for k, v := range map[string]string{"min.insync.replicas": "1", "unclean.leader.election.enable": "false", "message.timestamp.type": "CreateTime", "retention.ms": "-1", "segment.ms": "600000"} {
+	for k, v := range map[string]string{"min.insync.replicas": "1", "unclean.leader.election.enable": "false", "message.timestamp.type": "CreateTime", "retention.ms": "-1",
+		"segment.ms": "600000", "segment.bytes": "67108864"} { // the server's segment_size
 		if got[k] != v {
 			t.Errorf("%s described as %q, want %q", k, got[k], v)
 		}

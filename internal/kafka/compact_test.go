@@ -66,7 +66,7 @@ func TestCompactedTopic(t *testing.T) {
 		t.Fatalf("create: %v %v %s", err, r.Err, r.ErrMessage)
 	}
 	got := describedConfigs(t, adm, "kv")
-	for k, v := range map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "1", "min.compaction.lag.ms": "0"} {
+	for k, v := range map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "1", "min.compaction.lag.ms": "0", "segment.bytes": "512"} {
 		if got[k] != v {
 			t.Errorf("%s described as %q, want %q", k, got[k], v)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/kafka/group"
 	"github.com/tern-mq/tern/internal/outbound"
+	"github.com/tern-mq/tern/internal/store"
 	"github.com/tern-mq/tern/internal/stream"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	// MaxPayload is the server's largest message, reported as the broker's
 	// message.max.bytes.
 	MaxPayload int
+	// SegmentBytes is the server's stream segment size (segment_size),
+	// reported as the segment.bytes of a topic that does not set its own.
+	SegmentBytes int64
 	// DefaultReplicas is the replica count of a topic made without a
 	// replication factor in a cluster (the server's stream_replicas); 0 is 1.
 	DefaultReplicas int
@@ -126,6 +130,9 @@ func NewServer(cfg Config, b *broker.Broker, m *stream.Manager, log *slog.Logger
 	}
 	if cfg.MaxRequestSize <= 0 {
 		cfg.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if cfg.SegmentBytes <= 0 {
+		cfg.SegmentBytes = store.DefaultSegmentBytes
 	}
 	if cfg.ClusterID == "" {
 		cfg.ClusterID = "tern"

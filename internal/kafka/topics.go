@@ -382,14 +382,14 @@ func (c *conn) createTopics(req *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsRes
 				} else if _, code, _ := c.s.lookup(c.acct, rt.Topic, false); code == 0 {
 					fail(kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", rt.Topic))
 				} else {
-					out.Configs = createdConfigs(c2, c.s.topicCompression())
+					out.Configs = c.s.createdConfigs(c2)
 				}
 			} else if t, code, msg := c.s.createTopic(c.acct, rt.Topic, parts, cfg); code != 0 {
 				fail(code, msg)
 			} else {
 				// Kafka's Java admin client reads the configs of every topic
 				// made (v5+): never null.
-				out.Configs = createdConfigs(t.cfg, c.s.topicCompression())
+				out.Configs = c.s.createdConfigs(t.cfg)
 				out.TopicID = t.id
 				if t.placement != nil {
 					out.ReplicationFactor = int16(len(t.placement[0].Replicas))
@@ -745,7 +745,7 @@ func (c *conn) describeConfigs(req *kmsg.DescribeConfigsRequest) *kmsg.DescribeC
 				resp.Resources = append(resp.Resources, out)
 				continue
 			}
-			entries = topicConfigEntries(t.cfg, c.s.topicCompression())
+			entries = c.s.topicConfigEntries(t.cfg)
 		case kmsg.ConfigResourceTypeBroker:
 			if !c.mayManage(clusterConfigSubject) {
 				msg := "not authorized to describe the broker's configs"
@@ -786,9 +786,9 @@ type configEntry struct {
 }
 
 // createdConfigs is a made topic's configuration as CreateTopics answers it.
-func createdConfigs(cfg streamapi.StreamConfig, defCompression string) []kmsg.CreateTopicsResponseTopicConfig {
+func (s *Server) createdConfigs(cfg streamapi.StreamConfig) []kmsg.CreateTopicsResponseTopicConfig {
 	out := []kmsg.CreateTopicsResponseTopicConfig{}
-	for _, e := range topicConfigEntries(cfg, defCompression) {
+	for _, e := range s.topicConfigEntries(cfg) {
 		c := kmsg.NewCreateTopicsResponseTopicConfig()
 		v := e.value
 		c.Name, c.Value, c.ReadOnly = e.name, &v, e.readOnly
@@ -823,9 +823,14 @@ func retentionBytes(cfg streamapi.StreamConfig) int64 {
 	return cfg.MaxBytes / int64(max(cfg.Partitions, 1))
 }
 
-// topicConfigEntries describes a stream's limits and compression as Kafka topic
-// configs; defCompression is the server's default stream compression for topics.
-func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []configEntry {
+// topicConfigEntries describes a stream's limits, segments and compression as
+// Kafka topic configs, the server's defaults where the stream has none.
+func (s *Server) topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
+	defCompression := s.topicCompression()
+	segmentBytes := cfg.SegmentBytes
+	if segmentBytes <= 0 {
+		segmentBytes = s.cfg.SegmentBytes
+	}
 	ms := int64(-1)
 	if cfg.MaxAge > 0 {
 		ms = time.Duration(cfg.MaxAge).Milliseconds()
@@ -860,6 +865,8 @@ func topicConfigEntries(cfg streamapi.StreamConfig, defCompression string) []con
 			def: compaction.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention), typ: kmsg.ConfigTypeLong},
 		{name: "max.compaction.lag.ms", value: maxLag, def: compaction.MaxLag == 0, typ: kmsg.ConfigTypeLong},
 		{name: "segment.ms", value: strconv.FormatInt(segmentMs, 10), def: cfg.SegmentAge == 0, typ: kmsg.ConfigTypeLong},
+		// Fixed when the topic is made (AlterConfigs refuses a change).
+		{name: "segment.bytes", value: strconv.FormatInt(segmentBytes, 10), def: cfg.SegmentBytes <= 0, readOnly: true, typ: kmsg.ConfigTypeInt},
 		{name: "min.insync.replicas", value: strconv.Itoa(insyncQuorum(cfg.Replicas)), def: true, typ: kmsg.ConfigTypeInt},
 		{name: "unclean.leader.election.enable", value: "false", def: true, readOnly: true, typ: kmsg.ConfigTypeBoolean},
 		{name: "message.timestamp.type", value: "CreateTime", def: true, readOnly: true, typ: kmsg.ConfigTypeString},

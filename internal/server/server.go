@@ -235,7 +235,7 @@ func New(cfg Config, log *slog.Logger) (_ *Server, err error) {
 	default:
 		ks, err := kafka.NewServer(kafka.Config{
 			Advertise: cfg.KafkaAdvertise, TLSAdvertise: cfg.KafkaTLSAdvertise, AutoCreate: cfg.KafkaAutoCreate, Uncompressed: cfg.KafkaCompression == "uncompressed", MaxConnections: cfg.MaxConnections,
-			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload, DefaultReplicas: cfg.StreamReplicas,
+			ClusterID: cfg.ClusterName, MaxPayload: cfg.MaxPayload, SegmentBytes: cfg.SegmentSize, DefaultReplicas: cfg.StreamReplicas,
 			MaxPending: cfg.MaxPending, SlowConsumerPolicy: cfg.SlowConsumerPolicy, WriteTimeout: cfg.WriteTimeout,
 			NotSentLowat: cfg.TCPNotSentLowat, Auth: s.auth,
 			Groups: group.Config{InitialRebalanceDelay: kafkaDelay(cfg.KafkaGroupInitialDelay)},
