@@ -954,7 +954,9 @@ type partProposal struct {
 	prop  replica.Proposal // submitted, awaited by await
 	res   []pubResult
 	err   error
-	gate  compressGate
+	// answered: the machine filled the items' acks and answered them (applied)
+	answered bool
+	gate     compressGate
 }
 
 // consumers is the machine holding the stream's consumers: partition 0's.
@@ -1079,7 +1081,9 @@ func (s *Stream) awaitRound() {
 			}
 			pp.next = len(pp.all)
 		} else {
-			s.fillAcks(pp.items, pp.res)
+			if !pp.answered {
+				s.fillAcks(pp.items, pp.res)
+			}
 			if !compressed {
 				putEntryBuffer(pp.plain) // the group has its copy
 			}
@@ -1089,7 +1093,7 @@ func (s *Stream) awaitRound() {
 		if compressed && r.machines[p].lent.unlend(pp.entry) {
 			putEntryBuffer(pp.plain)
 		}
-		pp.entry, pp.plain, pp.res, pp.err = nil, nil, nil, nil
+		pp.entry, pp.plain, pp.res, pp.err, pp.answered = nil, nil, nil, nil, false
 	}
 }
 
@@ -1142,7 +1146,7 @@ func (r *streamRepl) await(p int) {
 	pp.prop = replica.Proposal{}
 	r.mu.Lock()
 	delete(r.waiting, pp.token)
-	pp.res = w.res
+	pp.res, pp.answered = w.res, w.answered
 	if w.answered {
 		pp.err = nil // applied and answered, though the wait gave up
 	}
