@@ -298,9 +298,14 @@ func newStreamEditCmd() *cobra.Command {
 				if lags {
 					return usageErrorf("--compact-min-lag, --compact-max-lag and --tombstone-retention need compaction on")
 				}
-				cfg.Compact = nil
+				if cfg.Compact != nil {
+					// Off, its settings kept for when it is switched on again.
+					c := *cfg.Compact
+					c.Off = true
+					cfg.Compact = &c
+				}
 			} else if compact || lags {
-				if cfg.Compact == nil && !compact {
+				if cfg.Compaction() == nil && !compact {
 					return usageErrorf("the stream is not compacted: add --compact")
 				}
 				if minLag < 0 || maxLag < 0 || tombstones < 0 {
@@ -308,8 +313,9 @@ func newStreamEditCmd() *cobra.Command {
 				}
 				c := tern.Compaction{}
 				if cfg.Compact != nil {
-					c = *cfg.Compact
+					c = *cfg.Compact // its settings, if it was switched off
 				}
+				c.Off = false
 				if fs.Changed("compact-min-lag") {
 					c.MinLag = tern.Duration(minLag)
 				}
@@ -357,7 +363,7 @@ func newStreamEditCmd() *cobra.Command {
 	fs.IntVar(&replicas, "replicas", 0, "nodes of the cluster that keep the stream: 3 or 5 (a stream of 1 stays 1)")
 	fs.IntVar(&partitions, "partitions", 0, "partition count to grow to: new partitions start empty, the old ones keep their messages")
 	compressionFlag(cmd, &compression)
-	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (switched on, the stream learns the keys of the messages it holds); --compact=false switches it off")
+	fs.BoolVar(&compact, "compact", false, "keep only each key's latest message (switched on, the stream learns the keys of the messages it holds); --compact=false switches it off, keeping its settings for when it is switched on again")
 	fs.DurationVar(&minLag, "compact-min-lag", 0, "keep every message at least this long (compacted streams)")
 	fs.DurationVar(&maxLag, "compact-max-lag", 0, "seal the head segment once its first message is this old (compacted streams; 0 = 168h)")
 	fs.DurationVar(&segAge, "segment-age", 0, "also start a new segment once the last one's first message is this old (0 = by size alone)")
@@ -484,7 +490,7 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 		fmt.Fprintf(tw, "  segment age:\t%s\n", time.Duration(c.SegmentAge))
 	}
 	fmt.Fprintf(tw, "  compression:\t%s\n", orDefault(c.Compression, "none"))
-	if k := c.Compact; k != nil {
+	if k := c.Compaction(); k != nil {
 		head := "after " + tern.DefaultMaxLag.String()
 		if k.MaxLag > 0 {
 			head = "after " + time.Duration(k.MaxLag).String()
@@ -497,7 +503,7 @@ func printStreamInfo(out io.Writer, info *tern.StreamInfo) {
 	fmt.Fprintf(tw, "State\n")
 	fmt.Fprintf(tw, "  messages:\t%d\n", st.Msgs)
 	fmt.Fprintf(tw, "  bytes:\t%s (files %s)\n", humanBytes(st.Bytes), humanBytes(st.FileBytes))
-	if c.Compact != nil {
+	if c.Compaction() != nil {
 		fmt.Fprintf(tw, "  keys:\t%d\n", st.Keys)
 	}
 	fmt.Fprintf(tw, "  first seq:\t%d (%s)\n", st.FirstSeq, fmtTime(st.FirstTime))

@@ -233,8 +233,9 @@ func TestStreamAddOptions(t *testing.T) {
 	if strings.Contains(out, "compacted:") {
 		t.Fatalf("still compacted after --compact=false:\n%s", out)
 	}
+	// Switched on again, it has the settings it had.
 	out = mustRun(t, streamCLI, append([]string{"edit", "PROFILES", "--compact"}, srv...)...)
-	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 0s, tombstones kept 24h0m0s, head sealed after 168h0m0s$`)
+	wantLine(t, out, `^\s+compacted:\s+latest per key, min lag 1m0s, tombstones kept 1h0m0s, head sealed after 10m0s$`)
 
 	for _, bad := range [][]string{
 		{"add", "Y", "--tombstone-retention", "1h"},

@@ -54,7 +54,8 @@ func readToEnd(t *testing.T, addr, topic string) map[string][]string {
 // cleaner does; a tombstone (null value) reads as null until its
 // delete.retention.ms passes and then goes with its key; a record without a key
 // is refused with INVALID_RECORD; the compaction configs are described and can
-// change, and so can the policy, switching compaction off and on again.
+// change, and so can the policy, switching compaction off and on again, its
+// configs kept meanwhile as Kafka keeps them.
 func TestCompactedTopic(t *testing.T) {
 	_, addr := startTern(t, nil)
 	adm := kadm.NewClient(newClient(t, addr))
@@ -140,8 +141,9 @@ func TestCompactedTopic(t *testing.T) {
 	if err := alter("cleanup.policy", "delete"); err != nil {
 		t.Fatalf("cleanup.policy=delete on a compacted topic: %v", err)
 	}
-	if got := describedConfigs(t, adm, "kv")["cleanup.policy"]; got != "delete" {
-		t.Fatalf("cleanup.policy described as %q after setting delete", got)
+	// As in Kafka, the compaction configs stay, without effect.
+	if got := describedConfigs(t, adm, "kv"); got["cleanup.policy"] != "delete" || got["delete.retention.ms"] != "5000" {
+		t.Fatalf("after setting cleanup.policy=delete: %v", got)
 	}
 	// A record without a key is a record again.
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "kv", Value: []byte("no key")}).FirstErr(); err != nil {
@@ -156,9 +158,21 @@ func TestCompactedTopic(t *testing.T) {
 		t.Fatalf("compact,delete with retention.ms: %v", err)
 	}
 	got = describedConfigs(t, adm, "kv")
-	// The compaction configs went with the compaction, back to their defaults.
-	if got["cleanup.policy"] != "compact,delete" || got["retention.ms"] != "3600000" || got["delete.retention.ms"] != "86400000" {
+	// Compaction is back with the configs it had.
+	if got["cleanup.policy"] != "compact,delete" || got["retention.ms"] != "3600000" || got["delete.retention.ms"] != "5000" {
 		t.Fatalf("after compact,delete: %v", got)
+	}
+	// A topic made with the delete policy keeps compaction configs too.
+	r, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("delete"),
+		"min.compaction.lag.ms": kadm.StringPtr("1000")}, "plain")
+	if err != nil || r.Err != nil {
+		t.Fatalf("create with delete and min.compaction.lag.ms: %v %v", err, r.Err)
+	}
+	if got := describedConfigs(t, adm, "plain"); got["cleanup.policy"] != "delete" || got["min.compaction.lag.ms"] != "1000" {
+		t.Fatalf("a delete topic's compaction configs: %v", got)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "plain", Value: []byte("no key")}).FirstErr(); err != nil {
+		t.Fatalf("record without a key on a delete topic with compaction configs: %v", err)
 	}
 }
 

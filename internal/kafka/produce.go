@@ -268,7 +268,7 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 		ps.hdr = slices.Grow(ps.hdr, min(int(batch.NumRecords)*ps.hdrEach, 4*len(body)))
 		err = eachRecord(body, batch.NumRecords, &ps.rec, func(i int, rec *kmsg.Record) error {
 			subj, err := recordSubject(t, rec)
-			if err == nil && rec.Key == nil && t.cfg.Compact != nil {
+			if err == nil && rec.Key == nil && t.cfg.Compaction() != nil {
 				err = errCompactedNoKey
 			}
 			if err != nil {

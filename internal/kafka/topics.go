@@ -426,7 +426,9 @@ func (s *Server) topicCompression() string {
 // max.compaction.lag.ms and delete.retention.ms. A config not given is at its
 // default. MaxBytes is retention.bytes as given, a partition's: streamMaxBytes
 // makes it the stream's. The compaction configs apply only with the compact
-// policy, as in Kafka; retention limits without the delete policy are refused.
+// policy, as in Kafka, which keeps them under the delete policy too: the
+// stream keeps them with compaction off. Retention limits without the delete
+// policy are refused.
 // The configs that describe what Tern does anyway are taken when they say so:
 // min.insync.replicas (returned, for checkMinInsync: 0 when not given),
 // unclean.leader.election.enable=false, message.timestamp.type=CreateTime and
@@ -571,8 +573,19 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy, min.compaction.lag.ms, delete.retention.ms, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime, segment.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio)", kv.Name)
 		}
 	}
-	if compact {
+	switch kept := compaction; {
+	case compact:
 		cfg.Compact = &compaction
+	case kept.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention):
+		kept.TombstoneRetention = 0 // the default, as when not given
+		fallthrough
+	default:
+		if kept != (streamapi.Compaction{}) {
+			// As Kafka keeps a topic's compaction configs whatever its
+			// policy: the stream keeps them, compaction off.
+			kept.Off = true
+			cfg.Compact = &kept
+		}
 	}
 	if !deletes && (cfg.MaxAge > 0 || cfg.MaxBytes > 0) {
 		// Kafka would keep the limits and never apply them; saying so beats
@@ -859,7 +872,7 @@ func (s *Server) topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
 		{name: "retention.bytes", value: strconv.FormatInt(bytes, 10), def: cfg.MaxBytes <= 0, typ: kmsg.ConfigTypeLong},
 		{name: "max.message.bytes", value: strconv.Itoa(cfg.MaxMsgSize), typ: kmsg.ConfigTypeInt},
 		{name: "compression.type", value: compressionType(cfg), def: compressionType(cfg) == compressionType(streamapi.StreamConfig{Compression: defCompression}), typ: kmsg.ConfigTypeString},
-		{name: "cleanup.policy", value: cleanupPolicy(cfg), def: cfg.Compact == nil, typ: kmsg.ConfigTypeList},
+		{name: "cleanup.policy", value: cleanupPolicy(cfg), def: cfg.Compaction() == nil, typ: kmsg.ConfigTypeList},
 		{name: "min.compaction.lag.ms", value: strconv.FormatInt(time.Duration(compaction.MinLag).Milliseconds(), 10), def: compaction.MinLag == 0, typ: kmsg.ConfigTypeLong},
 		{name: "delete.retention.ms", value: strconv.FormatInt(time.Duration(compaction.TombstoneRetention).Milliseconds(), 10),
 			def: compaction.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention), typ: kmsg.ConfigTypeLong},
@@ -879,7 +892,7 @@ func (s *Server) topicConfigEntries(cfg streamapi.StreamConfig) []configEntry {
 // with delete too when it also has an age or size limit.
 func cleanupPolicy(cfg streamapi.StreamConfig) string {
 	switch {
-	case cfg.Compact == nil:
+	case cfg.Compaction() == nil:
 		return "delete"
 	case cfg.MaxAge > 0 || cfg.MaxBytes > 0:
 		return "compact,delete"

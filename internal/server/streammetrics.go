@@ -50,7 +50,7 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(streamLastSeqDesc, float64(info.State.LastSeq), s.Key())
 		gauge(streamCorruptDesc, float64(len(info.Corrupt)), s.Key())
 		gauge(streamFileBytesDesc, float64(info.State.FileBytes), s.Key())
-		if info.Config.Compact != nil {
+		if info.Config.Compaction() != nil {
 			gauge(streamKeysDesc, float64(info.State.Keys), s.Key())
 		}
 		if cl := info.Cluster; cl != nil && s.Replicated() {

@@ -56,7 +56,7 @@ func (s *Stream) compact() {
 			m.finishCleaning()
 		}
 	}
-	c := s.Config().Compact
+	c := s.Config().Compaction()
 	switch {
 	case s.repl != nil:
 		if c != nil {
@@ -85,7 +85,7 @@ func (s *Stream) compact() {
 
 // cleanParts goes on rewriting a single node's compacted partitions each
 // time a rewrite is done.
-func (s *Stream) cleanParts() { s.cleanPartsOf(s.Config().Compact) }
+func (s *Stream) cleanParts() { s.cleanPartsOf(s.Config().Compaction()) }
 
 // cleanPartsOf is cleanParts with the stream's compaction settings at hand
 // (nil: compaction is off).

@@ -181,13 +181,36 @@ func TestCompactionConfigRules(t *testing.T) {
 		return len(byKey["k0"]) == 1 && byKey["k0"][0] == "k0-v4"
 	})
 
-	cfg.Compact = nil
-	if _, err := e.js.UpdateStream(e.ctx, cfg); err != nil {
+	// Off, its settings kept.
+	cfg.Compact = &tern.Compaction{TombstoneRetention: tern.Duration(time.Hour), Off: true}
+	info, err := e.js.UpdateStream(e.ctx, cfg)
+	if err != nil {
 		t.Fatalf("switching compaction off: %v", err)
+	}
+	if c := info.Config.Compact; c == nil || !c.Off || time.Duration(c.TombstoneRetention) != time.Hour {
+		t.Fatalf("switched off, the settings are %+v", c)
 	}
 	publishRounds(3)
 	time.Sleep(1500 * time.Millisecond) // a compaction tick or more
 	if byKey, _ := e.readAll("plain"); len(byKey["k0"]) != 4 {
 		t.Fatalf("after compaction was switched off, k0 has %q, want its 4 values", byKey["k0"])
+	}
+	// And on again, without being off, and then removed.
+	cfg.Compact = &tern.Compaction{TombstoneRetention: tern.Duration(time.Hour)}
+	if _, err := e.js.UpdateStream(e.ctx, cfg); err != nil {
+		t.Fatalf("switching compaction on again: %v", err)
+	}
+	waitFor(t, "compacted again", func() bool {
+		byKey, _ := e.readAll("plain")
+		return len(byKey["k0"]) == 1 && byKey["k0"][0] == "k0-v2"
+	})
+	cfg.Compact = nil
+	if info, err := e.js.UpdateStream(e.ctx, cfg); err != nil || info.Config.Compact != nil {
+		t.Fatalf("removing compaction: %v, %+v", err, info)
+	}
+	publishRounds(2)
+	time.Sleep(1500 * time.Millisecond)
+	if byKey, _ := e.readAll("plain"); len(byKey["k0"]) != 3 {
+		t.Fatalf("after compaction was removed, k0 has %q, want 3 values", byKey["k0"])
 	}
 }

@@ -668,7 +668,7 @@ func (m *Manager) normalise(cfg *streamapi.StreamConfig) error {
 		return bad("replicas %d: want 1, 3 or 5", cfg.Replicas)
 	}
 	if c := cfg.Compact; c != nil {
-		if cfg.Retention != streamapi.RetainLimits {
+		if !c.Off && cfg.Retention != streamapi.RetainLimits {
 			return bad("compaction needs retention limits, not %s", cfg.Retention)
 		}
 		if c.MinLag < 0 || c.TombstoneRetention < 0 || c.MaxLag < 0 {

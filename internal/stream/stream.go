@@ -267,9 +267,9 @@ func (s *Stream) logConfig(part int) store.Config {
 	}
 	lc.Compression = s.compression()
 	lc.SegmentAge = time.Duration(cfg.SegmentAge)
-	if cfg.Compact != nil {
+	if c := cfg.Compaction(); c != nil {
 		lc.Keys = compactionKey
-		lag := time.Duration(cfg.Compact.MaxLag)
+		lag := time.Duration(c.MaxLag)
 		if lag == 0 {
 			lag = streamapi.DefaultMaxLag
 		}
@@ -399,7 +399,7 @@ func (s *Stream) update(cfg streamapi.StreamConfig) error {
 		return fmt.Errorf("stream %q: %w", s.name, err)
 	}
 	s.cfgMu.Lock()
-	compactionSwitched := (s.cfg.Compact == nil) != (cfg.Compact == nil)
+	compactionSwitched := (s.cfg.Compaction() == nil) != (cfg.Compaction() == nil)
 	s.cfg = cfg
 	s.maxSize.Store(int64(cfg.MaxMsgSize))
 	// Not held while the writer applies the settings: the writer reads the

@@ -205,7 +205,8 @@ type StreamConfig struct {
 	// Compact, when set, keeps only the latest message of each key in each
 	// partition, as Kafka's cleanup.policy=compact does; the limits above still
 	// apply beside it (Kafka's compact,delete). Only with retention "limits";
-	// an update can switch it on (the stream reads its messages' keys) or off.
+	// an update can switch it on (the stream reads its messages' keys) or off
+	// (removing it, or setting its Off). Compaction says whether it is on.
 	Compact *Compaction `json:"compact,omitempty"`
 }
 
@@ -227,6 +228,20 @@ type Compaction struct {
 	// head is sealed at the first message stored after its first one is this
 	// old (Kafka's max.compaction.lag.ms); 0 means DefaultMaxLag.
 	MaxLag Duration `json:"max_lag,omitempty"`
+	// Off keeps the settings above while the stream is not compacted, as a
+	// Kafka topic switched to cleanup.policy=delete keeps its compaction
+	// configs: the stream is then as one without Compact, and switched on
+	// again it has them back.
+	Off bool `json:"off,omitempty"`
+}
+
+// Compaction returns the stream's compaction settings when it is compacted,
+// nil when it is not (no Compact, or Compact.Off).
+func (c StreamConfig) Compaction() *Compaction {
+	if c.Compact == nil || c.Compact.Off {
+		return nil
+	}
+	return c.Compact
 }
 
 // DefaultTombstoneRetention is Compaction.TombstoneRetention's default, Kafka's.
