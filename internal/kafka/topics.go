@@ -573,19 +573,15 @@ func topicConfig(configs []kmsg.CreateTopicsRequestTopicConfig, maxPayload int, 
 			return cfg, 0, fmt.Errorf("config %q is not supported (Tern takes retention.ms, retention.bytes, max.message.bytes, segment.bytes, compression.type, cleanup.policy, min.compaction.lag.ms, delete.retention.ms, min.insync.replicas up to a majority of the replicas, unclean.leader.election.enable=false, message.timestamp.type=CreateTime, segment.ms, max.compaction.lag.ms, min.cleanable.dirty.ratio)", kv.Name)
 		}
 	}
-	switch kept := compaction; {
+	defaults := streamapi.Compaction{TombstoneRetention: streamapi.Duration(streamapi.DefaultTombstoneRetention)}
+	switch {
 	case compact:
 		cfg.Compact = &compaction
-	case kept.TombstoneRetention == streamapi.Duration(streamapi.DefaultTombstoneRetention):
-		kept.TombstoneRetention = 0 // the default, as when not given
-		fallthrough
-	default:
-		if kept != (streamapi.Compaction{}) {
-			// As Kafka keeps a topic's compaction configs whatever its
-			// policy: the stream keeps them, compaction off.
-			kept.Off = true
-			cfg.Compact = &kept
-		}
+	case compaction != (streamapi.Compaction{}) && compaction != defaults:
+		// As Kafka keeps a topic's compaction configs whatever its policy:
+		// the stream keeps them, compaction off.
+		compaction.Off = true
+		cfg.Compact = &compaction
 	}
 	if !deletes && (cfg.MaxAge > 0 || cfg.MaxBytes > 0) {
 		// Kafka would keep the limits and never apply them; saying so beats

@@ -227,7 +227,6 @@ func (l *Log) isDead(s *segment, seq uint64) bool {
 // segments' files as they were when it started, and which sequences are dead,
 // under the log's lock.
 type cleanJob struct {
-	segs []*segment
 	gen  uint64 // Log.gen at the start: a cut or a rewrite since voids the job
 	size int64  // the segments' bytes at the start
 	tmp  string
@@ -241,7 +240,7 @@ type cleanJob struct {
 // from what the writer knows of its segments now. Writer only.
 func (l *Log) startClean(group []*segment, aside bool) *cleanJob {
 	s := group[0]
-	j := &cleanJob{segs: group, gen: l.gen, tmp: s.logPath + ".clean.tmp", done: make(chan struct{})}
+	j := &cleanJob{gen: l.gen, tmp: s.logPath + ".clean.tmp", done: make(chan struct{})}
 	j.c = cleaner{l: l, base: s.base, aside: aside, pack: l.cfg.Compression != CompressNone}
 	for _, g := range group {
 		j.size += g.size
@@ -275,7 +274,7 @@ func (j *cleanJob) run() error {
 // keeps reports whether the rewrite, written, is worth installing: a merge
 // always is (fewer files, about the bytes of those it replaces), a segment's
 // own rewrite when it is smaller (a compressed segment repacked may not be).
-func (j *cleanJob) keeps() bool { return len(j.segs) > 1 || j.c.off < j.size }
+func (j *cleanJob) keeps() bool { return len(j.c.srcs) > 1 || j.c.off < j.size }
 
 // drop forgets the rewrite and its file.
 func (j *cleanJob) drop() {
@@ -289,9 +288,9 @@ func (j *cleanJob) drop() {
 // the segments it holds, unless one of them was removed, cut or rewritten
 // meanwhile, the rewrite failed, or it is not worth it (keeps). Writer only.
 func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
-	s := j.segs[0]
-	for k, g := range j.segs {
-		if g.removed || g.size != j.c.srcs[k].size {
+	s := j.c.srcs[0].s
+	for _, src := range j.c.srcs {
+		if src.s.removed || src.s.size != src.size {
 			j.drop() // its records are not the segment's any more
 			return CleanStats{}, nil
 		}
@@ -313,7 +312,10 @@ func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
 		j.drop()
 		return CleanStats{}, fmt.Errorf("store %q: clean %s: %w", l.cfg.Name, s.logPath, err)
 	}
-	merged := j.segs[1:]
+	var merged []*segment
+	for _, src := range j.c.srcs[1:] {
+		merged = append(merged, src.s)
+	}
 	if len(merged) == 0 {
 		if err := l.syncDir(); err != nil {
 			// The rename may not be durable yet; either file holds the same
@@ -357,11 +359,11 @@ func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
 			}
 		}()
 	}()
-	for _, g := range j.segs {
-		if l.head.seg == g {
+	for _, src := range j.c.srcs {
+		if l.head.seg == src.s {
 			l.head = cursor{}
 		}
-		if l.rc.seg == g {
+		if l.rc.seg == src.s {
 			l.rc = cursor{}
 		}
 	}
@@ -371,7 +373,7 @@ func (l *Log) finishClean(j *cleanJob) (CleanStats, error) {
 			return CleanStats{}, err
 		}
 	}
-	return CleanStats{Segments: len(j.segs), Before: j.size, After: s.size}, nil
+	return CleanStats{Segments: len(j.c.srcs), Before: j.size, After: s.size}, nil
 }
 
 // dropMerged removes the files of the segments merged into s, once s's .del
@@ -393,9 +395,7 @@ func (l *Log) dropMerged(s *segment, merged []*segment) error {
 			g.delf = nil
 		}
 		if err == nil {
-			os.Remove(g.logPath)
-			os.Remove(g.idxPath())
-			os.Remove(g.delPath())
+			g.removeFiles()
 		}
 	}
 	if err != nil {

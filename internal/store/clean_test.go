@@ -254,7 +254,7 @@ func TestCleanAside(t *testing.T) {
 	if _, err := l2.CleanAside(0.5, nil); err != nil || !l2.Cleaning() {
 		t.Fatalf("no rewrite started: %v", err)
 	}
-	s0 := l2.job.segs[0]
+	s0 := l2.job.c.srcs[0].s
 	<-l2.job.done
 	cut := s0.base + 5 // inside the first segment, where the rewrite is
 	if err := l2.TruncateAfter(cut); err != nil {

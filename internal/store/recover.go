@@ -213,9 +213,7 @@ func (rc *recovery) run() error {
 	// The merged segments' tombstones are in the .del file of the segment
 	// that holds their sequences now: their own files can go.
 	for _, b := range merged {
-		for _, x := range []string{".log", ".idx", ".del"} {
-			os.Remove(filepath.Join(l.cfg.Dir, segName(b)+x))
-		}
+		newSegment(l.cfg.Dir, b).removeFiles()
 	}
 	if len(merged) > 0 {
 		return l.syncDir()

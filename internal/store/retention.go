@@ -218,9 +218,7 @@ func (l *Log) removeSegment(s *segment) error {
 	}
 	l.forgetDel(s)
 	s.closeFiles()
-	os.Remove(s.logPath)
-	os.Remove(s.idxPath())
-	os.Remove(s.delPath())
+	s.removeFiles()
 	l.markDirty(nil, true)
 	return nil
 }

@@ -70,6 +70,14 @@ func (s *segment) live() uint64  { return s.count() - s.dead }
 
 func (s *segment) contains(seq uint64) bool { return seq >= s.base && seq <= s.last }
 
+// removeFiles unlinks the segment's .log, .idx and .del files, the .log first
+// (Open drops the others of a segment whose .log is gone).
+func (s *segment) removeFiles() {
+	os.Remove(s.logPath)
+	os.Remove(s.idxPath())
+	os.Remove(s.delPath())
+}
+
 func (s *segment) closeFiles() {
 	if s.f != nil {
 		s.f.Close()
