@@ -271,6 +271,7 @@ type Batch struct {
 	hdr     header.Block
 	co      coalescer
 	remotes []remoteTarget
+	match   subject.Memo[*Subscription] // the last subject published and its subscribers
 
 	grouping bool         // since BeginGroup, until the next flush
 	groups   []groupStage // the Groupers delivered to in the group
@@ -404,7 +405,7 @@ func (b *Broker) Publish(p *Batch, m *Message) int {
 	if m.Route != nil {
 		route = m.Route
 	}
-	r := b.subs.Match(route)
+	r := b.subs.MatchMemo(&p.match, route)
 	if len(r.Plain) == 0 && len(r.Groups) == 0 {
 		return 0
 	}

@@ -60,11 +60,11 @@ type ackRange struct{ first, n, next int }
 
 // ackResult is what the stream answered for one record.
 type ackResult struct {
-	got  bool
 	seq  uint64
-	dup  bool
-	code int // a streamapi error code; 0 when stored
 	err  string
+	code int // a streamapi error code; 0 when stored
+	got  bool
+	dup  bool
 }
 
 func newInbox(b *broker.Broker) (*inbox, error) {
@@ -97,11 +97,19 @@ func (in *inbox) close() {
 }
 
 // open starts waiting for the acks of n records, whose partitions (in the order of
-// the reply subjects' partition indexes) hold the ranges given.
-func (in *inbox) open(n int, parts []ackRange) *ackWait {
+// the reply subjects' partition indexes) hold the ranges given. The results go
+// into results' array when it is large enough: a cancelled wait's results, which
+// no ack writes any more.
+func (in *inbox) open(n int, parts []ackRange, results []ackResult) *ackWait {
+	if cap(results) < n {
+		results = make([]ackResult, n)
+	} else {
+		results = results[:n]
+		clear(results)
+	}
 	in.mu.Lock()
 	in.next++
-	w := &ackWait{in: in, id: in.next, results: make([]ackResult, n), left: n, done: make(chan struct{}), parts: parts}
+	w := &ackWait{in: in, id: in.next, results: results, left: n, done: make(chan struct{}), parts: parts}
 	for i := range w.parts {
 		w.parts[i].next = w.parts[i].first
 	}

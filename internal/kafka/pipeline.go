@@ -183,4 +183,7 @@ func (ps *produceScratch) trim() {
 	if cap(ps.hdr) > keepBody {
 		ps.hdr = nil
 	}
+	if cap(ps.results) > keepBody/40 { // an ackResult takes 40 bytes
+		ps.results = nil
+	}
 }

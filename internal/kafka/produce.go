@@ -49,6 +49,8 @@ type produceScratch struct {
 	rec     kmsg.Record
 	bm      broker.Message
 	errIdx  []kmsg.ProduceResponseTopicPartitionErrorRecord
+	results []ackResult // the last ack wait's results, for the next one to take
+	ranges  []ackRange
 }
 
 // outMsg is a record ready to publish.
@@ -129,11 +131,12 @@ func (c *conn) produce(ps *produceScratch, req *kmsg.ProduceRequest) (*kmsg.Prod
 	// Publish every record, with one reply subject per partition.
 	var w *ackWait
 	if req.Acks != 0 {
-		ranges := make([]ackRange, len(ps.parts))
-		for i, po := range ps.parts {
-			ranges[i] = ackRange{first: po.first, n: po.n}
+		ps.ranges = ps.ranges[:0]
+		for _, po := range ps.parts {
+			ps.ranges = append(ps.ranges, ackRange{first: po.first, n: po.n})
 		}
-		w = c.s.acks.open(len(ps.msgs), ranges)
+		w = c.s.acks.open(len(ps.msgs), ps.ranges, ps.results)
+		ps.results = w.results
 	}
 	bm := &ps.bm
 	replyPart := -1

@@ -38,6 +38,19 @@ func BenchmarkMatchCached(b *testing.B) {
 	}
 }
 
+// BenchmarkMatchMemo is BenchmarkMatchCached for a publisher sending runs of one
+// subject through its Memo.
+func BenchmarkMatchMemo(b *testing.B) {
+	s := benchSublist(b)
+	subj := []byte("sensors.k1.temp")
+	var m Memo[int]
+	s.MatchMemo(&m, subj)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.MatchMemo(&m, subj)
+	}
+}
+
 // BenchmarkMatchCachedParallel publishes from every P, each to its own few subjects.
 func BenchmarkMatchCachedParallel(b *testing.B) {
 	s := benchSublist(b)

@@ -165,6 +165,9 @@ type Sublist[T comparable] struct {
 	mu    sync.RWMutex // guards root; see cache for how it orders cache writes
 	root  *node[T]
 	count atomic.Int64
+	// gen counts the Inserts and Removes, so that a Memo knows when the result
+	// it holds may be stale.
+	gen   atomic.Uint64
 	empty *Result[T] // the shared result for subjects nothing matches
 	cache cache[T]
 	// scratch holds *collector[T] for compute, so a miss allocates only the result.
@@ -213,6 +216,7 @@ func (s *Sublist[T]) Insert(filter, queue string, item T) error {
 	s.cache.update(filter, func(_ string, r *Result[T]) *Result[T] {
 		return added(r, queue, item)
 	})
+	s.gen.Add(1)
 	return nil
 }
 
@@ -238,6 +242,7 @@ func (s *Sublist[T]) Remove(filter, queue string, item T) error {
 		}
 		return s.compute(subject) // not expected: the cached result lacked the item
 	})
+	s.gen.Add(1)
 	return nil
 }
 
@@ -252,6 +257,33 @@ func (s *Sublist[T]) Match(subject []byte) *Result[T] {
 		return r
 	}
 	return s.matchSlow(sh, h, subject)
+}
+
+// Memo holds the last subject one publisher matched and its result. The zero
+// Memo is empty; a Memo belongs to one goroutine.
+type Memo[T comparable] struct {
+	list    *Sublist[T]
+	gen     uint64
+	subject []byte
+	r       *Result[T]
+}
+
+// MatchMemo is Match for a publisher that sends runs of one subject (the records
+// of a Kafka batch, a client's burst): while the subject is the one m holds and
+// nothing was inserted or removed since, it answers m's result without hashing
+// the subject or touching the cache's shared locks. Like Match, it sees the effect
+// of every Insert and Remove that returned before it started.
+func (s *Sublist[T]) MatchMemo(m *Memo[T], subject []byte) *Result[T] {
+	gen := s.gen.Load() // before Match: a change during it leaves m stale, so refreshed next time
+	if m.list == s && m.gen == gen && m.r != nil && string(m.subject) == string(subject) {
+		return m.r
+	}
+	r := s.Match(subject)
+	if len(subject) <= MaxLen {
+		m.list, m.gen, m.r = s, gen, r
+		m.subject = append(m.subject[:0], subject...)
+	}
+	return r
 }
 
 // matchSlow computes a result from the trie and caches it if it has queue

@@ -664,8 +664,12 @@ func TestConcurrentMatchInsertRemove(t *testing.T) {
 	for g := range 4 {
 		wg.Go(func() {
 			var kept []snapshot[int]
+			var memo Memo[int]
 			for i := 0; i < 200000 && !stop.Load(); i++ {
 				r := s.Match(subjects[(i+g)%len(subjects)])
+				if g%2 == 1 { // runs of one subject, through a memo
+					r = s.MatchMemo(&memo, subjects[(i/16+g)%len(subjects)])
+				}
 				stable := slices.Contains(r.Plain, -1)
 				for _, grp := range r.Groups {
 					sum := 0
@@ -729,5 +733,51 @@ func TestConcurrentMatchInsertRemove(t *testing.T) {
 		if got := describe(s.Match(subj)); got != "[-1] stable[-2]" {
 			t.Fatalf("Match(%s) = %s after the writers finished", subj, got)
 		}
+	}
+}
+
+func TestMatchMemo(t *testing.T) {
+	s := NewSublist[int]()
+	other := NewSublist[int]()
+	mustInsert(t, s, "a.*", "", 1)
+	mustInsert(t, other, "a.b", "", 9)
+	var m Memo[int]
+	memo := func(list *Sublist[int], subject, want string) {
+		t.Helper()
+		if got := describe(list.MatchMemo(&m, []byte(subject))); got != want {
+			t.Fatalf("MatchMemo(%q) = %s, want %s", subject, got, want)
+		}
+	}
+	memo(s, "a.b", "[1]")
+	held := s.MatchMemo(&m, []byte("a.b"))
+	subj := []byte("a.b")
+	if n := testing.AllocsPerRun(1000, func() { s.MatchMemo(&m, subj) }); n != 0 {
+		t.Fatalf("a memo hit allocates %.1f times", n)
+	}
+	if s.MatchMemo(&m, subj) != held {
+		t.Fatal("a memo hit gave another result")
+	}
+	// The subject's bytes are the memo's own: the caller's buffer may change.
+	subj[2] = 'c'
+	memo(s, "a.b", "[1]")
+	memo(s, "x.y", "[]")
+	memo(s, "a.b", "[1]")
+	// Every Insert and Remove that returned is seen, whatever it matched.
+	mustInsert(t, s, "a.b", "q", 2)
+	memo(s, "a.b", "[1] q[2]")
+	mustInsert(t, s, "z", "", 3)
+	if s.MatchMemo(&m, []byte("a.b")) == held {
+		t.Fatal("the memo's result outlived an Insert")
+	}
+	mustRemove(t, s, "a.*", "", 1)
+	memo(s, "a.b", "[] q[2]")
+	// Another sublist's answer is not taken for this one's.
+	memo(other, "a.b", "[9]")
+	memo(s, "a.b", "[] q[2]")
+	// Subjects too long to cache are matched each time, never held.
+	long := "a." + strings.Repeat("x", MaxLen)
+	memo(s, long, "[]")
+	if m.r == nil || string(m.subject) != "a.b" {
+		t.Fatalf("the memo took a subject longer than MaxLen: %q", m.subject)
 	}
 }
