@@ -30,7 +30,7 @@ func kafkaLikeEntry(token uint64, ts int64, firstID, n int, value func(i int) []
 		idx = append(idx, len(q.items))
 		q.items = append(q.items, it)
 	}
-	return compressMsgEntry(appendMsgEntry(nil, token, ts, &q, idx))
+	return compressMsgEntry(appendMsgEntry(nil, token, ts, &q, idx), nil)
 }
 
 // BenchmarkApplyKafkaBatches measures a follower applying compressed batches of

@@ -92,15 +92,16 @@ func putEntryBuffer(b *[]byte) {
 // compressMsgEntry is the entry to propose for the message batch plain (made by
 // appendMsgEntry): an entryMsgsBlocks entry in a buffer of its own, exactly its
 // size, when that saves an eighth, else plain itself. The entry is made in
-// scratch buffers, so a batch that does not shrink costs no allocation.
-func compressMsgEntry(plain []byte) []byte {
+// scratch buffers, so a batch that does not shrink costs no allocation. sizes,
+// when not nil, are the batch's messages' sizes in it (msgSizes).
+func compressMsgEntry(plain []byte, sizes []int) []byte {
 	if len(plain) < compressMinBytes {
 		return plain
 	}
 	scratch := entryBuffers.Get().(*[]byte)
 	defer putEntryBuffer(scratch)
 	var ok bool
-	if *scratch, ok = appendBlocksEntry((*scratch)[:0], plain, store.BlockBytes); !ok || len(*scratch) > len(plain)-len(plain)/8 {
+	if *scratch, ok = appendBlocksEntry((*scratch)[:0], plain, store.BlockBytes, sizes); !ok || len(*scratch) > len(plain)-len(plain)/8 {
 		return plain
 	}
 	return bytes.Clone(*scratch)
@@ -108,10 +109,14 @@ func compressMsgEntry(plain []byte) []byte {
 
 // appendBlocksEntry appends to dst the entryMsgsBlocks entry of the batch plain,
 // in blocks of at most blockBytes inner bytes or one message; false if plain
-// is not a well-formed batch.
-func appendBlocksEntry(dst, plain []byte, blockBytes int) ([]byte, bool) {
+// is not a well-formed batch. sizes, when not nil, are the sizes of its messages'
+// fields in plain, so that plain is not walked to find where each ends.
+func appendBlocksEntry(dst, plain []byte, blockBytes int, sizes []int) ([]byte, bool) {
 	e, err := decodeMsgEntry(plain)
 	if err != nil {
+		return dst, false
+	}
+	if sizes != nil && len(sizes) != e.count {
 		return dst, false
 	}
 	out := append(dst, entryMsgsBlocks)
@@ -129,21 +134,35 @@ func appendBlocksEntry(dst, plain []byte, blockBytes int) ([]byte, bool) {
 		out = out[:at+4+len(block)]
 	}
 	inner, msgs := e.rest, 0 // inner[:size] are the next block's msgs messages
-	size := 0
-	for {
-		before := len(e.rest)
-		if _, _, _, ok, err := e.next(); err != nil {
-			return dst, false
-		} else if !ok {
-			break
+	size, left := 0, len(e.rest)
+	for k := 0; ; k++ {
+		var n int
+		if sizes != nil {
+			if k == len(sizes) {
+				break
+			}
+			if n = sizes[k]; n < 3 || n > left {
+				return dst, false
+			}
+			left -= n
+		} else {
+			before := len(e.rest)
+			if _, _, _, ok, err := e.next(); err != nil {
+				return dst, false
+			} else if !ok {
+				break
+			}
+			n = before - len(e.rest)
 		}
-		n := before - len(e.rest)
 		if msgs > 0 && size+n > blockBytes {
 			addBlock(inner[:size], msgs)
 			inner, size, msgs = inner[size:], 0, 0
 		}
 		size += n
 		msgs++
+	}
+	if sizes != nil && left != 0 {
+		return dst, false
 	}
 	if msgs > 0 {
 		addBlock(inner[:size], msgs)
@@ -237,11 +256,11 @@ type compressGate struct{ s2pace.Gate }
 
 // entry is compressMsgEntry(plain) or plain, as the gate's pace says. Batches
 // under compressMinBytes are not attempts and do not move the pace.
-func (g *compressGate) entry(plain []byte) []byte {
+func (g *compressGate) entry(plain []byte, sizes []int) []byte {
 	if len(plain) < compressMinBytes || !g.Try() {
 		return plain
 	}
-	e := compressMsgEntry(plain)
+	e := compressMsgEntry(plain, sizes)
 	g.Shrank(e[0] != entryMsgs)
 	return e
 }
@@ -303,6 +322,20 @@ func msgEntrySize(token uint64, ts int64, q *inbound, items []int) int {
 }
 
 func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// msgSizes appends to dst the size of each of the items of q in a message batch
+// (appendMsgEntry): its three fields and their lengths.
+func msgSizes(dst []int, q *inbound, items []int) []int {
+	for _, i := range items {
+		it := &q.items[i]
+		n := 0
+		for _, f := range [3]span{it.subj, it.hdr, it.data} {
+			n += uvarintLen(uint64(f.n)) + f.n
+		}
+		dst = append(dst, n)
+	}
+	return dst
+}
 
 // appendMsgEntry appends a message batch of the items of q to dst.
 func appendMsgEntry(dst []byte, token uint64, ts int64, q *inbound, items []int) []byte {
@@ -957,6 +990,7 @@ type partProposal struct {
 	// answered: the machine filled the items' acks and answered them (applied)
 	answered bool
 	gate     compressGate
+	sizes    []int // the entry's messages' sizes in it, for compressing it
 }
 
 // consumers is the machine holding the stream's consumers: partition 0's.
@@ -1037,7 +1071,8 @@ func (s *Stream) proposeRound(q *inbound) bool {
 		// expanding the entry, until the entry is applied or abandoned.
 		plain := entryBuffers.Get().(*[]byte)
 		*plain = appendMsgEntry((*plain)[:0], pp.token, now, q, pp.items)
-		pp.entry, pp.plain = pp.gate.entry(*plain), plain
+		pp.sizes = msgSizes(pp.sizes[:0], q, pp.items)
+		pp.entry, pp.plain = pp.gate.entry(*plain, pp.sizes), plain
 		if pp.entry[0] != entryMsgs {
 			r.machines[p].lent.lend(pp.entry, plain)
 		}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,26 @@ func msgEntryOf(token uint64, ts int64, msgs ...testMsg) []byte {
 	b := appendMsgEntry(nil, token, ts, &q, idx)
 	if n := msgEntrySize(token, ts, &q, idx); n != len(b) {
 		panic(fmt.Sprintf("entry of %d bytes, sized %d", len(b), n))
+	}
+	// The leader cuts blocks by its messages' sizes; they must cut where a walk
+	// of the entry does, and sizes that do not add up are refused.
+	sizes := msgSizes(nil, &q, idx)
+	for _, blockBytes := range []int{1, 60, store.BlockBytes} {
+		walked, ok1 := appendBlocksEntry(nil, b, blockBytes, nil)
+		sized, ok2 := appendBlocksEntry(nil, b, blockBytes, sizes)
+		if !ok1 || !ok2 || !bytes.Equal(walked, sized) {
+			panic(fmt.Sprintf("blocks of %d bytes: cut by sizes %v (%v), by a walk (%v)", blockBytes, sizes, ok2, ok1))
+		}
+	}
+	if len(sizes) > 0 {
+		wrong := slices.Clone(sizes)
+		wrong[len(wrong)-1]++
+		if _, ok := appendBlocksEntry(nil, b, 60, wrong); ok {
+			panic("sizes longer than the entry were taken")
+		}
+		if _, ok := appendBlocksEntry(nil, b, 60, sizes[:len(sizes)-1]); ok {
+			panic("sizes of fewer messages than the entry's were taken")
+		}
 	}
 	return b
 }
@@ -131,8 +152,8 @@ func FuzzMsgEntry(f *testing.F) {
 	for i := range many {
 		many[i] = testMsg{"orders.created", fmt.Sprintf("id-%d", i), "payload payload"}
 	}
-	f.Add(compressMsgEntry(msgEntryOf(3, 3, many...)))
-	small, _ := appendBlocksEntry(nil, msgEntryOf(3, 3, many...), 60)
+	f.Add(compressMsgEntry(msgEntryOf(3, 3, many...), nil))
+	small, _ := appendBlocksEntry(nil, msgEntryOf(3, 3, many...), 60, nil)
 	f.Add(small)
 	f.Add(append([]byte{entryMsgsS2}, s2.Encode(nil, msgEntryOf(3, 3, many...))...))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -204,7 +225,7 @@ func TestReplicasStoreAlike(t *testing.T) {
 		blocked := make([]replica.Entry, len(ents))
 		for i, e := range ents {
 			blocked[i] = e
-			blocked[i].Data, _ = appendBlocksEntry(nil, e.Data, 12+int(seed))
+			blocked[i].Data, _ = appendBlocksEntry(nil, e.Data, 12+int(seed), nil)
 		}
 		var logs [][]string
 		for k, batch := range []int{1, 7, 60, 1, 7, 60, 5} {
@@ -575,7 +596,7 @@ func TestMsgEntryCompression(t *testing.T) {
 		}
 		e := msgEntryOf(uint64(i), int64(i+1)*int64(time.Second), msgs...)
 		plain = append(plain, replica.Entry{Index: uint64(i + 2), Term: 1, Data: e})
-		c := compressMsgEntry(e)
+		c := compressMsgEntry(e, nil)
 		switch {
 		case len(e) < compressMinBytes:
 			if &c[0] != &e[0] {
@@ -598,7 +619,7 @@ func TestMsgEntryCompression(t *testing.T) {
 		idx = append(idx, len(q.items))
 		q.items = append(q.items, inItem{subj: q.put([]byte("s")), hdr: q.put(nil), data: q.put(b)})
 	}
-	if e := appendMsgEntry(nil, 1, 1, &q, idx); compressMsgEntry(e)[0] != entryMsgs {
+	if e := appendMsgEntry(nil, 1, 1, &q, idx); compressMsgEntry(e, nil)[0] != entryMsgs {
 		t.Fatalf("an incompressible batch of %d bytes compressed", len(e))
 	}
 	var logs []string
@@ -620,7 +641,7 @@ func TestMsgEntryCompression(t *testing.T) {
 	}
 
 	big := plain[len(plain)-1].Data
-	c := compressMsgEntry(big)
+	c := compressMsgEntry(big, nil)
 	huge := append([]byte{entryMsgsS2}, binary.AppendUvarint(nil, maxEntryExpanded+1)...)
 	for name, bad := range map[string][]byte{
 		"truncated":      c[:len(c)-3],
@@ -726,7 +747,7 @@ func TestCompressGatePacesAttempts(t *testing.T) {
 	}
 	var g compressGate // its pace is s2pace's (TestGatePace)
 	for range 320 {
-		if e := g.entry(batch(true)); e[0] != entryMsgs {
+		if e := g.entry(batch(true), nil); e[0] != entryMsgs {
 			t.Fatal("an incompressible batch compressed")
 		}
 	}
@@ -734,19 +755,19 @@ func TestCompressGatePacesAttempts(t *testing.T) {
 		t.Fatal("320 incompressible batches and no miss")
 	}
 	plainBefore := 0
-	for g.entry(batch(false))[0] == entryMsgs {
+	for g.entry(batch(false), nil)[0] == entryMsgs {
 		plainBefore++
 		if plainBefore > 32 {
 			t.Fatal("a compressible batch still not compressed after 32")
 		}
 	}
 	for i := range 50 {
-		if g.entry(batch(false))[0] != entryMsgsBlocks {
+		if g.entry(batch(false), nil)[0] != entryMsgsBlocks {
 			t.Fatalf("compressible batch %d after the first one that shrank went plain", i)
 		}
 	}
 	// Small batches are not attempts and do not move the pace.
-	if e := g.entry([]byte{entryMsgs, 1, 2}); len(e) != 3 || g.Misses() != 0 {
+	if e := g.entry([]byte{entryMsgs, 1, 2}, nil); len(e) != 3 || g.Misses() != 0 {
 		t.Fatal("a batch under compressMinBytes changed the gate")
 	}
 }
@@ -791,7 +812,7 @@ func TestBlocksWrittenAsProposed(t *testing.T) {
 	var plainEnts, blockEnts []replica.Entry
 	var blocks [][]msgBlock
 	for i, p := range plains {
-		c := compressMsgEntry(p)
+		c := compressMsgEntry(p, nil)
 		_, bl, err := decodeBlocksEntry(c, nil)
 		if err != nil || len(bl) < 2 {
 			t.Fatalf("batch %d: %d blocks, %v", i, len(bl), err)
