@@ -35,6 +35,11 @@
 // Remove of a wildcard filter scan every cached subject and rebuild each one the
 // filter matches (a literal filter touches at most one).
 //
+// A publisher that sends runs of one subject keeps a Memo and calls MatchMemo: the
+// Memo holds its last subject and Result, and the Sublist counts its Inserts and
+// Removes, so while the subject repeats and the count has not moved the Result is
+// answered without hashing the subject or taking a shard's lock.
+//
 // # Concurrency
 //
 // A Sublist is safe for concurrent use. Matches on cached subjects take one read lock
