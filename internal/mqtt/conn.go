@@ -252,9 +252,13 @@ func (d *reader) Read(p []byte) (int, error) {
 	case !c.attached.Load():
 		_ = c.nc.SetReadDeadline(d.connectBy)
 	// A WebSocket never parks, and its read deadline closes it when it passes
-	// (websocket.NetConn): only the keepalive may set one. Nor does TLS, whose
-	// records the library buffers.
-	case c.srv.poll != nil && !c.ws && !c.tls && d.pr.Buffered() == 0:
+	// (websocket.NetConn): only the keepalive may set one. A TLS connection
+	// parks as a plain one does: a read that times out has left nothing for its
+	// reader in crypto/tls (which reads the socket only once it has handed over
+	// every record it holds whole, and keeps the bytes of one begun so that the
+	// rest, which wakes the poller, completes it) nor in the buffer under it
+	// (tlsconf.BatchReads waits on the socket only once drained).
+	case c.srv.poll != nil && !c.ws && d.pr.Buffered() == 0:
 		idle := c.srv.cfg.IdleAfter
 		if d.fresh {
 			idle = min(idle, freshIdleAfter)

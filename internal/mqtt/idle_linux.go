@@ -63,9 +63,14 @@ func newPoller() (*poller, error) {
 	return p, nil
 }
 
-// fdOf returns the descriptor of a socket the poller can watch.
+// fdOf returns the descriptor of a socket the poller can watch: over TLS, the
+// socket under it.
 func fdOf(c *conn) (int32, bool) {
-	sc, ok := c.nc.(syscall.Conn)
+	nc := c.nc
+	if u, ok := nc.(interface{ NetConn() net.Conn }); ok && c.tls && !c.ws {
+		nc = u.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return 0, false // WebSocket: its framing layer buffers; its reader stays
 	}
@@ -269,8 +274,8 @@ func (p *poller) dehydrate(c *conn) {
 // detachLocked swaps c's net.Conn for a duplicate of its descriptor; on failure c
 // keeps its socket. Called with c.mu and p.mu held, c parked and its writer off.
 func (p *poller) detachLocked(c *conn) {
-	if c.pollGone || c.fd < 0 {
-		return
+	if c.pollGone || c.fd < 0 || c.tls {
+		return // crypto/tls keeps its connection's socket: it stays parked with it
 	}
 	dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {

@@ -2,14 +2,20 @@ package mqtt_test
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tern-mq/tern/internal/mqtt"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
 	"github.com/tern-mq/tern/internal/server"
+	"github.com/tern-mq/tern/internal/server/servertest"
+	"github.com/tern-mq/tern/internal/testenv/testcerts"
 )
 
 // The tests here use a short idle time so that connections park (give up their
@@ -262,4 +268,92 @@ func TestFreshConnectionNotParkedBeforeIdle(t *testing.T) {
 	if waited := time.Since(spoke); waited < idleAfter {
 		t.Fatalf("parked %v after its SUBSCRIBE, before the %v idle time", waited, idleAfter)
 	}
+}
+
+// splitConn writes through to its Conn, except that while split is set a write
+// (a TLS record, under crypto/tls) goes out in two parts, pause apart.
+type splitConn struct {
+	net.Conn
+	split atomic.Bool
+	pause time.Duration
+}
+
+func (s *splitConn) Write(p []byte) (int, error) {
+	if !s.split.Load() || len(p) < 8 {
+		return s.Conn.Write(p)
+	}
+	n, err := s.Conn.Write(p[:3])
+	if err != nil {
+		return n, err
+	}
+	time.Sleep(s.pause)
+	m, err := s.Conn.Write(p[3:])
+	return n + m, err
+}
+
+// dialRawTLS is dialRaw over TLS, through a splitConn the test may switch on.
+func dialRawTLS(t *testing.T, addr net.Addr, cs *testcerts.Set, v byte) (*rawClient, *splitConn) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &splitConn{Conn: nc, pause: 3 * testIdleAfter}
+	cfg := cs.CA.ClientConfig(nil)
+	cfg.ServerName = "127.0.0.1"
+	tc := tls.Client(sc, cfg)
+	t.Cleanup(func() { _ = tc.Close() })
+	c := &rawClient{t: t, nc: tc, r: packet.NewReader(tc, 1<<24), v: v}
+	c.r.SetVersion(v)
+	return c, sc
+}
+
+// TestIdleTLSConnections: MQTT connections over TLS park as plain ones do once
+// crypto/tls holds nothing of what their clients sent, and work both ways from
+// there: a PINGREQ, a run of PUBLISHes one TLS record each, deliveries to a parked
+// subscriber, and a record that arrives in two parts further apart than the idle
+// time (the reader woken by its first bytes must not park before the rest).
+func TestIdleTLSConnections(t *testing.T) {
+	cs := testcerts.New(t)
+	s := servertest.Start(t, func(c *server.Config) {
+		c.MQTT.IdleAfter = testIdleAfter
+		c.MQTTTLSPort, c.TLSCertFile, c.TLSKeyFile = 0, cs.ServerFiles.Cert, cs.ServerFiles.Key
+	})
+	sub, _ := dialRawTLS(t, s.MQTTTLSAddr(), cs, packet.V311)
+	sub.connect("tls-sub", true, 0, nil)
+	sub.subscribe(1, "tls/#", 1)
+	pub, split := dialRawTLS(t, s.MQTTTLSAddr(), cs, packet.V5)
+	pub.connect("tls-pub", true, 0, nil)
+	waitIdle(t, s, 2)
+
+	pub.send(&packet.Pingreq{})
+	if _, ok := pub.must(2 * time.Second).(*packet.Pingresp); !ok {
+		t.Fatal("no PINGRESP from a parked TLS connection")
+	}
+	waitIdle(t, s, 2)
+
+	const run = 300
+	for i := range run {
+		pub.send(&packet.Publish{Topic: "tls/run", Payload: []byte(strconv.Itoa(i))})
+	}
+	for i := range run {
+		p, ok := sub.must(5 * time.Second).(*packet.Publish)
+		if !ok || string(p.Payload) != strconv.Itoa(i) {
+			t.Fatalf("delivery %d: %+v", i, p)
+		}
+	}
+	waitIdle(t, s, 2)
+
+	split.split.Store(true)
+	pub.send(&packet.Publish{Topic: "tls/split", QoS: 1, PacketID: 9, Payload: []byte("in two parts")})
+	split.split.Store(false)
+	if pa, ok := pub.must(5 * time.Second).(*packet.Ack); !ok || pa.PacketID != 9 {
+		t.Fatalf("PUBACK of the split record: %+v", pa)
+	}
+	p, ok := sub.must(5 * time.Second).(*packet.Publish)
+	if !ok || p.Topic != "tls/split" || string(p.Payload) != "in two parts" {
+		t.Fatalf("got %+v", p)
+	}
+	sub.send(&packet.Ack{Type: packet.TypePuback, PacketID: p.PacketID})
+	waitIdle(t, s, 2)
 }
