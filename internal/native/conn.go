@@ -163,6 +163,12 @@ func (c *Conn) readLoop() error {
 				connected = true
 				c.connected.Store(true)
 				_ = c.nc.SetReadDeadline(time.Time{})
+				if c.Closed() {
+					// Closed since the login (a reload revoked it, say): the
+					// deadline just cleared was what the close set to end
+					// this read loop.
+					return net.ErrClosed
+				}
 				continue
 			}
 			if ferr := c.handle(&f); ferr != nil {
