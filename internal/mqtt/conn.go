@@ -274,6 +274,11 @@ func (d *reader) Read(p []byte) (int, error) {
 		// Keepalive 0: no deadline once connected.
 		_ = c.nc.SetReadDeadline(time.Time{})
 	}
+	if c.q.Closed() {
+		// Closed since the last read: the deadline just set may have replaced
+		// the one the close set to end this read (StopReading).
+		return 0, net.ErrClosed
+	}
 	n, err := c.nc.Read(p)
 	if n > 0 {
 		d.readAt = time.Now()

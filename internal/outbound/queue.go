@@ -267,7 +267,9 @@ type Queue struct {
 	// inline. Whoever takes it (CAS 0 → 1) is the only one writing to the socket,
 	// and lets it go with releaseRole.
 	writerOn atomic.Int32
-	closed   bool // under mu
+	// closed is set under mu, once; Closed reads it without mu, so that a
+	// connection's reader may ask after each read deadline it sets.
+	closed atomic.Bool
 }
 
 // Init prepares q for the connection ep of group g.
@@ -291,7 +293,7 @@ func (q *Queue) stateLocked() *state {
 // otherwise the caller hands the buffer back with End, Commit or Cancel.
 func (q *Queue) Begin() ([]byte, bool) {
 	q.mu.Lock()
-	if q.closed {
+	if q.closed.Load() {
 		q.mu.Unlock()
 		return nil, false
 	}
@@ -303,7 +305,7 @@ func (q *Queue) Begin() ([]byte, bool) {
 // holding no lock.
 func (q *Queue) Reserve(size int) ([]byte, bool) {
 	q.mu.Lock()
-	if q.closed {
+	if q.closed.Load() {
 		q.mu.Unlock()
 		return nil, false
 	}
@@ -377,7 +379,7 @@ func (st *state) queued() int { return len(st.out) - st.skip }
 // wake the writer.
 func (q *Queue) Hand(buf []byte, skip int) (back []byte, ok bool) {
 	q.mu.Lock()
-	if q.closed {
+	if q.closed.Load() {
 		q.mu.Unlock()
 		return nil, false
 	}
@@ -447,7 +449,7 @@ func (q *Queue) Flush() {
 	for q.writerOn.CompareAndSwap(0, 1) {
 		q.mu.Lock()
 		st := q.st.Load()
-		if q.closed { // Finish sends the rest itself
+		if q.closed.Load() { // Finish sends the rest itself
 			q.releaseRoleLocked()
 			q.mu.Unlock()
 			return
@@ -613,7 +615,7 @@ func (q *Queue) writeLoop(buf, carry []byte) {
 	defer idle.Stop()
 	for {
 		q.mu.Lock()
-		if q.closed { // Finish sends the rest
+		if q.closed.Load() { // Finish sends the rest
 			q.releaseRoleLocked()
 			q.mu.Unlock()
 			return
@@ -718,7 +720,7 @@ func (q *Queue) Release(dropScratch func()) bool {
 	if st == nil {
 		return true
 	}
-	if q.closed || q.writerOn.Load() != 0 || len(st.out) > 0 || st.writing > 0 || st.stallCh != nil {
+	if q.closed.Load() || q.writerOn.Load() != 0 || len(st.out) > 0 || st.writing > 0 || st.stallCh != nil {
 		return false
 	}
 	q.st.Store(nil)
@@ -756,11 +758,11 @@ func (q *Queue) CloseAfterGoodbye(reason error) bool { return q.close(reason, tr
 
 func (q *Queue) close(reason error, told bool) bool {
 	q.mu.Lock()
-	if q.closed {
+	if q.closed.Load() {
 		q.mu.Unlock()
 		return false
 	}
-	q.closed = true
+	q.closed.Store(true)
 	st := q.stateLocked()
 	st.told, st.reason = told, reason
 	if st.stallCh != nil {
@@ -776,12 +778,10 @@ func (q *Queue) close(reason error, told bool) bool {
 	return true
 }
 
-// Closed reports whether the queue has been closed.
-func (q *Queue) Closed() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.closed
-}
+// Closed reports whether the queue has been closed. A close sets it before it
+// calls the endpoint's StopReading, so a reader that sets a read deadline and
+// then finds the queue open knows that a close to come will end its read.
+func (q *Queue) Closed() bool { return q.closed.Load() }
 
 // Reason is why the queue was closed, nil while it is open.
 func (q *Queue) Reason() error {
