@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -183,7 +184,7 @@ func (ps *produceScratch) trim() {
 	if cap(ps.hdr) > keepBody {
 		ps.hdr = nil
 	}
-	if cap(ps.results) > keepBody/40 { // an ackResult takes 40 bytes
+	if cap(ps.results) > keepBody/int(unsafe.Sizeof(ackResult{})) {
 		ps.results = nil
 	}
 }

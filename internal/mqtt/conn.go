@@ -248,9 +248,10 @@ func (c *conn) newReader() {
 
 func (d *reader) Read(p []byte) (int, error) {
 	c := d.c
+	var dl time.Time // zero: none (keepalive 0, once connected)
 	switch {
 	case !c.attached.Load():
-		_ = c.nc.SetReadDeadline(d.connectBy)
+		dl = d.connectBy
 	// A WebSocket never parks, and its read deadline closes it when it passes
 	// (websocket.NetConn): only the keepalive may set one. A TLS connection
 	// parks as a plain one does: a read that times out has left nothing for its
@@ -263,22 +264,14 @@ func (d *reader) Read(p []byte) (int, error) {
 		if d.fresh {
 			idle = min(idle, freshIdleAfter)
 		}
-		dl := time.Now().Add(idle)
+		dl = time.Now().Add(idle)
 		if c.keepAlive() > 0 {
 			dl = minTime(dl, c.keepAliveDeadline())
 		}
-		_ = c.nc.SetReadDeadline(dl)
 	case c.keepAlive() > 0:
-		_ = c.nc.SetReadDeadline(c.keepAliveDeadline())
-	default:
-		// Keepalive 0: no deadline once connected.
-		_ = c.nc.SetReadDeadline(time.Time{})
+		dl = c.keepAliveDeadline()
 	}
-	if c.q.Closed() {
-		// Closed since the last read: the deadline just set may have replaced
-		// the one the close set to end this read (StopReading).
-		return 0, net.ErrClosed
-	}
+	c.q.SetReaderDeadline(c.nc, dl)
 	n, err := c.nc.Read(p)
 	if n > 0 {
 		d.readAt = time.Now()

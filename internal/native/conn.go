@@ -133,7 +133,7 @@ func (c *Conn) readLoop() error {
 	buf := make([]byte, readBufSize)
 	filled := 0
 	connected := false
-	_ = c.nc.SetReadDeadline(time.Now().Add(cfg.ConnectTimeout))
+	c.SetReaderDeadline(c.nc, time.Now().Add(cfg.ConnectTimeout))
 	var f wire.Frame
 	for {
 		n, err := c.nc.Read(buf[filled:])
@@ -162,13 +162,7 @@ func (c *Conn) readLoop() error {
 				}
 				connected = true
 				c.connected.Store(true)
-				_ = c.nc.SetReadDeadline(time.Time{})
-				if c.Closed() {
-					// Closed since the login (a reload revoked it, say): the
-					// deadline just cleared was what the close set to end
-					// this read loop.
-					return net.ErrClosed
-				}
+				c.SetReaderDeadline(c.nc, time.Time{})
 				continue
 			}
 			if ferr := c.handle(&f); ferr != nil {

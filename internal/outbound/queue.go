@@ -267,8 +267,8 @@ type Queue struct {
 	// inline. Whoever takes it (CAS 0 → 1) is the only one writing to the socket,
 	// and lets it go with releaseRole.
 	writerOn atomic.Int32
-	// closed is set under mu, once; Closed reads it without mu, so that a
-	// connection's reader may ask after each read deadline it sets.
+	// closed is set under mu, once; Closed and SetReaderDeadline read it
+	// without mu, as a reader does before each read.
 	closed atomic.Bool
 }
 
@@ -778,10 +778,21 @@ func (q *Queue) close(reason error, told bool) bool {
 	return true
 }
 
-// Closed reports whether the queue has been closed. A close sets it before it
-// calls the endpoint's StopReading, so a reader that sets a read deadline and
-// then finds the queue open knows that a close to come will end its read.
+// Closed reports whether the queue has been closed.
 func (q *Queue) Closed() bool { return q.closed.Load() }
+
+// SetReaderDeadline sets the read deadline of nc, the connection's socket, to t
+// (zero: none), as its reader does before it reads, unless the queue is closed:
+// then to now. A close marks the queue closed before it calls the endpoint's
+// StopReading, so a deadline the reader sets after StopReading's is replaced by
+// one that ends the read at once, and one it sets before is replaced by
+// StopReading's: a reader's deadline never undoes a close.
+func (q *Queue) SetReaderDeadline(nc net.Conn, t time.Time) {
+	_ = nc.SetReadDeadline(t)
+	if q.closed.Load() {
+		_ = nc.SetReadDeadline(time.Now())
+	}
+}
 
 // Reason is why the queue was closed, nil while it is open.
 func (q *Queue) Reason() error {

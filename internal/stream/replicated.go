@@ -313,10 +313,17 @@ func readFields(b []byte, what string, fields ...*[]byte) ([]byte, error) {
 func msgEntrySize(token uint64, ts int64, q *inbound, items []int) int {
 	n := 1 + uvarintLen(token) + uvarintLen(uint64(ts<<1^ts>>63)) + uvarintLen(uint64(len(items)))
 	for _, i := range items {
-		it := &q.items[i]
-		for _, f := range [3]span{it.subj, it.hdr, it.data} {
-			n += uvarintLen(uint64(f.n)) + f.n
-		}
+		n += q.items[i].entryLen()
+	}
+	return n
+}
+
+// entryLen is the size of the item's fields in a message batch, lengths
+// included.
+func (it *inItem) entryLen() int {
+	n := 0
+	for _, f := range [3]span{it.subj, it.hdr, it.data} {
+		n += uvarintLen(uint64(f.n)) + f.n
 	}
 	return n
 }
@@ -324,15 +331,10 @@ func msgEntrySize(token uint64, ts int64, q *inbound, items []int) int {
 func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
 
 // msgSizes appends to dst the size of each of the items of q in a message batch
-// (appendMsgEntry): its three fields and their lengths.
+// (appendMsgEntry).
 func msgSizes(dst []int, q *inbound, items []int) []int {
 	for _, i := range items {
-		it := &q.items[i]
-		n := 0
-		for _, f := range [3]span{it.subj, it.hdr, it.data} {
-			n += uvarintLen(uint64(f.n)) + f.n
-		}
-		dst = append(dst, n)
+		dst = append(dst, q.items[i].entryLen())
 	}
 	return dst
 }
