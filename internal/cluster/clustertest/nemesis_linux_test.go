@@ -107,37 +107,8 @@ func (r *nemesis) logf(format string, args ...any) {
 }
 
 func nemesisRound(t *testing.T, seed uint64) {
-	nodes := 3
-	if seed%2 == 0 {
-		nodes = 5
-	}
-	// Its own name and subnet (internal/netns locks both, so a test elsewhere using
-	// either would wait for this one rather than share it).
-	br, err := netns.NewBridge("tern-nem", 194, nodes)
-	if err != nil {
-		t.Fatalf("%v (TERN_NO_NETNS=1 skips these tests)", err)
-	}
-	t.Cleanup(br.Close) // after the nodes are killed: cleanups run last-in first-out
-	size := strconv.Itoa(nodes)
-	c := clustertest.Start(t, clustertest.Options{N: nodes, Bridge: br,
-		Args: func(int) []string { return []string{"--cluster-size", size} }})
-	r := &nemesis{t: t, rng: rand.New(rand.NewPCG(seed, 16)), br: br, c: c, start: time.Now()}
-	if dir := os.Getenv("TERN_NEMESIS_LOGS"); dir != "" {
-		// The test's output has the end of each node's log; a failed round's
-		// whole logs are kept in dir.
-		t.Cleanup(func() {
-			if !t.Failed() {
-				return
-			}
-			for _, n := range c.Nodes {
-				file := filepath.Join(dir, fmt.Sprintf("seed%d-%s.log", seed, n.Name))
-				if err := os.WriteFile(file, []byte(n.Output()), 0o644); err != nil {
-					t.Log(err)
-				}
-			}
-			t.Logf("the nodes' logs are in %s", dir)
-		})
-	}
+	r := startNemesis(t, seed, false)
+	c, nodes := r.c, len(r.c.Nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -211,24 +182,10 @@ func nemesisRound(t *testing.T, seed uint64) {
 		}()
 	}
 
-	// The nemesis: faults one at a time, each healed and followed by the mesh
-	// forming again. A round takes the kinds in order from where the previous
-	// round of its size stopped, so that a few rounds of a few faults go through
-	// them all; which nodes and for how long are the seed's draws.
-	kinds := faultKindsFor(nodes)
-	first := int(seed-1) / 2 * nemesisFaults()
-	for k := range nemesisFaults() {
-		time.Sleep(time.Duration(1000+r.rng.IntN(1000)) * time.Millisecond)
-		kind := kinds[(first+k)%len(kinds)]
-		r.whole.Store(-1)
-		r.logf("fault %d of %d: %s", k+1, nemesisFaults(), kind.name)
-		kind.run(r)
-		mesh := r.waitMesh()
-		r.whole.Store(int64(r.since()))
+	r.injectFaults(seed, func() string {
 		published, acked := w.progress()
-		r.logf("healed, the mesh whole again %v later; %d messages published, %d acknowledged", mesh.Round(time.Millisecond),
-			published, acked)
-	}
+		return fmt.Sprintf("%d messages published, %d acknowledged", published, acked)
+	})
 	time.Sleep(500 * time.Millisecond) // a little more traffic on the healed cluster
 	close(stopProducing)
 
@@ -266,6 +223,64 @@ func nemesisRound(t *testing.T, seed uint64) {
 		t.Error(err)
 	}
 	hist.check(t, 30*time.Second)
+}
+
+// startNemesis starts a round's cluster: 3 nodes for an odd seed, 5 for an even
+// one, each in a network namespace of its own on one bridge, with a Kafka
+// listener on each when kafka is set.
+func startNemesis(t *testing.T, seed uint64, kafka bool) *nemesis {
+	nodes := 3
+	if seed%2 == 0 {
+		nodes = 5
+	}
+	// Its own name and subnet (internal/netns locks both, so a test elsewhere using
+	// either would wait for this one rather than share it).
+	br, err := netns.NewBridge("tern-nem", 194, nodes)
+	if err != nil {
+		t.Fatalf("%v (TERN_NO_NETNS=1 skips these tests)", err)
+	}
+	t.Cleanup(br.Close) // after the nodes are killed: cleanups run last-in first-out
+	size := strconv.Itoa(nodes)
+	c := clustertest.Start(t, clustertest.Options{N: nodes, Bridge: br, Kafka: kafka,
+		Args: func(int) []string { return []string{"--cluster-size", size} }})
+	r := &nemesis{t: t, rng: rand.New(rand.NewPCG(seed, 16)), br: br, c: c, start: time.Now()}
+	if dir := os.Getenv("TERN_NEMESIS_LOGS"); dir != "" {
+		// The test's output has the end of each node's log; a failed round's
+		// whole logs are kept in dir.
+		t.Cleanup(func() {
+			if !t.Failed() {
+				return
+			}
+			for _, n := range c.Nodes {
+				file := filepath.Join(dir, fmt.Sprintf("%s-%s.log", strings.ReplaceAll(t.Name(), "/", "-"), n.Name))
+				if err := os.WriteFile(file, []byte(n.Output()), 0o644); err != nil {
+					t.Log(err)
+				}
+			}
+			t.Logf("the nodes' logs are in %s", dir)
+		})
+	}
+	return r
+}
+
+// injectFaults runs the round's faults one at a time, each healed and followed
+// by the mesh forming again; progress says how the workload stands after each.
+// A round takes the kinds in order from where the previous round of its size
+// stopped, so that a few rounds of a few faults go through them all; which nodes
+// and for how long are the seed's draws.
+func (r *nemesis) injectFaults(seed uint64, progress func() string) {
+	kinds := faultKindsFor(len(r.c.Nodes))
+	first := int(seed-1) / 2 * nemesisFaults()
+	for k := range nemesisFaults() {
+		time.Sleep(time.Duration(1000+r.rng.IntN(1000)) * time.Millisecond)
+		kind := kinds[(first+k)%len(kinds)]
+		r.whole.Store(-1)
+		r.logf("fault %d of %d: %s", k+1, nemesisFaults(), kind.name)
+		kind.run(r)
+		mesh := r.waitMesh()
+		r.whole.Store(int64(r.since()))
+		r.logf("healed, the mesh whole again %v later; %s", mesh.Round(time.Millisecond), progress())
+	}
 }
 
 // waitMesh waits, up to a minute, until every node sees every other alive with a
