@@ -113,7 +113,7 @@ func seedRequests() [][]byte {
 
 // saslSeeds are SASL exchanges: a v1 handshake and SaslAuthenticate with PLAIN,
 // a v0 handshake and its bare PLAIN token, an unsupported mechanism, a v1
-// handshake and SCRAM's first message.
+// handshake and SCRAM's first message, and exchanges that fail.
 func saslSeeds(frame func(kmsg.Request) []byte) [][]byte {
 	var out [][]byte
 	hs := func(version int16, mech string) []byte {
@@ -129,7 +129,14 @@ func saslSeeds(frame func(kmsg.Request) []byte) [][]byte {
 	out = append(out, hs(1, "PLAIN"), sa("\x00root\x00root-pw"))
 	out = append(out, hs(0, "PLAIN"), []byte("\x00alice\x00alice-pw"))
 	out = append(out, hs(1, "GSSAPI"))
-	out = append(out, hs(1, "SCRAM-SHA-256"), sa("n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"))
+	// Refusals: a PLAIN token without its NULs, one whose authzid is another
+	// user, a wrong password; then SCRAM's first message and a final message
+	// whose nonce and proof are not the server's.
+	out = append(out, hs(1, "PLAIN"), sa("alice-pw"))
+	out = append(out, hs(1, "PLAIN"), sa("root\x00alice\x00alice-pw"))
+	out = append(out, hs(0, "PLAIN"), []byte("\x00alice\x00wrong"))
+	out = append(out, hs(1, "SCRAM-SHA-256"), sa("n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"),
+		sa("c=biws,r=fyko+d2lbbFgONRv9qkxdawLHo+Vgk7qvUOKUwuWLIWg4l/9SraGMHEE,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="))
 	return out
 }
 

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -295,4 +297,74 @@ func optionsMarkdown() string {
 		b.WriteString("| `" + o.Key + "` | " + typ + " | " + o.DocDefault + " | " + o.Help + " |\n")
 	}
 	return b.String()
+}
+
+// configFile writes the options of cfg that differ from the defaults as a TOML
+// file would give them: the encoder the configuration's round trip is checked
+// against. Defaults are left out because some (anonymous's "") are no value the
+// option takes.
+func configFile(cfg Config) []byte {
+	m := map[string]any{}
+	def := DefaultConfig()
+	for _, o := range options {
+		if v := o.bind(&cfg).String(); v != o.bind(&def).String() {
+			m[o.key] = v
+		}
+	}
+	b, err := tomlParser{}.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// FuzzConfigFile: the configuration file is bytes from outside the process. Loaded
+// as `tern server --config` loads it, it gives a configuration or an error that
+// names the file, never a panic; and a configuration it gives, written back,
+// loads again to the same values.
+func FuzzConfigFile(f *testing.F) {
+	f.Add([]byte("port = 7500\nmax_payload = 2097152\nudp_mtu = 1400\n"))
+	f.Add([]byte("port = 7500\nmax_payload = \"2MiB\"\nping_interval = \"30s\"\nserver_name = \"from-file\"\n" +
+		"slow_consumer_policy = \"disconnect\"\nmax_pending = 1048576\nsync = \"always\"\n"))
+	f.Add([]byte("tls_client_auth = \"REQUIRE\"\ntls_min_version = \"1.3\"\ntls_ciphers = \"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"\n" +
+		"cluster_port = 7600\njoin = \"a:7600,b:7600\"\ncluster_size = 3\nstream_replicas = 3\n"))
+	every := DefaultConfig()
+	for _, o := range Options() {
+		if o.Values != nil {
+			opt, _ := optionByKey(o.Key)
+			_ = opt.bind(&every).Set(o.Values[len(o.Values)-1])
+		}
+	}
+	every.Port, every.MaxPending, every.PingInterval, every.ServerName = 1, 3<<20, time.Minute, "n"
+	f.Add(configFile(every))
+	f.Add([]byte("port = = 1\n"))
+	f.Add([]byte("[mqtt]\nmax_inflight = 5\n"))
+	f.Add([]byte("host = [\"a\", \"b\"]\nport = 1979-05-27T07:32:00Z\n"))
+	f.Add([]byte("max_pending = 1e300\nport = -0.5\n"))
+	f.Add([]byte("port = 7500\nport = 7501\n"))
+	dir := f.TempDir()
+	load := func(name string, b []byte) (Config, string, error) {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			f.Fatal(err)
+		}
+		cfg, err := LoadConfig([]string{"--config", path}, env(nil), io.Discard)
+		return cfg, path, err
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, path, err := load("tern.toml", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		again, _, err := load("again.toml", configFile(cfg))
+		if err != nil {
+			t.Fatalf("the loaded configuration written back does not load: %v", err)
+		}
+		if !reflect.DeepEqual(again, cfg) {
+			t.Fatalf("round trip changed the configuration:\n%+v\n%+v", cfg, again)
+		}
+	})
 }

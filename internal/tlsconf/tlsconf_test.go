@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -339,4 +340,54 @@ func TestPeerCertificateOfPlainConn(t *testing.T) {
 	if c, err := PeerCertificate(a, time.Second); c != nil || err != nil {
 		t.Fatalf("plain connection: %v, %v", c, err)
 	}
+}
+
+// FuzzPolicy: the TLS policy strings come from the operator's configuration
+// (tls_client_auth, tls_min_version and tls_ciphers, split at commas as the
+// server splits it). Each parses to a value the policy allows, which its name
+// gives again, or is refused with an error that says which setting is wrong.
+func FuzzPolicy(f *testing.F) {
+	f.Add("none", "1.2", "")
+	f.Add("REQUIRE", "1.3", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256")
+	f.Add("verify", "", strings.Join(CipherSuiteNames(), ","))
+	f.Add("request", "1.1", "TLS_RSA_WITH_RC4_128_SHA")
+	f.Add("sometimes", "tls1.3", "TLS_AES_128_GCM_SHA256")
+	f.Add("", "1.2", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,nope")
+	f.Fuzz(func(t *testing.T, clientAuth, minVersion, ciphers string) {
+		if ca, err := parseClientAuth(clientAuth); err != nil {
+			if !strings.HasPrefix(err.Error(), "tls: client auth ") {
+				t.Fatalf("client auth %q: %v", clientAuth, err)
+			}
+		} else if i := slices.Index(ClientAuthModes, strings.ToLower(clientAuth)); i < 0 && clientAuth != "" {
+			t.Fatalf("client auth %q accepted as %v", clientAuth, ca)
+		} else if again, _ := parseClientAuth(ClientAuthModes[max(i, 0)]); again != ca {
+			t.Fatalf("client auth %q is %v, its name %q %v", clientAuth, ca, ClientAuthModes[max(i, 0)], again)
+		}
+		if v, err := parseMinVersion(minVersion); err != nil {
+			if !strings.HasPrefix(err.Error(), "tls: min version ") {
+				t.Fatalf("min version %q: %v", minVersion, err)
+			}
+		} else if v != tls.VersionTLS12 && v != tls.VersionTLS13 {
+			t.Fatalf("min version %q accepted as %#x", minVersion, v)
+		}
+		ids, err := parseCipherSuites(strings.Split(ciphers, ","))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "tls: cipher suite ") || ids != nil {
+				t.Fatalf("cipher suites %q: %v, %v", ciphers, ids, err)
+			}
+			return
+		}
+		var names []string
+		for j, id := range ids {
+			// tls.CipherSuites lists only the suites Go deems secure.
+			i := slices.IndexFunc(tls.CipherSuites(), func(cs *tls.CipherSuite) bool { return cs.ID == id })
+			if i < 0 || !slices.Contains(tls.CipherSuites()[i].SupportedVersions, tls.VersionTLS12) || slices.Contains(ids[:j], id) {
+				t.Fatalf("cipher suites %q accepted as %#x", ciphers, ids)
+			}
+			names = append(names, tls.CipherSuiteName(id))
+		}
+		if again, err := parseCipherSuites(names); err != nil || !slices.Equal(again, ids) {
+			t.Fatalf("cipher suites %q are %#x; their names %q give %#x, %v", ciphers, ids, names, again, err)
+		}
+	})
 }

@@ -146,3 +146,41 @@ func TestDerivedKeys(t *testing.T) {
 		t.Fatal("another secret derives the same keys")
 	}
 }
+
+// FuzzParse: a secret file holds whatever the operator put there. Parsing it
+// refuses with ErrInvalid, or gives at least MinLen bytes of which the text, but
+// for the white space and line breaks it may carry, is the one base64 encoding;
+// keys derive from any secret it gives.
+func FuzzParse(f *testing.F) {
+	raw := bytes.Repeat([]byte{0xfb, 0xff, 0x01}, 8)
+	f.Add(base64.StdEncoding.EncodeToString(raw) + "\n")
+	f.Add(" " + base64.URLEncoding.EncodeToString(raw) + "\r\n")
+	f.Add(base64.StdEncoding.EncodeToString(raw)[:16] + "\n" + base64.StdEncoding.EncodeToString(raw)[16:])
+	f.Add(base64.StdEncoding.EncodeToString(make([]byte, GenerateLen)))
+	f.Add(base64.StdEncoding.EncodeToString(make([]byte, MinLen-1)))
+	f.Add(base64.RawStdEncoding.EncodeToString(raw[:20]))
+	f.Add("correcthorsebatterystaplf=")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, text string) {
+		b, err := Parse(text)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || b != nil {
+				t.Fatalf("Parse(%q) = %x, %v", text, b, err)
+			}
+			return
+		}
+		if len(b) < MinLen {
+			t.Fatalf("Parse(%q): %d bytes", text, len(b))
+		}
+		s := strings.NewReplacer("\r", "", "\n", "").Replace(strings.TrimSpace(text))
+		if s != base64.StdEncoding.EncodeToString(b) && s != base64.URLEncoding.EncodeToString(b) {
+			t.Fatalf("Parse(%q) = %x, not what the text encodes", text, b)
+		}
+		if again, err := Parse(base64.StdEncoding.EncodeToString(b)); err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("round trip of %x: %x, %v", b, again, err)
+		}
+		if g, r := GossipKey(b), RouteKey(b); len(g) != KeyLen || len(r) != KeyLen || bytes.Equal(g, r) {
+			t.Fatalf("derived keys %x and %x", g, r)
+		}
+	})
+}

@@ -2,7 +2,10 @@ package udp
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"testing"
 )
 
@@ -44,5 +47,36 @@ func FuzzHandshakeDecode(f *testing.F) {
 			}
 			srv.window = before
 		}
+	})
+}
+
+// FuzzParseKey: a key comes from a file or a URL. Parsing it refuses with
+// ErrBadKey or gives a key that reads back the same from each form it is written
+// in.
+func FuzzParseKey(f *testing.F) {
+	priv, _ := GenerateKey()
+	pub := priv.Public()
+	f.Add(pub.String())
+	f.Add(priv.String() + "\n")
+	f.Add(hex.EncodeToString(pub[:]))
+	f.Add(" " + base64.RawURLEncoding.EncodeToString(pub[:]) + "\t")
+	f.Add(base64.URLEncoding.EncodeToString(pub[:]))
+	f.Add(hex.EncodeToString(pub[:31]) + "zz")
+	f.Add(base64.StdEncoding.EncodeToString(pub[:31]))
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseKey(s)
+		if err != nil {
+			if !errors.Is(err, ErrBadKey) || !k.IsZero() {
+				t.Fatalf("ParseKey(%q) = %v, %v", s, k, err)
+			}
+			return
+		}
+		for _, form := range []string{k.String(), hex.EncodeToString(k[:]), base64.RawURLEncoding.EncodeToString(k[:])} {
+			if again, err := ParseKey(form); err != nil || again != k {
+				t.Fatalf("ParseKey(%q) = %v; its form %q reads %v, %v", s, k, form, again, err)
+			}
+		}
+		_ = k.Public()
 	})
 }
