@@ -343,23 +343,23 @@ func FuzzConfigFile(f *testing.F) {
 	f.Add([]byte("max_pending = 1e300\nport = -0.5\n"))
 	f.Add([]byte("port = 7500\nport = 7501\n"))
 	dir := f.TempDir()
-	load := func(name string, b []byte) (Config, string, error) {
+	load := func(t *testing.T, name string, b []byte) (Config, string, error) {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, b, 0o644); err != nil {
-			f.Fatal(err)
+			t.Fatal(err)
 		}
 		cfg, err := LoadConfig([]string{"--config", path}, env(nil), io.Discard)
 		return cfg, path, err
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, path, err := load("tern.toml", data)
+		cfg, path, err := load(t, "tern.toml", data)
 		if err != nil {
 			if !strings.Contains(err.Error(), path) {
 				t.Fatalf("error does not name the file: %v", err)
 			}
 			return
 		}
-		again, _, err := load("again.toml", configFile(cfg))
+		again, _, err := load(t, "again.toml", configFile(cfg))
 		if err != nil {
 			t.Fatalf("the loaded configuration written back does not load: %v", err)
 		}
