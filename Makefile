@@ -30,9 +30,10 @@ soak:
 # catalogue clients on every node, while nodes are killed (-9) and restarted, paused
 # (SIGSTOP) and cut off (a minority, one link, one way, a 2|3 split, and faults
 # combined). TestKafkaNemesis does the same to franz-go's idempotent producer and a
-# consumer group. The suite runs four rounds of four faults, and two of the Kafka one.
+# consumer group, TestMQTTNemesis to paho-mqtt publishers and a subscriber with
+# persistent sessions. The suite runs four rounds of four faults, and two of each twin.
 nemesis:
-	TERN_CLUSTER_SEEDS=10 TERN_NEMESIS_FAULTS=12 go test -count=1 -timeout 90m -run '^(TestNemesis|TestKafkaNemesis)$$' ./internal/cluster/clustertest/
+	TERN_CLUSTER_SEEDS=10 TERN_NEMESIS_FAULTS=12 go test -count=1 -timeout 120m -run '^(TestNemesis|TestKafkaNemesis|TestMQTTNemesis)$$' ./internal/cluster/clustertest/
 
 # A local cluster of N nodes (default 3) in the background: ports, logs and stores in
 # scripts/cluster.sh and docs/cluster.md. make cluster N=5 for five.

@@ -814,6 +814,19 @@ func (q *Queue) Pending() int {
 	return 0
 }
 
+// WriteBlockedSince reports whether the writer holds bytes it took for the socket
+// and has sent none of them since the time it returns: the peer is not reading,
+// or this process has not run. Bytes merely queued, with no write under way, are
+// not blocked.
+func (q *Queue) WriteBlockedSince() (since time.Time, blocked bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st := q.st.Load(); st != nil && st.writing > 0 {
+		return time.Unix(0, st.lastProg), true
+	}
+	return time.Time{}, false
+}
+
 // Counters returns what the queue has queued and dropped.
 func (q *Queue) Counters() Counters {
 	q.mu.Lock()

@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tern-mq/tern/internal/cluster/clustertest"
 )
 
 // TestKafkaNemesis is the nemesis of the Kafka API on a cluster. Each round starts
@@ -82,7 +84,7 @@ type kafkaWorkload struct {
 }
 
 func kafkaNemesisRound(t *testing.T, seed uint64) {
-	r := startNemesis(t, seed, true)
+	r := startNemesis(t, seed, func(o *clustertest.Options) { o.Kafka = true })
 	c, nodes := r.c, len(r.c.Nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -173,13 +175,7 @@ func kafkaNemesisRound(t *testing.T, seed uint64) {
 	}
 	r.logf("the workload is done: %s", w.progress())
 	w.check(ctx, r, adm)
-	outputs := map[string]string{}
-	for _, n := range c.Nodes {
-		outputs[n.Name] = n.Output()
-	}
-	if err := oneLeaderPerTerm(outputs); err != nil {
-		t.Error(err)
-	}
+	r.checkLeaders()
 }
 
 // kafkaClient is a franz-go client of every node's Kafka listener whose

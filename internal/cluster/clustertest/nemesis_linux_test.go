@@ -107,7 +107,7 @@ func (r *nemesis) logf(format string, args ...any) {
 }
 
 func nemesisRound(t *testing.T, seed uint64) {
-	r := startNemesis(t, seed, false)
+	r := startNemesis(t, seed, nil)
 	c, nodes := r.c, len(r.c.Nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -215,20 +215,14 @@ func nemesisRound(t *testing.T, seed uint64) {
 	stopAll()
 	watchers.Wait()
 	w.check(admin)
-	outputs := map[string]string{}
-	for _, n := range c.Nodes {
-		outputs[n.Name] = n.Output()
-	}
-	if err := oneLeaderPerTerm(outputs); err != nil {
-		t.Error(err)
-	}
+	r.checkLeaders()
 	hist.check(t, 30*time.Second)
 }
 
 // startNemesis starts a round's cluster: 3 nodes for an odd seed, 5 for an even
-// one, each in a network namespace of its own on one bridge, with a Kafka
-// listener on each when kafka is set.
-func startNemesis(t *testing.T, seed uint64, kafka bool) *nemesis {
+// one, each in a network namespace of its own on one bridge; with, on each,
+// whatever listeners listen adds (MQTT, Kafka).
+func startNemesis(t *testing.T, seed uint64, listen func(*clustertest.Options)) *nemesis {
 	nodes := 3
 	if seed%2 == 0 {
 		nodes = 5
@@ -241,8 +235,11 @@ func startNemesis(t *testing.T, seed uint64, kafka bool) *nemesis {
 	}
 	t.Cleanup(br.Close) // after the nodes are killed: cleanups run last-in first-out
 	size := strconv.Itoa(nodes)
-	c := clustertest.Start(t, clustertest.Options{N: nodes, Bridge: br, Kafka: kafka,
-		Args: func(int) []string { return []string{"--cluster-size", size} }})
+	opts := clustertest.Options{N: nodes, Bridge: br, Args: func(int) []string { return []string{"--cluster-size", size} }}
+	if listen != nil {
+		listen(&opts)
+	}
+	c := clustertest.Start(t, opts)
 	r := &nemesis{t: t, rng: rand.New(rand.NewPCG(seed, 16)), br: br, c: c, start: time.Now()}
 	if dir := os.Getenv("TERN_NEMESIS_LOGS"); dir != "" {
 		// The test's output has the end of each node's log; a failed round's
@@ -280,6 +277,19 @@ func (r *nemesis) injectFaults(seed uint64, progress func() string) {
 		mesh := r.waitMesh()
 		r.whole.Store(int64(r.since()))
 		r.logf("healed, the mesh whole again %v later; %s", mesh.Round(time.Millisecond), progress())
+	}
+}
+
+// checkLeaders checks, from every node's log, that no two nodes led one Raft
+// group in one term.
+func (r *nemesis) checkLeaders() {
+	r.t.Helper()
+	outputs := map[string]string{}
+	for _, n := range r.c.Nodes {
+		outputs[n.Name] = n.Output()
+	}
+	if err := oneLeaderPerTerm(outputs); err != nil {
+		r.t.Error(err)
 	}
 }
 

@@ -107,13 +107,13 @@ func TestPartitions(t *testing.T) {
 
 func (r *partitionRig) node(i int) *clustertest.Node { return r.c.Nodes[i-1] }
 
-// publish sends two messages a millisecond until stopped (at most two minutes'
-// worth).
+// publish sends two messages a millisecond until stopped: at most two minutes'
+// worth a round, so that the last round's heal still has traffic to wait for.
 func (r *partitionRig) publish(pub *tern.Conn) {
 	buf := make([]byte, 0, 16)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for seq := uint64(0); seq < 240_000; {
+	for seq, limit := uint64(0), 240_000*seeds(); seq < limit; {
 		select {
 		case <-r.stop:
 			r.pubDone <- pub.Flush()

@@ -488,7 +488,8 @@ func (m *Manager) tick() {
 		select {
 		case <-m.done:
 			return
-		case now := <-health.C:
+		case <-health.C:
+			now := time.Now() // the tick's own time is old if this goroutine ran late
 			m.mu.Lock()
 			routes := m.routeList()
 			m.mu.Unlock()
@@ -557,15 +558,16 @@ func (m *Manager) flusher() {
 	}
 }
 
-// checkHealth excludes a route that is too far behind or makes no progress, and
-// re-admits it once it has drained.
+// checkHealth excludes a route that is too far behind or whose writer is stuck,
+// and re-admits it once it has drained. Stuck means a write to the socket that
+// has sent nothing for ExcludeAfter: the peer stopped reading. Bytes waiting for
+// the writer to take them say nothing about the peer, and neither does a pause of
+// this process (a check that comes late: descheduled, stopped, a long GC), so a
+// write is judged only from when the checks ran on time again.
 func (m *Manager) checkHealth(r *Route, now time.Time) {
 	pending := r.q.Pending()
-	if pending == 0 || pending < r.lastPending || r.progressAt.IsZero() {
-		r.progressAt = now
-	}
-	r.lastPending = pending
-	stalled := pending > 0 && now.Sub(r.progressAt) > m.cfg.ExcludeAfter
+	since, writing := r.q.WriteBlockedSince()
+	stalled := r.stall.check(now, since, writing, m.cfg.ExcludeAfter)
 	if r.excluded.Load() {
 		r.stalled.Store(stalled)
 	}
@@ -582,6 +584,28 @@ func (m *Manager) checkHealth(r *Route, now time.Time) {
 		r.out.readmit(r)
 		m.log.Info("route re-admitted", "node", r.peer.NodeName, "pending_bytes", pending)
 	}
+}
+
+// stallClock tells a peer that stopped reading from a pause of this process. A
+// check that comes more than half the limit after the one before means this
+// process did not run meanwhile; a write blocked across that gap is judged only
+// from the late check on.
+type stallClock struct {
+	checkedAt time.Time // the last check
+	resumedAt time.Time // the last check that came late
+}
+
+// check reports whether a write blocked since since (writing: one is under way)
+// has sent nothing for longer than limit, as of now.
+func (c *stallClock) check(now, since time.Time, writing bool, limit time.Duration) bool {
+	if !c.checkedAt.IsZero() && now.Sub(c.checkedAt) > limit/2 {
+		c.resumedAt = now
+	}
+	c.checkedAt = now
+	if since.Before(c.resumedAt) {
+		since = c.resumedAt
+	}
+	return writing && now.Sub(since) > limit
 }
 
 func (m *Manager) routeList() []*Route {

@@ -76,11 +76,10 @@ type Route struct {
 	exclusions    atomic.Uint64
 	excludedDrops atomic.Uint64
 	// Owned by the Manager's health check.
-	lastPending int         // pending bytes at the last check
-	progressAt  time.Time   // last check at which pending fell (or was 0)
-	out         *outSession // what we forwarded with sequence numbers, per peer name
-	in          *inSession  // what we received so, per peer process
-	ackedUpTo   uint64      // reader goroutine: the last RACK sent
+	stall     stallClock
+	out       *outSession // what we forwarded with sequence numbers, per peer name
+	in        *inSession  // what we received so, per peer process
+	ackedUpTo uint64      // reader goroutine: the last RACK sent
 }
 
 // Info describes a route for monitoring.
