@@ -476,6 +476,10 @@ func (c *conn) handleConnect(p *packet.Connect) error {
 			return fmt.Errorf("%w: %w", errClosedByServer, err)
 		}
 	}
+	if err := c.srv.claimSession(key); err != nil {
+		c.connack(false, packet.ServerUnavailable, nil)
+		return fmt.Errorf("%w: %w", errClosedByServer, err)
+	}
 	sess, err := c.srv.attach(c, key, p, opts, acc)
 	if err != nil {
 		c.connack(false, packet.ServerUnavailable, nil)

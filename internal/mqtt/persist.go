@@ -54,6 +54,12 @@ type kvOp struct {
 	// barrier (sync).
 	pub  *pubItem
 	done func(error)
+	// In a cluster: from, when set, is the node writing a session's record as
+	// its host (fenced: applied only while the session is that node's); with
+	// claim set, the op makes node from the host of the session whose client id
+	// is key.
+	from  string
+	claim bool
 }
 
 // newReplicatedKV makes the store of a server whose state lives in the cluster's
@@ -124,6 +130,16 @@ func (k *kvStore) put(key string, val []byte) {
 }
 
 func (k *kvStore) del(key string) { k.enqueue(kvOp{key: key}) }
+
+// putAs and delAs write a session's record as its host, node (in a cluster).
+func (k *kvStore) putAs(node, key string, val []byte) {
+	if val == nil {
+		val = []byte{}
+	}
+	k.enqueue(kvOp{key: key, val: val, from: node})
+}
+
+func (k *kvStore) delAs(node, key string) { k.enqueue(kvOp{key: key, from: node}) }
 
 func (k *kvStore) enqueue(op kvOp) {
 	k.mu.Lock()

@@ -1,6 +1,9 @@
 package mqtt
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Registry is the cluster's record of which node each client id is connected to (the
 // meta group's client registry, internal/cluster), so that a client id connecting to
@@ -110,4 +113,60 @@ func (s *Server) ClaimedElsewhere(clientID string, order uint64) {
 		s.log.Info("mqtt client connected to another node: closing its connection here", keyAttr(clientID))
 		e.c.takenOver()
 	}
+}
+
+// hostedElsewhere is the MQTT group telling this server that another node claimed
+// clientID's session, which this node hosted: a node that was paused or cut off
+// long enough to be declared dead finds its sessions adopted. The session here is
+// let go (disown) and its connection, if any, ends (session taken over): the
+// client resumes it on another node, or here, claiming it back.
+func (s *Server) hostedElsewhere(clientID string) {
+	s.mu.Lock()
+	sess := s.sessions[clientID]
+	if sess == nil {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.sessions, clientID)
+	s.noteDisownedLocked(clientID)
+	var c *conn
+	if e, ok := s.claims[clientID]; ok {
+		delete(s.claims, clientID)
+		c = e.c
+	}
+	s.mu.Unlock()
+	if live := sess.conn.Load(); live != nil {
+		c = live
+	}
+	sess.disown()
+	if c != nil {
+		s.log.Info("mqtt session claimed by another node: closing its connection here", keyAttr(clientID))
+		c.takenOver()
+	}
+}
+
+// claimSession makes this node the host of clientID's stored session before a
+// client connecting here resumes it, unless this node hosts it already: once the
+// claim is committed, the session's old host writes nothing more to it, so what
+// this node reads of it then is all there is.
+func (s *Server) claimSession(clientID string) error {
+	if s.state == nil {
+		return nil
+	}
+	s.mu.Lock()
+	sess := s.sessions[clientID]
+	hosted := sess != nil && !sess.ended()
+	s.mu.Unlock()
+	if hosted {
+		return nil
+	}
+	if host := s.state.HostOf(clientID); host == "" || host == s.nodeName {
+		return nil
+	}
+	done := make(chan error, 1)
+	s.kv.enqueue(kvOp{key: clientID, from: s.nodeName, claim: true, done: func(err error) { done <- err }})
+	if err := <-done; err != nil {
+		return fmt.Errorf("claiming the session: %w", err)
+	}
+	return nil
 }

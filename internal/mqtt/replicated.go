@@ -76,6 +76,7 @@ type storedSub struct {
 // storedSession is one client's records in the replicated state.
 type storedSession struct {
 	rec  []byte              // the session record, nil when only messages remain
+	host string              // rec's Host
 	subs []*storedSub        // parsed from rec, indexed in State.subs
 	msgs map[uint64][]byte   // MID → encoded outMsg
 	qos2 map[uint16]struct{} // QoS 2 publishes received and not released
@@ -106,6 +107,23 @@ const (
 	itemPut     = 1 // key, value
 	itemDel     = 2 // key
 	itemPublish = 3 // id, subject, payload, header, reply, flags (QoS | retain<<2), origin client, QoS 2 packet id
+	// A session's own records, written by the node hosting it: applied only while
+	// the session's record names that node as its host (or there is none yet),
+	// so that a node another has taken the session from (it was paused, or cut
+	// off, and declared dead) changes nothing once the other's claim is in the
+	// log, and learns it (its held packets are never sent).
+	itemPutFrom = 4 // node, key, value
+	itemDelFrom = 5 // node, key
+	// itemClaim makes a node the host of a stored session (its record's Host),
+	// whatever the record says: a client connecting there, or the adoption of a
+	// session whose host is gone.
+	itemClaim = 6 // client, node
+	// itemPublishFrom is itemPublish from node, the host of the origin's session:
+	// one that marks a QoS 2 packet id received is left out, like the session's
+	// own records, once another node has claimed the session, or the new host,
+	// which read the session before, would take the publisher's retry for a new
+	// message.
+	itemPublishFrom = 7 // node, then itemPublish's fields
 )
 
 // maxEntryItems bounds the items of one entry: a message's MID is its entry's index
@@ -119,6 +137,7 @@ type pubItem struct {
 	retain                          bool
 	origin                          string // the publishing client, for No Local
 	qos2PID                         uint16 // the origin's QoS 2 packet id, marked received in the same entry
+	from                            string // the node hosting origin's session, when qos2PID is set
 	// id is unique to this publication (its node's random prefix and a count):
 	// an entry proposed again — its first commit's answer was lost — applies once.
 	id uint64
@@ -128,7 +147,12 @@ func appendItem(b []byte, op *kvOp) []byte {
 	switch {
 	case op.pub != nil:
 		p := op.pub
-		b = append(b, itemPublish)
+		if p.from != "" {
+			b = append(b, itemPublishFrom)
+			b = appendBytes(b, []byte(p.from))
+		} else {
+			b = append(b, itemPublish)
+		}
 		b = binary.AppendUvarint(b, p.id)
 		b = appendBytes(b, p.subject)
 		b = appendBytes(b, p.payload)
@@ -141,10 +165,23 @@ func appendItem(b []byte, op *kvOp) []byte {
 		b = binary.AppendUvarint(b, flags)
 		b = appendBytes(b, []byte(p.origin))
 		return binary.AppendUvarint(b, uint64(p.qos2PID))
+	case op.claim:
+		b = append(b, itemClaim)
+		b = appendBytes(b, []byte(op.key))
+		return appendBytes(b, []byte(op.from))
+	case op.val != nil && op.from != "":
+		b = append(b, itemPutFrom)
+		b = appendBytes(b, []byte(op.from))
+		b = appendBytes(b, []byte(op.key))
+		return appendBytes(b, op.val)
 	case op.val != nil:
 		b = append(b, itemPut)
 		b = appendBytes(b, []byte(op.key))
 		return appendBytes(b, op.val)
+	case op.from != "":
+		b = append(b, itemDelFrom)
+		b = appendBytes(b, []byte(op.from))
+		return appendBytes(b, []byte(op.key))
 	default:
 		b = append(b, itemDel)
 		return appendBytes(b, []byte(op.key))
@@ -155,6 +192,7 @@ func appendItem(b []byte, op *kvOp) []byte {
 type decodedItem struct {
 	kind     byte
 	key, val []byte
+	from     []byte // the writing (or claiming) node
 	pub      pubItem
 }
 
@@ -179,8 +217,20 @@ func decodeEntry(b []byte) ([]decodedItem, error) {
 			it.key, it.val = r.bytes(), r.bytes()
 		case itemDel:
 			it.key = r.bytes()
-		case itemPublish:
+		case itemPutFrom:
+			it.from, it.key, it.val = r.bytes(), r.bytes(), r.bytes()
+		case itemDelFrom:
+			it.from, it.key = r.bytes(), r.bytes()
+		case itemClaim:
+			it.key, it.from = r.bytes(), r.bytes()
+			if r.err == nil && (len(it.key) == 0 || len(it.from) == 0) {
+				return nil, fmt.Errorf("%w: a claim without a client or a node", errBadEntry)
+			}
+		case itemPublish, itemPublishFrom:
 			p := &it.pub
+			if it.kind == itemPublishFrom {
+				p.from = string(r.bytes())
+			}
 			p.id = r.uvarint()
 			p.subject, p.payload, p.header, p.reply = r.bytes(), r.bytes(), r.bytes(), r.bytes()
 			flags := r.uvarint()
@@ -217,7 +267,7 @@ type feed struct {
 // Apply implements replica.StateMachine.
 func (st *State) Apply(ents []replica.Entry) error {
 	var feeds []feed
-	var retainedSet, retainedDel []string
+	var retainedSet, retainedDel, lost []string
 	st.mu.Lock()
 	for _, e := range ents {
 		items, err := decodeEntry(e.Data)
@@ -237,7 +287,23 @@ func (st *State) Apply(ents []replica.Entry) error {
 				if st.delLocked(string(it.key)) && strings.HasPrefix(string(it.key), kvRetained) {
 					retainedDel = append(retainedDel, string(it.key[len(kvRetained):]))
 				}
-			case itemPublish:
+			case itemPutFrom:
+				if !st.fencedLocked(string(it.key), string(it.from)) {
+					st.putLocked(string(it.key), it.val)
+				}
+			case itemDelFrom:
+				if !st.fencedLocked(string(it.key), string(it.from)) {
+					st.delLocked(string(it.key))
+				}
+			case itemClaim:
+				client, node := string(it.key), string(it.from)
+				if was := st.claimLocked(client, node); st.srv != nil && was == st.srv.nodeName && node != was {
+					lost = append(lost, client)
+				}
+			case itemPublish, itemPublishFrom:
+				if it.pub.qos2PID != 0 && it.pub.from != "" && st.fencedLocked(kvSession+it.pub.origin, it.pub.from) {
+					continue
+				}
 				if st.seenLocked(it.pub.id) {
 					continue // proposed again after its first commit
 				}
@@ -256,8 +322,69 @@ func (st *State) Apply(ents []replica.Entry) error {
 		for _, f := range feeds {
 			srv.feedStored(f.client, f.msg)
 		}
+		for _, client := range lost {
+			srv.hostedElsewhere(client)
+		}
 	}
 	return nil
+}
+
+// sessionOfKey is the client id of a session's record key (session, message,
+// QoS 2 packet id), "" for any other key.
+func sessionOfKey(key string) string {
+	if len(key) < 2 {
+		return ""
+	}
+	kind, rest := key[:2], key[2:]
+	switch kind {
+	case kvSession:
+		return rest
+	case kvMessage, kvQoS2:
+		client, _, _ := parseIDKey(kind, rest)
+		return client
+	}
+	return ""
+}
+
+// fencedLocked reports whether a session's record written by node must be left
+// out: the session's record names another node as its host.
+func (st *State) fencedLocked(key, node string) bool {
+	client := sessionOfKey(key)
+	if client == "" {
+		return false
+	}
+	ss := st.sessions[client]
+	return ss != nil && ss.host != "" && ss.host != node
+}
+
+// claimLocked makes node the host of client's stored session and returns the
+// host it had ("" when there is no record to claim).
+func (st *State) claimLocked(client, node string) (was string) {
+	ss := st.sessions[client]
+	if ss == nil || ss.rec == nil {
+		return ""
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(ss.rec, &rec); err != nil {
+		return ""
+	}
+	was, rec.Host = rec.Host, node
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return was
+	}
+	ss.rec, ss.host = b, node
+	return was
+}
+
+// HostOf is the node that hosts client's stored session, "" when none does.
+func (st *State) HostOf(client string) string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	if ss := st.sessions[client]; ss != nil {
+		return ss.host
+	}
+	return ""
 }
 
 // retainedLocked decodes the retained messages of subjects that the state holds,
@@ -292,7 +419,7 @@ func (st *State) putLocked(key string, val []byte) bool {
 			return false
 		}
 		ss := st.session(rest)
-		ss.rec = append([]byte(nil), val...)
+		ss.rec, ss.host = append([]byte(nil), val...), rec.Host
 		st.unindexLocked(ss)
 		prefix := keyPrefix(rest)
 		for _, sr := range rec.Subs {
@@ -340,7 +467,7 @@ func (st *State) delLocked(key string) bool {
 		return true
 	case kvSession:
 		if ss := st.sessions[rest]; ss != nil {
-			ss.rec = nil
+			ss.rec, ss.host = nil, ""
 			st.unindexLocked(ss)
 			st.dropIfEmpty(rest, ss)
 		}
@@ -705,20 +832,35 @@ func (s *Server) AdoptOrphans(adopt bool, alive func(node string) bool) int {
 		}
 	}
 	s.state.mu.RUnlock()
-	n := 0
 	now := time.Now()
+	var claimed []string
 	for _, client := range orphans {
 		s.mu.Lock()
-		if s.closing || s.sessions[client] != nil || now.Sub(s.disowned[client]) < disownedGrace {
+		skip := s.closing || s.sessions[client] != nil || now.Sub(s.disowned[client]) < disownedGrace
+		s.mu.Unlock()
+		if skip {
+			continue
+		}
+		if s.state.HostOf(client) != s.nodeName {
+			// Claimed before it is read: its old host, should it come back,
+			// writes nothing more to it once the claim is in the log.
+			s.kv.enqueue(kvOp{key: client, from: s.nodeName, claim: true})
+		}
+		claimed = append(claimed, client)
+	}
+	if len(claimed) == 0 {
+		return 0
+	}
+	s.kv.sync()
+	n := 0
+	for _, client := range claimed {
+		s.mu.Lock()
+		if s.closing || s.sessions[client] != nil || s.state.HostOf(client) != s.nodeName {
 			s.mu.Unlock()
 			continue
 		}
-		sess := s.replicatedSession(client)
-		if sess != nil {
+		if sess := s.replicatedSession(client); sess != nil {
 			s.sessions[client] = sess
-			sess.mu.Lock()
-			sess.saveRecordLocked()
-			sess.mu.Unlock()
 			n++
 		}
 		s.mu.Unlock()
@@ -750,6 +892,18 @@ func (s *Server) feedStored(client string, m *outMsg) {
 func (s *Server) proposePublish(m *broker.Message, origin string, qos2PID uint16, done func(error)) {
 	p := &pubItem{id: s.pubIDs.Add(1), subject: clone(m.Subject), payload: clone(m.Payload), header: clone(m.Header), reply: clone(m.Reply),
 		qos: m.QoS, retain: m.Retain, origin: origin, qos2PID: qos2PID}
+	if qos2PID != 0 {
+		p.from = s.nodeName
+		if done != nil {
+			inner := done
+			done = func(err error) {
+				if host := s.state.HostOf(origin); err == nil && host != "" && host != s.nodeName {
+					err = fmt.Errorf("%w (%s)", errHostedElsewhere, host)
+				}
+				inner(err)
+			}
+		}
+	}
 	s.kv.enqueue(kvOp{pub: p, done: done})
 }
 

@@ -18,6 +18,13 @@ func FuzzMQTTGroupEntry(f *testing.F) {
 	f.Add(appendItem(binary.AppendUvarint(nil, 1), &kvOp{key: kvRetained + "a.b", val: encodeRetained(&retainedMsg{subject: "a.b", payload: []byte("r"), qos: 1})}))
 	f.Add(appendItem(binary.AppendUvarint(nil, 1), &kvOp{key: msgKey("c1", 5)}))
 	f.Add([]byte{1, 9})
+	// A session's records written as its host, a claim by another node, and a
+	// QoS 2 publish from the old host after it.
+	fenced := appendItem(binary.AppendUvarint(nil, 4), &kvOp{key: kvSession + "c1", from: "n1", val: []byte(`{"expiry_ns":-1,"host":"n1"}`)})
+	fenced = appendItem(fenced, &kvOp{key: "c1", from: "n2", claim: true})
+	fenced = appendItem(fenced, &kvOp{key: msgKey("c1", 5), from: "n1"})
+	fenced = appendItem(fenced, &kvOp{pub: &pubItem{subject: []byte("a.b"), payload: []byte("x"), qos: 2, origin: "c1", qos2PID: 7, from: "n1"}})
+	f.Add(fenced)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, derr := decodeEntry(data)
 		st := NewState(100, nil)
@@ -94,5 +101,71 @@ func TestMQTTGroupStoresForMatchingSessions(t *testing.T) {
 	}
 	if _, msgs, _, _ := st.storedOf("sub"); len(msgs) != 0 {
 		t.Fatalf("acknowledged message still stored: %d", len(msgs))
+	}
+}
+
+// TestMQTTGroupFencesFormerHosts: once a node claims a stored session, the records
+// its former host writes for it as its host are left out — the session record,
+// its messages' and packet ids' records, a QoS 2 publish marking a packet id
+// received — while the new host's are applied, as are unfenced records and
+// a former host's QoS 1 publish; a claim keeps the record's other fields.
+func TestMQTTGroupFencesFormerHosts(t *testing.T) {
+	st := NewState(100, nil)
+	apply := func(index uint64, ops ...kvOp) {
+		t.Helper()
+		e := binary.AppendUvarint(nil, uint64(len(ops)))
+		for i := range ops {
+			e = appendItem(e, &ops[i])
+		}
+		if err := st.Apply([]replica.Entry{{Index: index, Data: e}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(1,
+		kvOp{key: kvSession + "sub", from: "n1", val: []byte(`{"expiry_ns":-1,"subs":[{"filter":"a/#","qos":2}],"host":"n1","user":"u"}`)},
+		kvOp{key: kvSession + "pub", from: "n1", val: []byte(`{"expiry_ns":-1,"host":"n1"}`)},
+		kvOp{key: msgKey("sub", 1), from: "n1", val: encodeOutMsg(&outMsg{Topic: "a/x", Payload: []byte("one"), QoS: 2, PID: 1})},
+	)
+	if h := st.HostOf("sub"); h != "n1" {
+		t.Fatalf("host %q, want n1", h)
+	}
+	apply(2, kvOp{key: "sub", from: "n2", claim: true}, kvOp{key: "pub", from: "n2", claim: true})
+	rec, msgs, _, ok := st.storedOf("sub")
+	if !ok || rec.Host != "n2" || rec.User != "u" || len(rec.Subs) != 1 || rec.Expiry != -1 || len(msgs) != 1 {
+		t.Fatalf("after the claim: %+v, %d messages", rec, len(msgs))
+	}
+	// The former host: its PUBREC record, a new message record, a deletion, a
+	// session record and a QoS 2 publish are all left out.
+	apply(3,
+		kvOp{key: msgKey("sub", 1), from: "n1", val: encodeOutMsg(&outMsg{Topic: "a/x", Payload: []byte("one"), QoS: 2, PID: 1, Pubrec: true})},
+		kvOp{key: msgKey("sub", 9), from: "n1", val: encodeOutMsg(&outMsg{Topic: "a/x", Payload: []byte("nine"), QoS: 1})},
+		kvOp{key: kvSession + "sub", from: "n1", val: []byte(`{"expiry_ns":5,"host":"n1"}`)},
+		kvOp{key: qos2Key("pub", 3), from: "n1"},
+		kvOp{pub: &pubItem{id: 1, subject: []byte("a.b"), payload: []byte("two"), qos: 2, origin: "pub", qos2PID: 4, from: "n1"}},
+	)
+	rec, msgs, _, _ = st.storedOf("sub")
+	if rec.Host != "n2" || rec.Expiry != -1 || len(msgs) != 1 || msgs[0].Pubrec {
+		t.Fatalf("the former host's records were applied: %+v, %+v", rec, msgs)
+	}
+	if _, _, qos2, _ := st.storedOf("pub"); len(qos2) != 0 {
+		t.Fatalf("the former host's QoS 2 publish marked %v received", qos2)
+	}
+	// The new host's records, a QoS 1 publish from anywhere and a claim-free
+	// record are applied.
+	apply(4,
+		kvOp{key: msgKey("sub", 1), from: "n2", val: encodeOutMsg(&outMsg{Topic: "a/x", Payload: []byte("one"), QoS: 2, PID: 1, Pubrec: true})},
+		kvOp{pub: &pubItem{id: 2, subject: []byte("a.b"), payload: []byte("three"), qos: 2, origin: "pub", qos2PID: 5, from: "n2"}},
+		kvOp{pub: &pubItem{id: 3, subject: []byte("a.c"), payload: []byte("four"), qos: 1, origin: "pub"}},
+		kvOp{key: kvRetained + "a.b", val: encodeRetained(&retainedMsg{subject: "a.b", payload: []byte("r"), qos: 1})},
+	)
+	_, msgs, _, _ = st.storedOf("sub")
+	if len(msgs) != 3 || !msgs[0].Pubrec || string(msgs[1].Payload) != "three" || string(msgs[2].Payload) != "four" {
+		t.Fatalf("the new host's records: %+v", msgs)
+	}
+	if _, _, qos2, _ := st.storedOf("pub"); len(qos2) != 1 || qos2[0] != 5 {
+		t.Fatalf("QoS 2 packet ids marked %v, want [5]", qos2)
+	}
+	if len(st.retained) != 1 {
+		t.Fatalf("retained %v", st.retained)
 	}
 }

@@ -10,10 +10,11 @@ import (
 )
 
 // TestReplicatedQoS2WaitsForCommit: with MQTT state in the cluster's group, a QoS 2
-// PUBLISH to a client goes out only once its packet id is committed, and a PUBCOMP
-// only once the release of the packet id it completes is: a node taking over the
-// session from the group then neither sends the message again under another id nor
-// drops the publisher's next message reusing the id as a duplicate.
+// PUBLISH to a client goes out only once its packet id is committed, a PUBREL to it
+// only once its PUBREC is, and a PUBCOMP only once the release of the packet id it
+// completes is: a node taking over the session from the group then neither sends
+// the message again (under another id, or after the client delivered it) nor drops
+// the publisher's next message reusing the id as a duplicate.
 func TestReplicatedQoS2WaitsForCommit(t *testing.T) {
 	addr, hold := mqtt.StartHeldReplicated(t)
 	_, port, _ := net.SplitHostPort(addr)
@@ -50,8 +51,14 @@ func TestReplicatedQoS2WaitsForCommit(t *testing.T) {
 	if a, ok := pub.must(5 * time.Second).(*packet.Ack); !ok || a.Type != packet.TypePubcomp || a.PacketID != 7 {
 		t.Fatalf("want PUBCOMP 7, got %+v", a)
 	}
-	// The subscriber's side of the exchange goes on as usual.
+	// The subscriber's PUBREL waits for its PUBREC to be stored: the client
+	// delivers the message at the PUBREL and forgets the packet id at its PUBCOMP,
+	// so a node taking over the session without the PUBREC would send the PUBLISH
+	// again, and the client would deliver it twice.
+	release = hold("sub", "message")
 	sub.send(&packet.Ack{Type: packet.TypePubrec, PacketID: p.PacketID})
+	none(sub, "PUBREL")
+	release()
 	if a, ok := sub.must(5 * time.Second).(*packet.Ack); !ok || a.Type != packet.TypePubrel || a.PacketID != p.PacketID {
 		t.Fatalf("want PUBREL %d, got %+v", p.PacketID, a)
 	}

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -274,9 +275,13 @@ func (s *session) writeOrHoldLocked(rd *sm.Ready, sc subChanges, now time.Time) 
 // committed its records (in a cluster that replicates MQTT state): a PUBCOMP
 // until the packet id it releases is forgotten (or the publisher could reuse the
 // id for a new message that a node restored from the group would drop as a
-// duplicate), and a QoS 2 PUBLISH until its packet id is stored (or a node taking
-// over the session would send the message again under another id). Once one
-// Ready waits, every later one does, so that packets keep their order.
+// duplicate); a QoS 2 PUBLISH until its packet id is stored (or a node taking
+// over the session would send the message again under another id); and a PUBREL
+// until the PUBREC it answers is stored. The client delivers the message at the
+// PUBREL and forgets the packet id at its PUBCOMP, so a node taking over the
+// session without the PUBREC would send the PUBLISH again, and the client would
+// take it for a new message. Once one Ready waits, every later one does, so that
+// packets keep their order.
 func (s *session) mustHold(rd *sm.Ready) bool {
 	if s.srv.state == nil || len(rd.Packets) == 0 {
 		return false
@@ -289,7 +294,8 @@ func (s *session) mustHold(rd *sm.Ready) bool {
 	}
 	for i := range rd.Packets {
 		p := &rd.Packets[i]
-		if p.Type == packet.TypePubcomp || p.Type == packet.TypePublish && p.Msg != nil && p.Msg.QoS == 2 {
+		if p.Type == packet.TypePubcomp || p.Type == packet.TypePubrel ||
+			p.Type == packet.TypePublish && p.Msg != nil && p.Msg.QoS == 2 {
 			return true
 		}
 	}
@@ -303,8 +309,19 @@ func (s *session) holdLocked(rd *sm.Ready, sc subChanges) {
 	x.heldSeq++
 	seq := x.heldSeq
 	x.held = append(x.held, heldWrite{seq: seq, c: s.conn.Load(), packets: slices.Clone(rd.Packets), sc: sc})
-	s.srv.kv.enqueue(kvOp{done: func(err error) { s.writeHeld(seq, err) }})
+	s.srv.kv.enqueue(kvOp{done: func(err error) {
+		// Committed is not enough: the group leaves this node's records out
+		// once another node has claimed the session, and the packets must not
+		// go out without them.
+		if host := s.srv.state.HostOf(s.id); err == nil && host != "" && host != s.srv.nodeName {
+			err = fmt.Errorf("%w (%s)", errHostedElsewhere, host)
+		}
+		s.writeHeld(seq, err)
+	}})
 }
+
+// errHostedElsewhere: another node has claimed the session in the MQTT group.
+var errHostedElsewhere = errors.New("the session is hosted by another node")
 
 // writeHeld writes, in order, the held packets up to number upTo, once the MQTT
 // group has committed what was queued before (err: it could not, and the
@@ -404,15 +421,34 @@ func (s *session) persistLocked(ops []sm.Op) {
 		case sm.OpSaveSession:
 			s.saveRecordLocked()
 		case sm.OpDeleteSession:
-			kv.del(kvSession + s.id)
+			s.delLocked(kvSession + s.id)
 		case sm.OpSaveMsg:
-			kv.put(msgKey(s.id, o.MID), encodeOutMsg(o.Msg))
+			s.putLocked(msgKey(s.id, o.MID), encodeOutMsg(o.Msg))
 		case sm.OpDeleteMsg:
-			kv.del(msgKey(s.id, o.MID))
+			s.delLocked(msgKey(s.id, o.MID))
 		case sm.OpDeleteQoS2:
-			kv.del(qos2Key(s.id, o.PID))
+			s.delLocked(qos2Key(s.id, o.PID))
 		}
 	}
+}
+
+// putLocked and delLocked write one of the session's records: in a cluster as
+// its host, so that the MQTT group leaves them out once another node has taken
+// the session.
+func (s *session) putLocked(key string, val []byte) {
+	if s.srv.state != nil {
+		s.srv.kv.putAs(s.srv.nodeName, key, val)
+		return
+	}
+	s.srv.kv.put(key, val)
+}
+
+func (s *session) delLocked(key string) {
+	if s.srv.state != nil {
+		s.srv.kv.delAs(s.srv.nodeName, key)
+		return
+	}
+	s.srv.kv.del(key)
 }
 
 // saveRecordLocked writes the session record: expiry, subscriptions and, in a
@@ -423,7 +459,7 @@ func (s *session) saveRecordLocked() {
 		rec.Subs = append(rec.Subs, subRecord{Filter: e.Filter, QoS: e.QoS, NoLocal: e.NoLocal, RAP: e.RAP, SubID: e.SubID})
 	})
 	b, _ := json.Marshal(rec)
-	s.srv.kv.put(kvSession+s.id, b)
+	s.putLocked(kvSession+s.id, b)
 }
 
 // bindSubsLocked turns a Ready's subscription changes into broker subscriptions,

@@ -2,6 +2,7 @@ package clustertest_test
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -50,8 +51,9 @@ func TestMQTTNemesis(t *testing.T) {
 // lost or cannot be made; its session is persistent (clean session off), so a
 // publisher's messages in flight are sent again with their packet ids wherever it
 // reconnects, and the subscriber's session keeps what is published meanwhile.
-// The subscriber prints "subscribed" once and "msg <payload>" for each message
-// until the stop file exists. A publisher sends "<topic> <n>" for n = 0, 1, ...
+// The subscriber prints "subscribed" once and, for each message until the stop
+// file exists, "msg <payload>" and "via <payload>|<how it came>" (packet id, DUP,
+// time, node), shown for a message delivered more than once. A publisher sends "<topic> <n>" for n = 0, 1, ...
 // every 5 ms, printing "acked <n>" at each PUBACK (QoS 1) or PUBCOMP (QoS 2),
 // until the stop file exists; it then waits up to a minute for what is in
 // flight and prints "done <count published>".
@@ -78,6 +80,7 @@ def on_subscribe(c, u, mid, rcs, props=None):
         print("subscribed", flush=True)
 def on_message(c, u, m):
     print("msg %s" % m.payload.decode(), flush=True)
+    print("via %s|packet id %d, dup %d, at %.3f from %s" % (m.payload.decode(), m.mid, m.dup, time.time(), c._host), flush=True)
 def on_publish(c, u, mid, rc=None, props=None):
     n = names.pop(mid, None)
     if n is not None:
@@ -105,7 +108,8 @@ c.loop_stop()
 type mqttNemWorkload struct {
 	sub, pub1, pub2 *lineProc
 	subscribed      bool
-	got             map[string]int // payload → times the subscriber got it
+	got             map[string]int      // payload → times the subscriber got it
+	via             map[string][]string // payload → how each delivery came (packet id, DUP, time, node)
 	acked           [3]map[int]bool
 	done            [3]int // messages published, by QoS; -1 until the publisher is done
 }
@@ -120,6 +124,9 @@ func (w *mqttNemWorkload) drain(t *testing.T) {
 		}
 		if m, ok := strings.CutPrefix(l, "msg "); ok {
 			w.got[m]++
+		} else if v, ok := strings.CutPrefix(l, "via "); ok {
+			m, how, _ := strings.Cut(v, "|")
+			w.via[m] = append(w.via[m], how)
 		} else if l == "subscribed" {
 			w.subscribed = true
 		} else {
@@ -178,7 +185,7 @@ func mqttNemesisRound(t *testing.T, py string, seed uint64) {
 			strings.Join(hosts, ",")}, args[1:]...)
 		return startLines(t, "ip", args...)
 	}
-	w := &mqttNemWorkload{got: map[string]int{}, acked: [3]map[int]bool{nil, {}, {}}, done: [3]int{-1, -1, -1}}
+	w := &mqttNemWorkload{got: map[string]int{}, via: map[string][]string{}, acked: [3]map[int]bool{nil, {}, {}}, done: [3]int{-1, -1, -1}}
 	w.sub = start(2, "sub", "nem-sub", "nem/#", "2", stopSub)
 	c.WaitFor("the subscriber's SUBACK", 30*time.Second, func() bool {
 		w.drain(t)
@@ -215,6 +222,13 @@ func mqttNemesisRound(t *testing.T, py string, seed uint64) {
 	r.logf("the workload is done: %d QoS 1 and %d QoS 2 messages published; %s", w.done[1], w.done[2], w.progress())
 	if err := checkMQTTDelivered(w.done, w.acked, w.got); err != nil {
 		t.Error(err)
+		shown := 0
+		for _, m := range slices.Sorted(maps.Keys(w.via)) {
+			if len(w.via[m]) > 1 && strings.HasPrefix(m, "nem/q2 ") && shown < 5 {
+				shown++
+				t.Logf("%s delivered %d times: %s", m, len(w.via[m]), strings.Join(w.via[m], "; "))
+			}
+		}
 	}
 	r.checkLeaders()
 }
