@@ -708,7 +708,7 @@ func (c *conn) afterCommit(p *packet.Publish, reason packet.ReasonCode, ack func
 	if p.QoS == 2 && c.sess().persistent() {
 		pid = p.PacketID
 	}
-	c.srv.proposePublish(&c.rd.in.pub, c.sess().id, pid, done)
+	c.srv.proposePublish(&c.rd.in.pub, c.sess().id, c.sess().claimEpoch(), pid, done)
 }
 
 // publishQoS1 publishes a QoS 1 PUBLISH and queues its PUBACK.

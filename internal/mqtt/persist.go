@@ -59,6 +59,7 @@ type kvOp struct {
 	// claim set, the op makes node from the host of the session whose client id
 	// is key.
 	from  string
+	epoch uint64 // the claim of the session from writes under
 	claim bool
 }
 
@@ -131,15 +132,18 @@ func (k *kvStore) put(key string, val []byte) {
 
 func (k *kvStore) del(key string) { k.enqueue(kvOp{key: key}) }
 
-// putAs and delAs write a session's record as its host, node (in a cluster).
-func (k *kvStore) putAs(node, key string, val []byte) {
+// putAs and delAs write a session's record as its host, node, under the
+// session's claim epoch (in a cluster).
+func (k *kvStore) putAs(node string, epoch uint64, key string, val []byte) {
 	if val == nil {
 		val = []byte{}
 	}
-	k.enqueue(kvOp{key: key, val: val, from: node})
+	k.enqueue(kvOp{key: key, val: val, from: node, epoch: epoch})
 }
 
-func (k *kvStore) delAs(node, key string) { k.enqueue(kvOp{key: key, from: node}) }
+func (k *kvStore) delAs(node string, epoch uint64, key string) {
+	k.enqueue(kvOp{key: key, from: node, epoch: epoch})
+}
 
 func (k *kvStore) enqueue(op kvOp) {
 	k.mu.Lock()
@@ -315,6 +319,10 @@ type sessionRecord struct {
 	// Host is the cluster node that hosts the session (runs its expiry, takes
 	// what the MQTT group stores for it); "" alone.
 	Host string `json:"host,omitempty"`
+	// Epoch counts the claims of the session in the cluster's MQTT group: a host
+	// writes as (Host, Epoch), so that what it proposed before another node's
+	// claim, and its own claim back after, is still left out.
+	Epoch uint64 `json:"epoch,omitempty"`
 	// User is the user the session belongs to, "" anonymous (or made without
 	// authentication): a restored session has that user's rights.
 	User string `json:"user,omitempty"`

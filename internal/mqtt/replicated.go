@@ -75,11 +75,12 @@ type storedSub struct {
 
 // storedSession is one client's records in the replicated state.
 type storedSession struct {
-	rec  []byte              // the session record, nil when only messages remain
-	host string              // rec's Host
-	subs []*storedSub        // parsed from rec, indexed in State.subs
-	msgs map[uint64][]byte   // MID → encoded outMsg
-	qos2 map[uint16]struct{} // QoS 2 publishes received and not released
+	rec   []byte              // the session record, nil when only messages remain
+	host  string              // rec's Host
+	epoch uint64              // rec's Epoch
+	subs  []*storedSub        // parsed from rec, indexed in State.subs
+	msgs  map[uint64][]byte   // MID → encoded outMsg
+	qos2  map[uint16]struct{} // QoS 2 publishes received and not released
 }
 
 func (ss *storedSession) empty() bool {
@@ -112,18 +113,18 @@ const (
 	// so that a node another has taken the session from (it was paused, or cut
 	// off, and declared dead) changes nothing once the other's claim is in the
 	// log, and learns it (its held packets are never sent).
-	itemPutFrom = 4 // node, key, value
-	itemDelFrom = 5 // node, key
+	itemPutFrom = 4 // node, epoch, key, value
+	itemDelFrom = 5 // node, epoch, key
 	// itemClaim makes a node the host of a stored session (its record's Host),
-	// whatever the record says: a client connecting there, or the adoption of a
-	// session whose host is gone.
+	// whatever the record says, and counts the claim in its Epoch: a client
+	// connecting there, or the adoption of a session whose host is gone.
 	itemClaim = 6 // client, node
 	// itemPublishFrom is itemPublish from node, the host of the origin's session:
 	// one that marks a QoS 2 packet id received is left out, like the session's
 	// own records, once another node has claimed the session, or the new host,
 	// which read the session before, would take the publisher's retry for a new
 	// message.
-	itemPublishFrom = 7 // node, then itemPublish's fields
+	itemPublishFrom = 7 // node, epoch, then itemPublish's fields
 )
 
 // maxEntryItems bounds the items of one entry: a message's MID is its entry's index
@@ -138,6 +139,7 @@ type pubItem struct {
 	origin                          string // the publishing client, for No Local
 	qos2PID                         uint16 // the origin's QoS 2 packet id, marked received in the same entry
 	from                            string // the node hosting origin's session, when qos2PID is set
+	epoch                           uint64 // the claim of origin's session from publishes under
 	// id is unique to this publication (its node's random prefix and a count):
 	// an entry proposed again — its first commit's answer was lost — applies once.
 	id uint64
@@ -150,6 +152,7 @@ func appendItem(b []byte, op *kvOp) []byte {
 		if p.from != "" {
 			b = append(b, itemPublishFrom)
 			b = appendBytes(b, []byte(p.from))
+			b = binary.AppendUvarint(b, p.epoch)
 		} else {
 			b = append(b, itemPublish)
 		}
@@ -172,6 +175,7 @@ func appendItem(b []byte, op *kvOp) []byte {
 	case op.val != nil && op.from != "":
 		b = append(b, itemPutFrom)
 		b = appendBytes(b, []byte(op.from))
+		b = binary.AppendUvarint(b, op.epoch)
 		b = appendBytes(b, []byte(op.key))
 		return appendBytes(b, op.val)
 	case op.val != nil:
@@ -181,6 +185,7 @@ func appendItem(b []byte, op *kvOp) []byte {
 	case op.from != "":
 		b = append(b, itemDelFrom)
 		b = appendBytes(b, []byte(op.from))
+		b = binary.AppendUvarint(b, op.epoch)
 		return appendBytes(b, []byte(op.key))
 	default:
 		b = append(b, itemDel)
@@ -193,6 +198,7 @@ type decodedItem struct {
 	kind     byte
 	key, val []byte
 	from     []byte // the writing (or claiming) node
+	epoch    uint64 // the claim from writes under
 	pub      pubItem
 }
 
@@ -218,9 +224,11 @@ func decodeEntry(b []byte) ([]decodedItem, error) {
 		case itemDel:
 			it.key = r.bytes()
 		case itemPutFrom:
-			it.from, it.key, it.val = r.bytes(), r.bytes(), r.bytes()
+			it.from, it.epoch = r.bytes(), r.uvarint()
+			it.key, it.val = r.bytes(), r.bytes()
 		case itemDelFrom:
-			it.from, it.key = r.bytes(), r.bytes()
+			it.from, it.epoch = r.bytes(), r.uvarint()
+			it.key = r.bytes()
 		case itemClaim:
 			it.key, it.from = r.bytes(), r.bytes()
 			if r.err == nil && (len(it.key) == 0 || len(it.from) == 0) {
@@ -229,7 +237,7 @@ func decodeEntry(b []byte) ([]decodedItem, error) {
 		case itemPublish, itemPublishFrom:
 			p := &it.pub
 			if it.kind == itemPublishFrom {
-				p.from = string(r.bytes())
+				p.from, p.epoch = string(r.bytes()), r.uvarint()
 			}
 			p.id = r.uvarint()
 			p.subject, p.payload, p.header, p.reply = r.bytes(), r.bytes(), r.bytes(), r.bytes()
@@ -288,11 +296,11 @@ func (st *State) Apply(ents []replica.Entry) error {
 					retainedDel = append(retainedDel, string(it.key[len(kvRetained):]))
 				}
 			case itemPutFrom:
-				if !st.fencedLocked(string(it.key), string(it.from)) {
+				if !st.fencedLocked(string(it.key), string(it.from), it.epoch) {
 					st.putLocked(string(it.key), it.val)
 				}
 			case itemDelFrom:
-				if !st.fencedLocked(string(it.key), string(it.from)) {
+				if !st.fencedLocked(string(it.key), string(it.from), it.epoch) {
 					st.delLocked(string(it.key))
 				}
 			case itemClaim:
@@ -301,7 +309,7 @@ func (st *State) Apply(ents []replica.Entry) error {
 					lost = append(lost, client)
 				}
 			case itemPublish, itemPublishFrom:
-				if it.pub.qos2PID != 0 && it.pub.from != "" && st.fencedLocked(kvSession+it.pub.origin, it.pub.from) {
+				if it.pub.qos2PID != 0 && it.pub.from != "" && st.fencedLocked(kvSession+it.pub.origin, it.pub.from, it.pub.epoch) {
 					continue
 				}
 				if st.seenLocked(it.pub.id) {
@@ -346,15 +354,16 @@ func sessionOfKey(key string) string {
 	return ""
 }
 
-// fencedLocked reports whether a session's record written by node must be left
-// out: the session's record names another node as its host.
-func (st *State) fencedLocked(key, node string) bool {
+// fencedLocked reports whether a session's record written by node under claim
+// epoch must be left out: the session's record names another host, or a later
+// claim.
+func (st *State) fencedLocked(key, node string, epoch uint64) bool {
 	client := sessionOfKey(key)
 	if client == "" {
 		return false
 	}
 	ss := st.sessions[client]
-	return ss != nil && ss.host != "" && ss.host != node
+	return ss != nil && ss.host != "" && (ss.host != node || ss.epoch != epoch)
 }
 
 // claimLocked makes node the host of client's stored session and returns the
@@ -369,11 +378,12 @@ func (st *State) claimLocked(client, node string) (was string) {
 		return ""
 	}
 	was, rec.Host = rec.Host, node
+	rec.Epoch++
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return was
 	}
-	ss.rec, ss.host = b, node
+	ss.rec, ss.host, ss.epoch = b, node, rec.Epoch
 	return was
 }
 
@@ -385,6 +395,15 @@ func (st *State) HostOf(client string) string {
 		return ss.host
 	}
 	return ""
+}
+
+// hosts reports whether node, under claim epoch, hosts client's stored session
+// (or none does): whether what it writes for the session is applied.
+func (st *State) hosts(client, node string, epoch uint64) bool {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	ss := st.sessions[client]
+	return ss == nil || ss.host == "" || ss.host == node && ss.epoch == epoch
 }
 
 // retainedLocked decodes the retained messages of subjects that the state holds,
@@ -419,7 +438,7 @@ func (st *State) putLocked(key string, val []byte) bool {
 			return false
 		}
 		ss := st.session(rest)
-		ss.rec, ss.host = append([]byte(nil), val...), rec.Host
+		ss.rec, ss.host, ss.epoch = append([]byte(nil), val...), rec.Host, rec.Epoch
 		st.unindexLocked(ss)
 		prefix := keyPrefix(rest)
 		for _, sr := range rec.Subs {
@@ -467,7 +486,7 @@ func (st *State) delLocked(key string) bool {
 		return true
 	case kvSession:
 		if ss := st.sessions[rest]; ss != nil {
-			ss.rec, ss.host = nil, ""
+			ss.rec, ss.host, ss.epoch = nil, "", 0
 			st.unindexLocked(ss)
 			st.dropIfEmpty(rest, ss)
 		}
@@ -779,6 +798,11 @@ func (s *Server) replicatedSession(clientID string) *session {
 		return nil
 	}
 	sess := newSession(s, clientID)
+	if rec.Epoch != 0 {
+		sess.mu.Lock()
+		sess.extra().epoch.Store(rec.Epoch)
+		sess.mu.Unlock()
+	}
 	sess.m.Restore(time.Duration(rec.Expiry))
 	acc := sess.restoreOwner(rec.User)
 	for _, sr := range rec.Subs {
@@ -889,16 +913,16 @@ func (s *Server) feedStored(client string, m *outMsg) {
 
 // proposePublish commits a QoS 1 or 2 message a client (origin) published, with
 // the QoS 2 packet id to mark received, and calls done once it is committed.
-func (s *Server) proposePublish(m *broker.Message, origin string, qos2PID uint16, done func(error)) {
+func (s *Server) proposePublish(m *broker.Message, origin string, epoch uint64, qos2PID uint16, done func(error)) {
 	p := &pubItem{id: s.pubIDs.Add(1), subject: clone(m.Subject), payload: clone(m.Payload), header: clone(m.Header), reply: clone(m.Reply),
 		qos: m.QoS, retain: m.Retain, origin: origin, qos2PID: qos2PID}
 	if qos2PID != 0 {
-		p.from = s.nodeName
+		p.from, p.epoch = s.nodeName, epoch
 		if done != nil {
 			inner := done
 			done = func(err error) {
-				if host := s.state.HostOf(origin); err == nil && host != "" && host != s.nodeName {
-					err = fmt.Errorf("%w (%s)", errHostedElsewhere, host)
+				if err == nil && !s.state.hosts(origin, s.nodeName, epoch) {
+					err = fmt.Errorf("%w (%s)", errHostedElsewhere, s.state.HostOf(origin))
 				}
 				inner(err)
 			}

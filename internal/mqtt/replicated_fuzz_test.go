@@ -108,7 +108,9 @@ func TestMQTTGroupStoresForMatchingSessions(t *testing.T) {
 // its former host writes for it as its host are left out — the session record,
 // its messages' and packet ids' records, a QoS 2 publish marking a packet id
 // received — while the new host's are applied, as are unfenced records and
-// a former host's QoS 1 publish; a claim keeps the record's other fields.
+// a former host's QoS 1 publish; a claim keeps the record's other fields. A node
+// that claims a session back writes under its new claim only: what it proposed
+// under the old one is left out.
 func TestMQTTGroupFencesFormerHosts(t *testing.T) {
 	st := NewState(100, nil)
 	apply := func(index uint64, ops ...kvOp) {
@@ -153,8 +155,8 @@ func TestMQTTGroupFencesFormerHosts(t *testing.T) {
 	// The new host's records, a QoS 1 publish from anywhere and a claim-free
 	// record are applied.
 	apply(4,
-		kvOp{key: msgKey("sub", 1), from: "n2", val: encodeOutMsg(&outMsg{Topic: "a/x", Payload: []byte("one"), QoS: 2, PID: 1, Pubrec: true})},
-		kvOp{pub: &pubItem{id: 2, subject: []byte("a.b"), payload: []byte("three"), qos: 2, origin: "pub", qos2PID: 5, from: "n2"}},
+		kvOp{key: msgKey("sub", 1), from: "n2", epoch: 1, val: encodeOutMsg(&outMsg{Topic: "a/x", Payload: []byte("one"), QoS: 2, PID: 1, Pubrec: true})},
+		kvOp{pub: &pubItem{id: 2, subject: []byte("a.b"), payload: []byte("three"), qos: 2, origin: "pub", qos2PID: 5, from: "n2", epoch: 1}},
 		kvOp{pub: &pubItem{id: 3, subject: []byte("a.c"), payload: []byte("four"), qos: 1, origin: "pub"}},
 		kvOp{key: kvRetained + "a.b", val: encodeRetained(&retainedMsg{subject: "a.b", payload: []byte("r"), qos: 1})},
 	)
@@ -167,5 +169,20 @@ func TestMQTTGroupFencesFormerHosts(t *testing.T) {
 	}
 	if len(st.retained) != 1 {
 		t.Fatalf("retained %v", st.retained)
+	}
+	// n1 claims the session back (epoch 2): what it proposed under its first
+	// claim and commits only now is still left out; what it writes under the new
+	// one is applied, and n2's is not any more.
+	apply(5, kvOp{key: "pub", from: "n1", claim: true})
+	apply(6,
+		kvOp{pub: &pubItem{id: 4, subject: []byte("a.b"), payload: []byte("five"), qos: 2, origin: "pub", qos2PID: 6, from: "n1"}},
+		kvOp{pub: &pubItem{id: 5, subject: []byte("a.b"), payload: []byte("six"), qos: 2, origin: "pub", qos2PID: 7, from: "n2", epoch: 1}},
+		kvOp{pub: &pubItem{id: 6, subject: []byte("a.b"), payload: []byte("seven"), qos: 2, origin: "pub", qos2PID: 8, from: "n1", epoch: 2}},
+	)
+	if _, _, qos2, _ := st.storedOf("pub"); len(qos2) != 2 || qos2[0] != 5 || qos2[1] != 8 {
+		t.Fatalf("after the claim back, QoS 2 packet ids marked %v, want [5 8]", qos2)
+	}
+	if !st.hosts("pub", "n1", 2) || st.hosts("pub", "n1", 0) || st.hosts("pub", "n2", 1) || !st.hosts("nobody", "n3", 0) {
+		t.Fatal("hosts disagrees with the claims")
 	}
 }

@@ -647,7 +647,7 @@ func (s *Server) publish(m *broker.Message) {
 		s.retained.set(m)
 	}
 	if s.state != nil && m.QoS > 0 {
-		s.proposePublish(m, "", 0, nil)
+		s.proposePublish(m, "", 0, 0, nil)
 	}
 	s.broker.Publish(&b, m)
 	b.Flush()

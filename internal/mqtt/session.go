@@ -56,6 +56,10 @@ type heldWrite struct {
 // sessionExtra is what sessions with subscriptions or timers need; many idle
 // devices' sessions have neither.
 type sessionExtra struct {
+	// epoch is the claim of the session this node writes under, in a cluster
+	// that replicates MQTT state (State.hosts); 0 for a session never claimed.
+	epoch atomic.Uint64
+
 	// prefix starts the subjects of the session's account inside the server, ""
 	// for the global account (accounts.go). Set when x is made.
 	prefix  string
@@ -313,8 +317,8 @@ func (s *session) holdLocked(rd *sm.Ready, sc subChanges) {
 		// Committed is not enough: the group leaves this node's records out
 		// once another node has claimed the session, and the packets must not
 		// go out without them.
-		if host := s.srv.state.HostOf(s.id); err == nil && host != "" && host != s.srv.nodeName {
-			err = fmt.Errorf("%w (%s)", errHostedElsewhere, host)
+		if err == nil && !s.srv.state.hosts(s.id, s.srv.nodeName, s.claimEpoch()) {
+			err = fmt.Errorf("%w (%s)", errHostedElsewhere, s.srv.state.HostOf(s.id))
 		}
 		s.writeHeld(seq, err)
 	}})
@@ -437,7 +441,7 @@ func (s *session) persistLocked(ops []sm.Op) {
 // the session.
 func (s *session) putLocked(key string, val []byte) {
 	if s.srv.state != nil {
-		s.srv.kv.putAs(s.srv.nodeName, key, val)
+		s.srv.kv.putAs(s.srv.nodeName, s.claimEpoch(), key, val)
 		return
 	}
 	s.srv.kv.put(key, val)
@@ -445,7 +449,7 @@ func (s *session) putLocked(key string, val []byte) {
 
 func (s *session) delLocked(key string) {
 	if s.srv.state != nil {
-		s.srv.kv.delAs(s.srv.nodeName, key)
+		s.srv.kv.delAs(s.srv.nodeName, s.claimEpoch(), key)
 		return
 	}
 	s.srv.kv.del(key)
@@ -454,7 +458,7 @@ func (s *session) delLocked(key string) {
 // saveRecordLocked writes the session record: expiry, subscriptions and, in a
 // cluster, this node as the session's host. mu is held.
 func (s *session) saveRecordLocked() {
-	rec := sessionRecord{Expiry: int64(s.m.Expiry()), Host: s.srv.nodeName, User: s.accessLocked().ownerName()}
+	rec := sessionRecord{Expiry: int64(s.m.Expiry()), Host: s.srv.nodeName, Epoch: s.claimEpoch(), User: s.accessLocked().ownerName()}
 	s.m.Subs(func(e *sm.Sub) {
 		rec.Subs = append(rec.Subs, subRecord{Filter: e.Filter, QoS: e.QoS, NoLocal: e.NoLocal, RAP: e.RAP, SubID: e.SubID})
 	})
@@ -1114,4 +1118,12 @@ func (s *session) releaseConnection() {
 	acct := s.extra().acct
 	s.mu.Unlock()
 	acct.ReleaseConnection()
+}
+
+// claimEpoch is the claim of the session this node writes under (State.hosts).
+func (s *session) claimEpoch() uint64 {
+	if x := s.x.Load(); x != nil {
+		return x.epoch.Load()
+	}
+	return 0
 }
