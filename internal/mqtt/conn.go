@@ -92,7 +92,12 @@ func (c *conn) remote() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.nc != nil {
-		return c.nc.RemoteAddr().String()
+		// A dormant connection given its socket back after its peer went (reset,
+		// or shut down by a close) has no remote address.
+		if a := c.nc.RemoteAddr(); a != nil {
+			return a.String()
+		}
+		return ""
 	}
 	return c.srv.poll.peerName(c)
 }

@@ -357,3 +357,31 @@ func TestIdleTLSConnections(t *testing.T) {
 	sub.send(&packet.Ack{Type: packet.TypePuback, PacketID: p.PacketID})
 	waitIdle(t, s, 2)
 }
+
+// TestIdleConnectionReset: dormant connections whose clients reset them (RST) end
+// cleanly. Such a socket has no peer any more when it is given back its Go socket
+// to finish, so it has no remote address to log; the server carries on, and a new
+// client connects and is answered.
+func TestIdleConnectionReset(t *testing.T) {
+	s, port := idleServer(t)
+	cs := make([]*rawClient, 20)
+	for i := range cs {
+		cs[i] = dialRaw(t, port, packet.V311)
+		cs[i].connect("", true, 30, nil)
+	}
+	waitDormant(t, s, len(cs))
+	for _, c := range cs {
+		tc := c.nc.(*net.TCPConn)
+		if err := tc.SetLinger(0); err != nil {
+			t.Fatal(err)
+		}
+		_ = tc.Close()
+	}
+	waitOffline(t, s)
+	c := dialRaw(t, port, packet.V311)
+	c.connect("after", true, 30, nil)
+	c.send(&packet.Pingreq{})
+	if p, ok := c.must(5 * time.Second).(*packet.Pingresp); !ok {
+		t.Fatalf("want PINGRESP, got %T %+v", p, p)
+	}
+}
