@@ -145,6 +145,12 @@ func (k *kvStore) delAs(node string, epoch uint64, key string) {
 	k.enqueue(kvOp{key: key, from: node, epoch: epoch})
 }
 
+// claim makes node the host of client's stored session (in a cluster); done, when
+// set, is called once the claim is committed.
+func (k *kvStore) claim(node, client string, done func(error)) {
+	k.enqueue(kvOp{key: client, from: node, claim: true, done: done})
+}
+
 func (k *kvStore) enqueue(op kvOp) {
 	k.mu.Lock()
 	quit := k.quit

@@ -78,6 +78,13 @@ func (s *Server) noteDisownedLocked(clientID string) {
 	s.disowned[clientID] = now
 }
 
+// letGoLocked takes clientID's session out of this server's map, for another node
+// to host (the caller disowns it once s.mu is released). s.mu is held.
+func (s *Server) letGoLocked(clientID string) {
+	delete(s.sessions, clientID)
+	s.noteDisownedLocked(clientID)
+}
+
 // ClaimedElsewhere is the registry telling this server that another node recorded
 // clientID's connection at order: the connection here ends (reason 0x8E, session
 // taken over) if it was recorded before that. In a cluster that replicates MQTT
@@ -99,8 +106,7 @@ func (s *Server) ClaimedElsewhere(clientID string, order uint64) {
 		// The other node hosts the session from now on, rebuilt from the MQTT
 		// group, unless this node's own claim of it is the newer.
 		if sess = s.sessions[clientID]; sess != nil && sess.claimedAt() < order {
-			delete(s.sessions, clientID)
-			s.noteDisownedLocked(clientID)
+			s.letGoLocked(clientID)
 		} else {
 			sess = nil
 		}
@@ -127,8 +133,7 @@ func (s *Server) hostedElsewhere(clientID string) {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.sessions, clientID)
-	s.noteDisownedLocked(clientID)
+	s.letGoLocked(clientID)
 	var c *conn
 	if e, ok := s.claims[clientID]; ok {
 		delete(s.claims, clientID)
@@ -164,7 +169,7 @@ func (s *Server) claimSession(clientID string) error {
 		return nil
 	}
 	done := make(chan error, 1)
-	s.kv.enqueue(kvOp{key: clientID, from: s.nodeName, claim: true, done: func(err error) { done <- err }})
+	s.kv.claim(s.nodeName, clientID, func(err error) { done <- err })
 	if err := <-done; err != nil {
 		return fmt.Errorf("claiming the session: %w", err)
 	}

@@ -296,11 +296,11 @@ func (st *State) Apply(ents []replica.Entry) error {
 					retainedDel = append(retainedDel, string(it.key[len(kvRetained):]))
 				}
 			case itemPutFrom:
-				if !st.fencedLocked(string(it.key), string(it.from), it.epoch) {
+				if !st.fencedLocked(sessionOfKey(string(it.key)), string(it.from), it.epoch) {
 					st.putLocked(string(it.key), it.val)
 				}
 			case itemDelFrom:
-				if !st.fencedLocked(string(it.key), string(it.from), it.epoch) {
+				if !st.fencedLocked(sessionOfKey(string(it.key)), string(it.from), it.epoch) {
 					st.delLocked(string(it.key))
 				}
 			case itemClaim:
@@ -309,7 +309,7 @@ func (st *State) Apply(ents []replica.Entry) error {
 					lost = append(lost, client)
 				}
 			case itemPublish, itemPublishFrom:
-				if it.pub.qos2PID != 0 && it.pub.from != "" && st.fencedLocked(kvSession+it.pub.origin, it.pub.from, it.pub.epoch) {
+				if it.pub.qos2PID != 0 && it.pub.from != "" && st.fencedLocked(it.pub.origin, it.pub.from, it.pub.epoch) {
 					continue
 				}
 				if st.seenLocked(it.pub.id) {
@@ -354,13 +354,12 @@ func sessionOfKey(key string) string {
 	return ""
 }
 
-// fencedLocked reports whether a session's record written by node under claim
+// fencedLocked reports whether what node wrote for client's session under claim
 // epoch must be left out: the session's record names another host, or a later
 // claim.
-func (st *State) fencedLocked(key, node string, epoch uint64) bool {
-	client := sessionOfKey(key)
+func (st *State) fencedLocked(client, node string, epoch uint64) bool {
 	if client == "" {
-		return false
+		return false // not a session's record
 	}
 	ss := st.sessions[client]
 	return ss != nil && ss.host != "" && (ss.host != node || ss.epoch != epoch)
@@ -397,13 +396,16 @@ func (st *State) HostOf(client string) string {
 	return ""
 }
 
-// hosts reports whether node, under claim epoch, hosts client's stored session
-// (or none does): whether what it writes for the session is applied.
-func (st *State) hosts(client, node string, epoch uint64) bool {
+// hostErr is nil when node, under claim epoch, hosts client's stored
+// session (or none does), so that what it wrote for the session was applied;
+// else errHostedElsewhere, naming the host.
+func (st *State) hostErr(client, node string, epoch uint64) error {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
-	ss := st.sessions[client]
-	return ss == nil || ss.host == "" || ss.host == node && ss.epoch == epoch
+	if !st.fencedLocked(client, node, epoch) {
+		return nil
+	}
+	return fmt.Errorf("%w (%s)", errHostedElsewhere, st.sessions[client].host)
 }
 
 // retainedLocked decodes the retained messages of subjects that the state holds,
@@ -844,14 +846,7 @@ func (s *Server) AdoptOrphans(adopt bool, alive func(node string) bool) int {
 	var orphans []string
 	s.state.mu.RLock()
 	for client, ss := range s.state.sessions {
-		if ss.rec == nil {
-			continue
-		}
-		var rec sessionRecord
-		if json.Unmarshal(ss.rec, &rec) != nil || rec.Host == "" {
-			continue
-		}
-		if rec.Host == s.nodeName || (adopt && !alive(rec.Host)) {
+		if ss.host != "" && (ss.host == s.nodeName || adopt && !alive(ss.host)) {
 			orphans = append(orphans, client)
 		}
 	}
@@ -868,7 +863,7 @@ func (s *Server) AdoptOrphans(adopt bool, alive func(node string) bool) int {
 		if s.state.HostOf(client) != s.nodeName {
 			// Claimed before it is read: its old host, should it come back,
 			// writes nothing more to it once the claim is in the log.
-			s.kv.enqueue(kvOp{key: client, from: s.nodeName, claim: true})
+			s.kv.claim(s.nodeName, client, nil)
 		}
 		claimed = append(claimed, client)
 	}
@@ -921,8 +916,8 @@ func (s *Server) proposePublish(m *broker.Message, origin string, epoch uint64, 
 		if done != nil {
 			inner := done
 			done = func(err error) {
-				if err == nil && !s.state.hosts(origin, s.nodeName, epoch) {
-					err = fmt.Errorf("%w (%s)", errHostedElsewhere, s.state.HostOf(origin))
+				if err == nil {
+					err = s.state.hostErr(origin, s.nodeName, epoch)
 				}
 				inner(err)
 			}

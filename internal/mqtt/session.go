@@ -317,8 +317,8 @@ func (s *session) holdLocked(rd *sm.Ready, sc subChanges) {
 		// Committed is not enough: the group leaves this node's records out
 		// once another node has claimed the session, and the packets must not
 		// go out without them.
-		if err == nil && !s.srv.state.hosts(s.id, s.srv.nodeName, s.claimEpoch()) {
-			err = fmt.Errorf("%w (%s)", errHostedElsewhere, s.srv.state.HostOf(s.id))
+		if err == nil {
+			err = s.srv.state.hostErr(s.id, s.srv.nodeName, s.claimEpoch())
 		}
 		s.writeHeld(seq, err)
 	}})
