@@ -31,8 +31,7 @@ soak:
 # (SIGSTOP) and cut off (a minority, one link, one way, a 2|3 split, and faults
 # combined). TestKafkaNemesis does the same to franz-go's idempotent producer and a
 # consumer group, TestMQTTNemesis to paho-mqtt publishers and a subscriber with
-# persistent sessions. The suite runs four rounds of four faults, and two of the MQTT
-# twin (the Kafka one waits for the fix of the bug it found: docs/kafka.md).
+# persistent sessions. The suite runs four rounds of four faults, and two of each twin.
 nemesis:
 	TERN_CLUSTER_SEEDS=10 TERN_NEMESIS_FAULTS=12 go test -count=1 -timeout 120m -run '^(TestNemesis|TestKafkaNemesis|TestMQTTNemesis)$$' ./internal/cluster/clustertest/
 

@@ -49,6 +49,16 @@ func newAPIClient(b *broker.Broker) *apiClient {
 	return a
 }
 
+// seekDeadline is the NotAfter of a seek sent now: when this node stops waiting
+// for its answer. A seek that reaches its consumer later is refused rather than
+// applied after this node answered its commit with an error and the client
+// committed again. Node clocks apart by d shift that by d: a consumer's node
+// whose clock runs d ahead refuses seeks that took longer than the wait less d
+// to get there, one d behind applies a seek up to d after this node gave up.
+func (a *apiClient) seekDeadline() time.Time {
+	return time.Now().Add(a.timeout)
+}
+
 func (a *apiClient) close() {
 	a.subOnce.Do(func() { a.subErr = net.ErrClosed })
 	if a.subErr == nil {
@@ -59,52 +69,78 @@ func (a *apiClient) close() {
 // apiRequest sends body (JSON; nil for none) to subject and decodes the answer's
 // value. An error answer is returned as *streamapi.APIError.
 func apiRequest[T any](a *apiClient, subject string, body any) (*T, error) {
+	return apiAnswer[T](a.send(subject, body))
+}
+
+// apiCall is a request sent and not yet answered: apiAnswer waits for it. Sending
+// apart from waiting lets a caller send requests in an order it holds a lock for.
+type apiCall struct {
+	a       *apiClient
+	subject string
+	id      uint64
+	ch      chan []byte
+	err     error // not sent
+}
+
+// send publishes a request; its answer is apiAnswer's.
+func (a *apiClient) send(subject string, body any) *apiCall {
 	a.subOnce.Do(func() { a.subErr = a.b.Subscribe(a.sub) })
 	if a.subErr != nil {
-		return nil, fmt.Errorf("stream api inbox: %w", a.subErr)
+		return &apiCall{err: fmt.Errorf("stream api inbox: %w", a.subErr)}
 	}
 	var data []byte
 	if body != nil {
 		var err error
 		if data, err = json.Marshal(body); err != nil {
-			return nil, fmt.Errorf("%s: %w", subject, err)
+			return &apiCall{err: fmt.Errorf("%s: %w", subject, err)}
 		}
 	}
-	ch := make(chan []byte, 1)
+	call := &apiCall{a: a, subject: subject, ch: make(chan []byte, 1)}
 	a.mu.Lock()
 	a.next++
-	id := a.next
-	a.waiting[id] = ch
+	call.id = a.next
+	a.waiting[call.id] = call.ch
 	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.waiting, id)
-		a.mu.Unlock()
-	}()
-	reply := strconv.AppendUint(bytes.Clone(a.prefix), id, 10)
+	reply := strconv.AppendUint(bytes.Clone(a.prefix), call.id, 10)
 	var batch broker.Batch
 	n := a.b.Publish(&batch, &broker.Message{Subject: []byte(subject), Reply: reply, Payload: data})
 	batch.Flush()
 	if n == 0 {
-		return nil, fmt.Errorf("%s: %w", subject, errNoResponders)
+		call.forget()
+		call.err = fmt.Errorf("%s: %w", subject, errNoResponders)
 	}
-	timer := time.NewTimer(a.timeout)
+	return call
+}
+
+func (c *apiCall) forget() {
+	c.a.mu.Lock()
+	delete(c.a.waiting, c.id)
+	c.a.mu.Unlock()
+}
+
+// apiAnswer waits for a request's answer and decodes its value.
+func apiAnswer[T any](c *apiCall) (*T, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	defer c.forget()
+	timer := time.NewTimer(c.a.timeout)
 	defer timer.Stop()
 	var answer []byte
 	select {
-	case answer = <-ch:
+	case answer = <-c.ch:
 	case <-timer.C:
-		return nil, fmt.Errorf("%s: no answer within %v", subject, a.timeout)
+		return nil, fmt.Errorf("%s: no answer within %v", c.subject, c.a.timeout)
 	}
 	var resp streamapi.Response[T]
 	if err := json.Unmarshal(answer, &resp); err != nil {
-		return nil, fmt.Errorf("%s: bad answer: %w", subject, err)
+		return nil, fmt.Errorf("%s: bad answer: %w", c.subject, err)
 	}
 	if resp.Error != nil {
 		return nil, resp.Error
 	}
 	if resp.Value == nil {
-		return nil, fmt.Errorf("%s: empty answer", subject)
+		return nil, fmt.Errorf("%s: empty answer", c.subject)
 	}
 	return resp.Value, nil
 }

@@ -453,7 +453,7 @@ func (c *conn) kafkaRecord(t *topic, rec *store.Record) (ts int64) {
 			out.Value = nil
 			return true
 		case streamapi.HeaderMsgID, streamapi.HeaderExpectedLastMsgID:
-			if strings.HasPrefix(unsafeString(v), msgIDPrefix) {
+			if id := strings.TrimPrefix(unsafeString(v), streamapi.ExpectedLastIfAny); strings.HasPrefix(id, msgIDPrefix) {
 				return true
 			}
 		}

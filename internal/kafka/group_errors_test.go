@@ -13,8 +13,8 @@ import (
 // answers: FindCoordinator in both forms, MEMBER_ID_REQUIRED with an id, a
 // one-member group through join and sync, then UNKNOWN_MEMBER_ID,
 // ILLEGAL_GENERATION, INVALID_SESSION_TIMEOUT, INCONSISTENT_GROUP_PROTOCOL, a
-// commit of a generation that is gone, batched LeaveGroup and multi-group
-// OffsetFetch.
+// commit of a generation that is gone, a commit over a connection older than the
+// member's last one, batched LeaveGroup and multi-group OffsetFetch.
 func TestGroupProtocolErrors(t *testing.T) {
 	_, addr := startTern(t, fastGroups)
 	r := dialRaw(t, addr)
@@ -89,17 +89,18 @@ func TestGroupProtocolErrors(t *testing.T) {
 		t.Fatalf("join with another protocol: %+v", j)
 	}
 
-	commit := func(grp, member string, gen int32) int16 {
+	commitOver := func(r *raw, grp, member string, gen int32, offset int64) int16 {
 		oc := kmsg.NewPtrOffsetCommitRequest()
 		oc.Version, oc.Group, oc.MemberID, oc.Generation = 8, grp, member, gen
 		ot := kmsg.NewOffsetCommitRequestTopic()
 		ot.Topic = "errs"
 		op := kmsg.NewOffsetCommitRequestTopicPartition()
-		op.Offset = 3
+		op.Offset = offset
 		ot.Partitions = append(ot.Partitions, op)
 		oc.Topics = append(oc.Topics, ot)
 		return r.do(oc).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
 	}
+	commit := func(grp, member string, gen int32) int16 { return commitOver(r, grp, member, gen, 3) }
 	if c := commit("g", me, 1); c != kerr.UnknownTopicOrPartition.Code {
 		t.Fatalf("commit to a missing topic: %d", c)
 	}
@@ -120,6 +121,16 @@ func TestGroupProtocolErrors(t *testing.T) {
 	}
 	if c := commit("other", "", 3); c != kerr.IllegalGeneration.Code {
 		t.Fatalf("commit of a generation of a group that is not there: %d", c)
+	}
+	// The member commits over a new connection: a commit read from its first
+	// connection afterwards (sent before the client gave up on it) is refused and
+	// leaves the newer offset.
+	r2 := dialRaw(t, addr)
+	if c := commitOver(r2, "g", me, 1, 9); c != 0 {
+		t.Fatalf("commit over a new connection: %d", c)
+	}
+	if c := commitOver(r, "g", me, 1, 2); c != kerr.RequestTimedOut.Code {
+		t.Fatalf("commit over the older connection after it: %d, want REQUEST_TIMED_OUT", c)
 	}
 
 	// Leave: the member and a stranger at once (v3+).
@@ -150,7 +161,7 @@ func TestGroupProtocolErrors(t *testing.T) {
 		of.Groups = append(of.Groups, rg)
 	}
 	fr := r.do(of).(*kmsg.OffsetFetchResponse)
-	if len(fr.Groups) != 2 || fr.Groups[0].Topics[0].Partitions[0].Offset != 3 || fr.Groups[1].Topics[0].Partitions[0].Offset != -1 {
+	if len(fr.Groups) != 2 || fr.Groups[0].Topics[0].Partitions[0].Offset != 9 || fr.Groups[1].Topics[0].Partitions[0].Offset != -1 {
 		t.Fatalf("offset fetch: %+v", fr)
 	}
 }

@@ -258,60 +258,107 @@ func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitRes
 	resp.Version = req.Version
 	gr := c.group(req.Group)
 	code := c.s.coordinatorCode(gr)
-	if code == 0 {
-		if d := c.s.groups.get(gr, false); d != nil {
-			d.do(func(now time.Time, g *group.Group) {
-				code = g.CheckCommit(now, req.MemberID, str(req.InstanceID), req.Generation)
-			})
-		} else if req.Generation >= 0 {
-			// No such group here (a restart ends every membership, as does the
-			// coordinator moving here): the member joins again.
-			code = kerr.IllegalGeneration.Code
-			c.s.log.Info("offset commit for a group this node has no members of: the member joins again",
-				"group", req.Group, "member", req.MemberID, "generation", req.Generation)
-		}
+	// Each topic's offsets, the partitions they are for (at) and each partition's
+	// answer.
+	type topicCommit struct {
+		t         *topic
+		positions []streamapi.SeekPosition
+		at        []int
+		codes     []int16
+		call      *apiCall
 	}
-	for _, rt := range req.Topics {
-		out := kmsg.NewOffsetCommitResponseTopic()
-		out.Topic, out.TopicID = rt.Topic, rt.TopicID
-		codes := make([]int16, len(rt.Partitions))
-		var t *topic
+	commits := make([]topicCommit, len(req.Topics))
+	for ti, rt := range req.Topics {
+		tc := &commits[ti]
+		tc.codes = make([]int16, len(rt.Partitions))
 		tcode := code
 		if tcode == 0 {
 			if req.Version >= 10 {
-				t, tcode = c.findIDFor(rt.TopicID, needRead)
+				tc.t, tcode = c.findIDFor(rt.TopicID, needRead)
 			} else {
-				t, tcode, _ = c.findFor(rt.Topic, false, needRead)
+				tc.t, tcode, _ = c.findFor(rt.Topic, false, needRead)
 			}
 		}
-		var positions []streamapi.SeekPosition
-		var at []int
 		for i, p := range rt.Partitions {
 			switch {
 			case tcode != 0:
-				codes[i] = tcode
-			case p.Partition < 0 || int(p.Partition) >= t.parts:
-				codes[i] = kerr.UnknownTopicOrPartition.Code
+				tc.codes[i] = tcode
+			case p.Partition < 0 || int(p.Partition) >= tc.t.parts:
+				tc.codes[i] = kerr.UnknownTopicOrPartition.Code
 			case p.Metadata != nil && len(*p.Metadata) > maxOffsetMetadata:
-				codes[i] = kerr.OffsetMetadataTooLarge.Code
+				tc.codes[i] = kerr.OffsetMetadataTooLarge.Code
 			case p.Offset < 0:
-				codes[i] = kerr.InvalidCommitOffsetSize.Code
+				tc.codes[i] = kerr.InvalidCommitOffsetSize.Code
 			default:
-				positions = append(positions, streamapi.SeekPosition{Partition: int(p.Partition), Next: uint64(p.Offset) + 1})
-				at = append(at, i)
+				tc.positions = append(tc.positions, streamapi.SeekPosition{Partition: int(p.Partition), Next: uint64(p.Offset) + 1})
+				tc.at = append(tc.at, i)
 			}
 		}
-		if len(positions) > 0 {
-			if err := c.s.commitOffsets(gr, t.name, dedupPositions(positions)); err != nil {
-				c.s.log.Warn("offset commit", "group", req.Group, "topic", t.name, "err", err)
-				for _, i := range at {
-					codes[i] = offsetsErrorCode(err)
+		tc.positions = dedupPositions(tc.positions)
+	}
+	// The member is checked and the seeks sent under the group's lock, so that
+	// the consumers get the commits in the order the group accepted them.
+	accept := func(send func()) int16 {
+		d := c.s.groups.get(gr, false)
+		switch {
+		case d != nil:
+			var code int16
+			d.do(func(now time.Time, g *group.Group) {
+				if code = g.CheckCommit(now, req.MemberID, str(req.InstanceID), req.Generation, c.id); code == 0 {
+					send()
+				}
+			})
+			return code
+		case req.Generation >= 0:
+			// No such group here (a restart ends every membership, as does the
+			// coordinator moving here): the member joins again.
+			c.s.log.Info("offset commit for a group this node has no members of: the member joins again",
+				"group", req.Group, "member", req.MemberID, "generation", req.Generation)
+			return kerr.IllegalGeneration.Code
+		}
+		send()
+		return 0
+	}
+	if code == 0 {
+		code = accept(func() {
+			for i := range commits {
+				if tc := &commits[i]; len(tc.positions) > 0 {
+					tc.call = c.s.seekOffsets(gr, tc.t.name, tc.positions)
+				}
+			}
+		})
+	}
+	for ti, rt := range req.Topics {
+		tc := &commits[ti]
+		if code != 0 {
+			for i := range tc.codes {
+				tc.codes[i] = code
+			}
+		} else if tc.call != nil {
+			_, err := apiAnswer[streamapi.ConsumerInfo](tc.call)
+			if apiCode(err) == streamapi.CodeConsumerMissing {
+				// The group's first commit on the topic: its consumer is made,
+				// then the commit is accepted again (a newer one may have come).
+				if err = c.s.makeOffsetsConsumer(gr, tc.t.name); err == nil {
+					if acode := accept(func() { tc.call = c.s.seekOffsets(gr, tc.t.name, tc.positions) }); acode != 0 {
+						err = errCommitRefused{acode}
+					} else {
+						_, err = apiAnswer[streamapi.ConsumerInfo](tc.call)
+					}
+				}
+			}
+			if err != nil {
+				c.s.log.Warn("offset commit", "group", req.Group, "topic", tc.t.name, "err", err)
+				for _, i := range tc.at {
+					tc.codes[i] = offsetsErrorCode(err)
 				}
 			}
 		}
+		out := kmsg.NewOffsetCommitResponseTopic()
+		out.Topic, out.TopicID = rt.Topic, rt.TopicID
 		for i, p := range rt.Partitions {
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
-			rp.Partition, rp.ErrorCode = p.Partition, codes[i]
+			rp.Partition, rp.ErrorCode = p.Partition, tc.codes[i]
 			out.Partitions = append(out.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, out)
@@ -761,7 +808,7 @@ func (c *conn) deleteTopicOffsets(gr groupRef, rt kmsg.OffsetDeleteRequestTopic,
 			err = nil
 		}
 	default:
-		_, err = apiRequest[streamapi.ConsumerInfo](c.s.api, apiSubject(gr.acct, streamapi.ConsumerSeekSubject(t.name, name)), streamapi.SeekRequest{Positions: positions})
+		_, err = apiRequest[streamapi.ConsumerInfo](c.s.api, apiSubject(gr.acct, streamapi.ConsumerSeekSubject(t.name, name)), streamapi.SeekRequest{Positions: positions, NotAfter: c.s.api.seekDeadline()})
 	}
 	if err != nil {
 		c.s.log.Warn("offset delete", "group", gr.id, "topic", t.name, "err", err)

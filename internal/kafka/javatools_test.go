@@ -294,7 +294,7 @@ func TestJavaProducerPerformance(t *testing.T) {
 			if err != nil || len(m.Data) != 100 {
 				t.Fatalf("last message: %v %+v", err, m)
 			}
-			idem := regexp.MustCompile(fmt.Sprintf(`Tern-Msg-Id.kafka:\d+:0:0:%d(\D|$)`, n-1)).Match(m.Header)
+			idem := regexp.MustCompile(fmt.Sprintf(`Tern-Msg-Id.kafka:\d+:0:0#%d(\D|$)`, n-1)).Match(m.Header)
 			if idem != (acks == "all") || (acks != "all" && bytes.Contains(m.Header, []byte("Tern-Msg-Id"))) {
 				t.Fatalf("acks=%s: last message's headers %q", acks, m.Header)
 			}

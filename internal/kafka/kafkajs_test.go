@@ -133,7 +133,7 @@ func TestKafkajs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: last message: %v", topic, err)
 		}
-		idem := regexp.MustCompile(fmt.Sprintf(`Tern-Msg-Id.kafka:\d+:0:0:%d(\D|$)`, n-1)).Match(m.Header)
+		idem := regexp.MustCompile(fmt.Sprintf(`Tern-Msg-Id.kafka:\d+:0:0#%d(\D|$)`, n-1)).Match(m.Header)
 		if idem != (topic == "js-idempotent") || (topic != "js-idempotent" && bytes.Contains(m.Header, []byte("Tern-Msg-Id"))) {
 			t.Fatalf("%s: last message's headers %q", topic, m.Header)
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,7 +17,8 @@ import (
 // positions of one durable consumer of stream T, named after G (consumerName):
 // committing offset o for partition p moves that consumer's position in p to
 // sequence o + 1 (the stream API's CONSUMER.SEEK, answered once the consumer's
-// journal holds it), and the committed offset read back is the consumer's ack
+// journal holds it, and refused if it reaches the consumer after the deadline it
+// carries, so that a commit this node gave up on never lands after a newer one), and the committed offset read back is the consumer's ack
 // floor there. So a group's progress is durable and, in a cluster, replicated
 // with the stream's consumer state, and native clients see it
 // (`tern consumer info T G`). The consumer is made by the group's first commit on
@@ -73,26 +75,32 @@ func apiSubject(acct, subject string) string {
 	return stream.SubjectPrefix(acct) + subject
 }
 
-// commitOffsets stores a group's offsets on one topic, making its consumer on the
-// first commit.
-func (s *Server) commitOffsets(g groupRef, topic string, positions []streamapi.SeekPosition) error {
-	group := g.id
-	name := consumerName(group)
-	seek := func() error {
-		_, err := apiRequest[streamapi.ConsumerInfo](s.api, apiSubject(g.acct, streamapi.ConsumerSeekSubject(topic, name)), streamapi.SeekRequest{Positions: positions})
-		return err
-	}
-	err := seek()
-	if apiCode(err) != streamapi.CodeConsumerMissing {
-		return err
-	}
-	cfg := streamapi.ConsumerConfig{Durable: name, Description: descriptionPrefix + group,
+// seekOffsets sends a group's offsets on one topic to its consumer (apiAnswer
+// waits for the answer: CodeConsumerMissing before the group's first commit
+// there, see makeOffsetsConsumer).
+func (s *Server) seekOffsets(g groupRef, topic string, positions []streamapi.SeekPosition) *apiCall {
+	return s.api.send(apiSubject(g.acct, streamapi.ConsumerSeekSubject(topic, consumerName(g.id))),
+		streamapi.SeekRequest{Positions: positions, NotAfter: s.api.seekDeadline()})
+}
+
+// makeOffsetsConsumer makes the consumer holding a group's offsets on a topic, for
+// the group's first commit there; one made meanwhile by another commit will do.
+func (s *Server) makeOffsetsConsumer(g groupRef, topic string) error {
+	name := consumerName(g.id)
+	cfg := streamapi.ConsumerConfig{Durable: name, Description: descriptionPrefix + g.id,
 		AckPolicy: streamapi.AckExplicit, DeliverPolicy: streamapi.DeliverAll}
 	if _, err := apiRequest[streamapi.ConsumerInfo](s.api, apiSubject(g.acct, streamapi.ConsumerCreateSubject(topic, name)), cfg); err != nil && apiCode(err) != streamapi.CodeConflict {
 		return err
 	}
-	s.log.Info("group offsets consumer created", "group", group, "account", acctAttr(g.acct), "topic", topic, "consumer", name)
-	return seek()
+	s.log.Info("group offsets consumer created", "group", g.id, "account", acctAttr(g.acct), "topic", topic, "consumer", name)
+	return nil
+}
+
+// errCommitRefused is a commit the group refused after its consumer was made.
+type errCommitRefused struct{ code int16 }
+
+func (e errCommitRefused) Error() string {
+	return fmt.Sprintf("commit refused: Kafka error %d", e.code)
 }
 
 // fetchOffsets reads a group's consumer on a topic: nil when the group has no
@@ -185,6 +193,9 @@ func (s *Server) deleteOffsets(group groupRef) (bool, error) {
 func offsetsErrorCode(err error) int16 {
 	switch apiCode(err) {
 	case 0:
+		if r, ok := errors.AsType[errCommitRefused](err); ok {
+			return r.code
+		}
 		if errors.Is(err, errNoResponders) {
 			return kerr.CoordinatorNotAvailable.Code
 		}
@@ -197,6 +208,8 @@ func offsetsErrorCode(err error) int16 {
 		return kerr.PolicyViolation.Code
 	case streamapi.CodeUnavailable:
 		return kerr.CoordinatorNotAvailable.Code
+	case streamapi.CodeExpired:
+		return kerr.RequestTimedOut.Code
 	}
 	return kerr.UnknownServerError.Code
 }

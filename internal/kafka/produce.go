@@ -40,6 +40,7 @@ type produceScratch struct {
 	hdr     []byte    // header blocks of the records, one after another
 	hdrEach int       // the most header bytes a record has taken, for growing hdr once per batch
 	ids     recordIDs // the message ids of the batch being decoded
+	follows []byte    // the lenient expected last id of a batch's first record
 	reply   []byte
 	num     []byte
 	bufs    [][]byte // decompression buffers, one per compressed batch
@@ -308,9 +309,18 @@ func (c *conn) decodePartition(ps *produceScratch, pi int, data []byte, nbuf int
 			h = header.Append(h, HeaderTimestamp, unsafeString(tsText))
 			if idem {
 				h = header.Append(h, streamapi.HeaderMsgID, unsafeString(ps.ids.of(i)))
-				if i == 0 && hasAfter {
+				switch {
+				case i != 0:
+				case hasAfter:
 					// Behind a batch still in flight: stored only if that one was.
 					h = header.Append(h, streamapi.HeaderExpectedLastMsgID, unsafeString(ps.ids.ofSeq(after)))
+				case batch.FirstSequence > 0:
+					// Stored only right after the sequence before it, when the
+					// stream still knows the producer: a copy of an earlier batch
+					// held up on its way (the producer had sent it again and
+					// gone on) is refused rather than stored behind later ones.
+					ps.follows = append(append(ps.follows[:0], streamapi.ExpectedLastIfAny...), ps.ids.ofSeq(batch.FirstSequence-1)...)
+					h = header.Append(h, streamapi.HeaderExpectedLastMsgID, unsafeString(ps.follows))
 				}
 			}
 			for j := range rec.Headers {
@@ -418,7 +428,7 @@ const errCompactedNoKey = errRecord("compacted topic cannot accept a record with
 func (e errRecord) Error() string { return string(e) }
 
 // recordIDs makes the message ids of one idempotent batch's records,
-// "kafka:<producer id>:<epoch>:<partition>:<sequence>", record i's sequence being
+// "kafka:<producer id>:<epoch>:<partition>#<sequence>", record i's sequence being
 // the batch's first plus i (wrapping after the int32 maximum, as Kafka's do).
 // Records are asked for in order, so an id is mostly the last one's text with its
 // number advanced by one, not formatted again.
@@ -438,7 +448,7 @@ func (r *recordIDs) begin(producer int64, epoch int16, part, first int32) {
 	b = strconv.AppendInt(b, int64(epoch), 10)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, int64(part), 10)
-	r.buf = append(b, ':')
+	r.buf = append(b, streamapi.SequenceMark...)
 	r.prefix, r.first, r.i = len(r.buf), first, -1
 }
 

@@ -12,7 +12,7 @@ import (
 // across carries into a new digit, the int32 wrap, records skipped (a record
 // refused by its subject takes no id) and an id asked out of order.
 func TestIdempotentRecordIDs(t *testing.T) {
-	want := func(seq int64) string { return fmt.Sprintf("kafka:4711:3:2:%d", seq) }
+	want := func(seq int64) string { return fmt.Sprintf("kafka:4711:3:2#%d", seq) }
 	var ids recordIDs
 	for _, first := range []int32{0, 7, 95, 998, 99_999, math.MaxInt32 - 3} {
 		ids.begin(4711, 3, 2, first)
@@ -37,7 +37,7 @@ func TestIdempotentRecordIDs(t *testing.T) {
 		}
 	}
 	ids.begin(1, 0, 0, 0)
-	if got := string(ids.of(0)); got != "kafka:1:0:0:0" {
+	if got := string(ids.of(0)); got != "kafka:1:0:0#0" {
 		t.Fatalf("new batch's first id %q", got)
 	}
 }

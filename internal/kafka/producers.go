@@ -23,11 +23,16 @@ import (
 //     the producer was forgotten) is taken at any sequence, as Kafka takes one whose
 //     state retention removed.
 //
-// That state lives in memory. What makes a retry safe across a restart too is that
-// every record of an idempotent producer is published with the message id
-// "kafka:<producer id>:<epoch>:<partition>:<sequence>" (the Tern-Msg-Id header),
-// which the stream's duplicate window (2 minutes by default) drops when it comes
-// again.
+// That state lives in memory, on the node the producer talks to. What holds across
+// restarts, and across nodes when a cluster's partition leader moves, is in the
+// stream: every record of an idempotent producer is published with the message id
+// "kafka:<producer id>:<epoch>:<partition>#<sequence>" (the Tern-Msg-Id header), a
+// sequence (streamapi.SequenceMark). The stream's duplicate window (2 minutes by
+// default) drops a record that comes again, stores a batch's records only right
+// after one another, and takes a batch's first record only after the sequence
+// before it, which it names (Tern-Expected-Last-Msg-Id: strictly behind a batch in
+// flight, else "~", if the stream still knows the producer). So a batch is stored
+// whole or not at all, and in order, however late a copy of it arrives.
 
 const (
 	keepBatches  = 5 // as Kafka's max.in.flight for idempotence

@@ -315,6 +315,8 @@ func apiError(err error) *streamapi.APIError {
 		code = streamapi.CodeUnavailable
 	case errors.Is(err, store.ErrNotFound):
 		code = streamapi.CodeNotFound
+	case errors.Is(err, ErrExpired):
+		code = streamapi.CodeExpired
 	}
 	return &streamapi.APIError{Code: code, Description: err.Error()}
 }

@@ -24,7 +24,7 @@ func kafkaLikeEntry(token uint64, ts int64, firstID, n int, value func(i int) []
 		it.subj = q.put([]byte("bench"))
 		h := header.Append(nil, streamapi.HeaderToPartition, "0")
 		h = header.Append(h, "Tern-Timestamp", tsText)
-		h = header.Append(h, streamapi.HeaderMsgID, "kafka:7:0:0:"+strconv.Itoa(firstID+i))
+		h = header.Append(h, streamapi.HeaderMsgID, "kafka:7:0:0#"+strconv.Itoa(firstID+i))
 		it.hdr = q.put(h)
 		it.data = q.put(value(firstID + i))
 		idx = append(idx, len(q.items))

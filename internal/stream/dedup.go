@@ -2,6 +2,7 @@ package stream
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tern-mq/tern/internal/header"
@@ -44,10 +45,23 @@ func (d *dedupWindow) check(hdr header.Block, now int64, c *idCheck) {
 // wrongLast reports whether c's message expects another last message id than
 // the one stored, with the refusal's code and text.
 func (d *dedupWindow) wrongLast(c *idCheck, now int64) (wrong bool, code int, text string) {
-	if !c.hasExpected || d.isHighest(c.expected, now) {
+	if !c.hasExpected {
+		if id := &c.id; id.numbered && id.n > 0 && strings.HasSuffix(id.prefix, streamapi.SequenceMark) {
+			// A sequence's id follows the one before it, stored already.
+			if last, known := d.highest(id.prefix, now); !known || last != id.n-1 {
+				return true, streamapi.CodeWrongLastMsgID, "wrong last message id: " + id.id + " does not follow the last one stored of its sequence"
+			}
+		}
 		return false, 0, ""
 	}
-	return true, streamapi.CodeWrongLastMsgID, "wrong last message id: " + c.expected + " is not the last one stored"
+	want, ifAny := strings.CutPrefix(c.expected, streamapi.ExpectedLastIfAny)
+	if prefix, n, ok := splitNumbered(want); ok {
+		last, known := d.highest(prefix, now)
+		if known && last == n || !known && ifAny {
+			return false, 0, ""
+		}
+	}
+	return true, streamapi.CodeWrongLastMsgID, "wrong last message id: " + want + " is not the last one stored"
 }
 
 // dedupWindow remembers the message ids a stream stored within its duplicate window,
@@ -177,19 +191,18 @@ func (d *dedupWindow) lookup(id msgID, now int64) (part int, seq uint64, dup boo
 	return e.part, e.seq, true
 }
 
-// isHighest reports whether id is numbered and the highest number stored with its
-// prefix within the window.
-func (d *dedupWindow) isHighest(id string, now int64) bool {
-	prefix, n, ok := splitNumbered(id)
-	if !ok {
-		return false
-	}
+// highest returns the highest number stored with prefix within the window; known
+// is false when none is.
+func (d *dedupWindow) highest(prefix string, now int64) (n uint64, known bool) {
 	l := d.list(prefix)
 	if l == nil {
-		return false
+		return 0, false
 	}
 	l.expire(now - int64(d.window))
-	return len(l.runs) > 0 && l.runs[len(l.runs)-1].last == n
+	if len(l.runs) == 0 {
+		return 0, false
+	}
+	return l.runs[len(l.runs)-1].last, true
 }
 
 // list returns prefix's runs, nil when none are kept.

@@ -66,6 +66,7 @@ var (
 	ErrBadConfig        = errors.New("invalid configuration")
 	ErrClosed           = errors.New("stream engine closed")
 	ErrNotLeader        = errors.New("this node does not lead the stream's group")
+	ErrExpired          = errors.New("request arrived after its deadline")
 )
 
 // Manager owns every stream of a server.

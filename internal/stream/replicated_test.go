@@ -259,12 +259,21 @@ func TestReplicasStoreAlike(t *testing.T) {
 	}
 }
 
-func TestDuplicatesWithinWindow(t *testing.T) {
-	l := openTestLog(t, t.TempDir())
+// applyResults applies ents to a fresh replica with a duplicate window and
+// returns each batch's results by its token.
+func applyResults(t *testing.T, window time.Duration, ents []replica.Entry) map[uint64][]pubResult {
+	t.Helper()
 	got := map[uint64][]pubResult{}
-	m := newPartitionMachine(l, 10*time.Second, func(token uint64, res []pubResult) {
+	m := newPartitionMachine(openTestLog(t, t.TempDir()), window, func(token uint64, res []pubResult) {
 		got[token] = append([]pubResult(nil), res...)
 	})
+	if err := m.Apply(ents); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestDuplicatesWithinWindow(t *testing.T) {
 	sec := int64(time.Second)
 	ents := []replica.Entry{
 		{Index: 2, Data: msgEntryOf(1, 100*sec, testMsg{"a", "x", "1"}, testMsg{"a", "y", "2"})},
@@ -273,9 +282,7 @@ func TestDuplicatesWithinWindow(t *testing.T) {
 		{Index: 5, Data: msgEntryOf(4, 121*sec, testMsg{"a", "y", "2 again"})},  // y at 100 s is 21 s old
 		{Index: 6, Data: msgEntryOf(5, 125*sec, testMsg{"a", "x", "x thrice"})}, // x at 120 s: a duplicate
 	}
-	if err := m.Apply(ents); err != nil {
-		t.Fatal(err)
-	}
+	got := applyResults(t, 10*time.Second, ents)
 	want := map[uint64][]pubResult{
 		1: {{seq: 1}, {seq: 2}},
 		2: {{seq: 1, dup: true}},
@@ -291,11 +298,6 @@ func TestDuplicatesWithinWindow(t *testing.T) {
 // TestExpectedLastMsgIDReplicated: every replica refuses alike a message whose
 // expected last id is not the highest stored, on the entries' clock.
 func TestExpectedLastMsgIDReplicated(t *testing.T) {
-	l := openTestLog(t, t.TempDir())
-	got := map[uint64][]pubResult{}
-	m := newPartitionMachine(l, 10*time.Second, func(token uint64, res []pubResult) {
-		got[token] = append([]pubResult(nil), res...)
-	})
 	sec := int64(time.Second)
 	ents := []replica.Entry{
 		{Index: 2, Data: msgEntryOf(1, 100*sec, testMsg{"a", "k:1", "1"}, testMsg{"a", "k:2 after k:1", "2"})},
@@ -303,9 +305,7 @@ func TestExpectedLastMsgIDReplicated(t *testing.T) {
 		{Index: 4, Data: msgEntryOf(3, 102*sec, testMsg{"a", "k:3 after k:2", "3"}, testMsg{"a", "k:4 after k:3", "4"})},
 		{Index: 5, Data: msgEntryOf(4, 120*sec, testMsg{"a", "k:5 after k:4", "5"})}, // k:4 is 18 s old: out of the window
 	}
-	if err := m.Apply(ents); err != nil {
-		t.Fatal(err)
-	}
+	got := applyResults(t, 10*time.Second, ents)
 	wrong := func() pubResult {
 		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: k:4 is not the last one stored"}
 	}
@@ -314,6 +314,42 @@ func TestExpectedLastMsgIDReplicated(t *testing.T) {
 		2: {{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: k:3 is not the last one stored"}},
 		3: {{seq: 3}, {seq: 4}},
 		4: {wrong()},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+}
+
+// TestSequencedMsgIDsReplicated: a replica refuses the rest of a sequence's batch
+// whose first message was refused, across entries, and stores a retry of it in
+// order; a copy of an old batch that comes after newer ones is refused whole.
+func TestSequencedMsgIDsReplicated(t *testing.T) {
+	sec := int64(time.Second)
+	ents := []replica.Entry{
+		{Index: 2, Data: msgEntryOf(1, 100*sec, testMsg{"a", "p#0", "0"}, testMsg{"a", "p#1", "1"})},
+		// A batch 3..5 behind 2, which failed: its first entry, then its second.
+		{Index: 3, Data: msgEntryOf(2, 101*sec, testMsg{"a", "p#3 after p#2", "3"}, testMsg{"a", "p#4", "4"})},
+		{Index: 4, Data: msgEntryOf(3, 101*sec, testMsg{"a", "p#5", "5"})},
+		// The retries: 2, then 3..5.
+		{Index: 5, Data: msgEntryOf(4, 102*sec, testMsg{"a", "p#2 after ~p#1", "2"})},
+		{Index: 6, Data: msgEntryOf(5, 102*sec, testMsg{"a", "p#3 after p#2", "3"}, testMsg{"a", "p#4", "4"}, testMsg{"a", "p#5", "5"})},
+		// The first copy of 3..5, held up: duplicates; a copy of 1..2 with a
+		// record 6 that never was part of it: 6 refused.
+		{Index: 7, Data: msgEntryOf(6, 103*sec, testMsg{"a", "p#3 after ~p#2", "3"}, testMsg{"a", "p#4", "4"})},
+		{Index: 8, Data: msgEntryOf(7, 103*sec, testMsg{"a", "p#1 after ~p#0", "1"}, testMsg{"a", "p#2", "2"}, testMsg{"a", "p#7", "7"})},
+	}
+	got := applyResults(t, 10*time.Second, ents)
+	wrong := func(id string) pubResult {
+		return pubResult{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: " + id + " does not follow the last one stored of its sequence"}
+	}
+	want := map[uint64][]pubResult{
+		1: {{seq: 1}, {seq: 2}},
+		2: {{code: streamapi.CodeWrongLastMsgID, err: "wrong last message id: p#2 is not the last one stored"}, wrong("p#4")},
+		3: {wrong("p#5")},
+		4: {{seq: 3}},
+		5: {{seq: 4}, {seq: 5}, {seq: 6}},
+		6: {{seq: 4, dup: true}, {seq: 5, dup: true}},
+		7: {{seq: 2, dup: true}, {seq: 3, dup: true}, wrong("p#7")},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("results %v, want %v", got, want)

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tern-mq/tern/internal/broker"
 	"github.com/tern-mq/tern/internal/streamapi"
@@ -12,7 +13,9 @@ import (
 // offsets are a durable consumer's positions, docs/kafka.md). The consumer's
 // machine applies it (consumer.Machine.Seek) and journals it as any change, so a
 // replicated stream's replicas carry it with the rest of the consumer's state; the
-// answer waits for the journal, as a synchronous ack does.
+// answer waits for the journal, as a synchronous ack does. A request carrying a
+// deadline (SeekRequest.NotAfter) that arrives after it is refused: its requester
+// has given up on it and may have sought again since.
 
 // seekRequest handles "CONSUMER.SEEK.<stream>.<consumer>" on the API goroutine:
 // it answers nil when the consumer answers later, on reply.
@@ -28,6 +31,10 @@ func (a *apiSink) seekRequest(account, streamName, name string, body, reply []by
 	c, err := s.Consumer(name)
 	if err != nil {
 		return Respond[streamapi.ConsumerInfo](nil, err)
+	}
+	if late := time.Since(req.NotAfter); !req.NotAfter.IsZero() && late > 0 {
+		a.m.log.Warn("consumer seek refused: it arrived after its deadline", "stream", streamName, "consumer", name, "late", late)
+		return Respond[streamapi.ConsumerInfo](nil, fmt.Errorf("stream %q: consumer %q: seek: %w (%v late)", streamName, name, ErrExpired, late))
 	}
 	if err := c.Seek(req.Positions, reply); err != nil {
 		return Respond[streamapi.ConsumerInfo](nil, err)

@@ -1,10 +1,13 @@
 package stream_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	tern "github.com/tern-mq/tern/client/go"
+	"github.com/tern-mq/tern/internal/streamapi"
 )
 
 // TestSeekConsumer: a durable consumer's position set through the API, forward and
@@ -59,5 +62,46 @@ func TestSeekConsumer(t *testing.T) {
 	e.addConsumer("wq", tern.ConsumerConfig{Durable: "w"})
 	if _, err := e.js.SeekConsumer(e.ctx, "wq", "w", tern.SeekPosition{Partition: 0, Next: 1}); !errors.As(err, &ae) || ae.Code != 400 {
 		t.Fatalf("seek on a work queue: %v, want a 400", err)
+	}
+}
+
+// TestSeekAfterItsDeadline: a seek that reaches its consumer after the deadline it
+// carries is refused with CodeExpired and moves nothing, and one before its
+// deadline is applied; so a requester that gave up on a seek and sought again is
+// never overtaken by the first.
+func TestSeekAfterItsDeadline(t *testing.T) {
+	srv := startAt(t, t.TempDir(), nil)
+	defer stop(t, srv)
+	e := connectEnv(t, srv)
+	e.addStream(tern.StreamConfig{Name: "dl", Subjects: []string{"dl"}})
+	for range 10 {
+		e.publish("dl", "x")
+	}
+	e.addConsumer("dl", tern.ConsumerConfig{Durable: "g", AckPolicy: tern.AckExplicit})
+	seek := func(next uint64, notAfter time.Time) streamapi.Response[streamapi.ConsumerInfo] {
+		t.Helper()
+		body, _ := json.Marshal(streamapi.SeekRequest{Positions: []streamapi.SeekPosition{{Partition: 0, Next: next}}, NotAfter: notAfter})
+		m, err := e.nc.Request(e.ctx, streamapi.ConsumerSeekSubject("dl", "g"), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp streamapi.Response[streamapi.ConsumerInfo]
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if r := seek(8, time.Now().Add(time.Minute)); r.Error != nil || r.Value.Partitions[0].AckFloor != 7 {
+		t.Fatalf("seek before its deadline: %+v", r)
+	}
+	r := seek(3, time.Now().Add(-time.Second))
+	if r.Error == nil || r.Error.Code != streamapi.CodeExpired {
+		t.Fatalf("seek after its deadline answered %+v, want code %d", r, streamapi.CodeExpired)
+	}
+	if f := e.consumerInfo("dl", "g").Partitions[0].AckFloor; f != 7 {
+		t.Fatalf("ack floor %d after a refused seek, want 7", f)
+	}
+	if got := meta(t, e.fetch(e.js.Pull("dl", "g"), 1)[0]).StreamSeq; got != 8 {
+		t.Fatalf("delivered seq %d, want 8", got)
 	}
 }

@@ -235,6 +235,64 @@ func TestExpectedLastMsgID(t *testing.T) {
 	}
 }
 
+// TestSequencedMsgIDs: ids "<prefix>#<n>" are a sequence. A message of one that
+// names no last id is stored only right after the one before it, so the rest of a
+// batch whose first message was refused is refused too; "~" names the last id only
+// when the stream knows the sequence, so a copy of an old batch arriving after
+// newer ones is refused, and a sequence the window forgot starts again.
+func TestSequencedMsgIDs(t *testing.T) {
+	e := newEnv(t)
+	e.addStream(tern.StreamConfig{Name: "sq", Subjects: []string{"sq"}, DuplicateWindow: tern.Duration(time.Second)})
+	refused := func(id string, opts ...tern.PubOpt) {
+		t.Helper()
+		_, err := e.js.Publish(e.ctx, "sq", []byte(id), append(opts, tern.MsgID(id))...)
+		var ae *tern.APIError
+		if !errors.As(err, &ae) || ae.Code != streamapi.CodeWrongLastMsgID {
+			t.Fatalf("%s: %v, want code %d", id, err, streamapi.CodeWrongLastMsgID)
+		}
+	}
+	stored := func(id string, opts ...tern.PubOpt) uint64 {
+		t.Helper()
+		a := e.publish("sq", id, append(opts, tern.MsgID(id))...)
+		if a.Duplicate {
+			t.Fatalf("%s: a duplicate of %d", id, a.Seq)
+		}
+		return a.Seq
+	}
+	// A batch 0..2 with nothing before it, then one 3..5 behind it.
+	stored("k#0")
+	stored("k#1")
+	stored("k#2")
+	stored("k#3", tern.ExpectLastMsgID("~k#2"))
+	stored("k#4")
+	// A batch 6..8 behind one that failed (5 never came): all refused.
+	refused("k#6", tern.ExpectLastMsgID("k#5"))
+	refused("k#7")
+	refused("k#8")
+	// A copy of the batch 2..4, held up on its way: 2..4 are duplicates; a copy
+	// of a batch 1..5 where 5 is new goes on after 4.
+	if a := e.publish("sq", "k#2", tern.MsgID("k#2"), tern.ExpectLastMsgID("~k#1")); !a.Duplicate {
+		t.Fatalf("k#2 again: %+v", a)
+	}
+	stored("k#5")
+	// A late batch 3..4 with a new number past the end is refused ("~" holds),
+	// and a sequence without its first message cannot start mid-way.
+	refused("k#9", tern.ExpectLastMsgID("~k#2"))
+	refused("j#4")
+	// Other prefixes are not sequences: gaps are fine.
+	stored("order-1")
+	stored("order-5")
+	// Once the window forgets k, a batch naming its last with "~" starts again;
+	// one naming it strictly does not.
+	time.Sleep(1100 * time.Millisecond)
+	refused("k#20", tern.ExpectLastMsgID("k#19"))
+	stored("k#20", tern.ExpectLastMsgID("~k#19"))
+	stored("k#21")
+	if n := e.streamInfo("sq").State.Msgs; n != 10 {
+		t.Fatalf("stored %d messages, want 10", n)
+	}
+}
+
 func TestPullFetchAck(t *testing.T) {
 	e := newEnv(t)
 	e.addStream(tern.StreamConfig{Name: "jobs", Subjects: []string{"jobs.>"}})

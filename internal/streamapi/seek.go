@@ -1,5 +1,7 @@
 package streamapi
 
+import "time"
+
 // ConsumerSeekSubject sets a durable consumer's position (SeekRequest); the answer
 // (ConsumerInfo) comes once the consumer's journal holds the new position. Any
 // node may ask: in a cluster the stream's leader answers.
@@ -10,6 +12,13 @@ func ConsumerSeekSubject(stream, consumer string) string {
 // SeekRequest moves a consumer's position in some partitions, forward or back.
 type SeekRequest struct {
 	Positions []SeekPosition `json:"positions"`
+	// NotAfter, when set, is the last moment the seek may take effect, by the
+	// clock of the node that answers: a request that reaches the consumer later is
+	// refused (CodeExpired) and changes nothing. A requester that gives up waiting
+	// for the answer sets it before its own deadline, so that a request held up on
+	// the way (a route cut, a leader paused) cannot move the consumer after a newer
+	// seek that the requester made once it had given up on this one.
+	NotAfter time.Time `json:"not_after,omitzero"`
 }
 
 // SeekPosition is one partition's new position: the next first delivery there is

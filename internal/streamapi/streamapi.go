@@ -74,8 +74,23 @@ const (
 	// within its duplicate window is exactly the one named: a producer that
 	// numbers its messages and sends before earlier ones are acknowledged (Kafka's
 	// pipelined idempotent batches) never has a message stored after one that
-	// failed. Otherwise the publish fails with CodeWrongLastMsgID.
+	// failed. Otherwise the publish fails with CodeWrongLastMsgID. A value that
+	// starts with ExpectedLastIfAny asks the same only when the window holds any
+	// id of that prefix: a numbered producer's message must follow the last one
+	// stored, unless that one has left the window (an idle producer), so a
+	// publish held up on its way (a retry that overtook it was stored, and more
+	// after it) is refused instead of stored out of order.
 	HeaderExpectedLastMsgID = "Tern-Expected-Last-Msg-Id"
+	// ExpectedLastIfAny starts a HeaderExpectedLastMsgID value that holds only when
+	// an id of its prefix is stored within the duplicate window.
+	ExpectedLastIfAny = "~"
+	// SequenceMark ends the prefix of numbered message ids that form a sequence
+	// ("<prefix>#<n>"): such an id n > 0 without HeaderExpectedLastMsgID is stored
+	// only right after n-1 of its prefix (CodeWrongLastMsgID otherwise), so the
+	// messages of a batch whose first one was refused are refused with it, and a
+	// sequence is stored in order. A batch's first message names what it follows
+	// with HeaderExpectedLastMsgID, or starts the sequence at 0.
+	SequenceMark = "#"
 	// HeaderKey chooses the partition of a partitioned stream; without it the subject
 	// is hashed.
 	HeaderKey = "Tern-Key"
@@ -439,6 +454,7 @@ type StoredMsg struct {
 const (
 	CodeBadRequest      = 400
 	CodeNotFound        = 404
+	CodeExpired         = 408 // a request that reached its target after its NotAfter
 	CodeConflict        = 409 // exists with a different configuration, overlapping subjects
 	CodeTooLarge        = 413
 	CodeLimits          = 429 // stream or consumer limits, discard-new stream full

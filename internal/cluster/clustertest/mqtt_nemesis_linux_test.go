@@ -37,11 +37,7 @@ import (
 func TestMQTTNemesis(t *testing.T) {
 	skipWithoutNetns(t)
 	py := python(t)
-	rounds := uint64(2)
-	if _, set := os.LookupEnv("TERN_CLUSTER_SEEDS"); set {
-		rounds = seeds()
-	}
-	for seed := uint64(1); seed <= rounds; seed++ {
+	for seed := uint64(1); seed <= twinSeeds(); seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { mqttNemesisRound(t, py, seed) })
 	}
 }

@@ -64,6 +64,15 @@ func nemesisSeeds() uint64 {
 	return 4
 }
 
+// twinSeeds is how many rounds the Kafka and MQTT nemeses run:
+// TERN_CLUSTER_SEEDS when set, else two (their rounds take longer).
+func twinSeeds() uint64 {
+	if _, set := os.LookupEnv("TERN_CLUSTER_SEEDS"); set {
+		return seeds()
+	}
+	return 2
+}
+
 // nemesisFaults is how many faults a round injects: TERN_NEMESIS_FAULTS, else four.
 func nemesisFaults() int {
 	if n, err := strconv.Atoi(os.Getenv("TERN_NEMESIS_FAULTS")); err == nil && n > 0 {

@@ -177,6 +177,7 @@ type member struct {
 	seq                  uint64
 	heard                time.Time
 	assignment           []byte
+	commitConn           uint64 // the latest connection a commit of the member came over
 
 	joining   bool // a JoinGroup is parked
 	joinToken uint64
@@ -696,7 +697,15 @@ func (g *Group) Heartbeat(now time.Time, memberID, instanceID string, generation
 // coordinator decides: a member of the current generation (its commit counts as a
 // heartbeat), or anyone with generation -1 while the group is empty (a consumer
 // that assigns partitions itself).
-func (g *Group) CheckCommit(now time.Time, memberID, instanceID string, generation int32) int16 {
+//
+// conn identifies the client connection the commit came over, a later connection
+// a larger number. A member's commit over an older connection than one it has
+// committed over already is refused with REQUEST_TIMED_OUT: a client that gave up
+// on a connection (a read timeout) sends its commits again over a new one, and a
+// commit it sent before, read from the old connection only later (the network
+// held it), must not overwrite the newer offsets. The caller stores the offsets of
+// commits this accepts in the order it accepted them.
+func (g *Group) CheckCommit(now time.Time, memberID, instanceID string, generation int32, conn uint64) int16 {
 	if generation < 0 && g.state == Empty {
 		return 0
 	}
@@ -708,6 +717,10 @@ func (g *Group) CheckCommit(now time.Time, memberID, instanceID string, generati
 		return kerr.RebalanceInProgress.Code
 	}
 	m.heard = now
+	if conn < m.commitConn {
+		return kerr.RequestTimedOut.Code
+	}
+	m.commitConn = conn
 	return 0
 }
 

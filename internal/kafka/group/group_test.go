@@ -160,11 +160,26 @@ func TestJoinSyncAndErrors(t *testing.T) {
 	if r := h.joinResult(h.join(4, "", "", "x", "other")); r.Err != kerr.InconsistentGroupProtocol.Code {
 		t.Fatalf("join with no common protocol: %+v", r)
 	}
-	if c := h.g.CheckCommit(h.now, a, "", 1); c != 0 {
+	if c := h.g.CheckCommit(h.now, a, "", 1, 1); c != 0 {
 		t.Fatalf("commit of a member: %d", c)
 	}
-	if c := h.g.CheckCommit(h.now, "", "", -1); c != kerr.UnknownMemberID.Code {
+	if c := h.g.CheckCommit(h.now, "", "", -1, 1); c != kerr.UnknownMemberID.Code {
 		t.Fatalf("simple commit to a group with members: %d", c)
+	}
+	// a commits over a new connection (the old one timed out): a commit read
+	// from the old one afterwards is refused, the new one's go on, and b's
+	// connections are b's own.
+	if c := h.g.CheckCommit(h.now, a, "", 1, 5); c != 0 {
+		t.Fatalf("commit over a newer connection: %d", c)
+	}
+	if c := h.g.CheckCommit(h.now, a, "", 1, 1); c != kerr.RequestTimedOut.Code {
+		t.Fatalf("commit over the connection given up: %d, want REQUEST_TIMED_OUT", c)
+	}
+	if c := h.g.CheckCommit(h.now, a, "", 1, 5); c != 0 {
+		t.Fatalf("second commit over the newer connection: %d", c)
+	}
+	if c := h.g.CheckCommit(h.now, b, "", 1, 2); c != 0 {
+		t.Fatalf("commit of another member over an older connection: %d", c)
 	}
 
 	// A follower re-joining with the same protocols changes nothing.
@@ -180,7 +195,7 @@ func TestJoinSyncAndErrors(t *testing.T) {
 	if code := h.g.Heartbeat(h.now, a, "", 1); code != kerr.RebalanceInProgress.Code {
 		t.Fatalf("heartbeat during a rebalance: %d", code)
 	}
-	if code := h.g.CheckCommit(h.now, a, "", 1); code != 0 {
+	if code := h.g.CheckCommit(h.now, a, "", 1, 5); code != 0 {
 		t.Fatalf("commit of the old generation while preparing: %d", code)
 	}
 	ta := h.join(4, a, "", "a", "range")
@@ -205,7 +220,7 @@ func TestJoinSyncAndErrors(t *testing.T) {
 	if h.g.members[b] != nil {
 		t.Fatal("b stayed after missing the rebalance")
 	}
-	if code := h.g.CheckCommit(h.now, a, "", 2); code != kerr.RebalanceInProgress.Code {
+	if code := h.g.CheckCommit(h.now, a, "", 2, 5); code != kerr.RebalanceInProgress.Code {
 		t.Fatalf("commit while completing: %d", code)
 	}
 	h.sync(a, 2, map[string]string{a: "p0", c: "p1"})
@@ -225,7 +240,7 @@ func TestJoinSyncAndErrors(t *testing.T) {
 	if h.g.State() != Empty || h.g.Generation() != 4 {
 		t.Fatalf("state %s generation %d after the session timeout", h.g.State(), h.g.Generation())
 	}
-	if code := h.g.CheckCommit(h.now, "", "", -1); code != 0 {
+	if code := h.g.CheckCommit(h.now, "", "", -1, 1); code != 0 {
 		t.Fatalf("simple commit to an empty group: %d", code)
 	}
 	if code := h.g.Delete(); code != 0 || h.g.State() != Dead {
