@@ -462,9 +462,10 @@ func checkKafkaStored(produced int, acked map[string]kPos, failed map[string]err
 		parts = append(parts, p)
 	}
 	slices.Sort(parts)
+	var around []error // what is stored near each partition's first record out of order
 	for _, p := range parts {
 		last := -1
-		for _, v := range stored[p] {
+		for i, v := range stored[p] {
 			n, err := strconv.Atoi(strings.TrimPrefix(v, "v"))
 			if err != nil || !strings.HasPrefix(v, "v") || n >= produced {
 				errs = append(errs, fmt.Errorf("partition %d holds %q, which was never produced", p, v))
@@ -477,6 +478,10 @@ func checkKafkaStored(produced int, acked map[string]kPos, failed map[string]err
 			}
 			if n <= last {
 				errs = append(errs, fmt.Errorf("partition %d holds %s after v%d", p, v, last))
+				if len(around) == 0 || !strings.HasPrefix(around[len(around)-1].Error(), fmt.Sprintf("partition %d ", p)) {
+					from := max(0, i-20)
+					around = append(around, fmt.Errorf("partition %d from offset %d: %v", p, from, stored[p][from:min(len(stored[p]), i+10)]))
+				}
 			}
 			last = max(last, n)
 		}
@@ -484,7 +489,7 @@ func checkKafkaStored(produced int, acked map[string]kPos, failed map[string]err
 	if len(errs) > 10 {
 		errs = append(errs[:10], fmt.Errorf("and %d more", len(errs)-10))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, around...)...)
 }
 
 // TestKafkaStoredCheck: checkKafkaStored passes a good history and fails each kind
