@@ -215,8 +215,9 @@ func TestIdempotentSequences(t *testing.T) {
 }
 
 // TestIdempotentRetryAfterRestart: the producer state is in memory, but a batch
-// retried after a restart is still stored once: its records' message ids
-// (Tern-Msg-Id) are in the stream's duplicate window.
+// retried after a restart is still stored once, and one that does not follow the
+// last one stored is refused whole: its records' message ids (Tern-Msg-Id) are a
+// sequence in the stream's duplicate window.
 func TestIdempotentRetryAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	start := func() (*server.Server, string) {
@@ -233,12 +234,43 @@ func TestIdempotentRetryAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, addr = start()
-	if p := producePart(t, dialRaw(t, addr), produceReq("restart", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
+	r := dialRaw(t, addr)
+	if p := producePart(t, r, produceReq("restart", 0, batch)); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("retry after restart: error %d base %d, want success at 0", p.ErrorCode, p.BaseOffset)
 	}
+	// This node knows nothing of the producer now, but the stream does: a batch
+	// that does not follow the last one stored (a copy held up on its way, as
+	// a new partition leader can get) is refused whole, and the next one is
+	// taken.
+	if p := producePart(t, r, produceReq("restart", 0, makeBatch(777, 0, 5, "late", "copy"))); p.ErrorCode != kerr.OutOfOrderSequenceNumber.Code {
+		t.Fatalf("a batch after a gap: error %d base %d, want OUT_OF_ORDER_SEQUENCE_NUMBER", p.ErrorCode, p.BaseOffset)
+	}
+	if p := producePart(t, r, produceReq("restart", 0, makeBatch(777, 0, 2, "next", "one"))); p.ErrorCode != 0 || p.BaseOffset != 2 {
+		t.Fatalf("the next batch: error %d base %d, want success at 2", p.ErrorCode, p.BaseOffset)
+	}
 	st, _ := s.Streams().Stream("restart")
-	if n := st.Info().State.Msgs; n != 2 {
-		t.Fatalf("stream holds %d messages, want 2", n)
+	if n := st.Info().State.Msgs; n != 4 {
+		t.Fatalf("stream holds %d messages, want 4", n)
+	}
+}
+
+// TestIdempotentProducerIdleBeyondTheWindow: a producer whose last records have
+// left the stream's duplicate window goes on where it was: its next batch names
+// its last sequence only if the stream still knows it ("~").
+func TestIdempotentProducerIdleBeyondTheWindow(t *testing.T) {
+	s, addr := startTern(t, nil)
+	nc := native(t, s)
+	if _, err := nc.Streams().AddStream(ctxT(t), tern.StreamConfig{Name: "idle", Subjects: []string{"idle"},
+		DuplicateWindow: tern.Duration(300 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, addr)
+	if p := producePart(t, r, produceReq("idle", 0, makeBatch(31, 0, 0, "a", "b"))); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("first batch: error %d base %d", p.ErrorCode, p.BaseOffset)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if p := producePart(t, r, produceReq("idle", 0, makeBatch(31, 0, 2, "c", "d"))); p.ErrorCode != 0 || p.BaseOffset != 2 {
+		t.Fatalf("a batch after the window: error %d base %d, want success at 2", p.ErrorCode, p.BaseOffset)
 	}
 }
 
