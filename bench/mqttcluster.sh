@@ -6,6 +6,7 @@
 # both (bench/mqttclustervs, on the bench module's MQTT 3.1.1 client):
 #   throughput  QoS 1, publishers on node 1, one subscriber on node 2 with a
 #               persistent or a clean session; 1→1 and 10→1, 32 B and 1 KiB;
+#               then the persistent rows at QoS 2 both ways (q2p1-32 ...);
 #               msgs/s received and publish → receipt latency p50/p99
 #   resume      a persistent QoS 1 subscriber on node 2, a publisher on node 1 at a
 #               fixed rate; kill -9 of node 2; the subscriber reconnects at once to
@@ -29,7 +30,7 @@
 #                        200,000 of 32 B, 50,000 of 1 KiB)
 #   --rows LIST          throughput rows (keys or prefixes: p1-32, p10, c, ...;
 #                        default all; mqttclustervs throughput --list shows them)
-#   --window N           QoS 1 messages a publisher keeps unacknowledged (default 256)
+#   --window N           QoS 1 or 2 messages a publisher keeps unacknowledged (default 256)
 #   --rate R             resume: messages/s (default 1000)
 #   --duration D         resume: publishing time per run (default 12s)
 #   --kill-at D          resume: when node 2 is killed, from the first publish (default 4s)

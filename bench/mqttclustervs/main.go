@@ -30,9 +30,9 @@ const usageText = `Usage: mqttclustervs ready|throughput|resume|report [options]
   ready       wait until every node of a running cluster serves a persistent MQTT
               session (CONNECT with clean session off, a QoS 1 SUBSCRIBE), and for
               Tern until every node's /cluster shows the MQTT group led
-  throughput  QoS 1 throughput rows against a running cluster: publishers on node 1,
-              one subscriber on node 2 (persistent or clean session); appends one
-              JSON line per run to --out
+  throughput  QoS 1 and QoS 2 throughput rows against a running cluster: publishers
+              on node 1, one subscriber on node 2 (persistent or clean session);
+              appends one JSON line per run to --out
   resume      a persistent QoS 1 subscriber on node 2, a publisher on node 1 at a
               fixed rate; kill -9 of node 2; the subscriber resumes its session on
               node 3; appends one JSON line to --out

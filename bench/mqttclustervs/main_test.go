@@ -4,22 +4,25 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tern-mq/tern/bench/internal/mqttload"
 	"github.com/tern-mq/tern/internal/mqtt/packet"
+	"github.com/tern-mq/tern/internal/server/servertest"
 )
 
 func TestRows(t *testing.T) {
 	all := rows(1)
-	if len(all) != 8 {
-		t.Fatalf("%d rows, want 8", len(all))
+	if len(all) != 12 {
+		t.Fatalf("%d rows, want 12", len(all))
 	}
 	want := map[string]row{
-		"p1-32":  {Key: "p1-32", Persistent: true, Pubs: 1, Size: 32, Msgs: 200000},
-		"c10-1k": {Key: "c10-1k", Persistent: false, Pubs: 10, Size: 1024, Msgs: 50000},
+		"p1-32":    {Key: "p1-32", Persistent: true, Pubs: 1, Size: 32, Msgs: 200000},
+		"c10-1k":   {Key: "c10-1k", Persistent: false, Pubs: 10, Size: 1024, Msgs: 50000},
+		"q2p10-1k": {Key: "q2p10-1k", Persistent: true, Pubs: 10, Size: 1024, Msgs: 50000, QoS2: true},
 	}
 	for _, r := range all {
 		if w, ok := want[r.Key]; ok && r != w {
@@ -188,5 +191,60 @@ func TestPublishResend(t *testing.T) {
 	}
 	if len(acked) != 5 {
 		t.Errorf("acknowledged %v, want five", acked)
+	}
+}
+
+// TestQoS2RoundTrip: the load client's QoS 2 publisher and subscriber through a
+// Tern server: every message arrives once, and the publisher hears every PUBCOMP.
+func TestQoS2RoundTrip(t *testing.T) {
+	s := servertest.Start(t, nil)
+	addr := s.MQTTAddr().String()
+	sub, err := mqttload.DialWith(addr, mqttload.DialOptions{ClientID: "q2-sub", Persistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.Subscribe("q2/#", 2); err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	var mu sync.Mutex
+	seen := make([]int, n)
+	var got atomic.Int64
+	go func() {
+		_ = sub.ReceiveFunc(func(p *packet.Publish, _ time.Time) {
+			if _, seq, ok := mqttload.Stamped(p.Payload); ok && seq < n && p.QoS == 2 {
+				mu.Lock()
+				seen[seq]++
+				mu.Unlock()
+				got.Add(1)
+			}
+		})
+	}()
+	pub, err := mqttload.Dial(addr, "q2-pub", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	var completed atomic.Int64
+	err = pub.PublishWith(mqttload.PublishOptions{Topic: "q2/a", QoS: 2, Count: n, Size: 16, Window: 32, Seq: true, Stamp: true,
+		AckTimeout: 10 * time.Second, OnAck: func(uint64, time.Time) { completed.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := completed.Load(); c != n {
+		t.Fatalf("%d PUBCOMPs for %d messages", c, n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // a duplicate would come right after
+	mu.Lock()
+	defer mu.Unlock()
+	for i, k := range seen {
+		if k != 1 {
+			t.Fatalf("message %d received %d times (%d received in all)", i, k, got.Load())
+		}
 	}
 }

@@ -187,7 +187,7 @@ func throughputReport(runs []throughputResult) (string, []throughputSummary) {
 			out = append(out, sm)
 		}
 	}
-	b.WriteString("QoS 1, publishers on node 1, one subscriber on node 2 (every publisher's topic); msgs/s received, median (min–max) over the completed runs; latency publish → receipt, medians of the runs' p50 and p99.\n\n")
+	b.WriteString("QoS 1 (QoS 2 both ways on the q2 rows), publishers on node 1, one subscriber on node 2 (every publisher's topic); msgs/s received, median (min–max) over the completed runs; latency publish → receipt, medians of the runs' p50 and p99.\n\n")
 	head := []string{"row", "workload", "messages"}
 	for _, s := range systems {
 		head = append(head, systemNames[s]+" msgs/s", systemNames[s]+" p50", systemNames[s]+" p99")

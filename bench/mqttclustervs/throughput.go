@@ -23,13 +23,22 @@ import (
 )
 
 // row is one throughput workload: pubs publishers on node 1, each on its own topic,
-// one QoS 1 subscriber on node 2 taking all of them.
+// one subscriber on node 2 taking all of them, publishing and subscribing at QoS
+// 1, or at QoS 2 on the "q2" rows.
 type row struct {
 	Key        string `json:"key"`
 	Persistent bool   `json:"persistent"` // the subscriber's session: clean session off
 	Pubs       int    `json:"pubs"`
 	Size       int    `json:"size"`
-	Msgs       int    `json:"msgs"` // published in all
+	Msgs       int    `json:"msgs"`           // published in all
+	QoS2       bool   `json:"qos2,omitempty"` // QoS 2 both ways
+}
+
+func (r row) qos() byte {
+	if r.QoS2 {
+		return 2
+	}
+	return 1
 }
 
 func (r row) describe() string {
@@ -37,7 +46,11 @@ func (r row) describe() string {
 	if r.Persistent {
 		s = "persistent"
 	}
-	return fmt.Sprintf("%d→1, %s, %s session", r.Pubs, sizeName(r.Size), s)
+	q := ""
+	if r.QoS2 {
+		q = "QoS 2, "
+	}
+	return fmt.Sprintf("%s%d→1, %s, %s session", q, r.Pubs, sizeName(r.Size), s)
 }
 
 func sizeName(n int) string {
@@ -49,7 +62,8 @@ func sizeName(n int) string {
 
 // rows are the throughput matrix at the given scale: 200,000 messages of 32 B and
 // 50,000 of 1 KiB per run, from 1 and from 10 publishers, to a persistent and to a
-// clean-session subscriber.
+// clean-session subscriber; then the persistent rows at QoS 2 ("q2p1-32" ...),
+// where a replicated session commits each message's PUBREC and PUBCOMP.
 func rows(scale float64) []row {
 	var out []row
 	for _, persistent := range []bool{true, false} {
@@ -71,6 +85,10 @@ func rows(scale float64) []row {
 					Msgs: max(1000, int(float64(base)*scale))})
 			}
 		}
+	}
+	for _, r := range out[:4] { // the persistent ones
+		r.Key, r.QoS2 = "q2"+r.Key, true
+		out = append(out, r)
 	}
 	return out
 }
@@ -128,7 +146,7 @@ func cmdThroughput(ctx context.Context, args []string, _, stderr io.Writer) erro
 	only := fs.String("rows", "", "comma-separated row keys or prefixes (p1, p10-32, c, ...); default all")
 	runs := fs.Int("runs", 3, "runs per row")
 	scale := fs.Float64("scale", 1, "multiplies every row's message count")
-	window := fs.Int("window", 256, "QoS 1 messages each publisher keeps unacknowledged (the bench/mqttvs default)")
+	window := fs.Int("window", 256, "QoS 1 or 2 messages each publisher keeps unacknowledged (the bench/mqttvs default)")
 	idle := fs.Duration("idle-timeout", 10*time.Second, "a run ends when nothing arrived for this long")
 	runTimeout := fs.Duration("run-timeout", 5*time.Minute, "bound on one run")
 	list := fs.Bool("list", false, "list the rows and exit")
@@ -259,7 +277,7 @@ func throughput(ctx context.Context, c cluster, r row, window int, idle, limit t
 			_ = dropSession(c.MQTT[1], subID)
 		}
 	}()
-	if err := sub.Subscribe(prefix+"/#", 1); err != nil {
+	if err := sub.Subscribe(prefix+"/#", r.qos()); err != nil {
 		return fmt.Errorf("subscriber: %w", err)
 	}
 	subDone := make(chan error, 1)
@@ -298,7 +316,7 @@ func throughput(ctx context.Context, c cluster, r row, window int, idle, limit t
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := p.PublishWith(mqttload.PublishOptions{Topic: fmt.Sprintf("%s/p%d", prefix, i), QoS: 1, Count: counts[i],
+			err := p.PublishWith(mqttload.PublishOptions{Topic: fmt.Sprintf("%s/p%d", prefix, i), QoS: r.qos(), Count: counts[i],
 				Size: r.Size, Window: window, Stop: &stop, Stamp: true, Seq: true, FirstSeq: uint64(i) << 32,
 				OnAck: func(uint64, time.Time) { acked.Add(1) }})
 			if err != nil && !stop.Load() {

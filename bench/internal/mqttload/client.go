@@ -21,10 +21,11 @@ import (
 
 // Client is one MQTT 3.1.1 connection.
 type Client struct {
-	nc net.Conn
-	bw *bufio.Writer
-	r  *packet.Reader
-	wm sync.Mutex // guards bw for subscribers acknowledging from their reader
+	nc  net.Conn
+	bw  *bufio.Writer
+	r   *packet.Reader
+	wm  sync.Mutex // guards bw and ack: acknowledgements are written from the reader
+	ack []byte
 	// SessionPresent is the CONNACK's flag: the server resumed a session it held.
 	SessionPresent bool
 }
@@ -148,7 +149,7 @@ type PublishOptions struct {
 	QoS    byte
 	Count  int
 	Size   int // payload bytes; at least 8 (16 with Seq)
-	Window int // QoS 1 messages unacknowledged at most
+	Window int // QoS 1 or 2 messages unacknowledged (no PUBACK, no PUBCOMP) at most
 	// Rate paces the publisher to that many messages per second (0: as fast as it
 	// goes). A paced publisher always stamps.
 	Rate float64
@@ -161,8 +162,8 @@ type PublishOptions struct {
 	Seq      bool
 	FirstSeq uint64
 	// OnSent is called with a message's number and its time (as stamped);
-	// OnAck (QoS 1) with its number and the time its PUBACK was read. Each is called
-	// from one goroutine (OnAck from the connection's reader).
+	// OnAck (QoS 1 and 2) with its number and the time its PUBACK or PUBCOMP was
+	// read. Each is called from one goroutine (OnAck from the connection's reader).
 	OnSent func(seq uint64, at time.Time)
 	OnAck  func(seq uint64, at time.Time)
 	// AckTimeout bounds the wait for the last acknowledgements once every message
@@ -219,7 +220,17 @@ func (c *Client) PublishWith(o PublishOptions) error {
 					readErr <- err
 					return
 				}
-				if a, ok := p.(*packet.Ack); ok && a.Type == packet.TypePuback {
+				a, ok := p.(*packet.Ack)
+				if !ok {
+					continue
+				}
+				switch a.Type {
+				case packet.TypePubrec: // QoS 2: released at once
+					if err := c.writeAck(packet.TypePubrel, a.PacketID, true); err != nil {
+						readErr <- err
+						return
+					}
+				case packet.TypePuback, packet.TypePubcomp: // the end of a QoS 1 or 2 flow
 					if pending != nil {
 						o.OnAck(pending[a.PacketID].Load(), time.Now())
 					}
@@ -249,7 +260,7 @@ func (c *Client) PublishWith(o PublishOptions) error {
 		if o.Rate > 0 && i >= 0 {
 			due := start.Add(time.Duration(float64(i) / o.Rate * float64(time.Second)))
 			if wait := time.Until(due); wait > 0 {
-				if err := c.bw.Flush(); err != nil {
+				if err := c.flush(); err != nil {
 					return err
 				}
 				time.Sleep(wait)
@@ -267,7 +278,7 @@ func (c *Client) PublishWith(o PublishOptions) error {
 			select {
 			case sem <- struct{}{}:
 			default:
-				if err := c.bw.Flush(); err != nil {
+				if err := c.flush(); err != nil {
 					return err
 				}
 				select {
@@ -297,14 +308,17 @@ func (c *Client) PublishWith(o PublishOptions) error {
 			binary.LittleEndian.PutUint64(payload, uint64(now.UnixNano()))
 		}
 		buf = packet.AppendPublish(buf[:0], pub, packet.V311)
-		if _, err := c.bw.Write(buf); err != nil {
+		c.wm.Lock()
+		_, err := c.bw.Write(buf)
+		c.wm.Unlock()
+		if err != nil {
 			return err
 		}
 		if o.OnSent != nil {
 			o.OnSent(seq, now)
 		}
 	}
-	if err := c.bw.Flush(); err != nil {
+	if err := c.flush(); err != nil {
 		return err
 	}
 	if o.QoS > 0 { // wait for the last acknowledgements
@@ -334,31 +348,50 @@ func (c *Client) Receive(got *atomic.Int64, last *atomic.Int64, latency func(tim
 }
 
 // ReceiveFunc hands every PUBLISH to h (with the time it was read; the packet is
-// valid only during the call) and then acknowledges it if it is QoS 1, until the
-// connection ends.
+// valid only during the call) and then acknowledges it: PUBACK for QoS 1, PUBREC
+// for QoS 2 (and PUBCOMP for each PUBREL), until the connection ends. A QoS 2
+// message the server sends again before its PUBREL is handed to h again.
 func (c *Client) ReceiveFunc(h func(p *packet.Publish, now time.Time)) error {
-	var ack []byte
 	for {
 		p, err := c.r.ReadPacket()
 		if err != nil {
 			return err
 		}
-		pub, ok := p.(*packet.Publish)
-		if !ok {
-			continue
+		switch p := p.(type) {
+		case *packet.Publish:
+			h(p, time.Now())
+			switch p.QoS {
+			case 1:
+				err = c.writeAck(packet.TypePuback, p.PacketID, !c.r.Ready())
+			case 2:
+				err = c.writeAck(packet.TypePubrec, p.PacketID, !c.r.Ready())
+			}
+		case *packet.Ack:
+			if p.Type == packet.TypePubrel {
+				err = c.writeAck(packet.TypePubcomp, p.PacketID, !c.r.Ready())
+			}
 		}
-		h(pub, time.Now())
-		if pub.QoS > 0 {
-			ack, _ = packet.Append(ack[:0], &packet.Ack{Type: packet.TypePuback, PacketID: pub.PacketID}, packet.V311)
-			c.wm.Lock()
-			_, err = c.bw.Write(ack)
-			if err == nil && !c.r.Ready() {
-				err = c.bw.Flush()
-			}
-			c.wm.Unlock()
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// writeAck writes one acknowledgement, flushed when flush is set.
+func (c *Client) writeAck(t packet.Type, id uint16, flush bool) error {
+	c.wm.Lock()
+	defer c.wm.Unlock()
+	c.ack, _ = packet.Append(c.ack[:0], &packet.Ack{Type: t, PacketID: id}, packet.V311)
+	_, err := c.bw.Write(c.ack)
+	if err == nil && flush {
+		err = c.bw.Flush()
+	}
+	return err
+}
+
+// flush writes what the publisher buffered.
+func (c *Client) flush() error {
+	c.wm.Lock()
+	defer c.wm.Unlock()
+	return c.bw.Flush()
 }
