@@ -43,6 +43,8 @@
 #   SYSTEMS (tern,js)    which clusters to run
 #   TERN_ARGS            more tern server options for every Tern node; the script
 #                        adds --mqtt-max-queued 1000000 first (as bench/mqtt.sh)
+#   TERN_CPUPROFILE=DIR  run Tern under bench/ternserve, a CPU profile per node
+#                        (DIR/tern<i>.prof, the last cluster's when several run)
 #   OUT (bench/out)      results in $OUT/mqttcluster
 # Outputs in $OUT/mqttcluster: results.md (the tables), throughput.jsonl and
 # resume.jsonl (every run, one JSON object a line), summary.json, every node's log
@@ -108,6 +110,7 @@ r3_systems "$SYSTEMS"
 
 # --- install, check ports, build; processes started here are stopped by pid -----------------
 r3_setup tern-mqttcluster
+TERN_BIN=$(tern_server_bin "$TERN_BIN" "$ROUT")
 echo "== building bench/mqttclustervs"
 MQTTCLUSTERVS=$ROUT/mqttclustervs
 bench_build "$MQTTCLUSTERVS" ./mqttclustervs
@@ -124,7 +127,7 @@ start_cluster() { # sys tag: a fresh cluster with MQTT, ready for persistent ses
 {
 	machine_head
 	machine_go
-	machine_tern "$TERN_BIN" "; options $TERN_ARGS"
+	machine_tern "$ROUT/tern" "; options $TERN_ARGS"
 	machine_nats
 	machine_load
 	echo "date:         $(date -u +%Y-%m-%dT%H:%M:%SZ)"
