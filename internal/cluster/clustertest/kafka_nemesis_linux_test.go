@@ -29,7 +29,9 @@ import (
 //     one node: its connections are made in that node's namespace, so a cut that
 //     isolates the node isolates the producer too;
 //   - a consumer group of two members homed on two other nodes, committing as it
-//     goes, whose coordinator may be any node;
+//     goes, whose coordinator may be any node, and a third member that joins and
+//     leaves every few seconds while the producer runs, so that the group
+//     rebalances under the faults;
 //
 // while the nemesis injects TestNemesis's faults one after another (kill -9,
 // SIGSTOP, cuts, splits). Then a fresh reader reads every partition from its start
@@ -134,16 +136,21 @@ func kafkaNemesisRound(t *testing.T, seed uint64) {
 		defer workers.Done()
 		w.produce(ctx, r.kafkaClient(1, "producer"), rand.New(rand.NewPCG(seed, 17)), stopProducing)
 	}()
+	member := []kgo.Opt{kgo.ConsumerGroup("knem-group"), kgo.ConsumeTopics(kNemTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitInterval(500 * time.Millisecond),
+		kgo.SessionTimeout(10 * time.Second), kgo.HeartbeatInterval(time.Second)}
 	for i, home := range []int{2, 0} {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			w.consumeGroup(ctx, stopGroup, r.kafkaClient(home, fmt.Sprintf("member%d", i+1),
-				kgo.ConsumerGroup("knem-group"), kgo.ConsumeTopics(kNemTopic),
-				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitInterval(500*time.Millisecond),
-				kgo.SessionTimeout(10*time.Second), kgo.HeartbeatInterval(time.Second)))
+			w.consumeGroup(ctx, stopGroup, r.kafkaClient(home, fmt.Sprintf("member%d", i+1), member...))
 		}()
 	}
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		w.churn(ctx, r, rand.New(rand.NewPCG(seed, 29)), stopProducing, member)
+	}()
 
 	r.injectFaults(seed, w.progress)
 	time.Sleep(500 * time.Millisecond) // a little more traffic on the healed cluster
@@ -180,6 +187,13 @@ func kafkaNemesisRound(t *testing.T, seed uint64) {
 // Its timeouts are short, so that a request to a node paused or cut off is given
 // up and sent again within a fault's length.
 func (r *nemesis) kafkaClient(home int, role string, opts ...kgo.Opt) *kgo.Client {
+	cl := r.newKafkaClient(home, role, opts...)
+	r.t.Cleanup(cl.Close)
+	return cl
+}
+
+// newKafkaClient is kafkaClient's client, for its caller to close.
+func (r *nemesis) newKafkaClient(home int, role string, opts ...kgo.Opt) *kgo.Client {
 	r.t.Helper()
 	var seeds []string
 	for _, n := range r.c.Nodes {
@@ -203,7 +217,6 @@ func (r *nemesis) kafkaClient(home int, role string, opts ...kgo.Opt) *kgo.Clien
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.t.Cleanup(cl.Close)
 	return cl
 }
 
@@ -265,19 +278,52 @@ func (w *kafkaWorkload) consumeGroup(ctx context.Context, stop <-chan struct{}, 
 		fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		fs := cl.PollFetches(fctx)
 		fcancel()
-		w.mu.Lock()
-		fs.EachRecord(func(rec *kgo.Record) {
-			w.read(kPos{rec.Partition, rec.Offset}, string(rec.Value), "the group")
-			w.group[string(rec.Value)]++
-			w.groupEnd[rec.Partition] = max(w.groupEnd[rec.Partition], rec.Offset+1)
-		})
-		w.mu.Unlock()
+		w.groupRead(fs)
 		if w.groupDone() {
 			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 			if err := cl.CommitUncommittedOffsets(cctx); err != nil {
 				w.t.Logf("commit: %v", err)
 			}
 			ccancel()
+		}
+	}
+}
+
+// groupRead notes the records a member of the group polled.
+func (w *kafkaWorkload) groupRead(fs kgo.Fetches) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fs.EachRecord(func(rec *kgo.Record) {
+		w.read(kPos{rec.Partition, rec.Offset}, string(rec.Value), "the group")
+		w.group[string(rec.Value)]++
+		w.groupEnd[rec.Partition] = max(w.groupEnd[rec.Partition], rec.Offset+1)
+	})
+}
+
+// churn is a third member of the group, homed on a node chosen by the seed, that
+// joins, reads for one to three seconds, leaves (closing its client) and comes
+// back a second or so later, until the producer stops: each coming and going is
+// a rebalance under the faults, and the partitions it read move to the others
+// from the offsets committed.
+func (w *kafkaWorkload) churn(ctx context.Context, r *nemesis, rng *rand.Rand, stop <-chan struct{}, opts []kgo.Opt) {
+	home := rng.IntN(len(r.c.Nodes))
+	for round := 1; ; round++ {
+		cl := r.newKafkaClient(home, fmt.Sprintf("member3-%d", round), opts...)
+		stay := time.Now().Add(time.Second + time.Duration(rng.IntN(2000))*time.Millisecond)
+		for time.Now().Before(stay) && ctx.Err() == nil {
+			fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			fs := cl.PollFetches(fctx)
+			fcancel()
+			w.groupRead(fs)
+		}
+		cl.Close()
+		select {
+		case <-stop:
+			r.logf("the third member joined and left the group %d times", round)
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(500*time.Millisecond + time.Duration(rng.IntN(1000))*time.Millisecond):
 		}
 	}
 }
