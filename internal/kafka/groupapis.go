@@ -335,23 +335,23 @@ func (c *conn) offsetCommit(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitRes
 				tc.codes[i] = code
 			}
 		} else if tc.call != nil {
+			var refused int16
 			_, err := apiAnswer[streamapi.ConsumerInfo](tc.call)
 			if apiCode(err) == streamapi.CodeConsumerMissing {
 				// The group's first commit on the topic: its consumer is made,
 				// then the commit is accepted again (a newer one may have come).
 				if err = c.s.makeOffsetsConsumer(gr, tc.t.name); err == nil {
-					if acode := accept(func() { tc.call = c.s.seekOffsets(gr, tc.t.name, tc.positions) }); acode != 0 {
-						err = errCommitRefused{acode}
-					} else {
+					if refused = accept(func() { tc.call = c.s.seekOffsets(gr, tc.t.name, tc.positions) }); refused == 0 {
 						_, err = apiAnswer[streamapi.ConsumerInfo](tc.call)
 					}
 				}
 			}
 			if err != nil {
 				c.s.log.Warn("offset commit", "group", req.Group, "topic", tc.t.name, "err", err)
-				for _, i := range tc.at {
-					tc.codes[i] = offsetsErrorCode(err)
-				}
+				refused = offsetsErrorCode(err)
+			}
+			for _, i := range tc.at {
+				tc.codes[i] = refused
 			}
 		}
 		out := kmsg.NewOffsetCommitResponseTopic()
@@ -808,7 +808,7 @@ func (c *conn) deleteTopicOffsets(gr groupRef, rt kmsg.OffsetDeleteRequestTopic,
 			err = nil
 		}
 	default:
-		_, err = apiRequest[streamapi.ConsumerInfo](c.s.api, apiSubject(gr.acct, streamapi.ConsumerSeekSubject(t.name, name)), streamapi.SeekRequest{Positions: positions, NotAfter: c.s.api.seekDeadline()})
+		_, err = apiAnswer[streamapi.ConsumerInfo](c.s.seekOffsets(gr, t.name, positions))
 	}
 	if err != nil {
 		c.s.log.Warn("offset delete", "group", gr.id, "topic", t.name, "err", err)

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -18,8 +17,8 @@ import (
 // committing offset o for partition p moves that consumer's position in p to
 // sequence o + 1 (the stream API's CONSUMER.SEEK, answered once the consumer's
 // journal holds it, and refused if it reaches the consumer after the deadline it
-// carries, so that a commit this node gave up on never lands after a newer one), and the committed offset read back is the consumer's ack
-// floor there. So a group's progress is durable and, in a cluster, replicated
+// carries, so that a commit this node gave up on never lands after a newer one),
+// and the committed offset read back is the consumer's ack floor there. So a group's progress is durable and, in a cluster, replicated
 // with the stream's consumer state, and native clients see it
 // (`tern consumer info T G`). The consumer is made by the group's first commit on
 // the topic: a pull consumer (nothing is delivered while nobody pulls) with
@@ -94,13 +93,6 @@ func (s *Server) makeOffsetsConsumer(g groupRef, topic string) error {
 	}
 	s.log.Info("group offsets consumer created", "group", g.id, "account", acctAttr(g.acct), "topic", topic, "consumer", name)
 	return nil
-}
-
-// errCommitRefused is a commit the group refused after its consumer was made.
-type errCommitRefused struct{ code int16 }
-
-func (e errCommitRefused) Error() string {
-	return fmt.Sprintf("commit refused: Kafka error %d", e.code)
 }
 
 // fetchOffsets reads a group's consumer on a topic: nil when the group has no
@@ -193,9 +185,6 @@ func (s *Server) deleteOffsets(group groupRef) (bool, error) {
 func offsetsErrorCode(err error) int16 {
 	switch apiCode(err) {
 	case 0:
-		if r, ok := errors.AsType[errCommitRefused](err); ok {
-			return r.code
-		}
 		if errors.Is(err, errNoResponders) {
 			return kerr.CoordinatorNotAvailable.Code
 		}
